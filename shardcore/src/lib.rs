@@ -1,0 +1,3 @@
+//! shardsub-shardcore (being written).
+#![no_std]
+#![forbid(unsafe_code)]

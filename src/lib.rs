@@ -1,0 +1,1 @@
+//! shardsub: Redis and Valkey Pub/Sub at scale (being written).

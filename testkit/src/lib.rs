@@ -1,0 +1,1 @@
+//! Real servers for shardsub's tests (being written).

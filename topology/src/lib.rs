@@ -1,0 +1,3 @@
+//! shardsub-topology (being written).
+#![no_std]
+#![forbid(unsafe_code)]

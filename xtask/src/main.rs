@@ -1,0 +1,2 @@
+//! `cargo xtask demo | test` (being written).
+fn main() {}
