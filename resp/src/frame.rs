@@ -81,3 +81,211 @@ pub struct Elements<'a> {
 pub struct Pairs<'a> {
     pub(crate) inner: Elements<'a>,
 }
+
+impl<'a> Aggregate<'a> {
+    /// The aggregate's kind.
+    pub fn kind(&self) -> AggregateKind {
+        self.kind
+    }
+
+    /// Number of elements; for maps and attributes, number of key-value pairs.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the aggregate has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements in order (a map yields key, value, key, value …).
+    /// Attributes attached to elements are skipped; see
+    /// [`Elements::with_attributes`].
+    pub fn iter(&self) -> Elements<'a> {
+        Elements {
+            rest: self.body,
+            remaining: self.element_count(),
+        }
+    }
+
+    /// The key-value pairs of a map or attribute (for other kinds, elements
+    /// taken two at a time).
+    pub fn pairs(&self) -> Pairs<'a> {
+        Pairs { inner: self.iter() }
+    }
+
+    /// The element at `index` (counting every element, keys and values alike
+    /// for maps), parsing past the ones before it.
+    pub fn get(&self, index: usize) -> Option<Frame<'a>> {
+        self.iter().nth(index)
+    }
+
+    /// The raw bytes of the elements, as they arrived (without the header).
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    fn element_count(&self) -> usize {
+        match self.kind {
+            AggregateKind::Map | AggregateKind::Attribute => self.len.saturating_mul(2),
+            _ => self.len,
+        }
+    }
+}
+
+impl<'a> IntoIterator for Aggregate<'a> {
+    type Item = Frame<'a>;
+    type IntoIter = Elements<'a>;
+    fn into_iter(self) -> Elements<'a> {
+        self.iter()
+    }
+}
+
+impl<'a> Elements<'a> {
+    /// Turns this iterator into one that also yields the attribute, if any,
+    /// attached to each element.
+    pub fn with_attributes(self) -> WithAttributes<'a> {
+        WithAttributes { inner: self }
+    }
+
+    /// Elements not yet yielded.
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn next_with_attributes(&mut self) -> Option<(Option<Aggregate<'a>>, Frame<'a>)> {
+        if self.remaining == 0 {
+            return None;
+        }
+        match crate::read::read_element(self.rest) {
+            Some((attrs, frame, end)) => {
+                self.rest = self.rest.get(end..).unwrap_or_default();
+                self.remaining -= 1;
+                Some((attrs, frame))
+            }
+            None => {
+                // Unreachable for validated input; end the iteration.
+                self.remaining = 0;
+                None
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        self.next_with_attributes().map(|(_, f)| f)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
+    }
+}
+
+/// Iterator over the elements of an [`Aggregate`] together with the attribute
+/// (a `|` map) attached to each, if any. From [`Elements::with_attributes`].
+#[derive(Clone, Debug)]
+pub struct WithAttributes<'a> {
+    inner: Elements<'a>,
+}
+
+impl<'a> Iterator for WithAttributes<'a> {
+    type Item = (Option<Aggregate<'a>>, Frame<'a>);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next_with_attributes()
+    }
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (Frame<'a>, Frame<'a>);
+    fn next(&mut self) -> Option<Self::Item> {
+        let k = self.inner.next()?;
+        let v = self.inner.next()?;
+        Some((k, v))
+    }
+}
+
+impl<'a> Chunks<'a> {
+    /// Total length of the string, all chunks together, in bytes.
+    pub fn len(&self) -> usize {
+        self.total_len
+    }
+
+    /// True when the string is empty.
+    pub fn is_empty(&self) -> bool {
+        self.total_len == 0
+    }
+
+    /// The chunks' data, in order (never an empty chunk).
+    pub fn iter(&self) -> ChunkIter<'a> {
+        ChunkIter { rest: self.body }
+    }
+
+    /// Appends the whole string to `out`.
+    pub fn copy_to(&self, out: &mut alloc::vec::Vec<u8>) {
+        out.reserve(self.total_len);
+        for c in self.iter() {
+            out.extend_from_slice(c);
+        }
+    }
+}
+
+/// Iterator over the data of each chunk of a streamed string. From [`Chunks::iter`].
+#[derive(Clone, Debug)]
+pub struct ChunkIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for ChunkIter<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (data, end) = crate::read::read_chunk(self.rest)?;
+        self.rest = self.rest.get(end..).unwrap_or_default();
+        Some(data)
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// The bytes of a simple string, bulk string, verbatim string (its text)
+    /// or big number (its digits).
+    pub fn as_bytes(&self) -> Option<&'a [u8]> {
+        match *self {
+            Frame::Simple(b) | Frame::Bulk(b) | Frame::BigNumber(b) => Some(b),
+            Frame::Verbatim { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The value of an integer frame.
+    pub fn as_int(&self) -> Option<i64> {
+        match *self {
+            Frame::Integer(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The aggregate, if this is one.
+    pub fn as_aggregate(&self) -> Option<Aggregate<'a>> {
+        match *self {
+            Frame::Aggregate(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// True for a simple error or a blob error.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Frame::Error(_) | Frame::BlobError(_))
+    }
+
+    /// True for a null (`_`, `$-1` or `*-1`).
+    pub fn is_null(&self) -> bool {
+        matches!(self, Frame::Null)
+    }
+
+    /// An owned copy of the frame and everything inside it. Attributes on
+    /// elements become [`Value::Attributed`](crate::Value::Attributed);
+    /// streamed strings become bulk strings.
+    pub fn to_value(&self) -> crate::Value {
+        crate::value::frame_to_value(self)
+    }
+}
