@@ -1,0 +1,490 @@
+//! A real Redis Cluster: M masters with R replicas each, on loopback.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::{self, wait_for, TempDir};
+use crate::values::{expect_text, info_field, int, items, text};
+use crate::{redis_cli, Error, Server, ServerKind, Value};
+
+/// An inclusive range of hash slots.
+pub type SlotRange = RangeInclusive<u16>;
+
+/// The bound on every cluster-wide wait (start, resharding, failover).
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(40);
+pub(crate) const SLOT_COUNT: u32 = 16384;
+
+/// The role of one node as the cluster sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A master and the slot ranges it owns (possibly none).
+    Master(Vec<(u16, u16)>),
+    /// A replica of the node with this index.
+    Replica(usize),
+    /// Killed or removed by the test; not part of the live cluster.
+    Down,
+}
+
+/// A Redis Cluster of real servers, all on `127.0.0.1`, stopped on drop.
+///
+/// Nodes are addressed by index (stable for the cluster's life, also across
+/// failovers, kills and removals). Nodes run with
+/// `--cluster-node-timeout` [`CLUSTER_NODE_TIMEOUT_MS`](crate::CLUSTER_NODE_TIMEOUT_MS),
+/// so a failover after a kill takes a few seconds.
+#[derive(Debug)]
+pub struct Cluster {
+    pub(crate) kind: ServerKind,
+    pub(crate) nodes: Vec<Server>,
+    pub(crate) ids: Vec<String>,
+    pub(crate) roles: Vec<Role>,
+}
+
+impl Cluster {
+    /// Starts `masters` masters with `replicas` replicas each, splits the
+    /// 16384 slots evenly and contiguously over the masters (as
+    /// `redis-cli --cluster create` does, which creates clusters of three or
+    /// more masters), and waits until [`Cluster::wait_ok`] holds.
+    ///
+    /// # Errors
+    ///
+    /// Start errors of the nodes, [`Error::Cluster`] when creation fails
+    /// (with redis-cli's output), [`Error::Timeout`] when it does not settle.
+    pub fn start(kind: ServerKind, masters: usize, replicas: usize) -> Result<Cluster, Error> {
+        if masters == 0 || masters > SLOT_COUNT as usize {
+            return Err(Error::Cluster(format!(
+                "cannot split slots over {masters} masters"
+            )));
+        }
+        let total = masters * (1 + replicas);
+        let nodes = (0..total)
+            .map(|_| Server::builder(kind).cluster(true).start())
+            .collect::<Result<Vec<_>, _>>()?;
+        let ids = nodes.iter().map(my_id).collect::<Result<Vec<_>, _>>()?;
+        let mut cluster = Cluster {
+            kind,
+            roles: vec![Role::Master(Vec::new()); total],
+            nodes,
+            ids,
+        };
+        if masters >= 3 {
+            cluster.create_with_redis_cli(replicas)?;
+        } else {
+            cluster.create_by_hand(masters, replicas)?;
+        }
+        cluster.wait_ok()?;
+        Ok(cluster)
+    }
+
+    /// Redis or Valkey.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// Every node ever started, by index — including ones killed or removed
+    /// (see [`Cluster::is_live`]).
+    pub fn nodes(&self) -> &[Server] {
+        &self.nodes
+    }
+
+    /// Node `i`.
+    ///
+    /// # Panics
+    ///
+    /// When `i` is out of range.
+    pub fn node(&self, i: usize) -> &Server {
+        &self.nodes[i]
+    }
+
+    /// Node `i`, mutably (to kill or restart it by hand).
+    pub fn node_mut(&mut self, i: usize) -> Option<&mut Server> {
+        self.nodes.get_mut(i)
+    }
+
+    /// The cluster node id of node `i`.
+    pub fn node_id(&self, i: usize) -> Option<&str> {
+        self.ids.get(i).map(String::as_str)
+    }
+
+    /// The index of the node with this cluster node id.
+    pub fn index_of_id(&self, id: &str) -> Option<usize> {
+        self.ids.iter().position(|known| known == id)
+    }
+
+    /// The index of the node listening on this address.
+    pub fn index_of_addr(&self, addr: SocketAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.addr() == addr)
+    }
+
+    /// Whether node `i` is part of the live cluster (not killed or removed).
+    pub fn is_live(&self, i: usize) -> bool {
+        !matches!(self.roles.get(i), Some(Role::Down) | None)
+    }
+
+    /// Live masters, ordered by their first slot; masters without slots last.
+    /// As of the last settled state ([`Cluster::wait_ok`] and every helper
+    /// refresh it).
+    pub fn masters(&self) -> Vec<usize> {
+        let mut masters: Vec<(u32, usize)> = self
+            .roles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, role)| match role {
+                Role::Master(slots) => {
+                    Some((slots.first().map_or(SLOT_COUNT, |s| u32::from(s.0)), i))
+                }
+                _ => None,
+            })
+            .collect();
+        masters.sort_unstable();
+        masters.into_iter().map(|(_, i)| i).collect()
+    }
+
+    /// Live replicas, by index.
+    pub fn replicas(&self) -> Vec<usize> {
+        (0..self.roles.len())
+            .filter(|&i| matches!(self.roles[i], Role::Replica(_)))
+            .collect()
+    }
+
+    /// The live replicas of master `i`.
+    pub fn replicas_of(&self, i: usize) -> Vec<usize> {
+        (0..self.roles.len())
+            .filter(|&r| self.roles[r] == Role::Replica(i))
+            .collect()
+    }
+
+    /// The master that replica `i` follows.
+    pub fn master_of(&self, i: usize) -> Option<usize> {
+        match self.roles.get(i) {
+            Some(Role::Replica(m)) => Some(*m),
+            _ => None,
+        }
+    }
+
+    /// The slot ranges master `i` owns (empty for replicas and down nodes).
+    pub fn slots_of(&self, i: usize) -> Vec<SlotRange> {
+        match self.roles.get(i) {
+            Some(Role::Master(slots)) => slots.iter().map(|&(a, b)| a..=b).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The master that owns `slot`.
+    pub fn owner_of_slot(&self, slot: u16) -> Option<usize> {
+        self.masters()
+            .into_iter()
+            .find(|&m| self.slots_of(m).iter().any(|r| r.contains(&slot)))
+    }
+
+    /// The addresses of all live nodes, masters first: seeds for a client.
+    pub fn seed_addrs(&self) -> Vec<SocketAddr> {
+        let masters = self.masters();
+        let rest = self.replicas();
+        masters
+            .into_iter()
+            .chain(rest)
+            .map(|i| self.nodes[i].addr())
+            .collect()
+    }
+
+    /// Indices of live nodes.
+    pub fn live(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.is_live(i)).collect()
+    }
+
+    /// Waits until every live node reports `cluster_state:ok`, all live nodes
+    /// agree on the node table (roles, replication, slots) and on `CLUSTER
+    /// SLOTS`, all 16384 slots are covered, nodes this harness killed or
+    /// removed are failed or forgotten everywhere, and every live replica's
+    /// link to its master is up. Then refreshes the view [`Cluster::masters`]
+    /// and friends read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] after [`CLUSTER_TIMEOUT`], naming the last
+    /// disagreement.
+    pub fn wait_ok(&mut self) -> Result<(), Error> {
+        let live = self.live();
+        let table = wait_for("the cluster to settle", CLUSTER_TIMEOUT, || {
+            self.settled(&live)
+        })?;
+        for (i, role) in self.roles.iter_mut().enumerate() {
+            if *role == Role::Down {
+                continue;
+            }
+            *role = match table.get(&self.ids[i]) {
+                Some(entry) => match &entry.master {
+                    None => Role::Master(entry.slots.clone()),
+                    Some(master) => match self.ids.iter().position(|id| id == master) {
+                        Some(m) => Role::Replica(m),
+                        None => return Err(Error::Cluster(format!("unknown master {master}"))),
+                    },
+                },
+                None => return Err(Error::Cluster(format!("node {i} missing from the table"))),
+            };
+        }
+        Ok(())
+    }
+
+    /// One probe of [`Cluster::wait_ok`]'s condition: the agreed table, or
+    /// `Err` describing the first disagreement.
+    fn settled(&self, live: &[usize]) -> Result<Option<NodeTable>, Error> {
+        let mut agreed: Option<(NodeTable, SlotsView)> = None;
+        for &i in live {
+            let node = &self.nodes[i];
+            let info = expect_text(&node.cmd(&[b"CLUSTER", b"INFO"])?, "CLUSTER INFO")?;
+            let state = info_field(&info, "cluster_state");
+            if state.as_deref() != Some("ok") {
+                return Err(Error::Cluster(format!("node {i}: cluster_state {state:?}")));
+            }
+            let nodes_text = expect_text(&node.cmd(&[b"CLUSTER", b"NODES"])?, "CLUSTER NODES")?;
+            let (table, failed) = parse_cluster_nodes(&nodes_text);
+            for (d, id) in self.ids.iter().enumerate() {
+                let down = !self.is_live(d);
+                if down && table.contains_key(id) {
+                    return Err(Error::Cluster(format!("node {i} still sees down node {d}")));
+                }
+                if !down && !table.contains_key(id) {
+                    let why = if failed.contains(id) {
+                        "failed"
+                    } else {
+                        "unknown"
+                    };
+                    return Err(Error::Cluster(format!(
+                        "node {i} sees live node {d} as {why}"
+                    )));
+                }
+            }
+            let covered: u32 = table
+                .values()
+                .flat_map(|e| e.slots.iter())
+                .map(|&(a, b)| u32::from(b) - u32::from(a) + 1)
+                .sum();
+            if covered != SLOT_COUNT {
+                return Err(Error::Cluster(format!("node {i}: {covered} slots covered")));
+            }
+            let slots = slots_view(&node.cmd(&[b"CLUSTER", b"SLOTS"])?)?;
+            match &agreed {
+                None => agreed = Some((table, slots)),
+                Some((t, s)) if *t == table && *s == slots => {}
+                Some(_) => return Err(Error::Cluster(format!("node {i} disagrees"))),
+            }
+            if let Some(entry) = agreed.as_ref().and_then(|(t, _)| t.get(&self.ids[i])) {
+                if entry.master.is_some() {
+                    let repl = expect_text(&node.cmd(&[b"INFO", b"replication"])?, "INFO")?;
+                    let link = info_field(&repl, "master_link_status");
+                    if link.as_deref() != Some("up") {
+                        return Err(Error::Cluster(format!("replica {i}: link {link:?}")));
+                    }
+                }
+            }
+        }
+        Ok(agreed.map(|(table, _)| table))
+    }
+
+    fn create_with_redis_cli(&self, replicas: usize) -> Result<(), Error> {
+        let cli = redis_cli()?;
+        let scratch = TempDir::new("redis-cli")?;
+        let out_path = scratch.path().join("out.log");
+        let out =
+            std::fs::File::create(&out_path).map_err(|e| Error::io("create redis-cli log", e))?;
+        let err = out.try_clone().map_err(|e| Error::io("clone log", e))?;
+        let mut command = Command::new(&cli);
+        command.args(["--cluster", "create"]);
+        for node in &self.nodes {
+            command.arg(node.addr().to_string());
+        }
+        let mut child = command
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| Error::io(format!("spawn {}", cli.display()), e))?;
+        let exited = process::wait_exit(&mut child, CLUSTER_TIMEOUT);
+        if !exited {
+            process::kill(&mut child);
+        }
+        let status = child
+            .wait()
+            .map_err(|e| Error::io("wait for redis-cli", e))?;
+        if exited && status.success() {
+            return Ok(());
+        }
+        Err(Error::Cluster(format!(
+            "redis-cli --cluster create failed ({}):\n{}",
+            if exited {
+                status.to_string()
+            } else {
+                "timed out".into()
+            },
+            process::tail(&out_path, 40)
+        )))
+    }
+
+    /// For one or two masters, which redis-cli refuses: the same split, by hand.
+    fn create_by_hand(&self, masters: usize, replicas: usize) -> Result<(), Error> {
+        for (m, range) in create_ranges(masters).into_iter().enumerate() {
+            let (a, b) = (range.start().to_string(), range.end().to_string());
+            self.nodes[m].cmd_str(&["CLUSTER", "ADDSLOTSRANGE", &a, &b])?;
+            self.nodes[m].cmd_str(&["CLUSTER", "SET-CONFIG-EPOCH", &(m + 1).to_string()])?;
+        }
+        let first = &self.nodes[0];
+        for node in &self.nodes[1..] {
+            first.cmd_str(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()])?;
+        }
+        let total = self.nodes.len();
+        wait_for("all nodes to meet", CLUSTER_TIMEOUT, || {
+            for node in &self.nodes {
+                let info = expect_text(&node.cmd(&[b"CLUSTER", b"INFO"])?, "CLUSTER INFO")?;
+                let known = info_field(&info, "cluster_known_nodes").and_then(|n| n.parse().ok());
+                if known != Some(total) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        })?;
+        for r in 0..masters * replicas {
+            let (replica, master) = (&self.nodes[masters + r], &self.ids[r % masters]);
+            replica.cmd_str(&["CLUSTER", "REPLICATE", master])?;
+        }
+        Ok(())
+    }
+}
+
+/// How `redis-cli --cluster create` splits the slots over `masters` masters.
+pub(crate) fn create_ranges(masters: usize) -> Vec<SlotRange> {
+    let per_node = f64::from(SLOT_COUNT) / masters as f64;
+    let mut ranges = Vec::with_capacity(masters);
+    let (mut first, mut cursor) = (0u32, 0f64);
+    for i in 0..masters {
+        let mut last = (cursor + per_node - 1.0).round() as u32;
+        if last > SLOT_COUNT - 1 || i == masters - 1 {
+            last = SLOT_COUNT - 1;
+        }
+        last = last.max(first);
+        ranges.push(first as u16..=last as u16);
+        first = last + 1;
+        cursor += per_node;
+    }
+    ranges
+}
+
+/// One node's entry in a `CLUSTER NODES` table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TableEntry {
+    /// `None` for a master, else the id of the master it replicates.
+    pub(crate) master: Option<String>,
+    pub(crate) slots: Vec<(u16, u16)>,
+}
+
+/// Node id → entry, for nodes not failed and not in handshake.
+pub(crate) type NodeTable = BTreeMap<String, TableEntry>;
+type SlotsView = Vec<(i64, i64, String, Vec<String>)>;
+
+/// Parses `CLUSTER NODES`; returns the healthy nodes and the ids of failed ones.
+pub(crate) fn parse_cluster_nodes(text: &str) -> (NodeTable, Vec<String>) {
+    let mut table = NodeTable::new();
+    let mut failed = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [id, _addr, flags, master, _, _, _, _, slots @ ..] = fields.as_slice() else {
+            continue;
+        };
+        let flags: Vec<&str> = flags.split(',').collect();
+        if flags
+            .iter()
+            .any(|f| matches!(*f, "fail" | "handshake" | "noaddr"))
+        {
+            failed.push((*id).to_string());
+            continue;
+        }
+        let mut ranges: Vec<(u16, u16)> = slots
+            .iter()
+            .filter(|s| !s.starts_with('['))
+            .filter_map(|s| {
+                let (a, b) = s.split_once('-').unwrap_or((s, s));
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .collect();
+        ranges.sort_unstable();
+        let master = (flags.contains(&"slave") && *master != "-").then(|| (*master).to_string());
+        table.insert(
+            (*id).to_string(),
+            TableEntry {
+                master,
+                slots: ranges,
+            },
+        );
+    }
+    (table, failed)
+}
+
+/// `CLUSTER SLOTS` as sorted (start, end, master, sorted replicas).
+fn slots_view(reply: &Value) -> Result<SlotsView, Error> {
+    let bad = || Error::unexpected("a CLUSTER SLOTS reply", reply);
+    let mut view = Vec::new();
+    for range in items(reply).ok_or_else(bad)? {
+        let fields = items(range).ok_or_else(bad)?;
+        let (Some(start), Some(end)) = (fields.first().and_then(int), fields.get(1).and_then(int))
+        else {
+            return Err(bad());
+        };
+        let mut addrs = fields[2..].iter().map(|node| {
+            let node = items(node).ok_or_else(bad)?;
+            let host = node.first().and_then(text).ok_or_else(bad)?;
+            let port = node.get(1).and_then(int).ok_or_else(bad)?;
+            Ok(format!("{host}:{port}"))
+        });
+        let master = addrs.next().ok_or_else(bad)??;
+        let mut replicas = addrs.collect::<Result<Vec<_>, Error>>()?;
+        replicas.sort_unstable();
+        view.push((start, end, master, replicas));
+    }
+    view.sort_unstable();
+    Ok(view)
+}
+
+pub(crate) fn my_id(node: &Server) -> Result<String, Error> {
+    expect_text(&node.cmd(&[b"CLUSTER", b"MYID"])?, "CLUSTER MYID")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_ranges_match_redis_cli() {
+        assert_eq!(create_ranges(1), vec![0..=16383]);
+        assert_eq!(
+            create_ranges(3),
+            vec![0..=5460, 5461..=10922, 10923..=16383]
+        );
+        for m in 1..=64 {
+            let ranges = create_ranges(m);
+            assert_eq!(ranges.len(), m);
+            assert_eq!(*ranges[0].start(), 0);
+            assert_eq!(*ranges[m - 1].end(), 16383);
+            for w in ranges.windows(2) {
+                assert_eq!(*w[0].end() + 1, *w[1].start());
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_nodes_parsing_skips_failed_and_migrating_entries() {
+        let text = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461->-b]\n\
+                    b 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-16383\n\
+                    c 127.0.0.1:7002@17002 slave a 0 0 1 connected\n\
+                    d 127.0.0.1:7003@17003 master,fail - 0 0 3 disconnected\n";
+        let (table, failed) = parse_cluster_nodes(text);
+        assert_eq!(failed, vec!["d".to_string()]);
+        assert_eq!(table["a"].slots, vec![(0, 5460)]);
+        assert_eq!(table["b"].slots, vec![(5461, 16383)]);
+        assert_eq!(table["c"].master.as_deref(), Some("a"));
+        assert_eq!(table.len(), 3);
+    }
+}

@@ -1,0 +1,158 @@
+//! Process plumbing: scratch directories, free ports, signals, bounded waits.
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// How long a stopping server gets after SIGTERM before it is sent SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A scratch directory removed on drop.
+#[derive(Debug)]
+pub(crate) struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub(crate) fn new(label: &str) -> Result<TempDir, Error> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "shardsub-testkit-{label}-{}-{n}",
+            std::process::id()
+        ));
+        // A stale directory can only be left by an earlier process with our pid.
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)
+            .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        Ok(TempDir { path })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A loopback port that was free a moment ago (the OS picked it for a
+/// listener we then closed). With `bus`, port + 10000 (the cluster bus) must
+/// be free as well.
+pub(crate) fn free_port(bus: bool) -> Result<u16, Error> {
+    for _ in 0..64 {
+        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| Error::io("bind 127.0.0.1:0", e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?
+            .port();
+        if !bus {
+            return Ok(port);
+        }
+        let Some(bus_port) = port.checked_add(10_000) else {
+            continue;
+        };
+        if TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, bus_port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(Error::Timeout {
+        what: "a free loopback port (and its cluster bus port)".into(),
+        waited: Duration::ZERO,
+    })
+}
+
+/// Sends SIGTERM via `kill(1)` (keeps testkit free of libc and unsafe code).
+pub(crate) fn terminate(pid: u32) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Waits up to `bound` for the child to exit; true if it did.
+pub(crate) fn wait_exit(child: &mut Child, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            Ok(None) => thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after [`STOP_GRACE`]; always reaps the child.
+pub(crate) fn stop(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    terminate(child.id());
+    if !wait_exit(child, STOP_GRACE) {
+        kill(child);
+    }
+}
+
+/// SIGKILL and reap.
+pub(crate) fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Polls `probe` every few milliseconds until it yields `Some`, up to `bound`.
+///
+/// # Errors
+///
+/// [`Error::Timeout`] naming `what`, with the last error seen from `probe`.
+pub fn wait_for<T>(
+    what: &str,
+    bound: Duration,
+    mut probe: impl FnMut() -> Result<Option<T>, Error>,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(2);
+    let mut last_error = None;
+    loop {
+        match probe() {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if start.elapsed() >= bound {
+            let what = match last_error {
+                Some(e) => format!("{what} (last error: {e})"),
+                None => what.to_string(),
+            };
+            return Err(Error::Timeout {
+                what,
+                waited: start.elapsed(),
+            });
+        }
+        thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// The last `lines` lines of a file, or a note that it could not be read.
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("({}: {e})", path.display()),
+    }
+}

@@ -1,0 +1,248 @@
+//! A TCP proxy in front of a real server that can cut, delay or black-hole
+//! the traffic: network faults on demand.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crate::Error;
+
+/// Counters of a [`FaultProxy`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// Client connections accepted.
+    pub accepted: u64,
+    /// Connections currently open (client side).
+    pub active: usize,
+    /// Bytes forwarded from clients to the server.
+    pub bytes_to_server: u64,
+    /// Bytes forwarded from the server to clients.
+    pub bytes_to_client: u64,
+    /// Bytes swallowed while black-holing.
+    pub bytes_dropped: u64,
+    /// Connections closed by [`FaultProxy::cut_all`].
+    pub cut: u64,
+}
+
+#[derive(Debug)]
+struct Pair {
+    id: u64,
+    client: TcpStream,
+    server: TcpStream,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    stop: AtomicBool,
+    blackhole: AtomicBool,
+    delay_us: AtomicU64,
+    next_id: AtomicU64,
+    accepted: AtomicU64,
+    active: AtomicUsize,
+    to_server: AtomicU64,
+    to_client: AtomicU64,
+    dropped: AtomicU64,
+    cut: AtomicU64,
+    pairs: Mutex<Vec<Pair>>,
+}
+
+/// A proxy on a free loopback port that forwards to `target`.
+///
+/// By default it passes bytes through. [`FaultProxy::cut_all`] closes every
+/// open connection (both sides), [`FaultProxy::delay`] holds each forwarded
+/// chunk back, [`FaultProxy::blackhole`] swallows bytes in both directions
+/// while keeping connections open. Dropping it closes everything.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    target: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl FaultProxy {
+    /// Starts forwarding to `target`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the listener cannot be bound.
+    pub fn start(target: SocketAddr) -> Result<FaultProxy, Error> {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| Error::io("bind proxy", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("proxy address", e))?;
+        let shared = Arc::new(Shared::default());
+        let accept_shared = Arc::clone(&shared);
+        let accept = thread::Builder::new()
+            .name("fault-proxy-accept".into())
+            .spawn(move || {
+                for client in listener.incoming() {
+                    if accept_shared.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if let Ok(client) = client {
+                        open(client, target, &accept_shared);
+                    }
+                }
+            })
+            .map_err(|e| Error::io("spawn proxy thread", e))?;
+        Ok(FaultProxy {
+            addr,
+            target,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address it forwards to.
+    pub fn target(&self) -> SocketAddr {
+        self.target
+    }
+
+    /// Closes every open connection on both sides; returns how many.
+    /// New connections are accepted as before.
+    pub fn cut_all(&self) -> usize {
+        let pairs = std::mem::take(&mut *self.pairs());
+        for pair in &pairs {
+            let _ = pair.client.shutdown(Shutdown::Both);
+            let _ = pair.server.shutdown(Shutdown::Both);
+        }
+        self.shared
+            .cut
+            .fetch_add(pairs.len() as u64, Ordering::SeqCst);
+        pairs.len()
+    }
+
+    /// Holds each forwarded chunk back by `delay` (zero: no delay).
+    pub fn delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.delay_us.store(us, Ordering::SeqCst);
+    }
+
+    /// While on, bytes in both directions are read and dropped; connections
+    /// stay open, as behind a dead link.
+    pub fn blackhole(&self, on: bool) {
+        self.shared.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ProxyStats {
+        let s = &self.shared;
+        ProxyStats {
+            accepted: s.accepted.load(Ordering::SeqCst),
+            active: s.active.load(Ordering::SeqCst),
+            bytes_to_server: s.to_server.load(Ordering::SeqCst),
+            bytes_to_client: s.to_client.load(Ordering::SeqCst),
+            bytes_dropped: s.dropped.load(Ordering::SeqCst),
+            cut: s.cut.load(Ordering::SeqCst),
+        }
+    }
+
+    fn pairs(&self) -> std::sync::MutexGuard<'_, Vec<Pair>> {
+        self.shared
+            .pairs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+        let pairs = std::mem::take(&mut *self.pairs());
+        for pair in pairs {
+            let _ = pair.client.shutdown(Shutdown::Both);
+            let _ = pair.server.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Connects to the target and starts the two forwarding threads.
+fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
+    shared.accepted.fetch_add(1, Ordering::SeqCst);
+    let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let clones = (|| {
+        Some((
+            client.try_clone().ok()?,
+            server.try_clone().ok()?,
+            client.try_clone().ok()?,
+            server.try_clone().ok()?,
+        ))
+    })();
+    let Some((c_read, s_write, s_read, c_write)) = clones else {
+        return;
+    };
+    let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+    shared
+        .pairs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Pair { id, client, server });
+    shared.active.fetch_add(1, Ordering::SeqCst);
+    let halves = Arc::new(AtomicUsize::new(2));
+    for (from, to, up) in [(c_read, s_write, true), (s_read, c_write, false)] {
+        let shared = Arc::clone(shared);
+        let halves = Arc::clone(&halves);
+        let spawned = thread::Builder::new()
+            .name(format!("fault-proxy-{id}"))
+            .spawn(move || {
+                forward(from, &to, up, &shared);
+                let _ = to.shutdown(Shutdown::Write);
+                if halves.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    shared.active.fetch_sub(1, Ordering::SeqCst);
+                    let mut pairs = shared.pairs.lock().unwrap_or_else(PoisonError::into_inner);
+                    pairs.retain(|p| p.id != id);
+                }
+            });
+        if spawned.is_err() {
+            return;
+        }
+    }
+}
+
+/// Copies `from` → `to` until EOF or error, obeying black hole and delay.
+fn forward(mut from: TcpStream, mut to: &TcpStream, up: bool, shared: &Shared) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        if shared.blackhole.load(Ordering::SeqCst) {
+            shared.dropped.fetch_add(n as u64, Ordering::SeqCst);
+            continue;
+        }
+        let delay = shared.delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            thread::sleep(Duration::from_micros(delay));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
+        let counter = if up {
+            &shared.to_server
+        } else {
+            &shared.to_client
+        };
+        counter.fetch_add(n as u64, Ordering::SeqCst);
+    }
+}
