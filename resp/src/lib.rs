@@ -18,6 +18,7 @@ mod frame;
 mod parse;
 pub mod pubsub;
 mod read;
+mod validate;
 mod value;
 
 pub use decoder::Decoder;

@@ -1,6 +1,6 @@
 //! Pub/Sub classification of pushes (RESP3 `>`) and RESP2 arrays.
 
-use crate::frame::Frame;
+use crate::frame::{AggregateKind, Frame};
 
 /// What a Pub/Sub frame means. Channel, pattern and payload borrow the input.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -88,6 +88,88 @@ pub enum PubSub<'a> {
 /// kind is [`PubSub::Other`]; an array of an unknown kind is `None` (it is a
 /// reply, not an event).
 pub fn classify<'a>(frame: &Frame<'a>) -> Option<PubSub<'a>> {
-    let _ = frame;
-    None
+    let agg = frame.as_aggregate()?;
+    let is_push = match agg.kind() {
+        AggregateKind::Push => true,
+        AggregateKind::Array => false,
+        _ => return None,
+    };
+    let mut it = agg.iter();
+    let kind = string(it.next()?)?;
+    let n = agg.len();
+    // Lower-case the kind into a small buffer: kinds are short and known.
+    let mut lower = [0u8; 16];
+    let k = lower.get_mut(..kind.len());
+    let Some(k) = k else {
+        return if is_push { Some(PubSub::Other) } else { None };
+    };
+    k.copy_from_slice(kind);
+    k.make_ascii_lowercase();
+    let event = match (&*k, n) {
+        (b"message", 3) => PubSub::Message {
+            channel: string(it.next()?)?,
+            payload: string(it.next()?)?,
+        },
+        (b"smessage", 3) => PubSub::SMessage {
+            channel: string(it.next()?)?,
+            payload: string(it.next()?)?,
+        },
+        (b"pmessage", 4) => PubSub::PMessage {
+            pattern: string(it.next()?)?,
+            channel: string(it.next()?)?,
+            payload: string(it.next()?)?,
+        },
+        (b"subscribe", 3) => PubSub::Subscribe {
+            channel: string(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"psubscribe", 3) => PubSub::PSubscribe {
+            pattern: string(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"ssubscribe", 3) => PubSub::SSubscribe {
+            channel: string(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"unsubscribe", 3) => PubSub::Unsubscribe {
+            channel: optional(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"punsubscribe", 3) => PubSub::PUnsubscribe {
+            pattern: optional(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"sunsubscribe", 3) => PubSub::SUnsubscribe {
+            channel: optional(it.next()?)?,
+            count: it.next()?.as_int()?,
+        },
+        (b"pong", 1) => PubSub::Pong { payload: None },
+        (b"pong", 2) => PubSub::Pong {
+            payload: Some(string(it.next()?)?),
+        },
+        (
+            b"message" | b"smessage" | b"pmessage" | b"subscribe" | b"psubscribe" | b"ssubscribe"
+            | b"unsubscribe" | b"punsubscribe" | b"sunsubscribe" | b"pong",
+            _,
+        ) => return None,
+        _ if is_push => PubSub::Other,
+        _ => return None,
+    };
+    Some(event)
+}
+
+/// A channel, pattern or payload: a bulk or simple string.
+fn string<'a>(f: Frame<'a>) -> Option<&'a [u8]> {
+    match f {
+        Frame::Bulk(b) | Frame::Simple(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// A channel or pattern that may be null (unsubscribing with none held).
+fn optional<'a>(f: Frame<'a>) -> Option<Option<&'a [u8]>> {
+    match f {
+        Frame::Null => Some(None),
+        f => string(f).map(Some),
+    }
 }
