@@ -1,1 +1,4 @@
-//! shardsub: Redis and Valkey Pub/Sub at scale (being written).
+//! shardsub: Redis and Valkey Pub/Sub at scale.
+#![deny(missing_docs)]
+
+pub mod conn;

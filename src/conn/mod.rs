@@ -1,0 +1,712 @@
+//! The sans-IO connection core: one Redis/Valkey connection as a state machine.
+//!
+//! [`Connection`] owns everything about a connection except the socket and the
+//! clock: the handshake (`HELLO 3` with optional `AUTH` and `SETNAME`, or the
+//! RESP2 fallback), the FIFO of requests awaiting replies, the output buffer
+//! with its flush-delay policy, and the input buffer that replies are parsed
+//! from in place. It never blocks, never reads a clock and never touches a
+//! socket, so every interleaving a server can produce is a unit test.
+//!
+//! # How to drive it
+//!
+//! Like `quinn-proto`, inputs go in through `handle_*` and `send_*`, outputs
+//! come out of `poll_*`. After any input, call in this order:
+//!
+//! 1. [`Connection::poll_event`] until it returns `None` (replies, pushes,
+//!    handshake done, failures);
+//! 2. [`Connection::poll_transmit`] and write what it returns, then
+//!    [`Connection::advance_transmit`] with the count written;
+//! 3. [`Connection::poll_timeout`] for the next instant to call
+//!    [`Connection::handle_timeout`].
+//!
+//! Bytes come in through [`Connection::handle_read`] (a copy) or
+//! [`Connection::read_from`] (straight into the input buffer).
+//!
+//! # Reply matching
+//!
+//! Replies are matched to requests first-in, first-out. A push (`>` in RESP3;
+//! in RESP2, a Pub/Sub array on a [`Role::Subscribe`] connection) never takes a
+//! request's reply. An attribute (`|`) travels with the reply that follows it.
+//! A `(P|S)SUBSCRIBE` request of `n` channels ([`ReplyKind::Subscribe`]) is
+//! finished by its `n`-th confirmation. Unsubscribe confirmations are always
+//! pushes, so a server-initiated `sunsubscribe` cannot shift the queue: send
+//! `(S|P)UNSUBSCRIBE` with [`Connection::send_raw`] followed by a `PING`
+//! request whose reply stands for the unsubscribe's.
+
+mod handshake;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use resp::{AggregateKind, Decoder, Frame, Limits, Parsed, PubSub, Status};
+
+use handshake::{Handshake, HandshakeOutcome};
+
+/// The protocol spoken on a connection.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// RESP2: no pushes, no attributes; Pub/Sub messages arrive as arrays.
+    Resp2,
+    /// RESP3 (negotiated with `HELLO 3`).
+    Resp3,
+}
+
+/// What a connection is used for; it decides how RESP2 arrays are read.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Ordinary commands: in RESP2 every frame is a reply.
+    Command,
+    /// Pub/Sub: in RESP2, arrays shaped like `message`, `smessage`,
+    /// `unsubscribe`… are pushes, as they would be in RESP3.
+    Subscribe,
+}
+
+/// Which subscribe command a [`ReplyKind::Subscribe`] request is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SubscribeKind {
+    /// `SUBSCRIBE`.
+    Channel,
+    /// `PSUBSCRIBE`.
+    Pattern,
+    /// `SSUBSCRIBE`.
+    Shard,
+}
+
+/// How a request's reply arrives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// One reply frame (or one error).
+    Single,
+    /// A subscribe command: `confirmations` confirmation frames (one per
+    /// channel or pattern) of the matching kind, or one error.
+    Subscribe {
+        /// Which subscribe command.
+        kind: SubscribeKind,
+        /// Confirmations still expected (at least 1).
+        confirmations: u32,
+    },
+}
+
+/// A request handed to the core: the caller's token and how its reply comes.
+#[derive(Debug)]
+pub struct Request<T> {
+    /// Given back in the [`Event`] that completes or fails the request.
+    pub user: T,
+    /// How its reply arrives.
+    pub kind: ReplyKind,
+}
+
+impl<T> Request<T> {
+    /// A request answered by one reply frame.
+    pub fn single(user: T) -> Self {
+        Request {
+            user,
+            kind: ReplyKind::Single,
+        }
+    }
+}
+
+/// Settings of one connection.
+#[derive(Clone, Debug)]
+pub struct ConnConfig {
+    /// RESP3 (try `HELLO 3`, fall back to RESP2 when refused) or plain RESP2.
+    pub protocol: Protocol,
+    /// What the connection carries.
+    pub role: Role,
+    /// ACL user name for `AUTH` (`default` is assumed when only a password is set).
+    pub username: Option<Vec<u8>>,
+    /// Password for `AUTH`.
+    pub password: Option<Vec<u8>>,
+    /// Name set with `SETNAME` / `CLIENT SETNAME`.
+    pub client_name: Option<Vec<u8>>,
+    /// How long commands submitted while others await replies may be held
+    /// back so they leave in one write; zero flushes at once.
+    pub flush_delay: Duration,
+    /// The longest wait for the next reply while requests are outstanding;
+    /// zero disables it.
+    pub request_timeout: Duration,
+    /// The longest the handshake may take.
+    pub handshake_timeout: Duration,
+    /// Parser limits.
+    pub limits: Limits,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            protocol: Protocol::Resp3,
+            role: Role::Command,
+            username: None,
+            password: None,
+            client_name: None,
+            flush_delay: Duration::from_micros(100),
+            request_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Why a connection ended. Every request pending on it fails with this.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnError {
+    /// The server sent bytes that are not valid RESP.
+    Protocol(resp::ParseError),
+    /// A reply arrived while no request was waiting for one.
+    UnexpectedReply,
+    /// No reply came within the request timeout while requests were pending.
+    Timeout(Duration),
+    /// The handshake did not finish in time.
+    HandshakeTimeout(Duration),
+    /// The server refused the credentials (its error text).
+    Auth(Arc<str>),
+    /// The server refused a handshake step for another reason (its error text).
+    Handshake(Arc<str>),
+    /// The peer closed the connection.
+    Closed,
+    /// A socket error of this kind.
+    Io(io::ErrorKind),
+    /// The caller closed the connection.
+    Aborted,
+}
+
+impl std::fmt::Display for ConnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnError::Protocol(e) => write!(f, "protocol error from server: {e}"),
+            ConnError::UnexpectedReply => f.write_str("server sent a reply nobody asked for"),
+            ConnError::Timeout(d) => write!(f, "no reply within the request timeout ({d:?})"),
+            ConnError::HandshakeTimeout(d) => write!(f, "handshake not finished within {d:?}"),
+            ConnError::Auth(m) => write!(f, "server refused the credentials: {m}"),
+            ConnError::Handshake(m) => write!(f, "server refused the handshake: {m}"),
+            ConnError::Closed => f.write_str("server closed the connection"),
+            ConnError::Io(k) => write!(f, "socket error: {k}"),
+            ConnError::Aborted => f.write_str("connection closed by the client"),
+        }
+    }
+}
+
+/// Output of [`Connection::poll_event`]. Frames borrow the input buffer until
+/// the next call.
+#[derive(Debug)]
+pub enum Event<'a, T> {
+    /// The handshake finished; requests now flow.
+    Connected {
+        /// The protocol in use.
+        protocol: Protocol,
+        /// True when RESP3 was asked for but the server refused `HELLO`.
+        fell_back: bool,
+    },
+    /// The reply to a request (possibly an error reply), with its attributes.
+    Reply {
+        /// The request's token.
+        user: T,
+        /// The reply.
+        reply: Parsed<'a>,
+    },
+    /// An out-of-band frame (Pub/Sub message, confirmation, invalidation…).
+    Push {
+        /// The push.
+        push: Parsed<'a>,
+        /// The request this push finished: the last confirmation of a
+        /// subscribe request.
+        completes: Option<T>,
+    },
+    /// A request failed because the connection ended.
+    Failed {
+        /// The request's token.
+        user: T,
+        /// Why.
+        error: ConnError,
+    },
+    /// The connection ended (after every pending request got `Failed`).
+    Closed {
+        /// Why.
+        error: ConnError,
+    },
+}
+
+/// Input bytes: `buf[start..end]` is unparsed data.
+struct InBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes of the frame last returned, dropped on the next call.
+    to_consume: usize,
+}
+
+const MIN_READ: usize = 64 * 1024;
+
+impl InBuf {
+    fn settle(&mut self) {
+        self.start += std::mem::take(&mut self.to_consume);
+        if self.start >= self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    fn make_room(&mut self) {
+        self.settle();
+        if self.buf.len() - self.end < MIN_READ {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.buf.len() - self.end < MIN_READ {
+                let want = (self.buf.len() * 2).max(self.end + MIN_READ);
+                self.buf.resize(want, 0);
+            }
+        }
+    }
+}
+
+/// One connection's protocol state. `T` is the caller's per-request token.
+pub struct Connection<T> {
+    decoder: Decoder,
+    input: InBuf,
+    st: State<T>,
+}
+
+/// Everything but the input side, kept apart so a frame borrowed from the
+/// input buffer can be returned while the rest is updated.
+struct State<T> {
+    config: ConnConfig,
+    protocol: Protocol,
+    /// Bytes to write; `out[written..]` is unsent.
+    out: Vec<u8>,
+    written: usize,
+    /// When the unsent bytes become due.
+    flush_at: Option<Instant>,
+    /// Requests whose replies are awaited, in order.
+    pending: VecDeque<Request<T>>,
+    /// When the front request started waiting (reset by each reply).
+    front_since: Instant,
+    /// Requests and bytes submitted before the handshake finished.
+    held: VecDeque<Request<T>>,
+    held_out: Vec<u8>,
+    handshake: Option<Handshake>,
+    /// A `Connected` event not yet returned (its `fell_back` flag).
+    connected: Option<bool>,
+    closed: Option<ConnError>,
+    close_reported: bool,
+    /// Latest time passed in.
+    now: Instant,
+}
+
+impl<T> State<T> {
+    fn unsent_len(&self) -> usize {
+        self.out.len() - self.written
+    }
+
+    fn send_encoded<I>(&mut self, bytes: &[u8], requests: I, now: Instant)
+    where
+        I: IntoIterator<Item = Request<T>>,
+    {
+        self.now = now;
+        if self.closed.is_some() {
+            // They fail through poll_event like any other pending request.
+            self.held.extend(requests);
+            return;
+        }
+        if self.handshake.is_some() {
+            self.held_out.extend_from_slice(bytes);
+            self.held.extend(requests);
+            return;
+        }
+        let was_idle = self.pending.is_empty();
+        self.out.extend_from_slice(bytes);
+        self.pending.extend(requests);
+        if was_idle && !self.pending.is_empty() {
+            self.front_since = now;
+        }
+        if bytes.is_empty() {
+            return;
+        }
+        if was_idle || self.config.flush_delay.is_zero() {
+            self.flush_at = Some(now);
+        } else if self.flush_at.is_none() {
+            self.flush_at = Some(now + self.config.flush_delay);
+        }
+    }
+
+    fn fail(&mut self, error: ConnError) {
+        if self.closed.is_none() {
+            log::debug!("connection failed: {error}");
+            self.closed = Some(error);
+            self.handshake = None;
+            self.out.clear();
+            self.held_out.clear();
+            self.written = 0;
+            self.flush_at = None;
+        }
+    }
+}
+
+impl<T> Connection<T> {
+    /// A new connection whose socket has just connected at `now`. The
+    /// handshake is queued in the output buffer at once.
+    pub fn new(config: ConnConfig, now: Instant) -> Self {
+        let mut out = Vec::with_capacity(MIN_READ);
+        let handshake = Handshake::start(&config, &mut out, now);
+        let connected = if handshake.is_none() {
+            Some(false)
+        } else {
+            None
+        };
+        let protocol = if config.protocol == Protocol::Resp3 && handshake.is_some() {
+            Protocol::Resp3
+        } else {
+            Protocol::Resp2
+        };
+        Connection {
+            decoder: Decoder::new(config.limits),
+            input: InBuf {
+                buf: vec![0; MIN_READ],
+                start: 0,
+                end: 0,
+                to_consume: 0,
+            },
+            st: State {
+                protocol,
+                flush_at: if out.is_empty() { None } else { Some(now) },
+                out,
+                written: 0,
+                pending: VecDeque::new(),
+                front_since: now,
+                held: VecDeque::new(),
+                held_out: Vec::new(),
+                handshake,
+                connected,
+                closed: None,
+                close_reported: false,
+                now,
+                config,
+            },
+        }
+    }
+
+    /// The protocol in use (RESP3 until a refused `HELLO` says otherwise).
+    pub fn protocol(&self) -> Protocol {
+        self.st.protocol
+    }
+
+    /// True once the handshake has finished (and the connection is open).
+    pub fn is_ready(&self) -> bool {
+        self.st.handshake.is_none() && self.st.closed.is_none()
+    }
+
+    /// True once the connection has failed or been closed.
+    pub fn is_closed(&self) -> bool {
+        self.st.closed.is_some()
+    }
+
+    /// Requests awaiting replies (not counting those held for the handshake).
+    pub fn pending_len(&self) -> usize {
+        self.st.pending.len()
+    }
+
+    /// Unsent output bytes.
+    pub fn unsent_len(&self) -> usize {
+        self.st.unsent_len()
+    }
+
+    /// Queues encoded commands and the requests they make. `bytes` must hold
+    /// exactly the commands whose replies `requests` describe, in order.
+    ///
+    /// Before the handshake finishes, both are held and go out after it.
+    /// When nothing was outstanding they are due at once; otherwise they may
+    /// wait up to the flush delay to share a write with later commands.
+    /// On a closed connection the requests fail through
+    /// [`Connection::poll_event`].
+    pub fn send_encoded<I>(&mut self, bytes: &[u8], requests: I, now: Instant)
+    where
+        I: IntoIterator<Item = Request<T>>,
+    {
+        self.st.send_encoded(bytes, requests, now);
+    }
+
+    /// Encodes and queues one command expecting one reply.
+    pub fn send_command<I>(&mut self, args: I, user: T, now: Instant)
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut bytes = Vec::new();
+        resp::encode_command(&mut bytes, args);
+        self.st.send_encoded(&bytes, [Request::single(user)], now);
+    }
+
+    /// Queues bytes that produce no reply of their own (for example an
+    /// `UNSUBSCRIBE`, whose confirmations are pushes).
+    pub fn send_raw(&mut self, bytes: &[u8], now: Instant) {
+        self.st.send_encoded(bytes, std::iter::empty(), now);
+    }
+
+    /// Bytes read from the socket.
+    pub fn handle_read(&mut self, bytes: &[u8], now: Instant) {
+        self.st.now = now;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            self.input.make_room();
+            let room = &mut self.input.buf[self.input.end..];
+            let n = room.len().min(rest.len());
+            room[..n].copy_from_slice(&rest[..n]);
+            self.input.end += n;
+            rest = &rest[n..];
+        }
+    }
+
+    /// Reads once from `source` straight into the input buffer. `Ok(0)` means
+    /// end of stream (then call [`Connection::handle_eof`]).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `source.read` returns (`WouldBlock` included); the
+    /// connection is not changed by an error.
+    pub fn read_from<R: io::Read>(&mut self, source: &mut R, now: Instant) -> io::Result<usize> {
+        self.st.now = now;
+        self.input.make_room();
+        let n = source.read(&mut self.input.buf[self.input.end..])?;
+        self.input.end += n;
+        Ok(n)
+    }
+
+    /// The peer closed its side.
+    pub fn handle_eof(&mut self, now: Instant) {
+        self.st.now = now;
+        self.st.fail(ConnError::Closed);
+    }
+
+    /// A socket error: the connection is over.
+    pub fn handle_io_error(&mut self, kind: io::ErrorKind, now: Instant) {
+        self.st.now = now;
+        self.st.fail(ConnError::Io(kind));
+    }
+
+    /// Closes the connection from this side; pending requests fail with
+    /// [`ConnError::Aborted`].
+    pub fn close(&mut self) {
+        self.st.fail(ConnError::Aborted);
+    }
+
+    /// Checks the handshake and request deadlines.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let st = &mut self.st;
+        st.now = now;
+        if st.closed.is_some() {
+            return;
+        }
+        if let Some(hs) = &st.handshake {
+            if now >= hs.deadline {
+                st.fail(ConnError::HandshakeTimeout(st.config.handshake_timeout));
+            }
+            return;
+        }
+        let timeout = st.config.request_timeout;
+        if !timeout.is_zero() && !st.pending.is_empty() && now >= st.front_since + timeout {
+            st.fail(ConnError::Timeout(timeout));
+        }
+    }
+
+    /// The next instant at which [`Connection::handle_timeout`] or a flush
+    /// ([`Connection::poll_transmit`]) is due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let st = &self.st;
+        if st.closed.is_some() {
+            return None;
+        }
+        let flush = if st.unsent_len() > 0 {
+            st.flush_at
+        } else {
+            None
+        };
+        let deadline = if let Some(hs) = &st.handshake {
+            Some(hs.deadline)
+        } else if !st.config.request_timeout.is_zero() && !st.pending.is_empty() {
+            Some(st.front_since + st.config.request_timeout)
+        } else {
+            None
+        };
+        match (flush, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Bytes due to be written at `now`, if any. Bytes held back by the flush
+    /// delay are not returned before their time.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<&[u8]> {
+        let st = &mut self.st;
+        st.now = now;
+        if st.closed.is_some() || st.written == st.out.len() {
+            return None;
+        }
+        match st.flush_at {
+            Some(at) if at <= now => Some(&st.out[st.written..]),
+            _ => None,
+        }
+    }
+
+    /// `n` bytes of what [`Connection::poll_transmit`] returned were written.
+    pub fn advance_transmit(&mut self, n: usize) {
+        let st = &mut self.st;
+        st.written = (st.written + n).min(st.out.len());
+        if st.written == st.out.len() {
+            st.out.clear();
+            st.written = 0;
+            st.flush_at = None;
+        }
+    }
+
+    /// The next event, if any. Call until `None` after every input.
+    pub fn poll_event(&mut self) -> Option<Event<'_, T>> {
+        let st = &mut self.st;
+        let input = &mut self.input;
+        loop {
+            input.start += std::mem::take(&mut input.to_consume);
+            if input.start >= input.end {
+                input.start = 0;
+                input.end = 0;
+            }
+            if let Some(error) = &st.closed {
+                if let Some(r) = st.pending.pop_front().or_else(|| st.held.pop_front()) {
+                    return Some(Event::Failed {
+                        user: r.user,
+                        error: error.clone(),
+                    });
+                }
+                if !st.close_reported {
+                    st.close_reported = true;
+                    return Some(Event::Closed {
+                        error: error.clone(),
+                    });
+                }
+                return None;
+            }
+            if let Some(fell_back) = st.connected.take() {
+                return Some(Event::Connected {
+                    protocol: st.protocol,
+                    fell_back,
+                });
+            }
+            let parsed = match self.decoder.decode(&input.buf[input.start..input.end]) {
+                Err(e) => {
+                    st.fail(ConnError::Protocol(e));
+                    continue;
+                }
+                Ok(Status::Incomplete) => return None,
+                Ok(Status::Complete(p)) => p,
+            };
+            input.to_consume = parsed.consumed;
+            let is_push =
+                matches!(parsed.frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Push);
+
+            if let Some(hs) = &mut st.handshake {
+                if is_push {
+                    return Some(Event::Push {
+                        push: parsed,
+                        completes: None,
+                    });
+                }
+                match hs.handle_reply(&parsed.frame, &st.config, &mut st.out, st.now) {
+                    HandshakeOutcome::Continue => {}
+                    HandshakeOutcome::FellBack => {
+                        st.protocol = Protocol::Resp2;
+                        if !st.out.is_empty() {
+                            st.flush_at = Some(st.now);
+                        }
+                    }
+                    HandshakeOutcome::Done { fell_back } => {
+                        if fell_back {
+                            st.protocol = Protocol::Resp2;
+                        }
+                        st.handshake = None;
+                        let held_out = std::mem::take(&mut st.held_out);
+                        let held = std::mem::take(&mut st.held);
+                        let now = st.now;
+                        st.send_encoded(&held_out, held, now);
+                        if st.unsent_len() > 0 {
+                            st.flush_at = Some(now);
+                        }
+                        return Some(Event::Connected {
+                            protocol: st.protocol,
+                            fell_back,
+                        });
+                    }
+                    HandshakeOutcome::Failed(e) => st.fail(e),
+                }
+                continue;
+            }
+
+            let class = match parsed.frame {
+                Frame::Aggregate(a)
+                    if a.kind() == AggregateKind::Push
+                        || (st.protocol == Protocol::Resp2 && a.kind() == AggregateKind::Array) =>
+                {
+                    resp::classify(&parsed.frame)
+                }
+                _ => None,
+            };
+            // A confirmation for the subscribe request at the front?
+            if let (Some(class), Some(front)) = (class, st.pending.front_mut()) {
+                if let ReplyKind::Subscribe {
+                    kind,
+                    confirmations,
+                } = &mut front.kind
+                {
+                    if confirms(*kind, &class) {
+                        st.front_since = st.now;
+                        *confirmations = confirmations.saturating_sub(1);
+                        let completes = if *confirmations == 0 {
+                            st.pending.pop_front().map(|r| r.user)
+                        } else {
+                            None
+                        };
+                        return Some(Event::Push {
+                            push: parsed,
+                            completes,
+                        });
+                    }
+                }
+            }
+            let resp2_push = st.config.role == Role::Subscribe
+                && !matches!(
+                    class,
+                    None | Some(PubSub::Pong { .. }) | Some(PubSub::Other)
+                );
+            if is_push || resp2_push {
+                return Some(Event::Push {
+                    push: parsed,
+                    completes: None,
+                });
+            }
+            match st.pending.pop_front() {
+                Some(r) => {
+                    st.front_since = st.now;
+                    return Some(Event::Reply {
+                        user: r.user,
+                        reply: parsed,
+                    });
+                }
+                None => st.fail(ConnError::UnexpectedReply),
+            }
+        }
+    }
+}
+
+fn confirms(kind: SubscribeKind, class: &PubSub<'_>) -> bool {
+    matches!(
+        (kind, class),
+        (SubscribeKind::Channel, PubSub::Subscribe { .. })
+            | (SubscribeKind::Pattern, PubSub::PSubscribe { .. })
+            | (SubscribeKind::Shard, PubSub::SSubscribe { .. })
+    )
+}

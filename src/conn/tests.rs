@@ -1,0 +1,565 @@
+//! Unit tests of the connection core: byte sequences in, events out.
+
+use std::time::{Duration, Instant};
+
+use resp::Value;
+
+use super::*;
+
+/// An owned copy of an [`Event`], for comparisons.
+#[derive(Debug, PartialEq)]
+enum Ev {
+    Connected(Protocol, bool),
+    Reply(u32, Value),
+    Push(Value, Option<u32>),
+    Failed(u32, ConnError),
+    Closed(ConnError),
+}
+
+fn drain(c: &mut Connection<u32>) -> Vec<Ev> {
+    let mut out = Vec::new();
+    while let Some(ev) = c.poll_event() {
+        out.push(match ev {
+            Event::Connected {
+                protocol,
+                fell_back,
+            } => Ev::Connected(protocol, fell_back),
+            Event::Reply { user, reply } => Ev::Reply(user, reply.to_value()),
+            Event::Push { push, completes } => Ev::Push(push.to_value(), completes),
+            Event::Failed { user, error } => Ev::Failed(user, error),
+            Event::Closed { error } => Ev::Closed(error),
+        });
+    }
+    out
+}
+
+fn transmit(c: &mut Connection<u32>, now: Instant) -> Vec<u8> {
+    let mut all = Vec::new();
+    while let Some(b) = c.poll_transmit(now) {
+        let b = b.to_vec();
+        c.advance_transmit(b.len());
+        all.extend_from_slice(&b);
+    }
+    all
+}
+
+fn cmd(args: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::encode_command(&mut out, args.iter().map(|a| a.as_bytes()));
+    out
+}
+
+fn bulk(s: &str) -> Value {
+    Value::Bulk(s.as_bytes().to_vec())
+}
+
+fn push(items: &[Value]) -> Value {
+    Value::Push(items.to_vec())
+}
+
+const HELLO_REPLY: &[u8] = b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n";
+
+fn config() -> ConnConfig {
+    ConnConfig {
+        request_timeout: Duration::from_secs(1),
+        handshake_timeout: Duration::from_secs(2),
+        ..ConnConfig::default()
+    }
+}
+
+/// A RESP3 connection past its handshake.
+fn ready(config: ConnConfig) -> (Connection<u32>, Instant) {
+    let t0 = Instant::now();
+    let mut c = Connection::new(config, t0);
+    assert_eq!(transmit(&mut c, t0), cmd(&["HELLO", "3"]));
+    c.handle_read(HELLO_REPLY, t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp3, false)]);
+    (c, t0)
+}
+
+fn send(c: &mut Connection<u32>, args: &[&str], user: u32, now: Instant) {
+    c.send_encoded(&cmd(args), [Request::single(user)], now);
+}
+
+#[test]
+fn hello_carries_auth_and_name() {
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        password: Some(b"pw".to_vec()),
+        client_name: Some(b"me".to_vec()),
+        ..config()
+    };
+    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    assert_eq!(
+        transmit(&mut c, t0),
+        cmd(&["HELLO", "3", "AUTH", "default", "pw", "SETNAME", "me"])
+    );
+    assert!(!c.is_ready());
+}
+
+#[test]
+fn requests_wait_for_the_handshake() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(config(), t0);
+    send(&mut c, &["GET", "k"], 7, t0);
+    assert_eq!(transmit(&mut c, t0), cmd(&["HELLO", "3"]));
+    assert_eq!(c.pending_len(), 0);
+    c.handle_read(HELLO_REPLY, t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp3, false)]);
+    assert_eq!(transmit(&mut c, t0), cmd(&["GET", "k"]));
+    c.handle_read(b"$1\r\nv\r\n", t0);
+    assert_eq!(drain(&mut c), vec![Ev::Reply(7, bulk("v"))]);
+}
+
+#[test]
+fn refused_hello_falls_back_to_resp2_with_separate_commands() {
+    for refusal in [
+        &b"-ERR unknown command 'HELLO', with args beginning with: '3'\r\n"[..],
+        b"-NOPROTO sorry, this protocol version is not supported\r\n",
+    ] {
+        let t0 = Instant::now();
+        let cfg = ConnConfig {
+            username: Some(b"u".to_vec()),
+            password: Some(b"pw".to_vec()),
+            client_name: Some(b"me".to_vec()),
+            ..config()
+        };
+        let mut c = Connection::new(cfg, t0);
+        send(&mut c, &["PING"], 1, t0);
+        transmit(&mut c, t0);
+        c.handle_read(refusal, t0);
+        assert_eq!(drain(&mut c), vec![]);
+        let mut want = cmd(&["AUTH", "u", "pw"]);
+        want.extend(cmd(&["CLIENT", "SETNAME", "me"]));
+        assert_eq!(transmit(&mut c, t0), want);
+        c.handle_read(b"+OK\r\n+OK\r\n", t0);
+        assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, true)]);
+        assert_eq!(c.protocol(), Protocol::Resp2);
+        assert_eq!(transmit(&mut c, t0), cmd(&["PING"]));
+        c.handle_read(b"+PONG\r\n", t0);
+        assert_eq!(
+            drain(&mut c),
+            vec![Ev::Reply(1, Value::Simple(b"PONG".to_vec()))]
+        );
+    }
+}
+
+#[test]
+fn refused_hello_without_credentials_is_ready_at_once() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(config(), t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"-ERR unknown command 'HELLO'\r\n", t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, true)]);
+}
+
+#[test]
+fn refused_credentials_fail_the_handshake_and_what_waits() {
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        password: Some(b"bad".to_vec()),
+        ..config()
+    };
+    let mut c = Connection::new(cfg, t0);
+    send(&mut c, &["PING"], 3, t0);
+    transmit(&mut c, t0);
+    c.handle_read(
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+        t0,
+    );
+    let auth =
+        ConnError::Auth("WRONGPASS invalid username-password pair or user is disabled.".into());
+    assert_eq!(
+        drain(&mut c),
+        vec![Ev::Failed(3, auth.clone()), Ev::Closed(auth)]
+    );
+    assert!(c.is_closed());
+    assert_eq!(c.poll_transmit(t0), None);
+}
+
+#[test]
+fn resp2_auth_refused() {
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        protocol: Protocol::Resp2,
+        password: Some(b"bad".to_vec()),
+        ..config()
+    };
+    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    assert_eq!(transmit(&mut c, t0), cmd(&["AUTH", "bad"]));
+    c.handle_read(b"-ERR invalid password\r\n", t0);
+    assert_eq!(
+        drain(&mut c),
+        vec![Ev::Closed(ConnError::Auth("ERR invalid password".into()))]
+    );
+}
+
+#[test]
+fn plain_resp2_needs_no_handshake() {
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        protocol: Protocol::Resp2,
+        ..config()
+    };
+    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, false)]);
+    assert!(c.is_ready());
+    assert_eq!(transmit(&mut c, t0), b"");
+}
+
+#[test]
+fn handshake_timeout() {
+    let t0 = Instant::now();
+    let mut c: Connection<u32> = Connection::new(config(), t0);
+    transmit(&mut c, t0);
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+    c.handle_timeout(t0 + Duration::from_secs(1));
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_timeout(t0 + Duration::from_secs(2));
+    assert_eq!(
+        drain(&mut c),
+        vec![Ev::Closed(ConnError::HandshakeTimeout(
+            Duration::from_secs(2)
+        ))]
+    );
+}
+
+/// Every byte sequence below yields the same events however it is cut.
+fn check_all_splits(mk: &dyn Fn() -> Connection<u32>, stream: &[u8], want: &[Ev], now: Instant) {
+    // Whole.
+    let mut c = mk();
+    c.handle_read(stream, now);
+    assert_eq!(drain(&mut c), want, "whole stream");
+    // Cut once at every byte, draining in between.
+    for cut in 1..stream.len() {
+        let mut c = mk();
+        c.handle_read(&stream[..cut], now);
+        let mut got = drain(&mut c);
+        c.handle_read(&stream[cut..], now);
+        got.extend(drain(&mut c));
+        assert_eq!(got, want, "cut at {cut}");
+    }
+    // One byte at a time.
+    let mut c = mk();
+    let mut got = Vec::new();
+    for b in stream {
+        c.handle_read(std::slice::from_ref(b), now);
+        got.extend(drain(&mut c));
+    }
+    assert_eq!(got, want, "byte by byte");
+}
+
+#[test]
+fn pushes_between_replies_and_attributes_before_a_reply() {
+    let mk = || {
+        let (mut c, t0) = ready(config());
+        send(&mut c, &["GET", "a"], 1, t0);
+        send(&mut c, &["DEBUG", "PROTOCOL", "attrib"], 2, t0);
+        send(&mut c, &["INCR", "n"], 3, t0);
+        c
+    };
+    let stream: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n\
+$1\r\nA\r\n\
+>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n\
+|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n$4\r\nreal\r\n\
+:5\r\n";
+    let want = vec![
+        Ev::Push(
+            push(&[bulk("invalidate"), Value::Array(vec![bulk("k")])]),
+            None,
+        ),
+        Ev::Reply(1, bulk("A")),
+        Ev::Push(push(&[bulk("message"), bulk("ch"), bulk("hi")]), None),
+        Ev::Reply(
+            2,
+            Value::Attributed {
+                attributes: vec![(
+                    bulk("key-popularity"),
+                    Value::Array(vec![bulk("key:123"), Value::Integer(90)]),
+                )],
+                value: Box::new(bulk("real")),
+            },
+        ),
+        Ev::Reply(3, Value::Integer(5)),
+    ];
+    check_all_splits(&mk, stream, &want, Instant::now());
+}
+
+#[test]
+fn error_replies_complete_their_request_only() {
+    let mk = || {
+        let (mut c, t0) = ready(config());
+        send(&mut c, &["X"], 1, t0);
+        send(&mut c, &["Y"], 2, t0);
+        c
+    };
+    let stream: &[u8] = b"-ERR unknown command 'X'\r\n!5\r\nblob!\r\n";
+    let want = vec![
+        Ev::Reply(1, Value::Error(b"ERR unknown command 'X'".to_vec())),
+        Ev::Reply(2, Value::BlobError(b"blob!".to_vec())),
+    ];
+    check_all_splits(&mk, stream, &want, Instant::now());
+}
+
+fn ssub_request(user: u32, channels: u32) -> Request<u32> {
+    Request {
+        user,
+        kind: ReplyKind::Subscribe {
+            kind: SubscribeKind::Shard,
+            confirmations: channels,
+        },
+    }
+}
+
+#[test]
+fn server_sunsubscribe_while_ssubscribe_and_commands_pend_resp3() {
+    let mk = || {
+        let (mut c, t0) = ready(ConnConfig {
+            role: Role::Subscribe,
+            ..config()
+        });
+        c.send_encoded(&cmd(&["SSUBSCRIBE", "a", "b"]), [ssub_request(1, 2)], t0);
+        send(&mut c, &["PING"], 2, t0);
+        c
+    };
+    let stream: &[u8] = b">3\r\n$12\r\nsunsubscribe\r\n$1\r\nx\r\n:0\r\n\
+>3\r\n$10\r\nssubscribe\r\n$1\r\na\r\n:1\r\n\
+>3\r\n$8\r\nsmessage\r\n$1\r\na\r\n$2\r\nhi\r\n\
+>3\r\n$12\r\nsunsubscribe\r\n$1\r\na\r\n:0\r\n\
+>3\r\n$10\r\nssubscribe\r\n$1\r\nb\r\n:1\r\n\
++PONG\r\n";
+    let s = |k: &str, ch: &str, n: i64| push(&[bulk(k), bulk(ch), Value::Integer(n)]);
+    let want = vec![
+        Ev::Push(s("sunsubscribe", "x", 0), None),
+        Ev::Push(s("ssubscribe", "a", 1), None),
+        Ev::Push(push(&[bulk("smessage"), bulk("a"), bulk("hi")]), None),
+        Ev::Push(s("sunsubscribe", "a", 0), None),
+        Ev::Push(s("ssubscribe", "b", 1), Some(1)),
+        Ev::Reply(2, Value::Simple(b"PONG".to_vec())),
+    ];
+    check_all_splits(&mk, stream, &want, Instant::now());
+}
+
+fn resp2_ready(role: Role) -> (Connection<u32>, Instant) {
+    let t0 = Instant::now();
+    let mut c = Connection::new(
+        ConnConfig {
+            protocol: Protocol::Resp2,
+            role,
+            ..config()
+        },
+        t0,
+    );
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, false)]);
+    (c, t0)
+}
+
+#[test]
+fn server_unsubscribe_while_subscribe_and_ping_pend_resp2() {
+    let mk = || {
+        let (mut c, t0) = resp2_ready(Role::Subscribe);
+        c.send_encoded(
+            &cmd(&["SUBSCRIBE", "a", "b"]),
+            [Request {
+                user: 1,
+                kind: ReplyKind::Subscribe {
+                    kind: SubscribeKind::Channel,
+                    confirmations: 2,
+                },
+            }],
+            t0,
+        );
+        // UNSUBSCRIBE's confirmations are pushes; the PING stands for it.
+        c.send_raw(&cmd(&["UNSUBSCRIBE", "a"]), t0);
+        send(&mut c, &["PING"], 2, t0);
+        c
+    };
+    let arr = |k: &str, ch: &str, n: i64| Value::Array(vec![bulk(k), bulk(ch), Value::Integer(n)]);
+    let stream: &[u8] = b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nz\r\n:0\r\n\
+*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n\
+*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$2\r\nhi\r\n\
+*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n\
+*3\r\n$11\r\nunsubscribe\r\n$1\r\na\r\n:1\r\n\
+*2\r\n$4\r\npong\r\n$0\r\n\r\n";
+    let want = vec![
+        Ev::Push(arr("unsubscribe", "z", 0), None),
+        Ev::Push(arr("subscribe", "a", 1), None),
+        Ev::Push(
+            Value::Array(vec![bulk("message"), bulk("a"), bulk("hi")]),
+            None,
+        ),
+        Ev::Push(arr("subscribe", "b", 2), Some(1)),
+        Ev::Push(arr("unsubscribe", "a", 1), None),
+        Ev::Reply(2, Value::Array(vec![bulk("pong"), bulk("")])),
+    ];
+    check_all_splits(&mk, stream, &want, Instant::now());
+}
+
+#[test]
+fn resp2_command_role_arrays_are_replies() {
+    let (mut c, t0) = resp2_ready(Role::Command);
+    send(&mut c, &["LRANGE", "l", "0", "-1"], 1, t0);
+    c.handle_read(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$2\r\nhi\r\n", t0);
+    assert_eq!(
+        drain(&mut c),
+        vec![Ev::Reply(
+            1,
+            Value::Array(vec![bulk("message"), bulk("a"), bulk("hi")])
+        )]
+    );
+}
+
+#[test]
+fn garbage_is_fatal_and_fails_everything_pending() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["A"], 1, t0);
+    send(&mut c, &["B"], 2, t0);
+    send(&mut c, &["C"], 3, t0);
+    c.handle_read(b"+OK\r\n@garbage\r\n", t0);
+    let evs = drain(&mut c);
+    assert_eq!(evs.len(), 4, "{evs:?}");
+    assert_eq!(evs[0], Ev::Reply(1, Value::Simple(b"OK".to_vec())));
+    let Ev::Failed(2, ConnError::Protocol(e)) = &evs[1] else {
+        panic!("{evs:?}")
+    };
+    assert_eq!(e.kind, resp::ErrorKind::UnknownType(b'@'));
+    assert!(matches!(evs[2], Ev::Failed(3, ConnError::Protocol(_))));
+    assert!(matches!(evs[3], Ev::Closed(ConnError::Protocol(_))));
+    // Later requests fail too, and nothing more is written.
+    send(&mut c, &["D"], 4, t0);
+    assert!(matches!(
+        drain(&mut c)[..],
+        [Ev::Failed(4, ConnError::Protocol(_))]
+    ));
+    assert_eq!(c.poll_transmit(t0), None);
+}
+
+#[test]
+fn a_reply_nobody_asked_for_is_fatal() {
+    let (mut c, t0) = ready(config());
+    c.handle_read(b":1\r\n", t0);
+    assert_eq!(drain(&mut c), vec![Ev::Closed(ConnError::UnexpectedReply)]);
+}
+
+#[test]
+fn eof_fails_pending_in_order() {
+    let (mut c, t0) = ready(config());
+    for i in 0..3 {
+        send(&mut c, &["PING"], i, t0);
+    }
+    c.handle_eof(t0);
+    assert_eq!(
+        drain(&mut c),
+        vec![
+            Ev::Failed(0, ConnError::Closed),
+            Ev::Failed(1, ConnError::Closed),
+            Ev::Failed(2, ConnError::Closed),
+            Ev::Closed(ConnError::Closed),
+        ]
+    );
+}
+
+#[test]
+fn request_timeout_counts_from_the_last_reply() {
+    let (mut c, t0) = ready(config());
+    let s = Duration::from_millis(1);
+    send(&mut c, &["A"], 1, t0);
+    send(&mut c, &["B"], 2, t0);
+    transmit(&mut c, t0 + Duration::from_secs(1));
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    // A reply just before the deadline moves it.
+    c.handle_read(b"+a\r\n", t0 + Duration::from_millis(900));
+    assert_eq!(drain(&mut c).len(), 1);
+    c.handle_timeout(t0 + Duration::from_secs(1));
+    assert_eq!(drain(&mut c), vec![]);
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_millis(1900)));
+    c.handle_timeout(t0 + Duration::from_millis(1900) - s);
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_timeout(t0 + Duration::from_millis(1900));
+    let t = ConnError::Timeout(Duration::from_secs(1));
+    assert_eq!(drain(&mut c), vec![Ev::Failed(2, t.clone()), Ev::Closed(t)]);
+}
+
+#[test]
+fn flush_delay_holds_commands_sent_behind_outstanding_ones() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::from_micros(100),
+        ..config()
+    });
+    // Idle: goes at once.
+    send(&mut c, &["A"], 1, t0);
+    assert_eq!(c.poll_transmit(t0), Some(&cmd(&["A"])[..]));
+    c.advance_transmit(cmd(&["A"]).len());
+    // Behind A: held until t0 + 100 µs, and joined by C.
+    let t1 = t0 + Duration::from_micros(10);
+    send(&mut c, &["B"], 2, t1);
+    assert_eq!(c.poll_transmit(t1), None);
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_micros(100)));
+    let t2 = t1 + Duration::from_micros(50);
+    send(&mut c, &["C"], 3, t2);
+    assert_eq!(c.poll_transmit(t2), None);
+    let due = t1 + Duration::from_micros(100);
+    let mut both = cmd(&["B"]);
+    both.extend(cmd(&["C"]));
+    assert_eq!(c.poll_transmit(due), Some(&both[..]));
+    // A partial write keeps the rest due.
+    c.advance_transmit(3);
+    assert_eq!(c.poll_transmit(due), Some(&both[3..]));
+    c.advance_transmit(both.len() - 3);
+    assert_eq!(c.poll_transmit(due), None);
+    // Once every reply is in, the next command goes at once again.
+    c.handle_read(b"+a\r\n+b\r\n+c\r\n", due);
+    assert_eq!(drain(&mut c).len(), 3);
+    send(&mut c, &["D"], 4, due);
+    assert_eq!(c.poll_transmit(due), Some(&cmd(&["D"])[..]));
+}
+
+#[test]
+fn zero_flush_delay_sends_at_once() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::ZERO,
+        ..config()
+    });
+    send(&mut c, &["A"], 1, t0);
+    transmit(&mut c, t0);
+    send(&mut c, &["B"], 2, t0);
+    assert_eq!(c.poll_transmit(t0), Some(&cmd(&["B"])[..]));
+}
+
+#[test]
+fn read_from_fills_the_buffer_directly() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["A"], 1, t0);
+    let mut src: &[u8] = b"$5\r\nhello\r\n";
+    assert_eq!(c.read_from(&mut src, t0).unwrap(), 11);
+    assert_eq!(drain(&mut c), vec![Ev::Reply(1, bulk("hello"))]);
+    let mut empty: &[u8] = b"";
+    assert_eq!(c.read_from(&mut empty, t0).unwrap(), 0);
+}
+
+#[test]
+fn large_pipelines_keep_order() {
+    let (mut c, t0) = ready(config());
+    let mut bytes = Vec::new();
+    let n = 10_000u32;
+    for _ in 0..n {
+        resp::encode_command(&mut bytes, ["PUBLISH", "ch", "x"]);
+    }
+    c.send_encoded(&bytes, (0..n).map(Request::single), t0);
+    assert_eq!(transmit(&mut c, t0), bytes);
+    let mut replies = Vec::new();
+    for i in 0..n {
+        replies.extend_from_slice(format!(":{i}\r\n").as_bytes());
+    }
+    for chunk in replies.chunks(7777) {
+        c.handle_read(chunk, t0);
+        for (k, ev) in drain(&mut c).into_iter().enumerate() {
+            let _ = k;
+            let Ev::Reply(user, Value::Integer(v)) = ev else {
+                panic!("{ev:?}")
+            };
+            assert_eq!(i64::from(user), v);
+        }
+    }
+    assert_eq!(c.pending_len(), 0);
+}
