@@ -1,0 +1,216 @@
+//! App-level partitions: every channel belongs to one of P partitions, and
+//! all channels of a partition share one hash tag, hence one slot.
+
+use alloc::borrow::Cow;
+use alloc::vec::Vec;
+use core::fmt;
+use core::ops::RangeInclusive;
+
+use crate::hash::{channel_hash, reduce};
+use crate::tag_gen::{self, TagCell};
+
+mod tables {
+    include!(concat!(env!("OUT_DIR"), "/tag_tables.rs"));
+}
+
+/// The largest partition count (one partition per slot).
+pub const MAX_PARTITIONS: u32 = 16384;
+
+/// Why a [`Partitions`] could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionError {
+    /// The partition count is outside `1..=16384`.
+    InvalidCount(u32),
+    /// The channel-name prefix contains `{`, which would make Redis hash the
+    /// wrong part of the name.
+    PrefixHasBrace,
+}
+
+impl fmt::Display for PartitionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidCount(n) => write!(f, "partition count {n} is outside 1..=16384"),
+            Self::PrefixHasBrace => f.write_str("channel-name prefix must not contain '{'"),
+        }
+    }
+}
+
+impl core::error::Error for PartitionError {}
+
+/// The tag of slot `slot` from the baked slot → tag index.
+fn slot_tag(slot: u16) -> &'static [u8] {
+    let at = usize::from(slot) * tag_gen::MAX_TAG_LEN;
+    let cell: &TagCell = tables::SLOT_TAGS
+        .get(at..at + tag_gen::MAX_TAG_LEN)
+        .and_then(|s| s.try_into().ok())
+        .unwrap_or(&[b'0', 0, 0]);
+    tag_gen::tag_bytes(cell)
+}
+
+/// P partitions with their tags, and the Redis channel names built from them.
+///
+/// A channel's partition is `⌊channel_hash · P / 2^64⌋`; the Redis name of
+/// `channel` in partition `p` is `<prefix>{TAG_p}.<channel>`. The tag is the
+/// first `{…}` of the name and contains no `}`, so Redis hashes only the tag,
+/// whatever braces the channel itself contains.
+///
+/// Tags are balanced: with the 16384 slots split contiguously over N masters
+/// (the `redis-cli --cluster create` way), each master holds ⌊P/N⌋ or
+/// ⌈P/N⌉ partitions, for every N up to P. Powers of two come from tables
+/// baked in at build time; other counts are computed once in [`Partitions::new`]
+/// by the same code.
+///
+/// ```
+/// use shardcore::{key_slot, Partitions};
+/// let parts = Partitions::new(128)?;
+/// let name = parts.redis_channel(b"news");
+/// let p = parts.partition_of(b"news");
+/// assert_eq!(key_slot(&name), parts.slot(p));
+/// assert_eq!(parts.user_channel(&name), Some((p, &b"news"[..])));
+/// # Ok::<(), shardcore::PartitionError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partitions {
+    /// Slot of each partition, strictly increasing.
+    slots: Cow<'static, [u16]>,
+    prefix: Vec<u8>,
+}
+
+impl Partitions {
+    /// `count` partitions with no channel-name prefix.
+    ///
+    /// # Errors
+    /// [`PartitionError::InvalidCount`] unless `1 <= count <= 16384`.
+    pub fn new(count: u32) -> Result<Self, PartitionError> {
+        Self::with_prefix(count, b"")
+    }
+
+    /// `count` partitions whose Redis channel names start with `prefix`
+    /// (`<prefix>{TAG}.<channel>`).
+    ///
+    /// # Errors
+    /// [`PartitionError::InvalidCount`] unless `1 <= count <= 16384`;
+    /// [`PartitionError::PrefixHasBrace`] if `prefix` contains `{`.
+    pub fn with_prefix(count: u32, prefix: &[u8]) -> Result<Self, PartitionError> {
+        if count == 0 || count > MAX_PARTITIONS {
+            return Err(PartitionError::InvalidCount(count));
+        }
+        if prefix.contains(&b'{') {
+            return Err(PartitionError::PrefixHasBrace);
+        }
+        let slots = if count.is_power_of_two() {
+            let at = count as usize - 1;
+            Cow::Borrowed(
+                tables::TABLE_SLOTS
+                    .get(at..at + count as usize)
+                    .unwrap_or_default(),
+            )
+        } else {
+            Cow::Owned((0..count).map(|k| tag_gen::target_slot(k, count)).collect())
+        };
+        Ok(Self {
+            slots,
+            prefix: prefix.to_vec(),
+        })
+    }
+
+    /// The number of partitions, P.
+    #[must_use]
+    pub fn count(&self) -> u32 {
+        // Never above 16384.
+        self.slots.len() as u32
+    }
+
+    /// The channel-name prefix.
+    #[must_use]
+    pub fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// The partition of a user channel, in `0..count()`.
+    #[must_use]
+    pub fn partition_of(&self, channel: &[u8]) -> u32 {
+        reduce(channel_hash(channel), self.count())
+    }
+
+    /// The tag of partition `p` (1 to 3 alphanumeric bytes). Out-of-range
+    /// partitions wrap modulo `count()`.
+    #[must_use]
+    pub fn tag(&self, p: u32) -> &'static [u8] {
+        slot_tag(self.slot(p))
+    }
+
+    /// The hash slot of partition `p`. Out-of-range partitions wrap modulo
+    /// `count()`.
+    #[must_use]
+    pub fn slot(&self, p: u32) -> u16 {
+        let i = (p % self.count()) as usize;
+        self.slots.get(i).copied().unwrap_or(0)
+    }
+
+    /// The slots of all partitions, in partition order (strictly increasing).
+    #[must_use]
+    pub fn slots(&self) -> &[u16] {
+        &self.slots
+    }
+
+    /// The partition whose slot is `slot`, if any.
+    #[must_use]
+    pub fn partition_at_slot(&self, slot: u16) -> Option<u32> {
+        self.slots.binary_search(&slot).ok().map(|i| i as u32)
+    }
+
+    /// Appends the Redis channel name of `channel` to `out`:
+    /// `<prefix>{TAG}.<channel>` with TAG the tag of `channel`'s partition.
+    /// Does not allocate when `out` has room.
+    pub fn redis_channel_into(&self, channel: &[u8], out: &mut Vec<u8>) {
+        let tag = self.tag(self.partition_of(channel));
+        out.reserve(self.prefix.len() + tag.len() + 3 + channel.len());
+        out.extend_from_slice(&self.prefix);
+        out.push(b'{');
+        out.extend_from_slice(tag);
+        out.extend_from_slice(b"}.");
+        out.extend_from_slice(channel);
+    }
+
+    /// The Redis channel name of `channel` in a new vector; see
+    /// [`redis_channel_into`](Self::redis_channel_into).
+    #[must_use]
+    pub fn redis_channel(&self, channel: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.redis_channel_into(channel, &mut out);
+        out
+    }
+
+    /// The inverse of [`redis_channel`](Self::redis_channel): the partition
+    /// and user channel of a `<prefix>{TAG}.<channel>` name. `None` if the
+    /// name does not have that shape, or its tag is not this table's tag for
+    /// its partition, or the channel is not in that partition.
+    #[must_use]
+    pub fn user_channel<'a>(&self, redis_channel: &'a [u8]) -> Option<(u32, &'a [u8])> {
+        let rest = redis_channel.strip_prefix(self.prefix.as_slice())?;
+        let rest = rest.strip_prefix(b"{")?;
+        let close = rest
+            .iter()
+            .take(tag_gen::MAX_TAG_LEN + 1)
+            .position(|&b| b == b'}')?;
+        let tag = rest.get(..close)?;
+        let channel = rest.get(close + 1..)?.strip_prefix(b".")?;
+        let p = self.partition_at_slot(crate::key_slot(tag))?;
+        (self.tag(p) == tag && self.partition_of(channel) == p).then_some((p, channel))
+    }
+
+    /// How many partitions each slot range holds, for ranges such as those of
+    /// [`cluster_create_ranges`](crate::cluster_create_ranges).
+    #[must_use]
+    pub fn counts_per_range(&self, ranges: &[RangeInclusive<u16>]) -> Vec<u32> {
+        ranges
+            .iter()
+            .map(|r| {
+                let lo = self.slots.partition_point(|s| s < r.start());
+                let hi = self.slots.partition_point(|s| s <= r.end());
+                hi.saturating_sub(lo) as u32
+            })
+            .collect()
+    }
+}
