@@ -13,7 +13,8 @@ impl Cluster {
     /// Moves `range` from master `from` to master `to` the way a resharding
     /// tool does: `SETSLOT IMPORTING` / `MIGRATING`, `MIGRATE` of every key,
     /// then `SETSLOT NODE` on the target, the source and every other master.
-    /// Waits for [`Cluster::wait_ok`].
+    /// Waits for [`Cluster::wait_ok`]. As in any Redis Cluster, a master that
+    /// gives away its last slot becomes a replica of the node that took it.
     ///
     /// # Errors
     ///
@@ -94,15 +95,20 @@ impl Cluster {
         Ok(self.nodes.len() - 1)
     }
 
-    /// Stops master `i`, which must own no slots and have no replicas, and
-    /// makes every other node forget it (`CLUSTER FORGET`).
+    /// Stops node `i`, which must own no slots and have no replicas, and
+    /// makes every other node forget it (`CLUSTER FORGET`), as
+    /// `redis-cli --cluster del-node` does. Meant for a master whose slots
+    /// were moved away — which the server may already have turned into a
+    /// replica of the node that took its last slot.
     ///
     /// # Errors
     ///
-    /// [`Error::Cluster`] when `i` is not a live empty master without
-    /// replicas; command and wait errors.
+    /// [`Error::Cluster`] when `i` is not live, owns slots or has replicas;
+    /// command and wait errors.
     pub fn remove_master(&mut self, i: usize) -> Result<(), Error> {
-        self.expect_master(i)?;
+        if !self.is_live(i) {
+            return Err(Error::Cluster(format!("node {i} is not live")));
+        }
         if !self.slots_of(i).is_empty() || !self.replicas_of(i).is_empty() {
             return Err(Error::Cluster(format!(
                 "node {i} still owns slots or has replicas; move them first"

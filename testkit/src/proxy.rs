@@ -178,12 +178,13 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
+    let clone = |s: &TcpStream| s.try_clone().ok();
     let clones = (|| {
         Some((
-            client.try_clone().ok()?,
-            server.try_clone().ok()?,
-            client.try_clone().ok()?,
-            server.try_clone().ok()?,
+            clone(&client)?,
+            clone(&server)?,
+            clone(&server)?,
+            clone(&client)?,
         ))
     })();
     let Some((c_read, s_write, s_read, c_write)) = clones else {
@@ -235,14 +236,15 @@ fn forward(mut from: TcpStream, mut to: &TcpStream, up: bool, shared: &Shared) {
         if delay > 0 {
             thread::sleep(Duration::from_micros(delay));
         }
-        if to.write_all(&buf[..n]).is_err() {
-            return;
-        }
+        // Counted before the write: a peer that has the bytes sees them counted.
         let counter = if up {
             &shared.to_server
         } else {
             &shared.to_client
         };
         counter.fetch_add(n as u64, Ordering::SeqCst);
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
     }
 }
