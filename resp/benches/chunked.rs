@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p shardsub-resp --bench chunked`
 
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use resp::{encode_command, parse, Decoder, Limits, Status};
 
