@@ -97,7 +97,8 @@ pub enum ErrorKind {
     /// A line or bulk body is not followed by `\r\n`.
     MissingCrlf,
     /// A length prefix (or a streamed string's total) exceeds
-    /// [`Limits::max_bulk_len`].
+    /// [`Limits::max_bulk_len`]; for a simple line (`+`, `-`, `(`) that runs
+    /// past the limit without `\r\n`, `len` is the limit plus one.
     TooLong {
         /// The announced length.
         len: u64,

@@ -167,6 +167,8 @@ impl<const N: usize> Validator<N> {
             None => return Err(Fail::Capacity),
         }
         self.depth += 1;
+        // Whatever an attribute preceded has now begun.
+        self.after_attr = false;
         Ok(())
     }
 
@@ -290,8 +292,10 @@ impl<const N: usize> Validator<N> {
                     let too_long = if t == b',' {
                         ErrorKind::BadDouble
                     } else {
+                        // The line's end is not in sight: report the limit
+                        // plus one, the same however the bytes arrived.
                         ErrorKind::TooLong {
-                            len: buf.len().saturating_sub(pos) as u64,
+                            len: (max_bulk as u64).saturating_add(1),
                             limit: max_bulk as u64,
                         }
                     };
@@ -409,9 +413,8 @@ impl<const N: usize> Validator<N> {
                                 LevelKind::Counted
                             };
                             let items = if map { n.saturating_mul(2) } else { n };
+                            // (For an attribute, its own entries come first.)
                             self.push(pos, limits, Level { kind, n: items })?;
-                            // The attribute's own entries come first.
-                            self.after_attr = false;
                             self.pos = after;
                             continue;
                         }

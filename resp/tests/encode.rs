@@ -43,10 +43,16 @@ fn every_type_encodes_to_its_wire_form() {
             },
             "=6\r\ntxt:hi\r\n",
         ),
-        (BigNumber(b("-123456789012345678901234567890")), "(-123456789012345678901234567890\r\n"),
+        (
+            BigNumber(b("-123456789012345678901234567890")),
+            "(-123456789012345678901234567890\r\n",
+        ),
         (Array(vec![]), "*0\r\n"),
         (Set(vec![Integer(1)]), "~1\r\n:1\r\n"),
-        (Push(vec![Bulk(b("pong")), Bulk(b(""))]), ">2\r\n$4\r\npong\r\n$0\r\n\r\n"),
+        (
+            Push(vec![Bulk(b("pong")), Bulk(b(""))]),
+            ">2\r\n$4\r\npong\r\n$0\r\n\r\n",
+        ),
         (Map(vec![(Simple(b("k")), Null)]), "%1\r\n+k\r\n_\r\n"),
         (
             Attributed {
@@ -100,7 +106,12 @@ fn doubles_round_trip_bit_for_bit() {
         let Value::Double(back) = p.to_value() else {
             panic!()
         };
-        assert_eq!(back.to_bits(), d.to_bits(), "{}", String::from_utf8_lossy(&wire));
+        assert_eq!(
+            back.to_bits(),
+            d.to_bits(),
+            "{}",
+            String::from_utf8_lossy(&wire)
+        );
         assert!(wire.len() <= 28, "{}", String::from_utf8_lossy(&wire));
     }
 }
@@ -128,7 +139,10 @@ fn streamed_forms() {
     };
     assert_eq!(
         p.to_value(),
-        Value::Map(vec![(Value::Simple(b"k".to_vec()), Value::Bulk(b"abc".to_vec()))])
+        Value::Map(vec![(
+            Value::Simple(b"k".to_vec()),
+            Value::Bulk(b"abc".to_vec())
+        )])
     );
     // A frame re-encodes as its validated bytes under a counted header.
     let mut again = Vec::new();

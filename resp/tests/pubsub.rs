@@ -13,38 +13,139 @@ fn classify_wire(wire: &[u8]) -> Option<PubSub<'_>> {
 
 /// The same event as a RESP3 push (`>`) and as a RESP2 array (`*`).
 fn both(body: &str) -> [Vec<u8>; 2] {
-    [format!(">{body}").into_bytes(), format!("*{body}").into_bytes()]
+    [
+        format!(">{body}").into_bytes(),
+        format!("*{body}").into_bytes(),
+    ]
 }
 
 #[test]
 fn every_kind_in_both_forms() {
     use PubSub::*;
     let cases: Vec<(&str, PubSub<'static>)> = vec![
-        ("3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n", Message { channel: b"ch", payload: b"hi" }),
-        ("3\r\n$7\r\nMESSAGE\r\n$2\r\nch\r\n$0\r\n\r\n", Message { channel: b"ch", payload: b"" }),
+        (
+            "3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+            Message {
+                channel: b"ch",
+                payload: b"hi",
+            },
+        ),
+        (
+            "3\r\n$7\r\nMESSAGE\r\n$2\r\nch\r\n$0\r\n\r\n",
+            Message {
+                channel: b"ch",
+                payload: b"",
+            },
+        ),
         (
             "4\r\n$8\r\npmessage\r\n$2\r\nc*\r\n$2\r\nch\r\n$2\r\nhi\r\n",
-            PMessage { pattern: b"c*", channel: b"ch", payload: b"hi" },
+            PMessage {
+                pattern: b"c*",
+                channel: b"ch",
+                payload: b"hi",
+            },
         ),
-        ("3\r\n$8\r\nsmessage\r\n$4\r\n{a}b\r\n$1\r\nx\r\n", SMessage { channel: b"{a}b", payload: b"x" }),
-        ("3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n", Subscribe { channel: b"ch", count: 1 }),
-        ("3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:2\r\n", PSubscribe { pattern: b"c*", count: 2 }),
-        ("3\r\n$10\r\nssubscribe\r\n$2\r\nch\r\n:3\r\n", SSubscribe { channel: b"ch", count: 3 }),
-        ("3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n", Unsubscribe { channel: Some(b"ch"), count: 0 }),
-        ("3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n", Unsubscribe { channel: None, count: 0 }),
-        ("3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n", Unsubscribe { channel: None, count: 0 }),
-        ("3\r\n$12\r\npunsubscribe\r\n$2\r\nc*\r\n:0\r\n", PUnsubscribe { pattern: Some(b"c*"), count: 0 }),
-        ("3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n", PUnsubscribe { pattern: None, count: 0 }),
-        ("3\r\n$12\r\nsunsubscribe\r\n$2\r\nch\r\n:0\r\n", SUnsubscribe { channel: Some(b"ch"), count: 0 }),
-        ("3\r\n$12\r\nsunsubscribe\r\n_\r\n:0\r\n", SUnsubscribe { channel: None, count: 0 }),
+        (
+            "3\r\n$8\r\nsmessage\r\n$4\r\n{a}b\r\n$1\r\nx\r\n",
+            SMessage {
+                channel: b"{a}b",
+                payload: b"x",
+            },
+        ),
+        (
+            "3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n",
+            Subscribe {
+                channel: b"ch",
+                count: 1,
+            },
+        ),
+        (
+            "3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:2\r\n",
+            PSubscribe {
+                pattern: b"c*",
+                count: 2,
+            },
+        ),
+        (
+            "3\r\n$10\r\nssubscribe\r\n$2\r\nch\r\n:3\r\n",
+            SSubscribe {
+                channel: b"ch",
+                count: 3,
+            },
+        ),
+        (
+            "3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n",
+            Unsubscribe {
+                channel: Some(b"ch"),
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n",
+            Unsubscribe {
+                channel: None,
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n",
+            Unsubscribe {
+                channel: None,
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$12\r\npunsubscribe\r\n$2\r\nc*\r\n:0\r\n",
+            PUnsubscribe {
+                pattern: Some(b"c*"),
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n",
+            PUnsubscribe {
+                pattern: None,
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$12\r\nsunsubscribe\r\n$2\r\nch\r\n:0\r\n",
+            SUnsubscribe {
+                channel: Some(b"ch"),
+                count: 0,
+            },
+        ),
+        (
+            "3\r\n$12\r\nsunsubscribe\r\n_\r\n:0\r\n",
+            SUnsubscribe {
+                channel: None,
+                count: 0,
+            },
+        ),
         ("2\r\n$4\r\npong\r\n$0\r\n\r\n", Pong { payload: Some(b"") }),
-        ("2\r\n$4\r\npong\r\n$3\r\nabc\r\n", Pong { payload: Some(b"abc") }),
+        (
+            "2\r\n$4\r\npong\r\n$3\r\nabc\r\n",
+            Pong {
+                payload: Some(b"abc"),
+            },
+        ),
         ("1\r\n$4\r\npong\r\n", Pong { payload: None }),
-        ("3\r\n+message\r\n+ch\r\n+hi\r\n", Message { channel: b"ch", payload: b"hi" }),
+        (
+            "3\r\n+message\r\n+ch\r\n+hi\r\n",
+            Message {
+                channel: b"ch",
+                payload: b"hi",
+            },
+        ),
     ];
     for (body, want) in cases {
         for wire in both(body) {
-            assert_eq!(classify_wire(&wire), Some(want), "{}", String::from_utf8_lossy(&wire));
+            assert_eq!(
+                classify_wire(&wire),
+                Some(want),
+                "{}",
+                String::from_utf8_lossy(&wire)
+            );
         }
     }
 }
@@ -72,7 +173,12 @@ fn other_pushes_and_non_events() {
         b">3\r\n$9\r\nsubscribe\r\n_\r\n:1\r\n",
         b">3\r\n$4\r\npong\r\n$1\r\na\r\n$1\r\nb\r\n",
     ] {
-        assert_eq!(classify_wire(wire), None, "{}", String::from_utf8_lossy(wire));
+        assert_eq!(
+            classify_wire(wire),
+            None,
+            "{}",
+            String::from_utf8_lossy(wire)
+        );
     }
 }
 

@@ -107,6 +107,20 @@ fn valid() -> Vec<(&'static str, Value)> {
         ),
         ("$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;2\r\nld\r\n;0\r\n", bulk("Hello world")),
         ("$?\r\n;0\r\n", bulk("")),
+        (
+            "|0\r\n*?\r\n.\r\n",
+            Attributed {
+                attributes: vec![],
+                value: Box::new(Array(vec![])),
+            },
+        ),
+        (
+            "*1\r\n|1\r\n+a\r\n+b\r\n$?\r\n;1\r\nx\r\n;0\r\n",
+            Array(vec![Attributed {
+                attributes: vec![(s("a"), s("b"))],
+                value: Box::new(bulk("x")),
+            }]),
+        ),
         ("*?\r\n:1\r\n:2\r\n.\r\n", Array(vec![Integer(1), Integer(2)])),
         ("*?\r\n.\r\n", Array(vec![])),
         ("~?\r\n+a\r\n.\r\n", Set(vec![s("a")])),

@@ -1,0 +1,124 @@
+//! Properties: encode → parse is the identity; feeding a frame split at every
+//! byte boundary gives `Incomplete` until the identical final result; parsing
+//! and walking a frame never allocates.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use common::{encode_varied, value, walk, Coin};
+use proptest::prelude::*;
+use resp::{encode_frame, encode_value, parse, Decoder, Limits, Status, Value};
+
+/// Counts this thread's allocations.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+fn parse_value(wire: &[u8]) -> (Value, usize) {
+    match parse(wire, &Limits::default()) {
+        Ok(Status::Complete(p)) => (p.to_value(), p.consumed),
+        other => panic!("{other:?} for {:?}", String::from_utf8_lossy(wire)),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn encode_then_parse_is_identity(v in value()) {
+        let mut wire = Vec::new();
+        encode_value(&mut wire, &v);
+        let (back, consumed) = parse_value(&wire);
+        prop_assert_eq!(consumed, wire.len());
+        prop_assert_eq!(&back, &v);
+        // A parsed frame re-encodes to bytes that parse to the same value.
+        let Ok(Status::Complete(p)) = parse(&wire, &Limits::default()) else { unreachable!() };
+        let mut again = Vec::new();
+        if let Some(a) = p.attributes {
+            resp::encode_aggregate_header(&mut again, a.kind(), a.len());
+            again.extend_from_slice(a.body());
+        }
+        encode_frame(&mut again, &p.frame);
+        prop_assert_eq!(parse_value(&again).0, v);
+    }
+
+    #[test]
+    fn every_encoding_form_parses_to_the_same_value(v in value(), seed in 1u64..) {
+        let mut wire = Vec::new();
+        encode_varied(&mut wire, &v, &mut Coin(seed));
+        let (back, consumed) = parse_value(&wire);
+        prop_assert_eq!(consumed, wire.len());
+        prop_assert_eq!(back, v);
+    }
+
+    #[test]
+    fn split_feeding_is_incomplete_until_the_same_result(
+        v in value(), next in value(), seed in 1u64..,
+    ) {
+        let mut wire = Vec::new();
+        encode_varied(&mut wire, &v, &mut Coin(seed));
+        let len = wire.len();
+        encode_value(&mut wire, &next);
+        let limits = Limits::default();
+        // Every strict prefix is incomplete, statelessly.
+        for k in 0..len {
+            prop_assert!(matches!(parse(&wire[..k], &limits), Ok(Status::Incomplete)), "cut {}", k);
+        }
+        // Fed one byte at a time to one decoder.
+        let mut d = Decoder::new(limits);
+        for k in 0..len {
+            prop_assert!(matches!(d.decode(&wire[..k]), Ok(Status::Incomplete)), "byte {}", k);
+        }
+        let Ok(Status::Complete(p)) = d.decode(&wire[..len]) else { panic!("not complete") };
+        prop_assert_eq!((p.consumed, p.to_value()), (len, v.clone()));
+        // The decoder is ready for the next frame once `consumed` is removed.
+        let Ok(Status::Complete(q)) = d.decode(&wire[len..]) else { panic!("next") };
+        prop_assert_eq!(q.to_value(), next);
+        // Split in two at every boundary, fresh decoder each time.
+        for k in 0..len {
+            let mut d = Decoder::new(limits);
+            prop_assert!(matches!(d.decode(&wire[..k]), Ok(Status::Incomplete)));
+            let Ok(Status::Complete(p)) = d.decode(&wire) else { panic!("split {k}") };
+            prop_assert_eq!((p.consumed, p.to_value()), (len, v.clone()));
+        }
+    }
+
+    #[test]
+    fn parsing_and_walking_never_allocates(v in value(), seed in 1u64..) {
+        let mut wire = Vec::new();
+        encode_varied(&mut wire, &v, &mut Coin(seed));
+        let mut d = Decoder::default();
+        let before = allocs();
+        let Ok(Status::Complete(p)) = parse(&wire, &Limits::default()) else { panic!() };
+        let seen = walk(&p.frame);
+        for k in 0..=wire.len() {
+            let _ = d.decode(&wire[..k]);
+        }
+        let _ = resp::classify(&p.frame);
+        prop_assert_eq!(allocs() - before, 0);
+        prop_assert!(seen >= 1);
+    }
+}
