@@ -97,7 +97,11 @@ impl Display for SlotMap {
             }
         }
         for (range, owner) in self.ranges() {
-            write!(f, "  slots {}-{}: ", range.start(), range.end())?;
+            if range.start() == range.end() {
+                write!(f, "  slot  {}: ", range.start())?;
+            } else {
+                write!(f, "  slots {}-{}: ", range.start(), range.end())?;
+            }
             match owner {
                 Some(i) => writeln!(f, "[{i}]")?,
                 None => writeln!(f, "no owner")?,
