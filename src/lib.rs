@@ -2,3 +2,12 @@
 #![deny(missing_docs)]
 
 pub mod conn;
+mod engine;
+mod error;
+pub mod observer;
+
+pub use conn::Protocol;
+pub use engine::{Builder, Engine, Pending, PublishOptions, Stats};
+pub use error::Error;
+pub use observer::{ConnInfo, Observer};
+pub use resp::Value;

@@ -517,27 +517,35 @@ impl<T> Connection<T> {
     }
 
     /// The next instant at which [`Connection::handle_timeout`] or a flush
-    /// ([`Connection::poll_transmit`]) is due.
+    /// ([`Connection::poll_transmit`]) is due: the earlier of
+    /// [`Connection::poll_flush_at`] and [`Connection::poll_deadline`].
     pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.poll_flush_at(), self.poll_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When unsent bytes become due (possibly already past), if any.
+    pub fn poll_flush_at(&self) -> Option<Instant> {
         let st = &self.st;
-        if st.closed.is_some() {
+        if st.closed.is_some() || st.unsent_len() == 0 {
             return None;
         }
-        let flush = if st.unsent_len() > 0 {
-            st.flush_at
-        } else {
+        st.flush_at
+    }
+
+    /// The handshake or request deadline, if one is running.
+    pub fn poll_deadline(&self) -> Option<Instant> {
+        let st = &self.st;
+        if st.closed.is_some() {
             None
-        };
-        let deadline = if let Some(hs) = &st.handshake {
+        } else if let Some(hs) = &st.handshake {
             Some(hs.deadline)
         } else if !st.config.request_timeout.is_zero() && !st.pending.is_empty() {
             Some(st.front_since + st.config.request_timeout)
         } else {
             None
-        };
-        match (flush, deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
         }
     }
 

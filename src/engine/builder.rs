@@ -1,0 +1,262 @@
+//! [`Builder`]: engine settings, validated and connected by [`Builder::build`].
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::conn::{ConnConfig, Protocol, Role};
+use crate::engine::{Engine, Settings};
+use crate::error::Error;
+use crate::observer::{NoObserver, Observer};
+
+/// Settings for an [`Engine`]; start with [`Engine::builder`].
+///
+/// Defaults: RESP3 (falling back to RESP2 when `HELLO` is refused), one
+/// I/O thread per core (at most one per connection), one connection per
+/// server, a 100 µs flush delay, a 2 s connect timeout, a 5 s request
+/// timeout, reconnect backoff from 50 ms up to 5 s, a 2 s shutdown grace.
+pub struct Builder {
+    addrs: Vec<String>,
+    io_threads: Option<usize>,
+    connections_per_server: usize,
+    flush_delay: Duration,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    backoff: (Duration, Duration),
+    shutdown_timeout: Duration,
+    username: Option<Vec<u8>>,
+    password: Option<Vec<u8>>,
+    client_name: Option<Vec<u8>>,
+    protocol: Protocol,
+    observer: Option<Arc<dyn Observer>>,
+    seed: Option<u64>,
+    limits: resp::Limits,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            addrs: Vec::new(),
+            io_threads: None,
+            connections_per_server: 1,
+            flush_delay: Duration::from_micros(100),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            backoff: (Duration::from_millis(50), Duration::from_secs(5)),
+            shutdown_timeout: Duration::from_secs(2),
+            username: None,
+            password: None,
+            client_name: None,
+            protocol: Protocol::Resp3,
+            observer: None,
+            seed: None,
+            limits: resp::Limits::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("addrs", &self.addrs)
+            .field("io_threads", &self.io_threads)
+            .field("connections_per_server", &self.connections_per_server)
+            .field("flush_delay", &self.flush_delay)
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// Adds a server, as `host:port`. With several servers, channels are
+    /// spread over them by [`shardcore::shard_of`] (client-side sharding).
+    pub fn address(mut self, addr: impl Into<String>) -> Self {
+        self.addrs.push(addr.into());
+        self
+    }
+
+    /// Adds several servers (see [`Builder::address`]).
+    pub fn addresses<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.addrs.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Number of I/O threads (default: available parallelism, and never
+    /// more than the number of connections).
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = Some(n);
+        self
+    }
+
+    /// Pipelined connections per server (default 1). A channel's publishes
+    /// always use the same one, so they stay in order.
+    pub fn connections_per_server(mut self, n: usize) -> Self {
+        self.connections_per_server = n;
+        self
+    }
+
+    /// How long commands submitted while earlier ones await replies may be
+    /// held so they leave in one write (default 100 µs; zero turns it off).
+    /// A command submitted to an idle connection always leaves at once, so
+    /// a caller that waits for each reply is never delayed.
+    pub fn flush_delay(mut self, d: Duration) -> Self {
+        self.flush_delay = d;
+        self
+    }
+
+    /// Limit for TCP connect plus handshake (default 2 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The longest a connection with outstanding requests may go without a
+    /// reply (default 5 s; zero disables). When it passes, the waiting
+    /// requests fail with [`Error::Timeout`] and the connection restarts.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// Reconnect delays: `base · 2^attempt` up to `max`, with jitter
+    /// (defaults 50 ms and 5 s).
+    pub fn reconnect_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.backoff = (base, max);
+        self
+    }
+
+    /// How long [`Engine::shutdown`] waits for pending replies before it
+    /// fails them (default 2 s).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = d;
+        self
+    }
+
+    /// ACL user name (needs a password too).
+    pub fn username(mut self, user: impl AsRef<[u8]>) -> Self {
+        self.username = Some(user.as_ref().to_vec());
+        self
+    }
+
+    /// Password (for `AUTH`, or `HELLO 3 AUTH`; user `default` when no user
+    /// name is given).
+    pub fn password(mut self, password: impl AsRef<[u8]>) -> Self {
+        self.password = Some(password.as_ref().to_vec());
+        self
+    }
+
+    /// Connection name shown by `CLIENT LIST`.
+    pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
+        self.client_name = Some(name.as_ref().to_vec());
+        self
+    }
+
+    /// RESP3 (default; falls back to RESP2 when the server refuses `HELLO`)
+    /// or RESP2.
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Receives pushes and connection changes.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Seed for reconnect jitter (default: from the clock), for repeatable
+    /// runs.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Parser limits for replies.
+    pub fn limits(mut self, limits: resp::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Validates the settings, starts the I/O threads and connects to every
+    /// server (handshake included).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for invalid settings, [`Error::Resolve`] for an
+    /// address that does not resolve, [`Error::Connect`] or
+    /// [`Error::ConnectTimeout`] when a server cannot be reached,
+    /// [`Error::Auth`] when it refuses the credentials, [`Error::Handshake`]
+    /// when it refuses another handshake step. Nothing is left running.
+    pub fn build(self) -> Result<Engine, Error> {
+        let config = |what: &str| Err(Error::Config(what.into()));
+        if self.addrs.is_empty() {
+            return config("no server address given (use Builder::address)");
+        }
+        if self.connections_per_server == 0 {
+            return config("connections_per_server must be at least 1");
+        }
+        if self.io_threads == Some(0) {
+            return config("io_threads must be at least 1");
+        }
+        if self.username.is_some() && self.password.is_none() {
+            return config("a username needs a password");
+        }
+        if self.connect_timeout.is_zero() {
+            return config("connect_timeout must be above zero");
+        }
+        let mut addrs: Vec<SocketAddr> = Vec::with_capacity(self.addrs.len());
+        for a in &self.addrs {
+            addrs.push(resolve(a)?);
+        }
+        let total = addrs.len() * self.connections_per_server;
+        let threads = self
+            .io_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .min(total)
+            .max(1);
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        let settings = Arc::new(Settings {
+            conn: ConnConfig {
+                protocol: self.protocol,
+                role: Role::Command,
+                username: self.username,
+                password: self.password,
+                client_name: self.client_name,
+                flush_delay: self.flush_delay,
+                request_timeout: self.request_timeout,
+                handshake_timeout: self.connect_timeout,
+                limits: self.limits,
+            },
+            connect_timeout: self.connect_timeout,
+            backoff_base: self.backoff.0,
+            backoff_max: self.backoff.1,
+            observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
+            counters: Default::default(),
+        });
+        Engine::start(
+            settings,
+            &addrs,
+            self.connections_per_server,
+            threads,
+            seed,
+            self.shutdown_timeout,
+        )
+    }
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, Error> {
+    let err = |reason: String| Error::Resolve {
+        addr: addr.into(),
+        reason: reason.into(),
+    };
+    let mut it = addr.to_socket_addrs().map_err(|e| err(e.to_string()))?;
+    it.next().ok_or_else(|| err("no address found".to_string()))
+}

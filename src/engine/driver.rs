@@ -1,0 +1,529 @@
+//! One connection inside its I/O thread: the socket, the sans-IO core, and
+//! the connect / reconnect life cycle.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+
+use crate::conn::{ConnConfig, Connection, Event, Request};
+use crate::engine::backoff::Backoff;
+use crate::engine::pending::{Completion, Slot};
+use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, UP};
+use crate::engine::Settings;
+use crate::error::Error;
+
+/// Reads per readiness event before other connections get a turn.
+const READ_BUDGET: usize = 32;
+
+#[derive(Debug)]
+enum Phase {
+    /// TCP connect in progress.
+    Connecting { deadline: Instant },
+    /// Connected; the core runs the handshake and then the requests.
+    Open,
+    /// Waiting to reconnect.
+    Backoff { until: Instant },
+    /// Done for good (initial connect failed, or shutdown).
+    Closed,
+}
+
+pub(crate) struct Driver {
+    pub(crate) shared: Arc<ConnShared>,
+    settings: Arc<Settings>,
+    token: Token,
+    phase: Phase,
+    core: Option<Connection<Completion>>,
+    socket: Option<TcpStream>,
+    write_interest: bool,
+    spare_buf: Vec<u8>,
+    spare_reqs: VecDeque<Request<Completion>>,
+    backoff: Backoff,
+    /// Reports the first connect's outcome to `build()`.
+    initial: Option<Arc<Slot<()>>>,
+    pub(crate) more_to_read: bool,
+    shutting_down: bool,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        shared: Arc<ConnShared>,
+        settings: Arc<Settings>,
+        token: Token,
+        seed: u64,
+        initial: Arc<Slot<()>>,
+        now: Instant,
+    ) -> Self {
+        let backoff = Backoff::new(settings.backoff_base, settings.backoff_max, seed);
+        Driver {
+            shared,
+            settings,
+            token,
+            phase: Phase::Backoff { until: now },
+            core: None,
+            socket: None,
+            write_interest: false,
+            spare_buf: Vec::new(),
+            spare_reqs: VecDeque::new(),
+            backoff,
+            initial: Some(initial),
+            more_to_read: false,
+            shutting_down: false,
+        }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.shared.info.addr
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.settings.counters
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.phase, Phase::Closed)
+    }
+
+    /// Nothing left to send or to wait for (used to end a shutdown early).
+    pub(crate) fn is_quiet(&self) -> bool {
+        match (&self.phase, &self.core) {
+            (Phase::Closed, _) => true,
+            (Phase::Open, Some(core)) => {
+                core.is_ready()
+                    && core.pending_len() == 0
+                    && core.unsent_len() == 0
+                    && self.shared.staging.lock().requests.is_empty()
+            }
+            _ => false,
+        }
+    }
+
+    /// When this connection next needs the thread's attention.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Connecting { deadline } => Some(*deadline),
+            Phase::Backoff { until } => Some(*until),
+            Phase::Closed => None,
+            Phase::Open => {
+                let core = self.core.as_ref()?;
+                let deadline = core.poll_deadline();
+                let flush = if self.write_interest {
+                    None // waiting for WRITABLE, not for a time
+                } else {
+                    core.poll_flush_at()
+                };
+                match (flush, deadline) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        }
+    }
+
+    fn set_state(&self, state: u8) {
+        let _staging = self.shared.staging.lock();
+        self.shared.state.store(state, Ordering::Release);
+    }
+
+    fn start_connect(&mut self, registry: &Registry, now: Instant) {
+        let addr = self.addr();
+        let mut socket = match TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => return self.teardown(registry, connect_error(addr, &e), now),
+        };
+        if let Err(e) = registry.register(
+            &mut socket,
+            self.token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            return self.teardown(registry, connect_error(addr, &e), now);
+        }
+        let config = ConnConfig {
+            role: self.shared.info.role,
+            ..self.settings.conn.clone()
+        };
+        self.socket = Some(socket);
+        self.write_interest = true;
+        self.core = Some(Connection::new(config, now));
+        self.phase = Phase::Connecting {
+            deadline: now + self.settings.connect_timeout,
+        };
+        if !self.shutting_down {
+            self.set_state(CONNECTING);
+        }
+        log::debug!("connecting to {addr}");
+    }
+
+    /// A readiness event for this connection's socket.
+    pub(crate) fn on_socket_event(&mut self, registry: &Registry, readable: bool, now: Instant) {
+        if let Phase::Connecting { .. } = self.phase {
+            let Some(socket) = &self.socket else { return };
+            let addr = self.addr();
+            if let Ok(Some(e)) | Err(e) = socket.take_error() {
+                return self.teardown(registry, connect_error(addr, &e), now);
+            }
+            match socket.peer_addr() {
+                Ok(_) => {
+                    if let Err(e) = socket.set_nodelay(true) {
+                        log::warn!("TCP_NODELAY on {addr}: {e}");
+                    }
+                    self.phase = Phase::Open;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => return self.teardown(registry, connect_error(addr, &e), now),
+            }
+        }
+        if readable {
+            self.read(registry, now);
+        }
+    }
+
+    fn read(&mut self, registry: &Registry, now: Instant) {
+        self.more_to_read = false;
+        let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
+            return;
+        };
+        let mut budget = READ_BUDGET;
+        loop {
+            if budget == 0 {
+                self.more_to_read = true;
+                break;
+            }
+            match core.read_from(socket, now) {
+                Ok(0) => {
+                    core.handle_eof(now);
+                    break;
+                }
+                Ok(_) => {
+                    budget -= 1;
+                    Counters::add(&self.settings.counters.reads, 1);
+                    if let Some(closed) = dispatch(
+                        core,
+                        &self.shared,
+                        &self.settings,
+                        &mut self.initial,
+                        &mut self.backoff,
+                    ) {
+                        return self.teardown(registry, closed, now);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    core.handle_io_error(e.kind(), now);
+                    break;
+                }
+            }
+        }
+        self.after_io(registry, now);
+    }
+
+    /// Dispatches events and tears down a connection the core has closed.
+    fn after_io(&mut self, registry: &Registry, now: Instant) {
+        let Some(core) = &mut self.core else { return };
+        if let Some(closed) = dispatch(
+            core,
+            &self.shared,
+            &self.settings,
+            &mut self.initial,
+            &mut self.backoff,
+        ) {
+            self.teardown(registry, closed, now);
+        }
+    }
+
+    /// Moves staged commands into the core (double-buffered, no allocation).
+    fn drain_staging(&mut self, now: Instant) {
+        {
+            let mut staging = self.shared.staging.lock();
+            self.shared.wake_pending.store(false, Ordering::Release);
+            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
+            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+        }
+        if self.spare_reqs.is_empty() && self.spare_buf.is_empty() {
+            return;
+        }
+        Counters::add(&self.counters().requests, self.spare_reqs.len() as u64);
+        match &mut self.core {
+            Some(core) => core.send_encoded(&self.spare_buf, self.spare_reqs.drain(..), now),
+            None => {
+                let addr = self.addr();
+                let err = if self.shutting_down {
+                    Error::Shutdown
+                } else {
+                    Error::NotConnected { addr }
+                };
+                fail_all(&mut self.spare_reqs, &err, &self.settings);
+            }
+        }
+        self.spare_buf.clear();
+        if self.spare_buf.capacity() > 64 << 20 {
+            self.spare_buf = Vec::new();
+        }
+    }
+
+    fn write(&mut self, registry: &Registry, now: Instant) {
+        let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
+            return;
+        };
+        let mut blocked = false;
+        let (mut writes, mut bytes) = (0u64, 0u64);
+        while let Some(out) = core.poll_transmit(now) {
+            match socket.write(out) {
+                Ok(0) => {
+                    core.handle_io_error(io::ErrorKind::WriteZero, now);
+                    break;
+                }
+                Ok(n) => {
+                    writes += 1;
+                    bytes += n as u64;
+                    core.advance_transmit(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    blocked = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    core.handle_io_error(e.kind(), now);
+                    break;
+                }
+            }
+        }
+        Counters::add(&self.settings.counters.writes, writes);
+        Counters::add(&self.settings.counters.bytes_written, bytes);
+        if blocked != self.write_interest {
+            let interest = if blocked {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            if let Err(e) = registry.reregister(socket, self.token, interest) {
+                core.handle_io_error(e.kind(), now);
+            }
+            self.write_interest = blocked;
+        }
+        self.after_io(registry, now);
+    }
+
+    /// Timers, staged commands and writes; called on every loop turn.
+    pub(crate) fn service(&mut self, registry: &Registry, now: Instant, notified: bool) {
+        if self.more_to_read {
+            self.read(registry, now);
+        }
+        match self.phase {
+            Phase::Backoff { until } => {
+                if notified {
+                    self.drain_staging(now);
+                }
+                if now >= until && !self.shutting_down {
+                    self.start_connect(registry, now);
+                }
+            }
+            Phase::Connecting { deadline } => {
+                if notified {
+                    self.drain_staging(now);
+                }
+                if now >= deadline {
+                    let err = Error::ConnectTimeout {
+                        addr: self.addr(),
+                        after: self.settings.connect_timeout,
+                    };
+                    self.teardown(registry, err, now);
+                }
+            }
+            Phase::Open => {
+                if notified {
+                    self.drain_staging(now);
+                } else if self.shared.wake_pending.load(Ordering::Acquire) {
+                    // A submitter raced a drain; pick its commands up now.
+                    self.drain_staging(now);
+                }
+                if let Some(core) = &mut self.core {
+                    core.handle_timeout(now);
+                }
+                self.after_io(registry, now);
+                if let Phase::Open = self.phase {
+                    self.write(registry, now);
+                }
+            }
+            Phase::Closed => {
+                if notified {
+                    self.drain_staging(now);
+                }
+            }
+        }
+    }
+
+    /// Starts a shutdown: refuse new submissions, fail what cannot be sent.
+    pub(crate) fn begin_shutdown(&mut self, registry: &Registry, now: Instant) {
+        self.shutting_down = true;
+        self.set_state(CLOSED);
+        match self.phase {
+            Phase::Open => self.drain_staging(now),
+            Phase::Closed => self.drain_staging(now),
+            Phase::Connecting { .. } | Phase::Backoff { .. } => {
+                self.teardown(registry, Error::Shutdown, now);
+            }
+        }
+    }
+
+    /// Ends the connection now: everything pending fails with `Shutdown`.
+    pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
+        self.shutting_down = true;
+        if let Some(core) = &mut self.core {
+            core.close();
+        }
+        self.after_io(registry, now);
+        if !self.is_closed() {
+            self.teardown(registry, Error::Shutdown, now);
+        }
+    }
+
+    /// The connection is over: fail everything on it, then reconnect later
+    /// (or stop for good).
+    fn teardown(&mut self, registry: &Registry, error: Error, now: Instant) {
+        if let Some(mut socket) = self.socket.take() {
+            let _ = registry.deregister(&mut socket);
+        }
+        self.more_to_read = false;
+        self.write_interest = false;
+        if let Some(mut core) = self.core.take() {
+            // Anything the core still holds fails with this error.
+            core.close();
+            let mut failed = 0u64;
+            while let Some(ev) = core.poll_event() {
+                if let Event::Failed { user, .. } = ev {
+                    failed += 1;
+                    user.fail(error.clone());
+                }
+            }
+            Counters::add(&self.counters().failed, failed);
+        }
+        let give_up = self.initial.is_some() || self.shutting_down;
+        {
+            let mut staging = self.shared.staging.lock();
+            self.shared
+                .state
+                .store(if give_up { CLOSED } else { DOWN }, Ordering::Release);
+            self.shared.wake_pending.store(false, Ordering::Release);
+            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+            staging.buf.clear();
+        }
+        let staged_err = if give_up {
+            error.clone()
+        } else {
+            Error::NotConnected { addr: self.addr() }
+        };
+        fail_all(&mut self.spare_reqs, &staged_err, &self.settings);
+        Counters::add(&self.counters().disconnects, 1);
+        self.settings
+            .observer
+            .on_disconnected(&self.shared.info, &error);
+        if let Some(initial) = self.initial.take() {
+            initial.complete(Err(error));
+            self.phase = Phase::Closed;
+        } else if self.shutting_down {
+            self.phase = Phase::Closed;
+        } else {
+            let delay = self.backoff.next_delay();
+            log::warn!(
+                "connection to {} lost ({error}); reconnect attempt {} in {delay:?}",
+                self.addr(),
+                self.backoff.attempts()
+            );
+            self.phase = Phase::Backoff { until: now + delay };
+        }
+    }
+}
+
+fn connect_error(addr: std::net::SocketAddr, e: &io::Error) -> Error {
+    Error::Connect {
+        addr,
+        kind: e.kind(),
+        reason: e.to_string().into(),
+    }
+}
+
+fn fail_all(reqs: &mut VecDeque<Request<Completion>>, error: &Error, settings: &Settings) {
+    Counters::add(&settings.counters.failed, reqs.len() as u64);
+    for r in reqs.drain(..) {
+        r.user.fail(error.clone());
+    }
+}
+
+/// Hands every event of the core to its completion or the observer.
+/// Returns the error when the core reports the connection closed.
+fn dispatch(
+    core: &mut Connection<Completion>,
+    shared: &ConnShared,
+    settings: &Settings,
+    initial: &mut Option<Arc<Slot<()>>>,
+    backoff: &mut Backoff,
+) -> Option<Error> {
+    let addr = shared.info.addr;
+    let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let mut closed = None;
+    while let Some(ev) = core.poll_event() {
+        match ev {
+            Event::Connected {
+                protocol,
+                fell_back,
+            } => {
+                {
+                    let _staging = shared.staging.lock();
+                    if shared.state.load(Ordering::Acquire) != CLOSED {
+                        shared.state.store(UP, Ordering::Release);
+                    }
+                }
+                Counters::add(&settings.counters.connects, 1);
+                if backoff.attempts() > 0 {
+                    log::info!("reconnected to {addr} ({protocol:?})");
+                } else {
+                    log::debug!("connected to {addr} ({protocol:?})");
+                }
+                if fell_back {
+                    log::info!("{addr} refused HELLO 3; using RESP2");
+                }
+                backoff.reset();
+                settings
+                    .observer
+                    .on_connected(&shared.info, protocol, fell_back);
+                if let Some(slot) = initial.take() {
+                    slot.complete(Ok(()));
+                }
+            }
+            Event::Reply { user, reply } => {
+                replies += 1;
+                if user.complete(addr, &reply) {
+                    errors += 1;
+                }
+            }
+            Event::Push { push, completes } => {
+                pushes += 1;
+                settings.observer.on_push(&shared.info, &push);
+                if let Some(user) = completes {
+                    replies += 1;
+                    user.complete(addr, &push);
+                }
+            }
+            Event::Failed { user, error } => {
+                failed += 1;
+                user.fail(Error::from_conn(addr, error, settings.connect_timeout));
+            }
+            Event::Closed { error } => {
+                closed = Some(Error::from_conn(addr, error, settings.connect_timeout));
+            }
+        }
+    }
+    let c = &settings.counters;
+    Counters::add(&c.replies, replies);
+    Counters::add(&c.error_replies, errors);
+    Counters::add(&c.pushes, pushes);
+    Counters::add(&c.failed, failed);
+    closed
+}

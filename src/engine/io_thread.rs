@@ -1,0 +1,110 @@
+//! One I/O thread: a `mio::Poll`, a `Waker`, and the connections it owns.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+
+use crate::engine::driver::Driver;
+use crate::engine::shared::{Control, ThreadShared};
+
+/// The waker's token; connection `i` uses `Token(i + 1)`.
+pub(crate) const WAKER: Token = Token(0);
+
+/// Below this, `epoll_wait`'s millisecond timeout is too coarse: poll
+/// without waiting, then sleep for the exact remainder.
+const POLL_RESOLUTION: Duration = Duration::from_millis(1);
+
+pub(crate) struct IoThread {
+    pub(crate) poll: Poll,
+    pub(crate) shared: Arc<ThreadShared>,
+    pub(crate) drivers: Vec<Driver>,
+}
+
+impl IoThread {
+    /// Runs until shutdown has flushed or failed everything.
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut notified: Vec<usize> = Vec::new();
+        let mut flags = vec![false; self.drivers.len()];
+        let mut shutdown_deadline: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            let mut next = shutdown_deadline;
+            let mut immediate = false;
+            for d in &self.drivers {
+                immediate |= d.more_to_read;
+                if let Some(t) = d.next_deadline() {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+            let timeout = if immediate {
+                Some(Duration::ZERO)
+            } else {
+                next.map(|t| t.saturating_duration_since(now))
+            };
+            let result = match timeout {
+                Some(t) if !t.is_zero() && t < POLL_RESOLUTION => {
+                    let r = self.poll.poll(&mut events, Some(Duration::ZERO));
+                    if matches!(r, Ok(())) && events.is_empty() {
+                        std::thread::sleep(t);
+                    }
+                    r
+                }
+                t => self.poll.poll(&mut events, t),
+            };
+            if let Err(e) = result {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    log::error!("I/O thread poll failed: {e}; stopping its connections");
+                    let now = Instant::now();
+                    let registry = self.poll.registry();
+                    for d in &mut self.drivers {
+                        d.abort(registry, now);
+                    }
+                    return;
+                }
+                events.clear();
+            }
+            let now = Instant::now();
+            let registry = self.poll.registry();
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    continue;
+                }
+                let Some(d) = self.drivers.get_mut(ev.token().0 - 1) else {
+                    continue;
+                };
+                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                d.on_socket_event(registry, readable, now);
+            }
+            for c in std::mem::take(&mut *self.shared.control.lock()) {
+                match c {
+                    Control::Shutdown(deadline) => {
+                        shutdown_deadline = Some(deadline);
+                        for d in &mut self.drivers {
+                            d.begin_shutdown(registry, now);
+                        }
+                    }
+                }
+            }
+            std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);
+            for &i in &notified {
+                if let Some(f) = flags.get_mut(i) {
+                    *f = true;
+                }
+            }
+            notified.clear();
+            for (d, flag) in self.drivers.iter_mut().zip(flags.iter_mut()) {
+                d.service(registry, now, std::mem::take(flag));
+            }
+            if let Some(deadline) = shutdown_deadline {
+                if self.drivers.iter().all(Driver::is_quiet) || now >= deadline {
+                    for d in &mut self.drivers {
+                        d.abort(registry, now);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The engine: I/O threads, pipelined connections and the public API.
+
+mod backoff;
+mod builder;
+mod driver;
+mod io_thread;
+mod pending;
+mod shared;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::{Poll, Token, Waker};
+use parking_lot::Mutex;
+use resp::Value;
+
+pub use builder::Builder;
+pub use pending::Pending;
+pub use shared::Stats;
+
+use crate::conn::{ConnConfig, ReplyKind, Request, Role};
+use crate::error::Error;
+use crate::observer::{ConnInfo, Observer};
+use driver::Driver;
+use io_thread::{IoThread, WAKER};
+use pending::{Completion, Slot};
+use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
+
+/// Settings every connection and I/O thread reads.
+pub(crate) struct Settings {
+    pub(crate) conn: ConnConfig,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) observer: Arc<dyn Observer>,
+    pub(crate) counters: Counters,
+}
+
+/// How to publish one message.
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// `SPUBLISH` (sharded Pub/Sub, Redis 7+) instead of `PUBLISH`.
+    pub sharded: bool,
+}
+
+impl PublishOptions {
+    /// Classic `PUBLISH`.
+    pub fn classic() -> Self {
+        PublishOptions { sharded: false }
+    }
+
+    /// Sharded `SPUBLISH`.
+    pub fn sharded() -> Self {
+        PublishOptions { sharded: true }
+    }
+}
+
+struct ServerEntry {
+    addr: SocketAddr,
+    conns: Vec<Arc<ConnShared>>,
+}
+
+struct Inner {
+    servers: Vec<ServerEntry>,
+    threads: Vec<Arc<ThreadShared>>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    settings: Arc<Settings>,
+    next: AtomicUsize,
+    shut: AtomicBool,
+    shutdown_timeout: Duration,
+}
+
+/// A pool of pipelined connections to one or more servers, driven by
+/// I/O threads. Share it between threads with an `Arc`; every method takes
+/// `&self`. Dropping it shuts it down (see [`Engine::shutdown`]).
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("servers", &self.servers())
+            .field("io_threads", &self.inner.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Settings for a new engine.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    fn start(
+        settings: Arc<Settings>,
+        addrs: &[SocketAddr],
+        per_server: usize,
+        threads: usize,
+        seed: u64,
+        shutdown_timeout: Duration,
+    ) -> Result<Engine, Error> {
+        let mut polls = Vec::with_capacity(threads);
+        let mut thread_shared = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let io = |e: std::io::Error| Error::Config(format!("cannot create poller: {e}").into());
+            let poll = Poll::new().map_err(io)?;
+            let waker = Waker::new(poll.registry(), WAKER).map_err(io)?;
+            thread_shared.push(Arc::new(ThreadShared {
+                waker,
+                ready: Mutex::new(Vec::new()),
+                control: Mutex::new(Vec::new()),
+            }));
+            polls.push(poll);
+        }
+        let now = Instant::now();
+        let mut drivers: Vec<Vec<Driver>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut servers = Vec::with_capacity(addrs.len());
+        let mut initial = Vec::new();
+        let mut global = 0usize;
+        for (server, &addr) in addrs.iter().enumerate() {
+            let mut conns = Vec::with_capacity(per_server);
+            for index in 0..per_server {
+                let t = global % threads;
+                let local = drivers[t].len();
+                let shared = Arc::new(ConnShared {
+                    info: ConnInfo {
+                        server,
+                        addr,
+                        index,
+                        role: Role::Command,
+                    },
+                    staging: Mutex::new(Staging::default()),
+                    state: AtomicU8::new(CONNECTING),
+                    wake_pending: AtomicBool::new(false),
+                    thread: thread_shared[t].clone(),
+                    local,
+                });
+                let (pending, slot) = Pending::<()>::new();
+                initial.push(pending);
+                let conn_seed = seed ^ (global as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                drivers[t].push(Driver::new(
+                    shared.clone(),
+                    settings.clone(),
+                    Token(local + 1),
+                    conn_seed,
+                    slot,
+                    now,
+                ));
+                conns.push(shared);
+                global += 1;
+            }
+            servers.push(ServerEntry { addr, conns });
+        }
+        let mut handles = Vec::with_capacity(threads);
+        for (n, (poll, drivers)) in polls.into_iter().zip(drivers).enumerate() {
+            let io = IoThread {
+                poll,
+                shared: thread_shared[n].clone(),
+                drivers,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("shardsub-io-{n}"))
+                .spawn(move || io.run())
+                .map_err(|e| Error::Config(format!("cannot spawn I/O thread: {e}").into()))?;
+            handles.push(h);
+        }
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                servers,
+                threads: thread_shared,
+                handles: Mutex::new(handles),
+                settings: settings.clone(),
+                next: AtomicUsize::new(0),
+                shut: AtomicBool::new(false),
+                shutdown_timeout,
+            }),
+        };
+        // Each connection reports its first handshake (or why it failed)
+        // within the connect timeout; the margin covers thread start-up.
+        let limit = settings.connect_timeout + Duration::from_secs(1);
+        for p in initial {
+            if let Err(e) = p.wait_timeout(limit) {
+                engine.shutdown();
+                return Err(e);
+            }
+        }
+        Ok(engine)
+    }
+
+    /// The servers' addresses, in builder order.
+    pub fn servers(&self) -> Vec<SocketAddr> {
+        self.inner.servers.iter().map(|s| s.addr).collect()
+    }
+
+    /// A snapshot of the engine's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.settings.counters.snapshot()
+    }
+
+    /// The connection for a channel: its shard, then a connection picked by
+    /// the channel's hash (so one channel's messages stay in order), or
+    /// another one of that server that is up.
+    fn route_channel(&self, channel: &[u8]) -> &ConnShared {
+        let servers = &self.inner.servers;
+        let s = if servers.len() == 1 {
+            0
+        } else {
+            shardcore::shard_of(channel, servers.len() as u32) as usize
+        };
+        let conns = &servers[s].conns;
+        if conns.len() == 1 {
+            return &conns[0];
+        }
+        let first = (shardcore::channel_hash(channel) % conns.len() as u64) as usize;
+        (0..conns.len())
+            .map(|k| &*conns[(first + k) % conns.len()])
+            .find(|c| c.is_up())
+            .unwrap_or(&conns[first])
+    }
+
+    fn route_server(&self, server: usize) -> Result<&ConnShared, Error> {
+        let entry = self.inner.servers.get(server).ok_or_else(|| {
+            Error::Config(
+                format!(
+                    "server index {server} out of range ({} servers)",
+                    self.inner.servers.len()
+                )
+                .into(),
+            )
+        })?;
+        let conns = &entry.conns;
+        let first = self.inner.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+        Ok((0..conns.len())
+            .map(|k| &*conns[(first + k) % conns.len()])
+            .find(|c| c.is_up())
+            .unwrap_or(&conns[first]))
+    }
+
+    /// Publishes `payload` to `channel` with `PUBLISH`, fire-and-forget.
+    /// Allocates nothing in steady state; the message leaves with the next
+    /// write of its connection. An error reply is counted in
+    /// [`Stats::error_replies`].
+    ///
+    /// # Errors
+    ///
+    /// Only what is known at once: [`Error::NotConnected`] while the
+    /// channel's server is reconnecting, [`Error::Shutdown`] after shutdown.
+    pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+        self.publish_with(channel, payload, PublishOptions::classic())
+    }
+
+    /// [`Engine::publish`] with options (`SPUBLISH` with
+    /// [`PublishOptions::sharded`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::publish`].
+    pub fn publish_with(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<(), Error> {
+        let conn = self.route_channel(channel);
+        let cmd: &[u8] = if options.sharded {
+            b"SPUBLISH"
+        } else {
+            b"PUBLISH"
+        };
+        conn.submit(
+            |buf| resp::encode_command(buf, [cmd, channel, payload]),
+            Request::single(Completion::Discard),
+        )
+        .map_err(|(_, e)| e)
+    }
+
+    /// Publishes and returns a handle to the outcome: the number of
+    /// subscribers that received the message, or why it failed.
+    pub fn publish_pending(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Pending<i64> {
+        let (pending, slot) = Pending::new();
+        let conn = self.route_channel(channel);
+        let cmd: &[u8] = if options.sharded {
+            b"SPUBLISH"
+        } else {
+            b"PUBLISH"
+        };
+        if let Err((req, e)) = conn.submit(
+            |buf| resp::encode_command(buf, [cmd, channel, payload]),
+            Request::single(Completion::Integer(slot)),
+        ) {
+            req.user.fail(e);
+        }
+        pending
+    }
+
+    /// Sends any command to the first server and waits for its reply.
+    ///
+    /// Do not call this from an [`Observer`] or a [`Pending::then`]
+    /// callback: those run on the I/O thread that would deliver the reply.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Reply`] for an error reply; otherwise the connection's
+    /// failure ([`Error::Timeout`], [`Error::ConnectionLost`],
+    /// [`Error::NotConnected`], [`Error::Shutdown`], …).
+    pub fn command<I>(&self, args: I) -> Result<Value, Error>
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.command_pending(0, args).wait()
+    }
+
+    /// Sends any command to server `server` (index in the builder's list)
+    /// and returns a handle to its reply. Connections of that server are
+    /// used in turn.
+    pub fn command_pending<I>(&self, server: usize, args: I) -> Pending<Value>
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let (pending, slot) = Pending::new();
+        let conn = match self.route_server(server) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.complete(Err(e));
+                return pending;
+            }
+        };
+        if let Err((req, e)) = conn.submit(
+            |buf| resp::encode_command(buf, args),
+            Request {
+                user: Completion::Value(slot),
+                kind: ReplyKind::Single,
+            },
+        ) {
+            req.user.fail(e);
+        }
+        pending
+    }
+
+    /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is
+    /// already submitted is written and its replies awaited for up to the
+    /// shutdown timeout, after which what is left fails with
+    /// [`Error::Shutdown`]. Returns when the I/O threads have exited.
+    /// Idempotent; also run on drop.
+    pub fn shutdown(&self) {
+        if self.inner.shut.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let deadline = Instant::now() + self.inner.shutdown_timeout;
+        for t in &self.inner.threads {
+            t.send_control(Control::Shutdown(deadline));
+        }
+        let handles = std::mem::take(&mut *self.inner.handles.lock());
+        for h in handles {
+            if h.thread().id() == std::thread::current().id() {
+                continue; // called from a callback on an I/O thread
+            }
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Engine>();
+    is::<Pending<Value>>();
+    let _ = Slot::<()>::new;
+}

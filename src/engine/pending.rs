@@ -1,0 +1,270 @@
+//! Completions: how a reply reaches whoever asked for it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use resp::{Frame, Parsed, Value};
+
+use crate::error::Error;
+
+type Callback<T> = Box<dyn FnOnce(Result<T, Error>) + Send + 'static>;
+
+enum State<T> {
+    Waiting,
+    Callback(Callback<T>),
+    Done(Result<T, Error>),
+    Taken,
+}
+
+/// The shared cell between a [`Pending`] and the I/O thread.
+pub(crate) struct Slot<T> {
+    state: Mutex<State<T>>,
+    cond: Condvar,
+}
+
+impl<T> Slot<T> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Slot {
+            state: Mutex::new(State::Waiting),
+            cond: Condvar::new(),
+        })
+    }
+
+    /// Delivers the result: wakes a waiter or runs the callback (on this
+    /// thread, outside the lock). A second result is ignored.
+    pub(crate) fn complete(&self, result: Result<T, Error>) {
+        let mut state = self.state.lock();
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Waiting => {
+                *state = State::Done(result);
+                drop(state);
+                self.cond.notify_all();
+            }
+            State::Callback(f) => {
+                drop(state);
+                f(result);
+            }
+            done @ (State::Done(_) | State::Taken) => *state = done,
+        }
+    }
+}
+
+/// The outcome of a request that is in flight: wait for it (with or without
+/// a timeout), poll it, or hand it a callback.
+///
+/// A request always completes: with its reply, or with an error when its
+/// connection fails, its request timeout passes, or the engine shuts down.
+/// So [`Pending::wait`] returns within about the request timeout (unless
+/// that timeout was set to zero). Never wait on the engine's own I/O thread
+/// (from inside a callback): the reply could then never arrive.
+#[must_use = "a Pending does nothing unless waited on; drop it to ignore the outcome"]
+pub struct Pending<T> {
+    slot: Arc<Slot<T>>,
+}
+
+impl<T> fmt::Debug for Pending<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pending")
+            .field("done", &matches!(&*self.slot.state.lock(), State::Done(_)))
+            .finish()
+    }
+}
+
+impl<T: Send + 'static> Pending<T> {
+    pub(crate) fn new() -> (Self, Arc<Slot<T>>) {
+        let slot = Slot::new();
+        (Pending { slot: slot.clone() }, slot)
+    }
+
+    /// A `Pending` that is already complete.
+    #[cfg(test)]
+    pub(crate) fn ready(result: Result<T, Error>) -> Self {
+        let (p, slot) = Self::new();
+        slot.complete(result);
+        p
+    }
+
+    /// Blocks until the request completes.
+    ///
+    /// # Errors
+    ///
+    /// The request's error: an error reply, a timeout, a lost connection or
+    /// shutdown.
+    pub fn wait(self) -> Result<T, Error> {
+        let mut state = self.slot.state.lock();
+        loop {
+            match std::mem::replace(&mut *state, State::Taken) {
+                State::Done(r) => return r,
+                other => *state = other,
+            }
+            self.slot.cond.wait(&mut state);
+        }
+    }
+
+    /// Blocks until the request completes or `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitTimeout`] when `timeout` passed first (the request
+    /// stays in flight; its outcome is then lost to this handle), otherwise
+    /// as [`Pending::wait`].
+    pub fn wait_timeout(self, timeout: Duration) -> Result<T, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.slot.state.lock();
+        loop {
+            match std::mem::replace(&mut *state, State::Taken) {
+                State::Done(r) => return r,
+                other => *state = other,
+            }
+            if self.slot.cond.wait_until(&mut state, deadline).timed_out() {
+                if let State::Done(_) = &*state {
+                    continue;
+                }
+                return Err(Error::WaitTimeout { after: timeout });
+            }
+        }
+    }
+
+    /// True once the outcome is known.
+    pub fn is_done(&self) -> bool {
+        matches!(&*self.slot.state.lock(), State::Done(_))
+    }
+
+    /// Takes the outcome if it is known, without blocking.
+    pub fn try_take(&mut self) -> Option<Result<T, Error>> {
+        let mut state = self.slot.state.lock();
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Done(r) => Some(r),
+            other => {
+                *state = other;
+                None
+            }
+        }
+    }
+
+    /// Runs `f` with the outcome: at once on this thread if it is known,
+    /// otherwise later on the engine's I/O thread (keep `f` short and never
+    /// block in it).
+    pub fn then<F>(self, f: F)
+    where
+        F: FnOnce(Result<T, Error>) + Send + 'static,
+    {
+        let mut state = self.slot.state.lock();
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Done(r) => {
+                drop(state);
+                f(r);
+            }
+            State::Waiting => *state = State::Callback(Box::new(f)),
+            other => *state = other,
+        }
+    }
+}
+
+/// What the I/O thread does with a request's reply.
+pub(crate) enum Completion {
+    /// Fire-and-forget: error replies are only counted.
+    Discard,
+    /// An integer reply (for example `PUBLISH`'s receiver count).
+    Integer(Arc<Slot<i64>>),
+    /// Any reply, as an owned value.
+    Value(Arc<Slot<Value>>),
+    /// Initial connection's handshake (never a command).
+    #[allow(dead_code)]
+    Unit(Arc<Slot<()>>),
+}
+
+fn error_text(frame: &Frame<'_>) -> Option<Arc<str>> {
+    match frame {
+        Frame::Error(t) | Frame::BlobError(t) => Some(String::from_utf8_lossy(t).into()),
+        _ => None,
+    }
+}
+
+impl Completion {
+    /// Delivers a reply. Returns true when it was an error reply.
+    pub(crate) fn complete(self, addr: SocketAddr, reply: &Parsed<'_>) -> bool {
+        let err = error_text(&reply.frame);
+        let is_err = err.is_some();
+        let as_error = |message| Error::Reply { addr, message };
+        match self {
+            Completion::Discard => {}
+            Completion::Integer(slot) => slot.complete(match (err, reply.frame) {
+                (Some(m), _) => Err(as_error(m)),
+                (None, Frame::Integer(n)) => Ok(n),
+                (None, _) => Err(Error::UnexpectedReply {
+                    addr,
+                    expected: "an integer",
+                }),
+            }),
+            Completion::Value(slot) => slot.complete(match err {
+                Some(m) => Err(as_error(m)),
+                None => Ok(reply.to_value()),
+            }),
+            Completion::Unit(slot) => slot.complete(match err {
+                Some(m) => Err(as_error(m)),
+                None => Ok(()),
+            }),
+        }
+        is_err
+    }
+
+    /// Delivers a failure.
+    pub(crate) fn fail(self, error: Error) {
+        match self {
+            Completion::Discard => {}
+            Completion::Integer(slot) => slot.complete(Err(error)),
+            Completion::Value(slot) => slot.complete(Err(error)),
+            Completion::Unit(slot) => slot.complete(Err(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_gets_the_result_from_another_thread() {
+        let (p, slot) = Pending::<i64>::new();
+        let t = std::thread::spawn(move || slot.complete(Ok(5)));
+        assert_eq!(p.wait().unwrap(), 5);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn wait_timeout_gives_up() {
+        let (p, _slot) = Pending::<i64>::new();
+        let err = p.wait_timeout(Duration::from_millis(10)).unwrap_err();
+        assert!(matches!(err, Error::WaitTimeout { .. }));
+    }
+
+    #[test]
+    fn then_runs_now_or_later() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        Pending::ready(Ok(1)).then({
+            let tx = tx.clone();
+            move |r| tx.send(r.unwrap()).unwrap()
+        });
+        assert_eq!(rx.try_recv().unwrap(), 1);
+        let (p, slot) = Pending::<i64>::new();
+        p.then(move |r| tx.send(r.unwrap()).unwrap());
+        assert!(rx.try_recv().is_err());
+        slot.complete(Ok(2));
+        slot.complete(Ok(3)); // ignored
+        assert_eq!(rx.try_recv().unwrap(), 2);
+    }
+
+    #[test]
+    fn try_take() {
+        let (mut p, slot) = Pending::<i64>::new();
+        assert!(p.try_take().is_none());
+        assert!(!p.is_done());
+        slot.complete(Err(Error::Shutdown));
+        assert!(p.is_done());
+        assert!(matches!(p.try_take(), Some(Err(Error::Shutdown))));
+    }
+}

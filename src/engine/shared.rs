@@ -1,0 +1,179 @@
+//! State shared between submitting threads and the I/O threads.
+//!
+//! Each connection has a staging area: submitting threads encode commands
+//! straight into its buffer and append their completions, under a mutex held
+//! only for that copy. An atomic flag makes only the first submitter after a
+//! drain wake the I/O thread. The I/O thread swaps the staging buffers with
+//! its own spares (double buffering), so steady-state submission allocates
+//! nothing.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::conn::Request;
+use crate::engine::pending::Completion;
+use crate::error::Error;
+use crate::observer::ConnInfo;
+
+/// Connection states seen by submitters.
+pub(crate) const CONNECTING: u8 = 0;
+pub(crate) const UP: u8 = 1;
+pub(crate) const DOWN: u8 = 2;
+pub(crate) const CLOSED: u8 = 3;
+
+/// Commands waiting for the I/O thread.
+#[derive(Default)]
+pub(crate) struct Staging {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) requests: VecDeque<Request<Completion>>,
+}
+
+/// One connection, as submitters see it.
+pub(crate) struct ConnShared {
+    pub(crate) info: ConnInfo,
+    pub(crate) staging: Mutex<Staging>,
+    /// One of the state constants; written under the staging lock.
+    pub(crate) state: AtomicU8,
+    /// Set by the first submitter after a drain; cleared by the drain.
+    pub(crate) wake_pending: AtomicBool,
+    pub(crate) thread: Arc<ThreadShared>,
+    /// Index in the owning thread's connection table.
+    pub(crate) local: usize,
+}
+
+impl ConnShared {
+    /// Encodes a command into the staging area. On a connection that cannot
+    /// take it, gives the completion back with the reason.
+    pub(crate) fn submit<F>(
+        &self,
+        encode: F,
+        request: Request<Completion>,
+    ) -> Result<(), (Request<Completion>, Error)>
+    where
+        F: FnOnce(&mut Vec<u8>),
+    {
+        let mut staging = self.staging.lock();
+        match self.state.load(Ordering::Acquire) {
+            DOWN => {
+                return Err((
+                    request,
+                    Error::NotConnected {
+                        addr: self.info.addr,
+                    },
+                ))
+            }
+            CLOSED => return Err((request, Error::Shutdown)),
+            _ => {}
+        }
+        encode(&mut staging.buf);
+        staging.requests.push_back(request);
+        let wake = !self.wake_pending.swap(true, Ordering::AcqRel);
+        drop(staging);
+        if wake {
+            self.thread.notify(self.local);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.state.load(Ordering::Acquire) == UP
+    }
+}
+
+/// Requests to an I/O thread that are not commands.
+pub(crate) enum Control {
+    /// Start shutting down: flush, then fail what is left at the deadline.
+    Shutdown(std::time::Instant),
+}
+
+/// One I/O thread, as other threads see it.
+pub(crate) struct ThreadShared {
+    pub(crate) waker: mio::Waker,
+    /// Connections with staged work.
+    pub(crate) ready: Mutex<Vec<usize>>,
+    pub(crate) control: Mutex<Vec<Control>>,
+}
+
+impl ThreadShared {
+    pub(crate) fn notify(&self, local: usize) {
+        self.ready.lock().push(local);
+        if let Err(e) = self.waker.wake() {
+            log::error!("cannot wake I/O thread: {e}");
+        }
+    }
+
+    pub(crate) fn send_control(&self, c: Control) {
+        self.control.lock().push(c);
+        if let Err(e) = self.waker.wake() {
+            log::error!("cannot wake I/O thread: {e}");
+        }
+    }
+}
+
+/// Engine-wide counters (relaxed atomics, bumped per batch, not per call).
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub(crate) requests: AtomicU64,
+    pub(crate) replies: AtomicU64,
+    pub(crate) error_replies: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) pushes: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) bytes_written: AtomicU64,
+    pub(crate) reads: AtomicU64,
+    pub(crate) connects: AtomicU64,
+    pub(crate) disconnects: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of the engine's counters.
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests handed to connections (publishes and commands).
+    pub requests: u64,
+    /// Replies received.
+    pub replies: u64,
+    /// Replies that were errors (including fire-and-forget publishes).
+    pub error_replies: u64,
+    /// Requests that failed without a reply (connection lost, timeout…).
+    pub failed: u64,
+    /// Push frames received.
+    pub pushes: u64,
+    /// `write` system calls.
+    pub writes: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// `read` system calls that returned data.
+    pub reads: u64,
+    /// Successful handshakes (first connects and reconnects).
+    pub connects: u64,
+    /// Connections lost or closed.
+    pub disconnects: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> Stats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            requests: g(&self.requests),
+            replies: g(&self.replies),
+            error_replies: g(&self.error_replies),
+            failed: g(&self.failed),
+            pushes: g(&self.pushes),
+            writes: g(&self.writes),
+            bytes_written: g(&self.bytes_written),
+            reads: g(&self.reads),
+            connects: g(&self.connects),
+            disconnects: g(&self.disconnects),
+        }
+    }
+}

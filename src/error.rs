@@ -1,0 +1,209 @@
+//! The engine's error type: what failed, where, and what the caller can do.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::conn::ConnError;
+
+/// Everything that can go wrong between a call into the engine and its reply.
+///
+/// Cheap to clone: when a connection dies, every request pending on it gets
+/// a copy of the same error.
+#[non_exhaustive]
+#[derive(Clone, Debug)]
+pub enum Error {
+    /// A builder setting is invalid (the text says which and why). Fix the
+    /// configuration; retrying will not help.
+    Config(Arc<str>),
+    /// An address could not be resolved to a socket address. Check the
+    /// `host:port` spelling.
+    Resolve {
+        /// The address as given.
+        addr: Arc<str>,
+        /// What the resolver said.
+        reason: Arc<str>,
+    },
+    /// The TCP connection could not be made (refused, unreachable…). Check
+    /// that the server runs and listens on this address.
+    Connect {
+        /// The server.
+        addr: SocketAddr,
+        /// The socket error's kind.
+        kind: io::ErrorKind,
+        /// The socket error's text.
+        reason: Arc<str>,
+    },
+    /// Connecting (TCP and handshake) took longer than the connect timeout.
+    ConnectTimeout {
+        /// The server.
+        addr: SocketAddr,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The server refused the credentials (`AUTH` / `HELLO … AUTH`). Check
+    /// the user name and password; retrying will not help.
+    Auth {
+        /// The server.
+        addr: SocketAddr,
+        /// The server's error text.
+        message: Arc<str>,
+    },
+    /// The server refused a handshake step other than authentication (for
+    /// example `CLIENT SETNAME`).
+    Handshake {
+        /// The server.
+        addr: SocketAddr,
+        /// The server's error text.
+        message: Arc<str>,
+    },
+    /// The server answered with an error reply (`-ERR …`, `-WRONGTYPE …`).
+    /// The connection is fine; the command was wrong for the server.
+    Reply {
+        /// The server.
+        addr: SocketAddr,
+        /// The error text, code first.
+        message: Arc<str>,
+    },
+    /// The reply had a type the call cannot use (for example a `PUBLISH`
+    /// reply that is not an integer).
+    UnexpectedReply {
+        /// The server.
+        addr: SocketAddr,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// No reply arrived within the request timeout. The connection is then
+    /// restarted (replies are matched in order, so it cannot be trusted);
+    /// the command may or may not have run.
+    Timeout {
+        /// The server.
+        addr: SocketAddr,
+        /// The request timeout.
+        after: Duration,
+    },
+    /// The server sent bytes that are not valid RESP; the connection was
+    /// closed and is being re-established. The command may or may not have run.
+    Protocol {
+        /// The server.
+        addr: SocketAddr,
+        /// What the parser found.
+        error: resp::ParseError,
+    },
+    /// The connection broke before the reply arrived; it is being
+    /// re-established. The command may or may not have run.
+    ConnectionLost {
+        /// The server.
+        addr: SocketAddr,
+        /// How it broke.
+        reason: ConnError,
+    },
+    /// The connection to this server is down and reconnecting; nothing was
+    /// sent. Retry later.
+    NotConnected {
+        /// The server.
+        addr: SocketAddr,
+    },
+    /// The engine has been shut down; nothing was sent.
+    Shutdown,
+    /// [`Pending::wait_timeout`](crate::Pending::wait_timeout) gave up; the
+    /// request itself is still in flight and will complete or fail on its own.
+    WaitTimeout {
+        /// How long the wait was.
+        after: Duration,
+    },
+}
+
+impl Error {
+    /// The error for a request that was pending on a connection that ended.
+    pub(crate) fn from_conn(addr: SocketAddr, error: ConnError, connect_timeout: Duration) -> Self {
+        match error {
+            ConnError::Protocol(error) => Error::Protocol { addr, error },
+            ConnError::Timeout(after) => Error::Timeout { addr, after },
+            ConnError::HandshakeTimeout(_) => Error::ConnectTimeout {
+                addr,
+                after: connect_timeout,
+            },
+            ConnError::Auth(message) => Error::Auth { addr, message },
+            ConnError::Handshake(message) => Error::Handshake { addr, message },
+            ConnError::Aborted => Error::Shutdown,
+            reason => Error::ConnectionLost { addr, reason },
+        }
+    }
+
+    /// True when the request may be retried as it is: the failure was the
+    /// connection's, not the command's.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::Timeout { .. }
+                | Error::Protocol { .. }
+                | Error::ConnectionLost { .. }
+                | Error::NotConnected { .. }
+                | Error::WaitTimeout { .. }
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(what) => write!(f, "invalid configuration: {what}"),
+            Error::Resolve { addr, reason } => {
+                write!(
+                    f,
+                    "cannot resolve server address {addr:?}: {reason} (expected host:port)"
+                )
+            }
+            Error::Connect { addr, reason, .. } => write!(
+                f,
+                "cannot connect to {addr}: {reason} (is the server running and listening there?)"
+            ),
+            Error::ConnectTimeout { addr, after } => {
+                write!(f, "connecting to {addr} took longer than {after:?}")
+            }
+            Error::Auth { addr, message } => write!(
+                f,
+                "{addr} refused the credentials: {message} (check username and password)"
+            ),
+            Error::Handshake { addr, message } => {
+                write!(f, "{addr} refused the connection handshake: {message}")
+            }
+            Error::Reply { addr, message } => write!(f, "{addr} replied with an error: {message}"),
+            Error::UnexpectedReply { addr, expected } => {
+                write!(f, "{addr} sent a reply that is not {expected}")
+            }
+            Error::Timeout { addr, after } => write!(
+                f,
+                "no reply from {addr} within {after:?}; the connection is being restarted \
+                 and the command may or may not have run"
+            ),
+            Error::Protocol { addr, error } => write!(
+                f,
+                "{addr} sent invalid RESP ({error}); the connection is being restarted"
+            ),
+            Error::ConnectionLost { addr, reason } => write!(
+                f,
+                "connection to {addr} lost before the reply ({reason}); reconnecting, \
+                 the command may or may not have run"
+            ),
+            Error::NotConnected { addr } => {
+                write!(
+                    f,
+                    "not connected to {addr} (reconnecting); nothing was sent, retry later"
+                )
+            }
+            Error::Shutdown => f.write_str("the engine has been shut down"),
+            Error::WaitTimeout { after } => write!(
+                f,
+                "gave up waiting after {after:?}; the request is still in flight"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,56 @@
+//! Hooks for what happens on connections: pushes and connection changes.
+//!
+//! The Pub/Sub and cluster layers plug in here; so can an application that
+//! wants to see `DEBUG PROTOCOL push` frames or count reconnects.
+
+use std::net::SocketAddr;
+
+use resp::Parsed;
+
+use crate::conn::{Protocol, Role};
+use crate::error::Error;
+
+/// Which connection an event comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConnInfo {
+    /// Index of the server in the builder's address list.
+    pub server: usize,
+    /// The server's address.
+    pub addr: SocketAddr,
+    /// Index of the connection among the server's connections of its role.
+    pub index: usize,
+    /// What the connection carries.
+    pub role: Role,
+}
+
+/// Receives connection events, on the connection's I/O thread.
+///
+/// Every method has an empty default. Calls for one connection come in
+/// order, from one thread; keep them short and never block in them (a
+/// blocked I/O thread stops every connection it owns).
+pub trait Observer: Send + Sync + 'static {
+    /// A push frame arrived (RESP3 `>`, or a RESP2 Pub/Sub array on a
+    /// subscribe connection). `push.attributes` holds any attribute that
+    /// preceded it. The frame borrows the connection's buffer.
+    fn on_push(&self, conn: &ConnInfo, push: &Parsed<'_>) {
+        let _ = (conn, push);
+    }
+
+    /// A connection finished its handshake (first connect or reconnect).
+    fn on_connected(&self, conn: &ConnInfo, protocol: Protocol, fell_back: bool) {
+        let _ = (conn, protocol, fell_back);
+    }
+
+    /// A connection ended; every request pending on it has failed with
+    /// `error` (or an error derived from it). A reconnect follows unless the
+    /// engine is shutting down.
+    fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {
+        let _ = (conn, error);
+    }
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub(crate) struct NoObserver;
+
+impl Observer for NoObserver {}
