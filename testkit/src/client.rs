@@ -4,7 +4,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::interim;
+use resp::{Decoder, Limits, Status};
+
 use crate::{Error, Value};
 
 /// How long [`Client::connect`] waits for the TCP handshake.
@@ -22,6 +23,7 @@ pub struct Client {
     addr: SocketAddr,
     input: Vec<u8>,
     output: Vec<u8>,
+    decoder: Decoder,
 }
 
 impl Client {
@@ -41,6 +43,7 @@ impl Client {
             addr,
             input: Vec::with_capacity(4096),
             output: Vec::with_capacity(256),
+            decoder: Decoder::new(Limits::default()),
         };
         client.set_timeout(IO_TIMEOUT)?;
         Ok(client)
@@ -101,13 +104,18 @@ impl Client {
     /// bytes or when the server closes the connection.
     pub fn read_value(&mut self) -> Result<Value, Error> {
         loop {
-            match interim::parse(&self.input) {
-                Ok(Some((value, consumed))) => {
+            match self.decoder.decode(&self.input) {
+                Ok(Status::Complete(parsed)) => {
+                    let (value, consumed) = (parsed.to_value(), parsed.consumed);
                     self.input.drain(..consumed);
                     return Ok(value);
                 }
-                Ok(None) => {}
-                Err(msg) => return Err(Error::Protocol(format!("from {}: {msg}", self.addr))),
+                Ok(Status::Incomplete) => {}
+                Err(e) => {
+                    self.decoder.reset();
+                    self.input.clear();
+                    return Err(Error::Protocol(format!("from {}: {e}", self.addr)));
+                }
             }
             let mut chunk = [0u8; 16 * 1024];
             let n = self

@@ -38,7 +38,6 @@ mod cluster;
 mod cluster_ops;
 mod error;
 mod fake;
-mod interim;
 mod kind;
 mod process;
 mod proxy;

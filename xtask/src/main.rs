@@ -1,2 +1,50 @@
-//! `cargo xtask demo | test` (being written).
-fn main() {}
+//! `cargo xtask demo | test | install | fuzz`: the project's two-command
+//! entry points. Each installs what is missing first and says so.
+
+mod demo;
+mod install;
+mod run;
+mod test;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  demo      start a local 3-master cluster (Redis and Valkey), print its slot
+            map and the RESP3 reply of DEBUG PROTOCOL attrib, stop it
+  test      the whole suite: fmt, clippy, tests on both servers, doc tests,
+            benches once, fuzz smoke
+  install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
+  fuzz [SECS]  run every fuzz target for SECS seconds (default 20)
+
+environment:
+  SHARDSUB_SERVERS=redis,valkey   server kinds the tests run against
+  XTASK_FUZZ_SECS=20              fuzz smoke time per target in `test`
+  XTASK_SKIP=fuzz,bench           test steps to skip";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("demo") => demo::run(),
+        Some("test") => test::run(),
+        Some("install") => install::all().map(|_| ()),
+        Some("fuzz") => {
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
+            test::fuzz_only(secs)
+        }
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xtask: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

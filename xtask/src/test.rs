@@ -1,0 +1,219 @@
+//! `cargo xtask test`: every check, timed, with a summary at the end.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use crate::install;
+use crate::run::{self, cargo, root};
+
+/// Default fuzz smoke time per target, in seconds.
+const FUZZ_SECS: u64 = 20;
+
+enum Outcome {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+#[derive(Default)]
+struct Report {
+    steps: Vec<(String, f64, Outcome)>,
+}
+
+impl Report {
+    fn step(&mut self, name: &str, body: impl FnOnce() -> Result<(), String>) -> bool {
+        if skipped(name) {
+            println!("\nxtask: === {name}: skipped (XTASK_SKIP)");
+            self.steps
+                .push((name.into(), 0.0, Outcome::Skipped("XTASK_SKIP".into())));
+            return true;
+        }
+        println!("\nxtask: === {name}");
+        let start = Instant::now();
+        let outcome = match body() {
+            Ok(()) => Outcome::Passed,
+            Err(msg) => {
+                eprintln!("xtask: {name} FAILED: {msg}");
+                Outcome::Failed(msg)
+            }
+        };
+        let ok = !matches!(outcome, Outcome::Failed(_));
+        self.steps
+            .push((name.into(), start.elapsed().as_secs_f64(), outcome));
+        ok
+    }
+
+    fn skip(&mut self, name: &str, why: &str) {
+        println!("\nxtask: === {name}: skipped: {why}");
+        self.steps
+            .push((name.into(), 0.0, Outcome::Skipped(why.into())));
+    }
+
+    fn finish(self, total: Instant) -> Result<(), String> {
+        println!("\nxtask: summary");
+        for (name, secs, outcome) in &self.steps {
+            let status = match outcome {
+                Outcome::Passed => "ok".to_string(),
+                Outcome::Failed(msg) => format!("FAILED: {msg}"),
+                Outcome::Skipped(why) => format!("skipped ({why})"),
+            };
+            println!("  {name:<32} {secs:>7.1} s  {status}");
+        }
+        println!("  {:<32} {:>7.1} s", "total", total.elapsed().as_secs_f64());
+        let failed: Vec<&str> = self
+            .steps
+            .iter()
+            .filter(|(_, _, o)| matches!(o, Outcome::Failed(_)))
+            .map(|(n, _, _)| n.as_str())
+            .collect();
+        if failed.is_empty() {
+            println!("xtask: all steps passed");
+            Ok(())
+        } else {
+            Err(format!("failed steps: {}", failed.join(", ")))
+        }
+    }
+}
+
+/// Step names (or their first word) listed in `XTASK_SKIP`.
+fn skipped(name: &str) -> bool {
+    let first = name.split_whitespace().next().unwrap_or(name);
+    std::env::var("XTASK_SKIP").is_ok_and(|list| {
+        list.split(',')
+            .map(str::trim)
+            .any(|s| !s.is_empty() && (s == name || s == first))
+    })
+}
+
+pub fn run() -> Result<(), String> {
+    let total = Instant::now();
+    let mut report = Report::default();
+    let mut tools = None;
+    if !report.step("install", || install::all().map(|t| tools = Some(t))) {
+        return report.finish(total);
+    }
+    let env = tools.map(|t| t.env()).unwrap_or_default();
+    report.step("fmt", || {
+        run::status(cargo().args(["fmt", "--all", "--", "--check"]))
+    });
+    report.step("clippy", || {
+        run::status(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
+    report.step("tests (nextest, redis+valkey)", || {
+        let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
+        run::status(
+            cargo()
+                .args(["nextest", "run", "--workspace", "--no-fail-fast"])
+                .args(["--tool-config-file", &config])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )
+    });
+    report.step("doc tests", || {
+        run::status(
+            cargo()
+                .args(["test", "--doc", "--workspace"])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )
+    });
+    report.step("benches once", || {
+        run::status(
+            cargo()
+                .args(["bench", "--workspace", "--benches", "--", "--test"])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )
+    });
+    let secs = std::env::var("XTASK_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(FUZZ_SECS);
+    fuzz_steps(&mut report, secs);
+    report.finish(total)
+}
+
+/// `cargo xtask fuzz [SECS]`: only the fuzz steps (installing cargo-fuzz if needed).
+pub fn fuzz_only(secs: u64) -> Result<(), String> {
+    let total = Instant::now();
+    let mut report = Report::default();
+    if report.step("install cargo-fuzz", || {
+        install::cargo_tool("fuzz", "cargo-fuzz")
+    }) {
+        fuzz_steps(&mut report, secs);
+    }
+    report.finish(total)
+}
+
+/// Builds the fuzz targets and runs each for `secs` seconds on a scratch
+/// copy of its seed corpus (the committed corpus is only read).
+fn fuzz_steps(report: &mut Report, secs: u64) {
+    if skipped("fuzz") {
+        report.skip("fuzz", "XTASK_SKIP");
+        return;
+    }
+    let fuzz_dir = root().join("fuzz");
+    if !fuzz_dir.join("Cargo.toml").is_file() {
+        report.skip("fuzz", "fuzz/Cargo.toml does not exist yet");
+        return;
+    }
+    let targets = match run::output(&mut fuzz_cargo("list", &fuzz_dir)) {
+        Some(list) => list
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>(),
+        None => Vec::new(),
+    };
+    if targets.is_empty() {
+        report.skip("fuzz", "`cargo fuzz list` finds no targets in fuzz/");
+        return;
+    }
+    if !report.step("fuzz build", || {
+        run::status(&mut fuzz_cargo("build", &fuzz_dir))
+    }) {
+        return;
+    }
+    for target in targets {
+        report.step(&format!("fuzz {target} ({secs} s)"), || {
+            fuzz_run(&fuzz_dir, &target, secs)
+        });
+    }
+}
+
+fn fuzz_run(fuzz_dir: &Path, target: &str, secs: u64) -> Result<(), String> {
+    let scratch: PathBuf =
+        std::env::temp_dir().join(format!("shardsub-fuzz-{target}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("create {}: {e}", scratch.display()))?;
+    let mut command = fuzz_cargo("run", fuzz_dir);
+    command.arg(target).arg(&scratch);
+    let seeds = fuzz_dir.join("corpus").join(target);
+    if seeds.is_dir() {
+        command.arg(&seeds);
+    }
+    command.args([
+        "--",
+        &format!("-max_total_time={secs}"),
+        "-print_final_stats=1",
+    ]);
+    let result = run::status(&mut command);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// `cargo fuzz <sub> --fuzz-dir fuzz` from the root, on this stable toolchain.
+fn fuzz_cargo(sub: &str, fuzz_dir: &Path) -> Command {
+    let mut command = cargo();
+    command
+        .args(["fuzz", sub, "--fuzz-dir"])
+        .arg(fuzz_dir)
+        .env("RUSTC_BOOTSTRAP", "1");
+    command
+}
