@@ -164,8 +164,10 @@ impl SlotMap {
     }
 
     /// Records a `MOVED slot host:port` redirect: the slot now belongs to the
-    /// primary at `addr`. When no shard has that address, a shard with an
-    /// empty id (not yet known) is added; the next full refresh fills it in.
+    /// primary at `addr`. When no primary has that address but a replica
+    /// does (it was promoted), that replica becomes the primary of a new
+    /// shard; when no node has it, a shard with an empty id (not yet known)
+    /// is added. The next full refresh replaces the map anyway.
     pub fn apply_moved(&mut self, slot: u16, addr: NodeAddr) {
         let found = self
             .shards
@@ -173,18 +175,33 @@ impl SlotMap {
             .position(|s| s.primary.addr.as_ref() == Some(&addr));
         let index = match found {
             Some(i) => Some(i),
-            None => self.push_shard(Shard {
-                primary: Node {
-                    id: String::new(),
-                    addr: Some(addr),
-                    hostname: None,
-                    tls_port: None,
-                    role: Role::Primary,
-                    health: Health::Unknown,
-                    replication_offset: None,
-                },
-                replicas: Vec::new(),
-            }),
+            None => {
+                let promoted = self
+                    .shards
+                    .iter()
+                    .flat_map(|s| &s.replicas)
+                    .find(|r| r.addr.as_ref() == Some(&addr))
+                    .cloned();
+                let primary = match promoted {
+                    Some(r) => Node {
+                        role: Role::Primary,
+                        ..r
+                    },
+                    None => Node {
+                        id: String::new(),
+                        addr: Some(addr),
+                        hostname: None,
+                        tls_port: None,
+                        role: Role::Primary,
+                        health: Health::Unknown,
+                        replication_offset: None,
+                    },
+                };
+                self.push_shard(Shard {
+                    primary,
+                    replicas: Vec::new(),
+                })
+            }
         };
         if index.is_some() {
             self.assign(slot..=slot, index);
@@ -299,5 +316,21 @@ mod tests {
         );
         assert_eq!(m.shards().len(), 2);
         assert_eq!(m.owner_index(6), Some(1));
+        // A promoted replica keeps its id.
+        let mut r = shard("r", 3).primary;
+        r.role = Role::Replica;
+        m.shard_mut(0).unwrap().replicas.push(r);
+        m.apply_moved(
+            7,
+            NodeAddr {
+                host: "10.0.0.1".into(),
+                port: 3,
+            },
+        );
+        let owner = m.owner(7).unwrap();
+        assert_eq!(
+            (owner.primary.id.as_str(), owner.primary.role),
+            ("r", Role::Primary)
+        );
     }
 }
