@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use shardsub::{ConnInfo, Engine, Error, Observer, Protocol, PublishOptions, Value};
 use testkit::{kinds, FakeServer, Server, Step};
 
+/// A connection change: connected?, protocol, fell back?
+type Change = (bool, Option<Protocol>, bool);
+
 /// Forwards connection changes to the test.
-struct Watch(Mutex<mpsc::Sender<(bool, Option<Protocol>, bool)>>);
+struct Watch(Mutex<mpsc::Sender<Change>>);
 
 impl Observer for Watch {
     fn on_connected(&self, _: &ConnInfo, protocol: Protocol, fell_back: bool) {
@@ -24,13 +27,13 @@ impl Observer for Watch {
     }
 }
 
-fn watch() -> (Arc<Watch>, mpsc::Receiver<(bool, Option<Protocol>, bool)>) {
+fn watch() -> (Arc<Watch>, mpsc::Receiver<Change>) {
     let (tx, rx) = mpsc::channel();
     (Arc::new(Watch(Mutex::new(tx))), rx)
 }
 
 /// Waits for the next successful (re)connect.
-fn await_connect(rx: &mpsc::Receiver<(bool, Option<Protocol>, bool)>, within: Duration) {
+fn await_connect(rx: &mpsc::Receiver<Change>, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
