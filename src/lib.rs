@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod conn;
+pub mod display;
 mod engine;
 mod error;
 pub mod observer;

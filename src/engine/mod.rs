@@ -266,17 +266,7 @@ impl Engine {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<(), Error> {
-        let conn = self.route_channel(channel);
-        let cmd: &[u8] = if options.sharded {
-            b"SPUBLISH"
-        } else {
-            b"PUBLISH"
-        };
-        conn.submit(
-            |buf| resp::encode_command(buf, [cmd, channel, payload]),
-            Request::single(Completion::Discard),
-        )
-        .map_err(|(_, e)| e)
+        self.submit_publish(channel, payload, options, Completion::Discard)
     }
 
     /// Publishes and returns a handle to the outcome: the number of
@@ -288,18 +278,7 @@ impl Engine {
         options: PublishOptions,
     ) -> Pending<i64> {
         let (pending, slot) = Pending::new();
-        let conn = self.route_channel(channel);
-        let cmd: &[u8] = if options.sharded {
-            b"SPUBLISH"
-        } else {
-            b"PUBLISH"
-        };
-        if let Err((req, e)) = conn.submit(
-            |buf| resp::encode_command(buf, [cmd, channel, payload]),
-            Request::single(Completion::Integer(slot)),
-        ) {
-            req.user.fail(e);
-        }
+        let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
         pending
     }
 
@@ -332,12 +311,36 @@ impl Engine {
         I::Item: AsRef<[u8]>,
     {
         let (pending, slot) = Pending::new();
+        self.submit_value(server, args, slot);
+        pending
+    }
+
+    /// Sends any command to server `server` and runs `f` with its outcome
+    /// on the I/O thread, in order with that connection's
+    /// [`Observer::on_push`] calls (a push that arrives before the reply is
+    /// seen before `f` runs). Keep `f` short; never block in it. If the
+    /// command cannot be sent, `f` runs at once on this thread.
+    pub fn command_then<I, F>(&self, server: usize, args: I, f: F)
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+        F: FnOnce(Result<Value, Error>) + Send + 'static,
+    {
+        let (pending, slot) = Pending::new();
+        pending.then(f);
+        self.submit_value(server, args, slot);
+    }
+
+    fn submit_value<I>(&self, server: usize, args: I, slot: Arc<Slot<Value>>)
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
         let conn = match self.route_server(server) {
             Ok(c) => c,
-            Err(e) => {
-                slot.complete(Err(e));
-                return pending;
-            }
+            Err(e) => return slot.complete(Err(e)),
         };
         if let Err((req, e)) = conn.submit(
             |buf| resp::encode_command(buf, args),
@@ -348,7 +351,41 @@ impl Engine {
         ) {
             req.user.fail(e);
         }
-        pending
+    }
+
+    /// [`Engine::publish_pending`] with a callback instead of a handle: `f`
+    /// gets the receiver count or the error, on the I/O thread (or at once on
+    /// this thread if the message cannot be sent).
+    pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], options: PublishOptions, f: F)
+    where
+        F: FnOnce(Result<i64, Error>) + Send + 'static,
+    {
+        let (pending, slot) = Pending::new();
+        pending.then(f);
+        let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
+    }
+
+    fn submit_publish(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+        completion: Completion,
+    ) -> Result<(), Error> {
+        let conn = self.route_channel(channel);
+        let cmd: &[u8] = if options.sharded {
+            b"SPUBLISH"
+        } else {
+            b"PUBLISH"
+        };
+        conn.submit(
+            |buf| resp::encode_command(buf, [cmd, channel, payload]),
+            Request::single(completion),
+        )
+        .map_err(|(req, e)| {
+            req.user.fail(e.clone());
+            e
+        })
     }
 
     /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is
