@@ -54,11 +54,17 @@ fn slot_tag(slot: u16) -> &'static [u8] {
 /// first `{…}` of the name and contains no `}`, so Redis hashes only the tag,
 /// whatever braces the channel itself contains.
 ///
-/// Tags are balanced: with the 16384 slots split contiguously over N masters
-/// (the `redis-cli --cluster create` way), each master holds ⌊P/N⌋ or
-/// ⌈P/N⌉ partitions, for every N up to P. Powers of two come from tables
-/// baked in at build time; other counts are computed once in [`Partitions::new`]
-/// by the same code.
+/// Tags are balanced: when P is a power of two and the 16384 slots are split
+/// over N masters the way `redis-cli --cluster create` splits them, each
+/// master holds ⌊P/N⌋ or ⌈P/N⌉ partitions, for every N up to P (up to
+/// P = 4096 exactly; at 8192 and 16384 only where redis-cli's own float
+/// arithmetic gives masters slot counts that differ by 2 or more, past 2,687
+/// masters, does the partition count follow that unevenness). Powers of two
+/// come from tables baked in at build time. Other counts are computed once in
+/// [`Partitions::new`] by the same code; their spread is at most 2, and at
+/// most 1 for P ≤ 169 (P ≤ 145 on the float-free [`ideal_ranges`](crate::ideal_ranges) split). Any contiguous slot range of length L holds fewer than
+/// `L·P/16384 + 1` partitions, so after resharding no master is more than one
+/// partition above its proportional share.
 ///
 /// ```
 /// use shardcore::{key_slot, Partitions};
@@ -106,7 +112,7 @@ impl Partitions {
                     .unwrap_or_default(),
             )
         } else {
-            Cow::Owned((0..count).map(|k| tag_gen::target_slot(k, count)).collect())
+            Cow::Owned(tag_gen::target_slots(count))
         };
         Ok(Self {
             slots,

@@ -45,7 +45,7 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
 ///
 /// ```
 /// use shardcore::key_slot;
-/// assert_eq!(key_slot(b"123456789"), 0x31C3 % 16384);
+/// assert_eq!(key_slot(b"123456789"), 0x31C3);
 /// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
 /// ```
 #[must_use]
@@ -115,9 +115,12 @@ pub fn cluster_create_ranges(masters: u16) -> Vec<RangeInclusive<u16>> {
     ranges
 }
 
-/// The drift-free even split: master `i` of `masters` owns slots
-/// `⌊i·16384/N⌋ ..= ⌊(i+1)·16384/N⌋ - 1`. Every master gets ⌊16384/N⌋ or
-/// ⌈16384/N⌉ slots, for every N.
+/// The split `redis-cli --cluster create` means, in exact arithmetic: master
+/// `i` of N starts at slot `round(i·16384/N)` (halves rounded up). It differs
+/// from [`cluster_create_ranges`] only where redis-cli's float cursor lands
+/// on the other side of a half slot (by one slot, up to 2,687 masters) or
+/// drifts further (past that); every master gets ⌊16384/N⌋ or ⌈16384/N⌉
+/// slots, for every N.
 ///
 /// Returns an empty vector for 0 masters or more than 16384.
 #[must_use]
@@ -129,8 +132,8 @@ pub fn ideal_ranges(masters: u16) -> Vec<RangeInclusive<u16>> {
     let slots = u32::from(SLOT_COUNT);
     (0..n)
         .map(|i| {
-            let lo = i * slots / n;
-            let hi = (i + 1) * slots / n - 1;
+            let lo = (2 * i * slots + n) / (2 * n);
+            let hi = (2 * (i + 1) * slots + n) / (2 * n) - 1;
             // Both fit u16: they are below 16384.
             (lo as u16)..=(hi as u16)
         })
@@ -188,6 +191,14 @@ mod tests {
             ]
         );
         assert_eq!(cluster_create_ranges(1), vec![0..=16383]);
+        // The float cursor moves a cut by at most one slot up to 2,687
+        // masters (at N = 78 already, where a cut falls near a half slot).
+        for n in 1..=2687 {
+            for (a, b) in cluster_create_ranges(n).iter().zip(ideal_ranges(n)) {
+                assert!(a.start().abs_diff(*b.start()) <= 1, "n={n}");
+            }
+        }
+        assert_ne!(cluster_create_ranges(78), ideal_ranges(78));
         assert!(cluster_create_ranges(0).is_empty());
         assert!(cluster_create_ranges(16385).is_empty());
     }
