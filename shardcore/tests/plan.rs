@@ -133,7 +133,7 @@ proptest! {
                 prop_assert_eq!(wp.channels, wp.commands.iter().map(|c| c.channels.len()).sum::<usize>());
                 for cmd in &wp.commands {
                     prop_assert_eq!(*owner.entry(cmd.partition).or_insert(w), w, "partition split across workers");
-                    prop_assert_eq!(node_of(cmd.partition), Some(node.node.clone()));
+                    prop_assert_eq!(node_of(cmd.partition), Some(node.node));
                     prop_assert!(!cmd.channels.is_empty() && cmd.channels.len() <= batch);
                     let slot = table.slot(cmd.partition);
                     for c in cmd.channels {
