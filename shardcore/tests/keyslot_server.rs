@@ -24,8 +24,24 @@ const SEED: u64 = 0x6b65_7973_6c6f_7401;
 /// braces, NUL and high bytes, then partitioned channel names.
 fn keys() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = [
-        &b""[..], b"{", b"}", b"{}", b"}{", b"{}{}", b"{a}", b"{{a}}", b"a{b}c", b"a{}b{c}", b"{a", b"a}",
-        b"foo{}{bar}", b"foo{{bar}}zap", b"foo{bar}{zap}", b"{\x00}", b"\x00{\xff}\x00", b"123456789",
+        &b""[..],
+        b"{",
+        b"}",
+        b"{}",
+        b"}{",
+        b"{}{}",
+        b"{a}",
+        b"{{a}}",
+        b"a{b}c",
+        b"a{}b{c}",
+        b"{a",
+        b"a}",
+        b"foo{}{bar}",
+        b"foo{{bar}}zap",
+        b"foo{bar}{zap}",
+        b"{\x00}",
+        b"\x00{\xff}\x00",
+        b"123456789",
         b"{user1000}.following",
     ]
     .iter()
@@ -58,7 +74,10 @@ fn keys() -> Vec<Vec<u8>> {
 fn key_slot_matches_cluster_keyslot() {
     let keys = keys();
     for kind in testkit::kinds() {
-        let server = Server::builder(kind).cluster(true).start().expect("start server");
+        let server = Server::builder(kind)
+            .cluster(true)
+            .start()
+            .expect("start server");
         let mut client = server.connect().expect("connect");
         // Pipelined: all commands out, then all replies in.
         for key in &keys {
@@ -74,7 +93,9 @@ fn key_slot_matches_cluster_keyslot() {
 
 /// Slot ranges from a `CLUSTER SLOTS` reply, sorted.
 fn cluster_slots(reply: &Value) -> Vec<(u16, u16)> {
-    let Value::Array(entries) = reply else { panic!("CLUSTER SLOTS: {reply:?}") };
+    let Value::Array(entries) = reply else {
+        panic!("CLUSTER SLOTS: {reply:?}")
+    };
     let mut ranges: Vec<(u16, u16)> = entries
         .iter()
         .map(|e| match e {
@@ -96,8 +117,14 @@ fn cluster_slots(reply: &Value) -> Vec<(u16, u16)> {
 fn redis_cli_split_matches_a_real_cluster() {
     for kind in testkit::kinds() {
         let cluster = Cluster::start(kind, 7, 0).expect("start cluster");
-        let reply = cluster.node(0).cmd(&[b"CLUSTER", b"SLOTS"]).expect("CLUSTER SLOTS");
-        let want: Vec<(u16, u16)> = cluster_create_ranges(7).into_iter().map(|r| (*r.start(), *r.end())).collect();
+        let reply = cluster
+            .node(0)
+            .cmd(&[b"CLUSTER", b"SLOTS"])
+            .expect("CLUSTER SLOTS");
+        let want: Vec<(u16, u16)> = cluster_create_ranges(7)
+            .into_iter()
+            .map(|r| (*r.start(), *r.end()))
+            .collect();
         assert_eq!(cluster_slots(&reply), want, "{}", kind.name());
     }
 }
