@@ -81,32 +81,54 @@ impl Layout {
     /// partition `i`, in slot `slots[i]`), for callers without
     /// [`Partitions`], such as one subscription group per slot.
     pub fn for_slots(map: &SlotMap, slots: &[u16]) -> Layout {
-        let mut by_node: BTreeMap<NodeKey, (Health, Vec<u32>)> = BTreeMap::new();
+        // Group by shard index first (no per-partition allocation), then by
+        // node key (two shards could share one, in a hand-built map).
+        let shards = map.shards();
+        let mut per_shard: Vec<Vec<u32>> = alloc::vec![Vec::new(); shards.len()];
         let mut unresolved = Vec::new();
         for (p, &slot) in (0u32..).zip(slots) {
-            let reason = match map.owner(slot) {
+            let owner = map
+                .owner_index(slot)
+                .and_then(|i| Some((i, shards.get(i)?)));
+            let reason = match owner {
                 None => UnresolvedReason::NoOwner,
-                Some(shard) => match &shard.primary.addr {
-                    None => UnresolvedReason::UnknownEndpoint,
-                    Some(addr) => {
-                        let key = NodeKey {
-                            id: shard.primary.id.clone(),
-                            addr: addr.clone(),
-                        };
-                        by_node
-                            .entry(key)
-                            .or_insert_with(|| (shard.primary.health, Vec::new()))
-                            .1
-                            .push(p);
-                        continue;
+                Some((_, shard)) if shard.primary.addr.is_none() => {
+                    UnresolvedReason::UnknownEndpoint
+                }
+                Some((i, _)) => {
+                    if let Some(list) = per_shard.get_mut(i) {
+                        list.push(p);
                     }
-                },
+                    continue;
+                }
             };
             unresolved.push(Unresolved {
                 partition: p,
                 slot,
                 reason,
             });
+        }
+        let mut by_node: BTreeMap<NodeKey, (Health, Vec<u32>)> = BTreeMap::new();
+        for (shard, partitions) in shards.iter().zip(per_shard) {
+            let Some(addr) = &shard.primary.addr else {
+                continue;
+            };
+            if partitions.is_empty() {
+                continue;
+            }
+            let key = NodeKey {
+                id: shard.primary.id.clone(),
+                addr: addr.clone(),
+            };
+            let entry = by_node
+                .entry(key)
+                .or_insert_with(|| (shard.primary.health, Vec::new()));
+            if entry.1.is_empty() {
+                entry.1 = partitions;
+            } else {
+                entry.1.extend(partitions);
+                entry.1.sort_unstable();
+            }
         }
         let mut owner = alloc::vec![None; slots.len()];
         let nodes: Vec<LayoutNode> = by_node

@@ -71,12 +71,17 @@ impl RewirePlan {
 /// ```
 pub fn plan_rewire(old: &Layout, new: &Layout) -> RewirePlan {
     let mut plan = RewirePlan::default();
-    // Both node lists are sorted by key: merge them.
-    let (mut i, mut j) = (0, 0);
+    // Both node lists are sorted by key: merge them, noting for each old
+    // node its index among the new ones (if it is still there).
     let (a, b) = (old.nodes(), new.nodes());
-    while i < a.len() || j < b.len() {
+    let mut same: Vec<Option<usize>> = alloc::vec![None; a.len()];
+    let (mut i, mut j) = (0, 0);
+    loop {
         match (a.get(i), b.get(j)) {
             (Some(x), Some(y)) if x.key == y.key => {
+                if let Some(s) = same.get_mut(i) {
+                    *s = Some(j);
+                }
                 i += 1;
                 j += 1;
             }
@@ -97,21 +102,27 @@ pub fn plan_rewire(old: &Layout, new: &Layout) -> RewirePlan {
     }
     let count = old.partition_count().max(new.partition_count());
     for p in 0..count {
-        let (from, to) = (old.node_of(p), new.node_of(p));
+        let (from, to) = (old.node_index_of(p), new.node_index_of(p));
+        if let (Some(f), Some(t)) = (from, to) {
+            if same.get(f).copied().flatten() == Some(t) {
+                continue;
+            }
+        }
         let slot = new.slot_of(p).or_else(|| old.slot_of(p)).unwrap_or(0);
-        match (from, to) {
-            (from, Some(to)) if from != Some(to) => plan.resubscribe.push(Move {
+        let from = from.and_then(|f| a.get(f)).map(|n| &n.key);
+        match (from, to.and_then(|t| b.get(t))) {
+            (from, Some(to)) => plan.resubscribe.push(Move {
                 partition: p,
                 slot,
                 from: from.cloned(),
-                to: to.clone(),
+                to: to.key.clone(),
             }),
             (Some(from), None) => plan.unowned.push(Orphan {
                 partition: p,
                 slot,
                 from: from.clone(),
             }),
-            _ => {}
+            (None, None) => {}
         }
     }
     plan
