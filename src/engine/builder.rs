@@ -31,6 +31,7 @@ pub struct Builder {
     observer: Option<Arc<dyn Observer>>,
     seed: Option<u64>,
     limits: resp::Limits,
+    role: Role,
 }
 
 impl Default for Builder {
@@ -51,6 +52,7 @@ impl Default for Builder {
             observer: None,
             seed: None,
             limits: resp::Limits::default(),
+            role: Role::Command,
         }
     }
 }
@@ -181,6 +183,14 @@ impl Builder {
         self
     }
 
+    /// What every connection of this engine carries (default
+    /// [`Role::Command`]). The Pub/Sub layer builds its subscribe engine
+    /// with [`Role::Subscribe`], so RESP2 Pub/Sub arrays are read as pushes.
+    pub fn role(mut self, role: Role) -> Self {
+        self.role = role;
+        self
+    }
+
     /// Validates the settings, starts the I/O threads and connects to every
     /// server (handshake included).
     ///
@@ -226,7 +236,7 @@ impl Builder {
         let settings = Arc::new(Settings {
             conn: ConnConfig {
                 protocol: self.protocol,
-                role: Role::Command,
+                role: self.role,
                 username: self.username,
                 password: self.password,
                 client_name: self.client_name,

@@ -85,6 +85,11 @@ impl IoThread {
                             d.begin_shutdown(registry, now);
                         }
                     }
+                    Control::Restart(local) => {
+                        if let Some(d) = self.drivers.get_mut(local) {
+                            d.restart(registry, now);
+                        }
+                    }
                 }
             }
             std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);

@@ -132,7 +132,7 @@ impl Engine {
                         server,
                         addr,
                         index,
-                        role: Role::Command,
+                        role: settings.conn.role,
                     },
                     staging: Mutex::new(Staging::default()),
                     state: AtomicU8::new(CONNECTING),
@@ -386,6 +386,61 @@ impl Engine {
             req.user.fail(e.clone());
             e
         })
+    }
+
+    fn conn_at(&self, server: usize, index: usize) -> Result<&ConnShared, Error> {
+        self.inner
+            .servers
+            .get(server)
+            .and_then(|s| s.conns.get(index))
+            .map(|c| &**c)
+            .ok_or_else(|| {
+                Error::Config(format!("no connection {index} on server {server}").into())
+            })
+    }
+
+    /// Seam for the Pub/Sub layer: encodes commands straight into connection
+    /// `index` of server `server`, whose replies `kind` describes; the reply
+    /// is only counted (errors in [`Stats::error_replies`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a connection that does not exist,
+    /// [`Error::NotConnected`] while it reconnects, [`Error::Shutdown`].
+    pub(crate) fn submit_to<F>(
+        &self,
+        server: usize,
+        index: usize,
+        encode: F,
+        kind: ReplyKind,
+    ) -> Result<(), Error>
+    where
+        F: FnOnce(&mut Vec<u8>),
+    {
+        let conn = self.conn_at(server, index)?;
+        conn.submit(
+            encode,
+            Request {
+                user: Completion::Discard,
+                kind,
+            },
+        )
+        .map_err(|(_, e)| e)
+    }
+
+    /// Seam for the Pub/Sub layer: whether connection `index` of server
+    /// `server` has finished its handshake and is open.
+    pub(crate) fn is_connection_up(&self, server: usize, index: usize) -> bool {
+        self.conn_at(server, index).is_ok_and(ConnShared::is_up)
+    }
+
+    /// Seam for the Pub/Sub layer (liveness probe): drops connection
+    /// `index` of server `server` and reconnects it, as if it had broken
+    /// (its pending requests fail with [`Error::ConnectionLost`]).
+    pub(crate) fn restart_connection(&self, server: usize, index: usize) {
+        if let Ok(conn) = self.conn_at(server, index) {
+            conn.thread.send_control(Control::Restart(conn.local));
+        }
     }
 
     /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is

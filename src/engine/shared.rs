@@ -87,6 +87,8 @@ impl ConnShared {
 pub(crate) enum Control {
     /// Start shutting down: flush, then fail what is left at the deadline.
     Shutdown(std::time::Instant),
+    /// Drop this connection (by its local index) and reconnect it.
+    Restart(usize),
 }
 
 /// One I/O thread, as other threads see it.
