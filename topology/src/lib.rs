@@ -37,10 +37,11 @@
 //!   partitions whose slot has no known owner.
 //! - [`plan_rewire`]: the difference between two layouts, in a fixed order.
 //! - [`probe_key_for_slot`]: a short key in a given slot, for the probe `GET`.
+//! - [`parse_cluster_error`]: `MOVED` / `ASK` / `TRYAGAIN` / `CLUSTERDOWN`
+//!   from an error reply; [`SlotMap::apply_moved`] records a `MOVED`.
 //!
-//! It does not decide when to refresh, retry, or back off, and it does not
-//! follow `MOVED`/`ASK` for commands beyond [`SlotMap::apply_moved`]: the
-//! engine owns time and connections.
+//! It does not decide when to refresh, retry, or back off, and it sends
+//! nothing: the engine owns time, connections and retries.
 //!
 //! ```
 //! use topology::{parse_cluster_slots, plan_rewire, Layout, ParseOptions};
@@ -69,6 +70,7 @@ mod layout;
 mod parse_shards;
 mod parse_slots;
 mod probe;
+mod redirect;
 mod render;
 mod reply;
 mod rewire;
@@ -80,6 +82,7 @@ pub use layout::{Layout, LayoutNode, NodeKey, Unresolved, UnresolvedReason};
 pub use parse_shards::parse_cluster_shards;
 pub use parse_slots::parse_cluster_slots;
 pub use probe::probe_key_for_slot;
+pub use redirect::{parse_cluster_error, ClusterError};
 pub use reply::ParseOptions;
 pub use rewire::{plan_rewire, Move, Orphan, RewirePlan};
 pub use slotmap::{Health, Node, NodeAddr, Role, Shard, SlotMap};
