@@ -3,6 +3,7 @@
 use alloc::boxed::Box;
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
+use crate::flat::validate_flat;
 use crate::parse::{finish, Parsed};
 use crate::validate::{Fail, Validator};
 
@@ -65,6 +66,13 @@ impl Decoder {
             // The caller removed bytes it had not consumed: start over rather
             // than trust a position past the end.
             self.state.reset();
+        }
+        // At the start of a frame (at most once more per frame after an
+        // incomplete header line), try the flat fast path first.
+        if self.state.pos() == 0 {
+            if let Some(end) = validate_flat(buf, &self.limits) {
+                return Ok(finish(buf, Status::Complete(end), 0, 0));
+            }
         }
         match self.state.run(buf, &self.limits) {
             Ok(Status::Incomplete) => Ok(Status::Incomplete),

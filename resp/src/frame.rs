@@ -157,6 +157,17 @@ impl<'a> Elements<'a> {
         if self.remaining == 0 {
             return None;
         }
+        // The common element, a bulk string, without the general reader.
+        if self.rest.first() == Some(&b'$') {
+            if let Some((len, after)) = crate::read::digits_crlf(self.rest, 1) {
+                let end = usize::try_from(len).ok().and_then(|l| after.checked_add(l));
+                if let Some(data) = end.and_then(|e| self.rest.get(after..e)) {
+                    self.rest = self.rest.get(after + data.len() + 2..).unwrap_or_default();
+                    self.remaining -= 1;
+                    return Some((None, Frame::Bulk(data)));
+                }
+            }
+        }
         match crate::read::read_element(self.rest) {
             Some((attrs, frame, end)) => {
                 self.rest = self.rest.get(end..).unwrap_or_default();

@@ -103,6 +103,7 @@ extern crate std;
 mod decoder;
 mod encode;
 mod error;
+mod flat;
 mod frame;
 mod parse;
 pub mod pubsub;

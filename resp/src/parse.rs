@@ -1,8 +1,9 @@
 //! The stateless entry point and its output.
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
+use crate::flat::validate_flat;
 use crate::frame::{Aggregate, AggregateKind, Frame};
-use crate::read::{aggregate_kind, line, parse_u64, read_value};
+use crate::read::{aggregate_kind, digits_crlf, line, parse_u64, read_value};
 use crate::validate::{Fail, Validator};
 use crate::value::Value;
 
@@ -46,6 +47,9 @@ impl Parsed<'_> {
 /// # Ok::<(), resp::ParseError>(())
 /// ```
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Status<Parsed<'a>>, ParseError> {
+    if let Some(end) = validate_flat(buf, limits) {
+        return Ok(finish(buf, Status::Complete(end), 0, 0));
+    }
     // Most frames nest only a few levels: try with a small stack that costs
     // nothing to set up, and redo deep frames with the full one.
     let mut small = Validator::<SMALL_DEPTH>::new();
@@ -108,6 +112,18 @@ fn build(buf: &[u8], end: usize, value_start: usize, top_count: u64) -> Option<P
     let frame = match aggregate_kind(t) {
         // The validator already found the end: do not walk the elements again.
         Some(kind) => {
+            if let Some((n, after)) = digits_crlf(buf, value_start + 1) {
+                let agg = Aggregate {
+                    kind,
+                    len: usize::try_from(n).ok()?,
+                    body: buf.get(after..)?,
+                };
+                return Some(Parsed {
+                    frame: Frame::Aggregate(agg),
+                    attributes,
+                    consumed: end,
+                });
+            }
             let (hdr, after) = line(buf, value_start + 1)?;
             if hdr == b"-1" {
                 Frame::Null

@@ -96,66 +96,98 @@ pub fn classify<'a>(frame: &Frame<'a>) -> Option<PubSub<'a>> {
     };
     let mut it = agg.iter();
     let kind = string(it.next()?)?;
-    let n = agg.len();
-    // Lower-case the kind into a small buffer: kinds are short and known.
-    let mut lower = [0u8; 16];
-    let k = lower.get_mut(..kind.len());
-    let Some(k) = k else {
-        return if is_push { Some(PubSub::Other) } else { None };
-    };
-    k.copy_from_slice(kind);
-    k.make_ascii_lowercase();
-    let event = match (&*k, n) {
-        (b"message", 3) => PubSub::Message {
+    let known = Kind::of(kind);
+    let event = match (known, agg.len()) {
+        (Some(Kind::Message), 3) => PubSub::Message {
             channel: string(it.next()?)?,
             payload: string(it.next()?)?,
         },
-        (b"smessage", 3) => PubSub::SMessage {
+        (Some(Kind::SMessage), 3) => PubSub::SMessage {
             channel: string(it.next()?)?,
             payload: string(it.next()?)?,
         },
-        (b"pmessage", 4) => PubSub::PMessage {
+        (Some(Kind::PMessage), 4) => PubSub::PMessage {
             pattern: string(it.next()?)?,
             channel: string(it.next()?)?,
             payload: string(it.next()?)?,
         },
-        (b"subscribe", 3) => PubSub::Subscribe {
+        (Some(Kind::Subscribe), 3) => PubSub::Subscribe {
             channel: string(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"psubscribe", 3) => PubSub::PSubscribe {
+        (Some(Kind::PSubscribe), 3) => PubSub::PSubscribe {
             pattern: string(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"ssubscribe", 3) => PubSub::SSubscribe {
+        (Some(Kind::SSubscribe), 3) => PubSub::SSubscribe {
             channel: string(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"unsubscribe", 3) => PubSub::Unsubscribe {
+        (Some(Kind::Unsubscribe), 3) => PubSub::Unsubscribe {
             channel: optional(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"punsubscribe", 3) => PubSub::PUnsubscribe {
+        (Some(Kind::PUnsubscribe), 3) => PubSub::PUnsubscribe {
             pattern: optional(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"sunsubscribe", 3) => PubSub::SUnsubscribe {
+        (Some(Kind::SUnsubscribe), 3) => PubSub::SUnsubscribe {
             channel: optional(it.next()?)?,
             count: it.next()?.as_int()?,
         },
-        (b"pong", 1) => PubSub::Pong { payload: None },
-        (b"pong", 2) => PubSub::Pong {
+        (Some(Kind::Pong), 1) => PubSub::Pong { payload: None },
+        (Some(Kind::Pong), 2) => PubSub::Pong {
             payload: Some(string(it.next()?)?),
         },
-        (
-            b"message" | b"smessage" | b"pmessage" | b"subscribe" | b"psubscribe" | b"ssubscribe"
-            | b"unsubscribe" | b"punsubscribe" | b"sunsubscribe" | b"pong",
-            _,
-        ) => return None,
-        _ if is_push => PubSub::Other,
-        _ => return None,
+        // A known kind with the wrong shape.
+        (Some(_), _) => return None,
+        (None, _) if is_push => PubSub::Other,
+        (None, _) => return None,
     };
     Some(event)
+}
+
+/// The kinds `classify` knows.
+#[derive(Copy, Clone)]
+enum Kind {
+    Message,
+    PMessage,
+    SMessage,
+    Subscribe,
+    PSubscribe,
+    SSubscribe,
+    Unsubscribe,
+    PUnsubscribe,
+    SUnsubscribe,
+    Pong,
+}
+
+impl Kind {
+    /// Recognises a kind, ASCII case-insensitively, dispatching on length
+    /// first so that a message costs one comparison.
+    #[inline]
+    fn of(name: &[u8]) -> Option<Kind> {
+        let candidates: &[(&[u8], Kind)] = match name.len() {
+            4 => &[(b"pong", Kind::Pong)],
+            7 => &[(b"message", Kind::Message)],
+            8 => &[(b"smessage", Kind::SMessage), (b"pmessage", Kind::PMessage)],
+            9 => &[(b"subscribe", Kind::Subscribe)],
+            10 => &[
+                (b"ssubscribe", Kind::SSubscribe),
+                (b"psubscribe", Kind::PSubscribe),
+            ],
+            11 => &[(b"unsubscribe", Kind::Unsubscribe)],
+            12 => &[
+                (b"sunsubscribe", Kind::SUnsubscribe),
+                (b"punsubscribe", Kind::PUnsubscribe),
+            ],
+            _ => return None,
+        };
+        candidates
+            .iter()
+            .find(|(k, _)| *k == name || k.eq_ignore_ascii_case(name))
+            .map(|&(_, kind)| kind)
+    }
 }
 
 /// A channel, pattern or payload: a bulk or simple string.

@@ -18,6 +18,25 @@ pub(crate) fn line(buf: &[u8], start: usize) -> Option<(&[u8], usize)> {
     Some((rest.get(..i)?, start + i + 2))
 }
 
+/// The common header: digits then `\r\n` (at most 19 digits, so no
+/// overflow). Returns the number and the offset past the line; `None` for
+/// anything else (`?`, `-1`, longer numbers), which callers read the general way.
+#[inline]
+pub(crate) fn digits_crlf(buf: &[u8], start: usize) -> Option<(u64, usize)> {
+    let rest = buf.get(start..)?;
+    let mut n: u64 = 0;
+    // Up to 19 digits, then `\r`: 19 digits cannot overflow a u64.
+    for (i, &b) in rest.iter().enumerate().take(20) {
+        let d = b.wrapping_sub(b'0');
+        if d < 10 && i < 19 {
+            n = n * 10 + u64::from(d);
+        } else {
+            return (b == b'\r' && i > 0).then_some((n, start + i + 2));
+        }
+    }
+    None
+}
+
 /// Parses unsigned decimal digits (no sign, at least one digit).
 /// `Err(true)` on overflow, `Err(false)` on anything else.
 #[inline]
@@ -130,6 +149,12 @@ pub(crate) fn aggregate_kind(t: u8) -> Option<AggregateKind> {
 /// Reads the (non-attribute) value at `pos`: the frame and the offset past it.
 pub(crate) fn read_value(buf: &[u8], pos: usize) -> Option<(Frame<'_>, usize)> {
     let t = *buf.get(pos)?;
+    if t == b'$' {
+        if let Some((len, after)) = digits_crlf(buf, pos + 1) {
+            let end = after.checked_add(usize::try_from(len).ok()?)?;
+            return Some((Frame::Bulk(buf.get(after..end)?), end.checked_add(2)?));
+        }
+    }
     let (hdr, after) = line(buf, pos.checked_add(1)?)?;
     let frame = match t {
         b'+' => Frame::Simple(hdr),
@@ -253,6 +278,15 @@ pub(crate) fn skip_items(buf: &[u8], mut pos: usize, count: u64) -> Option<usize
     let mut pending = count;
     while pending > 0 {
         let t = *buf.get(pos)?;
+        if t == b'$' {
+            if let Some((len, after)) = digits_crlf(buf, pos + 1) {
+                pos = after
+                    .checked_add(usize::try_from(len).ok()?)?
+                    .checked_add(2)?;
+                pending -= 1;
+                continue;
+            }
+        }
         let (hdr, after) = line(buf, pos.checked_add(1)?)?;
         pos = after;
         match t {

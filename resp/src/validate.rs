@@ -10,7 +10,7 @@
 //! the current line's `\r` resumes).
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
-use crate::read::{is_big_number, parse_double, parse_i64, parse_u64};
+use crate::read::{digits_crlf, is_big_number, parse_double, parse_i64, parse_u64};
 
 /// Longest header line for a length or an integer (`-9223372036854775808`
 /// is 20 bytes; leading zeros beyond this are rejected).
@@ -39,6 +39,17 @@ const EMPTY: Level = Level {
     kind: LevelKind::Counted,
     n: 0,
 };
+
+/// A length-prefixed type's header line.
+#[derive(Copy, Clone, Debug)]
+enum Header {
+    /// A length, and the offset past the line.
+    Len(u64, usize),
+    /// `?`: streamed.
+    Streamed(usize),
+    /// `-1`: RESP2 null.
+    Null(usize),
+}
 
 /// Why a run stopped without a result.
 #[derive(Debug)]
@@ -331,97 +342,96 @@ impl<const N: usize> Validator<N> {
                     self.pos = after;
                 }
                 b'$' | b'!' | b'=' => {
-                    let Some((hdr, after)) =
-                        self.line(buf, pos + 1, NUMBER_LINE_MAX, ErrorKind::BadLength)?
-                    else {
+                    let Some(hdr) = self.header(buf, pos)? else {
                         return Ok(Status::Incomplete);
                     };
-                    if t == b'$' && hdr == b"?" {
-                        self.push(
-                            pos,
-                            limits,
-                            Level {
-                                kind: LevelKind::StreamedString,
-                                n: 0,
-                            },
-                        )?;
-                        self.pos = after;
-                        continue;
-                    }
-                    if t == b'$' && hdr == b"-1" {
-                        self.pos = after;
-                    } else {
-                        let len = self.length(hdr, pos)?;
-                        if len > max_bulk as u64 {
-                            return Err(err(
+                    match hdr {
+                        Header::Streamed(after) if t == b'$' => {
+                            self.push(
                                 pos,
-                                ErrorKind::TooLong {
-                                    len,
-                                    limit: max_bulk as u64,
+                                limits,
+                                Level {
+                                    kind: LevelKind::StreamedString,
+                                    n: 0,
                                 },
-                            ));
+                            )?;
+                            self.pos = after;
+                            continue;
                         }
-                        if t == b'=' && len < 4 {
-                            return Err(err(pos, ErrorKind::BadVerbatim));
+                        Header::Null(after) if t == b'$' => self.pos = after,
+                        Header::Len(len, after) => {
+                            if len > max_bulk as u64 {
+                                return Err(err(
+                                    pos,
+                                    ErrorKind::TooLong {
+                                        len,
+                                        limit: max_bulk as u64,
+                                    },
+                                ));
+                            }
+                            if t == b'=' && len < 4 {
+                                return Err(err(pos, ErrorKind::BadVerbatim));
+                            }
+                            let Some(end) = self.body_end(buf, after, len)? else {
+                                return Ok(Status::Incomplete);
+                            };
+                            if t == b'=' && buf.get(after + 3) != Some(&b':') {
+                                return Err(err(after + 3, ErrorKind::BadVerbatim));
+                            }
+                            self.pos = end;
                         }
-                        let Some(end) = self.body_end(buf, after, len)? else {
-                            return Ok(Status::Incomplete);
-                        };
-                        if t == b'=' && buf.get(after + 3) != Some(&b':') {
-                            return Err(err(after + 3, ErrorKind::BadVerbatim));
-                        }
-                        self.pos = end;
+                        _ => return Err(err(pos + 1, ErrorKind::BadLength)),
                     }
                 }
                 b'*' | b'~' | b'%' | b'>' | b'|' => {
                     if t == b'|' && self.after_attr {
                         return Err(err(pos, ErrorKind::NestedAttribute));
                     }
-                    let Some((hdr, after)) =
-                        self.line(buf, pos + 1, NUMBER_LINE_MAX, ErrorKind::BadLength)?
-                    else {
+                    let Some(hdr) = self.header(buf, pos)? else {
                         return Ok(Status::Incomplete);
                     };
                     let map = matches!(t, b'%' | b'|');
-                    if hdr == b"?" && t != b'|' {
-                        self.push(
-                            pos,
-                            limits,
-                            Level {
-                                kind: LevelKind::Streamed { map },
-                                n: 0,
-                            },
-                        )?;
-                        self.pos = after;
-                        continue;
-                    }
-                    if hdr == b"-1" && t == b'*' {
-                        self.pos = after;
-                    } else {
-                        let n = self.length(hdr, pos)?;
-                        let limit = limits.max_elements as u64;
-                        if n > limit {
-                            return Err(err(pos, ErrorKind::TooManyElements { count: n, limit }));
-                        }
-                        if t == b'|' {
-                            self.after_attr = true;
-                        }
-                        if n > 0 {
-                            let kind = if t == b'|' {
-                                LevelKind::Attribute
-                            } else {
-                                LevelKind::Counted
-                            };
-                            let items = if map { n.saturating_mul(2) } else { n };
-                            // (For an attribute, its own entries come first.)
-                            self.push(pos, limits, Level { kind, n: items })?;
+                    match hdr {
+                        Header::Streamed(after) if t != b'|' => {
+                            self.push(
+                                pos,
+                                limits,
+                                Level {
+                                    kind: LevelKind::Streamed { map },
+                                    n: 0,
+                                },
+                            )?;
                             self.pos = after;
                             continue;
                         }
-                        self.pos = after;
-                        if t == b'|' {
-                            continue;
+                        Header::Null(after) if t == b'*' => self.pos = after,
+                        Header::Len(n, after) => {
+                            let limit = limits.max_elements as u64;
+                            if n > limit {
+                                return Err(err(
+                                    pos,
+                                    ErrorKind::TooManyElements { count: n, limit },
+                                ));
+                            }
+                            self.pos = after;
+                            if n > 0 {
+                                let kind = if t == b'|' {
+                                    LevelKind::Attribute
+                                } else {
+                                    LevelKind::Counted
+                                };
+                                let items = if map { n.saturating_mul(2) } else { n };
+                                // (For an attribute, its own entries come first.)
+                                self.push(pos, limits, Level { kind, n: items })?;
+                                continue;
+                            }
+                            if t == b'|' {
+                                // An empty attribute: the value it describes follows.
+                                self.after_attr = true;
+                                continue;
+                            }
                         }
+                        _ => return Err(err(pos + 1, ErrorKind::BadLength)),
                     }
                 }
                 b'.' => {
@@ -457,6 +467,32 @@ impl<const N: usize> Validator<N> {
                 return Ok(Status::Complete(self.pos));
             }
         }
+    }
+
+    /// Reads the header line of the length-prefixed type at `pos`. The common
+    /// case, digits and `\r\n`, takes one pass; anything else goes through
+    /// the general line reader. `Ok(None)`: incomplete.
+    #[inline]
+    fn header(&mut self, buf: &[u8], pos: usize) -> Result<Option<Header>, Fail> {
+        let start = pos + 1;
+        if let Some((n, after)) = digits_crlf(buf, start) {
+            if buf.get(after - 1) == Some(&b'\n') {
+                #[cfg(test)]
+                {
+                    self.work += (after - start) as u64;
+                }
+                return Ok(Some(Header::Len(n, after)));
+            }
+        }
+        let Some((hdr, after)) = self.line(buf, start, NUMBER_LINE_MAX, ErrorKind::BadLength)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(match hdr {
+            b"?" => Header::Streamed(after),
+            b"-1" => Header::Null(after),
+            _ => Header::Len(self.length(hdr, pos)?, after),
+        }))
     }
 
     fn length(&self, hdr: &[u8], pos: usize) -> Result<u64, Fail> {

@@ -1,0 +1,89 @@
+//! A fast path for the most common frame: one counted aggregate of bulk
+//! strings and integers (Pub/Sub pushes, command replies, `CLUSTER SLOTS`
+//! rows' leaves aside). It accepts only what the general validator accepts,
+//! with the same result, and gives up (`None`) on anything else, including
+//! an incomplete frame, leaving that to the general validator.
+
+use crate::error::{Limits, MAX_DEPTH};
+use crate::frame::AggregateKind;
+use crate::read::{aggregate_kind, digits_crlf, parse_i64};
+
+/// The end of a flat aggregate at the start of `buf`, if it is one and whole.
+#[inline]
+pub(crate) fn validate_flat(buf: &[u8], limits: &Limits) -> Option<usize> {
+    let kind = aggregate_kind(*buf.first()?)?;
+    if kind == AggregateKind::Attribute || limits.max_depth.min(MAX_DEPTH) == 0 {
+        return None;
+    }
+    let (n, mut pos) = digits_crlf(buf, 1)?;
+    if n == 0 || n > limits.max_elements as u64 || buf.get(pos - 1) != Some(&b'\n') {
+        return None;
+    }
+    let items = if kind == AggregateKind::Map { n * 2 } else { n };
+    for _ in 0..items {
+        match buf.get(pos)? {
+            b'$' => {
+                let (len, after) = digits_crlf(buf, pos + 1)?;
+                if len > limits.max_bulk_len as u64 || buf.get(after - 1) != Some(&b'\n') {
+                    return None;
+                }
+                let end = after.checked_add(usize::try_from(len).ok()?)?;
+                if buf.get(end..end.checked_add(2)?)? != b"\r\n" {
+                    return None;
+                }
+                pos = end + 2;
+            }
+            b':' => {
+                let line = buf.get(pos + 1..)?;
+                let cr = line.iter().take(21).position(|&b| b == b'\r')?;
+                parse_i64(line.get(..cr)?)?;
+                if line.get(cr + 1) != Some(&b'\n') {
+                    return None;
+                }
+                pos += cr + 3;
+            }
+            _ => return None,
+        }
+    }
+    Some(pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_flat_aggregates_and_leaves_the_rest() {
+        let l = Limits::default();
+        let push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n:12\r\nrest";
+        assert_eq!(validate_flat(push, &l), Some(push.len() - 4));
+        assert_eq!(validate_flat(b"%1\r\n$1\r\nk\r\n:-1\r\n", &l), Some(16));
+        for other in [
+            &b"*0\r\n"[..],
+            b"*1\r\n+OK\r\n",
+            b"*1\r\n$-1\r\n",
+            b"*2\r\n$1\r\nx\r\n",
+            b"*1\r\n$1\r\nxy\r\n",
+            b"*1\r\n:1x\r\n",
+            b"*1\n\n$1\r\nx\r\n",
+            b"*1\r\n$1\n\nx\r\n",
+            b"*1\r\n:99999999999999999999\r\n",
+            b"|1\r\n$1\r\nx\r\n$1\r\nx\r\n",
+            b"$1\r\nx\r\n",
+        ] {
+            assert_eq!(validate_flat(other, &l), None, "{other:?}");
+        }
+        let tight = Limits {
+            max_elements: 1,
+            ..l
+        };
+        assert_eq!(validate_flat(b"*2\r\n:1\r\n:2\r\n", &tight), None);
+        let short = Limits {
+            max_bulk_len: 1,
+            ..l
+        };
+        assert_eq!(validate_flat(b"*1\r\n$2\r\nab\r\n", &short), None);
+        let flat = Limits { max_depth: 0, ..l };
+        assert_eq!(validate_flat(b"*1\r\n:1\r\n", &flat), None);
+    }
+}
