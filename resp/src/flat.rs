@@ -86,4 +86,29 @@ mod tests {
         let flat = Limits { max_depth: 0, ..l };
         assert_eq!(validate_flat(b"*1\r\n:1\r\n", &flat), None);
     }
+
+    proptest::proptest! {
+        /// Wherever the fast path answers, the general validator agrees.
+        #[test]
+        fn agrees_with_the_general_validator(
+            tokens in proptest::collection::vec(proptest::sample::select(&[
+                "*2\r\n", ">3\r\n", "%1\r\n", "~1\r\n", "|1\r\n", "*0\r\n", "$1\r\nx\r\n",
+                "$0\r\n\r\n", "$2\r\nab\r\n", ":1\r\n", ":-5\r\n", "+OK\r\n", "$-1\r\n",
+                "$1\r\n", "x", "\r\n", "\n", "9", "$", ":", "*1\r\n",
+            ][..]), 0..12),
+            max_elements in 1usize..4,
+            max_bulk_len in 0usize..3,
+        ) {
+            let buf: std::string::String = tokens.concat();
+            let limits = Limits { max_elements, max_bulk_len, max_depth: 8 };
+            if let Some(end) = validate_flat(buf.as_bytes(), &limits) {
+                let mut v = crate::validate::Validator::<8>::new();
+                let general = v.run(buf.as_bytes(), &limits);
+                proptest::prop_assert!(
+                    matches!(general, Ok(crate::Status::Complete(e)) if e == end),
+                    "{:?}: fast {} general {:?}", buf, end, general
+                );
+            }
+        }
+    }
 }
