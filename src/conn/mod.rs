@@ -286,6 +286,10 @@ struct State<T> {
     flush_at: Option<Instant>,
     /// Requests whose replies are awaited, in order.
     pending: VecDeque<Request<T>>,
+    /// Of `pending`: requests fully written and not yet answered, and
+    /// requests whose bytes are still (partly) in `out`.
+    in_flight: usize,
+    unsent_requests: usize,
     /// When the front request started waiting (reset by each reply).
     front_since: Instant,
     /// Requests and bytes submitted before the handshake finished.
@@ -321,18 +325,37 @@ impl<T> State<T> {
             return;
         }
         let was_idle = self.pending.is_empty();
+        // Nothing written is awaiting a reply: holding would only add delay.
+        let nothing_in_flight = self.in_flight == 0;
         self.out.extend_from_slice(bytes);
+        let before = self.pending.len();
         self.pending.extend(requests);
+        self.unsent_requests += self.pending.len() - before;
         if was_idle && !self.pending.is_empty() {
             self.front_since = now;
         }
         if bytes.is_empty() {
             return;
         }
-        if was_idle || self.config.flush_delay.is_zero() {
+        if nothing_in_flight || self.config.flush_delay.is_zero() {
             self.flush_at = Some(now);
         } else if self.flush_at.is_none() {
             self.flush_at = Some(now + self.config.flush_delay);
+        }
+    }
+
+    /// The front request got its reply. When that leaves nothing written
+    /// awaiting a reply, held commands are due at once: the flush delay is
+    /// an upper bound, never a wait for nothing.
+    fn answered(&mut self) {
+        if self.in_flight > 0 {
+            self.in_flight -= 1;
+            if self.in_flight == 0 && self.unsent_len() > 0 {
+                self.flush_at = Some(self.now);
+            }
+        } else {
+            // Its bytes were not all written yet, but the server had them.
+            self.unsent_requests = self.unsent_requests.saturating_sub(1);
         }
     }
 
@@ -379,6 +402,8 @@ impl<T> Connection<T> {
                 out,
                 written: 0,
                 pending: VecDeque::new(),
+                in_flight: 0,
+                unsent_requests: 0,
                 front_since: now,
                 held: VecDeque::new(),
                 held_out: Vec::new(),
@@ -568,6 +593,7 @@ impl<T> Connection<T> {
         let st = &mut self.st;
         st.written = (st.written + n).min(st.out.len());
         if st.written == st.out.len() {
+            st.in_flight += std::mem::take(&mut st.unsent_requests);
             st.out.clear();
             st.written = 0;
             st.flush_at = None;
@@ -674,7 +700,9 @@ impl<T> Connection<T> {
                         st.front_since = st.now;
                         *confirmations = confirmations.saturating_sub(1);
                         let completes = if *confirmations == 0 {
-                            st.pending.pop_front().map(|r| r.user)
+                            let user = st.pending.pop_front().map(|r| r.user);
+                            st.answered();
+                            user
                         } else {
                             None
                         };
@@ -699,6 +727,7 @@ impl<T> Connection<T> {
             match st.pending.pop_front() {
                 Some(r) => {
                     st.front_since = st.now;
+                    st.answered();
                     return Some(Event::Reply {
                         user: r.user,
                         reply: parsed,

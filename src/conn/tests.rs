@@ -563,3 +563,39 @@ fn large_pipelines_keep_order() {
     }
     assert_eq!(c.pending_len(), 0);
 }
+
+#[test]
+fn held_commands_leave_once_every_written_request_is_answered() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::from_micros(100),
+        ..config()
+    });
+    send(&mut c, &["A"], 1, t0);
+    transmit(&mut c, t0);
+    let t1 = t0 + Duration::from_micros(10);
+    send(&mut c, &["B"], 2, t1);
+    assert_eq!(c.poll_transmit(t1), None, "held behind A");
+    // A's reply: nothing written awaits a reply any more, so B goes now,
+    // well before its 100 µs are up.
+    let t2 = t1 + Duration::from_micros(20);
+    c.handle_read(b"+a\r\n", t2);
+    assert_eq!(drain(&mut c).len(), 1);
+    assert_eq!(c.poll_flush_at(), Some(t2));
+    assert_eq!(c.poll_transmit(t2), Some(&cmd(&["B"])[..]));
+    c.advance_transmit(cmd(&["B"]).len());
+    // A reply for a request whose bytes were not all written yet (the
+    // server had its part) keeps the counts sane.
+    send(&mut c, &["C"], 3, t2);
+    send(&mut c, &["D"], 4, t2);
+    let due = t2 + Duration::from_micros(100);
+    let cd = c.poll_transmit(due).unwrap().len();
+    c.advance_transmit(cd - 1);
+    c.handle_read(b"+b\r\n+c\r\n", due);
+    assert_eq!(drain(&mut c).len(), 2);
+    c.advance_transmit(1);
+    c.handle_read(b"+d\r\n", due);
+    assert_eq!(drain(&mut c).len(), 1);
+    assert_eq!(c.pending_len(), 0);
+    send(&mut c, &["E"], 5, due);
+    assert_eq!(c.poll_transmit(due), Some(&cmd(&["E"])[..]));
+}

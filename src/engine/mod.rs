@@ -21,7 +21,7 @@ pub use builder::Builder;
 pub use pending::Pending;
 pub use shared::Stats;
 
-use crate::conn::{ConnConfig, ReplyKind, Request, Role};
+use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
 use driver::Driver;
