@@ -1,0 +1,103 @@
+//! Fire-and-forget publishing allocates nothing in steady state, and under
+//! load many publishes share one `write`.
+//!
+//! A counting global allocator sees every thread (the I/O thread too), so
+//! the count covers the whole path: encode into the staging buffer, swap,
+//! copy into the output buffer, write, read the replies, match them.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use shardsub::{Engine, PublishOptions};
+use testkit::{kinds, Server};
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Publishes `n` messages, then waits (bounded) until all are answered.
+fn publish_all(e: &Engine, n: u64, payload: &[u8]) {
+    let target = e.stats().replies + n;
+    for _ in 0..n {
+        e.publish(b"alloc-test", payload).unwrap();
+    }
+    // A marker request: its reply comes after every publish's.
+    let marker = e.publish_pending(b"alloc-test", b"end", PublishOptions::classic());
+    marker.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.stats().replies < target {
+        assert!(Instant::now() < deadline, "replies missing");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn fire_and_forget_publish_allocates_nothing_in_steady_state() {
+    let payload = [b'x'; 256];
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = Engine::builder()
+            .address(server.addr().to_string())
+            .io_threads(1)
+            .build()
+            .unwrap();
+        // Warm up: buffers grow to their working size.
+        for _ in 0..3 {
+            publish_all(&e, 200_000, &payload);
+        }
+        let before_stats = e.stats();
+        let before = ALLOCS.load(Ordering::Relaxed);
+        const N: u64 = 200_000;
+        for _ in 0..N {
+            e.publish(b"alloc-test", &payload).unwrap();
+        }
+        let after = ALLOCS.load(Ordering::Relaxed);
+        // Let the I/O thread finish (its work is counted too).
+        publish_all(&e, 0, &payload);
+        let settled = ALLOCS.load(Ordering::Relaxed);
+        let s = e.stats();
+        let writes = s.writes - before_stats.writes;
+        let published = s.requests - before_stats.requests;
+        eprintln!(
+            "{kind:?}: {} allocations while publishing {N}, {} until all answered \
+             (the end marker's Pending included); {published} requests in {writes} writes \
+             = {:.0} publishes per write",
+            after - before,
+            settled - before,
+            published as f64 / writes.max(1) as f64
+        );
+        assert_eq!(
+            after - before,
+            0,
+            "{kind:?}: allocations on the publish path"
+        );
+        // The end marker allocates its handle (a few allocations), nothing per publish.
+        assert!(settled - before < 16, "{kind:?}: {}", settled - before);
+        assert!(
+            published as f64 / writes.max(1) as f64 >= 32.0,
+            "{kind:?}: {published} publishes in {writes} writes"
+        );
+    }
+}
