@@ -1,4 +1,76 @@
 //! shardsub: Redis and Valkey Pub/Sub at scale.
+//!
+//! This crate is the engine: I/O threads that own pipelined connections to
+//! one or more servers, a write path that coalesces many commands into one
+//! `write`, and replies matched to requests in order. Parsing lives in
+//! [`resp`], hashing and partitions in [`shardcore`]; the connection
+//! protocol itself is the sans-IO state machine in [`conn`].
+//!
+//! # Data flow
+//!
+//! ```text
+//!  app threads                     I/O thread (one mio::Poll per core)
+//!  ───────────                     ─────────────────────────────────────
+//!  publish(ch, payload)
+//!   │ shard_of(ch) → server,
+//!   │ hash(ch) → connection
+//!   ▼
+//!  staging buffer ──(first submitter  ──► Waker ──► swap staging ⇄ spare
+//!  (mutex held only    after a drain            │   (double buffer, no alloc)
+//!   to encode)         wakes the thread)        ▼
+//!                                          conn::Connection (sans-IO)
+//!                                           out buffer ── flush delay:
+//!                                           │  held ≤ 100 µs while earlier
+//!                                           │  requests await replies
+//!                                           ▼
+//!                                          one write() per batch ──► server
+//!                                                                      │
+//!  Pending / callback ◄── replies matched FIFO ◄── parse in place ◄── read()
+//!  Observer::on_push  ◄── pushes (never take a reply)
+//! ```
+//!
+//! A command sent while nothing awaits a reply leaves at once, so a caller
+//! that waits for each reply is never slowed by the flush delay; held
+//! commands also leave as soon as every written request has been answered.
+//! Every request completes: with its reply, or with an [`Error`] when its
+//! connection breaks, its reply is late (the connection then restarts,
+//! since replies are matched in order), or the engine shuts down.
+//! Connections come back with exponential backoff and jitter.
+//!
+//! What it does not do (yet): subscriptions and cluster routing (they build
+//! on [`Observer`] and the per-connection roles in [`conn::Role`]), and
+//! backpressure: fire-and-forget publishes queue without bound while the
+//! server keeps up slower than the publisher.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shardsub::{Engine, PublishOptions, Value};
+//!
+//! # fn main() -> Result<(), shardsub::Error> {
+//! let engine = Engine::builder()
+//!     .address("127.0.0.1:6379")
+//!     .flush_delay(Duration::from_micros(100))
+//!     .build()?;
+//!
+//! // Fire-and-forget: no allocation, leaves with the next batch.
+//! engine.publish(b"news", b"hello")?;
+//!
+//! // With an outcome: how many subscribers got it.
+//! let receivers = engine
+//!     .publish_pending(b"news", b"hello again", PublishOptions::sharded())
+//!     .wait_timeout(Duration::from_secs(1))?;
+//! assert!(receivers >= 0);
+//!
+//! // Any command, with its owned reply.
+//! assert_eq!(engine.command(["PING"])?, Value::Simple(b"PONG".to_vec()));
+//! engine.shutdown();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! (`tests/engine_basic.rs` runs the same calls against real servers.)
 #![deny(missing_docs)]
 
 pub mod conn;

@@ -141,3 +141,27 @@ fn refused_auth_fails_build_on_real_servers() {
         );
     }
 }
+
+/// The crate-level example, against real servers.
+#[test]
+fn crate_docs_example() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let engine = Engine::builder()
+            .address(server.addr().to_string())
+            .flush_delay(Duration::from_micros(100))
+            .build()
+            .unwrap();
+        engine.publish(b"news", b"hello").unwrap();
+        let receivers = engine
+            .publish_pending(b"news", b"hello again", PublishOptions::sharded())
+            .wait_timeout(Duration::from_secs(1))
+            .unwrap();
+        assert!(receivers >= 0);
+        assert_eq!(
+            engine.command(["PING"]).unwrap(),
+            Value::Simple(b"PONG".to_vec())
+        );
+        engine.shutdown();
+    }
+}
