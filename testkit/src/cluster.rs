@@ -336,12 +336,13 @@ impl Cluster {
         for node in &self.nodes[1..] {
             first.cmd_str(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()])?;
         }
-        let total = self.nodes.len();
+        // Every node must know every other by its real id (a node still in
+        // handshake shows up under a temporary one).
         wait_for("all nodes to meet", CLUSTER_TIMEOUT, || {
             for node in &self.nodes {
-                let info = expect_text(&node.cmd(&[b"CLUSTER", b"INFO"])?, "CLUSTER INFO")?;
-                let known = info_field(&info, "cluster_known_nodes").and_then(|n| n.parse().ok());
-                if known != Some(total) {
+                let text = expect_text(&node.cmd(&[b"CLUSTER", b"NODES"])?, "CLUSTER NODES")?;
+                let (table, _) = parse_cluster_nodes(&text);
+                if !self.ids.iter().all(|id| table.contains_key(id)) {
                     return Ok(None);
                 }
             }

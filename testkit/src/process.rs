@@ -82,6 +82,27 @@ pub(crate) fn terminate(pid: u32) {
         .status();
 }
 
+/// Starts a detached watchdog that SIGKILLs `server` once this process is
+/// gone: a test process killed by a harness timeout runs no destructors, and
+/// its servers must not outlive it. The watchdog ends as soon as the server
+/// does (checked every second), so a reused pid is never signalled later.
+pub(crate) fn spawn_watchdog(server: u32) {
+    let script = format!(
+        "( while kill -0 {parent} 2>/dev/null && kill -0 {server} 2>/dev/null; do sleep 1; done; \
+         kill -0 {parent} 2>/dev/null || kill -9 {server} 2>/dev/null ) \
+         </dev/null >/dev/null 2>&1 &",
+        parent = std::process::id(),
+    );
+    // The outer shell exits at once (reaped here); the loop is re-parented.
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// Waits up to `bound` for the child to exit; true if it did.
 pub(crate) fn wait_exit(child: &mut Child, bound: Duration) -> bool {
     let deadline = Instant::now() + bound;

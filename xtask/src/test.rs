@@ -127,6 +127,11 @@ pub fn run() -> Result<(), String> {
         run::status(
             cargo()
                 .args(["bench", "--workspace", "--benches", "--", "--test"])
+                // Each bench runs once, to prove it works: optimising the
+                // build would only cost minutes. Real measurements use the
+                // normal bench profile (`cargo bench`).
+                .env("CARGO_PROFILE_BENCH_OPT_LEVEL", "0")
+                .env("CARGO_PROFILE_BENCH_DEBUG", "false")
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
         )
     });
