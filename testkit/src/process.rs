@@ -82,16 +82,18 @@ pub(crate) fn terminate(pid: u32) {
         .status();
 }
 
-/// Starts a detached watchdog that SIGKILLs `server` once this process is
-/// gone: a test process killed by a harness timeout runs no destructors, and
-/// its servers must not outlive it. The watchdog ends as soon as the server
-/// does (checked every second), so a reused pid is never signalled later.
-pub(crate) fn spawn_watchdog(server: u32) {
+/// Starts a detached watchdog that SIGKILLs `server` and removes its scratch
+/// `dir` once this process is gone: a test process killed by a harness
+/// timeout runs no destructors, and its servers must not outlive it. The
+/// watchdog ends as soon as the server does (checked every second), so a
+/// reused pid is never signalled later.
+pub(crate) fn spawn_watchdog(server: u32, dir: &Path) {
+    let parent = std::process::id();
+    let dir = shell_quote(&dir.to_string_lossy());
     let script = format!(
         "( while kill -0 {parent} 2>/dev/null && kill -0 {server} 2>/dev/null; do sleep 1; done; \
-         kill -0 {parent} 2>/dev/null || kill -9 {server} 2>/dev/null ) \
-         </dev/null >/dev/null 2>&1 &",
-        parent = std::process::id(),
+         kill -0 {parent} 2>/dev/null || {{ kill -9 {server} 2>/dev/null; sleep 1; rm -rf {dir}; }} ) \
+         </dev/null >/dev/null 2>&1 &"
     );
     // The outer shell exits at once (reaped here); the loop is re-parented.
     let _ = Command::new("sh")
@@ -101,6 +103,11 @@ pub(crate) fn spawn_watchdog(server: u32) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// `'text'`, safe inside `sh -c`.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// Waits up to `bound` for the child to exit; true if it did.

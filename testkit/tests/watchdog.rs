@@ -16,7 +16,7 @@ fn child_holds_a_server() -> Result<(), testkit::Error> {
         return Ok(());
     }
     let server = testkit::Server::start(testkit::kinds()[0])?;
-    println!("server-pid {}", server.pid());
+    println!("server-pid {} {}", server.pid(), server.dir().display());
     std::thread::sleep(Duration::from_secs(30));
     Ok(())
 }
@@ -44,11 +44,16 @@ fn servers_die_with_a_killed_test_process() -> Result<(), testkit::Error> {
         .find_map(|line| line.strip_prefix("server-pid ").map(str::to_string));
     let _ = child.kill(); // SIGKILL: no destructor runs in the child.
     let _ = child.wait();
-    let pid = pid.expect("the child reported its server's pid");
+    let line = pid.expect("the child reported its server's pid");
+    let (pid, dir) = line.split_once(' ').expect("pid and dir");
     let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
     testkit::wait_for(
         "the orphaned server to die",
         Duration::from_secs(10),
         || Ok((!proc_dir.exists()).then_some(())),
-    )
+    )?;
+    let dir = std::path::PathBuf::from(dir);
+    testkit::wait_for("its scratch dir to go", Duration::from_secs(10), || {
+        Ok((!dir.exists()).then_some(()))
+    })
 }
