@@ -24,13 +24,15 @@ const CMD: TopologyCommand = TopologyCommand::ClusterShards;
 ///
 /// A shard whose nodes include no primary leaves its slots without owner.
 /// A failed primary still owns its slots; its [`Health`] says it failed.
+/// A shard listing several primaries (Valkey keeps a dead primary in its
+/// shard after a failover) is owned by the healthiest of them, then the
+/// one with the highest replication offset; the others are dropped.
 ///
 /// # Errors
 ///
 /// A [`ReplyError`] naming the shard, node and field that was wrong: the
-/// server's error reply, a missing `slots`, `nodes`, `id` or port, an odd
-/// slot list, a slot out of range or claimed twice, two primaries in one
-/// shard.
+/// server's error reply, a missing `slots`, `nodes`, `id`, `role` or port,
+/// an odd slot list, a slot out of range or claimed twice.
 pub fn parse_cluster_shards(
     reply: &Frame<'_>,
     options: &ParseOptions<'_>,
@@ -63,15 +65,18 @@ pub fn parse_cluster_shards(
             }
             ranges.push(start..=end);
         }
-        let mut primary = None;
+        let mut primary: Option<Node> = None;
         let mut replicas = Vec::new();
         for (n, f) in nodes.iter().enumerate() {
             let node = parse_node(&f, options).map_err(|(field, p)| at(field, p).at(e, Some(n)))?;
             match node.role {
-                Role::Primary if primary.is_some() => {
-                    return Err(at(Field::Role, Problem::Conflict).at(e, Some(n)))
-                }
-                Role::Primary => primary = Some(node),
+                // After a failover, Valkey lists the dead primary (health
+                // `fail`) next to the promoted one in the same shard: the
+                // slots belong to the healthiest.
+                Role::Primary => match &primary {
+                    Some(p) if rank(p) >= rank(&node) => {}
+                    _ => primary = Some(node),
+                },
                 Role::Replica => replicas.push(node),
             }
         }
@@ -85,6 +90,23 @@ pub fn parse_cluster_shards(
         }
     }
     Ok(b.finish())
+}
+
+/// Which of two primaries of one shard owns its slots: online before
+/// loading before unknown before failed, then the higher replication offset,
+/// then the smaller id (so the choice never depends on the reply's order).
+fn rank(n: &Node) -> (u8, i64, core::cmp::Reverse<&str>) {
+    let health = match n.health {
+        Health::Online => 3,
+        Health::Loading => 2,
+        Health::Unknown => 1,
+        Health::Failed => 0,
+    };
+    (
+        health,
+        n.replication_offset.unwrap_or(i64::MIN),
+        core::cmp::Reverse(n.id.as_str()),
+    )
 }
 
 fn parse_node(f: &Frame<'_>, options: &ParseOptions<'_>) -> Result<Node, (Field, Problem)> {

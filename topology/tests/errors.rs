@@ -225,13 +225,6 @@ fn bad_cluster_shards_replies() {
             (Some(0), Some(0), Field::Role, Problem::OutOfRange),
         ),
         (
-            arr(vec![shard(
-                vec![i(0), i(5)],
-                vec![primary(), map(shards_node("b", 7001, "master"))],
-            )]),
-            (Some(0), Some(1), Field::Role, Problem::Conflict),
-        ),
-        (
             arr(vec![
                 shard(vec![i(0), i(5)], vec![primary()]),
                 shard(
@@ -420,4 +413,49 @@ fn cut_and_garbled_bytes() {
         arr(vec![arr(vec![i(0), i(5), slots_node("h", 99999, "a")])]),
     );
     assert_eq!(e.2, Field::Port);
+}
+
+#[test]
+fn several_primaries_in_one_shard_pick_the_healthiest() {
+    let node = |id: &str, port: i64, health: &str, offset: i64| {
+        map(vec![
+            ("id", b(id)),
+            ("port", i(port)),
+            ("ip", b("10.0.0.1")),
+            ("role", b("master")),
+            ("replication-offset", i(offset)),
+            ("health", b(health)),
+        ])
+    };
+    let cases = [
+        (
+            vec![node("dead", 1, "fail", 900), node("new", 2, "online", 100)],
+            "new",
+        ),
+        (
+            vec![node("new", 2, "online", 100), node("dead", 1, "fail", 900)],
+            "new",
+        ),
+        (
+            vec![node("a", 1, "loading", 5), node("b", 2, "fail", 9)],
+            "a",
+        ),
+        (
+            vec![node("a", 1, "online", 5), node("b", 2, "online", 9)],
+            "b",
+        ),
+        (
+            vec![node("b", 2, "online", 5), node("a", 1, "online", 5)],
+            "a",
+        ),
+    ];
+    for (n, (nodes, want)) in cases.into_iter().enumerate() {
+        let reply = arr(vec![map(vec![
+            ("slots", arr(vec![i(0), i(16383)])),
+            ("nodes", arr(nodes)),
+        ])]);
+        let m = parse(SHARDS, &reply, &ParseOptions::default()).unwrap();
+        assert_eq!(m.owner(0).unwrap().primary.id, want, "case {n}");
+        assert_eq!(m.shards().len(), 1, "case {n}");
+    }
 }

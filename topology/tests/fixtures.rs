@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+
 use common::{fixture, golden};
 use topology::{
     parse_topology_bytes, plan_rewire, Health, Layout, ParseOptions, SlotMap, TopologyCommand,
@@ -15,16 +17,17 @@ fn parse(cmd: TopologyCommand, name: &str, opts: &ParseOptions<'_>) -> SlotMap {
     parse_topology_bytes(cmd, &fixture(name), opts).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// Primaries and slot ownership only (health and offsets differ by command).
-fn owners(m: &SlotMap) -> Vec<Option<(String, String)>> {
-    (0..16384)
-        .map(|s| {
-            m.owner(s).map(|sh| {
-                (
-                    sh.primary.id.clone(),
-                    sh.primary.addr.as_ref().unwrap().to_string(),
-                )
-            })
+/// Primaries and slot ownership only (health and offsets differ by
+/// command), as runs of slots with their owner's id and address.
+fn owners(m: &SlotMap) -> Vec<(std::ops::RangeInclusive<u16>, Option<String>)> {
+    m.ranges()
+        .into_iter()
+        .map(|(r, o)| {
+            let who = o.map(|i| {
+                let p = &m.shards()[i].primary;
+                format!("{}@{}", p.id, p.addr.as_ref().unwrap())
+            });
+            (r, who)
         })
         .collect()
 }
@@ -105,18 +108,24 @@ fn failed_primary_keeps_its_slots_and_reports_failure() {
     let parts = shardcore::Partitions::new(128).unwrap();
     let mut out = String::new();
     for server in ["redis7", "valkey9"] {
-        let healthy = parse(SHARDS, &format!("{server}_shards_resp3.bin"), &opts);
+        // The state just before the kill (after the kill -9 failover capture).
+        let healthy = parse(
+            SHARDS,
+            &format!("{server}_failover_shards_resp3.bin"),
+            &opts,
+        );
         let slots = parse(SLOTS, &format!("{server}_failed_slots_resp2.bin"), &opts);
         let shards = parse(SHARDS, &format!("{server}_failed_shards_resp3.bin"), &opts);
         // These servers still list the failed primary in CLUSTER SLOTS.
         assert_eq!(owners(&slots), owners(&healthy), "{server}");
         assert_eq!(owners(&shards), owners(&healthy), "{server}");
-        let failed: Vec<_> = shards
-            .shards()
-            .iter()
-            .filter(|s| s.primary.health == Health::Failed)
+        // One failed primary owns slots (Redis 7.0 also lists the primary
+        // killed earlier, failed and slot-less, in a shard of its own).
+        let failed_owners: BTreeSet<usize> = (0..16384u16)
+            .filter_map(|s| shards.owner_index(s))
+            .filter(|&i| shards.shards()[i].primary.health == Health::Failed)
             .collect();
-        assert_eq!(failed.len(), 1, "{server}");
+        assert_eq!(failed_owners.len(), 1, "{server}");
         // The capture killed the owner of slot 16383.
         assert_eq!(shards.owner(16383).unwrap().primary.health, Health::Failed);
         let before = Layout::compute(&healthy, &parts);
@@ -126,7 +135,7 @@ fn failed_primary_keeps_its_slots_and_reports_failure() {
             plan.is_empty(),
             "{server}: a failed primary that is still the owner moves nothing"
         );
-        out += &format!("== {server}: healthy (CLUSTER SHARDS, RESP3)\n{before}\n");
+        out += &format!("== {server}: before (CLUSTER SHARDS, RESP3)\n{before}\n");
         out += &format!("== {server}: owner of slot 16383 killed, no failover (CLUSTER SHARDS, RESP3)\n{after}\n");
         out += &format!("== plan\n{plan}\n");
     }
@@ -164,4 +173,47 @@ fn truncated_fixtures_are_incomplete_not_errors_in_the_middle() {
         let e = parse_topology_bytes(SHARDS, &bytes[..cut], &ParseOptions::default()).unwrap_err();
         assert_eq!(e.problem, topology::Problem::Incomplete, "cut at {cut}");
     }
+}
+
+#[test]
+fn kill_9_failover_promotes_the_replica() {
+    // Captured after SIGKILL of the owner of slot 8192 and the promotion of
+    // its replica. Valkey 9 keeps the dead primary in the same shard, as a
+    // second master with health `fail`; Redis 7.0 lists it in a shard of
+    // its own with no slots. CLUSTER SLOTS no longer mentions it.
+    let parts = shardcore::Partitions::new(128).unwrap();
+    let opts = ParseOptions::default();
+    let mut out = String::new();
+    for server in ["redis7", "valkey9"] {
+        let healthy = parse(SHARDS, &format!("{server}_shards_resp3.bin"), &opts);
+        let slots = parse(SLOTS, &format!("{server}_failover_slots_resp2.bin"), &opts);
+        let shards = parse(
+            SHARDS,
+            &format!("{server}_failover_shards_resp3.bin"),
+            &opts,
+        );
+        assert_eq!(owners(&slots), owners(&shards), "{server}");
+        let new_owner = shards.owner(8192).unwrap();
+        assert_eq!(new_owner.primary.health, Health::Online, "{server}");
+        // The new primary was the old one's replica.
+        let old_owner = healthy.owner(8192).unwrap();
+        assert_eq!(old_owner.replicas[0].id, new_owner.primary.id, "{server}");
+        let (before, after) = (
+            Layout::compute(&healthy, &parts),
+            Layout::compute(&shards, &parts),
+        );
+        let plan = plan_rewire(&before, &after);
+        assert_eq!(plan.open.len(), 1, "{server}");
+        assert_eq!(plan.close.len(), 1, "{server}");
+        assert_eq!(plan.open[0].id, new_owner.primary.id);
+        assert_eq!(plan.close[0].id, old_owner.primary.id);
+        let moved: Vec<u32> = plan.resubscribe.iter().map(|m| m.partition).collect();
+        assert_eq!(
+            moved,
+            before.node(&plan.close[0]).unwrap().partitions,
+            "{server}"
+        );
+        out += &format!("== {server}: after kill -9 of the owner of slot 8192 and failover (CLUSTER SHARDS, RESP3)\n{shards}\n{after}\n== plan from the healthy layout\n{plan}\n");
+    }
+    golden("fixture_kill9_failover", &out);
 }
