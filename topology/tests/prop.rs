@@ -113,9 +113,9 @@ fn layout(m: &Model, slots: &[u16], rng: &mut Rng) -> Layout {
     Layout::for_slots(&m.parse(cmd, rng.below(2) == 0), slots)
 }
 
-/// Partition slots: from a real [`Partitions`] (power-of-two counts, from
-/// the build-time tables) two times in three, else a random list of slots
-/// (any count, repeats allowed) through [`Layout::for_slots`].
+/// Partition slots: from a real [`Partitions`] (table and computed counts)
+/// two times in three, else a random list of slots (any count, repeats
+/// allowed) through [`Layout::for_slots`].
 fn partition_slots(rng: &mut Rng) -> Vec<u16> {
     if rng.below(3) < 2 {
         let parts = Partitions::new(COUNTS[rng.below(COUNTS.len() as u64) as usize]).unwrap();
@@ -141,7 +141,7 @@ fn state(l: &Layout) -> (Vec<Option<NodeKey>>, BTreeSet<NodeKey>) {
     )
 }
 
-const COUNTS: [u32; 7] = [1, 2, 16, 64, 128, 1024, 4096];
+const COUNTS: [u32; 9] = [1, 2, 3, 16, 64, 100, 128, 1000, 4096];
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
