@@ -16,6 +16,27 @@ use crate::validate::{Fail, Validator};
 /// [`Status::Complete`], use the frame, then remove
 /// [`consumed`](Parsed::consumed) bytes from the front of the buffer; the
 /// decoder is then ready for the next frame.
+///
+/// The decoder never allocates after [`Decoder::new`]. An error is fatal for
+/// the stream: the decoder resets, but the connection should be closed.
+///
+/// ```
+/// use resp::{Decoder, Status, Value};
+///
+/// let mut decoder = Decoder::default();
+/// let mut buf = b"*2\r\n$1\r\na".to_vec(); // the first read
+/// assert!(matches!(decoder.decode(&buf)?, Status::Incomplete));
+///
+/// buf.extend_from_slice(b"\r\n:7\r\n+OK\r\n"); // the next read, appended
+/// let Status::Complete(reply) = decoder.decode(&buf)? else { unreachable!() };
+/// assert_eq!(reply.to_value(), Value::Array(vec![Value::Bulk(b"a".to_vec()), Value::Integer(7)]));
+/// let consumed = reply.consumed;
+/// buf.drain(..consumed); // then the next frame
+///
+/// let Status::Complete(ok) = decoder.decode(&buf)? else { unreachable!() };
+/// assert_eq!(ok.frame.as_bytes(), Some(&b"OK"[..]));
+/// # Ok::<(), resp::ParseError>(())
+/// ```
 #[derive(Debug)]
 pub struct Decoder {
     limits: Limits,

@@ -156,8 +156,11 @@ where
     out.extend_from_slice(b";0\r\n");
 }
 
-/// Appends a value. Simple strings and errors are written as they are: the
-/// caller must keep `\r` and `\n` out of them.
+/// Appends a value. Simple strings, errors and big numbers are written as
+/// they are: the caller must keep `\r` and `\n` out of them. An
+/// [`Value::Attributed`] whose value is itself `Attributed` encodes two
+/// attributes in a row, which [`parse`](crate::parse) rejects
+/// ([`ErrorKind::NestedAttribute`](crate::ErrorKind::NestedAttribute)).
 ///
 /// ```
 /// use resp::Value;
