@@ -161,3 +161,25 @@ fn render(value: &Value) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_shows_attributes_before_the_value() {
+        let value = Value::Attributed {
+            attributes: vec![(
+                Value::Bulk(b"key-popularity".to_vec()),
+                Value::Array(vec![Value::Bulk(b"key:123".to_vec()), Value::Integer(90)]),
+            )],
+            value: Box::new(Value::Bulk(b"reply".to_vec())),
+        };
+        assert_eq!(
+            render(&value),
+            "|{\"key-popularity\": [\"key:123\", 90]} \"reply\""
+        );
+        assert_eq!(render(&Value::Map(vec![])), "{}");
+        assert_eq!(render(&Value::Null), "null");
+    }
+}

@@ -67,3 +67,15 @@ pub fn show(command: &Command) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_quotes_empty_and_spaced_arguments() {
+        let mut command = Command::new("redis-server");
+        command.args(["--save", "", "--dir", "/tmp/a b"]);
+        assert_eq!(show(&command), "redis-server --save '' --dir '/tmp/a b'");
+    }
+}
