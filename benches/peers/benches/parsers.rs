@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{
     black_box, criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use shardsub_peer_benches::{parsers, streams, Input, Tally, Touch};
+use shardsub_peer_benches::{parsers, streams, Input, MODES};
 
 fn peers(c: &mut Criterion) {
     for s in streams::all() {
@@ -23,13 +23,9 @@ fn peers(c: &mut Criterion) {
         // Some peers take tens of milliseconds per pass: flat sampling keeps
         // their run near the measurement time.
         g.sampling_mode(SamplingMode::Flat);
-        let modes: [(
-            &str,
-            fn(&shardsub_peer_benches::Parser) -> fn(&Input, Touch) -> Tally,
-        ); 2] = [("whole", |p| p.whole), ("chunked_1460", |p| p.chunked)];
-        for (mode, pick) in modes {
+        for mode in MODES {
             for p in parsers::all() {
-                let f = pick(&p);
+                let f = p.mode(mode).expect("known mode");
                 g.bench_with_input(BenchmarkId::new(mode, p.name), &input, |b, i| {
                     b.iter(|| f(black_box(i), s.touch))
                 });

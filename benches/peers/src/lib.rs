@@ -51,6 +51,13 @@ pub fn push_sum(channel: &[u8], payload: &[u8]) -> u64 {
     (channel.len() + payload.len()) as u64 + first(channel) + first(payload)
 }
 
+/// One way of parsing a stream: see [`Parser`].
+pub type ParseFn = fn(&Input, Touch) -> Tally;
+
+/// The two ways each parser is measured: the whole stream in one buffer, and
+/// the stream arriving in [`CHUNK`]-byte reads.
+pub const MODES: [&str; 2] = ["whole", "chunked_1460"];
+
 /// A parser under test: each function parses all of `input` and panics on
 /// anything but a clean parse of whole frames (inputs are fixed and valid).
 #[derive(Copy, Clone)]
@@ -58,10 +65,21 @@ pub struct Parser {
     /// Name in benchmark ids and tables.
     pub name: &'static str,
     /// Parse a buffer that holds the whole stream.
-    pub whole: fn(&Input, Touch) -> Tally,
+    pub whole: ParseFn,
     /// Parse the stream arriving in [`CHUNK`]-byte reads, with the parser's
     /// own incremental API.
-    pub chunked: fn(&Input, Touch) -> Tally,
+    pub chunked: ParseFn,
+}
+
+impl Parser {
+    /// The function for a mode named in [`MODES`].
+    pub fn mode(&self, mode: &str) -> Option<ParseFn> {
+        match mode {
+            "whole" => Some(self.whole),
+            "chunked_1460" => Some(self.chunked),
+            _ => None,
+        }
+    }
 }
 
 /// A stream, held both as plain bytes and as a shared [`bytes::Bytes`] so
