@@ -337,10 +337,16 @@ impl Driver {
                 }
             }
             Phase::Open => {
-                if notified {
-                    self.drain_staging(now);
-                } else if self.shared.wake_pending.load(Ordering::Acquire) {
-                    // A submitter raced a drain; pick its commands up now.
+                // While a held batch waits for its flush time, leave staged
+                // commands where they are: the wake flag stays set, so
+                // submitters do not wake this thread again, and the batch
+                // picks them up right before it is written.
+                let holding = self
+                    .core
+                    .as_ref()
+                    .and_then(Connection::poll_flush_at)
+                    .is_some_and(|at| at > now);
+                if !holding && (notified || self.shared.wake_pending.load(Ordering::Acquire)) {
                     self.drain_staging(now);
                 }
                 if let Some(core) = &mut self.core {
