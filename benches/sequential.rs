@@ -15,6 +15,9 @@
 //! cargo bench -p shardsub --bench sequential -- --skip flush   # table only
 //! ```
 
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
