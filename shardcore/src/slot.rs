@@ -7,7 +7,10 @@ use core::ops::RangeInclusive;
 /// Number of hash slots in a Redis / Valkey cluster.
 pub const SLOT_COUNT: u16 = 16384;
 
-const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+/// Slice-by-16 tables (8 KiB): several times faster than byte-at-a-time on
+/// keys longer than a few bytes.
+static CRC16: crc::Crc<u16, crc::Table<16>> =
+    crc::Crc::<u16, crc::Table<16>>::new(&crc::CRC_16_XMODEM);
 
 /// CRC16 as the Redis Cluster specification defines it (XMODEM: polynomial
 /// 0x1021, initial value 0, no reflection, no final xor).
