@@ -77,10 +77,15 @@ pub mod conn;
 pub mod display;
 mod engine;
 mod error;
+pub mod metrics;
 pub mod observer;
+pub mod pubsub;
+mod workers;
 
 pub use conn::Protocol;
 pub use engine::{Builder, Engine, Pending, PublishOptions, Stats};
 pub use error::Error;
+pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};
+pub use pubsub::{ChannelList, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;

@@ -1,0 +1,131 @@
+//! Pub/Sub metrics: relaxed atomic counters, a lag histogram, and the
+//! [`Metrics`] snapshot read by [`PubSub::metrics`](crate::PubSub::metrics).
+//!
+//! Counters are bumped per batch where the code has batches (a worker adds
+//! its delivered count once per drained batch), and never take a lock.
+
+mod histogram;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub(crate) use histogram::Histogram;
+pub use histogram::LagSnapshot;
+
+/// Why messages were dropped (delivery is at most once; a drop is counted,
+/// never silent).
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// The channel's worker queue was full (the handler is too slow).
+    pub queue_full: u64,
+    /// Still queued when the engine shut down.
+    pub shutdown: u64,
+}
+
+impl Dropped {
+    /// All drops, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.queue_full + self.shutdown
+    }
+}
+
+/// A snapshot of a [`PubSub`](crate::PubSub)'s counters.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Messages handed to [`PubSub::publish`](crate::PubSub::publish) and
+    /// accepted by the publish engine.
+    pub published: u64,
+    /// Publishes refused at once (server reconnecting, shutdown).
+    pub publish_errors: u64,
+    /// Messages received from the servers (service probes excluded).
+    pub received: u64,
+    /// Messages handed to the handler.
+    pub delivered: u64,
+    /// Messages dropped, by reason.
+    pub dropped: Dropped,
+    /// Messages waiting in each worker's queue now.
+    pub queue_depths: Vec<usize>,
+    /// `SUBSCRIBE` commands sent (resubscribes included).
+    pub subscribe_commands: u64,
+    /// `UNSUBSCRIBE` commands sent.
+    pub unsubscribe_commands: u64,
+    /// Subscribe confirmations received (one per channel per command).
+    pub confirmations: u64,
+    /// Channels wanted now (the registry's size, pending unsubscribes aside).
+    pub channels: u64,
+    /// Subscribe connections re-established after a loss.
+    pub reconnects: u64,
+    /// Gap events handed to workers (one per worker per resubscribe).
+    pub gaps: u64,
+    /// Channels named in gap events.
+    pub gap_channels: u64,
+    /// Liveness probes published.
+    pub probes_sent: u64,
+    /// Connections restarted because a probe did not come back in time.
+    pub probe_restarts: u64,
+    /// Open subscribe connections per server (builder order).
+    pub active_connections: Vec<usize>,
+    /// End-to-end lag (publish to handler), when the envelope is on.
+    pub lag: Option<LagSnapshot>,
+    /// Messages whose payload lacked the envelope while it was on
+    /// (delivered unchanged, not timed).
+    pub unenveloped: u64,
+}
+
+/// The live counters behind [`Metrics`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) published: AtomicU64,
+    pub(crate) publish_errors: AtomicU64,
+    pub(crate) delivered: AtomicU64,
+    pub(crate) dropped_shutdown: AtomicU64,
+    pub(crate) subscribe_commands: AtomicU64,
+    pub(crate) unsubscribe_commands: AtomicU64,
+    pub(crate) confirmations: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
+    pub(crate) gaps: AtomicU64,
+    pub(crate) gap_channels: AtomicU64,
+    pub(crate) probes_sent: AtomicU64,
+    pub(crate) probe_restarts: AtomicU64,
+    pub(crate) lag: Histogram,
+}
+
+/// Adds `n` to a counter (relaxed).
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    if n != 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Counters {
+    /// The counters' part of a snapshot; the caller fills in what is
+    /// counted per connection (received, queue-full drops, unenveloped),
+    /// queue depths, connections and the channel count.
+    pub(crate) fn snapshot(&self, with_lag: bool) -> Metrics {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Metrics {
+            published: g(&self.published),
+            publish_errors: g(&self.publish_errors),
+            received: 0,
+            delivered: g(&self.delivered),
+            dropped: Dropped {
+                queue_full: 0,
+                shutdown: g(&self.dropped_shutdown),
+            },
+            queue_depths: Vec::new(),
+            subscribe_commands: g(&self.subscribe_commands),
+            unsubscribe_commands: g(&self.unsubscribe_commands),
+            confirmations: g(&self.confirmations),
+            channels: 0,
+            reconnects: g(&self.reconnects),
+            gaps: g(&self.gaps),
+            gap_channels: g(&self.gap_channels),
+            probes_sent: g(&self.probes_sent),
+            probe_restarts: g(&self.probe_restarts),
+            active_connections: Vec::new(),
+            lag: with_lag.then(|| self.lag.snapshot()),
+            unenveloped: 0,
+        }
+    }
+}

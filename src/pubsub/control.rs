@@ -1,0 +1,422 @@
+//! The control thread: turns registry changes into batched `SUBSCRIBE` /
+//! `UNSUBSCRIBE` commands, resubscribes connections after a reconnect
+//! (signalling the gap first), and runs the liveness probe.
+//!
+//! It is the only thread that sends subscribe commands, so the order of
+//! commands per channel is the order of the registry's decisions.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::conn::{ReplyKind, SubscribeKind};
+use crate::engine::Engine;
+use crate::metrics::add;
+use crate::pubsub::handler::ChannelList;
+use crate::pubsub::registry::{QUEUED, SENT, WANT};
+use crate::pubsub::shared::Shared;
+
+/// The command names for a subscribe kind.
+fn commands(kind: SubscribeKind) -> (&'static [u8], &'static [u8]) {
+    match kind {
+        SubscribeKind::Channel => (b"SUBSCRIBE", b"UNSUBSCRIBE"),
+        SubscribeKind::Pattern => (b"PSUBSCRIBE", b"PUNSUBSCRIBE"),
+        SubscribeKind::Shard => (b"SSUBSCRIBE", b"SUNSUBSCRIBE"),
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'$');
+    push_decimal(out, bytes.len());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `cmd name…` as a RESP array of bulk strings.
+pub(crate) fn encode_names<N: AsRef<[u8]>>(out: &mut Vec<u8>, cmd: &[u8], names: &[N]) {
+    out.push(b'*');
+    push_decimal(out, names.len() + 1);
+    out.extend_from_slice(b"\r\n");
+    push_bulk(out, cmd);
+    for n in names {
+        push_bulk(out, n.as_ref());
+    }
+}
+
+/// Probe bookkeeping for one connection.
+struct Probe {
+    last_rx: u64,
+    since: Instant,
+    sent_at: Option<Instant>,
+}
+
+pub(crate) struct Control {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) sub: Arc<Engine>,
+    pub(crate) publ: Arc<Engine>,
+    probes: Vec<Probe>,
+    enc: Vec<u8>,
+    dropped_reported: u64,
+    dropped_logged_at: Instant,
+}
+
+impl Control {
+    pub(crate) fn new(shared: Arc<Shared>, sub: Arc<Engine>, publ: Arc<Engine>) -> Self {
+        let now = Instant::now();
+        let probes = (0..shared.conns.len())
+            .map(|_| Probe {
+                last_rx: 0,
+                since: now,
+                sent_at: None,
+            })
+            .collect();
+        Control {
+            shared,
+            sub,
+            publ,
+            probes,
+            enc: Vec::new(),
+            dropped_reported: 0,
+            dropped_logged_at: now,
+        }
+    }
+
+    fn tick_interval(&self) -> Duration {
+        let p = self.shared.config.probe_interval;
+        if p.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            (p / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+        }
+    }
+
+    /// Runs until the inbox says stop.
+    pub(crate) fn run(mut self) {
+        let tick = self.tick_interval();
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let (events, dirty) = {
+                let mut inbox = self.shared.inbox.lock();
+                loop {
+                    if inbox.stop {
+                        return;
+                    }
+                    if !inbox.events.is_empty() || !inbox.dirty.is_empty() {
+                        break;
+                    }
+                    if self
+                        .shared
+                        .inbox_cond
+                        .wait_until(&mut inbox, next_tick)
+                        .timed_out()
+                    {
+                        break;
+                    }
+                }
+                (
+                    std::mem::take(&mut inbox.events),
+                    std::mem::take(&mut inbox.dirty),
+                )
+            };
+            for ev in events {
+                let super::shared::ConnEvent::Connected(c) = ev;
+                self.resubscribe(c);
+            }
+            for lane in dirty {
+                self.flush_lane(lane);
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.tick(now);
+                next_tick = now + tick;
+            }
+        }
+    }
+
+    fn submit(&mut self, conn: usize, kind: ReplyKind) -> bool {
+        let Some(slot) = self.shared.conns.get(conn) else {
+            return false;
+        };
+        let enc = &self.enc;
+        let r = self.sub.submit_to(
+            slot.server,
+            slot.index,
+            |buf| buf.extend_from_slice(enc),
+            kind,
+        );
+        self.enc.clear();
+        if let Err(e) = &r {
+            log::debug!("subscribe command not sent ({e}); the reconnect will resend");
+        }
+        r.is_ok()
+    }
+
+    /// Sends what changed in one lane since the last look.
+    fn flush_lane(&mut self, lane: usize) {
+        let s = self.shared.clone();
+        if let Some(flag) = s.lane_dirty.get(lane) {
+            flag.store(false, Ordering::Release);
+        }
+        let conn = s.routing.conn_of_lane(lane);
+        let ready = s
+            .conns
+            .get(conn)
+            .is_some_and(|c| c.ready.load(Ordering::Acquire));
+        let (mut subs, mut unsubs) = (Vec::new(), Vec::new());
+        {
+            let Some(mut l) = s.registry.lane(lane) else {
+                return;
+            };
+            let dirty = std::mem::take(&mut l.dirty);
+            for name in dirty {
+                let Some(f) = l.map.get_mut(&name) else {
+                    continue;
+                };
+                *f &= !QUEUED;
+                match (*f & WANT != 0, *f & SENT != 0) {
+                    (true, false) if ready => {
+                        *f |= SENT;
+                        subs.push(name);
+                    }
+                    (false, true) => {
+                        l.map.remove(&name);
+                        if ready {
+                            unsubs.push(name);
+                        }
+                    }
+                    (false, false) => {
+                        l.map.remove(&name);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let (sub_cmd, unsub_cmd) = commands(s.routing.kind());
+        let batch = s.config.batch;
+        for chunk in subs.chunks(batch) {
+            encode_names(&mut self.enc, sub_cmd, chunk);
+            add(&s.counters.subscribe_commands, 1);
+            let kind = ReplyKind::Subscribe {
+                kind: s.routing.kind(),
+                confirmations: chunk.len() as u32,
+            };
+            if !self.submit(conn, kind) {
+                break;
+            }
+        }
+        for chunk in unsubs.chunks(batch) {
+            // Unsubscribe confirmations are pushes; the PING's reply stands
+            // for the command's (see the conn module).
+            encode_names(&mut self.enc, unsub_cmd, chunk);
+            encode_names::<&[u8]>(&mut self.enc, b"PING", &[]);
+            add(&s.counters.unsubscribe_commands, 1);
+            if !self.submit(conn, ReplyKind::Single) {
+                break;
+            }
+        }
+    }
+
+    /// A subscribe connection (re)connected: subscribe its service channel,
+    /// tell the workers which channels were lost, then resubscribe them.
+    fn resubscribe(&mut self, conn: usize) {
+        let s = self.shared.clone();
+        let Some(slot) = s.conns.get(conn) else {
+            return;
+        };
+        let started = Instant::now();
+        let reconnect = slot.connects.load(Ordering::Relaxed) > 1;
+        if reconnect {
+            add(&s.counters.reconnects, 1);
+        }
+        let (sub_cmd, _) = commands(s.routing.kind());
+        let kind = s.routing.kind();
+        encode_names(&mut self.enc, sub_cmd, &[&slot.probe_channel]);
+        let mut ok = self.submit(
+            conn,
+            ReplyKind::Subscribe {
+                kind,
+                confirmations: 1,
+            },
+        );
+        let workers = s.queues.len().max(1);
+        let (mut channels, mut commands_sent, mut gap_channels) = (0usize, 0u64, 0u64);
+        for lane in s.routing.lanes_of_conn(conn) {
+            let Some(mut l) = s.registry.lane(lane) else {
+                continue;
+            };
+            let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
+            l.map.retain(|name, f| {
+                if *f & WANT == 0 {
+                    return false;
+                }
+                if *f & SENT != 0 {
+                    let w = shardcore::worker_of(name, workers as u32) as usize;
+                    if let Some(g) = gaps.get_mut(w) {
+                        g.push(name);
+                    }
+                }
+                *f = (*f & QUEUED) | WANT | SENT;
+                true
+            });
+            // The gap goes onto the workers' queues before any message of
+            // the new subscriptions can arrive.
+            for (q, g) in s.queues.iter().zip(gaps) {
+                if !g.is_empty() {
+                    gap_channels += g.len() as u64;
+                    add(&s.counters.gaps, 1);
+                    q.push_gap(slot.server, g);
+                }
+            }
+            channels += l.map.len();
+            let mut refs: Vec<&[u8]> = Vec::with_capacity(s.config.batch);
+            let mut names = l.map.keys();
+            while ok {
+                refs.clear();
+                refs.extend(names.by_ref().take(s.config.batch).map(|n| &**n));
+                if refs.is_empty() {
+                    break;
+                }
+                encode_names(&mut self.enc, sub_cmd, &refs);
+                commands_sent += 1;
+                let kind = ReplyKind::Subscribe {
+                    kind,
+                    confirmations: refs.len() as u32,
+                };
+                let r = self.sub.submit_to(
+                    slot.server,
+                    slot.index,
+                    |buf| buf.extend_from_slice(&self.enc),
+                    kind,
+                );
+                self.enc.clear();
+                ok = r.is_ok();
+            }
+        }
+        add(&s.counters.subscribe_commands, commands_sent);
+        add(&s.counters.gap_channels, gap_channels);
+        if ok {
+            slot.ready.store(true, Ordering::Release);
+            s.wake_active_waiters();
+        }
+        let addr = self.sub.servers().get(slot.server).copied();
+        if reconnect {
+            log::info!(
+                "resubscribed {channels} channels on subscribe connection {} to {addr:?} in \
+                 {commands_sent} commands ({gap_channels} signalled as a gap) in {:?}",
+                slot.index,
+                started.elapsed()
+            );
+        } else {
+            log::info!(
+                "subscribe connection {} to {addr:?} ready ({channels} channels)",
+                slot.index
+            );
+        }
+        self.probes[conn] = Probe {
+            last_rx: slot.rx.load(Ordering::Relaxed),
+            since: Instant::now(),
+            sent_at: None,
+        };
+    }
+
+    /// Liveness probes and the drop summary.
+    fn tick(&mut self, now: Instant) {
+        let s = self.shared.clone();
+        let interval = s.config.probe_interval;
+        if !interval.is_zero() {
+            for (c, slot) in s.conns.iter().enumerate() {
+                let p = &mut self.probes[c];
+                let rx = slot.rx.load(Ordering::Relaxed);
+                if !slot.ready.load(Ordering::Acquire) || rx != p.last_rx {
+                    *p = Probe {
+                        last_rx: rx,
+                        since: now,
+                        sent_at: None,
+                    };
+                    continue;
+                }
+                match p.sent_at {
+                    Some(t) if now.duration_since(t) >= interval => {
+                        log::warn!(
+                            "subscribe connection {} to server {}: probe not back within \
+                             {interval:?}; restarting it",
+                            slot.index,
+                            slot.server
+                        );
+                        add(&s.counters.probe_restarts, 1);
+                        self.sub.restart_connection(slot.server, slot.index);
+                        p.sent_at = None;
+                        p.since = now;
+                    }
+                    None if now.duration_since(p.since) >= interval => {
+                        encode_names(&mut self.enc, b"PUBLISH", &[&*slot.probe_channel, b"p"]);
+                        let enc = &self.enc;
+                        let r = self.publ.submit_to(
+                            slot.server,
+                            0,
+                            |buf| buf.extend_from_slice(enc),
+                            ReplyKind::Single,
+                        );
+                        self.enc.clear();
+                        add(&s.counters.probes_sent, 1);
+                        if let Err(e) = r {
+                            log::debug!("probe publish not sent: {e}");
+                        }
+                        p.sent_at = Some(now);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let dropped: u64 = s
+            .conns
+            .iter()
+            .map(|c| c.dropped.load(Ordering::Relaxed))
+            .sum();
+        if dropped > self.dropped_reported
+            && now.duration_since(self.dropped_logged_at) >= Duration::from_secs(1)
+        {
+            self.dropped_logged_at = now;
+            log::warn!(
+                "dropped {} messages since the last report ({dropped} in all): worker queues full",
+                dropped - self.dropped_reported
+            );
+            self.dropped_reported = dropped;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_like_resp() {
+        let mut a = Vec::new();
+        encode_names(&mut a, b"SUBSCRIBE", &[&b"a"[..], b"bc"]);
+        let mut b = Vec::new();
+        resp::encode_command(&mut b, [&b"SUBSCRIBE"[..], b"a", b"bc"]);
+        assert_eq!(a, b);
+        a.clear();
+        encode_names::<&[u8]>(&mut a, b"PING", &[]);
+        assert_eq!(a, b"*1\r\n$4\r\nPING\r\n");
+        let mut long = Vec::new();
+        push_decimal(&mut long, 1234567890);
+        assert_eq!(long, b"1234567890");
+    }
+}

@@ -1,0 +1,111 @@
+//! The subscribe engine's observer: runs on the I/O threads, classifies
+//! each push and hands messages to the workers without blocking.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use resp::{Parsed, PubSub};
+
+use crate::conn::Protocol;
+use crate::error::Error;
+use crate::observer::{ConnInfo, Observer};
+use crate::pubsub::envelope;
+use crate::pubsub::shared::{ConnEvent, ConnSlot, Shared, PROBE_PREFIX};
+
+/// Feeds pushes from the subscribe connections into the registry (for
+/// confirmations), the probe state and the worker queues.
+pub(crate) struct Dispatcher {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Dispatcher {
+    fn slot(&self, conn: &ConnInfo) -> Option<(usize, &ConnSlot)> {
+        let i = self.shared.slot_of(conn.server, conn.index)?;
+        Some((i, self.shared.conns.get(i)?))
+    }
+
+    fn deliver(&self, slot: &ConnSlot, channel: &[u8], payload: &[u8]) {
+        if channel.starts_with(PROBE_PREFIX) && *channel == *slot.probe_channel {
+            return; // the probe came back; `rx` already moved
+        }
+        slot.received.fetch_add(1, Ordering::Relaxed);
+        let s = &self.shared;
+        let (sent_us, payload) = if s.config.envelope {
+            match envelope::decode(payload) {
+                Some((t, p)) => (t.max(1), p),
+                None => {
+                    slot.unenveloped.fetch_add(1, Ordering::Relaxed);
+                    (0, payload)
+                }
+            }
+        } else {
+            (0, payload)
+        };
+        let w = if s.queues.len() <= 1 {
+            0
+        } else {
+            shardcore::worker_of(channel, s.queues.len() as u32) as usize
+        };
+        let delivered = s
+            .queues
+            .get(w)
+            .is_some_and(|q| q.push_message(channel, payload, sent_us));
+        if !delivered {
+            slot.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn confirmed(&self, channel: &[u8]) {
+        let s = &self.shared;
+        crate::metrics::add(&s.counters.confirmations, 1);
+        let lane = s.routing.lane_of(channel);
+        if s.registry.confirm(lane, channel) {
+            if s.config.active_events {
+                let w = shardcore::worker_of(channel, s.queues.len().max(1) as u32) as usize;
+                if let Some(q) = s.queues.get(w) {
+                    q.push_active(channel);
+                }
+            }
+            s.wake_active_waiters();
+        }
+    }
+}
+
+impl Observer for Dispatcher {
+    fn on_push(&self, conn: &ConnInfo, push: &Parsed<'_>) {
+        let Some((_, slot)) = self.slot(conn) else {
+            return;
+        };
+        slot.rx.fetch_add(1, Ordering::Relaxed);
+        match resp::classify(&push.frame) {
+            Some(PubSub::Message { channel, payload })
+            | Some(PubSub::SMessage { channel, payload }) => self.deliver(slot, channel, payload),
+            Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {
+                self.confirmed(channel)
+            }
+            _ => {}
+        }
+    }
+
+    fn on_connected(&self, conn: &ConnInfo, _protocol: Protocol, _fell_back: bool) {
+        let Some((i, slot)) = self.slot(conn) else {
+            return;
+        };
+        slot.connects.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .post(|inbox| inbox.events.push(ConnEvent::Connected(i)));
+    }
+
+    fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {
+        let Some((_, slot)) = self.slot(conn) else {
+            return;
+        };
+        if slot.ready.swap(false, Ordering::AcqRel) {
+            log::warn!(
+                "subscribe connection {} to {} lost ({error}); its channels will be resubscribed",
+                conn.index,
+                conn.addr
+            );
+        }
+    }
+}

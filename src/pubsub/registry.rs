@@ -1,0 +1,205 @@
+//! The registry of wanted subscriptions, split into lanes.
+//!
+//! A lane is a group of channels that always travel on the same subscribe
+//! connection (see [`Routing`](super::routing::Routing)): in standalone and
+//! client-side sharding mode one lane per connection; a cluster mode can use
+//! one lane per partition and move lanes between connections.
+//!
+//! Each channel has one byte of flags. `subscribe`/`unsubscribe` only set
+//! or clear [`WANT`] and queue the name on the lane's dirty list; the
+//! control thread turns the difference between [`WANT`] and [`SENT`] into
+//! commands, so whatever was asked last wins. [`SENT`] means "the last
+//! command for this channel on the live connection was a subscribe",
+//! [`ACTIVE`] that the server confirmed it.
+//!
+//! Memory per channel beyond its name: one `Box<[u8]>` (16 bytes) and the
+//! flag byte in a hash table slot (24 bytes with padding) plus the table's
+//! control byte and free slots, 28–57 bytes depending on the load factor
+//! (measured by `tests/pubsub_memory.rs`).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+
+use parking_lot::{Mutex, MutexGuard};
+
+/// The application wants the channel.
+pub(crate) const WANT: u8 = 1;
+/// A subscribe for it was the last command sent on the live connection.
+pub(crate) const SENT: u8 = 2;
+/// The server confirmed that subscribe.
+pub(crate) const ACTIVE: u8 = 4;
+/// Its name is on the lane's dirty list.
+pub(crate) const QUEUED: u8 = 8;
+
+/// FNV-1a over the written bytes, finished with a seeded 64-bit mix.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChannelHasher {
+    seed: u64,
+}
+
+impl ChannelHasher {
+    pub(crate) fn new(seed: u64) -> Self {
+        ChannelHasher { seed }
+    }
+}
+
+pub(crate) struct FnvMix {
+    h: u64,
+    seed: u64,
+}
+
+impl Hasher for FnvMix {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.h ^= u64::from(b);
+            self.h = self.h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        let mut k = self.h ^ self.seed;
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        k ^ (k >> 33)
+    }
+}
+
+impl BuildHasher for ChannelHasher {
+    type Hasher = FnvMix;
+
+    fn build_hasher(&self) -> FnvMix {
+        FnvMix {
+            h: 0xcbf2_9ce4_8422_2325,
+            seed: self.seed,
+        }
+    }
+}
+
+/// One lane's channels.
+pub(crate) struct Lane {
+    /// Flags per channel.
+    pub(crate) map: HashMap<Box<[u8]>, u8, ChannelHasher>,
+    /// Channels whose wanted state changed since the control thread looked.
+    pub(crate) dirty: Vec<Box<[u8]>>,
+}
+
+/// Every lane, each behind its own lock.
+pub(crate) struct Registry {
+    lanes: Vec<Mutex<Lane>>,
+}
+
+impl Registry {
+    pub(crate) fn new(lanes: usize, seed: u64) -> Self {
+        Registry {
+            lanes: (0..lanes)
+                .map(|i| {
+                    Mutex::new(Lane {
+                        map: HashMap::with_hasher(ChannelHasher::new(seed ^ i as u64)),
+                        dirty: Vec::new(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Locks lane `i`.
+    pub(crate) fn lane(&self, i: usize) -> Option<MutexGuard<'_, Lane>> {
+        self.lanes.get(i).map(Mutex::lock)
+    }
+
+    /// Records that `channel` is (`want`) or is not wanted. Returns true
+    /// when the control thread has something to do for it.
+    pub(crate) fn set_wanted(&self, lane: usize, channel: &[u8], want: bool) -> bool {
+        let Some(mut l) = self.lane(lane) else {
+            return false;
+        };
+        let l = &mut *l;
+        let flags = match l.map.get_mut(channel) {
+            Some(f) => f,
+            None if want => l.map.entry(channel.into()).or_insert(0),
+            None => return false,
+        };
+        if want {
+            *flags |= WANT;
+        } else {
+            *flags &= !WANT;
+        }
+        let settled = (*flags & WANT != 0) == (*flags & SENT != 0) && *flags & WANT != 0;
+        if settled || *flags & QUEUED != 0 {
+            return false;
+        }
+        *flags |= QUEUED;
+        l.dirty.push(channel.into());
+        true
+    }
+
+    /// A subscribe confirmation for `channel`: marks it active if it is
+    /// wanted and was sent. Returns true when it became active.
+    pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) -> bool {
+        let Some(mut l) = self.lane(lane) else {
+            return false;
+        };
+        match l.map.get_mut(channel) {
+            Some(f) if *f & (WANT | SENT) == WANT | SENT && *f & ACTIVE == 0 => {
+                *f |= ACTIVE;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The channel's flags (0 when unknown).
+    pub(crate) fn flags(&self, lane: usize, channel: &[u8]) -> u8 {
+        self.lane(lane)
+            .and_then(|l| l.map.get(channel).copied())
+            .unwrap_or(0)
+    }
+
+    /// Channels known to the registry (wanted, or with an unsubscribe not
+    /// yet sent).
+    pub(crate) fn len(&self) -> usize {
+        self.lanes.iter().map(|l| l.lock().map.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_request_wins() {
+        let r = Registry::new(1, 7);
+        assert!(r.set_wanted(0, b"a", true));
+        assert!(!r.set_wanted(0, b"a", false), "already queued");
+        assert!(!r.set_wanted(0, b"a", true));
+        assert_eq!(r.flags(0, b"a"), WANT | QUEUED);
+        assert!(!r.set_wanted(0, b"unknown", false));
+        assert_eq!(r.flags(0, b"unknown"), 0);
+        assert_eq!(r.lane(0).unwrap().dirty.len(), 1);
+    }
+
+    #[test]
+    fn settled_channels_are_not_requeued() {
+        let r = Registry::new(1, 7);
+        r.lane(0).unwrap().map.insert((*b"a").into(), WANT | SENT);
+        assert!(!r.set_wanted(0, b"a", true));
+        assert!(r.set_wanted(0, b"a", false));
+        assert_eq!(r.flags(0, b"a"), SENT | QUEUED);
+    }
+
+    #[test]
+    fn confirm_needs_want_and_sent() {
+        let r = Registry::new(2, 7);
+        r.lane(1).unwrap().map.insert((*b"a").into(), WANT | SENT);
+        r.lane(1).unwrap().map.insert((*b"b").into(), SENT);
+        assert!(r.confirm(1, b"a"));
+        assert!(!r.confirm(1, b"a"));
+        assert!(!r.confirm(1, b"b"));
+        assert!(!r.confirm(0, b"a"));
+        assert!(!r.confirm(9, b"a"));
+        assert_eq!(r.flags(1, b"a"), WANT | SENT | ACTIVE);
+        assert_eq!(r.len(), 2);
+    }
+}

@@ -1,0 +1,125 @@
+//! State shared by the application threads, the I/O threads (through the
+//! observer), the control thread and the workers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::metrics::Counters;
+use crate::pubsub::registry::Registry;
+use crate::pubsub::routing::Routing;
+use crate::workers::Queue;
+
+/// Fixed settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) servers: usize,
+    pub(crate) per_server: usize,
+    pub(crate) batch: usize,
+    pub(crate) probe_interval: Duration,
+    pub(crate) envelope: bool,
+    pub(crate) active_events: bool,
+}
+
+/// The prefix of every service (probe) channel.
+pub(crate) const PROBE_PREFIX: &[u8] = b"__shardsub:probe:";
+
+/// One subscribe connection, as every thread sees it.
+pub(crate) struct ConnSlot {
+    pub(crate) server: usize,
+    pub(crate) index: usize,
+    /// Its service channel, for the liveness probe.
+    pub(crate) probe_channel: Box<[u8]>,
+    /// Set by the control thread once the connection's subscriptions have
+    /// been (re)sent; cleared by the observer when it drops.
+    pub(crate) ready: AtomicBool,
+    /// Pushes received (any kind): the probe's sign of life.
+    pub(crate) rx: AtomicU64,
+    /// Messages received and dropped (per connection, summed in snapshots
+    /// so I/O threads do not share a counter).
+    pub(crate) received: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) unenveloped: AtomicU64,
+    /// Handshakes seen (the first is a connect, later ones reconnects).
+    pub(crate) connects: AtomicU64,
+}
+
+/// Connection events for the control thread.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConnEvent {
+    /// Connection slot finished a handshake.
+    Connected(usize),
+}
+
+/// The control thread's inbox.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub(crate) events: Vec<ConnEvent>,
+    /// Lanes with dirty channels.
+    pub(crate) dirty: Vec<usize>,
+    pub(crate) stop: bool,
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) routing: Box<dyn Routing>,
+    pub(crate) registry: Registry,
+    pub(crate) conns: Vec<ConnSlot>,
+    pub(crate) queues: Vec<Arc<Queue>>,
+    pub(crate) counters: Arc<Counters>,
+    /// Per lane: already posted to the control thread.
+    pub(crate) lane_dirty: Vec<AtomicBool>,
+    pub(crate) inbox: Mutex<Inbox>,
+    pub(crate) inbox_cond: Condvar,
+    /// Waiters in `wait_active`, woken on confirmations.
+    pub(crate) active_gate: Mutex<u64>,
+    pub(crate) active_cond: Condvar,
+    pub(crate) active_waiters: AtomicUsize,
+}
+
+impl Shared {
+    /// Posts work to the control thread.
+    pub(crate) fn post(&self, f: impl FnOnce(&mut Inbox)) {
+        f(&mut self.inbox.lock());
+        self.inbox_cond.notify_one();
+    }
+
+    /// Tells the control thread that `lane` has dirty channels (posts it
+    /// once until the control thread looks).
+    pub(crate) fn mark_dirty(&self, lane: usize) {
+        let first = self
+            .lane_dirty
+            .get(lane)
+            .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
+        if first {
+            self.post(|inbox| inbox.dirty.push(lane));
+        }
+    }
+
+    /// Wakes `wait_active` callers, if any.
+    pub(crate) fn wake_active_waiters(&self) {
+        if self.active_waiters.load(Ordering::Acquire) > 0 {
+            *self.active_gate.lock() += 1;
+            self.active_cond.notify_all();
+        }
+    }
+
+    /// The connection slot of a server's connection.
+    pub(crate) fn slot_of(&self, server: usize, index: usize) -> Option<usize> {
+        (index < self.config.per_server && server < self.config.servers)
+            .then_some(server * self.config.per_server + index)
+    }
+
+    /// Whether a channel's subscription is confirmed on a live connection.
+    pub(crate) fn is_active(&self, channel: &[u8]) -> bool {
+        let lane = self.routing.lane_of(channel);
+        let conn = self.routing.conn_of_lane(lane);
+        let ready = self
+            .conns
+            .get(conn)
+            .is_some_and(|c| c.ready.load(Ordering::Acquire));
+        ready && self.registry.flags(lane, channel) & super::registry::ACTIVE != 0
+    }
+}

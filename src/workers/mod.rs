@@ -1,0 +1,352 @@
+//! The worker pool: W threads, each with a bounded queue, fed by the I/O
+//! threads.
+//!
+//! The I/O thread that parsed a message picks the queue with
+//! [`shardcore::worker_of`] (so a channel's messages stay in order) and
+//! copies channel and payload into a byte buffer taken from that queue's
+//! free list. The worker swaps the whole queue out under the lock (one lock
+//! per batch on its side), runs the handler, and gives the buffers back.
+//! After warm-up nothing is allocated per message.
+//!
+//! A full queue drops the message and counts it: the reader never blocks
+//! (blocking there lets the server cut the connection for output-buffer
+//! overrun, or deadlocks a handler that publishes).
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::metrics::{add, Counters};
+use crate::pubsub::{ChannelList, Event, Handler};
+
+/// Buffers larger than this are freed instead of reused, so one huge
+/// message does not pin its memory forever.
+const KEEP_BUFFER: usize = 64 * 1024;
+
+/// One queued item.
+enum Item {
+    /// `buf[..channel_len]` is the channel, the rest the payload;
+    /// `sent_us` is the envelope's publish time (0 when absent).
+    Message {
+        buf: Vec<u8>,
+        channel_len: usize,
+        sent_us: u64,
+    },
+    /// The channel's subscription is active (`buf` holds its name).
+    Active { buf: Vec<u8> },
+    /// Channels resubscribed after a loss.
+    Gap {
+        server: usize,
+        channels: ChannelList,
+    },
+}
+
+struct Inner {
+    items: VecDeque<Item>,
+    /// Messages in `items` (events do not count against the bound).
+    messages: usize,
+    free: Vec<Vec<u8>>,
+    waiting: bool,
+    closed: bool,
+}
+
+/// One worker's queue.
+pub(crate) struct Queue {
+    inner: Mutex<Inner>,
+    cond: Condvar,
+    capacity: usize,
+    closed: AtomicBool,
+}
+
+impl Queue {
+    fn new(capacity: usize) -> Self {
+        Queue {
+            inner: Mutex::new(Inner {
+                items: VecDeque::with_capacity(capacity),
+                messages: 0,
+                free: Vec::with_capacity(capacity),
+                waiting: false,
+                closed: false,
+            }),
+            cond: Condvar::new(),
+            capacity,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn push(&self, item: impl FnOnce(Vec<u8>) -> Item, is_message: bool) -> bool {
+        let mut g = self.inner.lock();
+        if g.closed || (is_message && g.messages >= self.capacity) {
+            return false;
+        }
+        let buf = g.free.pop().unwrap_or_default();
+        g.items.push_back(item(buf));
+        g.messages += usize::from(is_message);
+        let wake = g.waiting;
+        drop(g);
+        if wake {
+            self.cond.notify_one();
+        }
+        true
+    }
+
+    /// Queues a message; false when it was dropped (queue full or closed).
+    pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
+        self.push(
+            |mut buf| {
+                buf.clear();
+                buf.extend_from_slice(channel);
+                buf.extend_from_slice(payload);
+                Item::Message {
+                    buf,
+                    channel_len: channel.len(),
+                    sent_us,
+                }
+            },
+            true,
+        )
+    }
+
+    /// Queues an "active" event (never dropped while open).
+    pub(crate) fn push_active(&self, channel: &[u8]) {
+        self.push(
+            |mut buf| {
+                buf.clear();
+                buf.extend_from_slice(channel);
+                Item::Active { buf }
+            },
+            false,
+        );
+    }
+
+    /// Queues a gap event (never dropped while open).
+    pub(crate) fn push_gap(&self, server: usize, channels: ChannelList) {
+        let mut g = self.inner.lock();
+        if g.closed {
+            return;
+        }
+        g.items.push_back(Item::Gap { server, channels });
+        let wake = g.waiting;
+        drop(g);
+        if wake {
+            self.cond.notify_one();
+        }
+    }
+
+    /// Messages waiting now.
+    pub(crate) fn depth(&self) -> usize {
+        self.inner.lock().messages
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.inner.lock().closed = true;
+        self.cond.notify_all();
+    }
+}
+
+/// The worker threads and their queues.
+pub(crate) struct Pool {
+    queues: Vec<Arc<Queue>>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Pool {
+    /// Starts `workers` threads with queues of `capacity` messages each.
+    ///
+    /// # Errors
+    ///
+    /// The spawn error's text.
+    pub(crate) fn start(
+        workers: usize,
+        capacity: usize,
+        handler: Arc<dyn Handler>,
+        counters: Arc<Counters>,
+    ) -> Result<Pool, String> {
+        let queues: Vec<Arc<Queue>> = (0..workers)
+            .map(|_| Arc::new(Queue::new(capacity)))
+            .collect();
+        let mut handles = Vec::with_capacity(workers);
+        for (n, q) in queues.iter().enumerate() {
+            let (q, h, c) = (q.clone(), handler.clone(), counters.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("shardsub-worker-{n}"))
+                .spawn(move || run(&q, &*h, &c));
+            match spawned {
+                Ok(j) => handles.push(j),
+                Err(e) => {
+                    for q in &queues {
+                        q.close();
+                    }
+                    for j in handles {
+                        let _ = j.join();
+                    }
+                    return Err(format!("cannot spawn worker thread: {e}"));
+                }
+            }
+        }
+        Ok(Pool {
+            queues,
+            handles: Mutex::new(handles),
+        })
+    }
+
+    /// The queues, indexed by worker.
+    pub(crate) fn queues(&self) -> &[Arc<Queue>] {
+        &self.queues
+    }
+
+    /// Closes every queue (what is still queued is dropped and counted) and
+    /// joins the workers. Idempotent.
+    pub(crate) fn shutdown(&self) {
+        for q in &self.queues {
+            q.close();
+        }
+        let me = std::thread::current().id();
+        for j in std::mem::take(&mut *self.handles.lock()) {
+            if j.thread().id() != me {
+                let _ = j.join();
+            }
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch (the envelope's clock).
+pub(crate) fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
+    let mut local: VecDeque<Item> = VecDeque::with_capacity(q.capacity);
+    let mut spent: Vec<Vec<u8>> = Vec::with_capacity(q.capacity);
+    loop {
+        {
+            let mut g = q.inner.lock();
+            g.free.append(&mut spent);
+            while g.items.is_empty() && !g.closed {
+                g.waiting = true;
+                q.cond.wait(&mut g);
+                g.waiting = false;
+            }
+            if g.items.is_empty() {
+                return; // closed and drained
+            }
+            std::mem::swap(&mut g.items, &mut local);
+            g.messages = 0;
+        }
+        let (mut delivered, mut dropped) = (0u64, 0u64);
+        for item in local.drain(..) {
+            if q.closed.load(Ordering::Relaxed) {
+                dropped += u64::from(matches!(item, Item::Message { .. }));
+                continue;
+            }
+            let outcome = match &item {
+                Item::Message {
+                    buf,
+                    channel_len,
+                    sent_us,
+                } => {
+                    if *sent_us != 0 {
+                        counters.lag.record_us(now_us().saturating_sub(*sent_us));
+                    }
+                    delivered += 1;
+                    let (channel, payload) = buf.split_at((*channel_len).min(buf.len()));
+                    catch_unwind(AssertUnwindSafe(|| handler.on_message(channel, payload)))
+                }
+                Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Active { channel: buf })
+                })),
+                Item::Gap { server, channels } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Gap {
+                        server: *server,
+                        channels,
+                    })
+                })),
+            };
+            if outcome.is_err() {
+                log::error!("Pub/Sub handler panicked; the worker goes on");
+            }
+            match item {
+                Item::Message { buf, .. } | Item::Active { buf }
+                    if buf.capacity() <= KEEP_BUFFER =>
+                {
+                    spent.push(buf)
+                }
+                _ => {}
+            }
+        }
+        add(&counters.delivered, delivered);
+        add(&counters.dropped_shutdown, dropped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Count(AtomicUsize, Mutex<Vec<u32>>);
+    impl Handler for Count {
+        fn on_message(&self, channel: &[u8], payload: &[u8]) {
+            assert_eq!(channel, b"ch");
+            self.0.fetch_add(1, Ordering::Relaxed);
+            self.1
+                .lock()
+                .push(u32::from_le_bytes(payload.try_into().unwrap()));
+        }
+    }
+
+    #[test]
+    fn delivers_in_order_and_drops_when_full() {
+        let h = Arc::new(Count(AtomicUsize::new(0), Mutex::new(Vec::new())));
+        let counters = Arc::new(Counters::default());
+        let pool = Pool::start(1, 4, h.clone(), counters.clone()).unwrap();
+        let q = pool.queues()[0].clone();
+        // Hold the worker out of its queue by filling while it is parked:
+        // whatever is accepted must come out in order.
+        let mut accepted = 0;
+        for i in 0..1000u32 {
+            accepted += usize::from(q.push_message(b"ch", &i.to_le_bytes(), 0));
+        }
+        let start = std::time::Instant::now();
+        while h.0.load(Ordering::Relaxed) < accepted {
+            assert!(start.elapsed().as_secs() < 5, "worker stuck");
+            std::thread::yield_now();
+        }
+        let seen = h.1.lock().clone();
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        pool.shutdown();
+        assert_eq!(
+            counters.delivered.load(Ordering::Relaxed) as usize,
+            accepted
+        );
+        assert!(!q.push_message(b"ch", b"late", 0), "closed queue refuses");
+    }
+
+    #[test]
+    fn a_panicking_handler_does_not_kill_the_worker() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let n2 = n.clone();
+        let h = move |_: &[u8], p: &[u8]| {
+            n2.fetch_add(1, Ordering::Relaxed);
+            assert_ne!(p, b"boom");
+        };
+        let pool = Pool::start(1, 16, Arc::new(h), Arc::new(Counters::default())).unwrap();
+        let q = &pool.queues()[0];
+        assert!(q.push_message(b"c", b"boom", 0));
+        assert!(q.push_message(b"c", b"ok", 0));
+        let start = std::time::Instant::now();
+        while n.load(Ordering::Relaxed) < 2 {
+            assert!(start.elapsed().as_secs() < 5);
+            std::thread::yield_now();
+        }
+        pool.shutdown();
+    }
+}
