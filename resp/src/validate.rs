@@ -71,6 +71,21 @@ fn err(offset: usize, kind: ErrorKind) -> Fail {
     Fail::Invalid(ParseError { offset, kind })
 }
 
+/// The end of a complete, valid `$<len>\r\n<data>\r\n` at `pos` with
+/// `len <= max_bulk`, or `None` for anything else.
+#[inline]
+fn plain_bulk_end(buf: &[u8], pos: usize, max_bulk: usize) -> Option<usize> {
+    if buf.get(pos) != Some(&b'$') {
+        return None;
+    }
+    let (len, after) = digits_crlf(buf, pos + 1)?;
+    if buf.get(after - 1) != Some(&b'\n') || len > max_bulk as u64 {
+        return None;
+    }
+    let end = after.checked_add(usize::try_from(len).ok()?)?;
+    (buf.get(end..end.checked_add(2)?)? == b"\r\n").then_some(end + 2)
+}
+
 /// A validator with room for `N` open levels.
 #[derive(Debug, Clone)]
 pub(crate) struct Validator<const N: usize> {
@@ -289,6 +304,45 @@ impl<const N: usize> Validator<N> {
                 }
                 self.pos = end;
                 continue;
+            }
+            // Fast lane: a run of plain bulk strings inside a counted
+            // aggregate, all but its last element (whose completion the
+            // general path below handles). It stops at the first token that
+            // is anything else, incomplete or invalid, at a token boundary,
+            // and leaves that token to the general path.
+            if let (
+                b'$',
+                Some(Level {
+                    kind: LevelKind::Counted,
+                    n,
+                }),
+            ) = (t, top)
+            {
+                let (mut left, mut at) = (n, pos);
+                while left > 1 {
+                    let Some(end) = plain_bulk_end(buf, at, max_bulk) else {
+                        break;
+                    };
+                    #[cfg(test)]
+                    {
+                        self.work += 8;
+                    }
+                    at = end;
+                    left -= 1;
+                }
+                if at != pos {
+                    if let Some(lvl) = self
+                        .depth
+                        .checked_sub(1)
+                        .and_then(|i| self.stack.get_mut(i))
+                    {
+                        lvl.n = left;
+                    }
+                    self.pos = at;
+                    // The value an attribute preceded, if any, is done.
+                    self.after_attr = false;
+                    continue;
+                }
             }
             if self.depth == 0 && t != b'|' {
                 self.value_start = pos;

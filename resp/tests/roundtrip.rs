@@ -65,6 +65,29 @@ proptest! {
         prop_assert_eq!(parse_value(&again).0, v);
     }
 
+    /// Flat aggregates of bulk strings, some attributed: the shape the
+    /// validator's fast lanes handle.
+    #[test]
+    fn attributed_bulk_runs_round_trip(
+        items in prop::collection::vec(
+            (any::<bool>(), prop::collection::vec(any::<u8>(), 0..4)), 1..8),
+        seed in 1u64..,
+    ) {
+        let v = Value::Array(items.into_iter().map(|(attr, b)| {
+            if attr {
+                Value::Attributed {
+                    attributes: vec![(Value::Simple(b"k".to_vec()), Value::Integer(1))],
+                    value: Box::new(Value::Bulk(b)),
+                }
+            } else {
+                Value::Bulk(b)
+            }
+        }).collect());
+        let mut wire = Vec::new();
+        encode_varied(&mut wire, &v, &mut Coin(seed));
+        prop_assert_eq!(parse_value(&wire), (v, wire.len()));
+    }
+
     #[test]
     fn every_encoding_form_parses_to_the_same_value(v in value(), seed in 1u64..) {
         let mut wire = Vec::new();

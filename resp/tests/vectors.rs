@@ -108,6 +108,20 @@ fn valid() -> Vec<(&'static str, Value)> {
         ("$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;2\r\nld\r\n;0\r\n", bulk("Hello world")),
         ("$?\r\n;0\r\n", bulk("")),
         (
+            "*3\r\n|1\r\n+a\r\n+b\r\n$1\r\nx\r\n|1\r\n+c\r\n+d\r\n$1\r\ny\r\n$1\r\nz\r\n",
+            Array(vec![
+                Attributed {
+                    attributes: vec![(s("a"), s("b"))],
+                    value: Box::new(bulk("x")),
+                },
+                Attributed {
+                    attributes: vec![(s("c"), s("d"))],
+                    value: Box::new(bulk("y")),
+                },
+                bulk("z"),
+            ]),
+        ),
+        (
             "|0\r\n*?\r\n.\r\n",
             Attributed {
                 attributes: vec![],
