@@ -55,9 +55,9 @@ pub fn parse_cluster_slots(
             replicas.push(node);
         }
         let index = b.shard(e, primary, replicas)?;
-        b.claim(e, start..=end, index)?;
+        b.claim(e, start..=end, index);
     }
-    Ok(b.finish())
+    b.finish()
 }
 
 fn parse_node(

@@ -105,21 +105,20 @@ pub(crate) fn slot(f: &Frame<'_>) -> Result<u16, Problem> {
 /// and refusing a slot claimed twice.
 pub(crate) struct Builder {
     command: TopologyCommand,
-    map: SlotMap,
+    shards: Vec<Shard>,
     by_id: BTreeMap<String, usize>,
+    /// (slots, shard index, entry) per claimed range.
+    claims: Vec<(RangeInclusive<u16>, usize, usize)>,
 }
 
 impl Builder {
     pub(crate) fn new(command: TopologyCommand) -> Self {
         Builder {
             command,
-            map: SlotMap::new(),
+            shards: Vec::new(),
             by_id: BTreeMap::new(),
+            claims: Vec::new(),
         }
-    }
-
-    pub(crate) fn err(&self, field: Field, problem: Problem) -> ReplyError {
-        ReplyError::new(self.command, field, problem)
     }
 
     /// Adds (or merges into) the shard of `primary`; returns its index.
@@ -129,11 +128,11 @@ impl Builder {
         primary: Node,
         replicas: Vec<Node>,
     ) -> Result<usize, ReplyError> {
+        let command = self.command;
         if let Some(&i) = self.by_id.get(&primary.id) {
-            let command = self.command;
             let conflict =
                 ReplyError::new(command, Field::Ip, Problem::Conflict).at(entry, Some(0));
-            let known = self.map.shard_mut(i).ok_or(conflict)?;
+            let known = self.shards.get_mut(i).ok_or(conflict)?;
             if known.primary.addr != primary.addr {
                 return Err(conflict);
             }
@@ -144,41 +143,39 @@ impl Builder {
             }
             return Ok(i);
         }
-        let id = primary.id.clone();
-        let i = self
-            .map
-            .push_shard(Shard { primary, replicas })
-            .ok_or_else(|| self.err(Field::Entry, Problem::OutOfRange).at(entry, None))?;
-        self.by_id.insert(id, i);
-        Ok(i)
-    }
-
-    /// Gives `slots` to shard `index`, refusing slots an earlier entry claimed.
-    pub(crate) fn claim(
-        &mut self,
-        entry: usize,
-        slots: RangeInclusive<u16>,
-        index: usize,
-    ) -> Result<(), ReplyError> {
-        let owner = u16::try_from(index).ok();
-        let run = self
-            .map
-            .owners_mut()
-            .get_mut(usize::from(*slots.start())..=usize::from(*slots.end()))
-            .ok_or(
-                ReplyError::new(self.command, Field::SlotEnd, Problem::OutOfRange).at(entry, None),
-            )?;
-        if run.iter().any(Option::is_some) {
-            return Err(
-                ReplyError::new(self.command, Field::SlotStart, Problem::Overlap).at(entry, None),
-            );
+        // Every shard owns a slot or is a primary: no more than 16384 of
+        // them can be real. (Indices must stay below the map's sentinel.)
+        if self.shards.len() >= usize::from(shardcore::SLOT_COUNT) {
+            return Err(ReplyError::new(command, Field::Entry, Problem::OutOfRange).at(entry, None));
         }
-        run.fill(owner);
-        Ok(())
+        self.by_id.insert(primary.id.clone(), self.shards.len());
+        self.shards.push(Shard { primary, replicas });
+        Ok(self.shards.len() - 1)
     }
 
-    pub(crate) fn finish(mut self) -> SlotMap {
-        self.map.normalize();
-        self.map
+    /// Gives `slots` to shard `index` (overlaps are found in `finish`).
+    pub(crate) fn claim(&mut self, entry: usize, slots: RangeInclusive<u16>, index: usize) {
+        self.claims.push((slots, index, entry));
+    }
+
+    /// The map, or an error naming the later of two entries that claim the
+    /// same slot.
+    pub(crate) fn finish(mut self) -> Result<SlotMap, ReplyError> {
+        self.claims
+            .sort_by_key(|(r, _, entry)| (*r.start(), *entry));
+        for pair in self.claims.windows(2) {
+            if let [(a, _, ea), (b, _, eb)] = pair {
+                if b.start() <= a.end() {
+                    let entry = (*ea).max(*eb);
+                    return Err(
+                        ReplyError::new(self.command, Field::SlotStart, Problem::Overlap)
+                            .at(entry, None),
+                    );
+                }
+            }
+        }
+        let claims: Vec<(RangeInclusive<u16>, usize)> =
+            self.claims.into_iter().map(|(r, i, _)| (r, i)).collect();
+        Ok(SlotMap::from_parts(self.shards, &claims))
     }
 }

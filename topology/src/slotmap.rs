@@ -78,9 +78,15 @@ pub struct Shard {
 /// either command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotMap {
-    owners: Vec<Option<u16>>,
+    /// Shard index per slot, [`NO_OWNER`] for none (half the size of
+    /// `Option<u16>`, and runs of it fill and compare as plain memory).
+    owners: Vec<u16>,
     shards: Vec<Shard>,
 }
+
+/// The owner of a slot nobody serves. Shard indices stay below it: the
+/// table holds at most 16384 shards.
+const NO_OWNER: u16 = u16::MAX;
 
 impl Default for SlotMap {
     fn default() -> Self {
@@ -92,7 +98,7 @@ impl SlotMap {
     /// A map where no slot has an owner.
     pub fn new() -> Self {
         SlotMap {
-            owners: vec![None; usize::from(SLOT_COUNT)],
+            owners: vec![NO_OWNER; usize::from(SLOT_COUNT)],
             shards: Vec::new(),
         }
     }
@@ -105,11 +111,10 @@ impl SlotMap {
     /// Index into [`shards`](Self::shards) of the owner of `slot`; `None`
     /// when the slot has no owner or `slot` is 16384 or more.
     pub fn owner_index(&self, slot: u16) -> Option<usize> {
-        self.owners
-            .get(usize::from(slot))
-            .copied()
-            .flatten()
-            .map(usize::from)
+        match self.owners.get(usize::from(slot)) {
+            Some(&o) if o != NO_OWNER => Some(usize::from(o)),
+            _ => None,
+        }
     }
 
     /// The shard that owns `slot`, if any.
@@ -119,18 +124,24 @@ impl SlotMap {
 
     /// Number of slots with no owner.
     pub fn unowned_count(&self) -> usize {
-        self.owners.iter().filter(|o| o.is_none()).count()
+        self.owners.iter().filter(|&&o| o == NO_OWNER).count()
     }
 
     /// The map as maximal runs of slots with the same owner, in slot order.
     pub fn ranges(&self) -> Vec<(RangeInclusive<u16>, Option<usize>)> {
-        let mut out: Vec<(RangeInclusive<u16>, Option<usize>)> = Vec::new();
-        for (slot, owner) in (0..SLOT_COUNT).zip(self.owners.iter()) {
-            let owner = owner.map(usize::from);
-            match out.last_mut() {
-                Some((range, last)) if *last == owner => *range = *range.start()..=slot,
-                _ => out.push((slot..=slot, owner)),
-            }
+        let mut out = Vec::new();
+        let mut start = 0usize;
+        while let Some(&owner) = self.owners.get(start) {
+            let len = self
+                .owners
+                .get(start..)
+                .and_then(|rest| rest.iter().position(|&o| o != owner))
+                .unwrap_or(self.owners.len() - start);
+            let end = start + len - 1;
+            let owner = (owner != NO_OWNER).then_some(usize::from(owner));
+            // Both ends are below 16384.
+            out.push((start as u16..=end as u16, owner));
+            start = end + 1;
         }
         out
     }
@@ -150,9 +161,12 @@ impl SlotMap {
     /// or `None`; another index is ignored and leaves the map unchanged.
     pub fn assign(&mut self, slots: RangeInclusive<u16>, owner: Option<usize>) {
         let owner = match owner {
-            Some(i) if i < self.shards.len() => u16::try_from(i).ok(),
+            Some(i) if i < self.shards.len() => match u16::try_from(i) {
+                Ok(o) => o,
+                Err(_) => return,
+            },
             Some(_) => return,
-            None => None,
+            None => NO_OWNER,
         };
         let (start, end) = (usize::from(*slots.start()), usize::from(*slots.end()));
         if let Some(run) = self
@@ -208,41 +222,44 @@ impl SlotMap {
         }
     }
 
-    /// A shard of the table, for the parsers.
+    /// A shard of the table, for tests.
+    #[cfg(test)]
     pub(crate) fn shard_mut(&mut self, index: usize) -> Option<&mut Shard> {
         self.shards.get_mut(index)
     }
 
-    /// Mutable owners, for the parsers.
-    pub(crate) fn owners_mut(&mut self) -> &mut [Option<u16>] {
-        &mut self.owners
-    }
-
-    /// Sorts the node table by primary id then address (replicas by id) and
-    /// renumbers the owners, so the order of the reply does not matter.
-    pub(crate) fn normalize(&mut self) {
-        for s in &mut self.shards {
+    /// A map from a parsed node table and slot claims (ranges with an index
+    /// into `shards`, already checked for overlaps): sorts the table by
+    /// primary id then address (replicas by id) so the reply's order does
+    /// not matter, renumbers the claims, and fills the owners run by run.
+    pub(crate) fn from_parts(
+        mut shards: Vec<Shard>,
+        claims: &[(RangeInclusive<u16>, usize)],
+    ) -> SlotMap {
+        for s in &mut shards {
             s.replicas
                 .sort_by(|a, b| (&a.id, &a.addr).cmp(&(&b.id, &b.addr)));
         }
-        let mut order: Vec<usize> = (0..self.shards.len()).collect();
+        let mut order: Vec<usize> = (0..shards.len()).collect();
         order.sort_by(|&a, &b| {
-            let (a, b) = (&self.shards[a].primary, &self.shards[b].primary);
+            let (a, b) = (&shards[a].primary, &shards[b].primary);
             (&a.id, &a.addr).cmp(&(&b.id, &b.addr))
         });
-        let mut renumber = vec![0u16; self.shards.len()];
+        let mut renumber = vec![NO_OWNER; shards.len()];
         for (new, &old) in order.iter().enumerate() {
-            // Both fit: the table never holds more than 16384 shards.
-            renumber[old] = u16::try_from(new).unwrap_or(u16::MAX);
+            renumber[old] = u16::try_from(new).unwrap_or(NO_OWNER);
         }
-        for o in self.owners.iter_mut().flatten() {
-            *o = renumber[usize::from(*o)];
+        let mut old: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+        let mut map = SlotMap::new();
+        map.shards = order.iter().filter_map(|&i| old[i].take()).collect();
+        for (range, index) in claims {
+            let owner = renumber.get(*index).copied().unwrap_or(NO_OWNER);
+            let (a, b) = (usize::from(*range.start()), usize::from(*range.end()));
+            if let Some(run) = map.owners.get_mut(a..=b) {
+                run.fill(owner);
+            }
         }
-        let mut old: Vec<Option<Shard>> = core::mem::take(&mut self.shards)
-            .into_iter()
-            .map(Some)
-            .collect();
-        self.shards = order.iter().filter_map(|&i| old[i].take()).collect();
+        map
     }
 }
 
@@ -286,10 +303,11 @@ mod tests {
             m.ranges(),
             vec![(0..=99, Some(0)), (100..=199, None), (200..=16383, Some(1))]
         );
-        m.normalize();
-        assert_eq!(m.owner(0).unwrap().primary.id, "b");
-        assert_eq!(m.owner_index(0), Some(1));
-        assert_eq!(m.owner_index(300), Some(0));
+        let sorted = SlotMap::from_parts(m.shards().to_vec(), &[(0..=99, 0), (200..=16383, 1)]);
+        assert_eq!(sorted.owner(0).unwrap().primary.id, "b");
+        assert_eq!(sorted.owner_index(0), Some(1));
+        assert_eq!(sorted.owner_index(300), Some(0));
+        assert_eq!(sorted.owner_index(150), None);
     }
 
     #[test]
