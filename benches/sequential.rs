@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! cargo bench -p shardsub --bench sequential
-//! cargo bench -p shardsub --bench sequential -- --skip flush   # table only
+//! cargo bench -p shardsub --bench sequential -- table   # the table only (no criterion bench matches)
 //! ```
 
 // criterion_group! generates an undocumented function.
