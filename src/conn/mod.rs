@@ -35,6 +35,8 @@
 
 mod handshake;
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
