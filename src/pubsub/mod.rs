@@ -45,6 +45,8 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
+#[cfg(test)]
+mod alloc_count;
 mod builder;
 mod control;
 mod dispatch;

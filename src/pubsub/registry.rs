@@ -202,4 +202,44 @@ mod tests {
         assert_eq!(r.flags(1, b"a"), WANT | SENT | ACTIVE);
         assert_eq!(r.len(), 2);
     }
+
+    /// What `Registry` keeps per subscribed channel beyond the name, at 1M
+    /// channels: the settled state after the control thread has sent
+    /// everything (dirty lists empty).
+    fn bytes_per_channel(lanes: usize, n: usize) -> f64 {
+        use crate::pubsub::alloc_count::live_bytes;
+        let before = live_bytes();
+        let r = Registry::new(lanes, 7);
+        let mut names = 0usize;
+        let mut name = Vec::with_capacity(32);
+        for i in 0..n {
+            name.clear();
+            name.extend_from_slice(b"user:");
+            name.extend_from_slice(i.to_string().as_bytes());
+            names += name.len();
+            r.set_wanted(i % lanes, &name, true);
+        }
+        for lane in 0..lanes {
+            let mut l = r.lane(lane).unwrap();
+            let l = &mut *l;
+            for name in std::mem::take(&mut l.dirty) {
+                if let Some(f) = l.map.get_mut(&name) {
+                    *f = WANT | SENT | ACTIVE;
+                }
+            }
+        }
+        drop(name);
+        let live = live_bytes() - before;
+        assert_eq!(r.len(), n);
+        (live as f64 - names as f64) / n as f64
+    }
+
+    #[test]
+    fn memory_per_channel_is_under_64_bytes_at_1m() {
+        for lanes in [8] {
+            let per = bytes_per_channel(lanes, 1_000_000);
+            println!("registry: {per:.1} bytes per channel beyond the name ({lanes} lanes, 1M)");
+            assert!(per < 64.0, "{per} bytes per channel with {lanes} lanes");
+        }
+    }
 }
