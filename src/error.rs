@@ -106,8 +106,27 @@ pub enum Error {
         /// The server.
         addr: SocketAddr,
     },
+    /// The connection's send buffer stayed full (the server is not keeping
+    /// up with the submitters) for as long as a request may wait; nothing
+    /// was sent. Slow down or add servers / connections.
+    Backpressure {
+        /// The server.
+        addr: SocketAddr,
+        /// How long the call waited for room.
+        waited: Duration,
+    },
     /// The engine has been shut down; nothing was sent.
     Shutdown,
+    /// The cluster could not serve a slot within the redirect and retry
+    /// bounds (too many `MOVED`/`ASK`, `TRYAGAIN`/`CLUSTERDOWN` past the
+    /// retry window, or no known owner). The topology is being refreshed;
+    /// retry later.
+    Cluster {
+        /// The hash slot.
+        slot: u16,
+        /// What happened, with the last server error if any.
+        reason: Arc<str>,
+    },
     /// [`Pending::wait_timeout`](crate::Pending::wait_timeout) gave up; the
     /// request itself is still in flight and will complete or fail on its own.
     WaitTimeout {
@@ -144,6 +163,7 @@ impl Error {
                 | Error::Protocol { .. }
                 | Error::ConnectionLost { .. }
                 | Error::NotConnected { .. }
+                | Error::Backpressure { .. }
                 | Error::WaitTimeout { .. }
         )
     }
@@ -196,6 +216,14 @@ impl fmt::Display for Error {
                     f,
                     "not connected to {addr} (reconnecting); nothing was sent, retry later"
                 )
+            }
+            Error::Backpressure { addr, waited } => write!(
+                f,
+                "the send buffer for {addr} stayed full for {waited:?} (the server is not \
+                 keeping up); nothing was sent"
+            ),
+            Error::Cluster { slot, reason } => {
+                write!(f, "the cluster could not serve slot {slot}: {reason}")
             }
             Error::Shutdown => f.write_str("the engine has been shut down"),
             Error::WaitTimeout { after } => write!(

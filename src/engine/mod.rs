@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::{Poll, Token, Waker};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use resp::Value;
 
 pub use builder::Builder;
@@ -32,6 +32,8 @@ use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
 /// Settings every connection and I/O thread reads.
 pub(crate) struct Settings {
     pub(crate) conn: ConnConfig,
+    /// Buffered bytes per connection beyond which submitters wait.
+    pub(crate) max_buffered: usize,
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff_base: Duration,
     pub(crate) backoff_max: Duration,
@@ -139,6 +141,9 @@ impl Engine {
                     wake_pending: AtomicBool::new(false),
                     thread: thread_shared[t].clone(),
                     local,
+                    space: Condvar::new(),
+                    max_buffered: settings.max_buffered,
+                    max_wait: Some(settings.conn.request_timeout).filter(|d| !d.is_zero()),
                 });
                 let (pending, slot) = Pending::<()>::new();
                 initial.push(pending);
@@ -426,6 +431,48 @@ impl Engine {
             },
         )
         .map_err(|(_, e)| e)
+    }
+
+    /// Seam for the cluster layer: as [`Engine::submit_to`], but `then`
+    /// gets the reply (or the failure) on the I/O thread; when the command
+    /// cannot be sent, `then` runs at once on this thread with the error,
+    /// which is also returned.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::submit_to`].
+    pub(crate) fn submit_to_then<F, G>(
+        &self,
+        server: usize,
+        index: usize,
+        encode: F,
+        kind: ReplyKind,
+        then: G,
+    ) -> Result<(), Error>
+    where
+        F: FnOnce(&mut Vec<u8>),
+        G: FnOnce(Result<Value, Error>) + Send + 'static,
+    {
+        let (pending, slot) = Pending::new();
+        pending.then(then);
+        let conn = match self.conn_at(server, index) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.complete(Err(e.clone()));
+                return Err(e);
+            }
+        };
+        conn.submit(
+            encode,
+            Request {
+                user: Completion::Value(slot),
+                kind,
+            },
+        )
+        .map_err(|(req, e)| {
+            req.user.fail(e.clone());
+            e
+        })
     }
 
     /// Seam for the Pub/Sub layer: whether connection `index` of server
