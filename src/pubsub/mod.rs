@@ -52,7 +52,7 @@ mod control;
 mod dispatch;
 pub mod envelope;
 mod handler;
-mod registry;
+pub(crate) mod registry;
 mod routing;
 mod shared;
 
