@@ -27,9 +27,10 @@
 //!
 //! For other P, `g` is not an integer and the two roundings can disagree by
 //! one partition at some cuts: every N stays within a spread of 2, and within
-//! 1 for all P ≤ 169 (≤ 145 on the float-free split). No placement can do better in general: at P = 16383 a
-//! single missing slot must fall in a larger-than-average master for every N.
-//! Prefer powers of two.
+//! 1 for all P ≤ 169 (≤ 145 on the float-free split). No placement does
+//! better for every P: at P = 16383 one slot stays empty, and it would have
+//! to sit in a larger-than-average master for every N; checked exhaustively,
+//! no slot does for all of N = 1..=17. Prefer powers of two.
 //!
 //! Nothing here is random, so there is no seed to keep.
 
