@@ -145,6 +145,22 @@ impl<N, C> ResubscribePlan<'_, N, C> {
 /// becomes `ceil(channels / batch)` commands. Empty groups produce nothing. A
 /// partition listed twice is planned twice, each group on its own.
 ///
+/// ```
+/// use shardcore::plan::{plan_resubscribe, PlanOptions};
+/// // Partition 3 (600 channels) and partition 9 (2) on node "a",
+/// // partition 5 on an unknown node.
+/// let big: Vec<String> = (0..600).map(|i| format!("c{i}")).collect();
+/// let small = vec!["x".to_string(), "y".to_string()];
+/// let groups = [(3, big.as_slice()), (9, small.as_slice()), (5, small.as_slice())];
+/// let plan = plan_resubscribe(groups, |p| (p != 5).then_some("a"), PlanOptions::new(4))?;
+/// let node = &plan.nodes[0];
+/// assert_eq!(node.node, "a");
+/// assert_eq!(node.workers.len(), 2); // whole partitions: two workers busy
+/// assert_eq!(node.command_count(), 3); // 512 + 88 channels, then 2
+/// assert_eq!(plan.unrouted.len(), 1);
+/// # Ok::<(), shardcore::plan::PlanError>(())
+/// ```
+///
 /// # Errors
 /// [`PlanError::NoWorkers`] or [`PlanError::ZeroBatch`] for zero settings.
 pub fn plan_resubscribe<'a, N, C, G, F>(
