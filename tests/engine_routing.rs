@@ -126,3 +126,49 @@ fn channels_go_to_their_shard() {
         assert!(expected.iter().all(|&n| n > 100), "{expected:?}");
     }
 }
+
+#[test]
+fn a_server_that_stops_reading_makes_publishers_wait_then_fail_clearly() {
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, ["HELLO", "3"]);
+    // After the handshake the server reads nothing for a while: the socket
+    // fills, then the engine's buffers, then publishers wait.
+    let fake = FakeServer::start_each(vec![
+        vec![
+            Step::Expect(hello),
+            Step::send(b"%0\r\n"),
+            Step::Delay(Duration::from_secs(10)),
+        ],
+        vec![Step::Silence],
+    ])
+    .unwrap();
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .max_buffered_bytes(64 << 10)
+        .request_timeout(Duration::from_millis(500))
+        .reconnect_backoff(Duration::from_secs(5), Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let payload = [b'x'; 1024];
+    let started = Instant::now();
+    let mut accepted = 0u64;
+    let err = loop {
+        match e.publish(b"ch", &payload) {
+            Ok(()) => accepted += 1,
+            Err(err) => break err,
+        }
+        assert!(accepted < 1_000_000, "no backpressure after 1 GB");
+    };
+    let took = started.elapsed();
+    assert!(
+        matches!(err, Error::Backpressure { .. } | Error::NotConnected { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    // Bounded by the kernel's socket buffers plus two 64 KiB buffers.
+    assert!(accepted * 1050 < 64 << 20, "accepted {accepted} publishes");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    eprintln!("accepted {accepted} publishes, then {err} after {took:?}");
+    e.shutdown();
+    drop(fake);
+}

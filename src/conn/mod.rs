@@ -244,6 +244,10 @@ struct InBuf {
 
 const MIN_READ: usize = 64 * 1024;
 
+/// Written bytes at the front of the output buffer are dropped once there
+/// are at least this many and they are at least half the buffer.
+const COMPACT_AFTER: usize = 256 * 1024;
+
 impl InBuf {
     fn settle(&mut self) {
         self.start += std::mem::take(&mut self.to_consume);
@@ -292,6 +296,12 @@ struct State<T> {
     /// requests whose bytes are still (partly) in `out`.
     in_flight: usize,
     unsent_requests: usize,
+    /// Bytes written since the connection opened.
+    sent_total: u64,
+    /// Per queued batch: where its bytes end (counting every byte queued
+    /// since the connection opened) and how many requests it holds; popped
+    /// once written.
+    batches: VecDeque<(u64, usize)>,
     /// When the front request started waiting (reset by each reply).
     front_since: Instant,
     /// Requests and bytes submitted before the handshake finished.
@@ -332,7 +342,12 @@ impl<T> State<T> {
         self.out.extend_from_slice(bytes);
         let before = self.pending.len();
         self.pending.extend(requests);
-        self.unsent_requests += self.pending.len() - before;
+        let added = self.pending.len() - before;
+        self.unsent_requests += added;
+        if added > 0 {
+            let end = self.sent_total + self.unsent_len() as u64;
+            self.batches.push_back((end, added));
+        }
         if was_idle && !self.pending.is_empty() {
             self.front_since = now;
         }
@@ -358,6 +373,9 @@ impl<T> State<T> {
         } else {
             // Its bytes were not all written yet, but the server had them.
             self.unsent_requests = self.unsent_requests.saturating_sub(1);
+            if let Some((_, n)) = self.batches.front_mut() {
+                *n = n.saturating_sub(1);
+            }
         }
     }
 
@@ -406,6 +424,8 @@ impl<T> Connection<T> {
                 pending: VecDeque::new(),
                 in_flight: 0,
                 unsent_requests: 0,
+                sent_total: 0,
+                batches: VecDeque::new(),
                 front_since: now,
                 held: VecDeque::new(),
                 held_out: Vec::new(),
@@ -593,12 +613,28 @@ impl<T> Connection<T> {
     /// `n` bytes of what [`Connection::poll_transmit`] returned were written.
     pub fn advance_transmit(&mut self, n: usize) {
         let st = &mut self.st;
-        st.written = (st.written + n).min(st.out.len());
+        let n = n.min(st.out.len() - st.written);
+        st.written += n;
+        st.sent_total += n as u64;
+        // Requests whose bytes have all been written now await replies.
+        while let Some(&(end, count)) = st.batches.front() {
+            if end > st.sent_total {
+                break;
+            }
+            st.batches.pop_front();
+            let count = count.min(st.unsent_requests);
+            st.unsent_requests -= count;
+            st.in_flight += count;
+        }
         if st.written == st.out.len() {
-            st.in_flight += std::mem::take(&mut st.unsent_requests);
             st.out.clear();
             st.written = 0;
             st.flush_at = None;
+        } else if st.written >= COMPACT_AFTER && st.written * 2 >= st.out.len() {
+            // Under continuous load the buffer never empties: drop what was
+            // written so it does not grow without bound.
+            st.out.drain(..st.written);
+            st.written = 0;
         }
     }
 

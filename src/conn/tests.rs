@@ -599,3 +599,32 @@ fn held_commands_leave_once_every_written_request_is_answered() {
     send(&mut c, &["E"], 5, due);
     assert_eq!(c.poll_transmit(due), Some(&cmd(&["E"])[..]));
 }
+
+#[test]
+fn output_buffer_stays_bounded_under_continuous_load() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::ZERO,
+        ..config()
+    });
+    let one = cmd(&["PUBLISH", "ch", &"x".repeat(200)]);
+    let mut user = 0;
+    // Each round queues more and writes a little less than everything, so
+    // the buffer never empties; it must not keep what was written.
+    for _ in 0..20_000 {
+        for _ in 0..4 {
+            c.send_encoded(&one, [Request::single(user)], t0);
+            user += 1;
+        }
+        let n = c.poll_transmit(t0).map_or(0, <[u8]>::len);
+        c.advance_transmit(n.saturating_sub(10));
+        assert!(
+            c.st.out.len() < 2 * COMPACT_AFTER + 8 * one.len(),
+            "{}",
+            c.st.out.len()
+        );
+    }
+    // Written requests count as in flight: replies drain them exactly.
+    let written_requests = c.st.in_flight;
+    assert!(written_requests > 70_000, "{written_requests}");
+    assert_eq!(written_requests + c.st.unsent_requests, c.pending_len());
+}

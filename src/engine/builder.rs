@@ -32,6 +32,7 @@ pub struct Builder {
     seed: Option<u64>,
     limits: resp::Limits,
     role: Role,
+    max_buffered: usize,
 }
 
 impl Default for Builder {
@@ -53,6 +54,7 @@ impl Default for Builder {
             seed: None,
             limits: resp::Limits::default(),
             role: Role::Command,
+            max_buffered: 4 << 20,
         }
     }
 }
@@ -177,6 +179,15 @@ impl Builder {
         self
     }
 
+    /// Bytes of commands a connection may buffer before submitters wait
+    /// for the server to catch up (default 4 MiB; at least 64 KiB). A
+    /// waiting call gives up after the request timeout with
+    /// [`Error::Backpressure`].
+    pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered = bytes;
+        self
+    }
+
     /// Parser limits for replies.
     pub fn limits(mut self, limits: resp::Limits) -> Self {
         self.limits = limits;
@@ -234,6 +245,7 @@ impl Builder {
                 .map_or(0, |d| d.as_nanos() as u64)
         });
         let settings = Arc::new(Settings {
+            max_buffered: self.max_buffered.max(64 << 10),
             conn: ConnConfig {
                 protocol: self.protocol,
                 role: self.role,

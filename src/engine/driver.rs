@@ -125,8 +125,9 @@ impl Driver {
     }
 
     fn set_state(&self, state: u8) {
-        let _staging = self.shared.staging.lock();
+        let staging = self.shared.staging.lock();
         self.shared.state.store(state, Ordering::Release);
+        self.shared.wake_waiters(&staging);
     }
 
     fn start_connect(&mut self, registry: &Registry, now: Instant) {
@@ -243,6 +244,7 @@ impl Driver {
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.buf, &mut self.spare_buf);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+            self.shared.wake_waiters(&staging);
         }
         if self.spare_reqs.is_empty() && self.spare_buf.is_empty() {
             return;
@@ -346,7 +348,14 @@ impl Driver {
                     .as_ref()
                     .and_then(Connection::poll_flush_at)
                     .is_some_and(|at| at > now);
-                if !holding && (notified || self.shared.wake_pending.load(Ordering::Acquire)) {
+                // Backpressure: while the socket has not taken the last
+                // batch, staged commands stay staged (and submitters wait).
+                let room = self
+                    .core
+                    .as_ref()
+                    .is_some_and(|c| c.unsent_len() < self.settings.max_buffered);
+                let staged = notified || self.shared.wake_pending.load(Ordering::Acquire);
+                if !holding && room && staged {
                     self.drain_staging(now);
                 }
                 if let Some(core) = &mut self.core {
@@ -354,6 +363,16 @@ impl Driver {
                 }
                 self.after_io(registry, now);
                 if let Phase::Open = self.phase {
+                    self.write(registry, now);
+                }
+                // The socket took everything: commands that were waiting for
+                // room follow at once.
+                if matches!(self.phase, Phase::Open)
+                    && !room
+                    && self.core.as_ref().is_some_and(|c| c.unsent_len() == 0)
+                    && self.shared.wake_pending.load(Ordering::Acquire)
+                {
+                    self.drain_staging(now);
                     self.write(registry, now);
                 }
             }
@@ -432,6 +451,7 @@ impl Driver {
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
             staging.buf.clear();
+            self.shared.wake_waiters(&staging);
         }
         let staged_err = if give_up {
             error.clone()

@@ -10,8 +10,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::conn::Request;
 use crate::engine::pending::Completion;
@@ -29,6 +30,8 @@ pub(crate) const CLOSED: u8 = 3;
 pub(crate) struct Staging {
     pub(crate) buf: Vec<u8>,
     pub(crate) requests: VecDeque<Request<Completion>>,
+    /// Submitters waiting for room (see [`ConnShared::space`]).
+    pub(crate) waiters: usize,
 }
 
 /// One connection, as submitters see it.
@@ -42,6 +45,14 @@ pub(crate) struct ConnShared {
     pub(crate) thread: Arc<ThreadShared>,
     /// Index in the owning thread's connection table.
     pub(crate) local: usize,
+    /// Signalled when the I/O thread takes the staged bytes (or the
+    /// connection goes down), for submitters waiting for room.
+    pub(crate) space: Condvar,
+    /// Staged bytes beyond which submitters wait (backpressure).
+    pub(crate) max_buffered: usize,
+    /// How long a submitter waits for room; `None` waits as long as the
+    /// connection is alive.
+    pub(crate) max_wait: Option<Duration>,
 }
 
 impl ConnShared {
@@ -56,17 +67,40 @@ impl ConnShared {
         F: FnOnce(&mut Vec<u8>),
     {
         let mut staging = self.staging.lock();
-        match self.state.load(Ordering::Acquire) {
-            DOWN => {
-                return Err((
-                    request,
-                    Error::NotConnected {
-                        addr: self.info.addr,
-                    },
-                ))
+        if let Err(e) = self.check_state() {
+            return Err((request, e));
+        }
+        if staging.buf.len() >= self.max_buffered {
+            // The server is not keeping up: wait for the I/O thread to take
+            // the staged bytes (it does once the socket has taken the last
+            // batch), bounded by `max_wait`.
+            let deadline = self.max_wait.map(|d| (Instant::now() + d, d));
+            staging.waiters += 1;
+            while staging.buf.len() >= self.max_buffered {
+                let timed_out = match deadline {
+                    Some((at, _)) => self.space.wait_until(&mut staging, at).timed_out(),
+                    None => {
+                        self.space.wait(&mut staging);
+                        false
+                    }
+                };
+                if let Err(e) = self.check_state() {
+                    staging.waiters -= 1;
+                    return Err((request, e));
+                }
+                if timed_out && staging.buf.len() >= self.max_buffered {
+                    staging.waiters -= 1;
+                    let waited = deadline.map_or(Duration::ZERO, |(_, d)| d);
+                    return Err((
+                        request,
+                        Error::Backpressure {
+                            addr: self.info.addr,
+                            waited,
+                        },
+                    ));
+                }
             }
-            CLOSED => return Err((request, Error::Shutdown)),
-            _ => {}
+            staging.waiters -= 1;
         }
         encode(&mut staging.buf);
         staging.requests.push_back(request);
@@ -76,6 +110,24 @@ impl ConnShared {
             self.thread.notify(self.local);
         }
         Ok(())
+    }
+
+    /// Whether the connection takes submissions (call under the staging lock).
+    fn check_state(&self) -> Result<(), Error> {
+        match self.state.load(Ordering::Acquire) {
+            DOWN => Err(Error::NotConnected {
+                addr: self.info.addr,
+            }),
+            CLOSED => Err(Error::Shutdown),
+            _ => Ok(()),
+        }
+    }
+
+    /// Wakes submitters waiting for room (call with the staging lock held).
+    pub(crate) fn wake_waiters(&self, staging: &Staging) {
+        if staging.waiters > 0 {
+            self.space.notify_all();
+        }
     }
 
     pub(crate) fn is_up(&self) -> bool {
