@@ -284,12 +284,16 @@ impl PubSubBuilder {
             active_gate: Mutex::new(0),
             active_cond: Condvar::new(),
             active_waiters: AtomicUsize::new(0),
+            active_armed: AtomicBool::new(false),
         });
         let observer = Arc::new(Dispatcher {
             shared: shared.clone(),
         });
+        // Resubscribing 1M channels stages ~30 MB of SUBSCRIBE commands at
+        // once; let it through instead of applying publish backpressure.
         let sub = match self
             .engine(Role::Subscribe, per_server)
+            .max_buffered_bytes(64 << 20)
             .observer(observer)
             .build()
         {

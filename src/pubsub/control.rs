@@ -149,21 +149,43 @@ impl Control {
     }
 
     fn submit(&mut self, conn: usize, kind: ReplyKind) -> bool {
+        let enc = std::mem::take(&mut self.enc);
+        let ok = self.submit_bytes(conn, &enc, kind);
+        self.enc = enc;
+        self.enc.clear();
+        ok
+    }
+
+    /// Sends encoded commands on a subscribe connection. Waits (and retries)
+    /// while the engine applies backpressure; gives up when the connection
+    /// is down or the engine is shutting down (the reconnect resends).
+    /// Never called with a registry lane locked: the I/O thread takes lane
+    /// locks for confirmations, and it is the one that makes room.
+    fn submit_bytes(&self, conn: usize, bytes: &[u8], kind: ReplyKind) -> bool {
         let Some(slot) = self.shared.conns.get(conn) else {
             return false;
         };
-        let enc = &self.enc;
-        let r = self.sub.submit_to(
-            slot.server,
-            slot.index,
-            |buf| buf.extend_from_slice(enc),
-            kind,
-        );
-        self.enc.clear();
-        if let Err(e) = &r {
-            log::debug!("subscribe command not sent ({e}); the reconnect will resend");
+        for _ in 0..8 {
+            let r = self.sub.submit_to(
+                slot.server,
+                slot.index,
+                |buf| buf.extend_from_slice(bytes),
+                kind,
+            );
+            match r {
+                Ok(()) => return true,
+                Err(crate::Error::Backpressure { .. }) => {
+                    log::debug!("subscribe connection {conn} is backed up; retrying");
+                }
+                Err(e) => {
+                    log::debug!("subscribe command not sent ({e}); the reconnect will resend");
+                    return false;
+                }
+            }
         }
-        r.is_ok()
+        log::warn!("subscribe connection {conn} stayed backed up; restarting it");
+        self.sub.restart_connection(slot.server, slot.index);
+        false
     }
 
     /// Sends what changed in one lane since the last look.
@@ -255,6 +277,7 @@ impl Control {
         );
         let workers = s.queues.len().max(1);
         let (mut channels, mut commands_sent, mut gap_channels) = (0usize, 0u64, 0u64);
+        let mut batches: Vec<(usize, u32)> = Vec::new();
         for lane in s.routing.lanes_of_conn(conn) {
             let Some(mut l) = s.registry.lane(lane) else {
                 continue;
@@ -283,29 +306,36 @@ impl Control {
                 }
             }
             channels += l.map.len();
+            // Encode every batch now, send after the lock is released.
             let mut refs: Vec<&[u8]> = Vec::with_capacity(s.config.batch);
             let mut names = l.map.keys();
-            while ok {
+            loop {
                 refs.clear();
                 refs.extend(names.by_ref().take(s.config.batch).map(|n| &**n));
                 if refs.is_empty() {
                     break;
                 }
                 encode_names(&mut self.enc, sub_cmd, &refs);
-                commands_sent += 1;
+                batches.push((self.enc.len(), refs.len() as u32));
+            }
+            drop(l);
+            let all = std::mem::take(&mut self.enc);
+            let mut from = 0;
+            for &(to, n) in &batches {
+                if !ok {
+                    break;
+                }
                 let kind = ReplyKind::Subscribe {
                     kind,
-                    confirmations: refs.len() as u32,
+                    confirmations: n,
                 };
-                let r = self.sub.submit_to(
-                    slot.server,
-                    slot.index,
-                    |buf| buf.extend_from_slice(&self.enc),
-                    kind,
-                );
-                self.enc.clear();
-                ok = r.is_ok();
+                ok = self.submit_bytes(conn, all.get(from..to).unwrap_or_default(), kind);
+                commands_sent += 1;
+                from = to;
             }
+            batches.clear();
+            self.enc = all;
+            self.enc.clear();
         }
         add(&s.counters.subscribe_commands, commands_sent);
         add(&s.counters.gap_channels, gap_channels);

@@ -187,6 +187,8 @@ impl PubSub {
             if let Err(e) = self.check_open() {
                 break Err(e);
             }
+            // Arm before looking: a confirmation from now on bumps the gate.
+            s.active_armed.store(true, Ordering::Release);
             let seen = *s.active_gate.lock();
             while next < channels.len() && s.is_active(channels[next].as_ref()) {
                 next += 1;
@@ -285,6 +287,7 @@ impl PubSub {
         self.sub.shutdown();
         self.pool.shutdown();
         self.publ.shutdown();
+        self.shared.active_armed.store(true, Ordering::Release);
         self.shared.wake_active_waiters();
     }
 }

@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     pub(crate) active_gate: Mutex<u64>,
     pub(crate) active_cond: Condvar,
     pub(crate) active_waiters: AtomicUsize,
+    /// Set by a waiter before it looks; the next confirmation clears it and
+    /// wakes the waiters.
+    pub(crate) active_armed: AtomicBool,
 }
 
 impl Shared {
@@ -99,8 +102,13 @@ impl Shared {
     }
 
     /// Wakes `wait_active` callers, if any.
+    ///
+    /// Cheap when called per confirmation: only the first call after a
+    /// waiter armed `active_armed` takes the gate and notifies.
     pub(crate) fn wake_active_waiters(&self) {
-        if self.active_waiters.load(Ordering::Acquire) > 0 {
+        if self.active_waiters.load(Ordering::Acquire) > 0
+            && self.active_armed.swap(false, Ordering::AcqRel)
+        {
             *self.active_gate.lock() += 1;
             self.active_cond.notify_all();
         }
