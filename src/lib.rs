@@ -73,6 +73,7 @@
 //! (`tests/engine_basic.rs` runs the same calls against real servers.)
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod conn;
 pub mod display;
 mod engine;

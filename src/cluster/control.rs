@@ -1,0 +1,652 @@
+//! The cluster control thread: the only thread that sends subscribe
+//! commands, opens and closes node connections, and rebuilds the topology.
+//!
+//! Each loop takes the inbox (connections that came up, dirty lanes,
+//! publishes to retry, a rebuild request), then runs what is due: the poll,
+//! a degraded-mode retry, delayed publish retries, the restore check.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use topology::{Layout, SlotMap, TopologyCommand};
+
+use crate::cluster::builder::{Mode, NodeSettings, ResubscribeSplit};
+use crate::cluster::dispatch::SubObserver;
+use crate::cluster::publish::{self, PubMsg};
+use crate::cluster::shared::{ConnState, Retry, Shared, Trigger};
+use crate::conn::{ReplyKind, Role, SubscribeKind};
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::metrics::add;
+use crate::pubsub::registry::{QUEUED, SENT, WANT};
+use crate::pubsub::ChannelList;
+
+/// Which subscribe engine: a node, and in per-partition mode a partition.
+pub(crate) type GroupKey = (SocketAddr, Option<u32>);
+
+/// One subscribe engine and its connections.
+pub(crate) struct Group {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) conns: Vec<Arc<ConnState>>,
+}
+
+pub(crate) struct Control {
+    pub(crate) s: Arc<Shared>,
+    pub(crate) node: NodeSettings,
+    pub(crate) seeds: Vec<SocketAddr>,
+    pub(crate) command: Option<TopologyCommand>,
+    pub(crate) map: SlotMap,
+    pub(crate) layout: Layout,
+    /// Publish (and topology command) engines, one per primary.
+    pub(crate) publ: BTreeMap<SocketAddr, Arc<Engine>>,
+    pub(crate) groups: BTreeMap<GroupKey, Group>,
+    /// Connection id → (group, index).
+    pub(crate) by_id: HashMap<u64, (GroupKey, usize)>,
+    /// Per lane: the connection that carries it.
+    pub(crate) lane_at: Vec<Option<(GroupKey, usize)>>,
+    /// Node numbers for gap events, in the order nodes were first seen.
+    pub(crate) node_numbers: BTreeMap<SocketAddr, usize>,
+    /// The connection classic mode subscribes on.
+    pub(crate) classic_node: Option<SocketAddr>,
+    pub(crate) next_id: u64,
+    pub(crate) next_poll: Instant,
+    pub(crate) next_rebuild: Option<(Instant, Trigger)>,
+    /// Consecutive rebuilds that left lost lanes in place.
+    pub(crate) stale_rounds: u32,
+    pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
+    /// When a change was noticed and delivery not yet restored.
+    pub(crate) change_at: Option<Instant>,
+    pub(crate) enc: Vec<u8>,
+    pub(crate) name: Vec<u8>,
+}
+
+/// Appends `cmd name…` as a RESP array header and command bulk; names follow.
+fn push_header(out: &mut Vec<u8>, args: usize, cmd: &[u8]) {
+    out.push(b'*');
+    out.extend_from_slice(args.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    push_bulk(out, cmd);
+}
+
+fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(bytes.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+impl Control {
+    fn commands(&self) -> (&'static [u8], &'static [u8], SubscribeKind) {
+        if self.s.sharded() {
+            (b"SSUBSCRIBE", b"SUNSUBSCRIBE", SubscribeKind::Shard)
+        } else {
+            (b"SUBSCRIBE", b"UNSUBSCRIBE", SubscribeKind::Channel)
+        }
+    }
+
+    /// Encodes `cmd` with the wire names of `names` into `self.enc`.
+    fn encode<N: AsRef<[u8]>>(&mut self, cmd: &[u8], names: &[N]) {
+        push_header(&mut self.enc, names.len() + 1, cmd);
+        for n in names {
+            self.name.clear();
+            self.s.wire_into(n.as_ref(), &mut self.name);
+            push_bulk(&mut self.enc, &self.name);
+        }
+    }
+
+    /// Runs until the inbox says stop.
+    pub(crate) fn run(mut self) {
+        self.rebuild(Trigger::Startup);
+        loop {
+            let now = Instant::now();
+            let mut wake = self.next_poll;
+            if let Some((t, _)) = self.next_rebuild {
+                wake = wake.min(t);
+            }
+            if let Some(t) = self.delayed.iter().map(|d| d.0).min() {
+                wake = wake.min(t);
+            }
+            if self.change_at.is_some() {
+                wake = wake.min(now + Duration::from_millis(20));
+            }
+            let (connected, dirty, retries, rebuild) = {
+                let mut inbox = self.s.inbox.lock();
+                loop {
+                    if inbox.stop {
+                        drop(inbox);
+                        return self.close_all();
+                    }
+                    if !inbox.connected.is_empty()
+                        || !inbox.dirty.is_empty()
+                        || !inbox.retries.is_empty()
+                        || inbox.rebuild.is_some()
+                    {
+                        break;
+                    }
+                    if self.s.inbox_cond.wait_until(&mut inbox, wake).timed_out() {
+                        break;
+                    }
+                }
+                (
+                    std::mem::take(&mut inbox.connected),
+                    std::mem::take(&mut inbox.dirty),
+                    std::mem::take(&mut inbox.retries),
+                    inbox.rebuild.take(),
+                )
+            };
+            if let Some(trigger) = rebuild {
+                if !matches!(trigger, Trigger::Retry) {
+                    self.change_at.get_or_insert_with(Instant::now);
+                }
+                self.rebuild(trigger);
+            }
+            for id in connected {
+                self.on_connected(id);
+            }
+            for lane in dirty {
+                self.flush_lane(lane);
+            }
+            for r in retries {
+                self.retry(r);
+            }
+            let now = Instant::now();
+            match self.next_rebuild {
+                Some((t, trigger)) if now >= t => {
+                    self.next_rebuild = None;
+                    self.rebuild(trigger);
+                }
+                _ if now >= self.next_poll => self.rebuild(Trigger::Poll),
+                _ => {}
+            }
+            let due: Vec<Box<PubMsg>> = {
+                let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+                    .into_iter()
+                    .partition(|d| d.0 <= now);
+                self.delayed = later;
+                due.into_iter().map(|d| d.1).collect()
+            };
+            for msg in due {
+                publish::send(&self.s, msg, None, false);
+            }
+            self.check_restored();
+        }
+    }
+
+    fn close_all(&mut self) {
+        for (_, g) in std::mem::take(&mut self.groups) {
+            g.engine.shutdown();
+        }
+        for msg in std::mem::take(&mut self.delayed) {
+            msg.1.finish(&self.s, Err(Error::Shutdown));
+        }
+        for (_, e) in std::mem::take(&mut self.publ) {
+            e.shutdown();
+        }
+    }
+
+    /// A new subscribe engine to `addr` with `n` connections.
+    pub(crate) fn open_group(&mut self, key: GroupKey, n: usize) -> Result<(), Error> {
+        if self.groups.contains_key(&key) {
+            return Ok(());
+        }
+        let conns: Vec<Arc<ConnState>> = (0..n)
+            .map(|_| {
+                self.next_id += 1;
+                Arc::new(ConnState {
+                    id: self.next_id,
+                    ready: Default::default(),
+                    connects: Default::default(),
+                    received: Default::default(),
+                    dropped: Default::default(),
+                })
+            })
+            .collect();
+        let observer = Arc::new(SubObserver {
+            shared: self.s.clone(),
+            conns: conns.clone(),
+        });
+        let engine = self
+            .node
+            .engine(key.0, Role::Subscribe, n)
+            .observer(observer)
+            .build()?;
+        for (i, c) in conns.iter().enumerate() {
+            self.by_id.insert(c.id, (key, i));
+        }
+        let next = self.node_numbers.len();
+        self.node_numbers.entry(key.0).or_insert(next);
+        self.groups.insert(
+            key,
+            Group {
+                engine: Arc::new(engine),
+                conns,
+            },
+        );
+        self.s.cluster.subscribe_connections.store(
+            self.groups.values().map(|g| g.conns.len()).sum(),
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    pub(crate) fn close_group(&mut self, key: &GroupKey) {
+        if let Some(g) = self.groups.remove(key) {
+            for c in &g.conns {
+                self.by_id.remove(&c.id);
+            }
+            g.engine.shutdown();
+        }
+        self.s.cluster.subscribe_connections.store(
+            self.groups.values().map(|g| g.conns.len()).sum(),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Points `lane` at connection `at` (or at nothing).
+    pub(crate) fn assign(&mut self, lane: usize, at: Option<(GroupKey, usize)>) {
+        let state = at.and_then(|(k, i)| self.groups.get(&k)?.conns.get(i).cloned());
+        if let Some(slot) = self.lane_at.get_mut(lane) {
+            *slot = at;
+        }
+        if let Some(slot) = self.s.lane_conn.write().get_mut(lane) {
+            *slot = state;
+        }
+    }
+
+    fn conn(&self, at: (GroupKey, usize)) -> Option<(&Arc<Engine>, &Arc<ConnState>)> {
+        let g = self.groups.get(&at.0)?;
+        Some((&g.engine, g.conns.get(at.1)?))
+    }
+
+    /// Sends `self.enc` on connection `at`; a subscribe command's error
+    /// reply (`MOVED` for a stale map) asks for a rebuild.
+    fn submit(&mut self, at: (GroupKey, usize), kind: ReplyKind) -> bool {
+        let Some((engine, _)) = self.conn(at) else {
+            self.enc.clear();
+            return false;
+        };
+        let engine = engine.clone();
+        let enc = std::mem::take(&mut self.enc);
+        let r = if let ReplyKind::Subscribe { .. } = kind {
+            let s = self.s.clone();
+            engine.submit_to_then(
+                0,
+                at.1,
+                |buf| buf.extend_from_slice(&enc),
+                kind,
+                move |r| {
+                    if let Err(Error::Reply { addr, message }) = r {
+                        log::info!("subscribe refused by {addr}: {message}; refreshing topology");
+                        add(&s.cluster.subscribe_errors, 1);
+                        s.request_rebuild(Trigger::SubscribeError);
+                    }
+                },
+            )
+        } else {
+            engine.submit_to(0, at.1, |buf| buf.extend_from_slice(&enc), kind)
+        };
+        self.enc = enc;
+        self.enc.clear();
+        if let Err(e) = &r {
+            log::debug!("subscribe command not sent ({e}); the reconnect will resend");
+        }
+        r.is_ok()
+    }
+
+    /// Sends what changed in one lane since the last look.
+    fn flush_lane(&mut self, lane: usize) {
+        let s = self.s.clone();
+        if let Some(flag) = s.lane_dirty.get(lane) {
+            flag.store(false, Ordering::Release);
+        }
+        let at = self.lane_at.get(lane).copied().flatten();
+        let ready = at
+            .and_then(|a| self.conn(a))
+            .is_some_and(|(_, c)| c.ready.load(Ordering::Acquire));
+        let (mut subs, mut unsubs) = (Vec::new(), Vec::new());
+        {
+            let Some(mut l) = s.registry.lane(lane) else {
+                return;
+            };
+            for name in std::mem::take(&mut l.dirty) {
+                let Some(f) = l.map.get_mut(&name) else {
+                    continue;
+                };
+                *f &= !QUEUED;
+                match (*f & WANT != 0, *f & SENT != 0) {
+                    (true, false) if ready => {
+                        *f |= SENT;
+                        subs.push(name);
+                    }
+                    (false, true) => {
+                        l.map.remove(&name);
+                        if ready {
+                            unsubs.push(name);
+                        }
+                    }
+                    (false, false) => {
+                        l.map.remove(&name);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let Some(at) = at else { return };
+        let (sub_cmd, unsub_cmd, kind) = self.commands();
+        for chunk in subs.chunks(s.config.batch) {
+            self.encode(sub_cmd, chunk);
+            add(&s.counters.subscribe_commands, 1);
+            let k = ReplyKind::Subscribe {
+                kind,
+                confirmations: chunk.len() as u32,
+            };
+            if !self.submit(at, k) {
+                break;
+            }
+        }
+        for chunk in unsubs.chunks(s.config.batch) {
+            self.encode(unsub_cmd, chunk);
+            push_header(&mut self.enc, 1, b"PING");
+            add(&s.counters.unsubscribe_commands, 1);
+            if !self.submit(at, ReplyKind::Single) {
+                break;
+            }
+        }
+    }
+
+    /// A subscribe connection (re)connected: resubscribe every lane it
+    /// carries (with gap events), then mark it ready.
+    fn on_connected(&mut self, id: u64) {
+        let Some(&(key, index)) = self.by_id.get(&id) else {
+            return;
+        };
+        let Some((_, state)) = self.conn((key, index)) else {
+            return;
+        };
+        let state = state.clone();
+        if state.connects.load(Ordering::Relaxed) > 1 {
+            add(&self.s.counters.reconnects, 1);
+        }
+        let lanes: Vec<usize> = (0..self.lane_at.len())
+            .filter(|&l| self.lane_at[l] == Some((key, index)))
+            .collect();
+        let ok = self.resubscribe((key, index), &lanes);
+        if ok {
+            state.ready.store(true, Ordering::Release);
+            self.s.wake_active_waiters();
+        }
+    }
+
+    /// Resubscribes `lanes` on connection `at`: channels that had been sent
+    /// get a gap event first, then the commands go out grouped by lane
+    /// (partition) through shardcore's planner, or split by channel over
+    /// the resubscribe workers when configured so (for comparison).
+    pub(crate) fn resubscribe(&mut self, at: (GroupKey, usize), lanes: &[usize]) -> bool {
+        let s = self.s.clone();
+        let workers = s.queues.len().max(1);
+        let server = self.node_numbers.get(&at.0 .0).copied().unwrap_or(0);
+        let mut groups: Vec<(u32, Vec<Box<[u8]>>)> = Vec::with_capacity(lanes.len());
+        let (mut gap_channels, mut channels) = (0u64, 0usize);
+        for &lane in lanes {
+            if let Some(f) = s.lane_lost.get(lane) {
+                f.store(false, Ordering::Release);
+            }
+            let Some(mut l) = s.registry.lane(lane) else {
+                continue;
+            };
+            let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
+            let mut names = Vec::with_capacity(l.map.len());
+            l.map.retain(|name, f| {
+                if *f & WANT == 0 {
+                    return false;
+                }
+                if *f & SENT != 0 {
+                    let w = shardcore::worker_of(name, workers as u32) as usize;
+                    if let Some(g) = gaps.get_mut(w) {
+                        g.push(name);
+                    }
+                }
+                *f = (*f & QUEUED) | WANT | SENT;
+                names.push(name.clone());
+                true
+            });
+            drop(l);
+            for (q, g) in s.queues.iter().zip(gaps) {
+                if !g.is_empty() {
+                    gap_channels += g.len() as u64;
+                    add(&s.counters.gaps, 1);
+                    q.push_gap(server, g);
+                }
+            }
+            channels += names.len();
+            groups.push((lane as u32, names));
+        }
+        add(&s.counters.gap_channels, gap_channels);
+        let (sub_cmd, _, kind) = self.commands();
+        let batches = plan_batches(
+            &groups,
+            s.config.split,
+            s.config.resubscribe_workers,
+            s.config.batch,
+        );
+        let mut ok = true;
+        let mut sent = 0u64;
+        for batch in &batches {
+            self.encode(sub_cmd, batch);
+            sent += 1;
+            let k = ReplyKind::Subscribe {
+                kind,
+                confirmations: batch.len() as u32,
+            };
+            if !self.submit(at, k) {
+                ok = false;
+                break;
+            }
+        }
+        add(&s.counters.subscribe_commands, sent);
+        log::info!(
+            "cluster: {} lanes ({channels} channels, {gap_channels} as a gap) on {} in {sent} commands",
+            lanes.len(),
+            at.0 .0
+        );
+        ok
+    }
+
+    /// A publish the server redirected or refused for now.
+    fn retry(&mut self, r: Retry) {
+        let Retry {
+            mut msg,
+            error,
+            message,
+        } = r;
+        let cfg = &self.s.config;
+        let ask = matches!(error, topology::ClusterError::Ask { .. });
+        match error {
+            topology::ClusterError::Moved { slot, addr }
+            | topology::ClusterError::Ask { slot, addr } => {
+                msg.redirects += 1;
+                if msg.redirects > cfg.max_redirects {
+                    let n = msg.redirects - 1;
+                    return msg.fail(&self.s, format!("{n} redirects, last: {message}"));
+                }
+                let Some(addr) = addr.and_then(|a| crate::cluster::topo::resolve(&a)) else {
+                    return msg.fail(
+                        &self.s,
+                        format!("redirect without a usable address: {message}"),
+                    );
+                };
+                let engine = match self.publish_engine(addr) {
+                    Ok(e) => e,
+                    Err(e) => return msg.fail(&self.s, format!("{message}; cannot connect: {e}")),
+                };
+                if !ask {
+                    self.route_slot(slot, addr);
+                    if self.next_rebuild.is_none() {
+                        self.next_rebuild =
+                            Some((Instant::now() + Duration::from_millis(10), Trigger::Moved));
+                    }
+                }
+                publish::send(&self.s, msg, Some(engine), ask);
+            }
+            topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
+                msg.retries += 1;
+                if msg.first.elapsed() >= cfg.retry_window {
+                    let n = msg.retries;
+                    return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
+                }
+                let exp = msg.retries.min(6);
+                let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
+                self.delayed.push((Instant::now() + delay, msg));
+            }
+        }
+    }
+
+    /// Restored when every lane with channels is on a ready connection and
+    /// every wanted channel is confirmed.
+    fn check_restored(&mut self) {
+        let Some(since) = self.change_at else { return };
+        if self.next_rebuild.is_some() {
+            return;
+        }
+        let lane_conn = self.s.lane_conn.read();
+        for (lane, conn) in lane_conn.iter().enumerate() {
+            let Some(l) = self.s.registry.lane(lane) else {
+                continue;
+            };
+            if l.map.is_empty() {
+                continue;
+            }
+            if !conn
+                .as_ref()
+                .is_some_and(|c| c.ready.load(Ordering::Acquire))
+            {
+                return;
+            }
+            if l.map
+                .values()
+                .any(|f| *f & WANT != 0 && *f & crate::pubsub::registry::ACTIVE == 0)
+            {
+                return;
+            }
+        }
+        drop(lane_conn);
+        let us = since.elapsed().as_micros() as u64;
+        let c = &self.s.cluster;
+        c.restore_last_us.store(us, Ordering::Relaxed);
+        c.restore_max_us.fetch_max(us, Ordering::Relaxed);
+        add(&c.restores, 1);
+        self.change_at = None;
+        log::info!("cluster: delivery restored {us} us after the change was noticed");
+    }
+
+    /// Lanes owned by a node, in classic mode: all of them.
+    pub(crate) fn mode(&self) -> Mode {
+        self.s.config.mode
+    }
+}
+
+/// The subscribe commands for `groups` (lane, channels): grouped by lane
+/// with shardcore's planner, or (for comparison) split by channel hash
+/// over `workers` first, each worker sending one command per lane of its
+/// share.
+pub(crate) fn plan_batches(
+    groups: &[(u32, Vec<Box<[u8]>>)],
+    split: ResubscribeSplit,
+    workers: u32,
+    batch: usize,
+) -> Vec<Vec<Box<[u8]>>> {
+    let mut out = Vec::new();
+    match split {
+        ResubscribeSplit::Partitions => {
+            let options = shardcore::plan::PlanOptions::new(workers.max(1)).batch(batch.max(1));
+            let plan = shardcore::plan_resubscribe(
+                groups.iter().map(|(p, names)| (*p, names.as_slice())),
+                |_| Some(()),
+                options,
+            );
+            if let Ok(plan) = plan {
+                for node in &plan.nodes {
+                    for cmd in node.commands() {
+                        out.push(cmd.channels.to_vec());
+                    }
+                }
+            }
+        }
+        ResubscribeSplit::Channels => {
+            let w = workers.max(1);
+            for worker in 0..w {
+                for (_, names) in groups {
+                    let share: Vec<Box<[u8]>> = names
+                        .iter()
+                        .filter(|n| shardcore::worker_of(n, w) == worker)
+                        .cloned()
+                        .collect();
+                    for chunk in share.chunks(batch.max(1)) {
+                        out.push(chunk.to_vec());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(parts: u32, per: usize) -> Vec<(u32, Vec<Box<[u8]>>)> {
+        (0..parts)
+            .map(|p| {
+                let names = (0..per)
+                    .map(|i| format!("p{p}:c{i}").into_bytes().into_boxed_slice())
+                    .collect();
+                (p, names)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partition_grouping_sends_one_command_per_partition() {
+        let g = groups(21, 100);
+        let by_part = plan_batches(&g, ResubscribeSplit::Partitions, 16, 512);
+        assert_eq!(by_part.len(), 21);
+        let by_chan = plan_batches(&g, ResubscribeSplit::Channels, 16, 512);
+        assert!(by_chan.len() > 200, "{}", by_chan.len());
+        let total: usize = by_chan.iter().map(Vec::len).sum();
+        assert_eq!(total, 2100);
+        // Large partitions split at the batch size.
+        let big = groups(2, 1100);
+        assert_eq!(
+            plan_batches(&big, ResubscribeSplit::Partitions, 4, 512).len(),
+            6
+        );
+    }
+
+    #[test]
+    fn every_command_holds_one_partition() {
+        let parts = shardcore::Partitions::new(64).unwrap();
+        let mut by: BTreeMap<u32, Vec<Box<[u8]>>> = BTreeMap::new();
+        for i in 0..5000 {
+            let ch = format!("ch:{i}").into_bytes();
+            by.entry(parts.partition_of(&ch))
+                .or_default()
+                .push(ch.into());
+        }
+        let g: Vec<_> = by.into_iter().collect();
+        for split in [ResubscribeSplit::Partitions, ResubscribeSplit::Channels] {
+            for cmd in plan_batches(&g, split, 8, 50) {
+                assert!(cmd.len() <= 50);
+                let slots: std::collections::BTreeSet<u16> = cmd
+                    .iter()
+                    .map(|c| shardcore::key_slot(&parts.redis_channel(c)))
+                    .collect();
+                assert_eq!(slots.len(), 1, "{split:?}");
+            }
+        }
+    }
+}

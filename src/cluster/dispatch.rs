@@ -1,0 +1,131 @@
+//! The subscribe engines' observer: runs on the I/O threads, classifies
+//! each push, hands messages to the workers without blocking, and turns a
+//! server-initiated `sunsubscribe` of a wanted channel into a rebuild.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use resp::{Parsed, PubSub};
+
+use crate::cluster::shared::{ConnState, Shared, Trigger};
+use crate::conn::Protocol;
+use crate::error::Error;
+use crate::metrics::add;
+use crate::observer::{ConnInfo, Observer};
+use crate::pubsub::registry::{ACTIVE, SENT, WANT};
+
+/// Observer of one subscribe engine (one node, or one partition in
+/// per-partition mode); `conns[i]` is the engine's connection `i`.
+pub(crate) struct SubObserver {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) conns: Vec<Arc<ConnState>>,
+}
+
+impl SubObserver {
+    fn deliver(&self, state: &ConnState, wire: &[u8], payload: &[u8]) {
+        let s = &self.shared;
+        let Some((_, channel)) = s.user_of(wire) else {
+            return; // not one of ours (another app's channel on a shared node)
+        };
+        state.received.fetch_add(1, Ordering::Relaxed);
+        let w = if s.queues.len() <= 1 {
+            0
+        } else {
+            shardcore::worker_of(channel, s.queues.len() as u32) as usize
+        };
+        let delivered = s
+            .queues
+            .get(w)
+            .is_some_and(|q| q.push_message(channel, payload, 0));
+        if !delivered {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn confirmed(&self, wire: &[u8]) {
+        let s = &self.shared;
+        add(&s.counters.confirmations, 1);
+        let Some((lane, channel)) = s.user_of(wire) else {
+            return;
+        };
+        if s.registry.confirm(lane, channel) {
+            s.wake_active_waiters();
+        }
+    }
+
+    /// A `sunsubscribe` push: our own unsubscribes remove the channel from
+    /// the registry first, so a wanted, sent channel here means the server
+    /// dropped it (its slot moved away).
+    fn unsubscribed(&self, wire: &[u8]) {
+        let s = &self.shared;
+        let Some((lane, channel)) = s.user_of(wire) else {
+            return;
+        };
+        let lost = match s.registry.lane(lane) {
+            Some(mut l) => match l.map.get_mut(channel) {
+                Some(f) if *f & (WANT | SENT) == WANT | SENT => {
+                    *f &= !ACTIVE;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        };
+        if lost {
+            let first = s
+                .lane_lost
+                .get(lane)
+                .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
+            if first {
+                s.request_rebuild(Trigger::Sunsubscribe);
+            }
+        }
+    }
+}
+
+impl Observer for SubObserver {
+    fn on_push(&self, conn: &ConnInfo, push: &Parsed<'_>) {
+        let Some(state) = self.conns.get(conn.index) else {
+            return;
+        };
+        match resp::classify(&push.frame) {
+            Some(PubSub::Message { channel, payload })
+            | Some(PubSub::SMessage { channel, payload }) => self.deliver(state, channel, payload),
+            Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {
+                self.confirmed(channel)
+            }
+            Some(PubSub::SUnsubscribe {
+                channel: Some(channel),
+                ..
+            }) => self.unsubscribed(channel),
+            _ => {}
+        }
+    }
+
+    fn on_connected(&self, conn: &ConnInfo, _protocol: Protocol, _fell_back: bool) {
+        let Some(state) = self.conns.get(conn.index) else {
+            return;
+        };
+        state.connects.fetch_add(1, Ordering::Relaxed);
+        let id = state.id;
+        self.shared.post(|inbox| inbox.connected.push(id));
+    }
+
+    fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {
+        let Some(state) = self.conns.get(conn.index) else {
+            return;
+        };
+        let was_ready = state.ready.swap(false, Ordering::AcqRel);
+        if matches!(error, Error::Shutdown) {
+            return;
+        }
+        if was_ready {
+            log::warn!(
+                "cluster subscribe connection {} to {} lost ({error}); checking the topology",
+                conn.index,
+                conn.addr
+            );
+            self.shared.request_rebuild(Trigger::Disconnect);
+        }
+    }
+}

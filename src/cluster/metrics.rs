@@ -1,0 +1,165 @@
+//! [`ClusterMetrics`]: what the cluster layer counts.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::cluster::shared::{Shared, Stage, Trigger};
+use crate::metrics::Metrics;
+
+/// Topology rebuilds, by what triggered them.
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RebuildCounts {
+    /// The first one, at build.
+    pub startup: u64,
+    /// The periodic poll.
+    pub poll: u64,
+    /// A server-pushed `sunsubscribe` of a channel still wanted.
+    pub sunsubscribe: u64,
+    /// A `MOVED` reply to a publish.
+    pub moved: u64,
+    /// A subscribe connection was lost.
+    pub disconnect: u64,
+    /// A subscribe command was refused (stale map).
+    pub subscribe_error: u64,
+    /// A retry while the layout was incomplete.
+    pub retry: u64,
+    /// [`ClusterPubSub::refresh`](crate::cluster::ClusterPubSub::refresh).
+    pub manual: u64,
+}
+
+impl RebuildCounts {
+    /// All rebuilds.
+    pub fn total(&self) -> u64 {
+        self.startup
+            + self.poll
+            + self.sunsubscribe
+            + self.moved
+            + self.disconnect
+            + self.subscribe_error
+            + self.retry
+            + self.manual
+    }
+}
+
+/// Topology errors, by the step that failed.
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyErrors {
+    /// `INFO server` failed or carried no version.
+    pub version: u64,
+    /// `CLUSTER SHARDS`/`SLOTS` failed or returned no shard.
+    pub fetch: u64,
+    /// Its reply could not be parsed.
+    pub parse: u64,
+    /// A probe `GET` got neither a value nor a `MOVED`.
+    pub probe: u64,
+    /// A node could not be connected.
+    pub connect: u64,
+}
+
+/// Redirects and refusals seen by publishes.
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Redirects {
+    /// `MOVED`.
+    pub moved: u64,
+    /// `ASK`.
+    pub ask: u64,
+    /// `TRYAGAIN`.
+    pub try_again: u64,
+    /// `CLUSTERDOWN`.
+    pub cluster_down: u64,
+}
+
+/// A snapshot of a [`ClusterPubSub`](crate::cluster::ClusterPubSub)'s
+/// counters.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterMetrics {
+    /// Delivery counters shared with [`PubSub`](crate::PubSub) (lag and
+    /// probes stay empty; `active_connections` holds one entry per node).
+    pub pubsub: Metrics,
+    /// Topology rebuilds by trigger.
+    pub rebuilds: RebuildCounts,
+    /// Topology errors by stage.
+    pub topology_errors: TopologyErrors,
+    /// Partitions whose slot had no reachable owner at the last rebuild.
+    pub unknown_slot_owners: u64,
+    /// From noticing a change to every wanted channel confirmed again:
+    /// the last time, and the longest.
+    pub last_restore: Option<Duration>,
+    /// The longest restore so far.
+    pub max_restore: Option<Duration>,
+    /// Restores measured.
+    pub restores: u64,
+    /// Partitions moved to another node by rewires.
+    pub moved_partitions: u64,
+    /// Subscribe commands the server refused.
+    pub subscribe_errors: u64,
+    /// Publish redirects and refusals.
+    pub redirects: Redirects,
+    /// Publishes that failed in the end.
+    pub publish_failed: u64,
+    /// Primaries with a publish connection.
+    pub nodes: usize,
+    /// Subscribe connections open.
+    pub subscribe_connections: usize,
+}
+
+pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
+    let c = &s.cluster;
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let r = |t: Trigger| g(&c.rebuilds[t as usize]);
+    let e = |st: Stage| g(&c.errors[st as usize]);
+    let mut m = s.counters.snapshot(false);
+    m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
+    m.channels = s.registry.len() as u64;
+    {
+        let conns = s.lane_conn.read();
+        let mut seen = std::collections::BTreeSet::new();
+        for c in conns.iter().flatten() {
+            if seen.insert(c.id) {
+                m.received += c.received.load(Ordering::Relaxed);
+                m.dropped.queue_full += c.dropped.load(Ordering::Relaxed);
+            }
+        }
+    }
+    let restores = g(&c.restores);
+    let us = |v: u64| (restores > 0).then(|| Duration::from_micros(v));
+    ClusterMetrics {
+        pubsub: m,
+        rebuilds: RebuildCounts {
+            startup: r(Trigger::Startup),
+            poll: r(Trigger::Poll),
+            sunsubscribe: r(Trigger::Sunsubscribe),
+            moved: r(Trigger::Moved),
+            disconnect: r(Trigger::Disconnect),
+            subscribe_error: r(Trigger::SubscribeError),
+            retry: r(Trigger::Retry),
+            manual: r(Trigger::Manual),
+        },
+        topology_errors: TopologyErrors {
+            version: e(Stage::Version),
+            fetch: e(Stage::Fetch),
+            parse: e(Stage::Parse),
+            probe: e(Stage::Probe),
+            connect: e(Stage::Connect),
+        },
+        unknown_slot_owners: g(&c.unknown_owners),
+        last_restore: us(g(&c.restore_last_us)),
+        max_restore: us(g(&c.restore_max_us)),
+        restores,
+        moved_partitions: g(&c.moved_partitions),
+        subscribe_errors: g(&c.subscribe_errors),
+        redirects: Redirects {
+            moved: g(&c.moved),
+            ask: g(&c.ask),
+            try_again: g(&c.try_again),
+            cluster_down: g(&c.cluster_down),
+        },
+        publish_failed: g(&c.publish_failed),
+        nodes: c.nodes.load(Ordering::Relaxed),
+        subscribe_connections: c.subscribe_connections.load(Ordering::Relaxed),
+    }
+}

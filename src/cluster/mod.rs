@@ -1,0 +1,350 @@
+//! Pub/Sub on a Redis or Valkey Cluster: sharded over app-level partitions,
+//! node-grouped, following the cluster as it moves.
+//!
+//! [`ClusterPubSub`] owns one publish connection and one subscribe engine
+//! (one connection per [`ClusterBuilder::subscribe_multiplier`]) per
+//! primary, a control thread, and the same worker pool, [`Handler`] and
+//! [`Event::Gap`] as [`PubSub`](crate::PubSub):
+//!
+//! ```text
+//! publish(ch) ─► partition p ─► "{tag_p}.ch" ─► slot ─► owner's pipelined conn ─► SPUBLISH
+//!                                   MOVED/ASK/TRYAGAIN/CLUSTERDOWN ─► control: reroute, retry (bounded)
+//! subscribe(ch) ─► registry lane p (one per partition) ─► control ─► SSUBSCRIBE (one partition, ≤512)
+//!                                                          on the conn of p's primary
+//! control: seeds ─► INFO server ─► CLUSTER SHARDS|SLOTS ─► SlotMap ─► probe GET for unowned slots
+//!          ─► Layout ─► plan_rewire ─► open conns ─► resubscribe moved partitions (gap events) ─► close
+//! triggers: start, poll (30 s), server sunsubscribe of a wanted channel, MOVED, a lost
+//!           subscribe conn, a refused SSUBSCRIBE; while degraded, retry every 200 ms
+//! ```
+//!
+//! - A channel `ch` lives in partition `partition_of(ch)`, under the
+//!   server name `{TAG}.ch` ([`shardcore::Partitions::redis_channel_into`]);
+//!   the handler sees `ch`.
+//! - Each `SSUBSCRIBE` carries channels of one partition only (one slot):
+//!   a mix would be refused with `CROSSSLOT`.
+//! - After a reconnect or a rewire, channels are restored partition by
+//!   partition through [`shardcore::plan_resubscribe`], and the handler gets
+//!   [`Event::Gap`] for exactly the channels that were moved or lost
+//!   (`server` is the new node's number, in the order nodes were first seen).
+//! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
+//!
+//! What it does not do: the liveness probe and envelope of [`PubSub`]
+//! (crate::PubSub), subscriptions on replicas, patterns. Node engines each
+//! run one I/O thread (a node that joins gets its own engine).
+//!
+//! ```no_run
+//! use shardsub::cluster::ClusterPubSub;
+//! let ps = ClusterPubSub::builder()
+//!     .seed("127.0.0.1:7000")
+//!     .handler(|channel: &[u8], payload: &[u8]| {
+//!         println!("{}: {} bytes", String::from_utf8_lossy(channel), payload.len());
+//!     })
+//!     .build()?;
+//! ps.subscribe(["news"])?;
+//! ps.wait_active(&["news"], std::time::Duration::from_secs(2))?;
+//! ps.publish(b"news", b"hello")?;
+//! # Ok::<(), shardsub::Error>(())
+//! ```
+
+mod builder;
+mod control;
+mod dispatch;
+mod metrics;
+mod publish;
+mod shared;
+mod topo;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+pub use builder::{ClusterBuilder, Mode, ResubscribeSplit};
+pub use metrics::{ClusterMetrics, RebuildCounts, Redirects, TopologyErrors};
+
+use crate::error::Error;
+use crate::metrics::add;
+#[allow(unused_imports)]
+use crate::pubsub::{Event, Handler};
+use crate::workers::Pool;
+use shared::{Shared, Trigger};
+
+/// Subscriptions, publishing and delivery over a Redis or Valkey Cluster.
+/// Share it between threads with an `Arc`; every method takes `&self`.
+/// Dropping it shuts it down.
+pub struct ClusterPubSub {
+    shared: Arc<Shared>,
+    pool: Pool,
+    control: Mutex<Option<JoinHandle<()>>>,
+    shut: AtomicBool,
+}
+
+impl std::fmt::Debug for ClusterPubSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterPubSub")
+            .field("config", &self.shared.config)
+            .field("workers", &self.shared.queues.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A seed that differs between instances (registry hash seeds).
+pub(crate) fn instance_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut k = t ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^ (k >> 33)
+}
+
+impl ClusterPubSub {
+    /// Settings for a new instance.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    fn new(shared: Arc<Shared>, pool: Pool, control: JoinHandle<()>) -> Self {
+        ClusterPubSub {
+            shared,
+            pool,
+            control: Mutex::new(Some(control)),
+            shut: AtomicBool::new(false),
+        }
+    }
+
+    /// Waits for the first topology (publish routes known).
+    fn wait_started(&self, timeout: Duration) -> Result<(), Error> {
+        let s = &self.shared;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let routed = s.routes.read().owner.iter().any(|&o| o != shared::NONE);
+            let ok = s.cluster.unknown_owners.load(Ordering::Relaxed) == 0;
+            if routed && ok {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                if routed {
+                    return Ok(()); // partly served; the tracker keeps trying
+                }
+                self.shutdown();
+                return Err(Error::Cluster {
+                    slot: 0,
+                    reason: format!("no seed gave a usable slot map within {timeout:?}").into(),
+                });
+            }
+            s.active_waiters.fetch_add(1, Ordering::AcqRel);
+            let mut gate = s.active_gate.lock();
+            s.active_cond
+                .wait_until(&mut gate, deadline.min(now + Duration::from_millis(20)));
+            drop(gate);
+            s.active_waiters.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.shut.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn set_wanted<I>(&self, channels: I, want: bool) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.check_open()?;
+        let s = &self.shared;
+        for ch in channels {
+            let ch = ch.as_ref();
+            let lane = s.lane_of(ch);
+            if s.registry.set_wanted(lane, ch, want) {
+                s.mark_dirty(lane);
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks for these channels. Returns at once; the subscribe commands
+    /// leave from the control thread, batched per partition. Use
+    /// [`ClusterPubSub::wait_active`] to learn when they are confirmed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn subscribe<I>(&self, channels: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.set_wanted(channels, true)
+    }
+
+    /// Gives these channels up (returns at once).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn unsubscribe<I>(&self, channels: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        self.set_wanted(channels, false)
+    }
+
+    /// Whether the server has confirmed the channel's subscription on a
+    /// connection that is up.
+    pub fn is_active(&self, channel: &[u8]) -> bool {
+        self.shared.is_active(channel)
+    }
+
+    /// Blocks until every channel in `channels` is active, or `timeout`
+    /// passes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitTimeout`] when some channel is still not active at the
+    /// deadline, [`Error::Shutdown`] after shutdown.
+    pub fn wait_active<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let s = &self.shared;
+        let deadline = Instant::now() + timeout;
+        s.active_waiters.fetch_add(1, Ordering::AcqRel);
+        let mut next = 0;
+        let result = loop {
+            if let Err(e) = self.check_open() {
+                break Err(e);
+            }
+            let seen = *s.active_gate.lock();
+            while next < channels.len() && s.is_active(channels[next].as_ref()) {
+                next += 1;
+            }
+            if next == channels.len() {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(Error::WaitTimeout { after: timeout });
+            }
+            let mut gate = s.active_gate.lock();
+            if *gate == seen {
+                let until = deadline.min(now + Duration::from_millis(50));
+                s.active_cond.wait_until(&mut gate, until);
+            }
+        };
+        s.active_waiters.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
+    /// Publishes `payload` to `channel`, fire-and-forget: `SPUBLISH` of the
+    /// channel's server name to its slot's owner (`PUBLISH` in classic
+    /// mode). Redirects and retries are followed in the background; a
+    /// publish that fails in the end is counted in
+    /// [`ClusterMetrics::publish_failed`]. Copies channel and payload once
+    /// (kept until the reply, for a possible redirect).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+        self.check_open()?;
+        let msg = publish::message(&self.shared, channel, payload, None);
+        add(&self.shared.counters.published, 1);
+        publish::send(&self.shared, msg, None, false);
+        Ok(())
+    }
+
+    /// [`ClusterPubSub::publish`] with a callback: `f` gets the number of
+    /// receivers on the owning node, or why the publish failed
+    /// ([`Error::Cluster`] past the redirect or retry bounds; a connection
+    /// error as it happened). It runs on an I/O or the control thread; keep
+    /// it short.
+    pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
+    where
+        F: FnOnce(Result<i64, Error>) + Send + 'static,
+    {
+        if let Err(e) = self.check_open() {
+            return f(Err(e));
+        }
+        let msg = publish::message(&self.shared, channel, payload, Some(Box::new(f)));
+        add(&self.shared.counters.published, 1);
+        publish::send(&self.shared, msg, None, false);
+    }
+
+    /// Publishes and waits for the outcome (see
+    /// [`ClusterPubSub::publish_then`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterPubSub::publish_then`], and [`Error::WaitTimeout`].
+    pub fn publish_wait(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<i64, Error> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.publish_then(channel, payload, move |r| {
+            let _ = tx.send(r);
+        });
+        rx.recv_timeout(timeout)
+            .unwrap_or(Err(Error::WaitTimeout { after: timeout }))
+    }
+
+    /// The name the server knows `channel` by (`{TAG}.channel` in the
+    /// sharded modes, `channel` in classic mode).
+    pub fn server_channel(&self, channel: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.shared.wire_into(channel, &mut out);
+        out
+    }
+
+    /// The app-level partitions in use.
+    pub fn partitions(&self) -> &shardcore::Partitions {
+        &self.shared.parts
+    }
+
+    /// Asks for a topology rebuild now (counted as manual).
+    pub fn refresh(&self) {
+        self.shared.request_rebuild(Trigger::Manual);
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> ClusterMetrics {
+        metrics::snapshot(&self.shared)
+    }
+
+    /// Stops everything: the control thread and every node connection,
+    /// then the workers (messages still queued are dropped and counted).
+    /// Idempotent; also run on drop. Do not call it from a handler.
+    pub fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.shared.post(|inbox| inbox.stop = true);
+        if let Some(h) = self.control.lock().take() {
+            let _ = h.join();
+        }
+        self.pool.shutdown();
+        *self.shared.routes.write() = shared::Routes::empty();
+        self.shared.wake_active_waiters();
+    }
+}
+
+impl Drop for ClusterPubSub {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

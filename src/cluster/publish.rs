@@ -1,0 +1,157 @@
+//! Publishing on a cluster: `SPUBLISH {tag}.channel` to the owner of the
+//! partition's slot over that node's pipelined connection, and what happens
+//! when the server says the slot is elsewhere.
+//!
+//! A reply of `MOVED`, `ASK`, `TRYAGAIN` or `CLUSTERDOWN` is posted to the
+//! control thread (never handled on the I/O thread, which must not block):
+//!
+//! - `MOVED slot addr`: the slot's route is updated (a connection to a new
+//!   node is opened), the publish is sent again there, and a topology
+//!   refresh is scheduled;
+//! - `ASK slot addr`: `ASKING` and the publish go to that node, in one
+//!   write, without changing the route;
+//! - `TRYAGAIN` / `CLUSTERDOWN`: the publish is retried after a backoff.
+//!
+//! Redirects are bounded by [`ClusterBuilder::max_redirects`] and retries
+//! by [`ClusterBuilder::retry_window`]; past either bound the publish fails
+//! with [`Error::Cluster`] (and is counted).
+//!
+//! [`ClusterBuilder::max_redirects`]: crate::cluster::ClusterBuilder::max_redirects
+//! [`ClusterBuilder::retry_window`]: crate::cluster::ClusterBuilder::retry_window
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cluster::shared::{Retry, Shared, Trigger};
+use crate::engine::{Engine, PublishOptions};
+use crate::error::Error;
+use crate::metrics::add;
+
+/// Called with a publish's outcome.
+pub(crate) type Done = Box<dyn FnOnce(Result<i64, Error>) + Send>;
+
+/// A publish in flight: the server's channel name and the payload in one
+/// buffer, its slot, and how often it was redirected or retried.
+pub(crate) struct PubMsg {
+    pub(crate) data: Arc<[u8]>,
+    pub(crate) wire_len: usize,
+    pub(crate) slot: u16,
+    pub(crate) redirects: u32,
+    pub(crate) retries: u32,
+    pub(crate) first: Instant,
+    pub(crate) done: Option<Done>,
+}
+
+impl PubMsg {
+    #[allow(clippy::boxed_local)] // taken whole: a message finishes once
+    pub(crate) fn finish(mut self: Box<Self>, shared: &Shared, r: Result<i64, Error>) {
+        if r.is_err() {
+            add(&shared.cluster.publish_failed, 1);
+            add(&shared.counters.publish_errors, 1);
+        }
+        if let Some(done) = self.done.take() {
+            done(r);
+        }
+    }
+
+    pub(crate) fn fail(self: Box<Self>, shared: &Shared, reason: String) {
+        let slot = self.slot;
+        self.finish(
+            shared,
+            Err(Error::Cluster {
+                slot,
+                reason: reason.into(),
+            }),
+        );
+    }
+}
+
+/// Sends `msg` to `engine`, or to the slot's owner when `engine` is
+/// `None`; `asking` sends `ASKING` first on the same connection.
+pub(crate) fn send(
+    shared: &Arc<Shared>,
+    msg: Box<PubMsg>,
+    engine: Option<Arc<Engine>>,
+    asking: bool,
+) {
+    let engine = match engine {
+        Some(e) => e,
+        None => match shared.routes.read().engine_of(msg.slot) {
+            Some(e) => e,
+            None => {
+                // No owner known yet: a refresh will find one; retry then.
+                shared.request_rebuild(Trigger::Retry);
+                let retry = Retry {
+                    msg,
+                    error: topology::ClusterError::ClusterDown,
+                    message: "no known owner for the slot".into(),
+                };
+                shared.post(|inbox| inbox.retries.push(retry));
+                return;
+            }
+        },
+    };
+    let options = if shared.sharded() {
+        PublishOptions::sharded()
+    } else {
+        PublishOptions::classic()
+    };
+    if asking {
+        engine.command_then(0, [&b"ASKING"[..]], |_| {});
+    }
+    let data = msg.data.clone();
+    let (wire, payload) = data.split_at(msg.wire_len.min(data.len()));
+    let s = shared.clone();
+    engine.publish_then(wire, payload, options, move |r| on_reply(&s, msg, r));
+}
+
+/// A publish's reply, on the I/O thread (or the caller's, when it could not
+/// be sent): cluster errors go to the control thread, the rest finish it.
+fn on_reply(shared: &Arc<Shared>, msg: Box<PubMsg>, r: Result<i64, Error>) {
+    let Err(Error::Reply { addr, message }) = &r else {
+        return msg.finish(shared, r);
+    };
+    let host = addr.ip().to_string();
+    let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
+        return msg.finish(shared, r);
+    };
+    let c = &shared.cluster;
+    add(
+        match error {
+            topology::ClusterError::Moved { .. } => &c.moved,
+            topology::ClusterError::Ask { .. } => &c.ask,
+            topology::ClusterError::TryAgain => &c.try_again,
+            topology::ClusterError::ClusterDown => &c.cluster_down,
+        },
+        1,
+    );
+    let retry = Retry {
+        msg,
+        error,
+        message: message.clone(),
+    };
+    shared.post(|inbox| inbox.retries.push(retry));
+}
+
+/// Builds a message for `channel` (user name) and `payload`.
+pub(crate) fn message(
+    shared: &Shared,
+    channel: &[u8],
+    payload: &[u8],
+    done: Option<Done>,
+) -> Box<PubMsg> {
+    let mut buf = Vec::with_capacity(channel.len() + payload.len() + 16);
+    shared.wire_into(channel, &mut buf);
+    let wire_len = buf.len();
+    buf.extend_from_slice(payload);
+    let slot = shared.parts.slot(shared.parts.partition_of(channel));
+    Box::new(PubMsg {
+        data: buf.into(),
+        wire_len,
+        slot,
+        redirects: 0,
+        retries: 0,
+        first: Instant::now(),
+        done,
+    })
+}

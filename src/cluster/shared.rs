@@ -1,0 +1,240 @@
+//! State shared by the application threads, the I/O threads (through the
+//! subscribe observers), the control thread and the workers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use shardcore::Partitions;
+
+use crate::cluster::builder::{Mode, ResubscribeSplit};
+use crate::cluster::publish::PubMsg;
+use crate::engine::Engine;
+use crate::metrics::Counters;
+use crate::pubsub::registry::{Registry, ACTIVE};
+use crate::workers::Queue;
+
+/// Fixed settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) mode: Mode,
+    pub(crate) multiplier: usize,
+    pub(crate) batch: usize,
+    pub(crate) poll_interval: Duration,
+    pub(crate) split: ResubscribeSplit,
+    pub(crate) resubscribe_workers: u32,
+    pub(crate) max_redirects: u32,
+    pub(crate) retry_window: Duration,
+    pub(crate) degraded_retry: Duration,
+}
+
+/// What made the control thread rebuild the topology.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    Startup = 0,
+    Poll = 1,
+    Sunsubscribe = 2,
+    Moved = 3,
+    Disconnect = 4,
+    SubscribeError = 5,
+    Retry = 6,
+    Manual = 7,
+}
+
+pub(crate) const TRIGGERS: usize = 8;
+
+/// Where a topology step failed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Version = 0,
+    Fetch = 1,
+    Parse = 2,
+    Probe = 3,
+    Connect = 4,
+}
+
+pub(crate) const STAGES: usize = 5;
+
+/// One subscribe connection, as every thread sees it.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    pub(crate) id: u64,
+    /// Set by the control thread once the connection's lanes have been
+    /// (re)sent; cleared by the observer when it drops.
+    pub(crate) ready: AtomicBool,
+    pub(crate) connects: AtomicU64,
+    pub(crate) received: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+}
+
+/// Where publishes go: slot → index into `engines` (`NONE` for unknown).
+pub(crate) struct Routes {
+    pub(crate) owner: Vec<u16>,
+    pub(crate) engines: Vec<Arc<Engine>>,
+}
+
+pub(crate) const NONE: u16 = u16::MAX;
+
+impl Routes {
+    pub(crate) fn empty() -> Self {
+        Routes {
+            owner: vec![NONE; usize::from(shardcore::SLOT_COUNT)],
+            engines: Vec::new(),
+        }
+    }
+
+    pub(crate) fn engine_of(&self, slot: u16) -> Option<Arc<Engine>> {
+        let i = *self.owner.get(usize::from(slot))?;
+        self.engines.get(usize::from(i)).cloned()
+    }
+}
+
+/// A publish that must be retried by the control thread.
+pub(crate) struct Retry {
+    pub(crate) msg: Box<PubMsg>,
+    pub(crate) error: topology::ClusterError,
+    pub(crate) message: Arc<str>,
+}
+
+/// The control thread's inbox.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub(crate) connected: Vec<u64>,
+    pub(crate) dirty: Vec<usize>,
+    pub(crate) retries: Vec<Retry>,
+    pub(crate) rebuild: Option<Trigger>,
+    pub(crate) stop: bool,
+}
+
+/// Cluster counters (relaxed atomics).
+#[derive(Default)]
+pub(crate) struct ClusterCounters {
+    pub(crate) rebuilds: [AtomicU64; TRIGGERS],
+    pub(crate) errors: [AtomicU64; STAGES],
+    pub(crate) unknown_owners: AtomicU64,
+    pub(crate) restore_last_us: AtomicU64,
+    pub(crate) restore_max_us: AtomicU64,
+    pub(crate) restores: AtomicU64,
+    pub(crate) moved: AtomicU64,
+    pub(crate) ask: AtomicU64,
+    pub(crate) try_again: AtomicU64,
+    pub(crate) cluster_down: AtomicU64,
+    pub(crate) publish_failed: AtomicU64,
+    pub(crate) moved_partitions: AtomicU64,
+    pub(crate) subscribe_errors: AtomicU64,
+    pub(crate) nodes: AtomicUsize,
+    pub(crate) subscribe_connections: AtomicUsize,
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) parts: Partitions,
+    pub(crate) registry: Registry,
+    pub(crate) queues: Vec<Arc<Queue>>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) cluster: ClusterCounters,
+    pub(crate) routes: RwLock<Routes>,
+    /// Per lane: the subscribe connection that carries it now.
+    pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
+    /// Per lane: already posted to the control thread as dirty.
+    pub(crate) lane_dirty: Vec<AtomicBool>,
+    /// Per lane: the server dropped a wanted subscription (slot moved).
+    pub(crate) lane_lost: Vec<AtomicBool>,
+    pub(crate) inbox: Mutex<Inbox>,
+    pub(crate) inbox_cond: Condvar,
+    pub(crate) active_gate: Mutex<u64>,
+    pub(crate) active_cond: Condvar,
+    pub(crate) active_waiters: AtomicUsize,
+}
+
+/// Salt so the classic-mode connection choice is independent of workers.
+const CONN_SALT: u64 = 0x2545_f491_4f6c_dd1d;
+
+impl Shared {
+    /// Number of lanes: one per partition, or one per connection (classic).
+    pub(crate) fn lanes(config: &Config, parts: &Partitions) -> usize {
+        match config.mode {
+            Mode::Classic => config.multiplier,
+            Mode::Sharded | Mode::PerPartition => parts.count() as usize,
+        }
+    }
+
+    /// The lane of a user channel.
+    pub(crate) fn lane_of(&self, channel: &[u8]) -> usize {
+        match self.config.mode {
+            Mode::Classic => {
+                let h = (shardcore::channel_hash(channel) ^ CONN_SALT)
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                ((u128::from(h) * self.config.multiplier as u128) >> 64) as usize
+            }
+            Mode::Sharded | Mode::PerPartition => self.parts.partition_of(channel) as usize,
+        }
+    }
+
+    /// The lane and user channel of a channel name as the server sent it.
+    pub(crate) fn user_of<'a>(&self, wire: &'a [u8]) -> Option<(usize, &'a [u8])> {
+        match self.config.mode {
+            Mode::Classic => Some((self.lane_of(wire), wire)),
+            Mode::Sharded | Mode::PerPartition => self
+                .parts
+                .user_channel(wire)
+                .map(|(p, ch)| (p as usize, ch)),
+        }
+    }
+
+    /// Appends the name the server knows `channel` by.
+    pub(crate) fn wire_into(&self, channel: &[u8], out: &mut Vec<u8>) {
+        match self.config.mode {
+            Mode::Classic => out.extend_from_slice(channel),
+            Mode::Sharded | Mode::PerPartition => self.parts.redis_channel_into(channel, out),
+        }
+    }
+
+    /// Whether commands use `SSUBSCRIBE`/`SPUBLISH`.
+    pub(crate) fn sharded(&self) -> bool {
+        !matches!(self.config.mode, Mode::Classic)
+    }
+
+    pub(crate) fn post(&self, f: impl FnOnce(&mut Inbox)) {
+        f(&mut self.inbox.lock());
+        self.inbox_cond.notify_one();
+    }
+
+    pub(crate) fn mark_dirty(&self, lane: usize) {
+        let first = self
+            .lane_dirty
+            .get(lane)
+            .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
+        if first {
+            self.post(|inbox| inbox.dirty.push(lane));
+        }
+    }
+
+    /// Asks the control thread for a topology rebuild (the first trigger
+    /// of a burst is the one counted).
+    pub(crate) fn request_rebuild(&self, trigger: Trigger) {
+        self.post(|inbox| {
+            inbox.rebuild.get_or_insert(trigger);
+        });
+    }
+
+    pub(crate) fn wake_active_waiters(&self) {
+        if self.active_waiters.load(Ordering::Acquire) > 0 {
+            *self.active_gate.lock() += 1;
+            self.active_cond.notify_all();
+        }
+    }
+
+    /// Whether a channel's subscription is confirmed on a live connection.
+    pub(crate) fn is_active(&self, channel: &[u8]) -> bool {
+        let lane = self.lane_of(channel);
+        let ready = self
+            .lane_conn
+            .read()
+            .get(lane)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.ready.load(Ordering::Acquire));
+        ready && self.registry.flags(lane, channel) & ACTIVE != 0
+    }
+}
