@@ -11,10 +11,6 @@ use crate::engine::shared::{Control, ThreadShared};
 /// The waker's token; connection `i` uses `Token(i + 1)`.
 pub(crate) const WAKER: Token = Token(0);
 
-/// Below this, `epoll_wait`'s millisecond timeout is too coarse: poll
-/// without waiting, then sleep for the exact remainder.
-const POLL_RESOLUTION: Duration = Duration::from_millis(1);
-
 pub(crate) struct IoThread {
     pub(crate) poll: Poll,
     pub(crate) shared: Arc<ThreadShared>,
@@ -43,16 +39,13 @@ impl IoThread {
             } else {
                 next.map(|t| t.saturating_duration_since(now))
             };
-            let result = match timeout {
-                Some(t) if !t.is_zero() && t < POLL_RESOLUTION => {
-                    let r = self.poll.poll(&mut events, Some(Duration::ZERO));
-                    if matches!(r, Ok(())) && events.is_empty() {
-                        std::thread::sleep(t);
-                    }
-                    r
-                }
-                t => self.poll.poll(&mut events, t),
-            };
+            // epoll's timeout has millisecond resolution, so a flush-delay
+            // deadline may be overshot by up to 1 ms when nothing else
+            // happens. Holds only happen while written requests await
+            // replies, and every reply wakes this wait (and, once all are in,
+            // releases the held batch at once), so sleeping precisely, blind
+            // to those replies, would be worse.
+            let result = self.poll.poll(&mut events, timeout);
             if let Err(e) = result {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     log::error!("I/O thread poll failed: {e}; stopping its connections");
