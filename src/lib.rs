@@ -31,16 +31,15 @@
 //!
 //! A command sent while nothing awaits a reply leaves at once, so a caller
 //! that waits for each reply is never slowed by the flush delay; held
-//! commands also leave as soon as every written request has been answered.
+//! commands also leave as soon as every written request has been answered
+//! (the delay is an upper bound, kept with epoll's millisecond resolution).
+//! Each connection buffers at most [`Builder::max_buffered_bytes`] of
+//! commands; beyond that, submitters wait for the server to catch up
+//! (backpressure), for at most the request timeout.
 //! Every request completes: with its reply, or with an [`Error`] when its
 //! connection breaks, its reply is late (the connection then restarts,
 //! since replies are matched in order), or the engine shuts down.
 //! Connections come back with exponential backoff and jitter.
-//!
-//! What it does not do (yet): subscriptions and cluster routing (they build
-//! on [`Observer`] and the per-connection roles in [`conn::Role`]), and
-//! backpressure: fire-and-forget publishes queue without bound while the
-//! server keeps up slower than the publisher.
 //!
 //! # Example
 //!
