@@ -106,7 +106,10 @@ impl Builder {
     /// How long commands submitted while earlier ones await replies may be
     /// held so they leave in one write (default 100 µs; zero turns it off).
     /// A command submitted to an idle connection always leaves at once, so
-    /// a caller that waits for each reply is never delayed.
+    /// a caller that waits for each reply is never delayed, and held
+    /// commands leave as soon as every written request has been answered.
+    /// The deadline is kept with the poller's millisecond resolution: when
+    /// the server stays silent it may stretch to about 1 ms.
     pub fn flush_delay(mut self, d: Duration) -> Self {
         self.flush_delay = d;
         self

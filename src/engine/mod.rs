@@ -251,10 +251,15 @@ impl Engine {
     /// write of its connection. An error reply is counted in
     /// [`Stats::error_replies`].
     ///
+    /// When the connection already buffers
+    /// [`Builder::max_buffered_bytes`] (the server is not keeping up), the
+    /// call waits for room, at most the request timeout.
+    ///
     /// # Errors
     ///
     /// Only what is known at once: [`Error::NotConnected`] while the
-    /// channel's server is reconnecting, [`Error::Shutdown`] after shutdown.
+    /// channel's server is reconnecting, [`Error::Backpressure`] when no
+    /// room came in time, [`Error::Shutdown`] after shutdown.
     pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
         self.publish_with(channel, payload, PublishOptions::classic())
     }
