@@ -18,11 +18,12 @@ use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{
     black_box, criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use shardsub_peer_benches::{parsers, streams, Input, MODES};
+use shardsub_peer_benches::{parsers, streams, Input, Touch, MODES};
 
 fn peers(c: &mut Criterion<CpuTime>) {
     for s in streams::all() {
         let input = Input::new(s.bytes, s.frames);
+        check_agreement(s.name, &input, s.touch);
         let mut g = c.benchmark_group(s.name);
         g.throughput(Throughput::Bytes(input.raw.len() as u64));
         // Some peers take tens of milliseconds per pass: flat sampling keeps
@@ -37,6 +38,19 @@ fn peers(c: &mut Criterion<CpuTime>) {
             }
         }
         g.finish();
+    }
+}
+
+/// Every parser, in every mode, must return the same tally as `resp` does on
+/// the whole buffer (so `-- --test` also proves the work is equivalent).
+fn check_agreement(stream: &str, input: &Input, touch: Touch) {
+    let reference = (parsers::ours::whole)(input, touch);
+    assert_eq!(reference.frames, input.frames, "{stream}");
+    for p in parsers::all() {
+        for mode in MODES {
+            let f = p.mode(mode).expect("known mode");
+            assert_eq!(f(input, touch), reference, "{stream} {mode} {}", p.name);
+        }
     }
 }
 
