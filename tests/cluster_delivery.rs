@@ -131,3 +131,10 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
         }
     }
 }
+
+#[test]
+fn ten_thousand_channels_on_six_masters() {
+    for kind in testkit::kinds() {
+        delivery(kind, 6);
+    }
+}

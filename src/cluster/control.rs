@@ -237,6 +237,9 @@ impl Control {
         if let Some(g) = self.groups.remove(key) {
             for c in &g.conns {
                 self.by_id.remove(&c.id);
+                let cc = &self.s.cluster;
+                add(&cc.retired_received, c.received.load(Ordering::Relaxed));
+                add(&cc.retired_dropped, c.dropped.load(Ordering::Relaxed));
             }
             g.engine.shutdown();
         }

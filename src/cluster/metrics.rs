@@ -115,6 +115,8 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
     let mut m = s.counters.snapshot(false);
     m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
     m.channels = s.registry.len() as u64;
+    m.received = g(&c.retired_received);
+    m.dropped.queue_full = g(&c.retired_dropped);
     {
         let conns = s.lane_conn.read();
         let mut seen = std::collections::BTreeSet::new();

@@ -125,6 +125,9 @@ pub(crate) struct ClusterCounters {
     pub(crate) subscribe_errors: AtomicU64,
     pub(crate) nodes: AtomicUsize,
     pub(crate) subscribe_connections: AtomicUsize,
+    /// Received and dropped counts of closed subscribe connections.
+    pub(crate) retired_received: AtomicU64,
+    pub(crate) retired_dropped: AtomicU64,
 }
 
 pub(crate) struct Shared {
