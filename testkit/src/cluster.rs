@@ -356,6 +356,18 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SIGTERM to every node at once; each Server's drop then reaps it.
+        let pids: Vec<u32> = self
+            .nodes
+            .iter_mut()
+            .filter_map(Server::running_pid)
+            .collect();
+        process::terminate_all(&pids);
+    }
+}
+
 /// How `redis-cli --cluster create` splits the slots over `masters` masters.
 pub(crate) fn create_ranges(masters: usize) -> Vec<SlotRange> {
     let per_node = f64::from(SLOT_COUNT) / masters as f64;

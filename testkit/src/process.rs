@@ -73,9 +73,17 @@ pub(crate) fn free_port(bus: bool) -> Result<u16, Error> {
 
 /// Sends SIGTERM via `kill(1)` (keeps testkit free of libc and unsafe code).
 pub(crate) fn terminate(pid: u32) {
+    terminate_all(&[pid]);
+}
+
+/// SIGTERM to several processes with one `kill(1)`, so they shut down in parallel.
+pub(crate) fn terminate_all(pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
     let _ = Command::new("kill")
         .arg("-TERM")
-        .arg(pid.to_string())
+        .args(pids.iter().map(u32::to_string))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -226,6 +226,11 @@ impl Server {
         }
     }
 
+    /// The pid if the process is still running.
+    pub(crate) fn running_pid(&mut self) -> Option<u32> {
+        self.is_running().then_some(self.pid)
+    }
+
     /// Stops the process gracefully (SIGTERM, then SIGKILL after a bound).
     pub fn stop(&mut self) {
         *self.cached_client() = None;
@@ -280,6 +285,8 @@ impl Server {
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--enable-debug-command", "yes", "--daemonize", "no"])
+            // Replicas sync at once instead of after the default 5 s batching delay.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(dir)
             .arg("--logfile")

@@ -50,6 +50,18 @@ impl Servers {
     }
 }
 
+impl Drop for Servers {
+    fn drop(&mut self) {
+        // SIGTERM to every server at once; each Server's drop then reaps it.
+        let pids: Vec<u32> = self
+            .servers
+            .iter_mut()
+            .filter_map(Server::running_pid)
+            .collect();
+        crate::process::terminate_all(&pids);
+    }
+}
+
 impl Index<usize> for Servers {
     type Output = Server;
 

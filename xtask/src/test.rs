@@ -126,7 +126,14 @@ pub fn run() -> Result<(), String> {
     report.step("benches once", || {
         run::status(
             cargo()
-                .args(["bench", "--workspace", "--benches", "--", "--test"])
+                .args([
+                    "bench",
+                    "--workspace",
+                    "--benches",
+                    "--no-fail-fast",
+                    "--",
+                    "--test",
+                ])
                 // Each bench runs once, to prove it works: optimising the
                 // build would only cost minutes. Real measurements use the
                 // normal bench profile (`cargo bench`).
