@@ -47,6 +47,14 @@ pub trait Observer: Send + Sync + 'static {
     fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {
         let _ = (conn, error);
     }
+
+    /// The pushes of one read have all been passed to
+    /// [`Observer::on_push`]: a place to flush work batched per read (the
+    /// Pub/Sub layer wakes its workers here, once per read rather than once
+    /// per message).
+    fn on_pushes_done(&self, conn: &ConnInfo) {
+        let _ = conn;
+    }
 }
 
 /// An observer that ignores everything.

@@ -559,6 +559,9 @@ fn dispatch(
             }
         }
     }
+    if pushes > 0 {
+        settings.observer.on_pushes_done(&shared.info);
+    }
     let c = &settings.counters;
     Counters::add(&c.replies, replies);
     Counters::add(&c.error_replies, errors);
