@@ -358,7 +358,7 @@ impl Server {
         let Ok(mut client) = Client::connect(self.addr()) else {
             return false;
         };
-        if client.set_timeout(Duration::from_secs(2)).is_err() {
+        if client.set_timeout(Duration::from_millis(500)).is_err() {
             return false;
         }
         let pong = matches!(client.cmd(&[b"PING"]), Ok(Value::Simple(ref s)) if s == b"PONG");

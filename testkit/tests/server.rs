@@ -103,3 +103,17 @@ fn kinds_resolve_to_binaries() -> Result<(), testkit::Error> {
     }
     Ok(())
 }
+
+#[test]
+fn a_taken_fixed_port_fails_with_the_reason_in_the_log() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    for kind in testkit::kinds() {
+        let err = Server::builder(kind)
+            .port(port)
+            .start()
+            .expect_err("the port is taken");
+        let text = err.to_string();
+        assert!(text.contains("Address already in use"), "{kind}: {text}");
+    }
+}
