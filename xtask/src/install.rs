@@ -65,6 +65,10 @@ pub fn servers() -> Result<Tools, String> {
         println!("xtask: Valkey found, nothing to install");
     }
     let valkey_server = ServerKind::Valkey.binary().map_err(|e| e.to_string())?;
+    for binary in [&redis_server, &valkey_server] {
+        let version = run::output(Command::new(binary).arg("--version")).unwrap_or_default();
+        println!("xtask: using {} ({})", binary.display(), version.trim());
+    }
     Ok(Tools {
         redis_server,
         valkey_server,
