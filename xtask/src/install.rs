@@ -68,6 +68,9 @@ pub fn servers() -> Result<Tools, String> {
     for binary in [&redis_server, &valkey_server] {
         let version = run::output(Command::new(binary).arg("--version")).unwrap_or_default();
         println!("xtask: using {} ({})", binary.display(), version.trim());
+        if major_version(&version).is_some_and(|major| major < 7) {
+            println!("xtask: warning: sharded Pub/Sub needs server version 7 or later");
+        }
     }
     Ok(Tools {
         redis_server,
@@ -129,6 +132,12 @@ fn pip_install(target: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The major version from `redis-server --version` output (`… v=7.0.15 …`).
+fn major_version(version: &str) -> Option<u32> {
+    let rest = version.split("v=").nth(1)?;
+    rest.split('.').next()?.parse().ok()
+}
+
 /// The command, via sudo when not root and sudo exists.
 fn privileged(program: &str) -> Command {
     let is_root = run::output(Command::new("id").arg("-u")).is_some_and(|id| id.trim() == "0");
@@ -138,5 +147,17 @@ fn privileged(program: &str) -> Command {
         command
     } else {
         Command::new(program)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::major_version;
+
+    #[test]
+    fn major_version_reads_both_servers() {
+        assert_eq!(major_version("Redis server v=7.0.15 sha=0"), Some(7));
+        assert_eq!(major_version("Valkey server v=9.1.2 sha=0"), Some(9));
+        assert_eq!(major_version("garbage"), None);
     }
 }
