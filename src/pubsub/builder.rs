@@ -22,7 +22,7 @@ use crate::workers::Pool;
 ///
 /// Defaults: 2 subscribe connections and 1 publish connection per server,
 /// one worker per core with 4096-message queues, batches of 512 channels,
-/// a 30 s probe interval, no envelope, no active events, RESP3.
+/// a 500 µs subscribe delay, a 30 s probe interval, no envelope, no active events, RESP3.
 pub struct PubSubBuilder {
     addrs: Vec<String>,
     subscribe_connections: usize,
@@ -30,6 +30,7 @@ pub struct PubSubBuilder {
     workers: Option<usize>,
     queue_capacity: usize,
     batch_size: usize,
+    subscribe_delay: Duration,
     probe_interval: Duration,
     envelope: bool,
     active_events: bool,
@@ -50,6 +51,7 @@ impl Default for PubSubBuilder {
             workers: None,
             queue_capacity: 4096,
             batch_size: 512,
+            subscribe_delay: Duration::from_micros(500),
             probe_interval: Duration::from_secs(30),
             envelope: false,
             active_events: false,
@@ -123,6 +125,13 @@ impl PubSubBuilder {
     /// Most channels per `SUBSCRIBE`/`UNSUBSCRIBE` (default 512).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.batch_size = n;
+        self
+    }
+
+    /// How long subscribe and unsubscribe calls may wait for others so they
+    /// share commands (default 500 µs; zero sends at once).
+    pub fn subscribe_delay(mut self, d: Duration) -> Self {
+        self.subscribe_delay = d;
         self
     }
 
@@ -269,6 +278,7 @@ impl PubSubBuilder {
                 servers,
                 per_server,
                 batch: self.batch_size,
+                coalesce: self.subscribe_delay,
                 probe_interval: self.probe_interval,
                 envelope: self.envelope,
                 active_events: self.active_events,

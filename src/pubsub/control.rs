@@ -133,6 +133,23 @@ impl Control {
                     std::mem::take(&mut inbox.dirty),
                 )
             };
+            let mut dirty = dirty;
+            let coalesce = self.shared.config.coalesce;
+            if !dirty.is_empty() && events.is_empty() && !coalesce.is_zero() {
+                // Let calls close in time share commands: wait a moment for
+                // more channels on the lanes already marked.
+                let until = Instant::now() + coalesce;
+                let mut inbox = self.shared.inbox.lock();
+                while !inbox.stop
+                    && inbox.events.is_empty()
+                    && !self
+                        .shared
+                        .inbox_cond
+                        .wait_until(&mut inbox, until)
+                        .timed_out()
+                {}
+                dirty.append(&mut inbox.dirty);
+            }
             for ev in events {
                 let super::shared::ConnEvent::Connected(c) = ev;
                 self.resubscribe(c);

@@ -49,7 +49,7 @@ impl Dispatcher {
         let delivered = s
             .queues
             .get(w)
-            .is_some_and(|q| q.push_message(channel, payload, sent_us));
+            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us));
         if !delivered {
             slot.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -94,6 +94,12 @@ impl Observer for Dispatcher {
         slot.connects.fetch_add(1, Ordering::Relaxed);
         self.shared
             .post(|inbox| inbox.events.push(ConnEvent::Connected(i)));
+    }
+
+    fn on_pushes_done(&self, _conn: &ConnInfo) {
+        for q in &self.shared.queues {
+            q.wake_deferred();
+        }
     }
 
     fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {

@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) servers: usize,
     pub(crate) per_server: usize,
     pub(crate) batch: usize,
+    /// How long the control thread lets subscribe calls accumulate.
+    pub(crate) coalesce: Duration,
     pub(crate) probe_interval: Duration,
     pub(crate) envelope: bool,
     pub(crate) active_events: bool,

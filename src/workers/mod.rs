@@ -61,6 +61,8 @@ pub(crate) struct Queue {
     cond: Condvar,
     capacity: usize,
     closed: AtomicBool,
+    /// A deferred push found the worker waiting.
+    wake_due: AtomicBool,
 }
 
 impl Queue {
@@ -76,10 +78,13 @@ impl Queue {
             cond: Condvar::new(),
             capacity,
             closed: AtomicBool::new(false),
+            wake_due: AtomicBool::new(false),
         }
     }
 
-    fn push(&self, item: impl FnOnce(Vec<u8>) -> Item, is_message: bool) -> bool {
+    /// Queues an item; wakes a waiting worker now, or (`defer`) leaves
+    /// that to the next [`Queue::wake_deferred`].
+    fn push(&self, item: impl FnOnce(Vec<u8>) -> Item, is_message: bool, defer: bool) -> bool {
         let mut g = self.inner.lock();
         if g.closed || (is_message && g.messages >= self.capacity) {
             return false;
@@ -90,26 +95,57 @@ impl Queue {
         let wake = g.waiting;
         drop(g);
         if wake {
-            self.cond.notify_one();
+            if defer {
+                self.wake_due.store(true, Ordering::Release);
+            } else {
+                self.cond.notify_one();
+            }
         }
         true
     }
 
+    fn message<'a>(
+        channel: &'a [u8],
+        payload: &'a [u8],
+        sent_us: u64,
+    ) -> impl FnOnce(Vec<u8>) -> Item + 'a {
+        move |mut buf| {
+            buf.clear();
+            buf.extend_from_slice(channel);
+            buf.extend_from_slice(payload);
+            Item::Message {
+                buf,
+                channel_len: channel.len(),
+                sent_us,
+            }
+        }
+    }
+
     /// Queues a message; false when it was dropped (queue full or closed).
     pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
-        self.push(
-            |mut buf| {
-                buf.clear();
-                buf.extend_from_slice(channel);
-                buf.extend_from_slice(payload);
-                Item::Message {
-                    buf,
-                    channel_len: channel.len(),
-                    sent_us,
-                }
-            },
-            true,
-        )
+        self.push(Self::message(channel, payload, sent_us), true, false)
+    }
+
+    /// [`Queue::push_message`] without waking the worker: the caller must
+    /// call [`Queue::wake_deferred`] once it has queued a batch (one futex
+    /// wake per read instead of one per message).
+    pub(crate) fn push_message_deferred(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        sent_us: u64,
+    ) -> bool {
+        self.push(Self::message(channel, payload, sent_us), true, true)
+    }
+
+    /// Wakes the worker if a deferred push found it waiting.
+    pub(crate) fn wake_deferred(&self) {
+        if self.wake_due.load(Ordering::Relaxed) && self.wake_due.swap(false, Ordering::AcqRel) {
+            // Take the lock so the wake cannot slip between the worker's
+            // check and its wait.
+            drop(self.inner.lock());
+            self.cond.notify_one();
+        }
     }
 
     /// Queues an "active" event (never dropped while open).
@@ -120,6 +156,7 @@ impl Queue {
                 buf.extend_from_slice(channel);
                 Item::Active { buf }
             },
+            false,
             false,
         );
     }
@@ -328,6 +365,29 @@ mod tests {
             accepted
         );
         assert!(!q.push_message(b"ch", b"late", 0), "closed queue refuses");
+    }
+
+    #[test]
+    fn deferred_pushes_are_delivered_after_the_wake() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let n2 = n.clone();
+        let h = move |_: &[u8], _: &[u8]| {
+            n2.fetch_add(1, Ordering::Relaxed);
+        };
+        let pool = Pool::start(1, 64, Arc::new(h), Arc::new(Counters::default())).unwrap();
+        let q = &pool.queues()[0];
+        for round in 1..=20 {
+            for _ in 0..3 {
+                assert!(q.push_message_deferred(b"c", b"x", 0));
+            }
+            q.wake_deferred();
+            let start = std::time::Instant::now();
+            while n.load(Ordering::Relaxed) < round * 3 {
+                assert!(start.elapsed().as_secs() < 5, "worker not woken");
+                std::thread::yield_now();
+            }
+        }
+        pool.shutdown();
     }
 
     #[test]

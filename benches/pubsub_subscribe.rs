@@ -1,0 +1,142 @@
+//! Subscribing 1M channels on one server (time, client RSS, server memory)
+//! and recovering from `CLIENT KILL TYPE pubsub` with 1M channels
+//! subscribed (time until every channel is active again, and until every
+//! channel has delivered a message published after the kill).
+//!
+//! ```text
+//! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_subscribe
+//! ```
+//!
+//! Env: `PUBSUB_BENCH_CHANNELS` (default 1,000,000); `SHARDSUB_SERVERS`
+//! selects server kinds. Every wait is bounded (60 s).
+
+#[path = "pubsub_support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shardsub::PubSub;
+use support::{channel, process_cpu, rss_bytes, server_cpu, server_memory};
+use testkit::{kinds, Server};
+
+const BOUND: Duration = Duration::from_secs(60);
+
+fn wait_seen(seen: &AtomicU64, target: u64) -> bool {
+    let deadline = Instant::now() + BOUND;
+    while seen.load(Ordering::Relaxed) < target {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n: usize = std::env::var("PUBSUB_BENCH_CHANNELS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    println!("| server | step | time | notes |");
+    println!("|---|---|---|---|");
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let chans: Vec<Vec<u8>> = (0..n).map(channel).collect();
+        let names: usize = chans.iter().map(Vec::len).sum();
+        let seen = Arc::new(AtomicU64::new(0));
+        let s2 = seen.clone();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .subscribe_connections(4)
+            .workers(2)
+            .queue_capacity(1 << 20)
+            .handler(move |_: &[u8], _: &[u8]| {
+                s2.fetch_add(1, Ordering::Relaxed);
+            })
+            .build()
+            .unwrap();
+        let rss_before = rss_bytes();
+        let mem_before = server_memory(&server);
+        let cpu_before = process_cpu();
+        let scpu_before = server_cpu(&server);
+        let t0 = Instant::now();
+        ps.subscribe(&chans).unwrap();
+        let queued = t0.elapsed();
+        let ok = ps.wait_active(&chans, BOUND).is_ok();
+        let active = t0.elapsed();
+        let cpu = (process_cpu() - cpu_before).as_secs_f64();
+        let scpu = server_cpu(&server) - scpu_before;
+        let rss = rss_bytes().saturating_sub(rss_before);
+        let server_mem = server_memory(&server) - mem_before;
+        let m = ps.metrics();
+        let name = kind.name();
+        println!(
+            "| {name} | subscribe {n} channels: `subscribe()` returns | {:.0} ms | |",
+            ms(queued)
+        );
+        println!(
+            "| {name} | … every channel confirmed (`wait_active`) | {:.0} ms | ok={ok}, {} SUBSCRIBE commands over 4 connections, client CPU {cpu:.2} s, server CPU {scpu:.2} s |",
+            ms(active),
+            m.subscribe_commands
+        );
+        println!(
+            "| {name} | client RSS growth | {:.0} MB | {:.0} bytes/channel incl. the {:.1}-byte names ({} name bytes), command buffers kept by the connections |",
+            rss as f64 / 1e6,
+            rss as f64 / n as f64,
+            names as f64 / n as f64,
+            names
+        );
+        println!(
+            "| {name} | server used_memory growth | {:.0} MB | {:.0} bytes/channel |",
+            server_mem / 1e6,
+            server_mem / n as f64
+        );
+
+        // Kill every subscribe connection; the engine reconnects,
+        // signals the gap and resubscribes everything.
+        let cpu_before = process_cpu();
+        let scpu_before = server_cpu(&server);
+        let t0 = Instant::now();
+        let _ = server.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]);
+        // Wait for all 4 reconnects to be handled (resubscribes sent), then
+        // for every confirmation.
+        let deadline = Instant::now() + BOUND;
+        while ps.metrics().reconnects < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let ok = ps.wait_active(&chans, BOUND).is_ok();
+        let active = t0.elapsed();
+        let cpu = (process_cpu() - cpu_before).as_secs_f64();
+        let scpu = server_cpu(&server) - scpu_before;
+        let before = seen.load(Ordering::Relaxed);
+        for c in &chans {
+            while ps.publish(c, b"after-kill").is_err() {
+                std::thread::yield_now();
+            }
+        }
+        let delivered = wait_seen(&seen, before + n as u64);
+        let all = t0.elapsed();
+        let m = ps.metrics();
+        println!(
+            "| {name} | CLIENT KILL TYPE pubsub → every channel confirmed again | {:.0} ms | ok={ok}, {} reconnects, {} channels in gap events, client CPU {cpu:.2} s, server CPU {scpu:.2} s |",
+            ms(active),
+            m.reconnects,
+            m.gap_channels
+        );
+        println!(
+            "| {name} | … and one message published to each channel after the kill delivered | {:.0} ms | ok={delivered}, dropped {} |",
+            ms(all),
+            m.dropped.total()
+        );
+        ps.shutdown();
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,261 @@
+//! Pub/Sub throughput: 256-byte messages over 10,000 channels, one
+//! publisher `PubSub` and one subscriber `PubSub` in this process, on 1, 2
+//! and 4 client-side shards; plus the server-side ceiling measured in the
+//! same run with `redis-benchmark` publishing (a C load) while the same
+//! subscriber drains.
+//!
+//! ```text
+//! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_throughput
+//! ```
+//!
+//! Env: `PUBSUB_BENCH_SECS` (default 3) per phase; `SHARDSUB_SERVERS`
+//! selects server kinds as for the tests. Every phase is bounded in time.
+
+#[path = "pubsub_support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shardsub::PubSub;
+use support::{channel, process_cpu, server_cpu, PAYLOAD};
+use testkit::{kinds, ServerKind, Servers};
+
+const CHANNELS: usize = 10_000;
+/// Messages in flight (published, not yet handled) in the closed loop.
+const WINDOW: u64 = 20_000;
+
+struct Row {
+    what: String,
+    delivered: u64,
+    secs: f64,
+    client_cpu: f64,
+    server_cpu: f64,
+    dropped: u64,
+    lag: Option<shardsub::LagSnapshot>,
+}
+
+impl Row {
+    fn print(&self) {
+        let per_m = |cpu: f64| cpu / (self.delivered.max(1) as f64 / 1e6);
+        let lag = self.lag.map_or("-".to_string(), |l| {
+            format!("{:.1} / {:.1} / {:.1}", ms(l.p50), ms(l.p99), ms(l.max))
+        });
+        println!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} |",
+            self.what,
+            self.delivered,
+            self.delivered as f64 / self.secs,
+            per_m(self.client_cpu),
+            per_m(self.server_cpu),
+            self.dropped,
+            lag
+        );
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn subscriber(addrs: &[String], seen: &Arc<AtomicU64>) -> PubSub {
+    let s = seen.clone();
+    let ps = PubSub::builder()
+        .addresses(addrs.iter().cloned())
+        .subscribe_connections(2)
+        .workers(2)
+        .queue_capacity(1 << 16)
+        .envelope(true)
+        .handler(move |_: &[u8], _: &[u8]| {
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .build()
+        .expect("subscriber");
+    let chans: Vec<Vec<u8>> = (0..CHANNELS).map(channel).collect();
+    ps.subscribe(&chans).unwrap();
+    ps.wait_active(&chans, Duration::from_secs(30)).unwrap();
+    ps
+}
+
+fn publisher(addrs: &[String]) -> PubSub {
+    PubSub::builder()
+        .addresses(addrs.iter().cloned())
+        .subscribe_connections(1)
+        .workers(1)
+        .envelope(true)
+        .handler(|_: &[u8], _: &[u8]| {})
+        .build()
+        .expect("publisher")
+}
+
+/// Waits (bounded) until `seen` stops short of `target` no more.
+fn drain(seen: &AtomicU64, target: u64, sub: &PubSub) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.load(Ordering::Relaxed) < target && Instant::now() < deadline {
+        let m = sub.metrics();
+        if m.delivered + m.dropped.total() >= target {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Publishes for `secs`, at most `rate` messages/s (0: as fast as the
+/// window allows), and returns the row.
+fn run(what: String, servers: &Servers, secs: f64, rate: f64) -> Row {
+    let addrs: Vec<String> = servers.addrs().iter().map(|a| a.to_string()).collect();
+    let seen = Arc::new(AtomicU64::new(0));
+    let sub = subscriber(&addrs, &seen);
+    let publ = publisher(&addrs);
+    let chans: Vec<Vec<u8>> = (0..CHANNELS).map(channel).collect();
+    let server_before: f64 = servers.iter().map(server_cpu).sum();
+    let cpu_before = process_cpu();
+    let start = Instant::now();
+    let stop = start + Duration::from_secs_f64(secs);
+    let mut published = 0u64;
+    let mut i = 0usize;
+    'outer: loop {
+        let now = Instant::now();
+        if now >= stop {
+            break;
+        }
+        let allowed = if rate > 0.0 {
+            (now.duration_since(start).as_secs_f64() * rate) as u64
+        } else {
+            seen.load(Ordering::Relaxed) + WINDOW
+        };
+        if published >= allowed {
+            if rate > 0.0 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        for _ in 0..(allowed - published).min(256) {
+            if publ.publish(&chans[i], &PAYLOAD).is_err() {
+                continue 'outer;
+            }
+            i = (i + 1) % CHANNELS;
+            published += 1;
+        }
+    }
+    drain(&seen, published, &sub);
+    let secs = start.elapsed().as_secs_f64();
+    let client_cpu = (process_cpu() - cpu_before).as_secs_f64();
+    let server_cpu = servers.iter().map(server_cpu).sum::<f64>() - server_before;
+    let m = sub.metrics();
+    publ.shutdown();
+    sub.shutdown();
+    Row {
+        what,
+        delivered: m.delivered,
+        secs,
+        client_cpu,
+        server_cpu,
+        dropped: m.dropped.total(),
+        lag: m.lag,
+    }
+}
+
+/// The server ceiling: redis-benchmark publishes (pipelined, 2 clients) to
+/// random channels of the 10,000 while our subscriber drains.
+fn ceiling(kind: ServerKind, secs: f64) -> (Row, f64) {
+    let servers = Servers::start(kind, 1).unwrap();
+    let addr = servers[0].addr();
+    let seen = Arc::new(AtomicU64::new(0));
+    let sub = subscriber(&[addr.to_string()], &seen);
+    let n = (secs * 400_000.0) as u64;
+    let payload = String::from_utf8(PAYLOAD.to_vec()).unwrap();
+    let server_before = server_cpu(&servers[0]);
+    let cpu_before = process_cpu();
+    let start = Instant::now();
+    let out = Command::new("timeout")
+        .args([&format!("{}", (secs * 10.0) as u64 + 10), "redis-benchmark"])
+        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string()])
+        .args([
+            "-n",
+            &n.to_string(),
+            "-P",
+            "32",
+            "-c",
+            "2",
+            "-r",
+            "10000",
+            "-q",
+        ])
+        .args(["PUBLISH", "bench:__rand_int__", &payload])
+        .output()
+        .expect("redis-benchmark runs");
+    let bench_secs = start.elapsed().as_secs_f64();
+    drain(&seen, n, &sub);
+    let secs = start.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text
+        .rsplit("requests per second")
+        .nth(1)
+        .and_then(|s| s.rsplit(": ").next())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(n as f64 / bench_secs);
+    let m = sub.metrics();
+    let row = Row {
+        what: format!(
+            "{} ceiling: redis-benchmark -P 32 -c 2 publishing",
+            kind.name()
+        ),
+        delivered: m.delivered,
+        secs,
+        client_cpu: (process_cpu() - cpu_before).as_secs_f64(),
+        server_cpu: server_cpu(&servers[0]) - server_before,
+        dropped: m.dropped.total(),
+        lag: None,
+    };
+    sub.shutdown();
+    (row, rps)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` probes harness=false benches
+    }
+    let secs: f64 = std::env::var("PUBSUB_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    println!(
+        "| run | delivered | delivered/s | client CPU s per 1M | server CPU s per 1M | dropped | lag p50 / p99 / max ms |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for kind in kinds() {
+        let (row, rps) = ceiling(kind, secs);
+        row.print();
+        println!(
+            "| {} redis-benchmark reported | {rps:.0} PUBLISH/s | | | | | |",
+            kind.name()
+        );
+        let mut max_rate = 0.0;
+        for shards in [1, 2, 4] {
+            let servers = Servers::start(kind, shards).unwrap();
+            let row = run(
+                format!("{} shardsub, {shards} shard(s), closed loop", kind.name()),
+                &servers,
+                secs,
+                0.0,
+            );
+            row.print();
+            if shards == 1 {
+                max_rate = row.delivered as f64 / row.secs;
+            }
+        }
+        let servers = Servers::start(kind, 1).unwrap();
+        let half = run(
+            format!("{} shardsub, 1 shard, 50% of max rate", kind.name()),
+            &servers,
+            secs,
+            max_rate / 2.0,
+        );
+        half.print();
+    }
+}
