@@ -336,10 +336,19 @@ impl<T> State<T> {
             self.held.extend(requests);
             return;
         }
+        self.out.extend_from_slice(bytes);
+        self.account(bytes.len(), requests, now);
+    }
+
+    /// Bookkeeping for `appended` bytes just added to `out` and the requests
+    /// they make (the connection is open and past its handshake).
+    fn account<I>(&mut self, appended: usize, requests: I, now: Instant)
+    where
+        I: IntoIterator<Item = Request<T>>,
+    {
         let was_idle = self.pending.is_empty();
         // Nothing written is awaiting a reply: holding would only add delay.
         let nothing_in_flight = self.in_flight == 0;
-        self.out.extend_from_slice(bytes);
         let before = self.pending.len();
         self.pending.extend(requests);
         let added = self.pending.len() - before;
@@ -351,7 +360,7 @@ impl<T> State<T> {
         if was_idle && !self.pending.is_empty() {
             self.front_since = now;
         }
-        if bytes.is_empty() {
+        if appended == 0 {
             return;
         }
         if nothing_in_flight || self.config.flush_delay.is_zero() {
@@ -477,6 +486,27 @@ impl<T> Connection<T> {
         I: IntoIterator<Item = Request<T>>,
     {
         self.st.send_encoded(bytes, requests, now);
+    }
+
+    /// [`Connection::send_encoded`] taking the bytes out of `bytes`: when
+    /// nothing is waiting to be written, the buffers are swapped instead of
+    /// copied. `bytes` is left empty (with some capacity) either way.
+    pub fn send_encoded_vec<I>(&mut self, bytes: &mut Vec<u8>, requests: I, now: Instant)
+    where
+        I: IntoIterator<Item = Request<T>>,
+    {
+        let st = &mut self.st;
+        if st.out.is_empty() && st.closed.is_none() && st.handshake.is_none() {
+            st.now = now;
+            // `out` is empty (all written): take the bytes, leave it behind.
+            std::mem::swap(&mut st.out, bytes);
+            st.written = 0;
+            let appended = st.out.len();
+            st.account(appended, requests, now);
+        } else {
+            st.send_encoded(bytes, requests, now);
+        }
+        bytes.clear();
     }
 
     /// Encodes and queues one command expecting one reply.

@@ -628,3 +628,39 @@ fn output_buffer_stays_bounded_under_continuous_load() {
     assert!(written_requests > 70_000, "{written_requests}");
     assert_eq!(written_requests + c.st.unsent_requests, c.pending_len());
 }
+
+#[test]
+fn send_encoded_vec_swaps_when_nothing_waits_and_appends_otherwise() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(config(), t0);
+    // During the handshake: held, like send_encoded.
+    let mut buf = cmd(&["A"]);
+    c.send_encoded_vec(&mut buf, [Request::single(1)], t0);
+    assert!(buf.is_empty());
+    assert_eq!(transmit(&mut c, t0), cmd(&["HELLO", "3"]));
+    c.handle_read(HELLO_REPLY, t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp3, false)]);
+    assert_eq!(transmit(&mut c, t0), cmd(&["A"]));
+    // Nothing unsent: the bytes are taken by swap.
+    let mut buf = cmd(&["B"]);
+    buf.reserve(1000);
+    c.send_encoded_vec(&mut buf, [Request::single(2)], t0);
+    assert!(buf.is_empty());
+    // Something unsent: appended behind it.
+    let mut buf = cmd(&["C"]);
+    c.send_encoded_vec(&mut buf, [Request::single(3)], t0);
+    let mut both = cmd(&["B"]);
+    both.extend(cmd(&["C"]));
+    // (Held behind A, which awaits its reply, until the flush delay.)
+    let later = t0 + Duration::from_millis(1);
+    assert_eq!(transmit(&mut c, later), both);
+    c.handle_read(b"+a\r\n+b\r\n+c\r\n", later);
+    let users: Vec<_> = drain(&mut c)
+        .into_iter()
+        .map(|e| match e {
+            Ev::Reply(u, _) => u,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(users, vec![1, 2, 3]);
+}

@@ -251,7 +251,9 @@ impl Driver {
         }
         Counters::add(&self.counters().requests, self.spare_reqs.len() as u64);
         match &mut self.core {
-            Some(core) => core.send_encoded(&self.spare_buf, self.spare_reqs.drain(..), now),
+            Some(core) => {
+                core.send_encoded_vec(&mut self.spare_buf, self.spare_reqs.drain(..), now)
+            }
             None => {
                 let addr = self.addr();
                 let err = if self.shutting_down {
