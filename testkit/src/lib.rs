@@ -36,6 +36,7 @@
 mod client;
 mod cluster;
 mod cluster_ops;
+mod cluster_view;
 mod error;
 mod fake;
 mod kind;
