@@ -1,0 +1,106 @@
+//! Publish redirects against real clusters (Redis 7 and Valkey 9, 3
+//! masters): a publish to a migrating slot succeeds without changing the
+//! route (`ASK`, when a server sends one, is followed with `ASKING`; Redis
+//! 7 and Valkey 9 serve `SPUBLISH` on the source), and `CLUSTERDOWN` is
+//! retried within the retry window and then fails with a clear error.
+
+mod cluster_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster_support::Recorder;
+use shardsub::cluster::ClusterPubSub;
+use shardsub::Error;
+use testkit::{Cluster, ServerKind};
+
+fn state_of(cluster: &Cluster, i: usize) -> String {
+    let v = cluster
+        .node(i)
+        .cmd(&[b"CLUSTER", b"INFO"])
+        .expect("cluster info");
+    let t = testkit::values::text(&v).unwrap_or_default();
+    testkit::values::info_field(&t, "cluster_state").unwrap_or_default()
+}
+
+fn redirects(kind: ServerKind) {
+    let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
+    let rec = Arc::new(Recorder::default());
+    let ps = ClusterPubSub::builder()
+        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+        .handler_arc(rec.clone())
+        .workers(1)
+        .retry_window(Duration::from_millis(400))
+        .build()
+        .expect("cluster pubsub");
+    let masters = cluster.masters();
+    let (a, b, c) = (masters[0], masters[1], masters[2]);
+    let parts = ps.partitions().clone();
+    let channel_on = |node: usize| -> Vec<u8> {
+        (0..100_000)
+            .map(|i| format!("r:{i}").into_bytes())
+            .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(node))
+            .expect("a channel on the node")
+    };
+    let on_a = channel_on(a);
+    let slot = parts.slot(parts.partition_of(&on_a)).to_string();
+    let (id_a, id_b) = (
+        cluster.node_id(a).unwrap().to_string(),
+        cluster.node_id(b).unwrap().to_string(),
+    );
+
+    // ASK: the slot is migrating from a to b; the publish still succeeds
+    // and the route is left alone.
+    cluster
+        .node(b)
+        .cmd_str(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id_a])
+        .unwrap();
+    cluster
+        .node(a)
+        .cmd_str(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id_b])
+        .unwrap();
+    let r = ps.publish_wait(&on_a, b"1", Duration::from_secs(3));
+    assert!(r.is_ok(), "{kind:?}: {r:?}");
+    let asks = ps.metrics().redirects.ask;
+    eprintln!("{kind:?}: SPUBLISH to a migrating slot: {r:?}, {asks} ASK redirects");
+    for n in [a, b] {
+        cluster
+            .node(n)
+            .cmd_str(&["CLUSTER", "SETSLOT", &slot, "STABLE"])
+            .unwrap();
+    }
+    let m = ps.metrics();
+    assert_eq!(m.redirects.moved, 0, "{m:?}");
+
+    // CLUSTERDOWN: a master dies with no replica; a live master that does
+    // not serve shard channels while down refuses with CLUSTERDOWN, retried
+    // until the window closes.
+    cluster
+        .node(a)
+        .cmd_str(&["CONFIG", "SET", "cluster-allow-pubsubshard-when-down", "no"])
+        .unwrap();
+    cluster.node_mut(c).unwrap().kill();
+    testkit::wait_for("a's cluster_state to fail", Duration::from_secs(20), || {
+        Ok((state_of(&cluster, a) == "fail").then_some(()))
+    })
+    .expect("cluster down");
+    let r = ps.publish_wait(&on_a, b"2", Duration::from_secs(5));
+    match &r {
+        Err(Error::Cluster { reason, .. }) => {
+            assert!(reason.contains("CLUSTERDOWN"), "{kind:?}: {reason}");
+        }
+        other => panic!("{kind:?}: expected Error::Cluster, got {other:?}"),
+    }
+    let m = ps.metrics();
+    assert!(m.redirects.cluster_down >= 2, "{m:?}");
+    assert!(m.publish_failed >= 1, "{m:?}");
+    eprintln!("{kind:?}: CLUSTERDOWN past the window: {}", r.unwrap_err());
+    ps.shutdown();
+}
+
+#[test]
+fn ask_is_followed_and_clusterdown_fails_clearly() {
+    for kind in testkit::kinds() {
+        redirects(kind);
+    }
+}
