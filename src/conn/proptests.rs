@@ -116,3 +116,56 @@ proptest! {
         prop_assert!(!c.is_closed());
     }
 }
+
+proptest! {
+    /// Whatever the server sends, the core never panics, and every request
+    /// ends up answered, still pending on an open connection, or failed.
+    #[test]
+    fn arbitrary_server_bytes_never_panic_and_never_lose_a_request(
+        garbage in proptest::collection::vec(any::<u8>(), 0..512),
+        resp2 in any::<bool>(),
+        subscribe_role in any::<bool>(),
+        requests in 0u32..8,
+    ) {
+        let t0 = Instant::now();
+        let mut c: Connection<u32> = Connection::new(
+            ConnConfig {
+                protocol: if resp2 { Protocol::Resp2 } else { Protocol::Resp3 },
+                role: if subscribe_role { Role::Subscribe } else { Role::Command },
+                ..ConnConfig::default()
+            },
+            t0,
+        );
+        for u in 0..requests {
+            let kind = if u % 3 == 2 {
+                ReplyKind::Subscribe { kind: SubscribeKind::Shard, confirmations: 2 }
+            } else {
+                ReplyKind::Single
+            };
+            c.send_encoded(b"*1\r\n$4\r\nPING\r\n", [Request { user: u, kind }], t0);
+        }
+        let mut done = std::collections::BTreeSet::new();
+        for chunk in garbage.chunks(17) {
+            c.handle_read(chunk, t0);
+            while let Some(ev) = c.poll_event() {
+                match ev {
+                    Event::Reply { user, .. } | Event::Failed { user, .. } => {
+                        prop_assert!(done.insert(user), "request {} completed twice", user);
+                    }
+                    Event::Push { completes: Some(user), .. } => {
+                        prop_assert!(done.insert(user), "request {} completed twice", user);
+                    }
+                    _ => {}
+                }
+            }
+            let _ = c.poll_transmit(t0);
+        }
+        c.handle_eof(t0);
+        while let Some(ev) = c.poll_event() {
+            if let Event::Failed { user, .. } = ev {
+                prop_assert!(done.insert(user), "request {} completed twice", user);
+            }
+        }
+        prop_assert_eq!(done.len() as u32, requests);
+    }
+}
