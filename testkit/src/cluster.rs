@@ -34,6 +34,18 @@ pub(crate) enum Role {
 /// failovers, kills and removals). Nodes run with
 /// `--cluster-node-timeout` [`CLUSTER_NODE_TIMEOUT_MS`](crate::CLUSTER_NODE_TIMEOUT_MS),
 /// so a failover after a kill takes a few seconds.
+///
+/// ```no_run
+/// use testkit::{Cluster, ServerKind};
+///
+/// let mut cluster = Cluster::start(ServerKind::Valkey, 3, 1)?;
+/// let [a, b, _] = cluster.masters()[..] else { unreachable!() };
+/// cluster.migrate_slots(0..=99, a, b)?; // reshard
+/// let replica = cluster.replicas_of(b)[0];
+/// let promoted = cluster.kill_primary(b)?; // crash a primary
+/// assert_eq!(promoted, replica);
+/// # Ok::<(), testkit::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Cluster {
     pub(crate) kind: ServerKind,

@@ -69,6 +69,25 @@ impl Shared {
 /// Call [`FakeServer::finish`] at the end of the test to learn whether every
 /// script played as written; dropping an unfinished server with failures
 /// panics (unless the thread is already panicking).
+///
+/// ```
+/// use testkit::{Client, FakeServer, Step, Value};
+///
+/// // A server that answers PING with a reply no real server sends.
+/// let fake = FakeServer::start(vec![
+///     Step::expect("*1\r\n$4\r\nPING\r\n"),
+///     Step::send("+PONG\r\n>2\r\n$4\r\npong\r\n_\r\n"),
+///     Step::Close,
+/// ])?;
+/// let mut client = Client::connect(fake.addr())?;
+/// assert_eq!(client.cmd(&[b"PING"])?, Value::Simple(b"PONG".to_vec()));
+/// assert_eq!(
+///     client.read_value()?,
+///     Value::Push(vec![Value::Bulk(b"pong".to_vec()), Value::Null])
+/// );
+/// fake.finish()?;
+/// # Ok::<(), testkit::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct FakeServer {
     addr: SocketAddr,

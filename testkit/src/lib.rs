@@ -20,7 +20,7 @@
 //!
 //! Server-facing tests run against every kind the suite is configured for:
 //!
-//! ```no_run
+//! ```
 //! for kind in testkit::kinds() {
 //!     let server = testkit::Server::start(kind)?;
 //!     let reply = server.cmd(&[b"SET", b"k", b"v"])?;

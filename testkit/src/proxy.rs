@@ -55,6 +55,18 @@ struct Shared {
 /// open connection (both sides), [`FaultProxy::delay`] holds each forwarded
 /// chunk back, [`FaultProxy::blackhole`] swallows bytes in both directions
 /// while keeping connections open. Dropping it closes everything.
+///
+/// ```
+/// use testkit::{FaultProxy, Server, ServerKind, Value};
+///
+/// let server = Server::start(ServerKind::Redis)?;
+/// let proxy = FaultProxy::start(server.addr())?;
+/// let mut client = testkit::Client::connect(proxy.addr())?;
+/// assert_eq!(client.cmd(&[b"PING"])?, Value::Simple(b"PONG".to_vec()));
+/// proxy.cut_all(); // the network drops every connection
+/// assert!(client.cmd(&[b"PING"]).is_err());
+/// # Ok::<(), testkit::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
