@@ -22,7 +22,7 @@ commands:
 environment:
   SHARDSUB_SERVERS=redis,valkey   server kinds the tests run against
   XTASK_FUZZ_SECS=20              fuzz smoke time per target in `test`
-  XTASK_SKIP=fuzz,bench           test steps to skip";
+  XTASK_SKIP=fuzz,benches         test steps to skip (fmt, clippy, tests, doc, benches, fuzz)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
