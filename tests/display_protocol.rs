@@ -107,16 +107,33 @@ fn every_debug_protocol_type_formats_exactly() {
 }
 
 fn cli_binary() -> PathBuf {
-    // tests run from target/<profile>/deps; cargo test builds examples
-    // next to it in target/<profile>/examples.
+    // Tests run from <target>/<profile>/deps; examples live next to it in
+    // <target>/<profile>/examples. `cargo test` builds them, `cargo test
+    // --test display_protocol` does not: then build it here.
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let cli = dir.join("examples").join("cli");
-    assert!(
-        cli.exists(),
-        "{} missing: build it with `cargo build --example cli`",
-        cli.display()
-    );
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let cli = profile_dir.join("examples").join("cli");
+    if !cli.exists() {
+        let target_dir = profile_dir.parent().unwrap();
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build
+            .args([
+                "build",
+                "-p",
+                "shardsub",
+                "--example",
+                "cli",
+                "--target-dir",
+            ])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().unwrap();
+        assert!(status.success(), "building the cli example failed");
+    }
+    assert!(cli.exists(), "{} missing", cli.display());
     cli
 }
 
