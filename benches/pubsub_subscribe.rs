@@ -7,7 +7,8 @@
 //! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_subscribe
 //! ```
 //!
-//! Env: `PUBSUB_BENCH_CHANNELS` (default 1,000,000); `SHARDSUB_SERVERS`
+//! Env: `PUBSUB_BENCH_CHANNELS` (default 1,000,000; 10,000 with
+//! `-- --test`); `SHARDSUB_SERVERS`
 //! selects server kinds. Every wait is bounded (60 s).
 
 #[path = "pubsub_support/mod.rs"]
@@ -41,7 +42,11 @@ fn main() {
     let n: usize = std::env::var("PUBSUB_BENCH_CHANNELS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
+        .unwrap_or(if std::env::args().any(|a| a == "--test") {
+            10_000 // `cargo bench -- --test`: prove it works, quickly
+        } else {
+            1_000_000
+        });
     println!("| server | step | time | notes |");
     println!("|---|---|---|---|");
     for kind in kinds() {

@@ -8,7 +8,7 @@
 //! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_throughput
 //! ```
 //!
-//! Env: `PUBSUB_BENCH_SECS` (default 3) per phase; `SHARDSUB_SERVERS`
+//! Env: `PUBSUB_BENCH_SECS` (default 3; 0.2 with `-- --test`) per phase; `SHARDSUB_SERVERS`
 //! selects server kinds as for the tests. Every phase is bounded in time.
 
 #[path = "pubsub_support/mod.rs"]
@@ -217,10 +217,13 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` probes harness=false benches
     }
+    // `cargo bench -- --test` (the test command's "benches once") runs
+    // each phase briefly, to prove the bench works.
+    let smoke = std::env::args().any(|a| a == "--test");
     let secs: f64 = std::env::var("PUBSUB_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+        .unwrap_or(if smoke { 0.2 } else { 3.0 });
     println!(
         "| run | delivered | delivered/s | client CPU s per 1M | server CPU s per 1M | dropped | lag p50 / p99 / max ms |"
     );
