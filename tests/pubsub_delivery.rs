@@ -190,3 +190,60 @@ fn subscribe_unsubscribe_race_ends_in_last_asked_state() {
         assert!(not.iter().all(|c| s.last.get(c) != Some(&1)), "{kind:?}");
     }
 }
+
+/// `cmdstat_<name>` `calls=` from `INFO commandstats`.
+fn command_calls(server: &Server, name: &str) -> u64 {
+    let text = match server.cmd(&[b"INFO", b"commandstats"]).unwrap() {
+        testkit::Value::Bulk(b) | testkit::Value::Verbatim { text: b, .. } => b,
+        other => panic!("INFO reply {other:?}"),
+    };
+    let text = String::from_utf8_lossy(&text).to_string();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn subscribe_calls_coalesce_into_commands_of_at_most_the_batch_size() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let rec = Recorder::new();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .subscribe_connections(1)
+            .workers(1)
+            .batch_size(100)
+            .subscribe_delay(Duration::from_millis(20))
+            .io_threads(1)
+            .handler_arc(rec.clone())
+            .build()
+            .unwrap();
+        // 1000 single-channel calls in a burst: they share commands.
+        let chans = channels("batch", 1000);
+        for c in &chans {
+            ps.subscribe([c]).unwrap();
+        }
+        ps.wait_active(&chans, BOUND).unwrap();
+        let m = ps.metrics();
+        // ≥ 10 because no command carries more than 100 channels; far
+        // fewer than 1000 because calls close in time were coalesced.
+        assert!((10..=30).contains(&m.subscribe_commands), "{kind:?}: {m:?}");
+        // The server saw exactly those, plus the service channel's.
+        assert_eq!(
+            command_calls(&server, "subscribe"),
+            m.subscribe_commands + 1,
+            "{kind:?}"
+        );
+        ps.unsubscribe(&chans).unwrap();
+        testkit::wait_for("unsubscribed", BOUND, || {
+            Ok((ps.metrics().channels == 0
+                && numsub(&server, &chans[..10]).iter().all(|&n| n == 0))
+            .then_some(()))
+        })
+        .unwrap();
+        let m = ps.metrics();
+        assert!((10..=30).contains(&m.unsubscribe_commands), "{m:?}");
+    }
+}
