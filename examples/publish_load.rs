@@ -3,8 +3,12 @@
 //!
 //! ```text
 //! cargo run --release --example publish_load -- [--addr HOST:PORT] [--valkey]
-//!     [--messages 1000000] [--threads 1] [--payload 256] [--flush-delay-us 100]
+//!     [--messages 1000000] [--threads 1] [--payload 256] [--flush-delay-us 100] [--wait]
 //! ```
+//!
+//! `--wait` makes every thread a sequential caller: each publish waits for
+//! its reply before the next (many such threads are where a flush delay
+//! earns its keep: their publishes share writes).
 //!
 //! Without `--addr` it starts its own server (Redis, or Valkey with
 //! `--valkey`) through testkit. Client CPU comes from `/proc/self/stat`
@@ -41,6 +45,7 @@ fn main() {
     let mut kind = testkit::ServerKind::Redis;
     let (mut messages, mut threads, mut payload, mut delay_us) =
         (1_000_000u64, 1usize, 256usize, 100u64);
+    let mut wait = false;
     while let Some(a) = args.next() {
         let mut num = || {
             args.next()
@@ -54,6 +59,7 @@ fn main() {
             "--threads" => threads = num() as usize,
             "--payload" => payload = num() as usize,
             "--flush-delay-us" => delay_us = num(),
+            "--wait" => wait = true,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -89,7 +95,14 @@ fn main() {
                 let channel = format!("load-{t}");
                 for _ in 0..per_thread {
                     // NotConnected cannot happen here unless the server dies.
-                    engine.publish(channel.as_bytes(), &body).expect("publish");
+                    if wait {
+                        engine
+                            .publish_pending(channel.as_bytes(), &body, PublishOptions::classic())
+                            .wait()
+                            .expect("publish");
+                    } else {
+                        engine.publish(channel.as_bytes(), &body).expect("publish");
+                    }
                 }
                 // The last one's reply comes after all of this thread's.
                 engine
@@ -108,9 +121,10 @@ fn main() {
     let total = per_thread * threads as u64;
     let writes = s.writes - s0.writes;
     println!(
-        "{total} messages of {payload} B from {threads} thread(s), flush delay {delay_us} µs: \
+        "{total} messages of {payload} B from {threads} {}thread(s), flush delay {delay_us} µs: \
          {:.0} msg/s, {:.2} client CPU s per million, {:.0} publishes per write, \
          {} error replies",
+        if wait { "sequential " } else { "" },
         total as f64 / elapsed,
         cpu / (total as f64 / 1e6),
         (s.requests - s0.requests) as f64 / writes.max(1) as f64,

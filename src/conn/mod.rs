@@ -128,6 +128,9 @@ pub struct ConnConfig {
     /// How long commands submitted while others await replies may be held
     /// back so they leave in one write; zero flushes at once.
     pub flush_delay: Duration,
+    /// A held batch leaves at once when it reaches this many bytes: the
+    /// flush delay exists to gather small writes, not to slow big ones.
+    pub flush_batch_bytes: usize,
     /// The longest wait for the next reply while requests are outstanding;
     /// zero disables it.
     pub request_timeout: Duration,
@@ -146,6 +149,7 @@ impl Default for ConnConfig {
             password: None,
             client_name: None,
             flush_delay: Duration::from_micros(100),
+            flush_batch_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
             limits: Limits::default(),
@@ -347,8 +351,10 @@ impl<T> State<T> {
         I: IntoIterator<Item = Request<T>>,
     {
         let was_idle = self.pending.is_empty();
-        // Nothing written is awaiting a reply: holding would only add delay.
-        let nothing_in_flight = self.in_flight == 0;
+        // Fewer than two written requests await replies: there is no
+        // pipeline to batch behind, and holding would only add delay (a
+        // lone caller, or two callers taking turns).
+        let nothing_in_flight = self.in_flight < 2;
         let before = self.pending.len();
         self.pending.extend(requests);
         let added = self.pending.len() - before;
@@ -363,7 +369,10 @@ impl<T> State<T> {
         if appended == 0 {
             return;
         }
-        if nothing_in_flight || self.config.flush_delay.is_zero() {
+        if nothing_in_flight
+            || self.config.flush_delay.is_zero()
+            || self.unsent_len() >= self.config.flush_batch_bytes
+        {
             self.flush_at = Some(now);
         } else if self.flush_at.is_none() {
             self.flush_at = Some(now + self.config.flush_delay);
@@ -376,7 +385,7 @@ impl<T> State<T> {
     fn answered(&mut self) {
         if self.in_flight > 0 {
             self.in_flight -= 1;
-            if self.in_flight == 0 && self.unsent_len() > 0 {
+            if self.in_flight < 2 && self.unsent_len() > 0 {
                 self.flush_at = Some(self.now);
             }
         } else {

@@ -486,11 +486,14 @@ fn flush_delay_holds_commands_sent_behind_outstanding_ones() {
         flush_delay: Duration::from_micros(100),
         ..config()
     });
-    // Idle: goes at once.
+    // Idle: goes at once (A and Z, written together).
     send(&mut c, &["A"], 1, t0);
-    assert_eq!(c.poll_transmit(t0), Some(&cmd(&["A"])[..]));
-    c.advance_transmit(cmd(&["A"]).len());
-    // Behind A: held until t0 + 100 µs, and joined by C.
+    send(&mut c, &["Z"], 9, t0);
+    let mut az = cmd(&["A"]);
+    az.extend(cmd(&["Z"]));
+    assert_eq!(c.poll_transmit(t0), Some(&az[..]));
+    c.advance_transmit(az.len());
+    // Behind two written requests: held until t1 + 100 µs, joined by C.
     let t1 = t0 + Duration::from_micros(10);
     send(&mut c, &["B"], 2, t1);
     assert_eq!(c.poll_transmit(t1), None);
@@ -507,9 +510,9 @@ fn flush_delay_holds_commands_sent_behind_outstanding_ones() {
     assert_eq!(c.poll_transmit(due), Some(&both[3..]));
     c.advance_transmit(both.len() - 3);
     assert_eq!(c.poll_transmit(due), None);
-    // Once every reply is in, the next command goes at once again.
-    c.handle_read(b"+a\r\n+b\r\n+c\r\n", due);
-    assert_eq!(drain(&mut c).len(), 3);
+    // Once the replies are in, the next command goes at once again.
+    c.handle_read(b"+a\r\n+z\r\n+b\r\n+c\r\n", due);
+    assert_eq!(drain(&mut c).len(), 4);
     send(&mut c, &["D"], 4, due);
     assert_eq!(c.poll_transmit(due), Some(&cmd(&["D"])[..]));
 }
@@ -521,7 +524,21 @@ fn zero_flush_delay_sends_at_once() {
         ..config()
     });
     send(&mut c, &["A"], 1, t0);
+    send(&mut c, &["A"], 2, t0);
     transmit(&mut c, t0);
+    send(&mut c, &["B"], 3, t0);
+    assert_eq!(c.poll_transmit(t0), Some(&cmd(&["B"])[..]));
+}
+
+#[test]
+fn one_request_in_flight_is_no_reason_to_hold() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::from_micros(100),
+        ..config()
+    });
+    send(&mut c, &["A"], 1, t0);
+    transmit(&mut c, t0);
+    // Another caller's command behind A alone: no pipeline to batch behind.
     send(&mut c, &["B"], 2, t0);
     assert_eq!(c.poll_transmit(t0), Some(&cmd(&["B"])[..]));
 }
@@ -571,12 +588,13 @@ fn held_commands_leave_once_every_written_request_is_answered() {
         ..config()
     });
     send(&mut c, &["A"], 1, t0);
+    send(&mut c, &["A"], 2, t0);
     transmit(&mut c, t0);
     let t1 = t0 + Duration::from_micros(10);
-    send(&mut c, &["B"], 2, t1);
-    assert_eq!(c.poll_transmit(t1), None, "held behind A");
-    // A's reply: nothing written awaits a reply any more, so B goes now,
-    // well before its 100 µs are up.
+    send(&mut c, &["B"], 3, t1);
+    assert_eq!(c.poll_transmit(t1), None, "held behind two As");
+    // One reply leaves a single request in flight: B goes now, well before
+    // its 100 µs are up.
     let t2 = t1 + Duration::from_micros(20);
     c.handle_read(b"+a\r\n", t2);
     assert_eq!(drain(&mut c).len(), 1);
@@ -585,18 +603,18 @@ fn held_commands_leave_once_every_written_request_is_answered() {
     c.advance_transmit(cmd(&["B"]).len());
     // A reply for a request whose bytes were not all written yet (the
     // server had its part) keeps the counts sane.
-    send(&mut c, &["C"], 3, t2);
-    send(&mut c, &["D"], 4, t2);
+    send(&mut c, &["C"], 4, t2);
+    send(&mut c, &["D"], 5, t2);
     let due = t2 + Duration::from_micros(100);
     let cd = c.poll_transmit(due).unwrap().len();
     c.advance_transmit(cd - 1);
-    c.handle_read(b"+b\r\n+c\r\n", due);
-    assert_eq!(drain(&mut c).len(), 2);
+    c.handle_read(b"+a\r\n+b\r\n+c\r\n", due);
+    assert_eq!(drain(&mut c).len(), 3);
     c.advance_transmit(1);
     c.handle_read(b"+d\r\n", due);
     assert_eq!(drain(&mut c).len(), 1);
     assert_eq!(c.pending_len(), 0);
-    send(&mut c, &["E"], 5, due);
+    send(&mut c, &["E"], 6, due);
     assert_eq!(c.poll_transmit(due), Some(&cmd(&["E"])[..]));
 }
 
@@ -663,4 +681,27 @@ fn send_encoded_vec_swaps_when_nothing_waits_and_appends_otherwise() {
         })
         .collect();
     assert_eq!(users, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_held_batch_leaves_once_it_is_big() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::from_micros(100),
+        flush_batch_bytes: 1000,
+        ..config()
+    });
+    send(&mut c, &["A"], 0, t0);
+    send(&mut c, &["A"], 0, t0);
+    transmit(&mut c, t0);
+    let big = cmd(&["PUBLISH", "ch", &"x".repeat(300)]);
+    c.send_encoded(&big, [Request::single(1)], t0);
+    c.send_encoded(&big, [Request::single(2)], t0);
+    assert_eq!(c.poll_transmit(t0), None, "small: held behind the As");
+    c.send_encoded(&big, [Request::single(3)], t0);
+    c.send_encoded(&big, [Request::single(4)], t0);
+    assert_eq!(
+        c.poll_transmit(t0).map(<[u8]>::len),
+        Some(4 * big.len()),
+        "over 1000 bytes: due at once"
+    );
 }

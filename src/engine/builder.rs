@@ -256,6 +256,7 @@ impl Builder {
                 password: self.password,
                 client_name: self.client_name,
                 flush_delay: self.flush_delay,
+                flush_batch_bytes: 16 * 1024,
                 request_timeout: self.request_timeout,
                 handshake_timeout: self.connect_timeout,
                 limits: self.limits,
