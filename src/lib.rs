@@ -29,10 +29,12 @@
 //!  Observer::on_push  ◄── pushes (never take a reply)
 //! ```
 //!
-//! A command sent while nothing awaits a reply leaves at once, so a caller
-//! that waits for each reply is never slowed by the flush delay; held
-//! commands also leave as soon as every written request has been answered
-//! (the delay is an upper bound, kept with epoll's millisecond resolution).
+//! Commands are held only behind a real pipeline (two or more written
+//! requests awaiting replies) and only while the pending batch is small
+//! (under 16 KiB): so a caller that waits for each reply is never slowed by
+//! the flush delay, and held commands leave as soon as the pipeline drains
+//! or the batch fills (the delay is an upper bound, kept with epoll's
+//! millisecond resolution).
 //! Each connection buffers at most [`Builder::max_buffered_bytes`] of
 //! commands; beyond that, submitters wait for the server to catch up
 //! (backpressure), for at most the request timeout.

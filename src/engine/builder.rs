@@ -105,9 +105,10 @@ impl Builder {
 
     /// How long commands submitted while earlier ones await replies may be
     /// held so they leave in one write (default 100 µs; zero turns it off).
-    /// A command submitted to an idle connection always leaves at once, so
-    /// a caller that waits for each reply is never delayed, and held
-    /// commands leave as soon as every written request has been answered.
+    /// Commands are held only while two or more written requests await
+    /// replies and the pending batch is under 16 KiB, so a caller that waits
+    /// for each reply is never delayed, and held commands leave as soon as
+    /// the pipeline drains or the batch fills.
     /// The deadline is kept with the poller's millisecond resolution: when
     /// the server stays silent it may stretch to about 1 ms.
     pub fn flush_delay(mut self, d: Duration) -> Self {
