@@ -13,7 +13,7 @@ use crate::conn::{ReplyKind, SubscribeKind};
 use crate::engine::Engine;
 use crate::metrics::add;
 use crate::pubsub::handler::ChannelList;
-use crate::pubsub::registry::{QUEUED, SENT, WANT};
+use crate::pubsub::registry::{ACTIVE, QUEUED, SENT, WANT};
 use crate::pubsub::shared::Shared;
 
 /// The command names for a subscribe kind.
@@ -216,7 +216,7 @@ impl Control {
             .conns
             .get(conn)
             .is_some_and(|c| c.ready.load(Ordering::Acquire));
-        let (mut subs, mut unsubs) = (Vec::new(), Vec::new());
+        let (mut subs, mut unsubs, mut reactivated) = (Vec::new(), Vec::new(), Vec::new());
         {
             let Some(mut l) = s.registry.lane(lane) else {
                 return;
@@ -241,8 +241,21 @@ impl Control {
                     (false, false) => {
                         l.map.remove(&name);
                     }
+                    (true, true) => {
+                        // Asked for again before its unsubscribe left: the
+                        // subscription never lapsed.
+                        if *f & ACTIVE != 0 && s.config.active_events {
+                            reactivated.push(name);
+                        }
+                    }
                     _ => {}
                 }
+            }
+        }
+        for name in reactivated {
+            let w = shardcore::worker_of(&name, s.queues.len().max(1) as u32) as usize;
+            if let Some(q) = s.queues.get(w) {
+                q.push_active(&name);
             }
         }
         let (sub_cmd, unsub_cmd) = commands(s.routing.kind());
