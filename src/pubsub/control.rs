@@ -241,12 +241,10 @@ impl Control {
                     (false, false) => {
                         l.map.remove(&name);
                     }
-                    (true, true) => {
-                        // Asked for again before its unsubscribe left: the
-                        // subscription never lapsed.
-                        if *f & ACTIVE != 0 && s.config.active_events {
-                            reactivated.push(name);
-                        }
+                    // Asked for again before its unsubscribe left: the
+                    // subscription never lapsed.
+                    (true, true) if *f & ACTIVE != 0 && s.config.active_events => {
+                        reactivated.push(name);
                     }
                     _ => {}
                 }
