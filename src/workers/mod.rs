@@ -28,6 +28,10 @@ use crate::pubsub::{ChannelList, Event, Handler};
 /// message does not pin its memory forever.
 const KEEP_BUFFER: usize = 64 * 1024;
 
+/// Buffers each queue starts with, and their size (256 KiB per worker).
+const PREFILL: usize = 512;
+const PREFILL_BYTES: usize = 512;
+
 /// One queued item.
 enum Item {
     /// `buf[..channel_len]` is the channel, the rest the payload;
@@ -71,7 +75,16 @@ impl Queue {
             inner: Mutex::new(Inner {
                 items: VecDeque::with_capacity(capacity),
                 messages: 0,
-                free: Vec::with_capacity(capacity),
+                free: {
+                    // Pre-sized buffers, so the first bursts after start-up
+                    // (and any burst up to PREFILL messages per worker)
+                    // allocate nothing either.
+                    let mut free = Vec::with_capacity(capacity);
+                    free.extend(
+                        (0..capacity.min(PREFILL)).map(|_| Vec::with_capacity(PREFILL_BYTES)),
+                    );
+                    free
+                },
                 waiting: false,
                 closed: false,
             }),
