@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use pubsub_support::{channels, payload, Recorder};
-use shardsub::PubSub;
+use shardsub::{Protocol, PubSub};
 use testkit::{kinds, FaultProxy, Server};
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -84,11 +84,15 @@ fn slow_handler_drops_and_counts_without_hanging() {
 
 #[test]
 fn client_kill_signals_exactly_the_resubscribed_channels() {
-    for kind in kinds() {
+    for (kind, protocol) in kinds()
+        .into_iter()
+        .flat_map(|k| [(k, Protocol::Resp3), (k, Protocol::Resp2)])
+    {
         let server = Server::start(kind).unwrap();
         let rec = Recorder::new();
         let ps = PubSub::builder()
             .address(server.addr().to_string())
+            .protocol(protocol)
             .workers(4)
             .subscribe_connections(2)
             .batch_size(64)
@@ -115,7 +119,7 @@ fn client_kill_signals_exactly_the_resubscribed_channels() {
         let killed = server
             .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
             .unwrap();
-        assert_eq!(killed, testkit::Value::Integer(2), "{kind:?}");
+        assert_eq!(killed, testkit::Value::Integer(2), "{kind:?} {protocol:?}");
         let want: HashSet<Vec<u8>> = chans.iter().cloned().collect();
         rec.wait("gap events for every channel", BOUND, |s| {
             s.gap_channels.len() >= want.len()
