@@ -96,6 +96,10 @@ impl Control {
         }
     }
 
+    fn stopping(&self) -> bool {
+        self.shared.inbox.lock().stop
+    }
+
     fn tick_interval(&self) -> Duration {
         let p = self.shared.config.probe_interval;
         if p.is_zero() {
@@ -191,7 +195,7 @@ impl Control {
             );
             match r {
                 Ok(()) => return true,
-                Err(crate::Error::Backpressure { .. }) => {
+                Err(crate::Error::Backpressure { .. }) if !self.stopping() => {
                     log::debug!("subscribe connection {conn} is backed up; retrying");
                 }
                 Err(e) => {
@@ -431,11 +435,15 @@ impl Control {
                             ReplyKind::Single,
                         );
                         self.enc.clear();
-                        add(&s.counters.probes_sent, 1);
-                        if let Err(e) = r {
-                            log::debug!("probe publish not sent: {e}");
+                        match r {
+                            Ok(()) => {
+                                add(&s.counters.probes_sent, 1);
+                                p.sent_at = Some(now);
+                            }
+                            // The publish side is down, not necessarily this
+                            // connection: try again next tick.
+                            Err(e) => log::debug!("probe publish not sent: {e}"),
                         }
-                        p.sent_at = Some(now);
                     }
                     _ => {}
                 }

@@ -281,10 +281,12 @@ impl PubSub {
             return;
         }
         self.shared.post(|inbox| inbox.stop = true);
+        // The subscribe engine first: a control thread waiting to stage a
+        // command then gets `Shutdown` instead of waiting for room.
+        self.sub.shutdown();
         if let Some(h) = self.control.lock().take() {
             let _ = h.join();
         }
-        self.sub.shutdown();
         self.pool.shutdown();
         self.publ.shutdown();
         self.shared.active_armed.store(true, Ordering::Release);
