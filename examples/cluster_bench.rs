@@ -1,0 +1,224 @@
+//! Cluster measurements for BENCHMARKS.md, on real local clusters.
+//!
+//! ```text
+//! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
+//! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
+//! ```
+//!
+//! `cpu`: server CPU (`INFO CPU` used_cpu_sys + used_cpu_user, summed over
+//! all masters) per million delivered messages, with 1, 3 and 6 masters,
+//! sharded node-grouped vs classic Pub/Sub. One instance subscribes to
+//! 1,000 channels and publishes `messages` 64-byte messages over them in
+//! windows of 5,000 (it waits for delivery to catch up, so nothing drops).
+//!
+//! `resubscribe`: `engines` instances each subscribe to `channels` channels
+//! on 6 masters with 128 partitions; `CLIENT KILL TYPE pubsub` on every
+//! master makes them all resubscribe at once. `SSUBSCRIBE` calls per master
+//! (from `INFO commandstats`) for partition-grouped vs per-channel
+//! splitting over 16 resubscribe workers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shardsub::cluster::{ClusterPubSub, Mode, ResubscribeSplit};
+use testkit::{Cluster, ServerKind};
+
+fn info_f64(cluster: &Cluster, i: usize, section: &str, field: &str) -> f64 {
+    let v = cluster
+        .node(i)
+        .cmd(&[b"INFO", section.as_bytes()])
+        .expect("info");
+    let t = testkit::values::text(&v).unwrap_or_default();
+    testkit::values::info_field(&t, field)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn cpu(cluster: &Cluster) -> f64 {
+    cluster
+        .masters()
+        .iter()
+        .map(|&i| {
+            info_f64(cluster, i, "cpu", "used_cpu_sys")
+                + info_f64(cluster, i, "cpu", "used_cpu_user")
+        })
+        .sum()
+}
+
+/// Reads plus writes the masters' event loops processed (`INFO stats`).
+fn io_ops(cluster: &Cluster) -> f64 {
+    cluster
+        .masters()
+        .iter()
+        .map(|&i| {
+            info_f64(cluster, i, "stats", "total_reads_processed")
+                + info_f64(cluster, i, "stats", "total_writes_processed")
+        })
+        .sum()
+}
+
+fn ssubscribe_calls(cluster: &Cluster, i: usize) -> u64 {
+    let v = cluster
+        .node(i)
+        .cmd(&[b"INFO", b"commandstats"])
+        .expect("info");
+    let t = testkit::values::text(&v).unwrap_or_default();
+    testkit::values::info_field(&t, "cmdstat_ssubscribe")
+        .and_then(|s| {
+            s.split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn kind_arg(arg: Option<&String>) -> ServerKind {
+    arg.and_then(|a| ServerKind::from_name(a))
+        .unwrap_or(ServerKind::Redis)
+}
+
+fn run_cpu(kind: ServerKind, messages: u64) {
+    println!("| masters | mode | published | delivered | dropped+failed | run | server CPU s | idle CPU s (same time) | CPU s per 1M delivered | minus idle | server reads+writes per delivered |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for masters in [1usize, 3, 6] {
+        let cluster = Cluster::start(kind, masters, 0).expect("cluster");
+        for mode in [Mode::Sharded, Mode::Classic] {
+            let count = Arc::new(AtomicU64::new(0));
+            let c2 = count.clone();
+            let ps = ClusterPubSub::builder()
+                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+                .mode(mode)
+                .workers(1)
+                .queue_capacity(65_536)
+                .handler(move |_: &[u8], _: &[u8]| {
+                    c2.fetch_add(1, Ordering::Relaxed);
+                })
+                .build()
+                .expect("cluster pubsub");
+            let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("cpu:{i}").into_bytes()).collect();
+            ps.subscribe(&chans).unwrap();
+            ps.wait_active(&chans, Duration::from_secs(20)).unwrap();
+            let payload = [b'x'; 64];
+            let before = cpu(&cluster);
+            let ops_before = io_ops(&cluster);
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while sent < messages && start.elapsed() < Duration::from_secs(120) {
+                for c in chans.iter().cycle().take(5000) {
+                    ps.publish(c, &payload).unwrap();
+                }
+                sent += 5000;
+                let wait = Instant::now();
+                while count.load(Ordering::Relaxed) + 5000 < sent
+                    && wait.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let wait = Instant::now();
+            while count.load(Ordering::Relaxed) < sent && wait.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let delivered = count.load(Ordering::Relaxed);
+            let used = cpu(&cluster) - before;
+            let ops = io_ops(&cluster) - ops_before;
+            let elapsed = start.elapsed();
+            // Idle baseline (cron, cluster bus) over the same time, with the
+            // connections still open.
+            let idle_start = cpu(&cluster);
+            std::thread::sleep(elapsed.min(Duration::from_secs(10)));
+            let idle = (cpu(&cluster) - idle_start) * elapsed.as_secs_f64()
+                / elapsed.min(Duration::from_secs(10)).as_secs_f64().max(1e-3);
+            let m = ps.metrics();
+            println!(
+                "| {masters} | {mode:?} | {sent} | {delivered} | {} | {elapsed:.2?} | {used:.2} | {idle:.2} | {:.2} | {:.2} | {:.3} |",
+                m.pubsub.dropped.total() + m.publish_failed,
+                used / (delivered.max(1) as f64 / 1e6),
+                (used - idle).max(0.0) / (delivered.max(1) as f64 / 1e6),
+                ops / delivered.max(1) as f64
+            );
+            ps.shutdown();
+        }
+    }
+}
+
+fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
+    let cluster = Cluster::start(kind, 6, 0).expect("cluster");
+    let masters = cluster.masters();
+    println!(
+        "| split | engines | channels each | SSUBSCRIBE per master (min–max) | total | restored in |"
+    );
+    println!("|---|---:|---:|---|---:|---:|");
+    for split in [ResubscribeSplit::Partitions, ResubscribeSplit::Channels] {
+        let chans: Vec<Vec<u8>> = (0..channels)
+            .map(|i| format!("rs:{i}").into_bytes())
+            .collect();
+        let insts: Vec<ClusterPubSub> = (0..engines)
+            .map(|_| {
+                ClusterPubSub::builder()
+                    .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+                    .partitions(128)
+                    .resubscribe_split(split)
+                    .resubscribe_workers(16)
+                    .workers(1)
+                    .handler(|_: &[u8], _: &[u8]| {})
+                    .build()
+                    .expect("cluster pubsub")
+            })
+            .collect();
+        for ps in &insts {
+            ps.subscribe(&chans).unwrap();
+            ps.wait_active(&chans, Duration::from_secs(30)).unwrap();
+        }
+        let before: Vec<u64> = masters
+            .iter()
+            .map(|&m| ssubscribe_calls(&cluster, m))
+            .collect();
+        let start = Instant::now();
+        for &m in &masters {
+            cluster
+                .node(m)
+                .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
+                .expect("client kill");
+        }
+        // Wait until every instance has reconnected and resubscribed.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for ps in &insts {
+            while ps.metrics().pubsub.reconnects < masters.len() as u64 && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ps.wait_active(&chans, Duration::from_secs(30)).unwrap();
+        }
+        let took = start.elapsed();
+        let per: Vec<u64> = masters
+            .iter()
+            .zip(&before)
+            .map(|(&m, b)| ssubscribe_calls(&cluster, m) - b)
+            .collect();
+        let (min, max) = (per.iter().min().unwrap(), per.iter().max().unwrap());
+        println!(
+            "| {split:?} | {engines} | {channels} | {min}–{max} | {} | {took:.2?} |",
+            per.iter().sum::<u64>()
+        );
+        drop(insts);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let kind = kind_arg(args.get(1));
+    match args.first().map(String::as_str) {
+        Some("cpu") => {
+            let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200_000);
+            run_cpu(kind, n);
+        }
+        Some("resubscribe") => {
+            let e = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
+            let c = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5_000);
+            run_resubscribe(kind, e, c);
+        }
+        _ => eprintln!("usage: cluster_bench cpu|resubscribe [redis|valkey] [...]"),
+    }
+}
