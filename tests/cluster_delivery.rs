@@ -106,6 +106,27 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
             assert!(missing.is_empty(), "{kind:?}");
         }
         drop(engines);
+        // A multiplier of 2: two subscribe connections per master.
+        let rec = Arc::new(Recorder::default());
+        let ps = ClusterPubSub::builder()
+            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+            .handler_arc(rec.clone())
+            .subscribe_multiplier(2)
+            .workers(2)
+            .build()
+            .unwrap();
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
+        for &i in &cluster.masters() {
+            assert_eq!(
+                named_clients(&cluster, i, "shardsub-sub"),
+                2,
+                "{kind:?} master {i}"
+            );
+        }
+        let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10));
+        assert!(missing.is_empty(), "{kind:?} multiplier 2");
+        drop(ps);
         // Comparison modes deliver too.
         for mode in [Mode::Classic, Mode::PerPartition] {
             let rec = Arc::new(Recorder::default());

@@ -1,7 +1,9 @@
 //! Publish redirects against real clusters (Redis 7 and Valkey 9, 3
 //! masters): a publish to a migrating slot succeeds without changing the
 //! route (`ASK`, when a server sends one, is followed with `ASKING`; Redis
-//! 7 and Valkey 9 serve `SPUBLISH` on the source), and `CLUSTERDOWN` is
+//! 7 and Valkey 9 serve `SPUBLISH` on the source), a slot with no owner is
+//! counted, probed and subscribed again once a node takes it (with a gap
+//! event), and `CLUSTERDOWN` is
 //! retried within the retry window and then fails with a clear error.
 
 mod cluster_support;
@@ -72,6 +74,48 @@ fn redirects(kind: ServerKind) {
     let m = ps.metrics();
     assert_eq!(m.redirects.moved, 0, "{m:?}");
 
+    // A slot with no owner: its partition is unresolved (counted, probed),
+    // and subscribed again once a node takes the slot.
+    let on_b = channel_on(b);
+    let p_b = parts.partition_of(&on_b);
+    let slot_b = parts.slot(p_b).to_string();
+    ps.subscribe([&on_b]).unwrap();
+    ps.wait_active(&[&on_b], Duration::from_secs(5)).unwrap();
+    for &n in &masters {
+        cluster
+            .node(n)
+            .cmd_str(&["CLUSTER", "DELSLOTS", &slot_b])
+            .unwrap();
+    }
+    ps.refresh();
+    testkit::wait_for(
+        "the slot to count as unowned",
+        Duration::from_secs(10),
+        || Ok((ps.metrics().unknown_slot_owners == 1).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    assert!(!ps.is_active(&on_b), "{kind:?}: active without an owner");
+    assert!(
+        ps.metrics().topology_errors.probe >= 1,
+        "{kind:?}: no probe"
+    );
+    cluster
+        .node(c)
+        .cmd_str(&["CLUSTER", "ADDSLOTS", &slot_b])
+        .unwrap();
+    cluster.wait_ok().expect("cluster ok after ADDSLOTS");
+    ps.wait_active(&[&on_b], Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    assert_eq!(ps.metrics().unknown_slot_owners, 0);
+    assert_eq!(
+        ps.publish_wait(&on_b, b"3", Duration::from_secs(2))
+            .unwrap(),
+        1,
+        "{kind:?}: the new owner delivers"
+    );
+    let gapped = rec.gaps.lock().contains(&on_b);
+    assert!(gapped, "{kind:?}: the orphaned channel got no gap event");
+
     // CLUSTERDOWN: a master dies with no replica; a live master that does
     // not serve shard channels while down refuses with CLUSTERDOWN, retried
     // until the window closes.
@@ -99,7 +143,7 @@ fn redirects(kind: ServerKind) {
 }
 
 #[test]
-fn ask_is_followed_and_clusterdown_fails_clearly() {
+fn migrating_slot_unowned_slot_and_clusterdown() {
     for kind in testkit::kinds() {
         redirects(kind);
     }

@@ -386,6 +386,7 @@ impl ClusterBuilder {
             stale_rounds: 0,
             delayed: Vec::new(),
             change_at: None,
+            last_restore_check: None,
             enc: Vec::new(),
             name: Vec::new(),
         };

@@ -59,6 +59,7 @@ pub(crate) struct Control {
     pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
     /// When a change was noticed and delivery not yet restored.
     pub(crate) change_at: Option<Instant>,
+    pub(crate) last_restore_check: Option<Instant>,
     pub(crate) enc: Vec<u8>,
     pub(crate) name: Vec<u8>,
 }
@@ -515,6 +516,15 @@ impl Control {
         if self.next_rebuild.is_some() {
             return;
         }
+        // At most every 10 ms: the scan reads every wanted channel.
+        let now = Instant::now();
+        if self
+            .last_restore_check
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(10))
+        {
+            return;
+        }
+        self.last_restore_check = Some(now);
         let lane_conn = self.s.lane_conn.read();
         for (lane, conn) in lane_conn.iter().enumerate() {
             let Some(l) = self.s.registry.lane(lane) else {
