@@ -3,7 +3,7 @@
 use alloc::boxed::Box;
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
-use crate::flat::validate_flat;
+use crate::flat::validate_fast;
 use crate::parse::{finish, Parsed};
 use crate::validate::{Fail, Validator};
 
@@ -91,7 +91,9 @@ impl Decoder {
         // At the start of a frame (at most once more per frame after an
         // incomplete header line), try the flat fast path first.
         if self.state.pos() == 0 {
-            if let Some(end) = validate_flat(buf, &self.limits) {
+            if let Some(end) = validate_fast(buf, &self.limits) {
+                // Forget the hints an earlier, incomplete try left.
+                self.state.reset();
                 return Ok(finish(buf, Status::Complete(end), 0, 0));
             }
         }

@@ -1,12 +1,20 @@
-//! A fast path for the most common frame: one counted aggregate of bulk
-//! strings and integers (Pub/Sub pushes, command replies, `CLUSTER SLOTS`
-//! rows' leaves aside). It accepts only what the general validator accepts,
-//! with the same result, and gives up (`None`) on anything else, including
-//! an incomplete frame, leaving that to the general validator.
+//! Fast paths for the most common frames: one counted aggregate of bulk
+//! strings and integers (Pub/Sub pushes, command replies), and counted
+//! aggregates of those nested a few levels deep (`CLUSTER SLOTS`, `HELLO`,
+//! most RESP3 replies). They accept only what the general validator accepts,
+//! with the same result, and give up (`None`) on anything else, including an
+//! incomplete frame, leaving that to the general validator.
 
 use crate::error::{Limits, MAX_DEPTH};
 use crate::frame::AggregateKind;
-use crate::read::{aggregate_kind, digits_crlf, parse_i64};
+use crate::read::{aggregate_kind, digits_crlf, int_crlf, parse_i64};
+
+/// The end of a frame at the start of `buf` that one of the fast paths
+/// validates whole.
+#[inline]
+pub(crate) fn validate_fast(buf: &[u8], limits: &Limits) -> Option<usize> {
+    validate_flat(buf, limits).or_else(|| validate_nested(buf, limits))
+}
 
 /// The end of a flat aggregate at the start of `buf`, if it is one and whole.
 #[inline]
@@ -22,30 +30,98 @@ pub(crate) fn validate_flat(buf: &[u8], limits: &Limits) -> Option<usize> {
     let items = if kind == AggregateKind::Map { n * 2 } else { n };
     for _ in 0..items {
         match buf.get(pos)? {
-            b'$' => {
-                let (len, after) = digits_crlf(buf, pos + 1)?;
-                if len > limits.max_bulk_len as u64 || buf.get(after - 1) != Some(&b'\n') {
+            b'$' => pos = bulk_end(buf, pos, limits)?,
+            b':' => pos = integer_end(buf, pos)?,
+            _ => return None,
+        }
+    }
+    Some(pos)
+}
+
+/// The end of a valid, whole `$<len>\r\n<data>\r\n` at `pos`.
+#[inline]
+fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
+    let (len, after) = digits_crlf(buf, pos + 1)?;
+    if len > limits.max_bulk_len as u64 || buf.get(after - 1) != Some(&b'\n') {
+        return None;
+    }
+    let end = after.checked_add(usize::try_from(len).ok()?)?;
+    if buf.get(end..end.checked_add(2)?)? != b"\r\n" {
+        return None;
+    }
+    Some(end + 2)
+}
+
+/// The end of a valid, whole `:<integer>\r\n` at `pos` (no longer than 21
+/// bytes between `:` and `\r`).
+#[inline]
+fn integer_end(buf: &[u8], pos: usize) -> Option<usize> {
+    if let Some((_, after)) = int_crlf(buf, pos + 1) {
+        return (buf.get(after - 1) == Some(&b'\n')).then_some(after);
+    }
+    let line = buf.get(pos + 1..)?;
+    let cr = line.iter().take(21).position(|&b| b == b'\r')?;
+    parse_i64(line.get(..cr)?)?;
+    if line.get(cr + 1) != Some(&b'\n') {
+        return None;
+    }
+    Some(pos + cr + 3)
+}
+
+/// Nesting the nested fast path handles; deeper frames go the general way.
+const NESTED_DEPTH: usize = 8;
+
+/// The end of a whole frame at the start of `buf` made only of counted
+/// arrays, sets, maps and pushes (at most [`NESTED_DEPTH`] deep), bulk
+/// strings, integers, simple strings and simple errors.
+pub(crate) fn validate_nested(buf: &[u8], limits: &Limits) -> Option<usize> {
+    let max_depth = limits.max_depth.min(MAX_DEPTH).min(NESTED_DEPTH);
+    // Items still to come in each open aggregate.
+    let mut open = [0u64; NESTED_DEPTH];
+    let mut depth = 0;
+    let mut pos = 0;
+    loop {
+        let t = *buf.get(pos)?;
+        match t {
+            b'$' => pos = bulk_end(buf, pos, limits)?,
+            b':' => pos = integer_end(buf, pos)?,
+            b'*' | b'~' | b'%' | b'>' => {
+                let (n, after) = digits_crlf(buf, pos + 1)?;
+                if n > limits.max_elements as u64 || buf.get(after - 1) != Some(&b'\n') {
                     return None;
                 }
-                let end = after.checked_add(usize::try_from(len).ok()?)?;
-                if buf.get(end..end.checked_add(2)?)? != b"\r\n" {
-                    return None;
+                pos = after;
+                if n > 0 {
+                    if depth >= max_depth {
+                        return None;
+                    }
+                    *open.get_mut(depth)? = if t == b'%' { n * 2 } else { n };
+                    depth += 1;
+                    continue;
                 }
-                pos = end + 2;
             }
-            b':' => {
+            b'+' | b'-' => {
                 let line = buf.get(pos + 1..)?;
-                let cr = line.iter().take(21).position(|&b| b == b'\r')?;
-                parse_i64(line.get(..cr)?)?;
-                if line.get(cr + 1) != Some(&b'\n') {
+                let cr = line.iter().position(|&b| b == b'\r')?;
+                if cr > limits.max_bulk_len || line.get(cr + 1) != Some(&b'\n') {
                     return None;
                 }
                 pos += cr + 3;
             }
             _ => return None,
         }
+        // A value ended: count it in the aggregates it closes.
+        loop {
+            let Some(left) = depth.checked_sub(1).and_then(|d| open.get_mut(d)) else {
+                return Some(pos);
+            };
+            *left -= 1;
+            if *left > 0 {
+                break;
+            }
+            depth -= 1;
+        }
     }
-    Some(pos)
 }
 
 #[cfg(test)]

@@ -17,14 +17,30 @@ pub enum AggregateKind {
 
 /// A complete, already-validated aggregate whose elements are parsed lazily,
 /// on iteration, from the borrowed input. Copying it is free.
-#[derive(Copy, Clone, Debug)]
+///
+/// A nested aggregate is found without walking its elements: iterating its
+/// parent skips them only when stepping past it to a later sibling.
+#[derive(Copy, Clone)]
 pub struct Aggregate<'a> {
     pub(crate) kind: AggregateKind,
     /// Number of elements; for maps and attributes, number of pairs.
     pub(crate) len: usize,
-    /// The bytes of the elements (after the header, up to the end of the last
-    /// element; for a streamed aggregate, before the `.` terminator).
+    /// The validated bytes from the first element on. They end at the end of
+    /// the last element for a top-level frame, an attribute or a streamed
+    /// aggregate; for an aggregate nested in a counted one they may run on
+    /// past it (to the end of the enclosing frame): the element count bounds
+    /// every read. [`Aggregate::body`] finds the exact end.
     pub(crate) body: &'a [u8],
+}
+
+impl core::fmt::Debug for Aggregate<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Aggregate")
+            .field("kind", &self.kind)
+            .field("len", &self.len)
+            .field("body", &self.body())
+            .finish()
+    }
 }
 
 /// The chunks of a streamed string (`$?` followed by `;n` chunks and `;0`).
@@ -72,8 +88,12 @@ pub enum Frame<'a> {
 /// Iterator over the elements of an [`Aggregate`] (maps yield key, value, key, value …).
 #[derive(Clone, Debug)]
 pub struct Elements<'a> {
+    /// Starts at the next element once `skip` values are skipped.
     pub(crate) rest: &'a [u8],
     pub(crate) remaining: usize,
+    /// Values to skip before the next element: the elements of the nested
+    /// aggregate yielded last, skipped only if iteration goes on past it.
+    pub(crate) skip: u64,
 }
 
 /// Iterator over the pairs of a map or attribute [`Aggregate`].
@@ -105,6 +125,7 @@ impl<'a> Aggregate<'a> {
         Elements {
             rest: self.body,
             remaining: self.element_count(),
+            skip: 0,
         }
     }
 
@@ -121,8 +142,12 @@ impl<'a> Aggregate<'a> {
     }
 
     /// The raw bytes of the elements, as they arrived (without the header).
+    ///
+    /// For an aggregate nested in another, this walks the elements once to
+    /// find where the last one ends.
     pub fn body(&self) -> &'a [u8] {
-        self.body
+        let end = crate::read::skip_items(self.body, 0, self.element_count() as u64);
+        end.and_then(|e| self.body.get(..e)).unwrap_or(self.body)
     }
 
     fn element_count(&self) -> usize {
@@ -157,39 +182,77 @@ impl<'a> Elements<'a> {
         if self.remaining == 0 {
             return None;
         }
-        // The common element, a bulk string, without the general reader.
-        if self.rest.first() == Some(&b'$') {
-            if let Some((len, after)) = crate::read::digits_crlf(self.rest, 1) {
-                let end = usize::try_from(len).ok().and_then(|l| after.checked_add(l));
-                if let Some(data) = end.and_then(|e| self.rest.get(after..e)) {
-                    self.rest = self.rest.get(after + data.len() + 2..).unwrap_or_default();
-                    self.remaining -= 1;
-                    return Some((None, Frame::Bulk(data)));
-                }
-            }
+        if self.skip > 0 {
+            self.skip_yielded()?;
         }
         match crate::read::read_element(self.rest) {
-            Some((attrs, frame, end)) => {
-                self.rest = self.rest.get(end..).unwrap_or_default();
+            Some((attrs, frame, next, skip)) => {
+                self.rest = self.rest.get(next..).unwrap_or_default();
+                self.skip = skip;
                 self.remaining -= 1;
                 Some((attrs, frame))
             }
-            None => {
-                // Unreachable for validated input; end the iteration.
-                self.remaining = 0;
-                None
-            }
+            None => self.stop(),
         }
+    }
+
+    /// Steps over the elements of the aggregate yielded last.
+    #[inline(never)]
+    fn skip_yielded(&mut self) -> Option<()> {
+        let end = crate::read::skip_items(self.rest, 0, self.skip);
+        match end.and_then(|e| self.rest.get(e..)) {
+            Some(rest) => self.rest = rest,
+            None => return self.stop(),
+        }
+        self.skip = 0;
+        Some(())
+    }
+
+    /// Unreachable for validated input: ends the iteration.
+    #[cold]
+    fn stop<T>(&mut self) -> Option<T> {
+        self.remaining = 0;
+        None
     }
 }
 
 impl<'a> Iterator for Elements<'a> {
     type Item = Frame<'a>;
+    #[inline]
     fn next(&mut self) -> Option<Frame<'a>> {
-        self.next_with_attributes().map(|(_, f)| f)
+        if self.remaining == 0 {
+            return None;
+        }
+        if self.skip > 0 {
+            self.skip_yielded()?;
+        }
+        if self.rest.first() == Some(&b'|') {
+            return self.next_with_attributes().map(|(_, f)| f);
+        }
+        match crate::read::read_value(self.rest, 0) {
+            Some((frame, next, skip)) => {
+                self.rest = self.rest.get(next..).unwrap_or_default();
+                self.skip = skip;
+                self.remaining -= 1;
+                Some(frame)
+            }
+            None => self.stop(),
+        }
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         (0, Some(self.remaining))
+    }
+    /// Skips the first `n` elements in one pass, without reading them.
+    fn nth(&mut self, n: usize) -> Option<Frame<'a>> {
+        if n >= self.remaining {
+            return self.stop();
+        }
+        match self.skip.checked_add(n as u64) {
+            Some(skip) => self.skip = skip,
+            None => return self.stop(),
+        }
+        self.remaining -= n;
+        self.next()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The stateless entry point and its output.
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
-use crate::flat::validate_flat;
+use crate::flat::validate_fast;
 use crate::frame::{Aggregate, AggregateKind, Frame};
 use crate::read::{aggregate_kind, digits_crlf, line, parse_u64, read_value};
 use crate::validate::{Fail, Validator};
@@ -47,7 +47,7 @@ impl Parsed<'_> {
 /// # Ok::<(), resp::ParseError>(())
 /// ```
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Status<Parsed<'a>>, ParseError> {
-    if let Some(end) = validate_flat(buf, limits) {
+    if let Some(end) = validate_fast(buf, limits) {
         return Ok(finish(buf, Status::Complete(end), 0, 0));
     }
     // Most frames nest only a few levels: try with a small stack that costs

@@ -18,21 +18,65 @@ pub(crate) fn line(buf: &[u8], start: usize) -> Option<(&[u8], usize)> {
     Some((rest.get(..i)?, start + i + 2))
 }
 
-/// The common header: digits then `\r\n` (at most 19 digits, so no
-/// overflow). Returns the number and the offset past the line; `None` for
-/// anything else (`?`, `-1`, longer numbers), which callers read the general way.
-#[inline]
+/// The common header: digits then `\r` (at most 19 digits, so no
+/// overflow). Returns the number and the offset past the line, assuming a
+/// `\n` follows the `\r` (callers on unvalidated input check it); `None` for
+/// anything else (`?`, `-1`, longer numbers), which callers read the general
+/// way.
+#[inline(always)]
 pub(crate) fn digits_crlf(buf: &[u8], start: usize) -> Option<(u64, usize)> {
     let rest = buf.get(start..)?;
-    let mut n: u64 = 0;
-    // Up to 19 digits, then `\r`: 19 digits cannot overflow a u64.
-    for (i, &b) in rest.iter().enumerate().take(20) {
+    let mut n = u64::from(rest.first()?.wrapping_sub(b'0'));
+    if n > 9 {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(&b) = rest.get(i) {
         let d = b.wrapping_sub(b'0');
-        if d < 10 && i < 19 {
-            n = n * 10 + u64::from(d);
-        } else {
-            return (b == b'\r' && i > 0).then_some((n, start + i + 2));
+        if d > 9 {
+            return if b == b'\r' {
+                Some((n, start + i + 2))
+            } else {
+                None
+            };
         }
+        // 19 digits at most: no overflow.
+        if i == 19 {
+            return None;
+        }
+        n = n * 10 + u64::from(d);
+        i += 1;
+    }
+    None
+}
+
+/// An integer line `[-]digits\r` starting at `start` (at most 18 digits, so
+/// no overflow): the value and the offset past the line, assuming a `\n`
+/// follows the `\r`. `None` for anything else (a `+` sign, longer numbers),
+/// which callers read the general way.
+#[inline(always)]
+pub(crate) fn int_crlf(buf: &[u8], start: usize) -> Option<(i64, usize)> {
+    let neg = buf.get(start) == Some(&b'-');
+    let from = start + usize::from(neg);
+    let rest = buf.get(from..)?;
+    let mut n = i64::from(rest.first()?.wrapping_sub(b'0'));
+    if n > 9 {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(&b) = rest.get(i) {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            if b != b'\r' {
+                return None;
+            }
+            return Some((if neg { -n } else { n }, from + i + 2));
+        }
+        if i == 18 {
+            return None;
+        }
+        n = n * 10 + i64::from(d);
+        i += 1;
     }
     None
 }
@@ -116,8 +160,10 @@ pub(crate) fn is_big_number(line: &[u8]) -> bool {
 }
 
 /// Reads one element, with the attribute attached to it if any: returns the
-/// attribute, the frame and the offset just past it.
-pub(crate) fn read_element(buf: &[u8]) -> Option<(Option<Aggregate<'_>>, Frame<'_>, usize)> {
+/// attribute, the frame, and where the next element starts (see
+/// [`read_value`]).
+#[inline]
+pub(crate) fn read_element(buf: &[u8]) -> Option<(Option<Aggregate<'_>>, Frame<'_>, usize, u64)> {
     if buf.first() == Some(&b'|') {
         let (hdr, after) = line(buf, 1)?;
         let n = parse_u64(hdr).ok()?;
@@ -127,11 +173,11 @@ pub(crate) fn read_element(buf: &[u8]) -> Option<(Option<Aggregate<'_>>, Frame<'
             len: usize::try_from(n).ok()?,
             body: buf.get(after..end)?,
         };
-        let (frame, vend) = read_value(buf, end)?;
-        Some((Some(attrs), frame, vend))
+        let (frame, next, skip) = read_value(buf, end)?;
+        Some((Some(attrs), frame, next, skip))
     } else {
-        let (frame, end) = read_value(buf, 0)?;
-        Some((None, frame, end))
+        let (frame, next, skip) = read_value(buf, 0)?;
+        Some((None, frame, next, skip))
     }
 }
 
@@ -146,15 +192,52 @@ pub(crate) fn aggregate_kind(t: u8) -> Option<AggregateKind> {
     })
 }
 
-/// Reads the (non-attribute) value at `pos`: the frame and the offset past it.
-pub(crate) fn read_value(buf: &[u8], pos: usize) -> Option<(Frame<'_>, usize)> {
+/// Reads the (non-attribute) value at `pos` of validated bytes. Returns the
+/// frame and where the element after it starts: at the returned offset,
+/// once the returned number of values has been skipped. That number is
+/// non-zero for a counted aggregate, whose elements are not walked here:
+/// its [`Aggregate`] view starts at its first element and is bounded by its
+/// element count, and whoever iterates past it skips its elements then
+/// (never, when it was the last one).
+#[inline(always)]
+pub(crate) fn read_value(buf: &[u8], pos: usize) -> Option<(Frame<'_>, usize, u64)> {
     let t = *buf.get(pos)?;
-    if t == b'$' {
-        if let Some((len, after)) = digits_crlf(buf, pos + 1) {
-            let end = after.checked_add(usize::try_from(len).ok()?)?;
-            return Some((Frame::Bulk(buf.get(after..end)?), end.checked_add(2)?));
+    match t {
+        b'$' => {
+            if let Some((len, after)) = digits_crlf(buf, pos + 1) {
+                let end = after.checked_add(usize::try_from(len).ok()?)?;
+                return Some((Frame::Bulk(buf.get(after..end)?), end.checked_add(2)?, 0));
+            }
         }
+        b':' => {
+            if let Some((n, after)) = int_crlf(buf, pos + 1) {
+                return Some((Frame::Integer(n), after, 0));
+            }
+        }
+        b'*' | b'~' | b'>' | b'%' => {
+            if let Some((n, after)) = digits_crlf(buf, pos + 1) {
+                let (kind, items) = match t {
+                    b'*' => (AggregateKind::Array, n),
+                    b'~' => (AggregateKind::Set, n),
+                    b'>' => (AggregateKind::Push, n),
+                    _ => (AggregateKind::Map, n.checked_mul(2)?),
+                };
+                let agg = Aggregate {
+                    kind,
+                    len: usize::try_from(n).ok()?,
+                    body: buf.get(after..)?,
+                };
+                return Some((Frame::Aggregate(agg), after, items));
+            }
+        }
+        _ => {}
     }
+    read_value_slow(buf, pos, t)
+}
+
+/// [`read_value`] for everything but the common headers.
+#[inline(never)]
+fn read_value_slow(buf: &[u8], pos: usize, t: u8) -> Option<(Frame<'_>, usize, u64)> {
     let (hdr, after) = line(buf, pos.checked_add(1)?)?;
     let frame = match t {
         b'+' => Frame::Simple(hdr),
@@ -174,10 +257,11 @@ pub(crate) fn read_value(buf: &[u8], pos: usize) -> Option<(Frame<'_>, usize)> {
                         total_len: total,
                     }),
                     end,
+                    0,
                 ));
             }
             if hdr == b"-1" {
-                return Some((Frame::Null, after));
+                return Some((Frame::Null, after, 0));
             }
             let len = usize::try_from(parse_u64(hdr).ok()?).ok()?;
             let data_end = after.checked_add(len)?;
@@ -193,40 +277,44 @@ pub(crate) fn read_value(buf: &[u8], pos: usize) -> Option<(Frame<'_>, usize)> {
                     }
                 }
             };
-            return Some((frame, data_end.checked_add(2)?));
+            return Some((frame, data_end.checked_add(2)?, 0));
         }
         _ => {
             let kind = aggregate_kind(t)?;
             if hdr == b"-1" {
-                return Some((Frame::Null, after));
+                return Some((Frame::Null, after, 0));
             }
-            let (len, body_end, end) = if hdr == b"?" {
+            if hdr == b"?" {
+                // The element count of a streamed aggregate is known only by
+                // walking it: do it now, once, and bound the view exactly.
                 let (end, count) = skip_streamed(buf, after)?;
                 let len = if kind == AggregateKind::Map {
                     count / 2
                 } else {
                     count
                 };
-                (len, end.checked_sub(3)?, end)
-            } else {
-                let n = parse_u64(hdr).ok()?;
-                let items = if kind == AggregateKind::Map {
-                    n.checked_mul(2)?
-                } else {
-                    n
+                let agg = Aggregate {
+                    kind,
+                    len: usize::try_from(len).ok()?,
+                    body: buf.get(after..end.checked_sub(3)?)?,
                 };
-                let end = skip_items(buf, after, items)?;
-                (n, end, end)
+                return Some((Frame::Aggregate(agg), end, 0));
+            }
+            let n = parse_u64(hdr).ok()?;
+            let items = if kind == AggregateKind::Map {
+                n.checked_mul(2)?
+            } else {
+                n
             };
             let agg = Aggregate {
                 kind,
-                len: usize::try_from(len).ok()?,
-                body: buf.get(after..body_end)?,
+                len: usize::try_from(n).ok()?,
+                body: buf.get(after..)?,
             };
-            return Some((Frame::Aggregate(agg), end));
+            return Some((Frame::Aggregate(agg), after, items));
         }
     };
-    Some((frame, after))
+    Some((frame, after, 0))
 }
 
 /// Reads one chunk of a streamed string body: its data and the offset past it.
@@ -274,18 +362,38 @@ fn skip_streamed(buf: &[u8], mut pos: usize) -> Option<(usize, u64)> {
 /// starting at `pos`; returns the offset past the last. Counted aggregates are
 /// flattened into the running count, so this needs no stack; only streamed
 /// aggregates recurse, to a depth the validator bounded.
+#[inline]
 pub(crate) fn skip_items(buf: &[u8], mut pos: usize, count: u64) -> Option<usize> {
     let mut pending = count;
     while pending > 0 {
         let t = *buf.get(pos)?;
-        if t == b'$' {
-            if let Some((len, after)) = digits_crlf(buf, pos + 1) {
-                pos = after
-                    .checked_add(usize::try_from(len).ok()?)?
-                    .checked_add(2)?;
+        // The common tokens: a length header, or a line.
+        match t {
+            b'$' | b'*' | b'~' | b'>' | b'%' | b'|' => {
+                if let Some((n, after)) = digits_crlf(buf, pos + 1) {
+                    pos = after;
+                    match t {
+                        b'$' => {
+                            pos = pos.checked_add(usize::try_from(n).ok()?)?.checked_add(2)?;
+                            pending -= 1;
+                        }
+                        // An attribute does not take the place of a value:
+                        // the value it precedes still counts.
+                        b'%' => pending = pending.checked_add(n.checked_mul(2)?)? - 1,
+                        b'|' => pending = pending.checked_add(n.checked_mul(2)?)?,
+                        _ => pending = pending.checked_add(n)? - 1,
+                    }
+                    continue;
+                }
+            }
+            b':' | b'+' | b'-' | b'_' | b'#' | b',' | b'(' => {
+                let rest = buf.get(pos + 1..)?;
+                let i = rest.iter().position(|&b| b == b'\r')?;
+                pos += i + 3;
                 pending -= 1;
                 continue;
             }
+            _ => {}
         }
         let (hdr, after) = line(buf, pos.checked_add(1)?)?;
         pos = after;
@@ -312,8 +420,6 @@ pub(crate) fn skip_items(buf: &[u8], mut pos: usize, count: u64) -> Option<usize
                     } else {
                         n
                     };
-                    // An attribute does not take the place of a value: the
-                    // value it precedes still counts.
                     let done = u64::from(t != b'|');
                     pending = pending.checked_add(items)?.checked_sub(done)?;
                 }
