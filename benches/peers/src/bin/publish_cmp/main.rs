@@ -1,0 +1,327 @@
+//! Publish throughput side by side: shardsub, the `redis` crate's
+//! multiplexed async connection, `fred` 10 and `redis-benchmark` (the C
+//! reference), against one local server started through testkit, in one
+//! run, clients taking turns.
+//!
+//! ```text
+//! publish_cmp [--kinds redis,valkey] [--messages 1000000] [--reps 3]
+//!             [--conc 1,64] [--only c,shardsub,redis,fred] [--warmup 50000]
+//!             [--addr HOST:PORT]
+//! publish_cmp --serve redis|valkey
+//! ```
+//!
+//! `--addr` uses a running server instead of starting one (for tracing the
+//! client alone); `--serve` starts one, prints its address and keeps it
+//! until its standard input closes.
+//!
+//! Prints one line per run as it goes, then a Markdown table of medians per
+//! server. Per client: messages/s; client CPU seconds per million messages
+//! (`getrusage`: `RUSAGE_SELF` deltas for the in-process Rust clients,
+//! `RUSAGE_CHILDREN` for `redis-benchmark`); write-type syscalls per
+//! message from `/proc/self/io` `syscw` (Rust clients only; eventfd wakes
+//! included); shardsub's own count of socket writes; allocation calls per
+//! message (counting global allocator, whole process); the server's CPU
+//! (`INFO CPU`). For exact per-syscall counts of every client, see
+//! `publish_cmp_strace.sh`.
+
+mod clients;
+mod measure;
+
+use std::collections::BTreeMap;
+
+use clients::{Clients, Kind, WINDOW};
+use measure::{CountingAlloc, Sample, Snapshot};
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+struct Options {
+    kinds: Vec<testkit::ServerKind>,
+    messages: u64,
+    reps: usize,
+    conc: Vec<usize>,
+    only: Vec<Kind>,
+    warmup: u64,
+    payload: usize,
+    addr: Option<std::net::SocketAddr>,
+    serve: Option<testkit::ServerKind>,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        kinds: vec![testkit::ServerKind::Redis, testkit::ServerKind::Valkey],
+        messages: 1_000_000,
+        reps: 3,
+        conc: vec![1, 64],
+        only: Kind::ALL.to_vec(),
+        warmup: 50_000,
+        payload: 256,
+        addr: None,
+        serve: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--kinds" => {
+                o.kinds = value
+                    .split(',')
+                    .map(|k| testkit::ServerKind::from_name(k).ok_or(format!("unknown server {k}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--messages" => o.messages = num(&value)?.max(64),
+            "--reps" => o.reps = num(&value)?.clamp(1, 20) as usize,
+            "--warmup" => o.warmup = num(&value)?,
+            "--addr" => o.addr = Some(value.parse().map_err(|_| format!("bad address {value}"))?),
+            "--serve" => {
+                o.serve = Some(
+                    testkit::ServerKind::from_name(&value)
+                        .ok_or(format!("unknown server {value}"))?,
+                )
+            }
+            "--payload" => o.payload = num(&value)?.clamp(1, 1 << 20) as usize,
+            "--conc" => {
+                o.conc = value
+                    .split(',')
+                    .map(|c| num(c).map(|n| n.clamp(1, 1024) as usize))
+                    .collect::<Result<_, _>>()?
+            }
+            "--only" => {
+                o.only = value
+                    .split(',')
+                    .map(|k| Kind::parse(k).ok_or(format!("unknown client {k}")))
+                    .collect::<Result<_, _>>()?
+            }
+            _ => return Err(format!("unknown argument {flag}")),
+        }
+    }
+    Ok(o)
+}
+
+fn submitters(kind: Kind, conc: usize) -> String {
+    match (kind, conc) {
+        (Kind::Reference, c) => format!("-c {c} -P {WINDOW}"),
+        (Kind::Shardsub, 1) => "1 thread".into(),
+        (Kind::Shardsub, c) => format!("{c} threads"),
+        (_, 1) => format!("1 task, {WINDOW} in flight"),
+        (_, c) => format!("{c} tasks"),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Medians of one client at one concurrency.
+struct Row {
+    rate: f64,
+    cpu_per_m: f64,
+    /// Messages per write-type syscall.
+    syscw: Option<f64>,
+    per_write: Option<f64>,
+    allocs: Option<f64>,
+    server_per_m: f64,
+}
+
+fn row(samples: &[Sample]) -> Row {
+    let per_msg = |f: &dyn Fn(&Sample) -> Option<u64>| {
+        samples
+            .iter()
+            .map(|s| f(s).map(|v| v as f64 / s.messages as f64))
+            .collect::<Option<Vec<f64>>>()
+            .map(median)
+    };
+    Row {
+        rate: median(samples.iter().map(|s| s.messages as f64 / s.secs).collect()),
+        cpu_per_m: median(
+            samples
+                .iter()
+                .map(|s| s.cpu / s.messages as f64 * 1e6)
+                .collect(),
+        ),
+        syscw: per_msg(&|s| s.syscw).map(|w| 1.0 / w),
+        per_write: per_msg(&|s| s.engine_writes).map(|w| 1.0 / w),
+        allocs: per_msg(&|s| s.allocs),
+        server_per_m: median(
+            samples
+                .iter()
+                .map(|s| s.server_cpu / s.messages as f64 * 1e6)
+                .collect(),
+        ),
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.digits$}"))
+}
+
+fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec<Sample>>) {
+    println!("\n### {server}\n");
+    println!(
+        "| publisher | submitters | msg/s | vs C | vs best Rust peer | client CPU s / 1M | \
+         CPU vs best peer | msgs / write syscall (syscw) | msgs / socket write (engine) | \
+         allocs / msg | server CPU s / 1M |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &conc in &o.conc {
+        let rows: Vec<(Kind, Row)> = Kind::ALL
+            .iter()
+            .enumerate()
+            .filter_map(|(k, &kind)| samples.get(&(conc, k)).map(|s| (kind, row(s))))
+            .collect();
+        let rate_of = |want: Kind| rows.iter().find(|(k, _)| *k == want).map(|(_, r)| r.rate);
+        let peers = || {
+            rows.iter()
+                .filter(|(k, _)| matches!(k, Kind::RedisRs | Kind::Fred))
+        };
+        let best_rate = peers().map(|(_, r)| r.rate).fold(f64::NAN, f64::max);
+        let best_cpu = peers().map(|(_, r)| r.cpu_per_m).fold(f64::NAN, f64::min);
+        let c_rate = rate_of(Kind::Reference).unwrap_or(f64::NAN);
+        for (kind, r) in &rows {
+            println!(
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
+                kind.name(),
+                submitters(*kind, conc),
+                r.rate,
+                r.rate / c_rate,
+                r.rate / best_rate,
+                r.cpu_per_m,
+                format!("{:.2}", r.cpu_per_m / best_cpu),
+                opt(r.syscw, 1),
+                opt(r.per_write, 0),
+                opt(r.allocs, 4),
+                r.server_per_m,
+            );
+        }
+    }
+}
+
+fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<(), String> {
+    let info = |section: &str| -> String {
+        testkit::Client::connect(addr)
+            .and_then(|mut c| c.cmd(&[b"INFO", section.as_bytes()]))
+            .ok()
+            .and_then(|v| testkit::values::text(&v))
+            .unwrap_or_default()
+    };
+    let version = testkit::values::info_field(&info("SERVER"), "redis_version").unwrap_or_default();
+    let pid = testkit::values::info_field(&info("SERVER"), "process_id").unwrap_or_default();
+    let clients = Clients::connect(addr, o.payload)?;
+    let list = testkit::Client::connect(addr)
+        .and_then(|mut c| c.cmd(&[b"CLIENT", b"LIST"]))
+        .ok()
+        .and_then(|v| testkit::values::text(&v))
+        .unwrap_or_default();
+    let tids = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    println!(
+        "server {label} {version} on {addr} (server_tids={tids}); {} connections speak RESP3 (resp=3)",
+        list.matches("resp=3").count(),
+    );
+    let mut samples: BTreeMap<(usize, usize), Vec<Sample>> = BTreeMap::new();
+    let kinds: Vec<(usize, Kind)> = Kind::ALL
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, k)| o.only.contains(k))
+        .collect();
+    let measure = |k: Kind, conc: usize, n: u64| -> Result<Sample, String> {
+        let children = k == Kind::Reference;
+        let snap = || Snapshot::take(addr, children);
+        let w0 = clients.engine().stats().writes;
+        let (a, b) = clients.run(k, conc, n, &snap)?;
+        let mut s = Sample::between(&a, &b, n, !children);
+        if k == Kind::Shardsub {
+            s.engine_writes = Some(clients.engine().stats().writes - w0);
+        }
+        Ok(s)
+    };
+    if o.warmup > 0 {
+        for &conc in &o.conc {
+            for &(_, k) in &kinds {
+                measure(k, conc, o.warmup.max(conc as u64))?;
+            }
+        }
+    }
+    for rep in 0..o.reps {
+        for &conc in &o.conc {
+            // Alternate, and rotate who goes first from one repetition to the next.
+            let mut order = kinds.clone();
+            let len = order.len();
+            order.rotate_left(rep % len.max(1));
+            for (k_index, k) in order {
+                let n = o.messages / conc as u64 * conc as u64;
+                let s = measure(k, conc, n)?;
+                println!(
+                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/syscw {}  allocs/msg {}  server {:.2} s/1M",
+                    k.name(),
+                    submitters(k, conc),
+                    s.messages as f64 / s.secs,
+                    s.cpu / s.messages as f64 * 1e6,
+                    opt(s.syscw.map(|w| s.messages as f64 / w as f64), 1),
+                    opt(s.allocs.map(|a| a as f64 / s.messages as f64), 4),
+                    s.server_cpu / s.messages as f64 * 1e6,
+                );
+                samples.entry((conc, k_index)).or_default().push(s);
+            }
+        }
+    }
+    clients.engine().shutdown();
+    print_table(&format!("{label} {version}"), o, &samples);
+    Ok(())
+}
+
+fn main() {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("publish_cmp: {e}");
+            std::process::exit(2);
+        }
+    };
+    let started = std::time::Instant::now();
+    let result = match (o.serve, o.addr) {
+        (Some(kind), _) => serve(kind),
+        (None, Some(addr)) => run_server(addr, "given", &o),
+        (None, None) => o.kinds.iter().try_for_each(|&kind| {
+            let server =
+                testkit::Server::start(kind).map_err(|e| format!("{}: {e}", kind.name()))?;
+            run_server(server.addr(), kind.name(), &o)
+        }),
+    };
+    if let Err(e) = result {
+        eprintln!("publish_cmp: {e}");
+        std::process::exit(1);
+    }
+    println!("\ntotal {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// Starts a server, prints its address, and stops it when standard input
+/// closes (testkit stops it on drop).
+fn serve(kind: testkit::ServerKind) -> Result<(), String> {
+    let server = testkit::Server::start(kind).map_err(|e| format!("{}: {e}", kind.name()))?;
+    println!("{}", server.addr());
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    drop(server);
+    Ok(())
+}

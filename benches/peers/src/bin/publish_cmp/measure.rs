@@ -1,0 +1,163 @@
+//! What each run measures: a counting global allocator, process CPU time,
+//! write-type syscalls from `/proc/self/io`, and the server's CPU time.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The system allocator, counting every `alloc`, `alloc_zeroed` and
+/// `realloc` call of every thread in the process.
+pub struct CountingAlloc;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to `System`; the counter is a
+// relaxed atomic that never allocates.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Allocation calls so far in this process.
+pub fn allocs() -> u64 {
+    ALLOCS.load(Ordering::Relaxed)
+}
+
+/// User + system CPU seconds of this process (`RUSAGE_SELF`, all threads)
+/// or of its waited-for children (`RUSAGE_CHILDREN`).
+pub fn cpu_seconds(children: bool) -> f64 {
+    let who = if children {
+        libc::RUSAGE_CHILDREN
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: `rusage` is plain data; getrusage fills it and only reads `who`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a properly sized, writable `rusage`.
+    let rc = unsafe { libc::getrusage(who, &mut usage) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// `syscw` of `/proc/self/io`: write-type syscalls (`write`, `writev`,
+/// `pwrite*`) of the whole process, on any file descriptor (eventfd wakes
+/// included; `sendto`/`sendmsg` are not counted there). 0 when unreadable.
+pub fn write_syscalls() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("syscw:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `used_cpu_user + used_cpu_sys` from the server's `INFO CPU`.
+///
+/// # Errors
+///
+/// When the server cannot be asked or the reply lacks the fields.
+pub fn server_cpu(server: SocketAddr) -> Result<f64, String> {
+    let reply = testkit::Client::connect(server)
+        .and_then(|mut c| c.cmd(&[b"INFO", b"CPU"]))
+        .map_err(|e| format!("INFO CPU: {e}"))?;
+    let text = testkit::values::text(&reply).ok_or("INFO CPU: not a string reply")?;
+    let field = |name: &str| {
+        testkit::values::info_field(&text, name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| format!("INFO CPU lacks {name}"))
+    };
+    Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+/// Counters read before and after a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot {
+    /// Wall clock.
+    pub at: std::time::Instant,
+    /// Client CPU seconds (self, or children for the C reference).
+    pub cpu: f64,
+    /// Write-type syscalls of this process.
+    pub syscw: u64,
+    /// Allocation calls of this process.
+    pub allocs: u64,
+    /// Server CPU seconds.
+    pub server_cpu: f64,
+}
+
+impl Snapshot {
+    /// Reads every counter now.
+    ///
+    /// # Errors
+    ///
+    /// As [`server_cpu`].
+    pub fn take(server: SocketAddr, children: bool) -> Result<Snapshot, String> {
+        let server_cpu = server_cpu(server)?;
+        Ok(Snapshot {
+            cpu: cpu_seconds(children),
+            syscw: write_syscalls(),
+            allocs: allocs(),
+            server_cpu,
+            at: std::time::Instant::now(),
+        })
+    }
+}
+
+/// One client's run, as deltas.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sample {
+    /// Messages published and acknowledged.
+    pub messages: u64,
+    /// Wall seconds.
+    pub secs: f64,
+    /// Client CPU seconds.
+    pub cpu: f64,
+    /// Write-type syscalls (`None` for the C reference: another process).
+    pub syscw: Option<u64>,
+    /// Allocations (`None` for the C reference).
+    pub allocs: Option<u64>,
+    /// Server CPU seconds.
+    pub server_cpu: f64,
+    /// Socket writes as the engine counts them (shardsub only).
+    pub engine_writes: Option<u64>,
+}
+
+impl Sample {
+    /// The deltas between two snapshots; the C reference's syscalls and
+    /// allocations belong to another process and are left out.
+    pub fn between(a: &Snapshot, b: &Snapshot, messages: u64, in_process: bool) -> Sample {
+        Sample {
+            messages,
+            secs: b.at.duration_since(a.at).as_secs_f64(),
+            cpu: b.cpu - a.cpu,
+            syscw: in_process.then(|| b.syscw - a.syscw),
+            allocs: in_process.then(|| b.allocs - a.allocs),
+            server_cpu: b.server_cpu - a.server_cpu,
+            engine_writes: None,
+        }
+    }
+}
