@@ -217,6 +217,26 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_the_fast_path_finishes_leaves_no_stale_hints() {
+        let mut d = Decoder::default();
+        // The general validator waits for the bulk's body (`need`) ...
+        assert!(matches!(d.decode(b"$5\r\nhel"), Ok(Status::Incomplete)));
+        // ... and for the end of a line (`scan_from`).
+        assert!(matches!(d.decode(b"$5\r\nhello\r"), Ok(Status::Incomplete)));
+        let wire = b"$5\r\nhello\r\n_\r\n";
+        let Ok(Status::Complete(p)) = d.decode(wire) else {
+            panic!()
+        };
+        assert_eq!((p.frame.as_bytes(), p.consumed), (Some(&b"hello"[..]), 11));
+        // The next frame, for the general validator and shorter than the
+        // last one's `need`, is complete.
+        let Ok(Status::Complete(p)) = d.decode(&wire[11..]) else {
+            panic!()
+        };
+        assert!(p.frame.is_null());
+    }
+
+    #[test]
     fn decoder_restarts_when_the_buffer_shrinks() {
         let mut d = Decoder::default();
         assert!(matches!(d.decode(b"*2\r\n:1\r\n"), Ok(Status::Incomplete)));

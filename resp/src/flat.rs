@@ -163,7 +163,73 @@ mod tests {
         assert_eq!(validate_flat(b"*1\r\n:1\r\n", &flat), None);
     }
 
+    #[test]
+    fn nested_path_accepts_nested_counted_frames_and_leaves_the_rest() {
+        let l = Limits::default();
+        let slots =
+            b"*1\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n%0\r\nrest";
+        assert_eq!(validate_nested(slots, &l), Some(slots.len() - 4));
+        let maps = b"%1\r\n+k\r\n%1\r\n-ERR x\r\n~0\r\n";
+        assert_eq!(validate_nested(maps, &l), Some(maps.len()));
+        assert_eq!(validate_nested(b"+OK\r\n", &l), Some(5));
+        assert_eq!(validate_nested(b"$2\r\nab\r\n:1\r\n", &l), Some(8));
+        assert_eq!(validate_nested(b"*1\r\n:+1\r\n", &l), Some(9));
+        for other in [
+            &b"*2\r\n*1\r\n:1\r\n"[..],
+            b"*1\r\n*?\r\n.\r\n",
+            b"*1\r\n|0\r\n:1\r\n",
+            b"*1\r\n*-1\r\n",
+            b"*1\r\n_\r\n",
+            b"*1\r\n+a\rb\r\n",
+            b"*1\r\n*1\n\n:1\r\n",
+        ] {
+            assert_eq!(validate_nested(other, &l), None, "{other:?}");
+        }
+        // Deeper than the fast path's stack or the limit: the general way.
+        let deep = b"*1\r\n"
+            .repeat(NESTED_DEPTH)
+            .into_iter()
+            .chain(*b":1\r\n")
+            .collect::<alloc::vec::Vec<u8>>();
+        assert_eq!(validate_nested(&deep, &l), Some(deep.len()));
+        let deeper = [&b"*1\r\n"[..], &deep].concat();
+        assert_eq!(validate_nested(&deeper, &l), None);
+        let shallow = Limits { max_depth: 1, ..l };
+        assert_eq!(validate_nested(b"*1\r\n*1\r\n:1\r\n", &shallow), None);
+        assert_eq!(validate_nested(b"*1\r\n*0\r\n", &shallow), Some(8));
+        let short = Limits {
+            max_bulk_len: 1,
+            ..l
+        };
+        assert_eq!(validate_nested(b"*1\r\n+ab\r\n", &short), None);
+    }
+
     proptest::proptest! {
+        /// Wherever the nested fast path answers, the general validator agrees.
+        #[test]
+        fn nested_path_agrees_with_the_general_validator(
+            tokens in proptest::collection::vec(proptest::sample::select(&[
+                "*2\r\n", "*1\r\n", ">3\r\n", "%1\r\n", "~1\r\n", "|1\r\n", "*0\r\n",
+                "%0\r\n", "*?\r\n", ".\r\n", "$1\r\nx\r\n", "$0\r\n\r\n", "$2\r\nab\r\n",
+                ":1\r\n", ":-5\r\n", ":+5\r\n", "+OK\r\n", "-E\r\n", "+\r\n", "$-1\r\n",
+                "_\r\n", "$1\r\n", "x", "\r\n", "\n", "\r", "9", "$", ":", "-", "+",
+            ][..]), 0..14),
+            max_elements in 1usize..4,
+            max_bulk_len in 0usize..3,
+            max_depth in 0usize..4,
+        ) {
+            let buf: std::string::String = tokens.concat();
+            let limits = Limits { max_elements, max_bulk_len, max_depth };
+            if let Some(end) = validate_fast(buf.as_bytes(), &limits) {
+                let mut v = crate::validate::Validator::<8>::new();
+                let general = v.run(buf.as_bytes(), &limits);
+                proptest::prop_assert!(
+                    matches!(general, Ok(crate::Status::Complete(e)) if e == end),
+                    "{:?}: fast {} general {:?}", buf, end, general
+                );
+            }
+        }
+
         /// Wherever the fast path answers, the general validator agrees.
         #[test]
         fn agrees_with_the_general_validator(
