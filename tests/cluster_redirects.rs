@@ -1,7 +1,8 @@
 //! Publish redirects against real clusters (Redis 7 and Valkey 9, 3
 //! masters): a publish to a migrating slot succeeds without changing the
 //! route (`ASK`, when a server sends one, is followed with `ASKING`; Redis
-//! 7 and Valkey 9 serve `SPUBLISH` on the source), a slot with no owner is
+//! 7 and Valkey 9 serve `SPUBLISH` on the source), `MOVED` reroutes the
+//! publish and the slot and schedules a refresh, a slot with no owner is
 //! counted, probed and subscribed again once a node takes it (with a gap
 //! event), and `CLUSTERDOWN` is
 //! retried within the retry window and then fails with a clear error.
@@ -25,6 +26,14 @@ fn state_of(cluster: &Cluster, i: usize) -> String {
     testkit::values::info_field(&t, "cluster_state").unwrap_or_default()
 }
 
+/// A channel whose partition lives on master `node`.
+fn channel_on(cluster: &Cluster, parts: &shardcore::Partitions, node: usize) -> Vec<u8> {
+    (0..100_000)
+        .map(|i| format!("r:{i}").into_bytes())
+        .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(node))
+        .expect("a channel on the node")
+}
+
 fn redirects(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
     let rec = Arc::new(Recorder::default());
@@ -38,13 +47,8 @@ fn redirects(kind: ServerKind) {
     let masters = cluster.masters();
     let (a, b, c) = (masters[0], masters[1], masters[2]);
     let parts = ps.partitions().clone();
-    let channel_on = |node: usize| -> Vec<u8> {
-        (0..100_000)
-            .map(|i| format!("r:{i}").into_bytes())
-            .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(node))
-            .expect("a channel on the node")
-    };
-    let on_a = channel_on(a);
+
+    let on_a = channel_on(&cluster, &parts, a);
     let slot = parts.slot(parts.partition_of(&on_a)).to_string();
     let (id_a, id_b) = (
         cluster.node_id(a).unwrap().to_string(),
@@ -74,9 +78,38 @@ fn redirects(kind: ServerKind) {
     let m = ps.metrics();
     assert_eq!(m.redirects.moved, 0, "{m:?}");
 
+    // MOVED: the slot moves for good while this instance (no subscription
+    // there, 30 s poll) still routes to a; the publish follows the redirect,
+    // the route is fixed and a refresh runs.
+    cluster
+        .migrate_slots(
+            parts.slot(parts.partition_of(&on_a))..=parts.slot(parts.partition_of(&on_a)),
+            a,
+            b,
+        )
+        .expect("migrate");
+    let r = ps.publish_wait(&on_a, b"2", Duration::from_secs(3));
+    assert_eq!(r.ok(), Some(0), "{kind:?}");
+    let m = ps.metrics();
+    assert!(m.redirects.moved >= 1, "{kind:?}: {m:?}");
+    testkit::wait_for("a refresh after MOVED", Duration::from_secs(5), || {
+        Ok((ps.metrics().rebuilds.moved >= 1).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    let moved = ps.metrics().redirects.moved;
+    assert_eq!(
+        ps.publish_wait(&on_a, b"3", Duration::from_secs(3)).ok(),
+        Some(0)
+    );
+    assert_eq!(
+        ps.metrics().redirects.moved,
+        moved,
+        "{kind:?}: route not updated"
+    );
+
     // A slot with no owner: its partition is unresolved (counted, probed),
     // and subscribed again once a node takes the slot.
-    let on_b = channel_on(b);
+    let on_b = channel_on(&cluster, &parts, b);
     let p_b = parts.partition_of(&on_b);
     let slot_b = parts.slot(p_b).to_string();
     ps.subscribe([&on_b]).unwrap();
@@ -119,13 +152,15 @@ fn redirects(kind: ServerKind) {
     // CLUSTERDOWN: a master dies with no replica; a live master that does
     // not serve shard channels while down refuses with CLUSTERDOWN, retried
     // until the window closes.
-    cluster
-        .node(a)
-        .cmd_str(&["CONFIG", "SET", "cluster-allow-pubsubshard-when-down", "no"])
-        .unwrap();
+    for n in [a, b] {
+        cluster
+            .node(n)
+            .cmd_str(&["CONFIG", "SET", "cluster-allow-pubsubshard-when-down", "no"])
+            .unwrap();
+    }
     cluster.node_mut(c).unwrap().kill();
     testkit::wait_for("a's cluster_state to fail", Duration::from_secs(20), || {
-        Ok((state_of(&cluster, a) == "fail").then_some(()))
+        Ok((state_of(&cluster, a) == "fail" && state_of(&cluster, b) == "fail").then_some(()))
     })
     .expect("cluster down");
     let r = ps.publish_wait(&on_a, b"2", Duration::from_secs(5));

@@ -268,7 +268,7 @@ impl Control {
 
     /// Sends `self.enc` on connection `at`; a subscribe command's error
     /// reply (`MOVED` for a stale map) asks for a rebuild.
-    fn submit(&mut self, at: (GroupKey, usize), kind: ReplyKind) -> bool {
+    fn submit(&mut self, at: (GroupKey, usize), kind: ReplyKind, lane: usize) -> bool {
         let Some((engine, _)) = self.conn(at) else {
             self.enc.clear();
             return false;
@@ -286,6 +286,11 @@ impl Control {
                     if let Err(Error::Reply { addr, message }) = r {
                         log::info!("subscribe refused by {addr}: {message}; refreshing topology");
                         add(&s.cluster.subscribe_errors, 1);
+                        // Resent by the rebuild: moved, or in place after a
+                        // few rounds.
+                        if let Some(f) = s.lane_lost.get(lane) {
+                            f.store(true, Ordering::Release);
+                        }
                         s.request_rebuild(Trigger::SubscribeError);
                     }
                 },
@@ -348,7 +353,7 @@ impl Control {
                 kind,
                 confirmations: chunk.len() as u32,
             };
-            if !self.submit(at, k) {
+            if !self.submit(at, k, lane) {
                 break;
             }
         }
@@ -356,7 +361,7 @@ impl Control {
             self.encode(unsub_cmd, chunk);
             push_header(&mut self.enc, 1, b"PING");
             add(&s.counters.unsubscribe_commands, 1);
-            if !self.submit(at, ReplyKind::Single) {
+            if !self.submit(at, ReplyKind::Single, lane) {
                 break;
             }
         }
@@ -439,14 +444,14 @@ impl Control {
         );
         let mut ok = true;
         let mut sent = 0u64;
-        for batch in &batches {
+        for (lane, batch) in &batches {
             self.encode(sub_cmd, batch);
             sent += 1;
             let k = ReplyKind::Subscribe {
                 kind,
                 confirmations: batch.len() as u32,
             };
-            if !self.submit(at, k) {
+            if !self.submit(at, k, *lane as usize) {
                 ok = false;
                 break;
             }
@@ -489,10 +494,11 @@ impl Control {
                 };
                 if !ask {
                     self.route_slot(slot, addr);
-                    if self.next_rebuild.is_none() {
-                        self.next_rebuild =
-                            Some((Instant::now() + Duration::from_millis(10), Trigger::Moved));
-                    }
+                    // A rebuild soon, counted as MOVED (it takes over a
+                    // degraded-mode retry already scheduled).
+                    let at = Instant::now() + Duration::from_millis(10);
+                    let t = self.next_rebuild.map_or(at, |(t, _)| t.min(at));
+                    self.next_rebuild = Some((t, Trigger::Moved));
                 }
                 publish::send(&self.s, msg, Some(engine), ask);
             }
@@ -571,7 +577,7 @@ pub(crate) fn plan_batches(
     split: ResubscribeSplit,
     workers: u32,
     batch: usize,
-) -> Vec<Vec<Box<[u8]>>> {
+) -> Vec<(u32, Vec<Box<[u8]>>)> {
     let mut out = Vec::new();
     match split {
         ResubscribeSplit::Partitions => {
@@ -584,7 +590,7 @@ pub(crate) fn plan_batches(
             if let Ok(plan) = plan {
                 for node in &plan.nodes {
                     for cmd in node.commands() {
-                        out.push(cmd.channels.to_vec());
+                        out.push((cmd.partition, cmd.channels.to_vec()));
                     }
                 }
             }
@@ -592,14 +598,14 @@ pub(crate) fn plan_batches(
         ResubscribeSplit::Channels => {
             let w = workers.max(1);
             for worker in 0..w {
-                for (_, names) in groups {
+                for (p, names) in groups {
                     let share: Vec<Box<[u8]>> = names
                         .iter()
                         .filter(|n| shardcore::worker_of(n, w) == worker)
                         .cloned()
                         .collect();
                     for chunk in share.chunks(batch.max(1)) {
-                        out.push(chunk.to_vec());
+                        out.push((*p, chunk.to_vec()));
                     }
                 }
             }
@@ -630,7 +636,7 @@ mod tests {
         assert_eq!(by_part.len(), 21);
         let by_chan = plan_batches(&g, ResubscribeSplit::Channels, 16, 512);
         assert!(by_chan.len() > 200, "{}", by_chan.len());
-        let total: usize = by_chan.iter().map(Vec::len).sum();
+        let total: usize = by_chan.iter().map(|b| b.1.len()).sum();
         assert_eq!(total, 2100);
         // Large partitions split at the batch size.
         let big = groups(2, 1100);
@@ -652,13 +658,14 @@ mod tests {
         }
         let g: Vec<_> = by.into_iter().collect();
         for split in [ResubscribeSplit::Partitions, ResubscribeSplit::Channels] {
-            for cmd in plan_batches(&g, split, 8, 50) {
+            for (p, cmd) in plan_batches(&g, split, 8, 50) {
                 assert!(cmd.len() <= 50);
                 let slots: std::collections::BTreeSet<u16> = cmd
                     .iter()
                     .map(|c| shardcore::key_slot(&parts.redis_channel(c)))
                     .collect();
                 assert_eq!(slots.len(), 1, "{split:?}");
+                assert!(cmd.iter().all(|c| parts.partition_of(c) == p), "{split:?}");
             }
         }
     }
