@@ -217,6 +217,21 @@ mod tests {
     }
 
     #[test]
+    fn a_header_is_read_once_while_its_body_arrives() {
+        // Elements larger than a read: nearly every read ends inside a body.
+        let mut wire = Vec::new();
+        let big = [b'x'; 1024];
+        crate::encode_command(&mut wire, core::iter::repeat_n(&big[..], 1000));
+        let (whole, chunked) = (whole_work(&wire), chunked_work(&wire, 1460));
+        let reads = wire.len().div_ceil(1460) as u64;
+        // Per read at most the awaited body's `\r\n` (2) is examined again.
+        assert!(
+            chunked <= whole + 2 * reads,
+            "{chunked} vs {whole} + 2 * {reads}"
+        );
+    }
+
+    #[test]
     fn a_frame_the_fast_path_finishes_leaves_no_stale_hints() {
         let mut d = Decoder::default();
         // The general validator waits for the bulk's body (`need`) ...

@@ -4,10 +4,11 @@
 //! It keeps, per open aggregate, how many elements remain (or, for a streamed
 //! one, how many were seen), plus the offset validated so far. A token (a
 //! header line, a whole bulk string, a chunk) is either validated whole or not
-//! at all, so `Incomplete` leaves the state at a token boundary. Two hints make
-//! resuming cheap: `need` (the buffer length below which nothing can progress,
-//! set while waiting for a bulk body) and `scan_from` (where the search for
-//! the current line's `\r` resumes).
+//! at all, so `Incomplete` leaves the state at a token boundary. Three hints
+//! make resuming cheap: `need` (the buffer length below which nothing can
+//! progress, set while waiting for a bulk body), `bulk_end` (where that bulk
+//! string ends, so its header is not read again) and `scan_from` (where the
+//! search for the current line's `\r` resumes).
 
 use crate::error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
 use crate::read::{digits_crlf, is_big_number, parse_double, parse_i64, parse_u64};
@@ -71,10 +72,11 @@ fn err(offset: usize, kind: ErrorKind) -> Fail {
     Fail::Invalid(ParseError { offset, kind })
 }
 
-/// The end of a complete, valid `$<len>\r\n<data>\r\n` at `pos` with
-/// `len <= max_bulk`, or `None` for anything else.
-#[inline]
-fn plain_bulk_end(buf: &[u8], pos: usize, max_bulk: usize) -> Option<usize> {
+/// For a valid, whole `$<len>\r\n` header at `pos` with `len <= max_bulk`,
+/// the offset past its body's `\r\n` (which may lie past the end of `buf`);
+/// `None` for anything else.
+#[inline(always)]
+fn plain_bulk_header(buf: &[u8], pos: usize, max_bulk: usize) -> Option<usize> {
     if buf.get(pos) != Some(&b'$') {
         return None;
     }
@@ -82,8 +84,9 @@ fn plain_bulk_end(buf: &[u8], pos: usize, max_bulk: usize) -> Option<usize> {
     if buf.get(after - 1) != Some(&b'\n') || len > max_bulk as u64 {
         return None;
     }
-    let end = after.checked_add(usize::try_from(len).ok()?)?;
-    (buf.get(end..end.checked_add(2)?)? == b"\r\n").then_some(end + 2)
+    after
+        .checked_add(usize::try_from(len).ok()?)?
+        .checked_add(2)
 }
 
 /// A validator with room for `N` open levels.
@@ -100,6 +103,9 @@ pub(crate) struct Validator<const N: usize> {
     /// Element count of a top-level streamed aggregate, once it is done.
     pub(crate) top_count: u64,
     need: usize,
+    /// Non-zero while the header of a bulk string value at `pos` is
+    /// validated and its body is awaited: the offset past the body's `\r\n`.
+    bulk_end: usize,
     scan_from: usize,
     /// Bytes examined, to prove resumption is linear (tests only).
     #[cfg(test)]
@@ -116,6 +122,7 @@ impl<const N: usize> Validator<N> {
             value_start: 0,
             top_count: 0,
             need: 0,
+            bulk_end: 0,
             scan_from: 0,
             #[cfg(test)]
             work: 0,
@@ -130,6 +137,7 @@ impl<const N: usize> Validator<N> {
         self.value_start = 0;
         self.top_count = 0;
         self.need = 0;
+        self.bulk_end = 0;
         self.scan_from = 0;
     }
 
@@ -243,6 +251,21 @@ impl<const N: usize> Validator<N> {
         if buf.len() < self.need {
             return Ok(Status::Incomplete);
         }
+        if self.bulk_end != 0 {
+            // The bulk string whose body was awaited is now whole.
+            let end = core::mem::take(&mut self.bulk_end);
+            #[cfg(test)]
+            {
+                self.work += 2;
+            }
+            if buf.get(end - 2..end) != Some(b"\r\n") {
+                return Err(err(end - 2, ErrorKind::MissingCrlf));
+            }
+            self.pos = end;
+            if self.value_done(limits)? {
+                return Ok(Status::Complete(self.pos));
+            }
+        }
         let max_bulk = limits.max_bulk_len;
         loop {
             let pos = self.pos;
@@ -319,10 +342,21 @@ impl<const N: usize> Validator<N> {
             ) = (t, top)
             {
                 let (mut left, mut at) = (n, pos);
+                let mut waiting = false;
                 while left > 1 {
-                    let Some(end) = plain_bulk_end(buf, at, max_bulk) else {
+                    let Some(end) = plain_bulk_header(buf, at, max_bulk) else {
                         break;
                     };
+                    if buf.len() < end {
+                        // Wait for the body without reading the header again.
+                        self.need = end;
+                        self.bulk_end = end;
+                        waiting = true;
+                        break;
+                    }
+                    if buf.get(end - 2) != Some(&b'\r') || buf.get(end - 1) != Some(&b'\n') {
+                        break;
+                    }
                     #[cfg(test)]
                     {
                         self.work += 8;
@@ -341,6 +375,11 @@ impl<const N: usize> Validator<N> {
                     self.pos = at;
                     // The value an attribute preceded, if any, is done.
                     self.after_attr = false;
+                }
+                if waiting {
+                    return Ok(Status::Incomplete);
+                }
+                if at != pos {
                     continue;
                 }
             }
@@ -427,6 +466,9 @@ impl<const N: usize> Validator<N> {
                                 return Err(err(pos, ErrorKind::BadVerbatim));
                             }
                             let Some(end) = self.body_end(buf, after, len)? else {
+                                if t == b'$' {
+                                    self.bulk_end = self.need;
+                                }
                                 return Ok(Status::Incomplete);
                             };
                             if t == b'=' && buf.get(after + 3) != Some(&b':') {
