@@ -110,7 +110,7 @@ impl Publisher {
                     let _ = ps.publish(c, b"0");
                     sent += 1;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(150));
             }
             sent
         });
