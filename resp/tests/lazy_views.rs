@@ -27,15 +27,24 @@ fn agg<'a>(f: &Frame<'a>) -> Aggregate<'a> {
     f.as_aggregate().expect("an aggregate")
 }
 
+/// An element as a value, with its attribute (whose own keys and values may
+/// carry attributes too).
 fn with_attrs(attrs: Option<Aggregate<'_>>, f: &Frame<'_>) -> Value {
     match attrs {
-        Some(a) => Value::Attributed {
-            attributes: a
-                .pairs()
-                .map(|(k, v)| (k.to_value(), v.to_value()))
-                .collect(),
-            value: Box::new(f.to_value()),
-        },
+        Some(a) => {
+            let items: Vec<Value> = a
+                .iter()
+                .with_attributes()
+                .map(|(x, e)| with_attrs(x, &e))
+                .collect();
+            Value::Attributed {
+                attributes: items
+                    .chunks(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect(),
+                value: Box::new(f.to_value()),
+            }
+        }
         None => f.to_value(),
     }
 }
