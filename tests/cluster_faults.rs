@@ -198,6 +198,50 @@ fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
         .count()
 }
 
+/// 6 masters with a replica each: failover and kill -9 under publishing.
+fn follow_six(kind: ServerKind) {
+    let mut cluster = Cluster::start(kind, 6, 1).expect("cluster");
+    let rec = Arc::new(Recorder::default());
+    let ps = Arc::new(
+        ClusterPubSub::builder()
+            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+            .handler_arc(rec.clone())
+            .workers(2)
+            .build()
+            .expect("cluster pubsub"),
+    );
+    let chans = channels(2_000, "s");
+    ps.subscribe(&chans).unwrap();
+    ps.wait_active(&chans, Duration::from_secs(20)).unwrap();
+    assert!(publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10)).is_empty());
+    let publisher = Publisher::start(ps.clone(), chans.clone());
+    let mut case = Case {
+        kind,
+        ps: &ps,
+        rec: &rec,
+        chans: &chans,
+        round: 1,
+    };
+    let masters = cluster.masters();
+    let replica = cluster.replicas_of(masters[2])[0];
+    case.step("6 masters: CLUSTER FAILOVER", &mut cluster, |c| {
+        c.failover(replica).expect("failover");
+    });
+    case.step("6 masters: kill -9 of a primary", &mut cluster, |c| {
+        c.kill_primary(masters[4]).expect("kill primary");
+    });
+    publisher.stop();
+    assert_eq!(ps.metrics().rebuilds.poll, 0);
+    ps.shutdown();
+}
+
+#[test]
+fn six_masters_follow_failover_and_kill() {
+    for kind in testkit::kinds() {
+        follow_six(kind);
+    }
+}
+
 #[test]
 fn follows_migration_new_and_removed_masters_failover_and_kill() {
     for kind in testkit::kinds() {
