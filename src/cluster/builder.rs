@@ -365,6 +365,7 @@ impl ClusterBuilder {
             active_gate: Mutex::new(0),
             active_cond: Condvar::new(),
             active_waiters: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
         });
         let empty = SlotMap::new();
         let control = Control {

@@ -333,6 +333,7 @@ impl ClusterPubSub {
         if self.shut.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.shared.closing.store(true, Ordering::Release);
         self.shared.post(|inbox| inbox.stop = true);
         if let Some(h) = self.control.lock().take() {
             let _ = h.join();

@@ -107,7 +107,16 @@ pub(crate) fn send(
 
 /// A publish's reply, on the I/O thread (or the caller's, when it could not
 /// be sent): cluster errors go to the control thread, the rest finish it.
-fn on_reply(shared: &Arc<Shared>, msg: Box<PubMsg>, r: Result<i64, Error>) {
+fn on_reply(shared: &Arc<Shared>, mut msg: Box<PubMsg>, r: Result<i64, Error>) {
+    // A node engine closed by a rewire while this publish was on its way:
+    // send it again wherever the slot lives now.
+    if matches!(r, Err(Error::Shutdown))
+        && !shared.closing.load(std::sync::atomic::Ordering::Acquire)
+        && msg.redirects < shared.config.max_redirects
+    {
+        msg.redirects += 1;
+        return send(shared, msg, None, false);
+    }
     let Err(Error::Reply { addr, message }) = &r else {
         return msg.finish(shared, r);
     };

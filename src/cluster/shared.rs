@@ -149,6 +149,9 @@ pub(crate) struct Shared {
     pub(crate) active_gate: Mutex<u64>,
     pub(crate) active_cond: Condvar,
     pub(crate) active_waiters: AtomicUsize,
+    /// Set when the instance shuts down (node engines closing then is not
+    /// a reason to re-route).
+    pub(crate) closing: AtomicBool,
 }
 
 /// Salt so the classic-mode connection choice is independent of workers.
