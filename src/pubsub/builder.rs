@@ -116,7 +116,9 @@ impl PubSubBuilder {
     }
 
     /// Messages each worker queue holds before further ones are dropped
-    /// (default 4096).
+    /// (default 4096). The batch a worker has taken out and is handling
+    /// does not count, so up to twice this many can be in a worker's hands.
+    /// Each queue starts with min(capacity, 512) pre-sized 512-byte buffers.
     pub fn queue_capacity(mut self, n: usize) -> Self {
         self.queue_capacity = n;
         self
