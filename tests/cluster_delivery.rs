@@ -106,6 +106,26 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
             assert!(missing.is_empty(), "{kind:?}");
         }
         drop(engines);
+        // RESP2: subscribe arrays read as pushes, topology replies as
+        // arrays instead of maps.
+        let rec = Arc::new(Recorder::default());
+        let ps = ClusterPubSub::builder()
+            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+            .handler_arc(rec.clone())
+            .protocol(shardsub::Protocol::Resp2)
+            .workers(2)
+            .build()
+            .unwrap();
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
+        let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10));
+        assert!(missing.is_empty(), "{kind:?} RESP2");
+        assert_eq!(
+            ps.publish_wait(&chans[0], b"9", Duration::from_secs(2))
+                .ok(),
+            Some(1)
+        );
+        drop(ps);
         // A multiplier of 2: two subscribe connections per master.
         let rec = Arc::new(Recorder::default());
         let ps = ClusterPubSub::builder()
