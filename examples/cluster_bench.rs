@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
 //! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
+//! cargo run --release --example cluster_bench -- publish-cost [redis|valkey] [messages]
 //! ```
 //!
 //! `cpu`: server CPU (`INFO CPU` used_cpu_sys + used_cpu_user, summed over
@@ -206,6 +207,90 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
     }
 }
 
+/// This process's user + system CPU seconds (from /proc/self/stat).
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// Client CPU and wall time per publish on a 1-master cluster:
+/// `ClusterPubSub::publish` (slot routing, redirect-safe copy) against the
+/// plain engine's `SPUBLISH` to the same node (zero-allocation path), all
+/// waited for (no subscribers).
+fn run_publish_cost(kind: ServerKind, messages: u64) {
+    let cluster = Cluster::start(kind, 1, 0).expect("cluster");
+    let addr = cluster.seed_addrs()[0].to_string();
+    let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("pc:{i}").into_bytes()).collect();
+    let payload = [b'x'; 64];
+    println!(
+        "| path | messages | wall | client CPU s | client CPU ns per publish | server CPU s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for round in 0..2 {
+        // Engine: fire-and-forget SPUBLISH of the same server names.
+        let engine = shardsub::Engine::builder()
+            .address(addr.clone())
+            .io_threads(1)
+            .build()
+            .expect("engine");
+        let parts = shardcore::Partitions::new(128).unwrap();
+        let names: Vec<Vec<u8>> = chans.iter().map(|c| parts.redis_channel(c)).collect();
+        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        for n in names.iter().cycle().take(messages as usize) {
+            while engine
+                .publish_with(n, &payload, shardsub::PublishOptions::sharded())
+                .is_err()
+            {
+                std::thread::yield_now();
+            }
+        }
+        while engine.stats().replies < messages && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        if round == 1 {
+            println!(
+                "| Engine::publish_with (SPUBLISH, no redirects) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
+                c1 - c0,
+                (c1 - c0) * 1e9 / messages as f64,
+                s1 - s0
+            );
+        }
+        engine.shutdown();
+        // ClusterPubSub: routed, redirect-safe; completion counted.
+        let done = Arc::new(AtomicU64::new(0));
+        let ps = ClusterPubSub::builder()
+            .seed(addr.clone())
+            .workers(1)
+            .handler(|_: &[u8], _: &[u8]| {})
+            .build()
+            .expect("cluster pubsub");
+        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        for c in chans.iter().cycle().take(messages as usize) {
+            let d = done.clone();
+            ps.publish_then(c, &payload, move |_| {
+                d.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        while done.load(Ordering::Relaxed) < messages && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        if round == 1 {
+            println!(
+                "| ClusterPubSub::publish_then (routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
+                c1 - c0,
+                (c1 - c0) * 1e9 / messages as f64,
+                s1 - s0
+            );
+        }
+        ps.shutdown();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let kind = kind_arg(args.get(1));
@@ -219,6 +304,13 @@ fn main() {
             let c = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5_000);
             run_resubscribe(kind, e, c);
         }
-        _ => eprintln!("usage: cluster_bench cpu|resubscribe [redis|valkey] [...]"),
+        Some("publish-cost") => {
+            let n = args
+                .get(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1_000_000);
+            run_publish_cost(kind, n);
+        }
+        _ => eprintln!("usage: cluster_bench cpu|resubscribe|publish-cost [redis|valkey] [...]"),
     }
 }
