@@ -221,12 +221,21 @@ impl Control {
             .get(conn)
             .is_some_and(|c| c.ready.load(Ordering::Acquire));
         let (mut subs, mut unsubs, mut reactivated) = (Vec::new(), Vec::new(), Vec::new());
-        {
+        let Some(dirty) = s
+            .registry
+            .lane(lane)
+            .map(|mut l| std::mem::take(&mut l.dirty))
+        else {
+            return;
+        };
+        // In chunks, releasing the lane between them so subscribe() callers
+        // and confirmations are not held up by a long list.
+        let mut dirty = dirty.into_iter().peekable();
+        while dirty.peek().is_some() {
             let Some(mut l) = s.registry.lane(lane) else {
                 return;
             };
-            let dirty = std::mem::take(&mut l.dirty);
-            for name in dirty {
+            for name in dirty.by_ref().take(4096) {
                 let Some(f) = l.map.get_mut(&name) else {
                     continue;
                 };

@@ -85,6 +85,30 @@ pub(crate) struct Lane {
     pub(crate) dirty: Vec<Box<[u8]>>,
 }
 
+impl Lane {
+    /// [`Registry::set_wanted`] on a lane already locked (for callers that
+    /// set many channels of one lane under one lock).
+    pub(crate) fn set_wanted(&mut self, channel: &[u8], want: bool) -> bool {
+        let flags = match self.map.get_mut(channel) {
+            Some(f) => f,
+            None if want => self.map.entry(channel.into()).or_insert(0),
+            None => return false,
+        };
+        if want {
+            *flags |= WANT;
+        } else {
+            *flags &= !WANT;
+        }
+        let settled = (*flags & WANT != 0) == (*flags & SENT != 0) && *flags & WANT != 0;
+        if settled || *flags & QUEUED != 0 {
+            return false;
+        }
+        *flags |= QUEUED;
+        self.dirty.push(channel.into());
+        true
+    }
+}
+
 /// Every lane, each behind its own lock.
 pub(crate) struct Registry {
     lanes: Vec<Mutex<Lane>>,
@@ -112,27 +136,10 @@ impl Registry {
     /// Records that `channel` is (`want`) or is not wanted. Returns true
     /// when the control thread has something to do for it.
     pub(crate) fn set_wanted(&self, lane: usize, channel: &[u8], want: bool) -> bool {
-        let Some(mut l) = self.lane(lane) else {
-            return false;
-        };
-        let l = &mut *l;
-        let flags = match l.map.get_mut(channel) {
-            Some(f) => f,
-            None if want => l.map.entry(channel.into()).or_insert(0),
-            None => return false,
-        };
-        if want {
-            *flags |= WANT;
-        } else {
-            *flags &= !WANT;
+        match self.lane(lane) {
+            Some(mut l) => l.set_wanted(channel, want),
+            None => false,
         }
-        let settled = (*flags & WANT != 0) == (*flags & SENT != 0) && *flags & WANT != 0;
-        if settled || *flags & QUEUED != 0 {
-            return false;
-        }
-        *flags |= QUEUED;
-        l.dirty.push(channel.into());
-        true
     }
 
     /// A subscribe confirmation for `channel`: marks it active if a
