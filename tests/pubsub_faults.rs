@@ -252,3 +252,37 @@ fn envelope_measures_lag_and_is_stripped() {
         assert_eq!(ps.metrics().unenveloped, 1);
     }
 }
+
+#[test]
+fn unsubscribe_taken_back_in_time_keeps_the_subscription_and_says_so() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let rec = Recorder::new();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .workers(2)
+            .active_events(true)
+            .subscribe_delay(Duration::from_millis(300))
+            .io_threads(1)
+            .handler_arc(rec.clone())
+            .build()
+            .unwrap();
+        let chans = channels("back", 5);
+        ps.subscribe(&chans).unwrap();
+        rec.wait("first active events", BOUND, |s| s.active_events == 5);
+        let m0 = ps.metrics();
+        // Unsubscribe and take it back within one subscribe delay: no
+        // command leaves, the subscription never lapses, and the handler
+        // hears again that the channels are active.
+        ps.unsubscribe(&chans).unwrap();
+        ps.subscribe(&chans).unwrap();
+        rec.wait("second active events", BOUND, |s| s.active_events == 10);
+        let m = ps.metrics();
+        assert_eq!(m.unsubscribe_commands, m0.unsubscribe_commands, "{kind:?}");
+        assert_eq!(m.subscribe_commands, m0.subscribe_commands, "{kind:?}");
+        assert!(pubsub_support::numsub(&server, &chans)
+            .iter()
+            .all(|&n| n == 1));
+        ps.wait_active(&chans, BOUND).unwrap();
+    }
+}

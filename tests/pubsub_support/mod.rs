@@ -26,6 +26,8 @@ pub struct Seen {
     pub gaps: u64,
     /// Channels reported active.
     pub active: HashSet<Vec<u8>>,
+    /// Active events received.
+    pub active_events: u64,
     /// Which worker thread handled each channel.
     pub thread_of: HashMap<Vec<u8>, std::thread::ThreadId>,
     /// A channel seen on two different threads.
@@ -112,6 +114,7 @@ impl Handler for Recorder {
                 }
             }
             Event::Active { channel } => {
+                g.active_events += 1;
                 g.active.insert(channel.to_vec());
             }
             _ => {}
