@@ -163,12 +163,12 @@ impl Control {
                 _ if now >= self.next_poll => self.rebuild(Trigger::Poll),
                 _ => {}
             }
-            let due: Vec<Box<PubMsg>> = {
+            let due: Vec<PubMsg> = {
                 let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
                     .into_iter()
                     .partition(|d| d.0 <= now);
                 self.delayed = later;
-                due.into_iter().map(|d| d.1).collect()
+                due.into_iter().map(|d| *d.1).collect()
             };
             for msg in due {
                 publish::send(&self.s, msg, None, false);
@@ -468,10 +468,11 @@ impl Control {
     /// A publish the server redirected or refused for now.
     fn retry(&mut self, r: Retry) {
         let Retry {
-            mut msg,
+            msg,
             error,
             message,
         } = r;
+        let mut msg = *msg;
         let cfg = &self.s.config;
         let ask = matches!(error, topology::ClusterError::Ask { .. });
         match error {
@@ -510,7 +511,7 @@ impl Control {
                 }
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
-                self.delayed.push((Instant::now() + delay, msg));
+                self.delayed.push((Instant::now() + delay, Box::new(msg)));
             }
         }
     }

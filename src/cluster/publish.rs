@@ -43,8 +43,7 @@ pub(crate) struct PubMsg {
 }
 
 impl PubMsg {
-    #[allow(clippy::boxed_local)] // taken whole: a message finishes once
-    pub(crate) fn finish(mut self: Box<Self>, shared: &Shared, r: Result<i64, Error>) {
+    pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
         if r.is_err() {
             add(&shared.cluster.publish_failed, 1);
             add(&shared.counters.publish_errors, 1);
@@ -54,7 +53,7 @@ impl PubMsg {
         }
     }
 
-    pub(crate) fn fail(self: Box<Self>, shared: &Shared, reason: String) {
+    pub(crate) fn fail(self, shared: &Shared, reason: String) {
         let slot = self.slot;
         self.finish(
             shared,
@@ -68,12 +67,7 @@ impl PubMsg {
 
 /// Sends `msg` to `engine`, or to the slot's owner when `engine` is
 /// `None`; `asking` sends `ASKING` first on the same connection.
-pub(crate) fn send(
-    shared: &Arc<Shared>,
-    msg: Box<PubMsg>,
-    engine: Option<Arc<Engine>>,
-    asking: bool,
-) {
+pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>>, asking: bool) {
     let engine = match engine {
         Some(e) => e,
         None => match shared.routes.read().engine_of(msg.slot) {
@@ -82,7 +76,7 @@ pub(crate) fn send(
                 // No owner known yet: a refresh will find one; retry then.
                 shared.request_rebuild(Trigger::Retry);
                 let retry = Retry {
-                    msg,
+                    msg: Box::new(msg),
                     error: topology::ClusterError::ClusterDown,
                     message: "no known owner for the slot".into(),
                 };
@@ -107,7 +101,7 @@ pub(crate) fn send(
 
 /// A publish's reply, on the I/O thread (or the caller's, when it could not
 /// be sent): cluster errors go to the control thread, the rest finish it.
-fn on_reply(shared: &Arc<Shared>, mut msg: Box<PubMsg>, r: Result<i64, Error>) {
+fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
     // A node engine closed by a rewire while this publish was on its way:
     // send it again wherever the slot lives now.
     if matches!(r, Err(Error::Shutdown))
@@ -135,32 +129,45 @@ fn on_reply(shared: &Arc<Shared>, mut msg: Box<PubMsg>, r: Result<i64, Error>) {
         1,
     );
     let retry = Retry {
-        msg,
+        msg: Box::new(msg),
         error,
         message: message.clone(),
     };
     shared.post(|inbox| inbox.retries.push(retry));
 }
 
-/// Builds a message for `channel` (user name) and `payload`.
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Builds a message for `channel` (user name) and `payload`: one
+/// allocation, the shared buffer of server name and payload.
 pub(crate) fn message(
     shared: &Shared,
     channel: &[u8],
     payload: &[u8],
     done: Option<Done>,
-) -> Box<PubMsg> {
-    let mut buf = Vec::with_capacity(channel.len() + payload.len() + 16);
-    shared.wire_into(channel, &mut buf);
-    let wire_len = buf.len();
-    buf.extend_from_slice(payload);
+) -> PubMsg {
+    let (data, wire_len) = SCRATCH.with(|b| {
+        let mut buf = b.borrow_mut();
+        buf.clear();
+        shared.wire_into(channel, &mut buf);
+        let wire_len = buf.len();
+        buf.extend_from_slice(payload);
+        let data: Arc<[u8]> = Arc::from(&buf[..]);
+        if buf.capacity() > 64 * 1024 {
+            *buf = Vec::new(); // do not pin one huge payload's memory
+        }
+        (data, wire_len)
+    });
     let slot = shared.parts.slot(shared.parts.partition_of(channel));
-    Box::new(PubMsg {
-        data: buf.into(),
+    PubMsg {
+        data,
         wire_len,
         slot,
         redirects: 0,
         retries: 0,
         first: Instant::now(),
         done,
-    })
+    }
 }
