@@ -28,8 +28,8 @@
 //!   (`server` is the new node's number, in the order nodes were first seen).
 //! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
 //!
-//! What it does not do: the liveness probe and envelope of [`PubSub`]
-//! (crate::PubSub), subscriptions on replicas, patterns. Node engines each
+//! What it does not do: the liveness probe and envelope of
+//! [`PubSub`](crate::PubSub), subscriptions on replicas, patterns. Node engines each
 //! run one I/O thread (a node that joins gets its own engine).
 //!
 //! ```no_run
