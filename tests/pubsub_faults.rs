@@ -286,3 +286,44 @@ fn unsubscribe_taken_back_in_time_keeps_the_subscription_and_says_so() {
         ps.wait_active(&chans, BOUND).unwrap();
     }
 }
+
+#[test]
+fn a_refused_subscribe_is_counted_not_silent() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        // The default user may only use channels ok:* (and the probes').
+        server
+            .cmd(&[
+                b"ACL",
+                b"SETUSER",
+                b"default",
+                b"resetchannels",
+                b"&ok:*",
+                b"&__shardsub:*",
+            ])
+            .unwrap();
+        let rec = Recorder::new();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .subscribe_connections(1)
+            .workers(1)
+            .io_threads(1)
+            .handler_arc(rec.clone())
+            .build()
+            .unwrap();
+        ps.subscribe(["no:1"]).unwrap();
+        let m = testkit::wait_for("the refusal counted", BOUND, || {
+            let m = ps.metrics();
+            Ok((m.subscribe_errors >= 1).then_some(m))
+        })
+        .unwrap();
+        assert_eq!(m.subscribe_errors, 1, "{kind:?} {m:?}");
+        assert!(!ps.is_active(b"no:1"));
+        // The connection is fine: allowed channels still work.
+        ps.subscribe(["ok:1"]).unwrap();
+        ps.wait_active(&["ok:1"], BOUND).unwrap();
+        ps.publish(b"ok:1", &payload(1, 8)).unwrap();
+        rec.wait("allowed channel delivers", BOUND, |s| s.total >= 1);
+        assert_eq!(ps.metrics().reconnects, 0);
+    }
+}

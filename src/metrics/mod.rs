@@ -50,6 +50,9 @@ pub struct Metrics {
     pub subscribe_commands: u64,
     /// `UNSUBSCRIBE` commands sent.
     pub unsubscribe_commands: u64,
+    /// Subscribe commands the server refused with an error reply (for
+    /// example an ACL denial); their channels stay inactive. Each is logged.
+    pub subscribe_errors: u64,
     /// Subscribe confirmations received (one per channel per command).
     pub confirmations: u64,
     /// Channels wanted now (the registry's size, pending unsubscribes aside).
@@ -82,6 +85,7 @@ pub(crate) struct Counters {
     pub(crate) dropped_shutdown: AtomicU64,
     pub(crate) subscribe_commands: AtomicU64,
     pub(crate) unsubscribe_commands: AtomicU64,
+    pub(crate) subscribe_errors: AtomicU64,
     pub(crate) confirmations: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     pub(crate) gaps: AtomicU64,
@@ -116,6 +120,7 @@ impl Counters {
             queue_depths: Vec::new(),
             subscribe_commands: g(&self.subscribe_commands),
             unsubscribe_commands: g(&self.unsubscribe_commands),
+            subscribe_errors: g(&self.subscribe_errors),
             confirmations: g(&self.confirmations),
             channels: 0,
             reconnects: g(&self.reconnects),

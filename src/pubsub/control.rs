@@ -187,12 +187,25 @@ impl Control {
             return false;
         };
         for _ in 0..8 {
-            let r = self.sub.submit_to(
-                slot.server,
-                slot.index,
-                |buf| buf.extend_from_slice(bytes),
-                kind,
-            );
+            let encode = |buf: &mut Vec<u8>| buf.extend_from_slice(bytes);
+            let r = if let ReplyKind::Subscribe { confirmations, .. } = kind {
+                // Subscribes carry a callback: an error reply (an ACL
+                // denial, say) must not pass silently.
+                let shared = self.shared.clone();
+                let server = slot.server;
+                self.sub
+                    .submit_to_then(slot.server, slot.index, encode, kind, move |r| {
+                        if let Err(crate::Error::Reply { message, .. }) = r {
+                            add(&shared.counters.subscribe_errors, 1);
+                            log::warn!(
+                                "server {server} refused a subscribe of {confirmations} \
+                                 channels: {message}"
+                            );
+                        }
+                    })
+            } else {
+                self.sub.submit_to(slot.server, slot.index, encode, kind)
+            };
             match r {
                 Ok(()) => return true,
                 Err(crate::Error::Backpressure { .. }) if !self.stopping() => {
