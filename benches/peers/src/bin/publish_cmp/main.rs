@@ -10,22 +10,22 @@
 //! publish_cmp --serve redis|valkey
 //! ```
 //!
-//! `--addr` uses a running server instead of starting one (for tracing the
+//! `--addr` uses a running server instead of starting one (to strace the
 //! client alone); `--serve` starts one, prints its address and keeps it
 //! until its standard input closes.
 //!
 //! Prints one line per run as it goes, then a Markdown table of medians per
 //! server. Per client: messages/s; client CPU seconds per million messages
 //! (`getrusage`: `RUSAGE_SELF` deltas for the in-process Rust clients,
-//! `RUSAGE_CHILDREN` for `redis-benchmark`); write-type syscalls per
-//! message from `/proc/self/io` `syscw` (Rust clients only; eventfd wakes
-//! included); shardsub's own count of socket writes; allocation calls per
-//! message (counting global allocator, whole process); the server's CPU
-//! (`INFO CPU`). For exact per-syscall counts of every client, see
-//! `publish_cmp_strace.sh`.
+//! `RUSAGE_CHILDREN` for `redis-benchmark`); messages per socket write
+//! syscall and eventfd wakes per message (kernel tracepoint counters, see
+//! `syscalls.rs`; `redis-benchmark` included as our child); allocation
+//! calls per message (counting global allocator, whole process); the
+//! server's CPU (`INFO CPU`).
 
 mod clients;
 mod measure;
+mod syscalls;
 
 use std::collections::BTreeMap;
 
@@ -130,9 +130,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct Row {
     rate: f64,
     cpu_per_m: f64,
-    /// Messages per write-type syscall.
-    syscw: Option<f64>,
+    /// Messages per socket write syscall.
     per_write: Option<f64>,
+    /// Messages per write that moved bytes, as the engine counts them.
+    per_engine_write: Option<f64>,
+    wakes: Option<f64>,
     allocs: Option<f64>,
     server_per_m: f64,
 }
@@ -153,8 +155,9 @@ fn row(samples: &[Sample]) -> Row {
                 .map(|s| s.cpu / s.messages as f64 * 1e6)
                 .collect(),
         ),
-        syscw: per_msg(&|s| s.syscw).map(|w| 1.0 / w),
-        per_write: per_msg(&|s| s.engine_writes).map(|w| 1.0 / w),
+        per_write: per_msg(&|s| s.socket_writes).map(|w| 1.0 / w),
+        wakes: per_msg(&|s| s.wakes),
+        per_engine_write: per_msg(&|s| s.engine_writes).map(|w| 1.0 / w),
         allocs: per_msg(&|s| s.allocs),
         server_per_m: median(
             samples
@@ -173,10 +176,11 @@ fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec
     println!("\n### {server}\n");
     println!(
         "| publisher | submitters | msg/s | vs C | vs best Rust peer | client CPU s / 1M | \
-         CPU vs best peer | msgs / write syscall (syscw) | msgs / socket write (engine) | \
+         CPU vs best peer | msgs / socket write syscall | msgs / successful write (engine) | \
+         eventfd wakes / msg | \
          allocs / msg | server CPU s / 1M |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &conc in &o.conc {
         let rows: Vec<(Kind, Row)> = Kind::ALL
             .iter()
@@ -193,16 +197,17 @@ fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec
         let c_rate = rate_of(Kind::Reference).unwrap_or(f64::NAN);
         for (kind, r) in &rows {
             println!(
-                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
                 kind.name(),
                 submitters(*kind, conc),
                 r.rate,
                 r.rate / c_rate,
                 r.rate / best_rate,
                 r.cpu_per_m,
-                format!("{:.2}", r.cpu_per_m / best_cpu),
-                opt(r.syscw, 1),
-                opt(r.per_write, 0),
+                r.cpu_per_m / best_cpu,
+                opt(r.per_write, 1),
+                opt(r.per_engine_write, 0),
+                opt(r.wakes, 3),
                 opt(r.allocs, 4),
                 r.server_per_m,
             );
@@ -218,8 +223,17 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
             .and_then(|v| testkit::values::text(&v))
             .unwrap_or_default()
     };
-    let version = testkit::values::info_field(&info("SERVER"), "redis_version").unwrap_or_default();
-    let pid = testkit::values::info_field(&info("SERVER"), "process_id").unwrap_or_default();
+    let server_info = info("SERVER");
+    let version = testkit::values::info_field(&server_info, "valkey_version")
+        .or_else(|| testkit::values::info_field(&server_info, "redis_version"))
+        .unwrap_or_default();
+    let pid = testkit::values::info_field(&server_info, "process_id").unwrap_or_default();
+    // Counters before any client thread exists (they count later threads
+    // and children), after the server started (it must not be counted).
+    let counters = syscalls::Counters::open();
+    if counters.is_none() {
+        println!("no tracepoint counters (needs tracefs and root): write counts absent");
+    }
     let clients = Clients::connect(addr, o.payload)?;
     let list = testkit::Client::connect(addr)
         .and_then(|mut c| c.cmd(&[b"CLIENT", b"LIST"]))
@@ -246,7 +260,7 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
         .collect();
     let measure = |k: Kind, conc: usize, n: u64| -> Result<Sample, String> {
         let children = k == Kind::Reference;
-        let snap = || Snapshot::take(addr, children);
+        let snap = || Snapshot::take(addr, children, counters.as_ref());
         let w0 = clients.engine().stats().writes;
         let (a, b) = clients.run(k, conc, n, &snap)?;
         let mut s = Sample::between(&a, &b, n, !children);
@@ -272,12 +286,14 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
                 let n = o.messages / conc as u64 * conc as u64;
                 let s = measure(k, conc, n)?;
                 println!(
-                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/syscw {}  allocs/msg {}  server {:.2} s/1M",
+                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/socket write {} (engine: {})  wakes/msg {}  allocs/msg {}  server {:.2} s/1M",
                     k.name(),
                     submitters(k, conc),
                     s.messages as f64 / s.secs,
                     s.cpu / s.messages as f64 * 1e6,
-                    opt(s.syscw.map(|w| s.messages as f64 / w as f64), 1),
+                    opt(s.socket_writes.map(|w| s.messages as f64 / w as f64), 1),
+                    opt(s.engine_writes.map(|w| s.messages as f64 / w as f64), 1),
+                    opt(s.wakes.map(|w| w as f64 / s.messages as f64), 3),
                     opt(s.allocs.map(|a| a as f64 / s.messages as f64), 4),
                     s.server_cpu / s.messages as f64 * 1e6,
                 );

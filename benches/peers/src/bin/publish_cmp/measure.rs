@@ -1,8 +1,10 @@
 //! What each run measures: a counting global allocator, process CPU time,
-//! write-type syscalls from `/proc/self/io`, and the server's CPU time.
+//! write-type syscalls (see `syscalls.rs`), and the server's CPU time.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
+
+use crate::syscalls::{Counters, Writes};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The system allocator, counting every `alloc`, `alloc_zeroed` and
@@ -62,20 +64,6 @@ pub fn cpu_seconds(children: bool) -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-/// `syscw` of `/proc/self/io`: write-type syscalls (`write`, `writev`,
-/// `pwrite*`) of the whole process, on any file descriptor (eventfd wakes
-/// included; `sendto`/`sendmsg` are not counted there). 0 when unreadable.
-pub fn write_syscalls() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|io| {
-            io.lines()
-                .find_map(|l| l.strip_prefix("syscw:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// `used_cpu_user + used_cpu_sys` from the server's `INFO CPU`.
 ///
 /// # Errors
@@ -101,8 +89,8 @@ pub struct Snapshot {
     pub at: std::time::Instant,
     /// Client CPU seconds (self, or children for the C reference).
     pub cpu: f64,
-    /// Write-type syscalls of this process.
-    pub syscw: u64,
+    /// Write-type syscalls of this process and its children.
+    pub writes: Option<Writes>,
     /// Allocation calls of this process.
     pub allocs: u64,
     /// Server CPU seconds.
@@ -115,11 +103,15 @@ impl Snapshot {
     /// # Errors
     ///
     /// As [`server_cpu`].
-    pub fn take(server: SocketAddr, children: bool) -> Result<Snapshot, String> {
+    pub fn take(
+        server: SocketAddr,
+        children: bool,
+        counters: Option<&Counters>,
+    ) -> Result<Snapshot, String> {
         let server_cpu = server_cpu(server)?;
         Ok(Snapshot {
             cpu: cpu_seconds(children),
-            syscw: write_syscalls(),
+            writes: counters.map(Counters::read),
             allocs: allocs(),
             server_cpu,
             at: std::time::Instant::now(),
@@ -136,8 +128,10 @@ pub struct Sample {
     pub secs: f64,
     /// Client CPU seconds.
     pub cpu: f64,
-    /// Write-type syscalls (`None` for the C reference: another process).
-    pub syscw: Option<u64>,
+    /// Socket write syscalls (the C reference's included: a child).
+    pub socket_writes: Option<u64>,
+    /// Eventfd wakes (8-byte `write`s).
+    pub wakes: Option<u64>,
     /// Allocations (`None` for the C reference).
     pub allocs: Option<u64>,
     /// Server CPU seconds.
@@ -147,14 +141,15 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// The deltas between two snapshots; the C reference's syscalls and
-    /// allocations belong to another process and are left out.
+    /// The deltas between two snapshots; the C reference's allocations
+    /// belong to another process and are left out.
     pub fn between(a: &Snapshot, b: &Snapshot, messages: u64, in_process: bool) -> Sample {
         Sample {
             messages,
             secs: b.at.duration_since(a.at).as_secs_f64(),
             cpu: b.cpu - a.cpu,
-            syscw: in_process.then(|| b.syscw - a.syscw),
+            socket_writes: a.writes.zip(b.writes).map(|(a, b)| b.socket - a.socket),
+            wakes: a.writes.zip(b.writes).map(|(a, b)| b.wakes - a.wakes),
             allocs: in_process.then(|| b.allocs - a.allocs),
             server_cpu: b.server_cpu - a.server_cpu,
             engine_writes: None,
