@@ -291,12 +291,15 @@ fn unsubscribe_taken_back_in_time_keeps_the_subscription_and_says_so() {
 fn a_refused_subscribe_is_counted_not_silent() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        // The default user may only use channels ok:* (and the probes').
+        // User `app` may only use channels ok:* (and the probes').
         server
             .cmd(&[
                 b"ACL",
                 b"SETUSER",
-                b"default",
+                b"app",
+                b"on",
+                b">secret",
+                b"+@all",
                 b"resetchannels",
                 b"&ok:*",
                 b"&__shardsub:*",
@@ -305,6 +308,9 @@ fn a_refused_subscribe_is_counted_not_silent() {
         let rec = Recorder::new();
         let ps = PubSub::builder()
             .address(server.addr().to_string())
+            .username("app")
+            .password("secret")
+            .client_name("pubsub-acl-test")
             .subscribe_connections(1)
             .workers(1)
             .io_threads(1)
@@ -325,5 +331,18 @@ fn a_refused_subscribe_is_counted_not_silent() {
         ps.publish(b"ok:1", &payload(1, 8)).unwrap();
         rec.wait("allowed channel delivers", BOUND, |s| s.total >= 1);
         assert_eq!(ps.metrics().reconnects, 0);
+        // Both engines' connections carry the name and the user.
+        let list = match server.cmd(&[b"CLIENT", b"LIST"]).unwrap() {
+            testkit::Value::Bulk(b) | testkit::Value::Verbatim { text: b, .. } => {
+                String::from_utf8_lossy(&b).to_string()
+            }
+            other => panic!("{other:?}"),
+        };
+        let ours: Vec<&str> = list
+            .lines()
+            .filter(|l| l.contains("name=pubsub-acl-test"))
+            .collect();
+        assert_eq!(ours.len(), 2, "1 subscribe + 1 publish connection: {list}");
+        assert!(ours.iter().all(|l| l.contains("user=app")), "{list}");
     }
 }

@@ -37,6 +37,8 @@ pub struct PubSubBuilder {
     handler: Option<Arc<dyn Handler>>,
     protocol: Protocol,
     password: Option<Vec<u8>>,
+    username: Option<Vec<u8>>,
+    client_name: Option<Vec<u8>>,
     io_threads: Option<usize>,
     connect_timeout: Duration,
     backoff: (Duration, Duration),
@@ -58,6 +60,8 @@ impl Default for PubSubBuilder {
             handler: None,
             protocol: Protocol::Resp3,
             password: None,
+            username: None,
+            client_name: None,
             io_threads: None,
             connect_timeout: Duration::from_secs(2),
             backoff: (Duration::from_millis(50), Duration::from_secs(5)),
@@ -178,9 +182,22 @@ impl PubSubBuilder {
         self
     }
 
-    /// Password for `AUTH` (user `default`).
+    /// Password for `AUTH` (user `default` unless [`PubSubBuilder::username`]
+    /// is set).
     pub fn password(mut self, password: impl AsRef<[u8]>) -> Self {
         self.password = Some(password.as_ref().to_vec());
+        self
+    }
+
+    /// ACL user name (needs a password too).
+    pub fn username(mut self, user: impl AsRef<[u8]>) -> Self {
+        self.username = Some(user.as_ref().to_vec());
+        self
+    }
+
+    /// Connection name shown by `CLIENT LIST` (both engines).
+    pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
+        self.client_name = Some(name.as_ref().to_vec());
         self
     }
 
@@ -214,6 +231,12 @@ impl PubSubBuilder {
             .reconnect_backoff(self.backoff.0, self.backoff.1);
         if let Some(p) = &self.password {
             b = b.password(p);
+        }
+        if let Some(u) = &self.username {
+            b = b.username(u);
+        }
+        if let Some(n) = &self.client_name {
+            b = b.client_name(n);
         }
         if let Some(n) = self.io_threads {
             b = b.io_threads(n);
