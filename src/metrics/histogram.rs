@@ -13,7 +13,9 @@ const SUB: u64 = 1 << SUB_BITS;
 /// Enough for values up to 2^64 µs.
 const BUCKETS: usize = (LINEAR + (64 - 4) * SUB) as usize;
 
-/// Quantiles of a [`Histogram`] at one moment.
+/// Quantiles of the end-to-end lag histogram at one moment (log-linear
+/// buckets: a quantile is reported as its bucket's upper bound, at most
+/// 12.5 % above the true value; `max` is exact).
 #[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LagSnapshot {
