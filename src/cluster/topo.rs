@@ -307,7 +307,11 @@ impl Control {
         *self.s.routes.write() = routes;
     }
 
-    /// Sharded modes: apply `plan_rewire(old, new)`. Returns true while
+    /// Sharded modes: open what `plan_rewire(old, new)` opens, then
+    /// reconcile every partition with the new layout (a partition whose
+    /// connection differs from where the layout puts it is moved: the
+    /// plan's moves, and any left behind by a connection that could not be
+    /// opened earlier), then close what the plan closes. Returns true while
     /// degraded (a connection could not be opened, or lost lanes stayed).
     fn rewire_sharded(&mut self, layout: &Layout) -> bool {
         let s = self.s.clone();
@@ -315,10 +319,15 @@ impl Control {
         let mult = s.config.multiplier;
         let plan = topology::plan_rewire(&self.layout, layout);
         let mut degraded = false;
-        let addr_of = |k: &topology::NodeKey| resolve(&k.addr);
         if !per_partition {
-            for key in &plan.open {
-                let Some(addr) = addr_of(key) else { continue };
+            // Every node of the new layout needs a group: the plan's new
+            // ones, and any whose opening failed before.
+            let nodes: Vec<SocketAddr> = layout
+                .nodes()
+                .iter()
+                .filter_map(|n| resolve(&n.key.addr))
+                .collect();
+            for addr in nodes {
                 if let Err(e) = self.open_group((addr, None), mult) {
                     log::warn!("cluster: cannot open subscribe connections to {addr}: {e}");
                     add(&s.cluster.errors[Stage::Connect as usize], 1);
@@ -326,48 +335,53 @@ impl Control {
                 }
             }
         }
-        // Moved partitions: reassign, then resubscribe those whose new
-        // connection is already up (a new one resubscribes when it connects).
         let mut now_ready: std::collections::BTreeMap<(GroupKey, usize), Vec<usize>> =
             Default::default();
-        add(&s.cluster.moved_partitions, plan.resubscribe.len() as u64);
-        for m in &plan.resubscribe {
-            let lane = m.partition as usize;
-            let Some(addr) = addr_of(&m.to) else { continue };
-            let at = if per_partition {
-                if let Some(from) = m.from.as_ref().and_then(addr_of) {
-                    self.close_group(&(from, Some(m.partition)));
+        let mut moved = 0u64;
+        for p in 0..layout.partition_count() {
+            let lane = p as usize;
+            let addr = layout.node_of(p).and_then(|k| resolve(&k.addr));
+            let target = addr.map(|a| {
+                if per_partition {
+                    ((a, Some(p)), 0)
+                } else {
+                    ((a, None), lane % mult)
                 }
-                if let Err(e) = self.open_group((addr, Some(m.partition)), 1) {
-                    log::warn!(
-                        "cluster: cannot connect partition {} to {addr}: {e}",
-                        m.partition
-                    );
-                    degraded = true;
+            });
+            let current = self.lane_at.get(lane).copied().flatten();
+            if current == target && target.is_some_and(|t| self.groups.contains_key(&t.0)) {
+                continue;
+            }
+            moved += u64::from(target.is_some());
+            if per_partition {
+                if let Some((old, _)) = current {
+                    self.close_group(&old);
                 }
-                ((addr, Some(m.partition)), 0)
-            } else {
-                ((addr, None), lane % mult)
+            }
+            let Some(at) = target else {
+                self.assign(lane, None); // unowned: counted, probed, retried
+                continue;
             };
+            if per_partition {
+                if let Err(e) = self.open_group(at.0, 1) {
+                    log::warn!(
+                        "cluster: cannot connect partition {p} to {:?}: {e}",
+                        at.0 .0
+                    );
+                    add(&s.cluster.errors[Stage::Connect as usize], 1);
+                }
+            }
             if !self.groups.contains_key(&at.0) {
                 self.assign(lane, None);
                 degraded = true;
                 continue;
             }
             self.assign(lane, Some(at));
-            let ready = self.groups[&at.0].conns[at.1].ready.load(Ordering::Acquire);
-            if ready {
+            if self.groups[&at.0].conns[at.1].ready.load(Ordering::Acquire) {
                 now_ready.entry(at).or_default().push(lane);
             }
         }
-        for o in &plan.unowned {
-            self.assign(o.partition as usize, None);
-            if per_partition {
-                if let Some(from) = addr_of(&o.from) {
-                    self.close_group(&(from, Some(o.partition)));
-                }
-            }
-        }
+        add(&s.cluster.moved_partitions, moved);
         // Lanes the server dropped that did not move: the map we read may
         // be stale; retry a few times, then resubscribe where they are.
         let lost: Vec<usize> = (0..s.lane_lost.len())
@@ -391,11 +405,31 @@ impl Control {
             self.resubscribe(at, &lanes);
         }
         if !per_partition {
-            for key in &plan.close {
-                if let Some(addr) = addr_of(key) {
-                    self.close_group(&(addr, None));
-                }
+            // Nodes that own no partition any more (the plan's `close`, and
+            // any group left from an earlier failed round).
+            let keep: std::collections::BTreeSet<SocketAddr> = layout
+                .nodes()
+                .iter()
+                .filter_map(|n| resolve(&n.key.addr))
+                .collect();
+            let gone: Vec<GroupKey> = self
+                .groups
+                .keys()
+                .filter(|k| !keep.contains(&k.0))
+                .copied()
+                .collect();
+            for key in gone {
+                self.close_group(&key);
             }
+        }
+        if !plan.is_empty() {
+            log::info!(
+                "cluster: rewire: {} nodes opened, {} closed, {} partitions moved, {} unowned",
+                plan.open.len(),
+                plan.close.len(),
+                plan.resubscribe.len(),
+                plan.unowned.len()
+            );
         }
         // Any lane without a ready connection keeps the fast retry going.
         degraded |= self.lane_at.iter().any(|a| match a {
