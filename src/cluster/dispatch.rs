@@ -36,7 +36,7 @@ impl SubObserver {
         let delivered = s
             .queues
             .get(w)
-            .is_some_and(|q| q.push_message(channel, payload, 0));
+            .is_some_and(|q| q.push_message_deferred(channel, payload, 0));
         if !delivered {
             state.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -99,6 +99,13 @@ impl Observer for SubObserver {
                 ..
             }) => self.unsubscribed(channel),
             _ => {}
+        }
+    }
+
+    fn on_pushes_done(&self, _conn: &ConnInfo) {
+        // One wake per worker per read, not one per message.
+        for q in &self.shared.queues {
+            q.wake_deferred();
         }
     }
 

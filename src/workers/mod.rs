@@ -135,6 +135,9 @@ impl Queue {
     }
 
     /// Queues a message; false when it was dropped (queue full or closed).
+    // Both dispatchers now batch their wakes; kept for tests and callers
+    // without a per-read flush.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
         self.push(Self::message(channel, payload, sent_us), true, false)
     }
