@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster_support::Recorder;
-use shardsub::cluster::ClusterPubSub;
+use shardsub::cluster::{ClusterPubSub, Mode};
 use shardsub::Error;
 use testkit::{Cluster, ServerKind};
 
@@ -78,6 +78,26 @@ fn redirects(kind: ServerKind) {
     let m = ps.metrics();
     assert_eq!(m.redirects.moved, 0, "{m:?}");
 
+    // The comparison modes subscribed to the channel whose slot moves next:
+    // per-partition mode reconnects that partition on the new owner (a gap),
+    // classic mode is not affected (no gap).
+    let others: Vec<(Mode, Arc<Recorder>, ClusterPubSub)> = [Mode::PerPartition, Mode::Classic]
+        .into_iter()
+        .map(|mode| {
+            let rec = Arc::new(Recorder::default());
+            let ps = ClusterPubSub::builder()
+                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+                .handler_arc(rec.clone())
+                .mode(mode)
+                .workers(1)
+                .build()
+                .expect("cluster pubsub");
+            ps.subscribe([&on_a]).unwrap();
+            ps.wait_active(&[&on_a], Duration::from_secs(5)).unwrap();
+            (mode, rec, ps)
+        })
+        .collect();
+
     // MOVED: the slot moves for good while this instance (no subscription
     // there, 30 s poll) still routes to a; the publish follows the redirect,
     // the route is fixed and a refresh runs.
@@ -89,7 +109,7 @@ fn redirects(kind: ServerKind) {
         )
         .expect("migrate");
     let r = ps.publish_wait(&on_a, b"2", Duration::from_secs(3));
-    assert_eq!(r.ok(), Some(0), "{kind:?}");
+    assert!(r.is_ok(), "{kind:?}: {r:?}");
     let m = ps.metrics();
     assert!(m.redirects.moved >= 1, "{kind:?}: {m:?}");
     testkit::wait_for("a refresh after MOVED", Duration::from_secs(5), || {
@@ -97,15 +117,33 @@ fn redirects(kind: ServerKind) {
     })
     .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
     let moved = ps.metrics().redirects.moved;
-    assert_eq!(
-        ps.publish_wait(&on_a, b"3", Duration::from_secs(3)).ok(),
-        Some(0)
-    );
+    assert!(ps.publish_wait(&on_a, b"3", Duration::from_secs(3)).is_ok());
     assert_eq!(
         ps.metrics().redirects.moved,
         moved,
         "{kind:?}: route not updated"
     );
+
+    for (mode, rec, other) in &others {
+        let missing = cluster_support::publish_round_and_wait(
+            other,
+            rec,
+            std::slice::from_ref(&on_a),
+            7,
+            Duration::from_secs(5),
+        );
+        assert!(
+            missing.is_empty(),
+            "{kind:?} {mode:?}: no delivery after the move"
+        );
+        let gapped = rec.gaps.lock().contains(&on_a);
+        assert_eq!(
+            gapped,
+            *mode == Mode::PerPartition,
+            "{kind:?} {mode:?}: gap"
+        );
+    }
+    drop(others);
 
     // A slot with no owner: its partition is unresolved (counted, probed),
     // and subscribed again once a node takes the slot.
