@@ -509,6 +509,9 @@ impl Control {
                     let n = msg.retries;
                     return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
                 }
+                // A refresh within the degraded-mode delay (coalesced, so a
+                // burst of refusals costs one).
+                self.schedule_retry();
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
                 self.delayed.push((Instant::now() + delay, Box::new(msg)));

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cluster::shared::{Retry, Shared, Trigger};
+use crate::cluster::shared::{Retry, Shared};
 use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
 use crate::metrics::add;
@@ -72,9 +72,12 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
         Some(e) => e,
         None => match shared.routes.read().engine_of(msg.slot) {
             Some(e) => e,
+            None if shared.closing.load(std::sync::atomic::Ordering::Acquire) => {
+                return msg.finish(shared, Err(Error::Shutdown));
+            }
             None => {
-                // No owner known yet: a refresh will find one; retry then.
-                shared.request_rebuild(Trigger::Retry);
+                // No owner known yet: the control thread retries it after a
+                // backoff and schedules a (coalesced) refresh.
                 let retry = Retry {
                     msg: Box::new(msg),
                     error: topology::ClusterError::ClusterDown,

@@ -260,7 +260,7 @@ impl Control {
         s.wake_active_waiters();
     }
 
-    fn schedule_retry(&mut self) {
+    pub(crate) fn schedule_retry(&mut self) {
         let at = Instant::now() + self.s.config.degraded_retry;
         match self.next_rebuild {
             Some((t, _)) if t <= at => {}
