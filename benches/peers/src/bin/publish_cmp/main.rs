@@ -286,7 +286,7 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
                 let n = o.messages / conc as u64 * conc as u64;
                 let s = measure(k, conc, n)?;
                 println!(
-                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/socket write {} (engine: {})  wakes/msg {}  allocs/msg {}  server {:.2} s/1M",
+                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/socket write {} (engine: {})  wakes/msg {}  allocs {} ({}/msg)  server {:.2} s/1M",
                     k.name(),
                     submitters(k, conc),
                     s.messages as f64 / s.secs,
@@ -294,6 +294,7 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
                     opt(s.socket_writes.map(|w| s.messages as f64 / w as f64), 1),
                     opt(s.engine_writes.map(|w| s.messages as f64 / w as f64), 1),
                     opt(s.wakes.map(|w| w as f64 / s.messages as f64), 3),
+                    opt(s.allocs.map(|a| a as f64), 0),
                     opt(s.allocs.map(|a| a as f64 / s.messages as f64), 4),
                     s.server_cpu / s.messages as f64 * 1e6,
                 );
