@@ -99,6 +99,7 @@ pub struct ClusterBuilder {
     batch_size: usize,
     poll_interval: Duration,
     degraded_retry: Duration,
+    probe_interval: Duration,
     split: ResubscribeSplit,
     resubscribe_workers: u32,
     max_redirects: u32,
@@ -119,6 +120,7 @@ impl Default for ClusterBuilder {
             batch_size: 512,
             poll_interval: Duration::from_secs(30),
             degraded_retry: Duration::from_millis(200),
+            probe_interval: Duration::from_secs(30),
             split: ResubscribeSplit::Partitions,
             resubscribe_workers: 16,
             max_redirects: 5,
@@ -215,6 +217,16 @@ impl ClusterBuilder {
     /// subscription not yet moved) (default 200 ms).
     pub fn degraded_retry(mut self, d: Duration) -> Self {
         self.degraded_retry = d;
+        self
+    }
+
+    /// How long a subscribe connection may stay silent before it is sent
+    /// a `PING` (default 30 s; zero turns the probe off). A connection that
+    /// does not answer within the request timeout (5 s) is restarted and
+    /// its partitions resubscribed with a gap event: a black-holed
+    /// connection does not lose messages silently.
+    pub fn probe_interval(mut self, d: Duration) -> Self {
+        self.probe_interval = d;
         self
     }
 
@@ -346,6 +358,7 @@ impl ClusterBuilder {
             max_redirects: self.max_redirects,
             retry_window: self.retry_window,
             degraded_retry: self.degraded_retry,
+            probe_interval: self.probe_interval,
         };
         let lanes = Shared::lanes(&cfg, &parts);
         let seed = crate::cluster::instance_seed();
@@ -388,6 +401,8 @@ impl ClusterBuilder {
             delayed: Vec::new(),
             change_at: None,
             last_restore_check: None,
+            probes: Default::default(),
+            next_probe: Instant::now(),
             enc: Vec::new(),
             name: Vec::new(),
         };

@@ -60,6 +60,9 @@ pub(crate) struct Control {
     /// When a change was noticed and delivery not yet restored.
     pub(crate) change_at: Option<Instant>,
     pub(crate) last_restore_check: Option<Instant>,
+    /// Liveness probe per connection id: rx seen last, and since when.
+    pub(crate) probes: HashMap<u64, (u64, Instant)>,
+    pub(crate) next_probe: Instant,
     pub(crate) enc: Vec<u8>,
     pub(crate) name: Vec<u8>,
 }
@@ -113,6 +116,9 @@ impl Control {
             }
             if self.change_at.is_some() {
                 wake = wake.min(now + Duration::from_millis(20));
+            }
+            if !self.s.config.probe_interval.is_zero() {
+                wake = wake.min(self.next_probe);
             }
             let (connected, dirty, retries, rebuild) = {
                 let mut inbox = self.s.inbox.lock();
@@ -174,7 +180,51 @@ impl Control {
                 publish::send(&self.s, msg, None, false);
             }
             self.check_restored();
+            if !self.s.config.probe_interval.is_zero() && now >= self.next_probe {
+                self.probe_liveness(now);
+            }
         }
+    }
+
+    /// Sends a `PING` on every ready subscribe connection that has been
+    /// silent for the probe interval; the engine restarts one that does
+    /// not answer within its request timeout.
+    fn probe_liveness(&mut self, now: Instant) {
+        let interval = self.s.config.probe_interval;
+        self.next_probe =
+            now + (interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut live = std::collections::HashSet::new();
+        for g in self.groups.values() {
+            for (i, c) in g.conns.iter().enumerate() {
+                live.insert(c.id);
+                let rx = c.rx.load(Ordering::Relaxed);
+                let entry = self.probes.entry(c.id).or_insert((rx, now));
+                if !c.ready.load(Ordering::Acquire) || entry.0 != rx {
+                    *entry = (rx, now);
+                    continue;
+                }
+                if now.duration_since(entry.1) < interval {
+                    continue;
+                }
+                entry.1 = now;
+                let state = c.clone();
+                let r = g.engine.submit_to_then(
+                    0,
+                    i,
+                    |buf| push_header(buf, 1, b"PING"),
+                    ReplyKind::Single,
+                    move |r| {
+                        if r.is_ok() {
+                            state.rx.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                );
+                if r.is_ok() {
+                    add(&self.s.counters.probes_sent, 1);
+                }
+            }
+        }
+        self.probes.retain(|id, _| live.contains(id));
     }
 
     fn close_all(&mut self) {
@@ -199,6 +249,7 @@ impl Control {
                 self.next_id += 1;
                 Arc::new(ConnState {
                     id: self.next_id,
+                    rx: Default::default(),
                     ready: Default::default(),
                     connects: Default::default(),
                     received: Default::default(),

@@ -88,6 +88,7 @@ impl Observer for SubObserver {
         let Some(state) = self.conns.get(conn.index) else {
             return;
         };
+        state.rx.fetch_add(1, Ordering::Relaxed);
         match resp::classify(&push.frame) {
             Some(PubSub::Message { channel, payload })
             | Some(PubSub::SMessage { channel, payload }) => self.deliver(state, channel, payload),
@@ -125,6 +126,9 @@ impl Observer for SubObserver {
         let was_ready = state.ready.swap(false, Ordering::AcqRel);
         if matches!(error, Error::Shutdown) {
             return;
+        }
+        if matches!(error, Error::Timeout { .. }) {
+            add(&self.shared.counters.probe_restarts, 1);
         }
         if was_ready {
             log::warn!(

@@ -28,7 +28,11 @@
 //!   (`server` is the new node's number, in the order nodes were first seen).
 //! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
 //!
-//! What it does not do: the liveness probe and envelope of
+//! - An idle subscribe connection gets a `PING` every
+//!   [`ClusterBuilder::probe_interval`]; one that does not answer is
+//!   restarted and resubscribed (with gap events).
+//!
+//! What it does not do: the envelope (lag histogram) of
 //! [`PubSub`](crate::PubSub), subscriptions on replicas, patterns. Node engines each
 //! run one I/O thread (a node that joins gets its own engine).
 //!

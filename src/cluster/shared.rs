@@ -27,6 +27,7 @@ pub(crate) struct Config {
     pub(crate) max_redirects: u32,
     pub(crate) retry_window: Duration,
     pub(crate) degraded_retry: Duration,
+    pub(crate) probe_interval: Duration,
 }
 
 /// What made the control thread rebuild the topology.
@@ -60,6 +61,8 @@ pub(crate) const STAGES: usize = 5;
 #[derive(Debug)]
 pub(crate) struct ConnState {
     pub(crate) id: u64,
+    /// Pushes and probe replies seen: the liveness probe's sign of life.
+    pub(crate) rx: AtomicU64,
     /// Set by the control thread once the connection's lanes have been
     /// (re)sent; cleared by the observer when it drops.
     pub(crate) ready: AtomicBool,

@@ -1,0 +1,64 @@
+//! The liveness probe on real clusters (Redis 7 and Valkey 9, 3 masters):
+//! a subscribe connection whose node stops answering (`CLIENT PAUSE … ALL`)
+//! is pinged, restarted when the `PING` goes unanswered, and its partitions
+//! are resubscribed with a gap event once the node answers again.
+
+mod cluster_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster_support::{publish_round_and_wait, Recorder};
+use shardsub::cluster::ClusterPubSub;
+use testkit::{Cluster, ServerKind};
+
+fn probe(kind: ServerKind) {
+    let cluster = Cluster::start(kind, 3, 0).expect("cluster");
+    let rec = Arc::new(Recorder::default());
+    let ps = ClusterPubSub::builder()
+        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+        .handler_arc(rec.clone())
+        .probe_interval(Duration::from_millis(300))
+        .workers(1)
+        .build()
+        .expect("cluster pubsub");
+    let parts = ps.partitions().clone();
+    let a = cluster.masters()[0];
+    let on_a: Vec<u8> = (0..100_000)
+        .map(|i| format!("p:{i}").into_bytes())
+        .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(a))
+        .expect("a channel on the node");
+    let chans = vec![on_a.clone()];
+    ps.subscribe(&chans).unwrap();
+    ps.wait_active(&chans, Duration::from_secs(5)).unwrap();
+    // Idle: pings go out and come back; nothing restarts.
+    testkit::wait_for("a probe", Duration::from_secs(5), || {
+        Ok((ps.metrics().pubsub.probes_sent >= 2).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(ps.metrics().pubsub.probe_restarts, 0, "{kind:?}");
+    // The node stops answering for 7 s (longer than the 5 s request timeout).
+    cluster
+        .node(a)
+        .cmd(&[b"CLIENT", b"PAUSE", b"7000", b"ALL"])
+        .unwrap();
+    testkit::wait_for("the probe to restart", Duration::from_secs(15), || {
+        Ok((ps.metrics().pubsub.probe_restarts >= 1).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    ps.wait_active(&chans, Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(5));
+    assert!(missing.is_empty(), "{kind:?}: no delivery after the pause");
+    assert!(rec.gaps.lock().contains(&on_a), "{kind:?}: no gap event");
+    let m = ps.metrics();
+    eprintln!("{kind:?}: {m:?}");
+    ps.shutdown();
+}
+
+#[test]
+fn silent_node_is_probed_restarted_and_resubscribed() {
+    for kind in testkit::kinds() {
+        probe(kind);
+    }
+}
