@@ -574,9 +574,6 @@ impl Control {
     /// every wanted channel is confirmed.
     fn check_restored(&mut self) {
         let Some(since) = self.change_at else { return };
-        if self.next_rebuild.is_some() {
-            return;
-        }
         // At most every 10 ms: the scan reads every wanted channel.
         let now = Instant::now();
         if self
