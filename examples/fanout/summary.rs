@@ -160,10 +160,15 @@ pub fn print(
         );
     }
     println!(
-        "SSUBSCRIBE (start+later): {} subscriptions took {} commands at start (batched per \
-         partition, ≤ 512 channels each); {} on the new master after the failover",
+        "SSUBSCRIBE: {} subscriptions took {} commands at start (each carries channels of one \
+         partition, ≤ 512; one per partition per engine would be {}); {} on the new master \
+         after the failover",
         n(m.subscriptions as u64),
         n(m.ss_subscribed.iter().sum::<u64>() - m.ss_start.iter().sum::<u64>()),
+        n(fleet
+            .iter()
+            .map(|f| f.holds.iter().filter(|&&h| h).count() as u64)
+            .sum()),
         m.failover.resubscribes,
     );
 

@@ -12,8 +12,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  demo      start a local 3-master cluster (Redis and Valkey), print its slot
-            map and the RESP3 reply of DEBUG PROTOCOL attrib, stop it
+  demo [ARGS]  the fleet demo: a local Valkey cluster, 4 subscriber engines, a
+            paced publisher, a failover half-way, and a sizing summary
+            (ARGS go to examples/fanout, e.g. --server redis --seconds 20)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             benches once, fuzz smoke
   install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
@@ -27,7 +28,7 @@ environment:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("demo") => demo::run(),
+        Some("demo") => demo::run(&args[1..]),
         Some("test") => test::run(),
         Some("install") => install::all().map(|_| ()),
         Some("fuzz") => {
