@@ -330,7 +330,7 @@ impl Clients {
         Ok(())
     }
 
-    /// `redis-benchmark -c CONC -P 64 -n N -r 10000 PUBLISH bench:__rand_int__ <payload>`.
+    /// `redis-benchmark -3 -c CONC -P 64 -n N -r 10000 PUBLISH bench:__rand_int__ <payload>`.
     fn run_reference(
         &self,
         conc: usize,
@@ -339,7 +339,8 @@ impl Clients {
     ) -> Result<(Snapshot, Snapshot), String> {
         let payload = String::from_utf8_lossy(&self.payload).into_owned();
         let mut cmd = Command::new("redis-benchmark");
-        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+        // -3: RESP3 like the Rust clients (HELLO 3 at connect).
+        cmd.args(["-3", "-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-c", &conc.to_string(), "-P", &WINDOW.to_string()])
             .args([
                 "-n",
