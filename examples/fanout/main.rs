@@ -37,7 +37,8 @@
 //!
 //! It ends with one `result:` line (what the smoke test reads) and exits
 //! non-zero when a check failed. Every wait is bounded; the servers are
-//! stopped on every exit path (the `Cluster` is dropped, also on error).
+//! stopped on every exit path (the `Cluster` is dropped, also on error; a
+//! Ctrl-C in a terminal reaches them too, as they share its process group).
 //! `--quick` is a small run for CI: 3 engines, 2,000 channels, 3 s, 5,000/s.
 
 //!
