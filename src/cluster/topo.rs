@@ -477,3 +477,52 @@ impl Control {
 fn engine_up(e: &Engine) -> bool {
     e.is_connection_up(0, 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_announced_addresses() {
+        let v4 = NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        assert_eq!(resolve(&v4), Some("127.0.0.1:7000".parse().unwrap()));
+        let v6 = NodeAddr {
+            host: "::1".into(),
+            port: 7001,
+        };
+        assert_eq!(resolve(&v6), Some("[::1]:7001".parse().unwrap()));
+        let bad = NodeAddr {
+            host: "not a host name".into(),
+            port: 1,
+        };
+        assert_eq!(resolve(&bad), None);
+    }
+
+    #[test]
+    fn reads_info_text_from_every_string_shape() {
+        assert_eq!(text(&Value::Bulk(b"a".to_vec())), Some(&b"a"[..]));
+        let verbatim = Value::Verbatim {
+            format: *b"txt",
+            text: b"b".to_vec(),
+        };
+        assert_eq!(text(&verbatim), Some(&b"b"[..]));
+        let attributed = Value::Attributed {
+            attributes: Vec::new(),
+            value: Box::new(Value::Simple(b"c".to_vec())),
+        };
+        assert_eq!(text(&attributed), Some(&b"c"[..]));
+        assert_eq!(text(&Value::Integer(1)), None);
+    }
+
+    #[test]
+    fn empty_routes_know_no_owner() {
+        let r = Routes::empty();
+        assert_eq!(r.owner.len(), 16384);
+        assert!(r.engine_of(0).is_none());
+        assert!(r.engine_of(16383).is_none());
+        assert!(r.engine_of(u16::MAX).is_none());
+    }
+}
