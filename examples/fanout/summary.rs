@@ -54,13 +54,18 @@ pub fn print(
     );
     println!(
         "messages: {} published, {} delivered of {} expected; {} dropped, {} publishes failed, \
-         {} lost around the failover (their channels were named by gap events)",
+         {} {}",
         n(m.published),
         n(m.delivered),
         n(m.expected),
         n(m.dropped),
         n(failed),
         n(m.expected.saturating_sub(m.delivered + m.dropped)),
+        if o.failover {
+            "lost around the failover (their channels were named by gap events)"
+        } else {
+            "missing"
+        },
     );
     println!(
         "lag (publish → handler): p50 {}  p99 {}  p99.9 {}",
@@ -137,7 +142,7 @@ pub fn print(
     }
     println!(
         "subscribe connections per master: {} engines × multiplier {} = {engine_conns}, \
-         +{pub_sub} where the publisher instance's idle one is{}; *one connection per partition \
+         +{pub_sub} where the publisher instance's idle ones are{}; *one connection per partition \
          would need {} across the cluster instead of {}",
         o.engines,
         o.multiplier,
@@ -161,15 +166,21 @@ pub fn print(
     }
     println!(
         "SSUBSCRIBE: {} subscriptions took {} commands at start (each carries channels of one \
-         partition, ≤ 512; one per partition per engine would be {}); {} on the new master \
-         after the failover",
+         partition, ≤ 512; one per partition per engine would be {}){}",
         n(m.subscriptions as u64),
         n(m.ss_subscribed.iter().sum::<u64>() - m.ss_start.iter().sum::<u64>()),
         n(fleet
             .iter()
             .map(|f| f.holds.iter().filter(|&&h| h).count() as u64)
             .sum()),
-        m.failover.resubscribes,
+        if o.failover {
+            format!(
+                "; {} on the new master after the failover",
+                m.failover.resubscribes
+            )
+        } else {
+            String::new()
+        },
     );
 
     // CPU per million delivered, and the sizing estimate.
