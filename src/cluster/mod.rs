@@ -55,6 +55,7 @@ mod control;
 mod dispatch;
 mod metrics;
 mod publish;
+mod resubscribe;
 mod shared;
 mod topo;
 
