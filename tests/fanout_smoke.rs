@@ -13,23 +13,22 @@ use std::process::Command;
 fn fanout_binary() -> PathBuf {
     // Tests run from <target>/<profile>/deps; examples live next to it in
     // <target>/<profile>/examples. `cargo test` builds them, `cargo test
-    // --test fanout_smoke` does not: then build it here.
+    // --test fanout_smoke` does not, and a binary left from an older build
+    // would test old code: so build it here (a no-op when it is fresh).
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin = profile_dir.join("examples").join("fanout");
-    if !bin.exists() {
-        let target_dir = profile_dir.parent().unwrap();
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "-p", "shardsub", "--example", "fanout"])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if profile_dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        assert!(build.status().unwrap().success(), "building fanout failed");
+    let target_dir = profile_dir.parent().unwrap();
+    let mut build = Command::new(env!("CARGO"));
+    build
+        .args(["build", "--quiet", "-p", "shardsub", "--example", "fanout"])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
     }
+    assert!(build.status().unwrap().success(), "building fanout failed");
+    let bin = profile_dir.join("examples").join("fanout");
     assert!(bin.exists(), "{} missing", bin.display());
     bin
 }
