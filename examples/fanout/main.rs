@@ -42,13 +42,14 @@
 //! `--quick` is a small run for CI: 3 engines, 2,000 channels, 3 s, 5,000/s.
 
 //!
-//! Files: this one runs the phases; `node.rs` is a subscriber engine's
+//! Files: this one runs the phases; `options.rs` reads the flags; `node.rs` is a subscriber engine's
 //! handler and the lag histogram, `failover.rs` the failover and its
 //! measurements, `summary.rs` the closing numbers, `servers.rs` what is read
 //! from the servers (`INFO`, `CLIENT LIST`) and from `getrusage`.
 
 mod failover;
 mod node;
+mod options;
 mod servers;
 mod summary;
 
@@ -60,117 +61,12 @@ use std::time::{Duration, Instant};
 use shardcore::Partitions;
 use shardsub::cluster::ClusterPubSub;
 use shardsub::pubsub::envelope;
-use testkit::{Cluster, ServerKind};
+use testkit::Cluster;
 
 use node::{Fleet, Lag, Node};
+use options::parse_options;
+pub use options::Options;
 use servers::{ms, n};
-
-// ---------------------------------------------------------------------------
-// Options
-// ---------------------------------------------------------------------------
-
-/// The command line; the defaults are what `cargo xtask demo` runs.
-#[derive(Clone, Debug)]
-pub struct Options {
-    kind: ServerKind,
-    masters: usize,
-    replicas: usize,
-    engines: usize,
-    multiplier: usize,
-    channels: usize,
-    partitions: u32,
-    seconds: u64,
-    rate: u64,
-    payload: usize,
-    failover: bool,
-    target: u64,
-    seed: u64,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            kind: ServerKind::Valkey,
-            masters: 3,
-            replicas: 1,
-            engines: 4,
-            multiplier: 1,
-            channels: 20_000,
-            partitions: 128,
-            seconds: 8,
-            rate: 50_000,
-            payload: 256,
-            failover: true,
-            target: 1_000_000,
-            seed: 1,
-        }
-    }
-}
-
-fn parse_options() -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut args = std::env::args().skip(1);
-    // Flags apply in order, so `--quick --rate 1000` overrides the rate.
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        let num = |v: String| {
-            v.replace('_', "")
-                .parse::<u64>()
-                .map_err(|_| format!("{flag}: not a number: {v}"))
-        };
-        match flag.as_str() {
-            "--server" => {
-                let v = value()?;
-                o.kind = ServerKind::from_name(&v)
-                    .ok_or_else(|| format!("--server: valkey or redis, not {v}"))?;
-            }
-            "--masters" => o.masters = num(value()?)? as usize,
-            "--replicas" => o.replicas = num(value()?)? as usize,
-            "--engines" => o.engines = num(value()?)? as usize,
-            "--multiplier" => o.multiplier = num(value()?)? as usize,
-            "--channels" => o.channels = num(value()?)? as usize,
-            "--partitions" => o.partitions = num(value()?)? as u32,
-            "--seconds" => o.seconds = num(value()?)?,
-            "--rate" => o.rate = num(value()?)?,
-            "--payload" => o.payload = num(value()?)? as usize,
-            "--target" => o.target = num(value()?)?,
-            "--seed" => o.seed = num(value()?)?,
-            "--failover" => o.failover = true,
-            "--no-failover" => o.failover = false,
-            "--quick" => {
-                o.engines = 3;
-                o.channels = 2_000;
-                o.seconds = 3;
-                o.rate = 5_000;
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown flag {other}\n{USAGE}")),
-        }
-    }
-    // Keep every run bounded and meaningful.
-    let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
-    check((1..=16).contains(&o.masters), "--masters: 1 to 16")?;
-    check(o.replicas <= 2, "--replicas: 0 to 2")?;
-    check((1..=64).contains(&o.engines), "--engines: 1 to 64")?;
-    check((1..=8).contains(&o.multiplier), "--multiplier: 1 to 8")?;
-    check(
-        (o.engines..=2_000_000).contains(&o.channels),
-        "--channels: at least --engines, at most 2,000,000",
-    )?;
-    check((1..=120).contains(&o.seconds), "--seconds: 1 to 120")?;
-    check((1..=5_000_000).contains(&o.rate), "--rate: 1 to 5,000,000")?;
-    check(o.payload <= 1 << 20, "--payload: at most 1 MiB")?;
-    check(o.target > 0, "--target: above zero")?;
-    check(
-        !o.failover || o.replicas > 0,
-        "the failover needs --replicas 1 or more (or --no-failover)",
-    )?;
-    Ok(o)
-}
-
-const USAGE: &str = "usage: fanout [--server valkey|redis] [--masters N] [--replicas N] \
-[--engines N] [--multiplier N] [--channels N] [--partitions N] [--seconds N] [--rate N] \
-[--payload BYTES] [--no-failover] [--target MSG/S] [--seed N] [--quick]";
 
 // ---------------------------------------------------------------------------
 // The run

@@ -10,8 +10,8 @@ use testkit::Cluster;
 
 use crate::failover::FailoverReport;
 use crate::node::{quantile, Fleet};
+use crate::options::Options;
 use crate::servers::{n, named_clients, ssubscribe_calls};
-use crate::Options;
 
 /// What the run measured, for the summary.
 pub struct Measured {
