@@ -133,7 +133,11 @@ pub fn run(
         if moved.len() > 12 { ", …" } else { "" },
     );
     for (e, f) in fleet.iter().enumerate() {
-        let got = f.node.gap_events.load(Ordering::Relaxed) - gaps_before[e];
+        let got = f
+            .node
+            .gap_events
+            .load(Ordering::Relaxed)
+            .saturating_sub(gaps_before[e]);
         report.gap_events += got;
         // The gaps must name exactly the moved partitions this engine holds.
         let gapped: BTreeSet<u32> = (0..parts.count())

@@ -126,7 +126,7 @@ pub fn print(
             ));
         }
         let total = ssubscribe_calls(cluster, i);
-        let initial = m.ss_subscribed[i] - m.ss_start[i];
+        let initial = m.ss_subscribed[i].saturating_sub(m.ss_start[i]);
         let dash = |v: String| if master { v } else { "-".into() };
         println!(
             "{:<17} {:<8} {:>9} {:>9} {:>11} {:>12} {:>9.2} s {:>8}",
@@ -168,7 +168,10 @@ pub fn print(
         "SSUBSCRIBE: {} subscriptions took {} commands at start (each carries channels of one \
          partition, ≤ 512; one per partition per engine would be {}){}",
         n(m.subscriptions as u64),
-        n(m.ss_subscribed.iter().sum::<u64>() - m.ss_start.iter().sum::<u64>()),
+        n(m.ss_subscribed
+            .iter()
+            .sum::<u64>()
+            .saturating_sub(m.ss_start.iter().sum())),
         n(fleet
             .iter()
             .map(|f| f.holds.iter().filter(|&&h| h).count() as u64)
