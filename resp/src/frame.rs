@@ -136,7 +136,8 @@ impl<'a> Aggregate<'a> {
     }
 
     /// The element at `index` (counting every element, keys and values alike
-    /// for maps), parsing past the ones before it.
+    /// for maps). The ones before it are skipped in one pass, without
+    /// building frames for them.
     pub fn get(&self, index: usize) -> Option<Frame<'a>> {
         self.iter().nth(index)
     }
