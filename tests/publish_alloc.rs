@@ -1,5 +1,6 @@
-//! Fire-and-forget publishing allocates nothing in steady state, and under
-//! load many publishes share one `write`.
+//! Fire-and-forget publishing allocates nothing in steady state, under
+//! load many publishes share one `write`, and a full socket is not written
+//! to again until it is writable.
 //!
 //! A counting global allocator sees every thread (the I/O thread too), so
 //! the count covers the whole path: encode into the staging buffer, swap,
@@ -79,11 +80,12 @@ fn fire_and_forget_publish_allocates_nothing_in_steady_state() {
         let settled = ALLOCS.load(Ordering::Relaxed);
         let s = e.stats();
         let writes = s.writes - before_stats.writes;
+        let would_block = s.write_would_block - before_stats.write_would_block;
         let published = s.requests - before_stats.requests;
         eprintln!(
             "{kind:?}: {} allocations while publishing {N}, {} until all answered \
              (the end marker's Pending included); {published} requests in {writes} writes \
-             = {:.0} publishes per write",
+             = {:.0} publishes per write; {would_block} writes found the socket full",
             after - before,
             settled - before,
             published as f64 / writes.max(1) as f64
@@ -101,6 +103,13 @@ fn fire_and_forget_publish_allocates_nothing_in_steady_state() {
         assert!(
             published as f64 / writes.max(1) as f64 >= 32.0,
             "{kind:?}: {published} publishes in {writes} writes"
+        );
+        // After a `WouldBlock` the I/O thread waits for the socket to become
+        // writable: at most about one full-socket write per successful one,
+        // not one per loop turn.
+        assert!(
+            would_block <= writes + 16,
+            "{kind:?}: {would_block} writes found the socket full, {writes} wrote"
         );
     }
 }

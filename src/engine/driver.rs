@@ -40,6 +40,9 @@ pub(crate) struct Driver {
     core: Option<Connection<Completion>>,
     socket: Option<TcpStream>,
     write_interest: bool,
+    /// The last write found the socket full: no write until a WRITABLE
+    /// event (edge-triggered, so one comes once there is room).
+    write_blocked: bool,
     spare_buf: Vec<u8>,
     spare_reqs: VecDeque<Request<Completion>>,
     backoff: Backoff,
@@ -67,6 +70,7 @@ impl Driver {
             core: None,
             socket: None,
             write_interest: false,
+            write_blocked: false,
             spare_buf: Vec::new(),
             spare_reqs: VecDeque::new(),
             backoff,
@@ -149,6 +153,7 @@ impl Driver {
         };
         self.socket = Some(socket);
         self.write_interest = true;
+        self.write_blocked = false;
         self.core = Some(Connection::new(config, now));
         self.phase = Phase::Connecting {
             deadline: now + self.settings.connect_timeout,
@@ -160,7 +165,16 @@ impl Driver {
     }
 
     /// A readiness event for this connection's socket.
-    pub(crate) fn on_socket_event(&mut self, registry: &Registry, readable: bool, now: Instant) {
+    pub(crate) fn on_socket_event(
+        &mut self,
+        registry: &Registry,
+        readable: bool,
+        writable: bool,
+        now: Instant,
+    ) {
+        if writable {
+            self.write_blocked = false;
+        }
         if let Phase::Connecting { .. } = self.phase {
             let Some(socket) = &self.socket else { return };
             let addr = self.addr();
@@ -271,6 +285,9 @@ impl Driver {
     }
 
     fn write(&mut self, registry: &Registry, now: Instant) {
+        if self.write_blocked {
+            return;
+        }
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
         };
@@ -288,6 +305,7 @@ impl Driver {
                     core.advance_transmit(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Counters::add(&self.settings.counters.write_would_block, 1);
                     blocked = true;
                     break;
                 }
@@ -300,6 +318,7 @@ impl Driver {
         }
         Counters::add(&self.settings.counters.writes, writes);
         Counters::add(&self.settings.counters.bytes_written, bytes);
+        self.write_blocked = blocked;
         if blocked != self.write_interest {
             let interest = if blocked {
                 Interest::READABLE | Interest::WRITABLE
@@ -432,6 +451,7 @@ impl Driver {
         }
         self.more_to_read = false;
         self.write_interest = false;
+        self.write_blocked = false;
         if let Some(mut core) = self.core.take() {
             // Anything the core still holds fails with this error.
             core.close();

@@ -68,7 +68,10 @@ impl IoThread {
                     continue;
                 };
                 let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                d.on_socket_event(registry, readable, now);
+                // An error or a closed write side clears a blocked write too,
+                // so the next write reports it.
+                let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                d.on_socket_event(registry, readable, writable, now);
             }
             for c in std::mem::take(&mut *self.shared.control.lock()) {
                 match c {

@@ -176,6 +176,7 @@ pub(crate) struct Counters {
     pub(crate) failed: AtomicU64,
     pub(crate) pushes: AtomicU64,
     pub(crate) writes: AtomicU64,
+    pub(crate) write_would_block: AtomicU64,
     pub(crate) bytes_written: AtomicU64,
     pub(crate) reads: AtomicU64,
     pub(crate) connects: AtomicU64,
@@ -202,8 +203,10 @@ pub struct Stats {
     pub failed: u64,
     /// Push frames received.
     pub pushes: u64,
-    /// `write` system calls.
+    /// `write` system calls that wrote something.
     pub writes: u64,
+    /// `write` system calls that found the socket full (`WouldBlock`).
+    pub write_would_block: u64,
     /// Bytes written.
     pub bytes_written: u64,
     /// `read` system calls that returned data.
@@ -224,6 +227,7 @@ impl Counters {
             failed: g(&self.failed),
             pushes: g(&self.pushes),
             writes: g(&self.writes),
+            write_would_block: g(&self.write_would_block),
             bytes_written: g(&self.bytes_written),
             reads: g(&self.reads),
             connects: g(&self.connects),
