@@ -6,37 +6,14 @@
 //! the count covers the whole path: encode into the staging buffer, swap,
 //! copy into the output buffer, write, read the replies, match them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use shardsub::{Engine, PublishOptions};
+use testkit::alloc::CountingAlloc;
 use testkit::{kinds, Server};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 /// Publishes `n` messages, then waits (bounded) until all are answered.
 fn publish_all(e: &Engine, n: u64, payload: &[u8]) {
@@ -69,15 +46,15 @@ fn fire_and_forget_publish_allocates_nothing_in_steady_state() {
             publish_all(&e, 200_000, &payload);
         }
         let before_stats = e.stats();
-        let before = ALLOCS.load(Ordering::Relaxed);
+        let before = GLOBAL.allocations();
         const N: u64 = 200_000;
         for _ in 0..N {
             e.publish(b"alloc-test", &payload).unwrap();
         }
-        let after = ALLOCS.load(Ordering::Relaxed);
+        let after = GLOBAL.allocations();
         // Let the I/O thread finish (its work is counted too).
         publish_all(&e, 0, &payload);
-        let settled = ALLOCS.load(Ordering::Relaxed);
+        let settled = GLOBAL.allocations();
         let s = e.stats();
         let writes = s.writes - before_stats.writes;
         let would_block = s.write_would_block - before_stats.write_would_block;

@@ -5,39 +5,17 @@
 
 mod pubsub_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pubsub_support::channels;
 use shardsub::PubSub;
+use testkit::alloc::CountingAlloc;
 use testkit::{kinds, Server};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -88,11 +66,11 @@ fn delivery_allocates_nothing_per_message_in_steady_state() {
         for _ in 0..20 {
             round_trip(&ps, &seen, &chans, 10);
         }
-        let before = ALLOCS.load(Ordering::Relaxed);
+        let before = GLOBAL.allocations();
         for _ in 0..50 {
             round_trip(&ps, &seen, &chans, 10);
         }
-        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let allocs = GLOBAL.allocations() - before;
         let m = ps.metrics();
         println!("{kind:?}: {allocs} allocations for 50000 published + delivered messages");
         // Not per message: 0 or 1 in practice (a pipeline doubling once
