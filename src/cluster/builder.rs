@@ -1,21 +1,23 @@
 //! [`ClusterBuilder`]: settings for a [`ClusterPubSub`], checked by `build`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::RwLock;
 use shardcore::Partitions;
 use topology::{Layout, SlotMap};
 
 use crate::cluster::control::Control;
-use crate::cluster::shared::{ClusterCounters, Config, Inbox, Routes, Shared};
+use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Builder, Engine};
 use crate::error::Error;
 use crate::metrics::Counters;
+use crate::pubsub::active::ActiveWait;
+use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::Handler;
 use crate::workers::Pool;
@@ -371,13 +373,9 @@ impl ClusterBuilder {
             cluster: ClusterCounters::default(),
             routes: RwLock::new(Routes::empty()),
             lane_conn: RwLock::new(vec![None; lanes]),
-            lane_dirty: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            inbox: Mutex::new(Inbox::default()),
-            inbox_cond: Condvar::new(),
-            active_gate: Mutex::new(0),
-            active_cond: Condvar::new(),
-            active_waiters: AtomicUsize::new(0),
+            mail: Mailbox::new(lanes),
+            active: ActiveWait::new(false, Duration::from_millis(50)),
             closing: AtomicBool::new(false),
         });
         let empty = SlotMap::new();

@@ -22,8 +22,7 @@ use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
-use crate::pubsub::registry::{QUEUED, SENT, WANT};
-use crate::pubsub::ChannelList;
+use crate::pubsub::registry::{Settled, WANT};
 
 /// Which subscribe engine: a node, and in per-partition mode a partition.
 pub(crate) type GroupKey = (SocketAddr, Option<u32>);
@@ -122,7 +121,7 @@ impl Control {
                 wake = wake.min(self.next_probe);
             }
             let (connected, dirty, retries, rebuild) = {
-                let mut inbox = self.s.inbox.lock();
+                let mut inbox = self.s.mail.inbox.lock();
                 loop {
                     if inbox.stop {
                         drop(inbox);
@@ -135,7 +134,7 @@ impl Control {
                     {
                         break;
                     }
-                    if self.s.inbox_cond.wait_until(&mut inbox, wake).timed_out() {
+                    if self.s.mail.cond.wait_until(&mut inbox, wake).timed_out() {
                         break;
                     }
                 }
@@ -361,7 +360,7 @@ impl Control {
     /// Sends what changed in one lane since the last look.
     fn flush_lane(&mut self, lane: usize) {
         let s = self.s.clone();
-        if let Some(flag) = s.lane_dirty.get(lane) {
+        if let Some(flag) = s.mail.lane_dirty.get(lane) {
             flag.store(false, Ordering::Release);
         }
         let at = self.lane_at.get(lane).copied().flatten();
@@ -374,25 +373,10 @@ impl Control {
                 return;
             };
             for name in std::mem::take(&mut l.dirty) {
-                let Some(f) = l.map.get_mut(&name) else {
-                    continue;
-                };
-                *f &= !QUEUED;
-                match (*f & WANT != 0, *f & SENT != 0) {
-                    (true, false) if ready => {
-                        *f |= SENT;
-                        subs.push(name);
-                    }
-                    (false, true) => {
-                        l.map.remove(&name);
-                        if ready {
-                            unsubs.push(name);
-                        }
-                    }
-                    (false, false) => {
-                        l.map.remove(&name);
-                    }
-                    _ => {}
+                match l.settle(&name, ready) {
+                    Settled::Subscribe => subs.push(name),
+                    Settled::Unsubscribe => unsubs.push(name),
+                    Settled::Kept { .. } | Settled::Nothing => {}
                 }
             }
         }
@@ -459,22 +443,8 @@ impl Control {
             let Some(mut l) = s.registry.lane(lane) else {
                 continue;
             };
-            let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
-            let mut names = Vec::with_capacity(l.map.len());
-            l.map.retain(|name, f| {
-                if *f & WANT == 0 {
-                    return false;
-                }
-                if *f & SENT != 0 {
-                    let w = shardcore::worker_of(name, workers as u32) as usize;
-                    if let Some(g) = gaps.get_mut(w) {
-                        g.push(name);
-                    }
-                }
-                *f = (*f & QUEUED) | WANT | SENT;
-                names.push(name.clone());
-                true
-            });
+            let gaps = l.resend_all(workers);
+            let names: Vec<Box<[u8]>> = l.map.keys().cloned().collect();
             drop(l);
             for (q, g) in s.queues.iter().zip(gaps) {
                 if !g.is_empty() {

@@ -144,12 +144,8 @@ impl ClusterPubSub {
                     reason: format!("no seed gave a usable slot map within {timeout:?}").into(),
                 });
             }
-            s.active_waiters.fetch_add(1, Ordering::AcqRel);
-            let mut gate = s.active_gate.lock();
-            s.active_cond
-                .wait_until(&mut gate, deadline.min(now + Duration::from_millis(20)));
-            drop(gate);
-            s.active_waiters.fetch_sub(1, Ordering::AcqRel);
+            s.active
+                .sleep_until(deadline.min(now + Duration::from_millis(20)));
         }
     }
 
@@ -225,32 +221,8 @@ impl ClusterPubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        let deadline = Instant::now() + timeout;
-        s.active_waiters.fetch_add(1, Ordering::AcqRel);
-        let mut next = 0;
-        let result = loop {
-            if let Err(e) = self.check_open() {
-                break Err(e);
-            }
-            let seen = *s.active_gate.lock();
-            while next < channels.len() && s.is_active(channels[next].as_ref()) {
-                next += 1;
-            }
-            if next == channels.len() {
-                break Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimeout { after: timeout });
-            }
-            let mut gate = s.active_gate.lock();
-            if *gate == seen {
-                let until = deadline.min(now + Duration::from_millis(50));
-                s.active_cond.wait_until(&mut gate, until);
-            }
-        };
-        s.active_waiters.fetch_sub(1, Ordering::AcqRel);
-        result
+        s.active
+            .wait_all(channels, timeout, || self.check_open(), |c| s.is_active(c))
     }
 
     /// Publishes `payload` to `channel`, fire-and-forget: `SPUBLISH` of the

@@ -5,13 +5,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
 use crate::metrics::Counters;
+use crate::pubsub::active::ActiveWait;
+use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
 use crate::pubsub::registry::{Registry, ACTIVE};
 use crate::workers::Queue;
 
@@ -110,6 +112,12 @@ pub(crate) struct Inbox {
     pub(crate) stop: bool,
 }
 
+impl DirtyLanes for Inbox {
+    fn push_dirty(&mut self, lane: usize) {
+        self.dirty.push(lane);
+    }
+}
+
 /// Cluster counters (relaxed atomics).
 #[derive(Default)]
 pub(crate) struct ClusterCounters {
@@ -143,15 +151,13 @@ pub(crate) struct Shared {
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
-    /// Per lane: already posted to the control thread as dirty.
-    pub(crate) lane_dirty: Vec<AtomicBool>,
     /// Per lane: the server dropped a wanted subscription (slot moved).
     pub(crate) lane_lost: Vec<AtomicBool>,
-    pub(crate) inbox: Mutex<Inbox>,
-    pub(crate) inbox_cond: Condvar,
-    pub(crate) active_gate: Mutex<u64>,
-    pub(crate) active_cond: Condvar,
-    pub(crate) active_waiters: AtomicUsize,
+    /// The control thread's inbox.
+    pub(crate) mail: Mailbox<Inbox>,
+    /// Waiters in `wait_active` and startup, woken on confirmations and
+    /// topology changes.
+    pub(crate) active: ActiveWait,
     /// Set when the instance shuts down (node engines closing then is not
     /// a reason to re-route).
     pub(crate) closing: AtomicBool,
@@ -206,18 +212,11 @@ impl Shared {
     }
 
     pub(crate) fn post(&self, f: impl FnOnce(&mut Inbox)) {
-        f(&mut self.inbox.lock());
-        self.inbox_cond.notify_one();
+        self.mail.post(f);
     }
 
     pub(crate) fn mark_dirty(&self, lane: usize) {
-        let first = self
-            .lane_dirty
-            .get(lane)
-            .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
-        if first {
-            self.post(|inbox| inbox.dirty.push(lane));
-        }
+        self.mail.mark_dirty(lane);
     }
 
     /// Asks the control thread for a topology rebuild (the first trigger
@@ -229,10 +228,7 @@ impl Shared {
     }
 
     pub(crate) fn wake_active_waiters(&self) {
-        if self.active_waiters.load(Ordering::Acquire) > 0 {
-            *self.active_gate.lock() += 1;
-            self.active_cond.notify_all();
-        }
+        self.active.wake();
     }
 
     /// Whether a channel's subscription is confirmed on a live connection.

@@ -1,20 +1,22 @@
 //! [`PubSubBuilder`]: settings for a [`PubSub`], checked by `build`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::conn::{Protocol, Role};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::Counters;
+use crate::pubsub::active::ActiveWait;
 use crate::pubsub::control::Control;
 use crate::pubsub::dispatch::Dispatcher;
+use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::{Routing, ShardRouting};
-use crate::pubsub::shared::{Config, ConnSlot, Inbox, Shared, PROBE_PREFIX};
+use crate::pubsub::shared::{Config, ConnSlot, Shared, PROBE_PREFIX};
 use crate::pubsub::{Handler, PubSub};
 use crate::workers::Pool;
 
@@ -313,13 +315,8 @@ impl PubSubBuilder {
             conns,
             queues: pool.queues().to_vec(),
             counters,
-            lane_dirty: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            inbox: Mutex::new(Inbox::default()),
-            inbox_cond: Condvar::new(),
-            active_gate: Mutex::new(0),
-            active_cond: Condvar::new(),
-            active_waiters: AtomicUsize::new(0),
-            active_armed: AtomicBool::new(false),
+            mail: Mailbox::new(lanes),
+            active: ActiveWait::new(true, Duration::from_millis(100)),
         });
         let observer = Arc::new(Dispatcher {
             shared: shared.clone(),

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use crate::conn::{ReplyKind, SubscribeKind};
 use crate::engine::Engine;
 use crate::metrics::add;
-use crate::pubsub::handler::ChannelList;
-use crate::pubsub::registry::{ACTIVE, QUEUED, SENT, WANT};
+use crate::pubsub::registry::Settled;
 use crate::pubsub::shared::Shared;
 
 /// The command names for a subscribe kind.
@@ -97,7 +96,7 @@ impl Control {
     }
 
     fn stopping(&self) -> bool {
-        self.shared.inbox.lock().stop
+        self.shared.mail.inbox.lock().stop
     }
 
     fn tick_interval(&self) -> Duration {
@@ -115,7 +114,7 @@ impl Control {
         let mut next_tick = Instant::now() + tick;
         loop {
             let (events, dirty) = {
-                let mut inbox = self.shared.inbox.lock();
+                let mut inbox = self.shared.mail.inbox.lock();
                 loop {
                     if inbox.stop {
                         return;
@@ -125,7 +124,8 @@ impl Control {
                     }
                     if self
                         .shared
-                        .inbox_cond
+                        .mail
+                        .cond
                         .wait_until(&mut inbox, next_tick)
                         .timed_out()
                     {
@@ -143,12 +143,13 @@ impl Control {
                 // Let calls close in time share commands: wait a moment for
                 // more channels on the lanes already marked.
                 let until = Instant::now() + coalesce;
-                let mut inbox = self.shared.inbox.lock();
+                let mut inbox = self.shared.mail.inbox.lock();
                 while !inbox.stop
                     && inbox.events.is_empty()
                     && !self
                         .shared
-                        .inbox_cond
+                        .mail
+                        .cond
                         .wait_until(&mut inbox, until)
                         .timed_out()
                 {}
@@ -225,7 +226,7 @@ impl Control {
     /// Sends what changed in one lane since the last look.
     fn flush_lane(&mut self, lane: usize) {
         let s = self.shared.clone();
-        if let Some(flag) = s.lane_dirty.get(lane) {
+        if let Some(flag) = s.mail.lane_dirty.get(lane) {
             flag.store(false, Ordering::Release);
         }
         let conn = s.routing.conn_of_lane(lane);
@@ -249,30 +250,15 @@ impl Control {
                 return;
             };
             for name in dirty.by_ref().take(4096) {
-                let Some(f) = l.map.get_mut(&name) else {
-                    continue;
-                };
-                *f &= !QUEUED;
-                match (*f & WANT != 0, *f & SENT != 0) {
-                    (true, false) if ready => {
-                        *f |= SENT;
-                        subs.push(name);
-                    }
-                    (false, true) => {
-                        l.map.remove(&name);
-                        if ready {
-                            unsubs.push(name);
-                        }
-                    }
-                    (false, false) => {
-                        l.map.remove(&name);
-                    }
+                match l.settle(&name, ready) {
+                    Settled::Subscribe => subs.push(name),
+                    Settled::Unsubscribe => unsubs.push(name),
                     // Asked for again before its unsubscribe left: the
                     // subscription never lapsed.
-                    (true, true) if *f & ACTIVE != 0 && s.config.active_events => {
+                    Settled::Kept { active: true } if s.config.active_events => {
                         reactivated.push(name);
                     }
-                    _ => {}
+                    Settled::Kept { .. } | Settled::Nothing => {}
                 }
             }
         }
@@ -336,20 +322,7 @@ impl Control {
             let Some(mut l) = s.registry.lane(lane) else {
                 continue;
             };
-            let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
-            l.map.retain(|name, f| {
-                if *f & WANT == 0 {
-                    return false;
-                }
-                if *f & SENT != 0 {
-                    let w = shardcore::worker_of(name, workers as u32) as usize;
-                    if let Some(g) = gaps.get_mut(w) {
-                        g.push(name);
-                    }
-                }
-                *f = (*f & QUEUED) | WANT | SENT;
-                true
-            });
+            let gaps = l.resend_all(workers);
             // The gap goes onto the workers' queues before any message of
             // the new subscriptions can arrive.
             for (q, g) in s.queues.iter().zip(gaps) {

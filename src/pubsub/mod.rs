@@ -45,6 +45,7 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
+pub(crate) mod active;
 #[cfg(test)]
 mod alloc_count;
 mod builder;
@@ -52,6 +53,7 @@ mod control;
 mod dispatch;
 pub mod envelope;
 mod handler;
+pub(crate) mod mailbox;
 pub(crate) mod registry;
 mod routing;
 mod shared;
@@ -60,7 +62,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -220,34 +222,8 @@ impl PubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        let deadline = Instant::now() + timeout;
-        s.active_waiters.fetch_add(1, Ordering::AcqRel);
-        let mut next = 0;
-        let result = loop {
-            if let Err(e) = self.check_open() {
-                break Err(e);
-            }
-            // Arm before looking: a confirmation from now on bumps the gate.
-            s.active_armed.store(true, Ordering::Release);
-            let seen = *s.active_gate.lock();
-            while next < channels.len() && s.is_active(channels[next].as_ref()) {
-                next += 1;
-            }
-            if next == channels.len() {
-                break Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimeout { after: timeout });
-            }
-            let mut gate = s.active_gate.lock();
-            if *gate == seen {
-                let until = deadline.min(now + Duration::from_millis(100));
-                s.active_cond.wait_until(&mut gate, until);
-            }
-        };
-        s.active_waiters.fetch_sub(1, Ordering::AcqRel);
-        result
+        s.active
+            .wait_all(channels, timeout, || self.check_open(), |c| s.is_active(c))
     }
 
     /// Publishes `payload` to `channel` on its shard, fire-and-forget
@@ -329,7 +305,7 @@ impl PubSub {
         }
         self.pool.shutdown();
         self.publ.shutdown();
-        self.shared.active_armed.store(true, Ordering::Release);
+        self.shared.active.arm();
         self.shared.wake_active_waiters();
     }
 }

@@ -22,6 +22,8 @@ use std::hash::{BuildHasher, Hasher};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::pubsub::ChannelList;
+
 /// The application wants the channel.
 pub(crate) const WANT: u8 = 1;
 /// A subscribe for it was the last command sent on the live connection.
@@ -77,6 +79,19 @@ impl BuildHasher for ChannelHasher {
     }
 }
 
+/// What a dirty channel needs, from [`Lane::settle`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Send a subscribe.
+    Subscribe,
+    /// Send an unsubscribe.
+    Unsubscribe,
+    /// Still wanted and sent (`active`: confirmed): nothing to send.
+    Kept { active: bool },
+    /// Nothing to send.
+    Nothing,
+}
+
 /// One lane's channels.
 pub(crate) struct Lane {
     /// Flags per channel.
@@ -106,6 +121,57 @@ impl Lane {
         *flags |= QUEUED;
         self.dirty.push(channel.into());
         true
+    }
+
+    /// Readies the lane to be sent again on a new connection: forgets the
+    /// channels no longer wanted and marks the rest sent. Returns, per
+    /// worker (of `workers`), the channels that had been sent before: their
+    /// subscription had a gap.
+    pub(crate) fn resend_all(&mut self, workers: usize) -> Vec<ChannelList> {
+        let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
+        self.map.retain(|name, f| {
+            if *f & WANT == 0 {
+                return false;
+            }
+            if *f & SENT != 0 {
+                let w = shardcore::worker_of(name, workers as u32) as usize;
+                if let Some(g) = gaps.get_mut(w) {
+                    g.push(name);
+                }
+            }
+            *f = (*f & QUEUED) | WANT | SENT;
+            true
+        });
+        gaps
+    }
+
+    /// Takes a channel off the dirty list's flags (clears `QUEUED`) and
+    /// says what it needs on a connection that is up (`ready`) or not:
+    /// a subscribe (now marked `SENT`), an unsubscribe, or nothing. A
+    /// channel no longer wanted is forgotten.
+    pub(crate) fn settle(&mut self, channel: &[u8], ready: bool) -> Settled {
+        let Some(f) = self.map.get_mut(channel) else {
+            return Settled::Nothing;
+        };
+        *f &= !QUEUED;
+        match (*f & WANT != 0, *f & SENT != 0) {
+            (true, false) if ready => {
+                *f |= SENT;
+                Settled::Subscribe
+            }
+            (true, false) => Settled::Nothing,
+            (true, true) => Settled::Kept {
+                active: *f & ACTIVE != 0,
+            },
+            (false, sent) => {
+                self.map.remove(channel);
+                if sent && ready {
+                    Settled::Unsubscribe
+                } else {
+                    Settled::Nothing
+                }
+            }
+        }
     }
 }
 
@@ -215,6 +281,38 @@ mod tests {
         assert!(!r.confirm(0, b"c"));
         assert!(!r.set_wanted(0, b"c", true));
         assert_eq!(r.flags(0, b"c"), WANT | SENT | ACTIVE | QUEUED);
+    }
+
+    #[test]
+    fn settle_sends_subscribes_only_when_ready_and_forgets_unwanted() {
+        let r = Registry::new(1, 7);
+        let mut l = r.lane(0).expect("lane 0");
+        assert!(l.set_wanted(b"a", true));
+        assert_eq!(l.settle(b"a", false), Settled::Nothing);
+        assert_eq!(l.map.get(&b"a"[..]).copied(), Some(WANT));
+        assert_eq!(l.settle(b"a", true), Settled::Subscribe);
+        assert_eq!(l.settle(b"a", true), Settled::Kept { active: false });
+        l.set_wanted(b"a", false);
+        assert_eq!(l.settle(b"a", true), Settled::Unsubscribe);
+        assert!(l.map.is_empty());
+        assert_eq!(l.settle(b"missing", true), Settled::Nothing);
+    }
+
+    #[test]
+    fn resend_all_reports_sent_channels_as_gaps_and_drops_unwanted() {
+        let r = Registry::new(1, 7);
+        let mut l = r.lane(0).expect("lane 0");
+        l.set_wanted(b"sent", true);
+        assert_eq!(l.settle(b"sent", true), Settled::Subscribe);
+        l.set_wanted(b"new", true);
+        l.set_wanted(b"gone", true);
+        assert_eq!(l.settle(b"gone", true), Settled::Subscribe);
+        l.set_wanted(b"gone", false);
+        let gaps = l.resend_all(1);
+        let gap: Vec<&[u8]> = gaps.iter().flat_map(|g| g.iter()).collect();
+        assert_eq!(gap, vec![&b"sent"[..]]);
+        assert_eq!(l.map.len(), 2);
+        assert!(l.map.values().all(|f| f & (WANT | SENT) == WANT | SENT));
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! State shared by the application threads, the I/O threads (through the
 //! observer), the control thread and the workers.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
-
 use crate::metrics::Counters;
+use crate::pubsub::active::ActiveWait;
+use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
 use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::Routing;
 use crate::workers::Queue;
@@ -64,6 +64,12 @@ pub(crate) struct Inbox {
     pub(crate) stop: bool,
 }
 
+impl DirtyLanes for Inbox {
+    fn push_dirty(&mut self, lane: usize) {
+        self.dirty.push(lane);
+    }
+}
+
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) routing: Box<dyn Routing>,
@@ -71,49 +77,29 @@ pub(crate) struct Shared {
     pub(crate) conns: Vec<ConnSlot>,
     pub(crate) queues: Vec<Arc<Queue>>,
     pub(crate) counters: Arc<Counters>,
-    /// Per lane: already posted to the control thread.
-    pub(crate) lane_dirty: Vec<AtomicBool>,
-    pub(crate) inbox: Mutex<Inbox>,
-    pub(crate) inbox_cond: Condvar,
+    /// The control thread's inbox.
+    pub(crate) mail: Mailbox<Inbox>,
     /// Waiters in `wait_active`, woken on confirmations.
-    pub(crate) active_gate: Mutex<u64>,
-    pub(crate) active_cond: Condvar,
-    pub(crate) active_waiters: AtomicUsize,
-    /// Set by a waiter before it looks; the next confirmation clears it and
-    /// wakes the waiters.
-    pub(crate) active_armed: AtomicBool,
+    pub(crate) active: ActiveWait,
 }
 
 impl Shared {
     /// Posts work to the control thread.
     pub(crate) fn post(&self, f: impl FnOnce(&mut Inbox)) {
-        f(&mut self.inbox.lock());
-        self.inbox_cond.notify_one();
+        self.mail.post(f);
     }
 
-    /// Tells the control thread that `lane` has dirty channels (posts it
-    /// once until the control thread looks).
+    /// Tells the control thread that `lane` has dirty channels.
     pub(crate) fn mark_dirty(&self, lane: usize) {
-        let first = self
-            .lane_dirty
-            .get(lane)
-            .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
-        if first {
-            self.post(|inbox| inbox.dirty.push(lane));
-        }
+        self.mail.mark_dirty(lane);
     }
 
     /// Wakes `wait_active` callers, if any.
     ///
     /// Cheap when called per confirmation: only the first call after a
-    /// waiter armed `active_armed` takes the gate and notifies.
+    /// waiter armed the gate takes it and notifies.
     pub(crate) fn wake_active_waiters(&self) {
-        if self.active_waiters.load(Ordering::Acquire) > 0
-            && self.active_armed.swap(false, Ordering::AcqRel)
-        {
-            *self.active_gate.lock() += 1;
-            self.active_cond.notify_all();
-        }
+        self.active.wake();
     }
 
     /// The connection slot of a server's connection.

@@ -1,0 +1,164 @@
+//! Waiting for subscriptions to be confirmed: the `wait_active` loop and
+//! its wake-up gate, shared by [`crate::PubSub`] and the cluster mode.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::Error;
+
+/// Callers blocked in `wait_active` (and the like), woken on
+/// confirmations.
+pub(crate) struct ActiveWait {
+    gate: Mutex<u64>,
+    cond: Condvar,
+    waiters: AtomicUsize,
+    /// Set by a waiter before it looks; with `arming`, the next wake-up
+    /// clears it and is the only one that takes the gate.
+    armed: AtomicBool,
+    /// Whether wake-ups need an armed waiter (cheap per confirmation) or
+    /// wake on every call.
+    arming: bool,
+    /// The longest a waiter sleeps before it looks again.
+    poll: Duration,
+}
+
+impl ActiveWait {
+    /// A gate that wakes only armed waiters (`arming`) or every waiter on
+    /// every call, with waiters looking again at least every `poll`.
+    pub(crate) fn new(arming: bool, poll: Duration) -> Self {
+        ActiveWait {
+            gate: Mutex::new(0),
+            cond: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            armed: AtomicBool::new(false),
+            arming,
+            poll,
+        }
+    }
+
+    /// Makes the next [`ActiveWait::wake`] wake the waiters.
+    pub(crate) fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Wakes the waiters, if any (with `arming`, only the first call after
+    /// a waiter armed the gate takes it and notifies).
+    pub(crate) fn wake(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0
+            && (!self.arming || self.armed.swap(false, Ordering::AcqRel))
+        {
+            *self.gate.lock() += 1;
+            self.cond.notify_all();
+        }
+    }
+
+    /// Sleeps until a wake-up or `until`, whichever comes first.
+    pub(crate) fn sleep_until(&self, until: Instant) {
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let mut gate = self.gate.lock();
+        self.cond.wait_until(&mut gate, until);
+        drop(gate);
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Blocks until `is_active` holds for every channel in `channels`, or
+    /// `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitTimeout`] when some channel is still not active at the
+    /// deadline; whatever `check_open` returns once it fails.
+    pub(crate) fn wait_all<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+        check_open: impl Fn() -> Result<(), Error>,
+        is_active: impl Fn(&[u8]) -> bool,
+    ) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let mut next = 0;
+        let result = loop {
+            if let Err(e) = check_open() {
+                break Err(e);
+            }
+            // Arm before looking: a confirmation from now on bumps the gate.
+            if self.arming {
+                self.arm();
+            }
+            let seen = *self.gate.lock();
+            while next < channels.len() && is_active(channels[next].as_ref()) {
+                next += 1;
+            }
+            if next == channels.len() {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(Error::WaitTimeout { after: timeout });
+            }
+            let mut gate = self.gate.lock();
+            if *gate == seen {
+                let until = deadline.min(now + self.poll);
+                self.cond.wait_until(&mut gate, until);
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_all_times_out_on_an_inactive_channel() {
+        let w = ActiveWait::new(true, Duration::from_millis(5));
+        let r = w.wait_all(&[b"a"], Duration::from_millis(20), || Ok(()), |_| false);
+        assert!(matches!(r, Err(Error::WaitTimeout { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn wait_all_stops_on_shutdown_and_succeeds_when_active() {
+        let w = ActiveWait::new(false, Duration::from_millis(5));
+        let r = w.wait_all(
+            &[b"a"],
+            Duration::from_secs(5),
+            || Err(Error::Shutdown),
+            |_| true,
+        );
+        assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+        let r = w.wait_all(&[b"a", b"b"], Duration::from_secs(5), || Ok(()), |_| true);
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[test]
+    fn wake_without_waiters_is_a_no_op_and_an_armed_wake_reaches_a_waiter() {
+        let w = std::sync::Arc::new(ActiveWait::new(true, Duration::from_secs(10)));
+        w.wake();
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        let (w2, f2) = (w.clone(), flag.clone());
+        let t = std::thread::spawn(move || {
+            w2.wait_all(
+                &[b"x"],
+                Duration::from_secs(10),
+                || Ok(()),
+                |_| f2.load(Ordering::Acquire),
+            )
+        });
+        flag.store(true, Ordering::Release);
+        // The waiter may be parked with a 10 s poll: only a wake-up gets it
+        // out quickly. Keep waking until it has returned.
+        let start = Instant::now();
+        while !t.is_finished() && start.elapsed() < Duration::from_secs(5) {
+            w.arm();
+            w.wake();
+            std::thread::yield_now();
+        }
+        assert!(t.is_finished(), "waiter not woken within 5 s");
+        assert!(t.join().expect("waiter thread").is_ok());
+    }
+}
