@@ -8,30 +8,9 @@ mod cluster_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::{channels, publish_round_and_wait, Recorder};
+use cluster_support::{channels, engine, named_clients, publish_round_and_wait, Recorder};
 use shardsub::cluster::{ClusterPubSub, Mode};
 use testkit::{Cluster, ServerKind};
-
-fn engine(cluster: &Cluster, rec: &Arc<Recorder>) -> ClusterPubSub {
-    ClusterPubSub::builder()
-        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-        .handler_arc(rec.clone())
-        .workers(2)
-        .build()
-        .expect("cluster pubsub")
-}
-
-/// `CLIENT LIST` entries named `name` on node `i`.
-fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
-    let v = cluster
-        .node(i)
-        .cmd(&[b"CLIENT", b"LIST"])
-        .expect("client list");
-    let text = testkit::values::text(&v).unwrap_or_default();
-    text.lines()
-        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
-        .count()
-}
 
 fn delivery(kind: ServerKind, masters: usize) {
     let cluster = Cluster::start(kind, masters, 1).expect("cluster");

@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster_support::{channels, publish_round_and_wait, Publisher, Recorder};
+use cluster_support::{
+    channels, engine, named_clients, publish_round_and_wait, Publisher, Recorder,
+};
 use shardsub::cluster::ClusterPubSub;
 use testkit::{Cluster, ServerKind};
 
@@ -100,14 +102,7 @@ impl Case<'_> {
 fn follow(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 1).expect("cluster");
     let rec = Arc::new(Recorder::default());
-    let ps = Arc::new(
-        ClusterPubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .handler_arc(rec.clone())
-            .workers(2)
-            .build()
-            .expect("cluster pubsub"),
-    );
+    let ps = Arc::new(engine(&cluster, &rec));
     let chans = channels(2_000, "f");
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, Duration::from_secs(20)).unwrap();
@@ -187,29 +182,11 @@ fn follow(kind: ServerKind) {
     ps.shutdown();
 }
 
-fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
-    let v = cluster
-        .node(i)
-        .cmd(&[b"CLIENT", b"LIST"])
-        .expect("client list");
-    let text = testkit::values::text(&v).unwrap_or_default();
-    text.lines()
-        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
-        .count()
-}
-
 /// 6 masters with a replica each: failover and kill -9 under publishing.
 fn follow_six(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 6, 1).expect("cluster");
     let rec = Arc::new(Recorder::default());
-    let ps = Arc::new(
-        ClusterPubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .handler_arc(rec.clone())
-            .workers(2)
-            .build()
-            .expect("cluster pubsub"),
-    );
+    let ps = Arc::new(engine(&cluster, &rec));
     let chans = channels(2_000, "s");
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, Duration::from_secs(20)).unwrap();

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use shardsub::cluster::ClusterPubSub;
 use shardsub::pubsub::Event;
 use shardsub::Handler;
+use testkit::Cluster;
 
 /// Records, per channel, the last payload number seen, and every gap.
 #[derive(Default)]
@@ -133,4 +134,27 @@ impl Drop for Publisher {
             let _ = h.join();
         }
     }
+}
+
+/// A node-grouped `ClusterPubSub` on `cluster` with 2 workers, recording
+/// into `rec`.
+pub fn engine(cluster: &Cluster, rec: &Arc<Recorder>) -> ClusterPubSub {
+    ClusterPubSub::builder()
+        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+        .handler_arc(rec.clone())
+        .workers(2)
+        .build()
+        .expect("cluster pubsub")
+}
+
+/// `CLIENT LIST` entries named `name` on node `i`.
+pub fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
+    let v = cluster
+        .node(i)
+        .cmd(&[b"CLIENT", b"LIST"])
+        .expect("client list");
+    let text = testkit::values::text(&v).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .count()
 }
