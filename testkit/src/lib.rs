@@ -16,6 +16,8 @@
 //! - [`Client`]: a small blocking RESP client.
 //! - [`alloc::CountingAlloc`]: a counting global allocator for tests that
 //!   prove a path allocates nothing.
+//! - [`accounting::Ledger`]: the message-accounting checker every delivery
+//!   test goes through (silent loss, duplicates, reorders).
 //!
 //! What it does not do: install servers (that is `cargo xtask install`) or
 //! mock server behaviour.
@@ -36,6 +38,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod accounting;
 #[allow(unsafe_code)]
 pub mod alloc;
 mod client;

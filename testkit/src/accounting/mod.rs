@@ -1,0 +1,767 @@
+//! Message accounting: the checker every delivery test goes through.
+//!
+//! Delivery is at most once, but a possible loss must never be silent and
+//! one channel's messages must arrive in order. A [`Ledger`] checks exactly
+//! that:
+//!
+//! - The publisher [`stamp`](Ledger::stamp)s every message: the payload
+//!   carries (channel, per-channel sequence, publish time). It then records
+//!   the publish's [`Outcome`] (a failed publish is not expected anywhere).
+//! - Each subscriber instance gets a [`Tap`]; its handler passes every
+//!   message and every gap or drop event to it, per channel, in the order
+//!   it saw them. A tap expects every message published after it was made.
+//! - At the end, [`Ledger::report`] classifies every expected message of
+//!   every (tap, channel): delivered once in order, lost inside a signalled
+//!   window (a gap or drop event between the deliveries around it, or after
+//!   the last one), **lost silently**, duplicated or reordered; it also
+//!   counts deliveries on the wrong channel, undecodable payloads and
+//!   channels whose messages reached more than one handler thread.
+//!   [`Report::assert_clean`] fails the test on any of those.
+//!
+//! ```
+//! use testkit::accounting::{Ledger, Outcome, Signal};
+//! let ledger = Ledger::new(["a", "b"]);
+//! let tap = ledger.tap("subscriber");
+//! let mut payload = Vec::new();
+//! for round in 0..3 {
+//!     for ch in 0..2 {
+//!         let stamp = ledger.stamp(ch, &mut payload, 32);
+//!         ledger.outcome(stamp, Outcome::Acked);
+//!         // A handler that loses "b" round 1 but says so:
+//!         if ch == 1 && round == 1 {
+//!             tap.signal(b"b", Signal::Gap);
+//!             continue;
+//!         }
+//!         tap.message(ledger.name(ch), &payload);
+//!     }
+//! }
+//! let report = ledger.report();
+//! report.assert_clean();
+//! assert_eq!(report.counts.delivered, 5);
+//! assert_eq!(report.counts.lost_signalled, 1);
+//! ```
+
+mod classify;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use parking::Mutex;
+
+pub use classify::{Counts, Fate};
+use classify::{Entry, Loss, Ticks, DROP, GAP, MAX_SEQ, TICK_US};
+
+/// A tiny lock wrapper over `std::sync::Mutex` that ignores poisoning (a
+/// panicking test thread must not hide the report of the others).
+mod parking {
+    pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+    impl<T> Mutex<T> {
+        pub(crate) fn new(t: T) -> Self {
+            Mutex(std::sync::Mutex::new(t))
+        }
+        pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
+}
+
+/// Bytes a stamped payload needs: sequence (8), publish time (8), channel
+/// index (4).
+pub const STAMP_LEN: usize = 20;
+
+/// The identity of one published message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Index of the channel in the ledger.
+    pub channel: usize,
+    /// Its sequence number on that channel (0, 1, 2, …).
+    pub seq: u32,
+}
+
+/// What became of a publish, as the publisher learned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// The server acknowledged it.
+    Acked,
+    /// Handed over without an acknowledgement (fire-and-forget): expected.
+    Sent,
+    /// It failed (the kind, for the report): not expected.
+    Failed(&'a str),
+}
+
+/// Loss signals a handler passes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// A gap event: the channel was resubscribed after a possible loss.
+    Gap,
+    /// A drop event: messages of the channel were dropped (queue full).
+    Drop,
+}
+
+const PENDING: u8 = 0;
+const ACKED: u8 = 1;
+const SENT: u8 = 2;
+/// Failure kinds are `FAILED + index` into `Published::kinds`.
+const FAILED: u8 = 3;
+
+#[derive(Clone, Copy)]
+struct PubRec {
+    at: Ticks,
+    outcome: u8,
+}
+
+#[derive(Default)]
+struct Published {
+    per_channel: Vec<Vec<PubRec>>,
+    kinds: Vec<String>,
+}
+
+struct Names {
+    names: Vec<Vec<u8>>,
+    index: HashMap<Vec<u8>, u32>,
+    epoch: Instant,
+}
+
+impl Names {
+    fn now(&self) -> Ticks {
+        let us = self.epoch.elapsed().as_micros() as u64 / TICK_US;
+        us.min(u64::from(u32::MAX)) as Ticks
+    }
+}
+
+/// The publish record and the taps of one test run. Share it with an
+/// `Arc`; every method takes `&self`.
+pub struct Ledger {
+    names: Arc<Names>,
+    published: Mutex<Published>,
+    taps: Mutex<Vec<Arc<Tap>>>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("channels", &self.names.names.len())
+            .field("taps", &self.taps.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// A ledger over a fixed set of channels (their index is their position).
+    ///
+    /// # Panics
+    ///
+    /// When a name repeats.
+    pub fn new<I>(channels: I) -> Ledger
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let names: Vec<Vec<u8>> = channels.into_iter().map(|c| c.as_ref().to_vec()).collect();
+        let index: HashMap<Vec<u8>, u32> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i as u32))
+            .collect();
+        assert_eq!(index.len(), names.len(), "channel names repeat");
+        let published = Published {
+            per_channel: vec![Vec::new(); names.len()],
+            kinds: Vec::new(),
+        };
+        Ledger {
+            names: Arc::new(Names {
+                names,
+                index,
+                epoch: Instant::now(),
+            }),
+            published: Mutex::new(published),
+            taps: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The channels, in index order.
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.names.names
+    }
+
+    /// Channel `i`'s name.
+    ///
+    /// # Panics
+    ///
+    /// When `i` is out of range.
+    pub fn name(&self, i: usize) -> &[u8] {
+        &self.names.names[i]
+    }
+
+    /// The index of `channel`, if it is in the ledger.
+    pub fn index_of(&self, channel: &[u8]) -> Option<usize> {
+        self.names.index.get(channel).map(|&i| i as usize)
+    }
+
+    /// Time since the ledger was made (the clock of every record).
+    pub fn elapsed(&self) -> Duration {
+        self.names.epoch.elapsed()
+    }
+
+    /// A new subscriber instance that expects every message published from
+    /// now on, on every channel.
+    pub fn tap(&self, name: &str) -> Arc<Tap> {
+        let all: Vec<usize> = (0..self.names.names.len()).collect();
+        self.tap_for(name, &all)
+    }
+
+    /// A new subscriber instance that expects the messages published from
+    /// now on to `channels` (indexes), and none on the others.
+    pub fn tap_for(&self, name: &str, channels: &[usize]) -> Arc<Tap> {
+        let n = self.names.names.len();
+        let mut from = vec![NOT_EXPECTED; n];
+        {
+            let p = self.published.lock();
+            for &c in channels {
+                from[c] = p.per_channel[c].len() as u32;
+            }
+        }
+        let tap = Arc::new(Tap {
+            name: name.to_string(),
+            names: self.names.clone(),
+            from,
+            log: Mutex::new(TapLog {
+                streams: vec![Vec::new(); n],
+                threads: vec![None; n],
+                ..TapLog::default()
+            }),
+        });
+        self.taps.lock().push(tap.clone());
+        tap
+    }
+
+    /// Stamps the next message of channel `channel`: clears `payload` and
+    /// writes (sequence, time, channel) padded with `x` to `len` bytes
+    /// (at least [`STAMP_LEN`]). Record its outcome with
+    /// [`Ledger::outcome`].
+    ///
+    /// # Panics
+    ///
+    /// When `channel` is out of range or a channel passes 2^32 - 3 messages.
+    pub fn stamp(&self, channel: usize, payload: &mut Vec<u8>, len: usize) -> Stamp {
+        let at = self.names.now();
+        let seq = {
+            let mut p = self.published.lock();
+            let log = &mut p.per_channel[channel];
+            let seq = log.len() as u32;
+            assert!(seq <= MAX_SEQ, "too many messages on one channel");
+            log.push(PubRec {
+                at,
+                outcome: PENDING,
+            });
+            seq
+        };
+        payload.clear();
+        payload.extend_from_slice(&u64::from(seq).to_le_bytes());
+        payload.extend_from_slice(&u64::from(at).to_le_bytes());
+        payload.extend_from_slice(&(channel as u32).to_le_bytes());
+        payload.resize(len.max(STAMP_LEN), b'x');
+        Stamp { channel, seq }
+    }
+
+    /// Records what became of a stamped publish (the last call wins).
+    pub fn outcome(&self, stamp: Stamp, outcome: Outcome<'_>) {
+        let mut p = self.published.lock();
+        let code = match outcome {
+            Outcome::Acked => ACKED,
+            Outcome::Sent => SENT,
+            Outcome::Failed(kind) => {
+                let i = match p.kinds.iter().position(|k| k == kind) {
+                    Some(i) => i,
+                    None => {
+                        p.kinds.push(kind.to_string());
+                        p.kinds.len() - 1
+                    }
+                };
+                FAILED.saturating_add(i.min(250) as u8)
+            }
+        };
+        if let Some(rec) = p
+            .per_channel
+            .get_mut(stamp.channel)
+            .and_then(|l| l.get_mut(stamp.seq as usize))
+        {
+            rec.outcome = code;
+        }
+    }
+
+    /// Publishes whose outcome is not recorded yet.
+    pub fn pending(&self) -> u64 {
+        let p = self.published.lock();
+        p.per_channel
+            .iter()
+            .flatten()
+            .filter(|r| r.outcome == PENDING)
+            .count() as u64
+    }
+
+    /// Waits (bounded) until every publish has an outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] with the count still pending.
+    pub fn wait_outcomes(&self, bound: Duration) -> Result<(), crate::Error> {
+        crate::wait_for("every publish's outcome", bound, || {
+            Ok((self.pending() == 0).then_some(()))
+        })
+        .map_err(|e| annotate(e, format!("{} still pending", self.pending())))
+    }
+
+    /// Whether every tap has delivered the last expected message of every
+    /// channel it expects (so that nothing is still in flight).
+    pub fn caught_up(&self) -> bool {
+        self.lagging(1).is_empty()
+    }
+
+    /// Up to `limit` (tap, channel) pairs that have not delivered their
+    /// last expected message yet.
+    pub fn lagging(&self, limit: usize) -> Vec<(String, Vec<u8>)> {
+        let last: Vec<Option<u32>> = {
+            let p = self.published.lock();
+            p.per_channel
+                .iter()
+                .map(|l| l.iter().rposition(|r| r.outcome < FAILED).map(|i| i as u32))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for tap in self.taps.lock().iter() {
+            let log = tap.log.lock();
+            for (c, &from) in tap.from.iter().enumerate() {
+                let Some(want) = last[c].filter(|&l| from != NOT_EXPECTED && l >= from) else {
+                    continue;
+                };
+                let got = log.streams[c].iter().any(|e| e.seq == want);
+                if !got {
+                    out.push((tap.name.clone(), self.names.names[c].clone()));
+                    if out.len() >= limit {
+                        return out;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits (bounded) until [`Ledger::caught_up`]: publish a last round
+    /// after the faults, then call this before [`Ledger::report`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming a few lagging (tap, channel) pairs.
+    pub fn wait_caught_up(&self, bound: Duration) -> Result<(), crate::Error> {
+        crate::wait_for("every subscriber's last message", bound, || {
+            Ok(self.caught_up().then_some(()))
+        })
+        .map_err(|e| {
+            let lag: Vec<String> = self
+                .lagging(5)
+                .into_iter()
+                .map(|(t, c)| format!("{t}/{}", String::from_utf8_lossy(&c)))
+                .collect();
+            annotate(e, format!("lagging: {}", lag.join(", ")))
+        })
+    }
+
+    /// Classifies everything recorded so far.
+    pub fn report(&self) -> Report {
+        let p = self.published.lock();
+        let taps = self.taps.lock();
+        let mut report = Report::default();
+        for l in &p.per_channel {
+            for r in l {
+                report.published += 1;
+                match r.outcome {
+                    PENDING => report.pending += 1,
+                    ACKED => report.acked += 1,
+                    SENT => report.sent += 1,
+                    k => {
+                        let kind = p
+                            .kinds
+                            .get(usize::from(k - FAILED))
+                            .cloned()
+                            .unwrap_or_default();
+                        *report.failed.entry(kind).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let mut losses = Vec::new();
+        for (t, tap) in taps.iter().enumerate() {
+            let log = tap.log.lock();
+            let mut counts = Counts::default();
+            for (c, &from) in tap.from.iter().enumerate() {
+                let recs = &p.per_channel[c];
+                let stream = &log.streams[c];
+                if from == NOT_EXPECTED {
+                    let n = stream.iter().filter(|e| !e.is_signal()).count() as u64;
+                    report.unwanted += n;
+                    if n > 0 && report.examples.len() < 10 {
+                        report.examples.push(format!(
+                            "{}: {n} messages of {}, which it does not want",
+                            tap.name,
+                            String::from_utf8_lossy(&self.names.names[c])
+                        ));
+                    }
+                    continue;
+                }
+                losses.clear();
+                classify::classify(
+                    stream,
+                    from,
+                    recs.len() as u32,
+                    |s| recs[s as usize].outcome < FAILED,
+                    &mut counts,
+                    &mut losses,
+                );
+                incidents(t, c, stream, recs, &losses, &mut report.incidents);
+            }
+            counts.unexpected += log.unknown_channel + log.garbled + log.misrouted;
+            report.split += log.split;
+            report.examples.extend(log.examples.iter().cloned());
+            report.counts.add(&counts);
+            report.taps.push((tap.name.clone(), counts));
+        }
+        for i in &report.incidents {
+            if i.fate == Fate::Silent && report.examples.len() < 10 {
+                report.examples.push(format!(
+                    "{}: {} messages of {} lost silently (published {:?}..{:?})",
+                    report.taps[i.tap].0,
+                    i.lost,
+                    String::from_utf8_lossy(&self.names.names[i.channel]),
+                    i.first_published,
+                    i.last_published
+                ));
+            }
+        }
+        report
+    }
+}
+
+fn annotate(e: crate::Error, note: String) -> crate::Error {
+    match e {
+        crate::Error::Timeout { what, waited } => crate::Error::Timeout {
+            what: format!("{what}; {note}"),
+            waited,
+        },
+        other => other,
+    }
+}
+
+fn ticks(t: Ticks) -> Duration {
+    Duration::from_micros(u64::from(t) * TICK_US)
+}
+
+/// Groups one stream's losses into runs of consecutive sequence numbers.
+fn incidents(
+    tap: usize,
+    channel: usize,
+    stream: &[Entry],
+    recs: &[PubRec],
+    losses: &[Loss],
+    out: &mut Vec<Incident>,
+) {
+    let mut i = 0;
+    while i < losses.len() {
+        let start = losses[i];
+        let mut end = i;
+        while end + 1 < losses.len()
+            && losses[end + 1].seq == losses[end].seq + 1
+            && losses[end + 1].fate == start.fate
+        {
+            end += 1;
+        }
+        let last = losses[end].seq;
+        let resumed = stream
+            .iter()
+            .find(|e| !e.is_signal() && e.seq > last && e.seq < MAX_SEQ)
+            .map(|e| ticks(e.at));
+        out.push(Incident {
+            tap,
+            channel,
+            fate: start.fate,
+            lost: (end - i + 1) as u64,
+            first_published: ticks(recs[start.seq as usize].at),
+            last_published: ticks(recs[last as usize].at),
+            resumed,
+        });
+        i = end + 1;
+    }
+}
+
+/// `Tap::from` of a channel the tap does not expect.
+const NOT_EXPECTED: u32 = u32::MAX;
+
+#[derive(Default)]
+struct TapLog {
+    streams: Vec<Vec<Entry>>,
+    threads: Vec<Option<ThreadId>>,
+    split: u64,
+    unknown_channel: u64,
+    garbled: u64,
+    misrouted: u64,
+    examples: Vec<String>,
+}
+
+impl TapLog {
+    fn example(&mut self, text: impl FnOnce() -> String) {
+        if self.examples.len() < 5 {
+            self.examples.push(text());
+        }
+    }
+}
+
+/// What one subscriber instance's handler saw. Call [`Tap::message`] and
+/// [`Tap::signal`] from the handler, on the thread that runs it.
+pub struct Tap {
+    name: String,
+    names: Arc<Names>,
+    from: Vec<u32>,
+    log: Mutex<TapLog>,
+}
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tap")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tap {
+    /// The tap's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A message the handler got.
+    pub fn message(&self, channel: &[u8], payload: &[u8]) {
+        let at = self.names.now();
+        let me = std::thread::current().id();
+        let mut log = self.log.lock();
+        let Some(&c) = self.names.index.get(channel) else {
+            log.unknown_channel += 1;
+            log.example(|| format!("{}: unknown channel {channel:?}", self.name));
+            return;
+        };
+        let c = c as usize;
+        let Some((seq, stamped_channel)) = decode(payload) else {
+            log.garbled += 1;
+            log.example(|| format!("{}: undecodable payload {payload:?}", self.name));
+            return;
+        };
+        if stamped_channel != c as u64 {
+            log.misrouted += 1;
+            log.example(|| {
+                format!(
+                    "{}: a message of channel #{stamped_channel} arrived on {}",
+                    self.name,
+                    String::from_utf8_lossy(channel)
+                )
+            });
+            return;
+        }
+        let seq = u32::try_from(seq).unwrap_or(u32::MAX).min(MAX_SEQ + 1);
+        log.streams[c].push(Entry { seq, at });
+        match log.threads[c] {
+            Some(t) if t != me => {
+                log.split += 1;
+                log.threads[c] = Some(me);
+                log.example(|| {
+                    format!(
+                        "{}: channel {} handled on two threads",
+                        self.name,
+                        String::from_utf8_lossy(channel)
+                    )
+                });
+            }
+            Some(_) => {}
+            None => log.threads[c] = Some(me),
+        }
+    }
+
+    /// A gap or drop event naming `channel`.
+    pub fn signal(&self, channel: &[u8], signal: Signal) {
+        let at = self.names.now();
+        let mut log = self.log.lock();
+        let Some(&c) = self.names.index.get(channel) else {
+            // A signal for a channel outside the ledger is harmless.
+            return;
+        };
+        let seq = match signal {
+            Signal::Gap => GAP,
+            Signal::Drop => DROP,
+        };
+        log.streams[c as usize].push(Entry { seq, at });
+    }
+
+    /// Messages recorded so far (all channels).
+    pub fn messages(&self) -> u64 {
+        let log = self.log.lock();
+        log.streams
+            .iter()
+            .flatten()
+            .filter(|e| !e.is_signal())
+            .count() as u64
+    }
+
+    /// Signals recorded so far for `channel`.
+    pub fn signals_for(&self, channel: &[u8]) -> u64 {
+        let Some(&c) = self.names.index.get(channel) else {
+            return 0;
+        };
+        let log = self.log.lock();
+        log.streams[c as usize]
+            .iter()
+            .filter(|e| e.is_signal())
+            .count() as u64
+    }
+
+    /// The channels (indexes) that got a signal at or after `since` (time
+    /// since the ledger was made).
+    pub fn signalled_since(&self, since: Duration) -> Vec<usize> {
+        let log = self.log.lock();
+        let since = (since.as_micros() as u64 / TICK_US).min(u64::from(u32::MAX)) as Ticks;
+        log.streams
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.iter().any(|e| e.is_signal() && e.at >= since))
+            .map(|(c, _)| c)
+            .collect()
+    }
+}
+
+/// (sequence, channel index) from a stamped payload.
+fn decode(payload: &[u8]) -> Option<(u64, u64)> {
+    let seq = u64::from_le_bytes(payload.get(0..8)?.try_into().ok()?);
+    let channel = u32::from_le_bytes(payload.get(16..20)?.try_into().ok()?);
+    Some((seq, u64::from(channel)))
+}
+
+/// A run of consecutive lost messages in one (tap, channel) stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incident {
+    /// Index of the tap (creation order).
+    pub tap: usize,
+    /// Index of the channel.
+    pub channel: usize,
+    /// Signalled or silent.
+    pub fate: Fate,
+    /// Messages in the run.
+    pub lost: u64,
+    /// When the first lost message was published (ledger clock).
+    pub first_published: Duration,
+    /// When the last lost message was published.
+    pub last_published: Duration,
+    /// When the handler next got a message of the channel, if it did.
+    pub resumed: Option<Duration>,
+}
+
+/// Everything a run recorded, classified.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Messages stamped.
+    pub published: u64,
+    /// Publishes acknowledged.
+    pub acked: u64,
+    /// Publishes handed over without acknowledgement.
+    pub sent: u64,
+    /// Publishes with no outcome recorded.
+    pub pending: u64,
+    /// Failed publishes by kind.
+    pub failed: BTreeMap<String, u64>,
+    /// Totals over every tap and channel. `unexpected` also counts
+    /// deliveries on an unknown channel, undecodable payloads and messages
+    /// delivered on another channel than they were published to.
+    pub counts: Counts,
+    /// Per tap: its name and its counts.
+    pub taps: Vec<(String, Counts)>,
+    /// Times a channel's messages reached another handler thread than
+    /// before: must be 0.
+    pub split: u64,
+    /// Messages delivered to a tap on a channel it does not expect (see
+    /// [`Ledger::tap_for`]): must be 0.
+    pub unwanted: u64,
+    /// Runs of lost messages, signalled or not.
+    pub incidents: Vec<Incident>,
+    /// A few described problems, for the failure message.
+    pub examples: Vec<String>,
+}
+
+impl Report {
+    /// Whether nothing was lost silently, duplicated, reordered, corrupted
+    /// or split over threads.
+    pub fn is_clean(&self) -> bool {
+        let c = &self.counts;
+        c.lost_silent == 0
+            && c.duplicated == 0
+            && c.reordered == 0
+            && c.unexpected == 0
+            && self.split == 0
+            && self.unwanted == 0
+    }
+
+    /// Publishes that failed, all kinds.
+    pub fn failed_total(&self) -> u64 {
+        self.failed.values().sum()
+    }
+
+    /// Panics with the summary unless [`Report::is_clean`].
+    ///
+    /// # Panics
+    ///
+    /// On a silent loss, a duplicate, a reorder, a corrupt or unwanted
+    /// delivery, or a channel split over threads.
+    pub fn assert_clean(&self) {
+        assert!(self.is_clean(), "delivery accounting failed:\n{self}");
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.counts;
+        let mut failed = String::new();
+        for (k, n) in &self.failed {
+            let _ = write!(failed, " {k}={n}");
+        }
+        writeln!(
+            f,
+            "published {} (acked {}, sent {}, pending {}, failed {}{})",
+            self.published,
+            self.acked,
+            self.sent,
+            self.pending,
+            self.failed_total(),
+            failed
+        )?;
+        writeln!(
+            f,
+            "delivered {} lost_signalled {} lost_silent {} duplicated {} reordered {} \
+             unexpected {} split {} unwanted {} signals {} delivered_failed {} before_window {}",
+            c.delivered,
+            c.lost_signalled,
+            c.lost_silent,
+            c.duplicated,
+            c.reordered,
+            c.unexpected,
+            self.split,
+            self.unwanted,
+            c.signals,
+            c.delivered_failed,
+            c.before_window
+        )?;
+        for e in &self.examples {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}

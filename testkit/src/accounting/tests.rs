@@ -1,0 +1,260 @@
+//! The checker on made-up streams: each way a handler can go wrong is
+//! classified as such, and each allowed outcome passes.
+
+use super::*;
+
+/// A ledger over `n` channels named c0, c1, … and one tap.
+fn setup(n: usize) -> (Ledger, Arc<Tap>) {
+    let ledger = Ledger::new((0..n).map(|i| format!("c{i}")));
+    let tap = ledger.tap("t");
+    (ledger, tap)
+}
+
+/// Publishes `rounds` acknowledged messages on every channel; returns the
+/// payloads per channel.
+fn publish(ledger: &Ledger, rounds: u32) -> Vec<Vec<Vec<u8>>> {
+    let n = ledger.names().len();
+    let mut out = vec![Vec::new(); n];
+    for _ in 0..rounds {
+        for (c, list) in out.iter_mut().enumerate() {
+            let mut p = Vec::new();
+            let s = ledger.stamp(c, &mut p, 24);
+            ledger.outcome(s, Outcome::Acked);
+            list.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn in_order_delivery_is_clean() {
+    let (ledger, tap) = setup(3);
+    let payloads = publish(&ledger, 10);
+    for (c, list) in payloads.iter().enumerate() {
+        for p in list {
+            tap.message(ledger.name(c), p);
+        }
+    }
+    let r = ledger.report();
+    r.assert_clean();
+    assert_eq!(r.counts.delivered, 30);
+    assert_eq!(r.acked, 30);
+    assert!(ledger.caught_up());
+    assert!(r.incidents.is_empty());
+}
+
+#[test]
+fn dropping_one_in_ten_is_a_silent_loss() {
+    let (ledger, tap) = setup(2);
+    let payloads = publish(&ledger, 50);
+    let mut n = 0;
+    for (c, list) in payloads.iter().enumerate() {
+        for p in list {
+            n += 1;
+            if n % 10 != 0 {
+                tap.message(ledger.name(c), p);
+            }
+        }
+    }
+    let r = ledger.report();
+    assert!(!r.is_clean());
+    assert_eq!(r.counts.lost_silent, 10);
+    assert_eq!(r.counts.lost_signalled, 0);
+    assert_eq!(r.counts.delivered, 90);
+    assert!(r.to_string().contains("lost silently"), "{r}");
+}
+
+#[test]
+fn a_gap_between_the_deliveries_around_a_loss_signals_it() {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 5).remove(0);
+    tap.message(b"c0", &p[0]);
+    tap.message(b"c0", &p[1]);
+    tap.signal(b"c0", Signal::Gap);
+    tap.message(b"c0", &p[4]);
+    let r = ledger.report();
+    r.assert_clean();
+    assert_eq!(r.counts.lost_signalled, 2);
+    assert_eq!(r.counts.signals, 1);
+    assert_eq!(r.incidents.len(), 1);
+    let i = &r.incidents[0];
+    assert_eq!((i.lost, i.fate), (2, Fate::Signalled));
+    assert!(i.resumed.is_some());
+}
+
+#[test]
+fn a_signal_after_the_next_delivery_does_not_cover_the_loss() {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 3).remove(0);
+    tap.message(b"c0", &p[0]);
+    tap.message(b"c0", &p[2]);
+    tap.signal(b"c0", Signal::Drop); // too late for message 1
+    let r = ledger.report();
+    assert_eq!(r.counts.lost_silent, 1);
+    assert!(!r.is_clean());
+}
+
+#[test]
+fn a_signal_for_another_channel_does_not_cover_the_loss() {
+    let (ledger, tap) = setup(2);
+    let p = publish(&ledger, 3);
+    tap.message(b"c0", &p[0][0]);
+    tap.signal(b"c1", Signal::Gap);
+    tap.message(b"c0", &p[0][2]);
+    for m in &p[1] {
+        tap.message(b"c1", m);
+    }
+    let r = ledger.report();
+    assert_eq!(r.counts.lost_silent, 1);
+}
+
+#[test]
+fn the_tail_is_lost_signalled_only_with_a_signal_after_the_last_delivery() {
+    let (ledger, tap) = setup(2);
+    let p = publish(&ledger, 4);
+    tap.message(b"c0", &p[0][0]);
+    tap.signal(b"c0", Signal::Gap);
+    tap.message(b"c1", &p[1][0]);
+    let r = ledger.report();
+    assert_eq!(r.counts.lost_signalled, 3, "c0's tail");
+    assert_eq!(r.counts.lost_silent, 3, "c1's tail");
+    assert!(!ledger.caught_up());
+    let lag = ledger.lagging(10);
+    assert_eq!(lag.len(), 2);
+}
+
+#[test]
+fn duplicates_and_reorders_are_counted_and_a_reorder_is_no_loss() {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 4).remove(0);
+    tap.message(b"c0", &p[0]);
+    tap.message(b"c0", &p[2]);
+    tap.message(b"c0", &p[1]); // late
+    tap.message(b"c0", &p[2]); // again
+    tap.message(b"c0", &p[3]);
+    let r = ledger.report();
+    assert_eq!(r.counts.reordered, 1);
+    assert_eq!(r.counts.duplicated, 1);
+    assert_eq!(r.counts.lost_silent + r.counts.lost_signalled, 0);
+    assert_eq!(r.counts.delivered, 3);
+    assert!(!r.is_clean());
+}
+
+#[test]
+fn failed_publishes_are_not_expected_but_may_arrive() {
+    let (ledger, tap) = setup(1);
+    let mut payloads = Vec::new();
+    for i in 0..4 {
+        let mut p = Vec::new();
+        let s = ledger.stamp(0, &mut p, 0);
+        let outcome = if i % 2 == 1 {
+            Outcome::Failed("Timeout")
+        } else {
+            Outcome::Sent
+        };
+        ledger.outcome(s, outcome);
+        payloads.push(p);
+    }
+    tap.message(b"c0", &payloads[0]);
+    tap.message(b"c0", &payloads[1]); // failed, arrived anyway
+    tap.message(b"c0", &payloads[2]); // 3 failed and never arrived
+    let r = ledger.report();
+    r.assert_clean();
+    assert_eq!(r.failed.get("Timeout"), Some(&2));
+    assert_eq!(r.sent, 2);
+    assert_eq!(r.counts.delivered, 2);
+    assert_eq!(r.counts.delivered_failed, 1);
+    assert!(ledger.caught_up(), "the last expected one is 2");
+}
+
+#[test]
+fn a_channel_on_two_threads_is_a_split() {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 2).remove(0);
+    tap.message(b"c0", &p[0]);
+    let (tap2, p1) = (tap.clone(), p[1].clone());
+    std::thread::spawn(move || tap2.message(b"c0", &p1))
+        .join()
+        .unwrap();
+    let r = ledger.report();
+    assert_eq!(r.split, 1);
+    assert!(!r.is_clean());
+}
+
+#[test]
+fn a_message_on_the_wrong_channel_or_garbled_is_unexpected() {
+    let (ledger, tap) = setup(2);
+    let p = publish(&ledger, 1);
+    tap.message(b"c1", &p[0][0]);
+    tap.message(b"c0", b"short");
+    tap.message(b"nope", &p[0][0]);
+    tap.message(b"c0", &p[0][0]);
+    tap.message(b"c1", &p[1][0]);
+    let r = ledger.report();
+    assert_eq!(r.counts.unexpected, 3);
+    assert_eq!(r.counts.delivered, 2);
+    assert!(!r.is_clean());
+}
+
+#[test]
+fn a_never_published_sequence_is_unexpected() {
+    let (ledger, tap) = setup(1);
+    let mut p = publish(&ledger, 1).remove(0).remove(0);
+    tap.message(b"c0", &p);
+    p[0] = 7; // sequence 7 was never published
+    tap.message(b"c0", &p);
+    assert_eq!(ledger.report().counts.unexpected, 1);
+}
+
+#[test]
+fn a_tap_expects_only_what_came_after_it_and_only_its_channels() {
+    let ledger = Ledger::new(["a", "b"]);
+    let early = publish(&ledger, 2);
+    let tap = ledger.tap_for("late", &[0]);
+    let later = publish(&ledger, 2);
+    tap.message(b"a", &early[0][1]); // before its window: allowed
+    for m in &later[0] {
+        tap.message(b"a", m);
+    }
+    let r = ledger.report();
+    r.assert_clean();
+    assert_eq!(r.counts.delivered, 2);
+    assert_eq!(r.counts.before_window, 1);
+    tap.message(b"b", &later[1][0]);
+    let r = ledger.report();
+    assert_eq!(r.unwanted, 1);
+    assert!(!r.is_clean());
+}
+
+#[test]
+fn pending_outcomes_are_reported() {
+    let (ledger, _tap) = setup(1);
+    let mut p = Vec::new();
+    let s = ledger.stamp(0, &mut p, 0);
+    assert_eq!(ledger.pending(), 1);
+    assert!(ledger.wait_outcomes(Duration::from_millis(20)).is_err());
+    ledger.outcome(s, Outcome::Acked);
+    assert_eq!(ledger.pending(), 0);
+    assert!(ledger.wait_outcomes(Duration::from_millis(20)).is_ok());
+}
+
+#[test]
+fn incidents_are_runs_of_consecutive_losses() {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 10).remove(0);
+    tap.message(b"c0", &p[0]);
+    tap.signal(b"c0", Signal::Gap);
+    tap.message(b"c0", &p[3]);
+    tap.message(b"c0", &p[4]);
+    tap.message(b"c0", &p[7]); // 5, 6 silent
+    tap.message(b"c0", &p[9]); // 8 silent
+    let r = ledger.report();
+    let runs: Vec<(u64, Fate)> = r.incidents.iter().map(|i| (i.lost, i.fate)).collect();
+    assert_eq!(
+        runs,
+        [(2, Fate::Signalled), (2, Fate::Silent), (1, Fate::Silent)]
+    );
+    assert_eq!(tap.signals_for(b"c0"), 1);
+    assert_eq!(tap.signalled_since(Duration::ZERO), vec![0]);
+    assert_eq!(tap.messages(), 5);
+}
