@@ -11,8 +11,9 @@
 /// resubscribe.
 ///
 /// Keep calls short: a worker that falls behind fills its bounded queue and
-/// further messages for its channels are dropped (and counted in
-/// [`Metrics::dropped`](crate::Metrics::dropped)). A panic is caught, logged
+/// further messages for its channels are dropped (counted in
+/// [`Metrics::dropped`](crate::Metrics::dropped) and named, per channel, in
+/// an [`Event::Dropped`] in order with the messages). A panic is caught, logged
 /// and counted as delivered; the worker goes on.
 ///
 /// Any `Fn(&[u8], &[u8]) + Send + Sync + 'static` closure is a handler that
@@ -58,6 +59,17 @@ pub enum Event<'a> {
         server: usize,
         /// The resubscribed channels handled by this worker.
         channels: &'a ChannelList,
+    },
+    /// This worker's queue was full, and messages of these channels were
+    /// dropped. It comes after every message that was queued before the
+    /// drops and before any later message of these channels; one event per
+    /// batch the worker takes (so at most one per channel per batch), each
+    /// channel named once.
+    Dropped {
+        /// The channels that lost messages, each once.
+        channels: &'a ChannelList,
+        /// How many messages were dropped in all.
+        messages: u64,
     },
 }
 

@@ -10,9 +10,13 @@
 //!
 //! A full queue drops the message and counts it: the reader never blocks
 //! (blocking there lets the server cut the connection for output-buffer
-//! overrun, or deadlocks a handler that publishes).
+//! overrun, or deadlocks a handler that publishes). The queue also notes
+//! the dropped message's channel; when the worker takes its next batch it
+//! appends one [`Event::Dropped`] naming every such channel once. Since a
+//! full queue accepts no message until the worker takes it, every drop
+//! happened after the last message of that batch: the event is in order.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,6 +52,42 @@ enum Item {
         server: usize,
         channels: ChannelList,
     },
+    /// Channels that lost messages to a full queue.
+    Dropped {
+        channels: ChannelList,
+        messages: u64,
+    },
+}
+
+/// Channels dropped since the worker last took its queue.
+#[derive(Default)]
+struct Drops {
+    channels: ChannelList,
+    seen: HashSet<Vec<u8>>,
+    messages: u64,
+}
+
+impl Drops {
+    fn note(&mut self, channel: &[u8]) {
+        self.messages += 1;
+        if !self.seen.contains(channel) {
+            self.seen.insert(channel.to_vec());
+            self.channels.push(channel);
+        }
+    }
+
+    /// The event for the drops so far, if any; starts afresh.
+    fn take(&mut self) -> Option<Item> {
+        if self.messages == 0 {
+            return None;
+        }
+        self.seen.clear();
+        let messages = std::mem::take(&mut self.messages);
+        Some(Item::Dropped {
+            channels: std::mem::take(&mut self.channels),
+            messages,
+        })
+    }
 }
 
 struct Inner {
@@ -55,6 +95,7 @@ struct Inner {
     /// Messages in `items` (events do not count against the bound).
     messages: usize,
     free: Vec<Vec<u8>>,
+    drops: Drops,
     waiting: bool,
     closed: bool,
 }
@@ -85,6 +126,7 @@ impl Queue {
                     );
                     free
                 },
+                drops: Drops::default(),
                 waiting: false,
                 closed: false,
             }),
@@ -97,9 +139,21 @@ impl Queue {
 
     /// Queues an item; wakes a waiting worker now, or (`defer`) leaves
     /// that to the next [`Queue::wake_deferred`].
-    fn push(&self, item: impl FnOnce(Vec<u8>) -> Item, is_message: bool, defer: bool) -> bool {
+    /// `message` is the channel when the item is a message (a full queue
+    /// drops it and notes the channel).
+    fn push(
+        &self,
+        item: impl FnOnce(Vec<u8>) -> Item,
+        message: Option<&[u8]>,
+        defer: bool,
+    ) -> bool {
+        let is_message = message.is_some();
         let mut g = self.inner.lock();
-        if g.closed || (is_message && g.messages >= self.capacity) {
+        if g.closed {
+            return false;
+        }
+        if let Some(channel) = message.filter(|_| g.messages >= self.capacity) {
+            g.drops.note(channel);
             return false;
         }
         let buf = g.free.pop().unwrap_or_default();
@@ -139,7 +193,11 @@ impl Queue {
     // without a per-read flush.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
-        self.push(Self::message(channel, payload, sent_us), true, false)
+        self.push(
+            Self::message(channel, payload, sent_us),
+            Some(channel),
+            false,
+        )
     }
 
     /// [`Queue::push_message`] without waking the worker: the caller must
@@ -151,7 +209,11 @@ impl Queue {
         payload: &[u8],
         sent_us: u64,
     ) -> bool {
-        self.push(Self::message(channel, payload, sent_us), true, true)
+        self.push(
+            Self::message(channel, payload, sent_us),
+            Some(channel),
+            true,
+        )
     }
 
     /// Wakes the worker if a deferred push found it waiting.
@@ -172,7 +234,7 @@ impl Queue {
                 buf.extend_from_slice(channel);
                 Item::Active { buf }
             },
-            false,
+            None,
             false,
         );
     }
@@ -283,16 +345,19 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
         {
             let mut g = q.inner.lock();
             g.free.append(&mut spent);
-            while g.items.is_empty() && !g.closed {
+            while g.items.is_empty() && g.drops.messages == 0 && !g.closed {
                 g.waiting = true;
                 q.cond.wait(&mut g);
                 g.waiting = false;
             }
-            if g.items.is_empty() {
+            if g.items.is_empty() && g.drops.messages == 0 {
                 return; // closed and drained
             }
             std::mem::swap(&mut g.items, &mut local);
             g.messages = 0;
+            if let Some(dropped) = g.drops.take() {
+                local.push_back(dropped);
+            }
         }
         let (mut delivered, mut dropped) = (0u64, 0u64);
         for item in local.drain(..) {
@@ -320,6 +385,12 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                     handler.on_event(Event::Gap {
                         server: *server,
                         channels,
+                    })
+                })),
+                Item::Dropped { channels, messages } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Dropped {
+                        channels,
+                        messages: *messages,
                     })
                 })),
             };
@@ -381,6 +452,76 @@ mod tests {
             accepted
         );
         assert!(!q.push_message(b"ch", b"late", 0), "closed queue refuses");
+    }
+
+    /// Records messages and drop events in order; the first message waits
+    /// at a gate, so the test knows what the worker holds.
+    #[derive(Default)]
+    struct Gated {
+        entered: AtomicBool,
+        open: AtomicBool,
+        log: Mutex<Vec<String>>,
+    }
+    impl Handler for Gated {
+        fn on_message(&self, channel: &[u8], payload: &[u8]) {
+            self.entered.store(true, Ordering::Release);
+            let start = std::time::Instant::now();
+            while !self.open.load(Ordering::Acquire) && start.elapsed().as_secs() < 10 {
+                std::thread::yield_now();
+            }
+            let text = format!("{}{}", String::from_utf8_lossy(channel), payload[0]);
+            self.log.lock().push(text);
+        }
+        fn on_event(&self, event: Event<'_>) {
+            if let Event::Dropped { channels, messages } = event {
+                let names: Vec<String> = channels
+                    .iter()
+                    .map(|c| String::from_utf8_lossy(c).to_string())
+                    .collect();
+                self.log
+                    .lock()
+                    .push(format!("dropped {messages} {}", names.join(",")));
+            }
+        }
+    }
+
+    #[test]
+    fn drops_are_named_once_after_the_messages_queued_before_them() {
+        let h = Arc::new(Gated::default());
+        let counters = Arc::new(Counters::default());
+        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
+        let q = pool.queues()[0].clone();
+        assert!(q.push_message(b"a", &[0], 0));
+        let start = std::time::Instant::now();
+        while !h.entered.load(Ordering::Acquire) {
+            assert!(start.elapsed().as_secs() < 5, "worker never started");
+            std::thread::yield_now();
+        }
+        // The worker holds a0 at the gate; four fit, the rest drop.
+        for (c, n) in [(b"a", 1), (b"b", 1), (b"a", 2), (b"b", 2)] {
+            assert!(q.push_message(c, &[n], 0));
+        }
+        for (c, n) in [(&b"a"[..], 3), (b"b", 3), (b"c", 1), (b"a", 4)] {
+            assert!(!q.push_message(c, &[n], 0));
+        }
+        h.open.store(true, Ordering::Release);
+        // After the batch the queue takes messages again.
+        let start = std::time::Instant::now();
+        while h.log.lock().len() < 6 {
+            assert!(start.elapsed().as_secs() < 5, "{:?}", h.log.lock());
+            std::thread::yield_now();
+        }
+        assert!(q.push_message(b"a", &[5], 0));
+        let start = std::time::Instant::now();
+        while h.log.lock().len() < 7 {
+            assert!(start.elapsed().as_secs() < 5, "{:?}", h.log.lock());
+            std::thread::yield_now();
+        }
+        pool.shutdown();
+        assert_eq!(
+            *h.log.lock(),
+            ["a0", "a1", "b1", "a2", "b2", "dropped 4 a,b,c", "a5"]
+        );
     }
 
     #[test]
