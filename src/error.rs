@@ -127,6 +127,15 @@ pub enum Error {
         /// What happened, with the last server error if any.
         reason: Arc<str>,
     },
+    /// The server refused to subscribe this channel (an ACL denial, say:
+    /// `NOPERM …`). The other channels of the same command were subscribed
+    /// on their own; this one stays refused until it is subscribed again.
+    SubscribeRefused {
+        /// The channel.
+        channel: Arc<[u8]>,
+        /// The server's error text.
+        message: Arc<str>,
+    },
     /// [`Pending::wait_timeout`](crate::Pending::wait_timeout) gave up; the
     /// request itself is still in flight and will complete or fail on its own.
     WaitTimeout {
@@ -225,6 +234,11 @@ impl fmt::Display for Error {
             Error::Cluster { slot, reason } => {
                 write!(f, "the cluster could not serve slot {slot}: {reason}")
             }
+            Error::SubscribeRefused { channel, message } => write!(
+                f,
+                "the server refused the subscription to {:?}: {message}",
+                String::from_utf8_lossy(channel)
+            ),
             Error::Shutdown => f.write_str("the engine has been shut down"),
             Error::WaitTimeout { after } => write!(
                 f,

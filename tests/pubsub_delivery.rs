@@ -2,24 +2,27 @@
 //! 8 workers, client-side sharding over 3 servers, and the
 //! subscribe/unsubscribe race ending in the last-asked state.
 
+mod accounted;
 mod pubsub_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use pubsub_support::{channels, numsub, payload, Recorder};
-use shardsub::{Protocol, PubSub};
+use accounted::Accounted;
+use pubsub_support::{channels, numsub, Recorder};
+use shardsub::{Handler, Protocol, PubSub};
+use testkit::accounting::Ledger;
 use testkit::{kinds, Server, Servers};
 
 const BOUND: Duration = Duration::from_secs(20);
 
-fn build(addrs: Vec<String>, rec: &Arc<Recorder>, workers: usize) -> PubSub {
+fn build(addrs: Vec<String>, handler: Arc<impl Handler>, workers: usize) -> PubSub {
     PubSub::builder()
         .addresses(addrs)
         .workers(workers)
         .queue_capacity(1 << 16)
         .io_threads(1)
-        .handler_arc(rec.clone())
+        .handler_arc(handler)
         .build()
         .expect("pubsub connects")
 }
@@ -29,41 +32,44 @@ fn order_per_channel_under_load_with_8_workers() {
     for kind in kinds() {
         for protocol in [Protocol::Resp3, Protocol::Resp2] {
             let server = Server::start(kind).unwrap();
-            let rec = Recorder::new();
-            let ps = PubSub::builder()
-                .address(server.addr().to_string())
-                .workers(8)
-                .queue_capacity(1 << 16)
-                .subscribe_connections(3)
-                .protocol(protocol)
-                .io_threads(1)
-                .handler_arc(rec.clone())
-                .build()
-                .unwrap();
             let chans = channels("order", 500);
+            let ledger = Arc::new(Ledger::new(&chans));
+            let handler = Accounted::new(&ledger, "sub");
+            let ps = Arc::new(
+                PubSub::builder()
+                    .address(server.addr().to_string())
+                    .workers(8)
+                    .queue_capacity(1 << 16)
+                    .subscribe_connections(3)
+                    .protocol(protocol)
+                    .io_threads(1)
+                    .handler_arc(handler.clone())
+                    .build()
+                    .unwrap(),
+            );
             ps.subscribe(&chans).unwrap();
             ps.wait_active(&chans, BOUND).unwrap();
             let rounds = 100u64;
-            for seq in 0..rounds {
-                for c in &chans {
-                    ps.publish(c, &payload(seq, 64)).unwrap();
-                }
+            let publish = accounted::via_pubsub(ps.clone());
+            for _ in 0..rounds {
+                accounted::round(&ledger, &*publish);
             }
             let total = rounds * chans.len() as u64;
-            rec.wait("every message", BOUND, |s| s.total >= total);
+            let what = format!("{kind:?} {protocol:?}");
+            let report = accounted::settle_and_check(&ledger, BOUND, &what);
+            assert_eq!(report.counts.delivered, total, "{what}");
+            assert_eq!(report.counts.signals, 0, "{what}");
             // `delivered` is counted once the handler has returned.
             let m = testkit::wait_for("delivered count", BOUND, || {
                 let m = ps.metrics();
                 Ok((m.delivered >= total).then_some(m))
             })
             .unwrap();
-            let s = rec.seen.lock();
-            assert_eq!(s.total, total, "{kind:?} {protocol:?}");
-            assert_eq!(s.out_of_order, 0, "{kind:?} {protocol:?}");
-            assert_eq!(s.thread_switches, 0, "one channel, one worker");
-            assert!(s.count.values().all(|&n| n == rounds));
-            let threads: std::collections::HashSet<_> = s.thread_of.values().collect();
-            assert_eq!(threads.len(), 8, "channels spread over all 8 workers");
+            assert_eq!(
+                handler.threads.lock().len(),
+                8,
+                "channels spread over all 8 workers"
+            );
             assert_eq!(m.delivered, total, "{m:?}");
             assert_eq!(m.received, total, "{m:?}");
             assert_eq!(m.dropped.total(), 0, "{m:?}");
@@ -71,7 +77,6 @@ fn order_per_channel_under_load_with_8_workers() {
             assert_eq!(m.active_connections, vec![3]);
             assert!(m.subscribe_commands >= 3, "{m:?}");
             assert!(m.confirmations >= 500, "{m:?}");
-            drop(s);
             ps.shutdown();
         }
     }
@@ -82,11 +87,12 @@ fn sharded_over_three_servers_delivers_everything() {
     for kind in kinds() {
         let servers = Servers::start(kind, 3).unwrap();
         let addrs: Vec<String> = servers.addrs().iter().map(|a| a.to_string()).collect();
-        let rec = Recorder::new();
-        let sub = build(addrs.clone(), &rec, 4);
-        // A separate publisher instance: agreement comes from shard_of alone.
-        let publisher = build(addrs, &Recorder::new(), 1);
         let chans = channels("shard", 3000);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let sub = build(addrs.clone(), handler, 4);
+        // A separate publisher instance: agreement comes from shard_of alone.
+        let publisher = Arc::new(build(addrs, Accounted::new(&Ledger::new([""]), "-"), 1));
         sub.subscribe(&chans).unwrap();
         sub.wait_active(&chans, BOUND).unwrap();
         // Each server holds exactly the channels shard_of gives it.
@@ -106,17 +112,12 @@ fn sharded_over_three_servers_delivers_everything() {
             assert!(numsub(server, &mine).iter().all(|&n| n == 1), "{kind:?}");
             assert!(numsub(server, &others).iter().all(|&n| n == 0), "{kind:?}");
         }
-        for seq in 0..5 {
-            for c in &chans {
-                publisher.publish(c, &payload(seq, 32)).unwrap();
-            }
+        let publish = accounted::via_pubsub(publisher.clone());
+        for _ in 0..5 {
+            accounted::round(&ledger, &*publish);
         }
-        rec.wait("every sharded message", BOUND, |s| s.total >= 15_000);
-        let s = rec.seen.lock();
-        assert_eq!(s.total, 15_000);
-        assert_eq!(s.out_of_order, 0);
-        assert_eq!(s.count.len(), 3000);
-        drop(s);
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+        assert_eq!(report.counts.delivered, 15_000);
         let m = sub.metrics();
         assert_eq!(m.active_connections, vec![2, 2, 2], "{m:?}");
         assert_eq!(publisher.metrics().published, 15_000);
@@ -127,18 +128,24 @@ fn sharded_over_three_servers_delivers_everything() {
 fn subscribe_unsubscribe_race_ends_in_last_asked_state() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        let rec = Recorder::new();
+        let chans = Arc::new(channels("race", 200));
+        // The last word: even channels wanted, odd ones not.
+        let (want_idx, not_idx): (Vec<usize>, Vec<usize>) =
+            (0..chans.len()).partition(|i| i % 2 == 0);
+        let want: Vec<Vec<u8>> = want_idx.iter().map(|&i| chans[i].clone()).collect();
+        let not: Vec<Vec<u8>> = not_idx.iter().map(|&i| chans[i].clone()).collect();
+        let ledger = Arc::new(Ledger::new(chans.iter()));
+        let handler = Accounted::with_tap(ledger.tap_for("sub", &want_idx));
         let ps = Arc::new(
             PubSub::builder()
                 .address(server.addr().to_string())
                 .workers(2)
                 .batch_size(7) // many small commands interleave with the race
                 .io_threads(1)
-                .handler_arc(rec.clone())
+                .handler_arc(handler)
                 .build()
                 .unwrap(),
         );
-        let chans = Arc::new(channels("race", 200));
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let (ps, chans) = (ps.clone(), chans.clone());
@@ -156,14 +163,6 @@ fn subscribe_unsubscribe_race_ends_in_last_asked_state() {
         for t in threads {
             t.join().unwrap();
         }
-        // The last word: even channels wanted, odd ones not.
-        let (want, not): (Vec<_>, Vec<_>) = chans
-            .iter()
-            .cloned()
-            .enumerate()
-            .partition(|(i, _)| i % 2 == 0);
-        let want: Vec<Vec<u8>> = want.into_iter().map(|(_, c)| c).collect();
-        let not: Vec<Vec<u8>> = not.into_iter().map(|(_, c)| c).collect();
         ps.unsubscribe(&not).unwrap();
         ps.subscribe(&want).unwrap();
         ps.wait_active(&want, BOUND).unwrap();
@@ -175,19 +174,16 @@ fn subscribe_unsubscribe_race_ends_in_last_asked_state() {
         .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         assert!(not.iter().all(|c| !ps.is_active(c)));
         assert_eq!(ps.metrics().channels, 100);
-        // Messages reach exactly the wanted channels.
-        for c in want.iter().chain(&not) {
-            ps.publish(c, &payload(1, 8)).unwrap();
-        }
-        rec.wait("wanted channels deliver", BOUND, |s| {
-            want.iter().all(|c| s.last.get(c) == Some(&1))
-        });
-        // A marker published after the unwanted ones, on a wanted channel
-        // of the same connection, proves nothing more is coming for them.
-        ps.publish(&want[0], &payload(2, 8)).unwrap();
-        rec.wait("marker", BOUND, |s| s.last.get(&want[0]) == Some(&2));
-        let s = rec.seen.lock();
-        assert!(not.iter().all(|c| s.last.get(c) != Some(&1)), "{kind:?}");
+        // Messages reach exactly the wanted channels: two rounds to every
+        // channel; once every wanted channel has its second message, the
+        // first round to the unwanted ones (published before it, on the
+        // same connections) would have arrived too: the tap counts them as
+        // unwanted.
+        let publish = accounted::via_pubsub(ps.clone());
+        accounted::round(&ledger, &*publish);
+        accounted::round(&ledger, &*publish);
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+        assert_eq!(report.counts.delivered, 200, "{kind:?}");
     }
 }
 

@@ -3,6 +3,7 @@
 //! exactly the resubscribed channels, delivery resumes), a black-holed
 //! connection (the liveness probe restarts it), and the lag envelope.
 
+mod accounted;
 mod pubsub_support;
 
 use std::collections::HashSet;
@@ -10,26 +11,37 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use accounted::{Accounted, Background};
 use parking_lot::{Condvar, Mutex};
-use pubsub_support::{channels, payload, Recorder};
-use shardsub::{Protocol, PubSub};
+use pubsub_support::{channels, Recorder};
+use shardsub::pubsub::Event;
+use shardsub::{Error, Protocol, PubSub};
+use testkit::accounting::Ledger;
 use testkit::{kinds, FaultProxy, Server};
 
 const BOUND: Duration = Duration::from_secs(20);
 
-/// A handler held at a gate until the test opens it.
+/// A handler held at a gate until the test opens it; it records into an
+/// [`Accounted`] once through.
 struct Gated {
     open: Mutex<bool>,
     cond: Condvar,
     handled: AtomicU64,
+    inner: Arc<Accounted>,
 }
 
 impl shardsub::Handler for Gated {
-    fn on_message(&self, _channel: &[u8], _payload: &[u8]) {
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
         let mut open = self.open.lock();
         let deadline = Instant::now() + BOUND;
         while !*open && !self.cond.wait_until(&mut open, deadline).timed_out() {}
+        drop(open);
         self.handled.fetch_add(1, Ordering::Relaxed);
+        self.inner.on_message(channel, payload);
+    }
+
+    fn on_event(&self, event: Event<'_>) {
+        self.inner.on_event(event);
     }
 }
 
@@ -37,24 +49,30 @@ impl shardsub::Handler for Gated {
 fn slow_handler_drops_and_counts_without_hanging() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
+        let ledger = Arc::new(Ledger::new(["slow", "slow2"]));
         let gated = Arc::new(Gated {
             open: Mutex::new(false),
             cond: Condvar::new(),
             handled: AtomicU64::new(0),
+            inner: Accounted::new(&ledger, "slow handler"),
         });
-        let ps = PubSub::builder()
-            .address(server.addr().to_string())
-            .workers(1)
-            .queue_capacity(16)
-            .io_threads(1)
-            .handler_arc(gated.clone())
-            .build()
-            .unwrap();
-        ps.subscribe(["slow"]).unwrap();
-        ps.wait_active(&["slow"], BOUND).unwrap();
-        let sent = 2000u64;
-        for i in 0..sent {
-            ps.publish(b"slow", &payload(i, 16)).unwrap();
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(server.addr().to_string())
+                .workers(1)
+                .queue_capacity(16)
+                .io_threads(1)
+                .handler_arc(gated.clone())
+                .build()
+                .unwrap(),
+        );
+        ps.subscribe(["slow", "slow2"]).unwrap();
+        ps.wait_active(&["slow", "slow2"], BOUND).unwrap();
+        let rounds = 1000u64;
+        let sent = 2 * rounds;
+        let publish = accounted::via_pubsub(ps.clone());
+        for _ in 0..rounds {
+            accounted::round(&ledger, &*publish);
         }
         // The reader never blocks: every message is either queued or dropped.
         let m = testkit::wait_for("all received", BOUND, || {
@@ -76,6 +94,18 @@ fn slow_handler_drops_and_counts_without_hanging() {
         .unwrap();
         assert_eq!(gated.handled.load(Ordering::Relaxed), m.delivered);
         assert!(m.delivered >= 1 && m.delivered <= 2 * 16, "{m:?}");
+        // Every drop was named, per channel, after the messages before it.
+        testkit::wait_for("a drop event", BOUND, || {
+            Ok((gated.inner.drop_events.load(Ordering::Relaxed) >= 1).then_some(()))
+        })
+        .unwrap();
+        let report = ledger.report();
+        report.assert_clean();
+        assert_eq!(report.counts.delivered, m.delivered, "{kind:?}: {report}");
+        assert_eq!(
+            report.counts.lost_signalled, m.dropped.queue_full,
+            "{kind:?}: {report}"
+        );
         let start = Instant::now();
         ps.shutdown();
         assert!(start.elapsed() < Duration::from_secs(5), "shutdown hung");
@@ -89,19 +119,22 @@ fn client_kill_signals_exactly_the_resubscribed_channels() {
         .flat_map(|k| [(k, Protocol::Resp3), (k, Protocol::Resp2)])
     {
         let server = Server::start(kind).unwrap();
-        let rec = Recorder::new();
-        let ps = PubSub::builder()
-            .address(server.addr().to_string())
-            .protocol(protocol)
-            .workers(4)
-            .subscribe_connections(2)
-            .batch_size(64)
-            .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .io_threads(1)
-            .handler_arc(rec.clone())
-            .build()
-            .unwrap();
         let chans = channels("gap", 300);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(server.addr().to_string())
+                .protocol(protocol)
+                .workers(4)
+                .subscribe_connections(2)
+                .batch_size(64)
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .io_threads(1)
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap(),
+        );
         ps.subscribe(&chans).unwrap();
         ps.wait_active(&chans, BOUND).unwrap();
         // Given up before the kill: must not be resubscribed nor named.
@@ -116,31 +149,43 @@ fn client_kill_signals_exactly_the_resubscribed_channels() {
                 .then_some(()))
         })
         .unwrap();
+        // Publishing all along: what the kill loses must be signalled.
+        let publisher = Background::start(
+            ledger.clone(),
+            accounted::via_pubsub(ps.clone()),
+            Duration::from_millis(2),
+            BOUND,
+        );
+        testkit::wait_for("a few rounds delivered", BOUND, || {
+            Ok((handler.tap.messages() >= 3 * 300).then_some(()))
+        })
+        .unwrap();
         let killed = server
             .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
             .unwrap();
         assert_eq!(killed, testkit::Value::Integer(2), "{kind:?} {protocol:?}");
         let want: HashSet<Vec<u8>> = chans.iter().cloned().collect();
-        rec.wait("gap events for every channel", BOUND, |s| {
-            s.gap_channels.len() >= want.len()
-        });
+        testkit::wait_for("gap events for every channel", BOUND, || {
+            Ok((handler.gap_channels.lock().len() >= want.len()).then_some(()))
+        })
+        .unwrap();
         ps.wait_active(&chans, BOUND).unwrap();
-        {
-            let s = rec.seen.lock();
-            assert_eq!(
-                s.gap_channels, want,
-                "{kind:?}: exactly the resubscribed channels"
-            );
-            assert!(
-                s.gaps >= 2 && s.gaps <= 8,
-                "one per worker per connection: {}",
-                s.gaps
-            );
-        }
-        for c in &chans {
-            ps.publish(c, &payload(7, 16)).unwrap();
-        }
-        rec.wait("delivery resumes", BOUND, |s| s.total >= 300);
+        let rounds = publisher.stop();
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        let what = format!("{kind:?} {protocol:?}");
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert!(rounds >= 3, "{what}: {rounds} rounds");
+        assert_eq!(
+            *handler.gap_channels.lock(),
+            want,
+            "{what}: exactly the resubscribed channels"
+        );
+        let gaps = handler.gap_events.load(Ordering::Relaxed);
+        assert!(
+            (2..=8).contains(&gaps),
+            "one per worker per connection: {gaps}"
+        );
+        assert_eq!(report.counts.signals, 300, "{what}: one gap per channel");
         let m = ps.metrics();
         assert_eq!(m.reconnects, 2, "{m:?}");
         assert_eq!(m.gap_channels, 300, "{m:?}");
@@ -158,7 +203,8 @@ fn liveness_probe_restarts_a_black_holed_connection() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
         let proxy = FaultProxy::start(server.addr()).unwrap();
-        let rec = Recorder::new();
+        let ledger = Arc::new(Ledger::new(["live"]));
+        let handler = Accounted::new(&ledger, "sub");
         let probe = Duration::from_millis(200);
         let ps = PubSub::builder()
             .address(proxy.addr().to_string())
@@ -168,7 +214,7 @@ fn liveness_probe_restarts_a_black_holed_connection() {
             .connect_timeout(Duration::from_millis(500))
             .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
             .io_threads(1)
-            .handler_arc(rec.clone())
+            .handler_arc(handler.clone())
             .build()
             .unwrap();
         ps.subscribe(["live"]).unwrap();
@@ -195,20 +241,30 @@ fn liveness_probe_restarts_a_black_holed_connection() {
         );
         proxy.blackhole(false);
         proxy.cut_all(); // the old, black-holed pairs
-        rec.wait("gap after the restart", BOUND, |s| {
-            s.gap_channels.contains(&b"live"[..])
-        });
+        testkit::wait_for("gap after the restart", BOUND, || {
+            Ok(handler
+                .gap_channels
+                .lock()
+                .contains(&b"live"[..])
+                .then_some(()))
+        })
+        .unwrap();
         ps.wait_active(&["live"], BOUND).unwrap();
         assert!(
             proxy.stats().accepted > accepted,
             "reconnected through the proxy"
         );
         // The publish connection went through the black hole too.
+        let mut payload = Vec::new();
         testkit::wait_for("publish accepted", BOUND, || {
-            Ok(ps.publish(b"live", &payload(1, 8)).is_ok().then_some(()))
+            let stamp = ledger.stamp(0, &mut payload, 16);
+            let r = ps.publish(b"live", &payload);
+            accounted::record(&ledger, stamp, &r, false);
+            Ok(r.is_ok().then_some(()))
         })
         .unwrap();
-        rec.wait("delivery after restart", BOUND, |s| s.total >= 1);
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+        assert_eq!(report.counts.delivered, 1, "{report}");
     }
 }
 
@@ -216,27 +272,32 @@ fn liveness_probe_restarts_a_black_holed_connection() {
 fn envelope_measures_lag_and_is_stripped() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        let rec = Recorder::new();
-        let ps = PubSub::builder()
-            .address(server.addr().to_string())
-            .workers(2)
-            .envelope(true)
-            .active_events(true)
-            .io_threads(1)
-            .handler_arc(rec.clone())
-            .build()
-            .unwrap();
         let chans = channels("lag", 20);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(server.addr().to_string())
+                .workers(2)
+                .envelope(true)
+                .active_events(true)
+                .io_threads(1)
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap(),
+        );
         ps.subscribe(&chans).unwrap();
-        rec.wait("active events", BOUND, |s| s.active.len() == 20);
-        for seq in 0..50 {
-            for c in &chans {
-                ps.publish(c, &payload(seq, 40)).unwrap();
-            }
+        testkit::wait_for("active events", BOUND, || {
+            Ok((handler.active_events.load(Ordering::Relaxed) == 20).then_some(()))
+        })
+        .unwrap();
+        let publish = accounted::via_pubsub(ps.clone());
+        for _ in 0..50 {
+            accounted::round(&ledger, &*publish);
         }
-        rec.wait("all", BOUND, |s| s.total >= 1000);
-        // Payloads arrive without the header: the sequence numbers check out.
-        assert_eq!(rec.seen.lock().out_of_order, 0);
+        // Payloads arrive without the header: the stamps check out.
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+        assert_eq!(report.counts.delivered, 1000);
         let m = testkit::wait_for("lag recorded", BOUND, || {
             let m = ps.metrics();
             Ok((m.lag.is_some_and(|l| l.count >= 1000)).then_some(m))
@@ -247,8 +308,12 @@ fn envelope_measures_lag_and_is_stripped() {
         assert!(lag.max < Duration::from_secs(10), "{lag:?}");
         assert_eq!(m.unenveloped, 0);
         // A raw publish without the envelope is delivered as is and counted.
-        ps.publisher().publish(&chans[0], &payload(99, 8)).unwrap();
-        rec.wait("raw", BOUND, |s| s.total >= 1001);
+        let mut payload = Vec::new();
+        let stamp = ledger.stamp(0, &mut payload, 24);
+        let r = ps.publisher().publish(&chans[0], &payload);
+        accounted::record(&ledger, stamp, &r, false);
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} raw"));
+        assert_eq!(report.counts.delivered, 1001);
         assert_eq!(ps.metrics().unenveloped, 1);
     }
 }
@@ -287,50 +352,99 @@ fn unsubscribe_taken_back_in_time_keeps_the_subscription_and_says_so() {
     }
 }
 
+/// `ACL SETUSER app …`: user `app` may use the probes' channels and
+/// `extra` patterns.
+fn acl_app(server: &Server, extra: &[&[u8]]) {
+    let mut args: Vec<&[u8]> = vec![
+        b"ACL",
+        b"SETUSER",
+        b"app",
+        b"on",
+        b">secret",
+        b"+@all",
+        b"resetchannels",
+        b"&__shardsub:*",
+    ];
+    args.extend_from_slice(extra);
+    server.cmd(&args).unwrap();
+}
+
 #[test]
-fn a_refused_subscribe_is_counted_not_silent() {
+fn a_refused_channel_is_isolated_reported_and_the_rest_of_its_batch_delivers() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        // User `app` may only use channels ok:* (and the probes').
-        server
-            .cmd(&[
-                b"ACL",
-                b"SETUSER",
-                b"app",
-                b"on",
-                b">secret",
-                b"+@all",
-                b"resetchannels",
-                b"&ok:*",
-                b"&__shardsub:*",
-            ])
-            .unwrap();
-        let rec = Recorder::new();
-        let ps = PubSub::builder()
-            .address(server.addr().to_string())
-            .username("app")
-            .password("secret")
-            .client_name("pubsub-acl-test")
-            .subscribe_connections(1)
-            .workers(1)
-            .io_threads(1)
-            .handler_arc(rec.clone())
-            .build()
-            .unwrap();
-        ps.subscribe(["no:1"]).unwrap();
-        let m = testkit::wait_for("the refusal counted", BOUND, || {
-            let m = ps.metrics();
-            Ok((m.subscribe_errors >= 1).then_some(m))
+        // User `app` may only use channels ok:*.
+        acl_app(&server, &[b"&ok:*"]);
+        let ok = channels("ok", 40);
+        let no: Vec<Vec<u8>> = vec![b"no:1".to_vec(), b"no:2".to_vec()];
+        let ledger = Arc::new(Ledger::new(&ok));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(server.addr().to_string())
+                .username("app")
+                .password("secret")
+                .client_name("pubsub-acl-test")
+                .subscribe_connections(1)
+                .workers(2)
+                .io_threads(1)
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap(),
+        );
+        // One call, one coalesced SUBSCRIBE: two refused channels among 40
+        // allowed ones.
+        let mut all = ok.clone();
+        all.insert(7, no[0].clone());
+        all.insert(30, no[1].clone());
+        ps.subscribe(&all).unwrap();
+        ps.wait_active(&ok, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the allowed channels: {e}; {:?}", ps.metrics()));
+        for c in &no {
+            match ps.wait_active(&[c], BOUND) {
+                Err(Error::SubscribeRefused { channel, message }) => {
+                    assert_eq!(&*channel, &c[..], "{kind:?}");
+                    assert!(message.starts_with("NOPERM"), "{kind:?}: {message}");
+                }
+                other => panic!("{kind:?}: wait_active on {c:?} gave {other:?}"),
+            }
+            assert!(!ps.is_active(c));
+        }
+        // The handler hears of each refusal, once.
+        testkit::wait_for("refused events", BOUND, || {
+            Ok((handler.refused.lock().len() >= 2).then_some(()))
         })
         .unwrap();
-        assert_eq!(m.subscribe_errors, 1, "{kind:?} {m:?}");
-        assert!(!ps.is_active(b"no:1"));
-        // The connection is fine: allowed channels still work.
-        ps.subscribe(["ok:1"]).unwrap();
-        ps.wait_active(&["ok:1"], BOUND).unwrap();
-        ps.publish(b"ok:1", &payload(1, 8)).unwrap();
-        rec.wait("allowed channel delivers", BOUND, |s| s.total >= 1);
-        assert_eq!(ps.metrics().reconnects, 0);
+        let mut refused: Vec<Vec<u8>> = handler
+            .refused
+            .lock()
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect();
+        refused.sort();
+        assert_eq!(refused, no, "{kind:?}");
+        let m = ps.metrics();
+        assert_eq!(m.refused_channels, 2, "{kind:?} {m:?}");
+        assert!(m.subscribe_errors >= 3, "the batch and its halves: {m:?}");
+        // Isolated in a few commands, not one per channel.
+        assert!(m.subscribe_commands <= 2 + 4 * 6, "{m:?}");
+        assert_eq!(m.reconnects, 0);
+        // The allowed channels deliver, every message accounted for.
+        let publish = accounted::via_pubsub(ps.clone());
+        for _ in 0..3 {
+            accounted::round(&ledger, &*publish);
+        }
+        let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+        assert_eq!(report.counts.delivered, 120);
+        // Subscribing again retries; once the ACL allows it, it works.
+        acl_app(&server, &[b"&ok:*", b"&no:1"]);
+        ps.subscribe([&no[0]]).unwrap();
+        ps.wait_active(&[&no[0]], BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: after the ACL change: {e}"));
+        assert!(matches!(
+            ps.wait_active(&[&no[1]], Duration::from_millis(50)),
+            Err(Error::SubscribeRefused { .. })
+        ));
         // Both engines' connections carry the name and the user.
         let list = match server.cmd(&[b"CLIENT", b"LIST"]).unwrap() {
             testkit::Value::Bulk(b) | testkit::Value::Verbatim { text: b, .. } => {

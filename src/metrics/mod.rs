@@ -51,8 +51,13 @@ pub struct Metrics {
     /// `UNSUBSCRIBE` commands sent.
     pub unsubscribe_commands: u64,
     /// Subscribe commands the server refused with an error reply (for
-    /// example an ACL denial); their channels stay inactive. Each is logged.
+    /// example an ACL denial). Each is logged; a command of several
+    /// channels is split and sent again until the refused channels stand
+    /// alone (counted in `refused_channels`), so the others get through.
     pub subscribe_errors: u64,
+    /// Channels the server refused to subscribe, each isolated and
+    /// reported in an [`Event::Refused`](crate::pubsub::Event::Refused).
+    pub refused_channels: u64,
     /// Subscribe confirmations received (one per channel per command).
     pub confirmations: u64,
     /// Channels wanted now (the registry's size, pending unsubscribes aside).
@@ -86,6 +91,7 @@ pub(crate) struct Counters {
     pub(crate) subscribe_commands: AtomicU64,
     pub(crate) unsubscribe_commands: AtomicU64,
     pub(crate) subscribe_errors: AtomicU64,
+    pub(crate) refused_channels: AtomicU64,
     pub(crate) confirmations: AtomicU64,
     pub(crate) reconnects: AtomicU64,
     pub(crate) gaps: AtomicU64,
@@ -121,6 +127,7 @@ impl Counters {
             subscribe_commands: g(&self.subscribe_commands),
             unsubscribe_commands: g(&self.unsubscribe_commands),
             subscribe_errors: g(&self.subscribe_errors),
+            refused_channels: g(&self.refused_channels),
             confirmations: g(&self.confirmations),
             channels: 0,
             reconnects: g(&self.reconnects),

@@ -64,18 +64,36 @@ impl ActiveWait {
     }
 
     /// Blocks until `is_active` holds for every channel in `channels`, or
-    /// `timeout` passes.
+    /// `timeout` passes (see [`ActiveWait::wait_all_or_refused`]).
     ///
     /// # Errors
     ///
-    /// [`Error::WaitTimeout`] when some channel is still not active at the
-    /// deadline; whatever `check_open` returns once it fails.
+    /// As [`ActiveWait::wait_all_or_refused`].
     pub(crate) fn wait_all<C: AsRef<[u8]>>(
         &self,
         channels: &[C],
         timeout: Duration,
         check_open: impl Fn() -> Result<(), Error>,
         is_active: impl Fn(&[u8]) -> bool,
+    ) -> Result<(), Error> {
+        self.wait_all_or_refused(channels, timeout, check_open, is_active, |_| None)
+    }
+
+    /// Blocks until `is_active` holds for every channel in `channels`, or
+    /// `timeout` passes, or a channel not yet active is `refused`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitTimeout`] when some channel is still not active at the
+    /// deadline; whatever `check_open` returns once it fails; what
+    /// `refused` returns for the first refused channel.
+    pub(crate) fn wait_all_or_refused<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+        check_open: impl Fn() -> Result<(), Error>,
+        is_active: impl Fn(&[u8]) -> bool,
+        refused: impl Fn(&[u8]) -> Option<Error>,
     ) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         self.waiters.fetch_add(1, Ordering::AcqRel);
@@ -94,6 +112,9 @@ impl ActiveWait {
             }
             if next == channels.len() {
                 break Ok(());
+            }
+            if let Some(e) = refused(channels[next].as_ref()) {
+                break Err(e);
             }
             let now = Instant::now();
             if now >= deadline {

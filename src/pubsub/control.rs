@@ -13,7 +13,8 @@ use crate::conn::{ReplyKind, SubscribeKind};
 use crate::engine::Engine;
 use crate::metrics::add;
 use crate::pubsub::registry::Settled;
-use crate::pubsub::shared::Shared;
+use crate::pubsub::shared::{ConnEvent, Shared};
+use crate::pubsub::ChannelList;
 
 /// The command names for a subscribe kind.
 fn commands(kind: SubscribeKind) -> (&'static [u8], &'static [u8]) {
@@ -156,8 +157,14 @@ impl Control {
                 dirty.append(&mut inbox.dirty);
             }
             for ev in events {
-                let super::shared::ConnEvent::Connected(c) = ev;
-                self.resubscribe(c);
+                match ev {
+                    ConnEvent::Connected(c) => self.resubscribe(c),
+                    ConnEvent::Refused {
+                        conn,
+                        names,
+                        message,
+                    } => self.refused(conn, &names, &message),
+                }
             }
             for lane in dirty {
                 self.flush_lane(lane);
@@ -170,9 +177,11 @@ impl Control {
         }
     }
 
-    fn submit(&mut self, conn: usize, kind: ReplyKind) -> bool {
+    /// Sends `self.enc` on connection slot `conn`; a subscribe command
+    /// carries its channel `names`, so that a refusal can be isolated.
+    fn submit(&mut self, conn: usize, kind: ReplyKind, names: Option<ChannelList>) -> bool {
         let enc = std::mem::take(&mut self.enc);
-        let ok = self.submit_bytes(conn, &enc, kind);
+        let ok = self.submit_bytes(conn, &enc, kind, names.map(Arc::new));
         self.enc = enc;
         self.enc.clear();
         ok
@@ -183,7 +192,13 @@ impl Control {
     /// is down or the engine is shutting down (the reconnect resends).
     /// Never called with a registry lane locked: the I/O thread takes lane
     /// locks for confirmations, and it is the one that makes room.
-    fn submit_bytes(&self, conn: usize, bytes: &[u8], kind: ReplyKind) -> bool {
+    fn submit_bytes(
+        &self,
+        conn: usize,
+        bytes: &[u8],
+        kind: ReplyKind,
+        names: Option<Arc<ChannelList>>,
+    ) -> bool {
         let Some(slot) = self.shared.conns.get(conn) else {
             return false;
         };
@@ -191,9 +206,11 @@ impl Control {
             let encode = |buf: &mut Vec<u8>| buf.extend_from_slice(bytes);
             let r = if let ReplyKind::Subscribe { confirmations, .. } = kind {
                 // Subscribes carry a callback: an error reply (an ACL
-                // denial, say) must not pass silently.
+                // denial, say) must not pass silently, nor hold back the
+                // other channels of the command (see `refused`).
                 let shared = self.shared.clone();
                 let server = slot.server;
+                let names = names.clone();
                 self.sub
                     .submit_to_then(slot.server, slot.index, encode, kind, move |r| {
                         if let Err(crate::Error::Reply { message, .. }) = r {
@@ -202,6 +219,15 @@ impl Control {
                                 "server {server} refused a subscribe of {confirmations} \
                                  channels: {message}"
                             );
+                            if let Some(names) = names {
+                                shared.post(|inbox| {
+                                    inbox.events.push(ConnEvent::Refused {
+                                        conn,
+                                        names,
+                                        message,
+                                    });
+                                });
+                            }
                         }
                     })
             } else {
@@ -277,7 +303,7 @@ impl Control {
                 kind: s.routing.kind(),
                 confirmations: chunk.len() as u32,
             };
-            if !self.submit(conn, kind) {
+            if !self.submit(conn, kind, Some(channel_list(chunk))) {
                 break;
             }
         }
@@ -287,7 +313,7 @@ impl Control {
             encode_names(&mut self.enc, unsub_cmd, chunk);
             encode_names::<&[u8]>(&mut self.enc, b"PING", &[]);
             add(&s.counters.unsubscribe_commands, 1);
-            if !self.submit(conn, ReplyKind::Single) {
+            if !self.submit(conn, ReplyKind::Single, None) {
                 break;
             }
         }
@@ -314,10 +340,11 @@ impl Control {
                 kind,
                 confirmations: 1,
             },
+            None,
         );
         let workers = s.queues.len().max(1);
         let (mut channels, mut commands_sent, mut gap_channels) = (0usize, 0u64, 0u64);
-        let mut batches: Vec<(usize, u32)> = Vec::new();
+        let mut batches: Vec<(usize, ChannelList)> = Vec::new();
         for lane in s.routing.lanes_of_conn(conn) {
             let Some(mut l) = s.registry.lane(lane) else {
                 continue;
@@ -343,20 +370,21 @@ impl Control {
                     break;
                 }
                 encode_names(&mut self.enc, sub_cmd, &refs);
-                batches.push((self.enc.len(), refs.len() as u32));
+                batches.push((self.enc.len(), channel_list(&refs)));
             }
             drop(l);
             let all = std::mem::take(&mut self.enc);
             let mut from = 0;
-            for &(to, n) in &batches {
+            for (to, names) in batches.drain(..) {
                 if !ok {
                     break;
                 }
                 let kind = ReplyKind::Subscribe {
                     kind,
-                    confirmations: n,
+                    confirmations: names.len() as u32,
                 };
-                ok = self.submit_bytes(conn, all.get(from..to).unwrap_or_default(), kind);
+                let bytes = all.get(from..to).unwrap_or_default();
+                ok = self.submit_bytes(conn, bytes, kind, Some(Arc::new(names)));
                 commands_sent += 1;
                 from = to;
             }
@@ -389,6 +417,64 @@ impl Control {
             since: Instant::now(),
             sent_at: None,
         };
+    }
+
+    /// The server refused a subscribe command that carried `names` (every
+    /// channel of it, since a refused command subscribes none). A command
+    /// of one channel marks that channel refused, tells its worker and
+    /// wakes `wait_active`; a larger one is split in two and each half
+    /// sent again, so a refused channel is isolated in about
+    /// 2·log2(batch) commands while the others get through. Channels
+    /// confirmed, unsubscribed or resent since are left alone; on a
+    /// connection that is down the resubscribe resends them anyway.
+    fn refused(&mut self, conn: usize, names: &ChannelList, message: &Arc<str>) {
+        let s = self.shared.clone();
+        let waiting: Vec<&[u8]> = names
+            .iter()
+            .filter(|n| s.registry.awaits_confirmation(s.routing.lane_of(n), n))
+            .collect();
+        if names.len() == 1 {
+            let Some(&name) = waiting.first() else {
+                return;
+            };
+            if s.registry.refuse(s.routing.lane_of(name), name) {
+                s.refusals.lock().insert(name.into(), message.clone());
+                add(&s.counters.refused_channels, 1);
+                log::warn!(
+                    "the server refused the subscription to {:?}: {message}",
+                    String::from_utf8_lossy(name)
+                );
+                let w = shardcore::worker_of(name, s.queues.len().max(1) as u32) as usize;
+                if let Some(q) = s.queues.get(w) {
+                    q.push_refused(name, message.clone());
+                }
+                s.wake_active_waiters();
+            }
+            return;
+        }
+        let ready = s
+            .conns
+            .get(conn)
+            .is_some_and(|c| c.ready.load(Ordering::Acquire));
+        if waiting.is_empty() || !ready {
+            return;
+        }
+        let (sub_cmd, _) = commands(s.routing.kind());
+        let mid = waiting.len().div_ceil(2);
+        for half in [&waiting[..mid], &waiting[mid..]] {
+            if half.is_empty() {
+                continue;
+            }
+            encode_names(&mut self.enc, sub_cmd, half);
+            add(&s.counters.subscribe_commands, 1);
+            let kind = ReplyKind::Subscribe {
+                kind: s.routing.kind(),
+                confirmations: half.len() as u32,
+            };
+            if !self.submit(conn, kind, Some(channel_list(half))) {
+                return;
+            }
+        }
     }
 
     /// Liveness probes and the drop summary.
@@ -460,6 +546,15 @@ impl Control {
             self.dropped_reported = dropped;
         }
     }
+}
+
+/// The names of one command, packed.
+fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
+    let mut list = ChannelList::default();
+    for n in names {
+        list.push(n.as_ref());
+    }
+    list
 }
 
 #[cfg(test)]

@@ -60,6 +60,17 @@ pub enum Event<'a> {
         /// The resubscribed channels handled by this worker.
         channels: &'a ChannelList,
     },
+    /// The server refused to subscribe `channel` (an ACL denial, say). The
+    /// other channels of the same command are subscribed on their own;
+    /// this one delivers nothing until it is subscribed again, and
+    /// [`PubSub::wait_active`](crate::PubSub::wait_active) on it fails with
+    /// [`Error::SubscribeRefused`](crate::Error::SubscribeRefused).
+    Refused {
+        /// The channel.
+        channel: &'a [u8],
+        /// The server's error text.
+        message: &'a str,
+    },
     /// This worker's queue was full, and messages of these channels were
     /// dropped. It comes after every message that was queued before the
     /// drops and before any later message of these channels; one event per

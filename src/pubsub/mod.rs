@@ -215,15 +215,22 @@ impl PubSub {
     ///
     /// [`Error::WaitTimeout`] when some channel is still not active at the
     /// deadline (for example one that was never subscribed),
-    /// [`Error::Shutdown`] after shutdown.
+    /// [`Error::SubscribeRefused`] for a channel the server refused
+    /// (naming it and the server's reason), [`Error::Shutdown`] after
+    /// shutdown.
     pub fn wait_active<C: AsRef<[u8]>>(
         &self,
         channels: &[C],
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        s.active
-            .wait_all(channels, timeout, || self.check_open(), |c| s.is_active(c))
+        s.active.wait_all_or_refused(
+            channels,
+            timeout,
+            || self.check_open(),
+            |c| s.is_active(c),
+            |c| s.refusal(c),
+        )
     }
 
     /// Publishes `payload` to `channel` on its shard, fire-and-forget

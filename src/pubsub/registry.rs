@@ -32,6 +32,9 @@ pub(crate) const SENT: u8 = 2;
 pub(crate) const ACTIVE: u8 = 4;
 /// Its name is on the lane's dirty list.
 pub(crate) const QUEUED: u8 = 8;
+/// The server refused to subscribe it (alone, see [`Registry::refuse`]):
+/// not sent again until the application subscribes it again.
+pub(crate) const REFUSED: u8 = 16;
 
 /// FNV-1a over the written bytes, finished with a seeded 64-bit mix.
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +113,9 @@ impl Lane {
             None => return false,
         };
         if want {
+            // Asked for again: a refusal is forgotten and the subscribe is
+            // tried anew (the server's ACL may have changed).
+            *flags &= !REFUSED;
             *flags |= WANT;
         } else {
             *flags &= !WANT;
@@ -132,6 +138,9 @@ impl Lane {
         self.map.retain(|name, f| {
             if *f & WANT == 0 {
                 return false;
+            }
+            if *f & REFUSED != 0 {
+                return true; // refused: not resent, nothing to signal
             }
             if *f & SENT != 0 {
                 let w = shardcore::worker_of(name, workers as u32) as usize;
@@ -230,6 +239,28 @@ impl Registry {
         }
     }
 
+    /// The server refused a subscribe that carried `channel` alone: marks
+    /// it refused (not sent, not active) if that subscribe is still the
+    /// last word for it. Returns true when it was marked.
+    pub(crate) fn refuse(&self, lane: usize, channel: &[u8]) -> bool {
+        let Some(mut l) = self.lane(lane) else {
+            return false;
+        };
+        match l.map.get_mut(channel) {
+            Some(f) if *f & (WANT | SENT | ACTIVE | REFUSED) == WANT | SENT => {
+                *f = (*f & QUEUED) | WANT | REFUSED;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a refused subscribe for `channel` can be retried in a
+    /// smaller command: still wanted, sent, not confirmed, not refused.
+    pub(crate) fn awaits_confirmation(&self, lane: usize, channel: &[u8]) -> bool {
+        self.flags(lane, channel) & (WANT | SENT | ACTIVE | REFUSED) == WANT | SENT
+    }
+
     /// The channel's flags (0 when unknown).
     pub(crate) fn flags(&self, lane: usize, channel: &[u8]) -> u8 {
         self.lane(lane)
@@ -281,6 +312,35 @@ mod tests {
         assert!(!r.confirm(0, b"c"));
         assert!(!r.set_wanted(0, b"c", true));
         assert_eq!(r.flags(0, b"c"), WANT | SENT | ACTIVE | QUEUED);
+    }
+
+    #[test]
+    fn a_refused_channel_is_not_resent_until_asked_for_again() {
+        let r = Registry::new(1, 7);
+        r.lane(0).unwrap().map.insert((*b"a").into(), WANT | SENT);
+        r.lane(0)
+            .unwrap()
+            .map
+            .insert((*b"b").into(), WANT | SENT | ACTIVE);
+        assert!(r.awaits_confirmation(0, b"a"));
+        assert!(!r.awaits_confirmation(0, b"b"));
+        assert!(r.refuse(0, b"a"));
+        assert!(!r.refuse(0, b"a"), "once");
+        assert!(!r.refuse(0, b"b"), "confirmed channels are not refused");
+        assert_eq!(r.flags(0, b"a"), WANT | REFUSED);
+        // A reconnect resends b only, and signals no gap for a.
+        let gaps = r.lane(0).unwrap().resend_all(1);
+        assert_eq!(gaps[0].iter().collect::<Vec<_>>(), [&b"b"[..]]);
+        assert_eq!(r.flags(0, b"a"), WANT | REFUSED);
+        // Subscribing again retries it.
+        assert!(r.set_wanted(0, b"a", true));
+        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Subscribe);
+        assert_eq!(r.flags(0, b"a"), WANT | SENT);
+        // Unsubscribing a refused channel forgets it.
+        assert!(r.refuse(0, b"a"));
+        assert!(r.set_wanted(0, b"a", false));
+        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Nothing);
+        assert_eq!(r.flags(0, b"a"), 0);
     }
 
     #[test]

@@ -1,15 +1,21 @@
 //! State shared by the application threads, the I/O threads (through the
 //! observer), the control thread and the workers.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
 use crate::pubsub::registry::Registry;
+use crate::pubsub::registry::REFUSED;
 use crate::pubsub::routing::Routing;
+use crate::pubsub::ChannelList;
 use crate::workers::Queue;
 
 /// Fixed settings.
@@ -49,10 +55,17 @@ pub(crate) struct ConnSlot {
 }
 
 /// Connection events for the control thread.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ConnEvent {
     /// Connection slot finished a handshake.
     Connected(usize),
+    /// The server refused a subscribe command on connection slot `conn`
+    /// that carried `names`.
+    Refused {
+        conn: usize,
+        names: Arc<ChannelList>,
+        message: Arc<str>,
+    },
 }
 
 /// The control thread's inbox.
@@ -81,6 +94,10 @@ pub(crate) struct Shared {
     pub(crate) mail: Mailbox<Inbox>,
     /// Waiters in `wait_active`, woken on confirmations.
     pub(crate) active: ActiveWait,
+    /// The server's text for each refused channel (see
+    /// [`REFUSED`]); entries of channels subscribed again are stale and
+    /// only read while the flag is set.
+    pub(crate) refusals: Mutex<HashMap<Box<[u8]>, Arc<str>>>,
 }
 
 impl Shared {
@@ -106,6 +123,19 @@ impl Shared {
     pub(crate) fn slot_of(&self, server: usize, index: usize) -> Option<usize> {
         (index < self.config.per_server && server < self.config.servers)
             .then_some(server * self.config.per_server + index)
+    }
+
+    /// Why the server refused `channel`, while it stands refused.
+    pub(crate) fn refusal(&self, channel: &[u8]) -> Option<Error> {
+        let lane = self.routing.lane_of(channel);
+        if self.registry.flags(lane, channel) & REFUSED == 0 {
+            return None;
+        }
+        let message = self.refusals.lock().get(channel).cloned()?;
+        Some(Error::SubscribeRefused {
+            channel: channel.into(),
+            message,
+        })
     }
 
     /// Whether a channel's subscription is confirmed on a live connection.

@@ -52,6 +52,11 @@ enum Item {
         server: usize,
         channels: ChannelList,
     },
+    /// A channel's subscription was refused (`buf` holds its name).
+    Refused {
+        buf: Vec<u8>,
+        message: std::sync::Arc<str>,
+    },
     /// Channels that lost messages to a full queue.
     Dropped {
         channels: ChannelList,
@@ -239,6 +244,19 @@ impl Queue {
         );
     }
 
+    /// Queues a "refused" event (never dropped while open).
+    pub(crate) fn push_refused(&self, channel: &[u8], message: std::sync::Arc<str>) {
+        self.push(
+            |mut buf| {
+                buf.clear();
+                buf.extend_from_slice(channel);
+                Item::Refused { buf, message }
+            },
+            None,
+            false,
+        );
+    }
+
     /// Queues a gap event (never dropped while open).
     pub(crate) fn push_gap(&self, server: usize, channels: ChannelList) {
         let mut g = self.inner.lock();
@@ -385,6 +403,12 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                     handler.on_event(Event::Gap {
                         server: *server,
                         channels,
+                    })
+                })),
+                Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Refused {
+                        channel: buf,
+                        message,
                     })
                 })),
                 Item::Dropped { channels, messages } => catch_unwind(AssertUnwindSafe(|| {

@@ -5,10 +5,12 @@
 //! [`Report::assert_clean`](testkit::accounting::Report::assert_clean).
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use shardsub::pubsub::Event;
 use shardsub::{Error, Handler};
 use testkit::accounting::{Ledger, Outcome, Signal, Stamp, Tap};
@@ -26,6 +28,12 @@ pub struct Accounted {
     pub drop_events: AtomicU64,
     /// Active events.
     pub active_events: AtomicU64,
+    /// Every channel a gap event named (including ones outside the ledger).
+    pub gap_channels: Mutex<HashSet<Vec<u8>>>,
+    /// The handler threads that got messages.
+    pub threads: Mutex<HashSet<std::thread::ThreadId>>,
+    /// Refused events: channel and the server's text.
+    pub refused: Mutex<Vec<(Vec<u8>, String)>>,
 }
 
 impl Accounted {
@@ -41,6 +49,9 @@ impl Accounted {
             gap_events: AtomicU64::new(0),
             drop_events: AtomicU64::new(0),
             active_events: AtomicU64::new(0),
+            gap_channels: Mutex::new(HashSet::new()),
+            threads: Mutex::new(HashSet::new()),
+            refused: Mutex::new(Vec::new()),
         })
     }
 }
@@ -48,14 +59,17 @@ impl Accounted {
 impl Handler for Accounted {
     fn on_message(&self, channel: &[u8], payload: &[u8]) {
         self.tap.message(channel, payload);
+        self.threads.lock().insert(std::thread::current().id());
     }
 
     fn on_event(&self, event: Event<'_>) {
         match event {
             Event::Gap { channels, .. } => {
                 self.gap_events.fetch_add(1, Ordering::Relaxed);
+                let mut named = self.gap_channels.lock();
                 for c in channels.iter() {
                     self.tap.signal(c, Signal::Gap);
+                    named.insert(c.to_vec());
                 }
             }
             Event::Dropped { channels, .. } => {
@@ -63,6 +77,11 @@ impl Handler for Accounted {
                 for c in channels.iter() {
                     self.tap.signal(c, Signal::Drop);
                 }
+            }
+            Event::Refused { channel, message } => {
+                self.refused
+                    .lock()
+                    .push((channel.to_vec(), message.to_string()));
             }
             Event::Active { .. } => {
                 self.active_events.fetch_add(1, Ordering::Relaxed);
@@ -94,6 +113,21 @@ pub fn record<T>(ledger: &Ledger, stamp: Stamp, result: &Result<T, Error>, acked
 /// How a publisher sends one stamped message: it must record the outcome
 /// (now, or from a callback).
 pub type PublishFn = dyn Fn(&Arc<Ledger>, Stamp, &[u8], &[u8]) + Send + Sync;
+
+/// Fire-and-forget publishing with [`shardsub::PubSub::publish`].
+pub fn via_pubsub(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
+    Arc::new(move |ledger, stamp, channel, payload| {
+        record(ledger, stamp, &ps.publish(channel, payload), false);
+    })
+}
+
+/// Acknowledged publishing with [`shardsub::cluster::ClusterPubSub::publish_then`].
+pub fn via_cluster(ps: Arc<shardsub::cluster::ClusterPubSub>) -> Arc<PublishFn> {
+    Arc::new(move |ledger, stamp, channel, payload| {
+        let l = ledger.clone();
+        ps.publish_then(channel, payload, move |r| record(&l, stamp, &r, true));
+    })
+}
 
 /// One stamped message to every channel of the ledger, in index order.
 pub fn round(ledger: &Arc<Ledger>, publish: &PublishFn) {
@@ -163,7 +197,11 @@ impl Drop for Background {
 
 /// Waits for every outcome and for every tap to catch up, then reports
 /// and asserts the run clean. Returns the report for further checks.
-pub fn settle_and_check(ledger: &Ledger, bound: Duration, what: &str) -> testkit::accounting::Report {
+pub fn settle_and_check(
+    ledger: &Ledger,
+    bound: Duration,
+    what: &str,
+) -> testkit::accounting::Report {
     ledger
         .wait_outcomes(bound)
         .unwrap_or_else(|e| panic!("{what}: {e}\n{}", ledger.report()));
@@ -171,6 +209,9 @@ pub fn settle_and_check(ledger: &Ledger, bound: Duration, what: &str) -> testkit
         .wait_caught_up(bound)
         .unwrap_or_else(|e| panic!("{what}: {e}\n{}", ledger.report()));
     let report = ledger.report();
-    assert!(report.is_clean(), "{what}: delivery accounting failed:\n{report}");
+    assert!(
+        report.is_clean(),
+        "{what}: delivery accounting failed:\n{report}"
+    );
     report
 }

@@ -372,6 +372,58 @@ impl Ledger {
         })
     }
 
+    /// Up to `limit` (tap, channel) pairs whose handler has not yet got a
+    /// message published at or after `since` (ledger clock).
+    pub fn stale(&self, since: Duration, limit: usize) -> Vec<(String, Vec<u8>)> {
+        let since = (since.as_micros() as u64 / TICK_US).min(u64::from(u32::MAX)) as Ticks;
+        let p = self.published.lock();
+        let mut out = Vec::new();
+        for tap in self.taps.lock().iter() {
+            let log = tap.log.lock();
+            for (c, &from) in tap.from.iter().enumerate() {
+                if from == NOT_EXPECTED {
+                    continue;
+                }
+                let recs = &p.per_channel[c];
+                let fresh = log.streams[c].iter().rev().any(|e| {
+                    !e.is_signal() && recs.get(e.seq as usize).is_some_and(|r| r.at >= since)
+                });
+                if !fresh {
+                    out.push((tap.name.clone(), self.names.names[c].clone()));
+                    if out.len() >= limit {
+                        return out;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits (bounded) until every tap has got, on every channel it
+    /// expects, a message published at or after `since` (ledger clock):
+    /// "delivery is back everywhere". Keep publishing meanwhile. Returns
+    /// how long it took from `since`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming a few stale (tap, channel) pairs.
+    pub fn wait_fresh(&self, since: Duration, bound: Duration) -> Result<Duration, crate::Error> {
+        crate::wait_for("delivery of fresh messages everywhere", bound, || {
+            Ok(self
+                .stale(since, 1)
+                .is_empty()
+                .then(|| self.elapsed().saturating_sub(since)))
+        })
+        .map_err(|e| {
+            let stale: Vec<String> = self
+                .stale(since, 5)
+                .into_iter()
+                .map(|(t, c)| format!("{t}/{}", String::from_utf8_lossy(&c)))
+                .collect();
+            annotate(e, format!("stale: {}", stale.join(", ")))
+        })
+    }
+
     /// Classifies everything recorded so far.
     pub fn report(&self) -> Report {
         let p = self.published.lock();

@@ -258,3 +258,20 @@ fn incidents_are_runs_of_consecutive_losses() {
     assert_eq!(tap.signalled_since(Duration::ZERO), vec![0]);
     assert_eq!(tap.messages(), 5);
 }
+
+#[test]
+fn fresh_means_a_message_published_after_the_mark() {
+    let (ledger, tap) = setup(2);
+    let old = publish(&ledger, 1);
+    tap.message(b"c0", &old[0][0]);
+    tap.message(b"c1", &old[1][0]);
+    std::thread::sleep(Duration::from_millis(2)); // the clock ticks at 100 µs
+    let mark = ledger.elapsed();
+    assert_eq!(ledger.stale(mark, 10).len(), 2);
+    let new = publish(&ledger, 1);
+    tap.message(b"c0", &new[0][0]);
+    assert_eq!(ledger.stale(mark, 10), [("t".to_string(), b"c1".to_vec())]);
+    assert!(ledger.wait_fresh(mark, Duration::from_millis(20)).is_err());
+    tap.message(b"c1", &new[1][0]);
+    assert!(ledger.wait_fresh(mark, Duration::from_millis(20)).is_ok());
+}
