@@ -52,6 +52,26 @@ fn rewire_seeds_pass() {
     each_seed("rewire_plan", 8, crate::rewire::check);
 }
 
+/// Inputs saved from fuzz findings (`regressions/<target>/`) pass.
+#[test]
+fn regressions_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
+    for (target, check) in [
+        ("conn_core", crate::conn::check as fn(&[u8])),
+        ("topology_reply", crate::topo::check),
+        ("rewire_plan", crate::rewire::check),
+    ] {
+        let Ok(entries) = std::fs::read_dir(dir.join(target)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            eprintln!("{}", path.display());
+            check(&std::fs::read(path).unwrap());
+        }
+    }
+}
+
 /// Every schedule op on an empty or junk input: no false alarm.
 #[test]
 fn short_inputs_pass() {
@@ -335,7 +355,7 @@ fn rewire_seeds() -> Vec<(String, Vec<u8>)> {
         out.push((format!("{before}__{after}"), s));
     }
     // From an empty map (a reply that does not parse) to a real one.
-    let mut s = vec![1 | 4, 8, 2, 1, 3, b'-', b'\r', b'\n'];
+    let mut s = vec![1 | 4, 14, 2, 1, 3, b'-', b'\r', b'\n'];
     s.extend(read("valkey9_shards_resp3"));
     out.push(("startup".to_string(), s));
     // Compact: six shards; a range moves, a MOVED, a failover to a new id.
