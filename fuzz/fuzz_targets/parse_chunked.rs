@@ -7,6 +7,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Some((&size, rest)) = data.split_first() {
-        resp_fuzz::check_chunked(rest, usize::from(size % 64) + 1);
+        shardsub_fuzz::check_chunked(rest, usize::from(size % 64) + 1);
     }
 });

@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    resp_fuzz::check_whole(data);
+    shardsub_fuzz::check_whole(data);
 });
