@@ -1,35 +1,50 @@
 //! Cluster Pub/Sub against real clusters (Redis 7 and Valkey 9): every
-//! channel of 10,000 delivers across nodes, publishes reach the slot owner
+//! message to 10,000 channels is delivered once, in order, across nodes
+//! (the accounting checker counts each); publishes reach the slot owner
 //! (receivers counted per node), and subscribe connections per master are
-//! exactly one per engine.
+//! exactly one per engine, in every mode.
 
+mod accounted;
 mod cluster_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::{channels, engine, named_clients, publish_round_and_wait, Recorder};
+use accounted::Accounted;
+use cluster_support::{builder, channels, named_clients};
 use shardsub::cluster::{ClusterPubSub, Mode};
+use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+/// `rounds` acknowledged rounds to every channel of `ledger` through `ps`,
+/// then every tap must have everything, once and in order.
+fn publish_and_check(ps: &Arc<ClusterPubSub>, ledger: &Arc<Ledger>, rounds: usize, what: &str) {
+    let publish = accounted::via_cluster(ps.clone());
+    for _ in 0..rounds {
+        accounted::round(ledger, &*publish);
+    }
+    let report = accounted::settle_and_check(ledger, BOUND, what);
+    assert_eq!(report.failed_total(), 0, "{what}: {report}");
+    assert_eq!(report.counts.signals, 0, "{what}: {report}");
+}
 
 fn delivery(kind: ServerKind, masters: usize) {
     let cluster = Cluster::start(kind, masters, 1).expect("cluster");
-    let rec = Arc::new(Recorder::default());
-    let ps = engine(&cluster, &rec);
     let chans = channels(10_000, "d");
+    let ledger = Arc::new(Ledger::new(&chans));
+    let handler = Accounted::new(&ledger, "sub");
+    let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
     ps.subscribe(&chans).unwrap();
-    ps.wait_active(&chans, Duration::from_secs(20))
+    ps.wait_active(&chans, BOUND)
         .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
-    let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(20));
-    assert!(
-        missing.is_empty(),
-        "{kind:?} {masters}: {} channels never delivered",
-        missing.len()
-    );
+    publish_and_check(&ps, &ledger, 2, &format!("{kind:?} {masters} masters"));
     let m = ps.metrics();
     assert_eq!(m.nodes, masters, "{m:?}");
     assert_eq!(m.subscribe_connections, masters, "{m:?}");
     assert_eq!(m.pubsub.gap_channels, 0, "{m:?}");
+    assert_eq!(handler.threads.lock().len(), 2, "both workers deliver");
     // Every master carries channels: delivery really spans the nodes.
     for &i in &cluster.masters() {
         assert_eq!(
@@ -57,16 +72,39 @@ fn ten_thousand_channels_on_three_masters() {
     }
 }
 
+/// A fresh engine of `mode` etc. with its own tap, subscribed and checked.
+fn check_variant(
+    cluster: &Cluster,
+    chans: &[Vec<u8>],
+    what: &str,
+    configure: impl FnOnce(shardsub::cluster::ClusterBuilder) -> shardsub::cluster::ClusterBuilder,
+) -> Arc<ClusterPubSub> {
+    let ledger = Arc::new(Ledger::new(chans));
+    let handler = Accounted::new(&ledger, what);
+    let ps = Arc::new(configure(builder(cluster, handler)).build().unwrap());
+    ps.subscribe(chans).unwrap();
+    ps.wait_active(chans, BOUND)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    publish_and_check(&ps, &ledger, 2, what);
+    ps
+}
+
 #[test]
 fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
     for kind in testkit::kinds() {
         let cluster = Cluster::start(kind, 3, 0).expect("cluster");
-        let recs: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::new(Recorder::default())).collect();
-        let engines: Vec<ClusterPubSub> = recs.iter().map(|r| engine(&cluster, r)).collect();
         let chans = channels(500, "c");
+        // Three engines, each its own subscriber: every one gets everything.
+        let ledger = Arc::new(Ledger::new(&chans));
+        let engines: Vec<Arc<ClusterPubSub>> = (0..3)
+            .map(|i| {
+                let h = Accounted::new(&ledger, &format!("engine {i}"));
+                Arc::new(builder(&cluster, h).build().unwrap())
+            })
+            .collect();
         for e in &engines {
             e.subscribe(&chans).unwrap();
-            e.wait_active(&chans, Duration::from_secs(10)).unwrap();
+            e.wait_active(&chans, BOUND).unwrap();
         }
         for &i in &cluster.masters() {
             assert_eq!(
@@ -80,25 +118,14 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 "{kind:?} master {i}"
             );
         }
-        for (e, r) in engines.iter().zip(&recs) {
-            let missing = publish_round_and_wait(e, r, &chans, 1, Duration::from_secs(10));
-            assert!(missing.is_empty(), "{kind:?}");
-        }
+        // Published through one engine, received by all three.
+        publish_and_check(&engines[0], &ledger, 2, &format!("{kind:?} 3 engines"));
         drop(engines);
         // RESP2: subscribe arrays read as pushes, topology replies as
         // arrays instead of maps.
-        let rec = Arc::new(Recorder::default());
-        let ps = ClusterPubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .handler_arc(rec.clone())
-            .protocol(shardsub::Protocol::Resp2)
-            .workers(2)
-            .build()
-            .unwrap();
-        ps.subscribe(&chans).unwrap();
-        ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
-        let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10));
-        assert!(missing.is_empty(), "{kind:?} RESP2");
+        let ps = check_variant(&cluster, &chans, &format!("{kind:?} RESP2"), |b| {
+            b.protocol(shardsub::Protocol::Resp2)
+        });
         assert_eq!(
             ps.publish_wait(&chans[0], b"9", Duration::from_secs(2))
                 .ok(),
@@ -106,16 +133,9 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
         );
         drop(ps);
         // A multiplier of 2: two subscribe connections per master.
-        let rec = Arc::new(Recorder::default());
-        let ps = ClusterPubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .handler_arc(rec.clone())
-            .subscribe_multiplier(2)
-            .workers(2)
-            .build()
-            .unwrap();
-        ps.subscribe(&chans).unwrap();
-        ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
+        let ps = check_variant(&cluster, &chans, &format!("{kind:?} x2"), |b| {
+            b.subscribe_multiplier(2)
+        });
         for &i in &cluster.masters() {
             assert_eq!(
                 named_clients(&cluster, i, "shardsub-sub"),
@@ -123,24 +143,12 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 "{kind:?} master {i}"
             );
         }
-        let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10));
-        assert!(missing.is_empty(), "{kind:?} multiplier 2");
         drop(ps);
         // Comparison modes deliver too.
         for mode in [Mode::Classic, Mode::PerPartition] {
-            let rec = Arc::new(Recorder::default());
-            let ps = ClusterPubSub::builder()
-                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-                .handler_arc(rec.clone())
-                .partitions(16)
-                .mode(mode)
-                .workers(2)
-                .build()
-                .unwrap();
-            ps.subscribe(&chans).unwrap();
-            ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
-            let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(10));
-            assert!(missing.is_empty(), "{kind:?} {mode:?}");
+            let ps = check_variant(&cluster, &chans, &format!("{kind:?} {mode:?}"), |b| {
+                b.partitions(16).mode(mode)
+            });
             let subs: usize = cluster
                 .masters()
                 .iter()
@@ -148,6 +156,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 .sum();
             let want = if mode == Mode::Classic { 1 } else { 16 };
             assert_eq!(subs, want, "{kind:?} {mode:?}");
+            drop(ps);
         }
     }
 }

@@ -139,12 +139,21 @@ impl Drop for Publisher {
 /// A node-grouped `ClusterPubSub` on `cluster` with 2 workers, recording
 /// into `rec`.
 pub fn engine(cluster: &Cluster, rec: &Arc<Recorder>) -> ClusterPubSub {
+    engine_with(cluster, rec.clone())
+}
+
+/// The builder every cluster test starts from: `cluster`'s seeds, 2
+/// workers, `handler`.
+pub fn builder(cluster: &Cluster, handler: Arc<dyn Handler>) -> shardsub::cluster::ClusterBuilder {
     ClusterPubSub::builder()
         .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-        .handler_arc(rec.clone())
+        .handler_arc(handler)
         .workers(2)
-        .build()
-        .expect("cluster pubsub")
+}
+
+/// A node-grouped `ClusterPubSub` on `cluster` with 2 workers.
+pub fn engine_with(cluster: &Cluster, handler: Arc<dyn Handler>) -> ClusterPubSub {
+    builder(cluster, handler).build().expect("cluster pubsub")
 }
 
 /// `CLIENT LIST` entries named `name` on node `i`.

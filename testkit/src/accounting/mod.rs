@@ -467,6 +467,7 @@ impl Ledger {
                     continue;
                 }
                 losses.clear();
+                let (dup0, reo0) = (counts.duplicated, counts.reordered);
                 classify::classify(
                     stream,
                     from,
@@ -476,6 +477,15 @@ impl Ledger {
                     &mut losses,
                 );
                 incidents(t, c, stream, recs, &losses, &mut report.incidents);
+                let (dup, reo) = (counts.duplicated - dup0, counts.reordered - reo0);
+                if dup + reo > 0 && report.examples.len() < 10 {
+                    let first = stream.first().map_or(Duration::ZERO, |e| ticks(e.at));
+                    report.examples.push(format!(
+                        "{}: {dup} duplicated, {reo} reordered on {} (stream from {first:?})",
+                        tap.name,
+                        String::from_utf8_lossy(&self.names.names[c])
+                    ));
+                }
             }
             counts.unexpected += log.unknown_channel + log.garbled + log.misrouted;
             report.split += log.split;
