@@ -60,24 +60,26 @@ impl Case<'_> {
             .map(|(p, _)| *p)
             .collect();
         assert!(!moved.is_empty(), "{what}: the change moved no partition");
-        let took = self
-            .ledger
-            .wait_fresh(ok_at, RECOVERY)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{:?} {what}: not delivering everywhere within {RECOVERY:?} of cluster ok: \
+        let took = self.ledger.wait_fresh(ok_at, RECOVERY).unwrap_or_else(|e| {
+            panic!(
+                "{:?} {what}: not delivering everywhere within {RECOVERY:?} of cluster ok: \
                      {e}; {:?}",
-                    self.kind,
-                    self.ps.metrics()
-                )
-            });
+                self.kind,
+                self.ps.metrics()
+            )
+        });
         let parts = self.ps.partitions();
         let expected: HashSet<usize> = (0..self.ledger.names().len())
             .filter(|&c| moved.contains(&parts.partition_of(self.ledger.name(c))))
             .collect();
         // Gap events travel before the messages that follow a resubscribe,
         // so every one is in by now.
-        let gaps: HashSet<usize> = self.handler.tap.signalled_since(started).into_iter().collect();
+        let gaps: HashSet<usize> = self
+            .handler
+            .tap
+            .signalled_since(started)
+            .into_iter()
+            .collect();
         let extra: Vec<&[u8]> = gaps
             .difference(&expected)
             .take(3)

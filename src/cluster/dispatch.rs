@@ -56,11 +56,23 @@ impl SubObserver {
     /// A `sunsubscribe` push: our own unsubscribes remove the channel from
     /// the registry first, so a wanted, sent channel here means the server
     /// dropped it (its slot moved away).
-    fn unsubscribed(&self, wire: &[u8]) {
+    fn unsubscribed(&self, state: &Arc<ConnState>, wire: &[u8]) {
         let s = &self.shared;
         let Some((lane, channel)) = s.user_of(wire) else {
             return;
         };
+        // A late push from a connection that no longer carries the lane
+        // (its slot moved and the lane is already subscribed elsewhere):
+        // about the old subscription, not the new one.
+        let moved_on = s
+            .lane_conn
+            .read()
+            .get(lane)
+            .and_then(Option::as_ref)
+            .is_some_and(|now| !Arc::ptr_eq(now, state));
+        if moved_on {
+            return;
+        }
         let lost = match s.registry.lane(lane) {
             Some(mut l) => match l.map.get_mut(channel) {
                 Some(f) if *f & (WANT | SENT) == WANT | SENT => {
@@ -98,7 +110,7 @@ impl Observer for SubObserver {
             Some(PubSub::SUnsubscribe {
                 channel: Some(channel),
                 ..
-            }) => self.unsubscribed(channel),
+            }) => self.unsubscribed(state, channel),
             _ => {}
         }
     }
