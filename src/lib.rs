@@ -62,7 +62,7 @@
 //! let receivers = engine
 //!     .publish_pending(b"news", b"hello again", PublishOptions::sharded())
 //!     .wait_timeout(Duration::from_secs(1))?;
-//! assert!(receivers >= 0);
+//! println!("{receivers} subscribers got it");
 //!
 //! // Any command, with its owned reply.
 //! assert_eq!(engine.command(["PING"])?, Value::Simple(b"PONG".to_vec()));

@@ -1,7 +1,7 @@
 //! Publish redirects against real clusters (Redis 7 and Valkey 9, 3
 //! masters): a publish to a migrating slot succeeds without changing the
-//! route (`ASK`, when a server sends one, is followed with `ASKING`; Redis
-//! 7 and Valkey 9 serve `SPUBLISH` on the source), `MOVED` reroutes the
+//! route (Redis 7 and Valkey 9 serve `SPUBLISH` on the source and send no
+//! `ASK`; `tests/cluster_ask.rs` plays one with fake nodes), `MOVED` reroutes the
 //! publish and the slot and schedules a refresh, a slot with no owner is
 //! counted, probed and subscribed again once a node takes it (with a gap
 //! event), and `CLUSTERDOWN` is

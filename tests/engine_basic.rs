@@ -142,7 +142,18 @@ fn refused_auth_fails_build_on_real_servers() {
     }
 }
 
-/// The crate-level example, against real servers.
+/// `[kind, channel, payload]` as a RESP2 subscriber receives it.
+fn pubsub_message(kind: &str, channel: &[u8], payload: &[u8]) -> Value {
+    Value::Array(vec![
+        Value::Bulk(kind.as_bytes().to_vec()),
+        Value::Bulk(channel.to_vec()),
+        Value::Bulk(payload.to_vec()),
+    ])
+}
+
+/// The crate-level example, against real servers: the receiver count is
+/// exact (0 before a subscriber exists, 1 with one), and the subscriber
+/// gets both messages, in order.
 #[test]
 fn crate_docs_example() {
     for kind in kinds() {
@@ -152,12 +163,53 @@ fn crate_docs_example() {
             .flush_delay(Duration::from_micros(100))
             .build()
             .unwrap();
+        let sharded = |payload: &[u8]| {
+            engine
+                .publish_pending(b"news", payload, PublishOptions::sharded())
+                .wait_timeout(Duration::from_secs(5))
+                .unwrap()
+        };
+        assert_eq!(sharded(b"nobody"), 0, "{kind:?}: no subscriber yet");
+        let mut sub = testkit::Client::connect(server.addr()).unwrap();
+        sub.send(&[b"SUBSCRIBE", b"news"]).unwrap();
+        assert_eq!(
+            sub.read_value().unwrap(),
+            Value::Array(vec![
+                Value::Bulk(b"subscribe".to_vec()),
+                Value::Bulk(b"news".to_vec()),
+                Value::Integer(1),
+            ])
+        );
+        sub.send(&[b"SSUBSCRIBE", b"news"]).unwrap();
+        assert_eq!(
+            sub.read_value().unwrap(),
+            Value::Array(vec![
+                Value::Bulk(b"ssubscribe".to_vec()),
+                Value::Bulk(b"news".to_vec()),
+                Value::Integer(1),
+            ])
+        );
         engine.publish(b"news", b"hello").unwrap();
-        let receivers = engine
-            .publish_pending(b"news", b"hello again", PublishOptions::sharded())
-            .wait_timeout(Duration::from_secs(1))
+        assert_eq!(sharded(b"hello again"), 1, "{kind:?}: one subscriber");
+        // One connection, replies in order: the fire-and-forget publish
+        // reached the server before the sharded one.
+        assert_eq!(
+            sub.read_value().unwrap(),
+            pubsub_message("message", b"news", b"hello")
+        );
+        assert_eq!(
+            sub.read_value().unwrap(),
+            pubsub_message("smessage", b"news", b"hello again")
+        );
+        let classic = engine
+            .publish_pending(b"news", b"classic", PublishOptions::classic())
+            .wait_timeout(Duration::from_secs(5))
             .unwrap();
-        assert!(receivers >= 0);
+        assert_eq!(classic, 1, "{kind:?}: one classic subscriber");
+        assert_eq!(
+            sub.read_value().unwrap(),
+            pubsub_message("message", b"news", b"classic")
+        );
         assert_eq!(
             engine.command(["PING"]).unwrap(),
             Value::Simple(b"PONG".to_vec())

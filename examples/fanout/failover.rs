@@ -21,6 +21,8 @@ pub struct FailoverReport {
     pub restored: Option<Duration>,
     /// Partitions whose slot moved to the promoted replica.
     pub moved: usize,
+    /// Which ones.
+    pub moved_parts: Vec<u32>,
     /// Gap events the handlers had before the failover (should be none).
     pub gaps_before: u64,
     /// Gap events the handlers got from it.
@@ -119,6 +121,7 @@ pub fn run(
         done: true,
         restored,
         moved: moved.len(),
+        moved_parts: moved.clone(),
         gaps_before: gaps_before.iter().sum(),
         resubscribes: ssubscribe_calls(cluster, replica).saturating_sub(ss_before),
         ..FailoverReport::default()

@@ -23,14 +23,22 @@
 //! 3. a publisher instance publishes random channels at `--rate` messages/s
 //!    (paced, bounded by the engine's backpressure), each payload carrying
 //!    the 12-byte publish-time envelope (`shardsub::pubsub::envelope`), so
-//!    the subscribers measure end-to-end lag;
+//!    the subscribers measure end-to-end lag, and behind it the channel's
+//!    sequence number (`testkit::accounting`), so every message is
+//!    accounted for: each engine's handler hands what it gets, and every
+//!    gap or drop event, to its own tap;
 //! 4. every second: published/s, delivered/s, drops, lag p50/p99, gap events;
 //! 5. half-way (unless `--no-failover`): `CLUSTER FAILOVER` on a replica of
 //!    the first master. It prints which partitions moved, the gap events each
 //!    engine got (and whether they named exactly the moved partitions), and
 //!    how long until every engine had messages flowing again on every moved
 //!    partition;
-//! 6. a summary: connections per node (`CLIENT LIST`) against what one
+//! 6. one last message on every channel, and a bounded wait until every
+//!    engine has the last one of each of its channels; then every expected
+//!    message of every (engine, channel) is classified: delivered in order,
+//!    lost inside a signalled window (a gap or drop event), lost silently,
+//!    duplicated, reordered (the last three must be 0);
+//! 7. a summary: connections per node (`CLIENT LIST`) against what one
 //!    connection per partition would need, `SSUBSCRIBE` calls per node
 //!    (`INFO commandstats`), server CPU (`INFO CPU`) and client CPU
 //!    (`getrusage`) per million delivered messages, and a sizing estimate.
@@ -43,10 +51,11 @@
 
 //!
 //! Files: this one runs the phases; `options.rs` reads the flags; `node.rs` is a subscriber engine's
-//! handler and the lag histogram, `failover.rs` the failover and its
+//! handler and the lag histogram, `account.rs` the stamps and the ledger, `failover.rs` the failover and its
 //! measurements, `summary.rs` the closing numbers, `servers.rs` what is read
 //! from the servers (`INFO`, `CLIENT LIST`) and from `getrusage`.
 
+mod account;
 mod failover;
 mod node;
 mod options;
@@ -60,7 +69,6 @@ use std::time::{Duration, Instant};
 
 use shardcore::Partitions;
 use shardsub::cluster::ClusterPubSub;
-use shardsub::pubsub::envelope;
 use testkit::Cluster;
 
 use node::{Fleet, Lag, Node};
@@ -119,9 +127,13 @@ fn run(o: &Options) -> Result<bool, String> {
         .map(|i| format!("room:{i}").into_bytes())
         .collect();
     let lag = Arc::new(Lag::new());
+    let books = account::Books::new(&names, o.engines, o.payload);
     let mut fleet = Vec::with_capacity(o.engines);
     for e in 0..o.engines {
-        let node = Arc::new(Node::new(&parts, lag.clone()));
+        let channels: Vec<usize> = (0..o.channels)
+            .filter(|&i| node::subscribers_of(i, o.engines).contains(&e))
+            .collect();
+        let node = Arc::new(Node::new(&parts, lag.clone(), books.tap(e, &channels)));
         let ps = ClusterPubSub::builder()
             .seeds(seeds.iter().cloned())
             .partitions(o.partitions)
@@ -129,9 +141,6 @@ fn run(o: &Options) -> Result<bool, String> {
             .handler_arc(node.clone())
             .build()
             .map_err(|e| format!("subscriber engine: {e}"))?;
-        let channels: Vec<usize> = (0..o.channels)
-            .filter(|&i| node::subscribers_of(i, o.engines).contains(&e))
-            .collect();
         let mut holds = vec![false; parts.count() as usize];
         for &i in &channels {
             holds[parts.partition_of(&names[i]) as usize] = true;
@@ -169,8 +178,7 @@ fn run(o: &Options) -> Result<bool, String> {
     let cpu_before = servers::per_node(&cluster, servers::server_cpu);
     let client_before = servers::client_cpu();
     let begin = Instant::now();
-    let (published, expected, report) =
-        publish_phase(o, &mut cluster, &fleet, &publisher, &parts, &names, &lag)?;
+    let report = publish_phase(o, &mut cluster, &fleet, &publisher, &books, &names, &lag)?;
     // Gap events before any fault would be a bug: nothing was lost then.
     let gaps_before_failover = if o.failover {
         report.gaps_before
@@ -178,29 +186,41 @@ fn run(o: &Options) -> Result<bool, String> {
         node::total(&fleet, |n| &n.gap_events)
     };
 
-    // Let what is in flight land: until nothing changes for 300 ms (≤ 3 s).
-    let drain = Instant::now();
-    let mut seen = (node::total(&fleet, |n| &n.delivered), Instant::now());
-    while drain.elapsed() < Duration::from_secs(3) && seen.1.elapsed() < Duration::from_millis(300)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-        let d = node::total(&fleet, |n| &n.delivered);
-        if d != seen.0 {
-            seen = (d, Instant::now());
-        }
-    }
+    // Let what is in flight land: one more message on every channel, and
+    // every engine must get the last one of each of its channels (≤ 15 s).
     let publishing_secs = begin.elapsed().as_secs_f64();
+    let settled = books.last_round_and_settle(&publisher, &names, Duration::from_secs(15));
     let client_cpu = servers::client_cpu() - client_before;
     let cpu_after = servers::per_node(&cluster, servers::server_cpu);
+
+    // Connections as the servers count them. The publisher instance
+    // subscribes nothing, so no `sunsubscribe` told it about the failover:
+    // it would rewire at its next topology poll. Every instance is asked to
+    // refresh now, and the counts must then be exact: per master one group
+    // of `--multiplier` subscribe connections and one publish connection
+    // per instance (the engines and the publisher), none elsewhere.
+    let conns_before = servers::Conns::read(&cluster);
+    publisher.refresh();
+    for f in &fleet {
+        f.ps.refresh();
+    }
+    let instances = o.engines + 1;
+    let (conns, conns_settled) = servers::settle_conns(
+        &cluster,
+        instances * o.multiplier,
+        instances,
+        Duration::from_secs(5),
+    );
 
     // 6. The summary.
     let measured = summary::Measured {
         version,
         masters_at_start,
         subscriptions,
-        published,
-        expected,
-        delivered: node::total(&fleet, |n| &n.delivered),
+        expected: books.expected.load(Ordering::Relaxed),
+        accounting: books.report(),
+        settled,
+        received: node::total(&fleet, |n| &n.delivered),
         dropped: node::dropped(&fleet),
         unenveloped: node::total(&fleet, |n| &n.unenveloped),
         publishing_secs,
@@ -215,6 +235,9 @@ fn run(o: &Options) -> Result<bool, String> {
         ss_subscribed,
         failover: report,
         gaps_before_failover,
+        conns_before,
+        conns,
+        conns_settled,
     };
     let ok = summary::print(o, &cluster, &fleet, &publisher, &parts, &names, &measured);
     // Stop the instances first, then the servers (dropping `cluster`).
@@ -288,22 +311,21 @@ fn subscribe_all(fleet: &[Fleet], names: &[Vec<u8>]) -> Result<(), String> {
 }
 
 /// Publishes at the paced rate on one thread, fails over on another, and
-/// prints a line a second on this one. Returns messages published, the
-/// deliveries they should make (each channel's subscriber count), and the
-/// failover's report.
+/// prints a line a second on this one. Returns the failover's report.
 fn publish_phase(
     o: &Options,
     cluster: &mut Cluster,
     fleet: &[Fleet],
     publisher: &ClusterPubSub,
-    parts: &Partitions,
+    books: &account::Books,
     names: &[Vec<u8>],
     lag: &Lag,
-) -> Result<(u64, u64, failover::FailoverReport), String> {
+) -> Result<failover::FailoverReport, String> {
+    let parts = publisher.partitions();
     let failover_at = Duration::from_secs(o.seconds) / 2;
     println!(
         "\n== publishing {}-byte messages to random channels at {} msg/s for {} s{} …",
-        o.payload.max(envelope::HEADER_LEN),
+        books.payload_len(),
         n(o.rate),
         o.seconds,
         if o.failover {
@@ -316,11 +338,7 @@ fn publish_phase(
         "{:>5} {:>12} {:>12} {:>8} {:>9} {:>9} {:>6}",
         "t", "published/s", "delivered/s", "dropped", "lag p50", "lag p99", "gaps"
     );
-    let fanout: Vec<u8> = (0..o.channels)
-        .map(|i| node::subscribers_of(i, o.engines).len() as u8)
-        .collect();
     let published = AtomicU64::new(0);
-    let expected = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let begin = Instant::now();
     // Publishing runs past --seconds while a failover is still being
@@ -329,10 +347,10 @@ fn publish_phase(
 
     std::thread::scope(|s| {
         // The paced publisher: random channels, the publish time in an
-        // envelope in front of the filler.
+        // envelope in front of the channel's sequence number and filler.
         let pub_thread = s.spawn(|| -> Result<(), String> {
-            let filler = vec![b'x'; o.payload.saturating_sub(envelope::HEADER_LEN)];
-            let mut buf = Vec::with_capacity(filler.len() + envelope::HEADER_LEN);
+            let mut body = Vec::with_capacity(books.payload_len());
+            let mut buf = Vec::with_capacity(books.payload_len());
             let mut rng = o.seed.max(1);
             let mut sent = 0u64;
             while !stop.load(Ordering::Relaxed) && begin.elapsed() < hard_end {
@@ -345,22 +363,15 @@ fn publish_phase(
                 // Catch up in bounded bursts. `publish` waits by itself when
                 // a connection has 4 MiB staged, so memory stays bounded.
                 let burst = (due - sent).min(512);
-                let mut fan = 0u64;
                 for _ in 0..burst {
                     rng ^= rng << 13; // xorshift64: repeatable, seeded
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let i = (rng % o.channels as u64) as usize;
-                    buf.clear();
-                    envelope::encode_into(&mut buf, &filler, node::now_us());
-                    publisher
-                        .publish(&names[i], &buf)
-                        .map_err(|e| format!("publish: {e}"))?;
-                    fan += u64::from(fanout[i]);
+                    books.publish(publisher, names, i, &mut body, &mut buf);
                 }
                 sent += burst;
                 published.store(sent, Ordering::Relaxed);
-                expected.fetch_add(fan, Ordering::Relaxed);
             }
             Ok(())
         });
@@ -408,10 +419,6 @@ fn publish_phase(
             Some(Err(_)) => Err("the failover thread panicked".into()),
         };
         published_ok?;
-        Ok((
-            published.load(Ordering::Relaxed),
-            expected.load(Ordering::Relaxed),
-            report?,
-        ))
+        report
     })
 }

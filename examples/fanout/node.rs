@@ -1,5 +1,6 @@
 //! One subscriber "app node" of the demo: its `ClusterPubSub`, the handler
-//! that counts what arrives, and the lag histogram all handlers share.
+//! that counts what arrives and passes every message and every gap or drop
+//! event to its accounting tap, and the lag histogram all handlers share.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use shardcore::Partitions;
 use shardsub::cluster::ClusterPubSub;
 use shardsub::pubsub::{envelope, Event};
 use shardsub::Handler;
+use testkit::accounting::{Signal, Tap};
 
 /// Microseconds since the Unix epoch: the envelope's clock.
 pub fn now_us() -> u64 {
@@ -110,14 +112,20 @@ pub fn quantile(counts: &[u64], q: f64) -> String {
 // The handler.
 // ---------------------------------------------------------------------------
 
-/// What a subscriber engine's handler counts.
+/// What a subscriber engine's handler counts. Every message (its payload
+/// carries the ledger's stamp behind the envelope) and every gap or drop
+/// event also goes to `tap`, which classifies them at the end.
 pub struct Node {
     parts: Partitions,
     lag: Arc<Lag>,
+    tap: Arc<Tap>,
     pub delivered: AtomicU64,
     pub unenveloped: AtomicU64,
     pub gap_events: AtomicU64,
     pub gap_channels: AtomicU64,
+    /// `Dropped` events (a full worker queue) and the messages they count.
+    pub drop_events: AtomicU64,
+    pub drop_messages: AtomicU64,
     /// Partitions named by gap events.
     pub gap_parts: Vec<AtomicBool>,
     /// Per partition: the newest envelope publish time (µs) delivered, to
@@ -126,15 +134,18 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn new(parts: &Partitions, lag: Arc<Lag>) -> Node {
+    pub fn new(parts: &Partitions, lag: Arc<Lag>, tap: Arc<Tap>) -> Node {
         let n = parts.count() as usize;
         Node {
             parts: parts.clone(),
             lag,
+            tap,
             delivered: AtomicU64::new(0),
             unenveloped: AtomicU64::new(0),
             gap_events: AtomicU64::new(0),
             gap_channels: AtomicU64::new(0),
+            drop_events: AtomicU64::new(0),
+            drop_messages: AtomicU64::new(0),
             gap_parts: (0..n).map(|_| AtomicBool::new(false)).collect(),
             newest: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -146,8 +157,9 @@ impl Handler for Node {
         self.delivered.fetch_add(1, Ordering::Relaxed);
         // The publisher put its clock in front of the payload. Cluster mode
         // hands payloads through unchanged, so the handler decodes it.
-        let Some((sent_us, _body)) = envelope::decode(payload) else {
+        let Some((sent_us, body)) = envelope::decode(payload) else {
             self.unenveloped.fetch_add(1, Ordering::Relaxed);
+            self.tap.message(channel, payload); // counted as undecodable
             return;
         };
         self.lag.record(now_us().saturating_sub(sent_us));
@@ -155,21 +167,36 @@ impl Handler for Node {
         if let Some(newest) = self.newest.get(p) {
             newest.fetch_max(sent_us, Ordering::Relaxed);
         }
+        // The body starts with (channel, sequence, time) from the ledger.
+        self.tap.message(channel, body);
     }
 
     fn on_event(&self, event: Event<'_>) {
-        // A gap: these channels were resubscribed (moved or reconnected) and
-        // may have missed messages; a real app recovers them from history.
-        if let Event::Gap { channels, .. } = event {
-            self.gap_events.fetch_add(1, Ordering::Relaxed);
-            self.gap_channels
-                .fetch_add(channels.len() as u64, Ordering::Relaxed);
-            for ch in channels.iter() {
-                let p = self.parts.partition_of(ch) as usize;
-                if let Some(flag) = self.gap_parts.get(p) {
-                    flag.store(true, Ordering::Relaxed);
+        match event {
+            // A gap: these channels were resubscribed (moved or
+            // reconnected) and may have missed messages; a real app
+            // recovers them from history.
+            Event::Gap { channels, .. } => {
+                self.gap_events.fetch_add(1, Ordering::Relaxed);
+                self.gap_channels
+                    .fetch_add(channels.len() as u64, Ordering::Relaxed);
+                for ch in channels.iter() {
+                    self.tap.signal(ch, Signal::Gap);
+                    let p = self.parts.partition_of(ch) as usize;
+                    if let Some(flag) = self.gap_parts.get(p) {
+                        flag.store(true, Ordering::Relaxed);
+                    }
                 }
             }
+            // A full worker queue dropped messages of these channels.
+            Event::Dropped { channels, messages } => {
+                self.drop_events.fetch_add(1, Ordering::Relaxed);
+                self.drop_messages.fetch_add(messages, Ordering::Relaxed);
+                for ch in channels.iter() {
+                    self.tap.signal(ch, Signal::Drop);
+                }
+            }
+            _ => {}
         }
     }
 }

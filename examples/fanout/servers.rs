@@ -117,3 +117,46 @@ pub fn n(v: u64) -> String {
 pub fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
+
+/// shardsub's connections per node index, as the servers count them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Conns {
+    /// `shardsub-sub` (subscribe) connections.
+    pub sub: Vec<usize>,
+    /// `shardsub-pub` (publish and topology) connections.
+    pub publ: Vec<usize>,
+}
+
+impl Conns {
+    pub fn read(cluster: &Cluster) -> Conns {
+        Conns {
+            sub: per_node(cluster, |c, i| named_clients(c, i, "shardsub-sub")),
+            publ: per_node(cluster, |c, i| named_clients(c, i, "shardsub-pub")),
+        }
+    }
+
+    /// Whether every master in `masters` holds exactly `sub` and `publ`
+    /// connections and every other node none.
+    pub fn exactly(&self, masters: &[usize], sub: usize, publ: usize) -> bool {
+        (0..self.sub.len()).all(|i| {
+            let (s, p) = if masters.contains(&i) {
+                (sub, publ)
+            } else {
+                (0, 0)
+            };
+            self.sub[i] == s && self.publ[i] == p
+        })
+    }
+}
+
+/// Waits (≤ `bound`) until the servers show exactly `sub` subscribe and
+/// `publ` publish connections on every master and none elsewhere. Returns
+/// the last counts and whether they got there.
+pub fn settle_conns(cluster: &Cluster, sub: usize, publ: usize, bound: Duration) -> (Conns, bool) {
+    let mut last = Conns::default();
+    let settled = testkit::wait_for("exact connection counts", bound, || {
+        last = Conns::read(cluster);
+        Ok(last.exactly(&cluster.masters(), sub, publ).then_some(()))
+    });
+    (last, settled.is_ok())
+}

@@ -1,6 +1,7 @@
 //! The demo's closing summary: messages, lag, connections and commands per
 //! node as the servers count them, CPU per million delivered, a sizing
-//! estimate, the checks, and the `result:` line.
+//! estimate, the checks, and the `result:` line (what the smoke test
+//! reads: the accounting of every message, and exact connection counts).
 
 use std::collections::BTreeSet;
 
@@ -8,19 +9,28 @@ use shardcore::Partitions;
 use shardsub::cluster::ClusterPubSub;
 use testkit::Cluster;
 
+use testkit::accounting::{Fate, Report};
+
 use crate::failover::FailoverReport;
 use crate::node::{quantile, Fleet};
 use crate::options::Options;
-use crate::servers::{n, named_clients, ssubscribe_calls};
+use crate::servers::{n, ssubscribe_calls, Conns};
 
 /// What the run measured, for the summary.
 pub struct Measured {
     pub version: String,
     pub masters_at_start: Vec<usize>,
     pub subscriptions: usize,
-    pub published: u64,
+    /// Deliveries the acknowledged publishes owe (the publisher's count).
     pub expected: u64,
-    pub delivered: u64,
+    /// Every (engine, channel) stream classified.
+    pub accounting: Report,
+    /// Whether every publish got its outcome and every engine its last
+    /// message of every channel (or why not).
+    pub settled: Result<(), String>,
+    /// Messages the handlers got, in all.
+    pub received: u64,
+    /// Messages the library dropped (queue full, shutdown).
     pub dropped: u64,
     pub unenveloped: u64,
     pub publishing_secs: f64,
@@ -34,6 +44,11 @@ pub struct Measured {
     pub ss_subscribed: Vec<u64>,
     pub failover: FailoverReport,
     pub gaps_before_failover: u64,
+    /// Connections per node before every instance refreshed its map, after
+    /// it, and whether they then came out exact.
+    pub conns_before: Conns,
+    pub conns: Conns,
+    pub conns_settled: bool,
 }
 
 /// Prints the summary; returns whether every check held.
@@ -47,26 +62,66 @@ pub fn print(
     m: &Measured,
 ) -> bool {
     let kind = o.kind;
-    let failed = publisher.metrics().publish_failed;
+    let a = &m.accounting;
+    let c = &a.counts;
+    let failed = a.failed_total();
     println!(
         "\n== summary ({kind} {}, {} masters, {} engines, {:.1} s of publishing)",
         m.version, o.masters, o.engines, m.publishing_secs
     );
+    // Signalled losses are expected only where the failover moved
+    // partitions (or where a full queue said it dropped).
+    let moved: BTreeSet<u32> = m.failover.moved_parts.iter().copied().collect();
+    let lost_outside_moved: u64 = a
+        .incidents
+        .iter()
+        .filter(|i| i.fate == Fate::Signalled)
+        .filter(|i| !moved.contains(&parts.partition_of(&names[i.channel])))
+        .map(|i| i.lost)
+        .sum();
     println!(
-        "messages: {} published, {} delivered of {} expected; {} dropped, {} publishes failed, \
-         {} {}",
-        n(m.published),
-        n(m.delivered),
-        n(m.expected),
-        n(m.dropped),
+        "messages: {} published ({} acknowledged, {} failed, {} without an outcome), {} \
+         deliveries expected; {} received by the handlers",
+        n(a.published),
+        n(a.acked),
         n(failed),
-        n(m.expected.saturating_sub(m.delivered + m.dropped)),
-        if o.failover {
-            "lost around the failover (their channels were named by gap events)"
-        } else {
-            "missing"
-        },
+        n(a.pending),
+        n(m.expected),
+        n(m.received),
     );
+    println!(
+        "accounting (every expected message of every engine and channel): {} delivered in \
+         order, {} lost inside a signalled window ({}), {} lost silently, {} duplicated, {} \
+         reordered, {} unexpected, {} unwanted, {} split over threads; {} gap/drop signals",
+        n(c.delivered),
+        n(c.lost_signalled),
+        if o.failover {
+            "around the failover: their channels were named by gap events"
+        } else {
+            "named by gap or drop events"
+        },
+        n(c.lost_silent),
+        n(c.duplicated),
+        n(c.reordered),
+        n(c.unexpected),
+        n(a.unwanted),
+        n(a.split),
+        n(c.signals),
+    );
+    for (name, t) in &a.taps {
+        println!(
+            "  {name}: {} delivered, {} lost signalled, {} lost silently, {} duplicated, {} \
+             reordered",
+            n(t.delivered),
+            n(t.lost_signalled),
+            n(t.lost_silent),
+            n(t.duplicated),
+            n(t.reordered)
+        );
+    }
+    for e in &a.examples {
+        println!("  problem: {e}");
+    }
     println!(
         "lag (publish → handler): p50 {}  p99 {}  p99.9 {}",
         quantile(&m.lag, 0.5),
@@ -74,12 +129,12 @@ pub fn print(
         quantile(&m.lag, 0.999)
     );
 
-    // Connections and commands per node, as the servers count them. The
-    // publisher instance opens (idle) subscribe connections too, one group
-    // per primary it knows.
+    // Connections and commands per node, as the servers count them (after
+    // every instance refreshed its map). The publisher instance opens
+    // (idle) subscribe connections too, one group per primary it knows.
     let masters_now = cluster.masters();
-    let pub_sub = publisher.metrics().subscribe_connections / m.masters_at_start.len().max(1);
     let engine_conns = o.engines * o.multiplier;
+    let want_sub = engine_conns + o.multiplier;
     println!(
         "{:<17} {:<8} {:>9} {:>9} {:>11} {:>12} {:>11} {:>8}",
         "node",
@@ -91,14 +146,16 @@ pub fn print(
         "server CPU",
         "channels"
     );
-    let mut conns_ok = true;
+    let conns_ok = m.conns_settled;
     let mut sub_range = (usize::MAX, 0);
+    let mut pub_range = (usize::MAX, 0);
     let mut stale = Vec::new();
+    let mut stale_conns = 0;
     let (mut grouped, mut per_partition_total) = (0, 0);
     for i in cluster.live() {
         let master = masters_now.contains(&i);
-        let subs = named_clients(cluster, i, "shardsub-sub");
-        let pubs = named_clients(cluster, i, "shardsub-pub");
+        let (subs, pubs) = (m.conns.sub[i], m.conns.publ[i]);
+        let (subs_before, pubs_before) = (m.conns_before.sub[i], m.conns_before.publ[i]);
         // A client with one connection per partition opens, per engine, one
         // for every partition it holds on this node.
         let owned: BTreeSet<u32> = (0..parts.count())
@@ -115,15 +172,18 @@ pub fn print(
                 .count() as u64;
         }
         if master {
-            conns_ok &= (engine_conns..=engine_conns + pub_sub).contains(&subs);
             sub_range = (sub_range.0.min(subs), sub_range.1.max(subs));
+            pub_range = (pub_range.0.min(pubs), pub_range.1.max(pubs));
             grouped += subs;
             per_partition_total += per_partition;
-        } else if subs + pubs > 0 {
-            stale.push(format!(
-                "{} ({subs} sub, {pubs} pub)",
-                cluster.node(i).addr()
-            ));
+        } else {
+            stale_conns += subs + pubs;
+            if subs_before + pubs_before > 0 {
+                stale.push(format!(
+                    "{} ({subs_before} sub, {pubs_before} pub)",
+                    cluster.node(i).addr()
+                ));
+            }
         }
         let total = ssubscribe_calls(cluster, i);
         let initial = m.ss_subscribed[i].saturating_sub(m.ss_start[i]);
@@ -142,9 +202,10 @@ pub fn print(
     }
     println!(
         "subscribe connections per master: {} engines × multiplier {} = {engine_conns}, \
-         +{pub_sub} where the publisher instance's idle ones are{}; *one connection per partition \
-         would need {} across the cluster instead of {}",
+         +{} for the publisher instance's idle ones = {want_sub}{}; *one connection per \
+         partition would need {} across the cluster instead of {}",
         o.engines,
+        o.multiplier,
         o.multiplier,
         if conns_ok {
             ""
@@ -156,10 +217,11 @@ pub fn print(
     );
     if !stale.is_empty() {
         println!(
-            "note: demoted node(s) still holding shardsub connections: {}. The publisher \
-             instance subscribes nothing, so no sunsubscribe reaches it, and its publishes there \
-             drew {} MOVED (a replica takes SPUBLISH and passes it on within its shard): it \
-             rewires at its next topology poll",
+            "note: before the refresh, demoted node(s) still held shardsub connections: {}. The \
+             publisher instance subscribes nothing, so no sunsubscribe reaches it, and its \
+             publishes there drew {} MOVED (a replica takes SPUBLISH and passes it on within its \
+             shard): it would rewire at its next topology poll; after refresh() {stale_conns} \
+             remain",
             stale.join(", "),
             publisher.metrics().redirects.moved,
         );
@@ -187,7 +249,7 @@ pub fn print(
     );
 
     // CPU per million delivered, and the sizing estimate.
-    let per_m = |cpu: f64| cpu / (m.delivered.max(1) as f64 / 1e6);
+    let per_m = |cpu: f64| cpu / (m.received.max(1) as f64 / 1e6);
     let was_master: BTreeSet<usize> = m
         .masters_at_start
         .iter()
@@ -204,10 +266,10 @@ pub fn print(
         per_m(m.client_cpu),
         o.engines,
     );
-    if m.delivered < 100_000 || server_masters <= 0.0 {
+    if m.received < 100_000 || server_masters <= 0.0 {
         println!("sizing: too few messages delivered (< 100,000) for an estimate");
     } else {
-        let per_core = m.delivered as f64 / server_masters;
+        let per_core = m.received as f64 / server_masters;
         let plan = (o.target as f64 / (per_core * 0.7)).ceil().max(1.0);
         println!(
             "sizing (estimate from a shared 2-core machine, servers and clients competing for the \
@@ -241,19 +303,61 @@ pub fn print(
         fail(format!("{} messages without the envelope", m.unenveloped));
     }
     if !conns_ok {
-        fail("subscribe connections per master are not engines × multiplier".into());
+        fail(format!(
+            "connections per master are not {want_sub} subscribe and {} publish (and none \
+             elsewhere) after a refresh",
+            o.engines + 1
+        ));
     }
     let fo = &m.failover;
     if o.failover && (!fo.done || fo.restored.is_none() || fo.gap_events == 0) {
         fail("the failover did not produce gap events and restored delivery".into());
     }
+    // The accounting: nothing lost silently, duplicated or reordered, and
+    // the checker's classes add up to what the publisher counted.
+    if let Err(why) = &m.settled {
+        fail(format!("the last round did not settle: {why}"));
+    }
+    if !a.is_clean() {
+        fail("messages lost silently, duplicated, reordered, corrupt, unwanted or split".into());
+    }
+    if a.pending > 0 {
+        fail(format!("{} publishes without an outcome", a.pending));
+    }
+    if c.delivered + c.lost_signalled != m.expected {
+        fail(format!(
+            "delivered {} + lost signalled {} is not the {} deliveries the publishes owe",
+            c.delivered, c.lost_signalled, m.expected
+        ));
+    }
+    if lost_outside_moved > 0 && m.dropped == 0 {
+        fail(format!(
+            "{lost_outside_moved} signalled losses outside the moved partitions, with no drops"
+        ));
+    }
+    let drop_events = crate::node::total(fleet, |n| &n.drop_events);
     println!(
-        "result: server={kind} published={} delivered={} expected={} dropped={} \
-         publish_failed={failed} gaps_before_failover={} failover={} moved_partitions={} \
-         gap_events={} gaps_outside_moved={} restored_ms={} sub_conns_per_master={}..{} checks={}",
-        m.published,
-        m.delivered,
+        "result: server={kind} published={} acked={} publish_failed={failed} pending={} \
+         expected={} received={} delivered={} lost_signalled={} lost_silent={} duplicated={} \
+         reordered={} unexpected={} unwanted={} split={} lost_outside_moved={lost_outside_moved} \
+         signals={} dropped={} drop_events={drop_events} gaps_before_failover={} failover={} \
+         moved_partitions={} gap_events={} gaps_outside_moved={} restored_ms={} \
+         sub_conns_per_master={}..{} pub_conns_per_master={}..{} stale_conns={stale_conns} \
+         checks={}",
+        a.published,
+        a.acked,
+        a.pending,
         m.expected,
+        m.received,
+        c.delivered,
+        c.lost_signalled,
+        c.lost_silent,
+        c.duplicated,
+        c.reordered,
+        c.unexpected,
+        a.unwanted,
+        a.split,
+        c.signals,
         m.dropped,
         m.gaps_before_failover,
         o.failover,
@@ -264,6 +368,8 @@ pub fn print(
             .map_or("none".into(), |d| d.as_millis().to_string()),
         sub_range.0,
         sub_range.1,
+        pub_range.0,
+        pub_range.1,
         if ok { "ok" } else { "failed" },
     );
     ok

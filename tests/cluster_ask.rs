@@ -1,0 +1,152 @@
+//! `ASK` on a publish, which neither real server sends for `SPUBLISH` (Redis
+//! 7 and Valkey 9 serve it on a migrating slot's source), so two
+//! [`FakeServer`]s play the cluster nodes:
+//!
+//! - node 1 (the seed) answers the handshake, `INFO server` (a Redis 7.0,
+//!   so `CLUSTER SLOTS` is asked) and `CLUSTER SLOTS` (it owns every slot);
+//!   its publish connection answers the first `SPUBLISH` with
+//!   `-ASK <slot> <node 2>` and the second one with a count;
+//! - node 2 must get `ASKING` and then the `SPUBLISH`, on one connection,
+//!   in that order, and answers both.
+//!
+//! The publish then succeeds with node 2's count, the slot's route stays
+//! on node 1 (the second publish goes there), and the ASK is counted.
+//! Every script must play exactly: a missing `ASKING`, a reordered pair or
+//! an extra connection fails the test.
+
+use std::time::Duration;
+
+use shardsub::cluster::ClusterPubSub;
+use testkit::{FakeServer, Step};
+
+fn cmd(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::encode_command(&mut out, args.iter().copied());
+    out
+}
+
+/// What a Redis 7.0 says to `HELLO 3`.
+const HELLO_REPLY: &[u8] = b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n\
+    $7\r\nversion\r\n$5\r\n7.0.0\r\n$5\r\nproto\r\n:3\r\n";
+
+/// The handshake of a cluster connection (`role` is its client name).
+fn hello(role: &str) -> [Step; 2] {
+    [
+        Step::expect(cmd(&[b"HELLO", b"3", b"SETNAME", role.as_bytes()])),
+        Step::send(HELLO_REPLY),
+    ]
+}
+
+fn bulk(text: &[u8]) -> Vec<u8> {
+    let mut out = format!("${}\r\n", text.len()).into_bytes();
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// `CLUSTER SLOTS`: one primary at `port` owns every slot.
+fn slots_reply(port: u16) -> Vec<u8> {
+    let mut out = b"*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n".to_vec();
+    out.extend(bulk(b"127.0.0.1"));
+    out.extend(format!(":{port}\r\n").into_bytes());
+    out.extend(bulk(&[b'a'; 40]));
+    out
+}
+
+#[test]
+fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
+    let channel = b"ask:channel".as_slice();
+    let parts = shardcore::Partitions::new(128).unwrap();
+    let wire = parts.redis_channel(channel);
+    let slot = parts.slot(parts.partition_of(channel));
+    let spublish = |payload: &[u8]| cmd(&[b"SPUBLISH", &wire, payload]);
+
+    // The node the ASK names: one connection, the publish engine the ASK
+    // opens; ASKING and the publish arrive on it in that order.
+    let target = FakeServer::start_each(vec![hello("shardsub-pub")
+        .into_iter()
+        .chain([
+            Step::expect([cmd(&[b"ASKING"]), spublish(b"first")].concat()),
+            Step::send(b"+OK\r\n:2\r\n"),
+            Step::Silence,
+        ])
+        .collect()])
+    .unwrap();
+    // The slot's owner: its publish connection, then its subscribe
+    // connection (in the order the engine opens them).
+    let ask = format!("-ASK {slot} {}\r\n", target.addr());
+    let owner = FakeServer::start_each(vec![
+        hello("shardsub-pub")
+            .into_iter()
+            .chain([
+                Step::expect(spublish(b"first")),
+                Step::send(ask.as_bytes()),
+                Step::expect(spublish(b"second")),
+                Step::send(b":7\r\n"),
+                Step::Silence,
+            ])
+            .collect(),
+        hello("shardsub-sub")
+            .into_iter()
+            .chain([Step::Silence])
+            .collect(),
+    ])
+    .unwrap();
+    // The seed (its own port is not known before it listens, so it is not
+    // in the map it serves): one throwaway topology connection.
+    let seed = FakeServer::start_each(vec![hello("shardsub-pub")
+        .into_iter()
+        .chain([
+            Step::expect(cmd(&[b"INFO", b"server"])),
+            Step::send(bulk(b"# Server\r\nredis_version:7.0.0\r\n")),
+            Step::expect(cmd(&[b"CLUSTER", b"SLOTS"])),
+            Step::send(slots_reply(owner.addr().port())),
+            Step::Silence,
+        ])
+        .collect()])
+    .unwrap();
+
+    let ps = ClusterPubSub::builder()
+        .seed(seed.addr().to_string())
+        .handler(|_: &[u8], _: &[u8]| {})
+        .workers(1)
+        .build()
+        .expect("cluster pubsub on the fakes");
+    assert_eq!(ps.server_channel(channel), wire);
+
+    let first = ps.publish_wait(channel, b"first", Duration::from_secs(5));
+    assert_eq!(
+        first.as_ref().ok(),
+        Some(&2),
+        "the ASK target's count: {first:?}; scripts: {:?} {:?}",
+        owner.failures(),
+        target.failures()
+    );
+    let m = ps.metrics();
+    assert_eq!(m.redirects.ask, 1, "{m:?}");
+    assert_eq!(m.redirects.moved, 0, "{m:?}");
+    assert_eq!(m.publish_failed, 0, "{m:?}");
+    // The route did not change: the next publish goes to the owner again.
+    let second = ps.publish_wait(channel, b"second", Duration::from_secs(5));
+    assert_eq!(
+        second.as_ref().ok(),
+        Some(&7),
+        "the owner's count: {second:?}; scripts: {:?} {:?}",
+        owner.failures(),
+        target.failures()
+    );
+    let m = ps.metrics();
+    assert_eq!(m.redirects.ask, 1, "{m:?}");
+    assert_eq!(m.publish_failed, 0, "{m:?}");
+    ps.shutdown();
+
+    assert_eq!(
+        (seed.accepted(), owner.accepted(), target.accepted()),
+        (1, 2, 1),
+        "connections per fake node"
+    );
+    for (name, fake) in [("seed", seed), ("owner", owner), ("ASK target", target)] {
+        fake.finish()
+            .unwrap_or_else(|e| panic!("{name}'s script: {e}"));
+    }
+}
