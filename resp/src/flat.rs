@@ -143,11 +143,14 @@ pub(crate) fn validate_nested(buf: &[u8], limits: &Limits) -> Option<usize> {
                 }
             }
             b'+' | b'-' => {
+                let max_line = limits.max_line_len.min(limits.max_bulk_len);
                 let line = buf.get(pos + 1..)?;
-                let cr = line.iter().position(|&b| b == b'\r');
-                examine(cr.map_or(line.len(), |cr| cr + 2));
+                // Past the limit the general validator reports the error.
+                let window = line.get(..max_line.saturating_add(1)).unwrap_or(line);
+                let cr = window.iter().position(|&b| b == b'\r');
+                examine(cr.map_or(window.len(), |cr| cr + 2));
                 let cr = cr?;
-                if cr > limits.max_bulk_len || line.get(cr + 1) != Some(&b'\n') {
+                if cr > max_line || line.get(cr + 1) != Some(&b'\n') {
                     return None;
                 }
                 pos += cr + 3;
@@ -246,6 +249,12 @@ mod tests {
             ..l
         };
         assert_eq!(validate_nested(b"*1\r\n+ab\r\n", &short), None);
+        let short_lines = Limits {
+            max_line_len: 1,
+            ..l
+        };
+        assert_eq!(validate_nested(b"*1\r\n+ab\r\n", &short_lines), None);
+        assert_eq!(validate_nested(b"*1\r\n+a\r\n", &short_lines), Some(8));
     }
 
     proptest::proptest! {
@@ -260,10 +269,11 @@ mod tests {
             ][..]), 0..14),
             max_elements in 1usize..4,
             max_bulk_len in 0usize..3,
+            max_line_len in 0usize..3,
             max_depth in 0usize..4,
         ) {
             let buf: std::string::String = tokens.concat();
-            let limits = Limits { max_elements, max_bulk_len, max_depth };
+            let limits = Limits { max_elements, max_bulk_len, max_line_len, max_depth };
             if let Some(end) = validate_fast(buf.as_bytes(), &limits) {
                 let mut v = crate::validate::Validator::<8>::new();
                 let general = v.run(buf.as_bytes(), &limits);
@@ -286,7 +296,7 @@ mod tests {
             max_bulk_len in 0usize..3,
         ) {
             let buf: std::string::String = tokens.concat();
-            let limits = Limits { max_elements, max_bulk_len, max_depth: 8 };
+            let limits = Limits { max_elements, max_bulk_len, max_line_len: 2, max_depth: 8 };
             if let Some(end) = validate_flat(buf.as_bytes(), &limits) {
                 let mut v = crate::validate::Validator::<8>::new();
                 let general = v.run(buf.as_bytes(), &limits);

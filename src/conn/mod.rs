@@ -248,6 +248,11 @@ struct InBuf {
 
 const MIN_READ: usize = 64 * 1024;
 
+/// The most bytes one [`Connection::read_from`] takes: the parsing after a
+/// read, and so the time between two deadline checks of a driver that reads
+/// a flooding socket, stays bounded.
+const MAX_READ: usize = 1 << 20;
+
 /// Written bytes at the front of the output buffer are dropped once there
 /// are at least this many and they are at least half the buffer.
 const COMPACT_AFTER: usize = 256 * 1024;
@@ -394,6 +399,25 @@ impl<T> State<T> {
             if let Some((_, n)) = self.batches.front_mut() {
                 *n = n.saturating_sub(1);
             }
+        }
+    }
+
+    /// Fails the connection if the handshake or request deadline has passed
+    /// at `self.now`.
+    fn check_deadlines(&mut self) {
+        if self.closed.is_some() {
+            return;
+        }
+        if let Some(hs) = &self.handshake {
+            if self.now >= hs.deadline {
+                self.fail(ConnError::HandshakeTimeout(self.config.handshake_timeout));
+            }
+            return;
+        }
+        let timeout = self.config.request_timeout;
+        if !timeout.is_zero() && !self.pending.is_empty() && self.now >= self.front_since + timeout
+        {
+            self.fail(ConnError::Timeout(timeout));
         }
     }
 
@@ -550,8 +574,9 @@ impl<T> Connection<T> {
         }
     }
 
-    /// Reads once from `source` straight into the input buffer. `Ok(0)` means
-    /// end of stream (then call [`Connection::handle_eof`]).
+    /// Reads once from `source` straight into the input buffer, at most
+    /// 1 MiB. `Ok(0)` means end of stream (then call
+    /// [`Connection::handle_eof`]).
     ///
     /// # Errors
     ///
@@ -560,7 +585,8 @@ impl<T> Connection<T> {
     pub fn read_from<R: io::Read>(&mut self, source: &mut R, now: Instant) -> io::Result<usize> {
         self.st.now = now;
         self.input.make_room();
-        let n = source.read(&mut self.input.buf[self.input.end..])?;
+        let end = self.input.buf.len().min(self.input.end + MAX_READ);
+        let n = source.read(&mut self.input.buf[self.input.end..end])?;
         self.input.end += n;
         Ok(n)
     }
@@ -583,23 +609,13 @@ impl<T> Connection<T> {
         self.st.fail(ConnError::Aborted);
     }
 
-    /// Checks the handshake and request deadlines.
+    /// Checks the handshake and request deadlines. They are also checked
+    /// whenever input leaves a reply incomplete (see
+    /// [`Connection::poll_event`]), so a reply that keeps arriving but never
+    /// ends cannot outlive them.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let st = &mut self.st;
-        st.now = now;
-        if st.closed.is_some() {
-            return;
-        }
-        if let Some(hs) = &st.handshake {
-            if now >= hs.deadline {
-                st.fail(ConnError::HandshakeTimeout(st.config.handshake_timeout));
-            }
-            return;
-        }
-        let timeout = st.config.request_timeout;
-        if !timeout.is_zero() && !st.pending.is_empty() && now >= st.front_since + timeout {
-            st.fail(ConnError::Timeout(timeout));
-        }
+        self.st.now = now;
+        self.st.check_deadlines();
     }
 
     /// The next instant at which [`Connection::handle_timeout`] or a flush
@@ -678,6 +694,11 @@ impl<T> Connection<T> {
     }
 
     /// The next event, if any. Call until `None` after every input.
+    ///
+    /// When the input ends inside a frame (or holds none), the handshake and
+    /// request deadlines are checked against the latest time passed in, as
+    /// [`Connection::handle_timeout`] would: a reply still incomplete at its
+    /// deadline fails however many of its bytes keep arriving.
     pub fn poll_event(&mut self) -> Option<Event<'_, T>> {
         let st = &mut self.st;
         let input = &mut self.input;
@@ -713,7 +734,15 @@ impl<T> Connection<T> {
                     st.fail(ConnError::Protocol(e));
                     continue;
                 }
-                Ok(Status::Incomplete) => return None,
+                Ok(Status::Incomplete) => {
+                    // Waiting for the rest of a frame: its bytes may keep
+                    // coming, but they do not move the deadlines.
+                    st.check_deadlines();
+                    if st.closed.is_some() {
+                        continue;
+                    }
+                    return None;
+                }
                 Ok(Status::Complete(p)) => p,
             };
             input.to_consume = parsed.consumed;

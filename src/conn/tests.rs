@@ -705,3 +705,89 @@ fn a_held_batch_leaves_once_it_is_big() {
         "over 1000 bytes: due at once"
     );
 }
+
+#[test]
+fn an_endless_line_closes_the_connection_at_the_line_limit() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["PING"], 1, t0);
+    transmit(&mut c, t0);
+    let limit = resp::Limits::default().max_line_len;
+    c.handle_read(b"+", t0);
+    let chunk = [b'a'; 4096];
+    let mut fed = 0;
+    let evs = loop {
+        assert!(fed <= limit + chunk.len(), "no error after {fed} bytes");
+        c.handle_read(&chunk, t0);
+        fed += chunk.len();
+        let evs = drain(&mut c);
+        if !evs.is_empty() {
+            break evs;
+        }
+    };
+    // Cut as the line passes the limit, with the input buffer still small.
+    assert!(fed > limit, "{fed}");
+    assert!(c.input.buf.len() <= 4 * limit, "{}", c.input.buf.len());
+    let error = ConnError::Protocol(resp::ParseError {
+        offset: 1,
+        kind: resp::ErrorKind::LineTooLong {
+            limit: limit as u64,
+        },
+    });
+    assert_eq!(
+        evs,
+        vec![Ev::Failed(1, error.clone()), Ev::Closed(error.clone())]
+    );
+    assert!(error.to_string().contains("line longer than"), "{error}");
+}
+
+#[test]
+fn a_half_received_reply_still_times_out() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    // Bytes of the reply keep coming, but the reply never completes: the
+    // deadline holds on input too, without waiting for handle_timeout.
+    let s = Duration::from_millis(1);
+    c.handle_read(b"$100\r\nabc", t0 + Duration::from_millis(500));
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_read(b"def", t0 + Duration::from_secs(1) - s);
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_read(b"ghi", t0 + Duration::from_secs(1));
+    let t = ConnError::Timeout(Duration::from_secs(1));
+    assert_eq!(drain(&mut c), vec![Ev::Failed(1, t.clone()), Ev::Closed(t)]);
+}
+
+#[test]
+fn a_complete_reply_after_the_deadline_still_wins_until_the_timeout_is_checked() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"$1\r\nv\r\n", t0 + Duration::from_secs(2));
+    assert_eq!(drain(&mut c), vec![Ev::Reply(1, bulk("v"))]);
+}
+
+/// A reader with an endless supply of bytes.
+struct Endless;
+
+impl io::Read for Endless {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        buf.fill(b'x');
+        Ok(buf.len())
+    }
+}
+
+#[test]
+fn one_read_takes_at_most_max_read_bytes() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    // A big bulk reply arriving: the input buffer grows past MAX_READ.
+    c.handle_read(format!("${}\r\n", 64 << 20).as_bytes(), t0);
+    c.handle_read(&vec![b'x'; 5 * MAX_READ], t0);
+    assert!(c.input.buf.len() - c.input.end > MAX_READ);
+    // However much room and however much data: one bounded read, so the
+    // parsing after it is bounded too.
+    let n = c.read_from(&mut Endless, t0).unwrap();
+    assert_eq!(n, MAX_READ);
+    assert_eq!(drain(&mut c), vec![]);
+}

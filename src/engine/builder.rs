@@ -192,7 +192,11 @@ impl Builder {
         self
     }
 
-    /// Parser limits for replies.
+    /// Parser limits for replies (default [`resp::Limits::default`]: 512 MiB
+    /// bulk strings, 64 KiB simple lines, 2^24 elements, 128 levels). A
+    /// reply past a limit closes the connection: its requests fail with
+    /// [`Error::Protocol`] (for an endless line,
+    /// [`resp::ErrorKind::LineTooLong`]), and it reconnects.
     pub fn limits(mut self, limits: resp::Limits) -> Self {
         self.limits = limits;
         self

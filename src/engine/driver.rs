@@ -17,7 +17,8 @@ use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, UP};
 use crate::engine::Settings;
 use crate::error::Error;
 
-/// Reads per readiness event before other connections get a turn.
+/// Reads per readiness event before other connections get a turn (each at
+/// most 1 MiB, so a turn is bounded however fast the socket fills).
 const READ_BUDGET: usize = 32;
 
 #[derive(Debug)]
@@ -197,7 +198,7 @@ impl Driver {
         }
     }
 
-    fn read(&mut self, registry: &Registry, now: Instant) {
+    fn read(&mut self, registry: &Registry, mut now: Instant) {
         self.more_to_read = false;
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
@@ -207,6 +208,12 @@ impl Driver {
             if budget == 0 {
                 self.more_to_read = true;
                 break;
+            }
+            if budget < READ_BUDGET {
+                // A flooding socket keeps this loop busy: each read gets the
+                // time it happens, so the core's deadlines (checked while a
+                // reply is incomplete) hold within one read.
+                now = Instant::now();
             }
             match core.read_from(socket, now) {
                 Ok(0) => {
