@@ -212,3 +212,41 @@ fn an_endless_reply_line_is_cut_by_the_line_limit_and_shutdown_stays_bounded() {
     drop(e);
     let _ = fake.finish();
 }
+
+#[test]
+fn a_server_failing_right_after_the_handshake_gets_exponential_backoff() {
+    // Every connection: a good handshake, then garbage at once.
+    let fake = FakeServer::start(script([Step::send("@garbage\r\n"), Step::Silence])).unwrap();
+    let base = Duration::from_millis(20);
+    let window = Duration::from_secs(1);
+    let started = Instant::now();
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .reconnect_backoff(base, Duration::from_secs(60))
+        .seed(5)
+        .build()
+        .unwrap();
+    // A fixed window to count connections in: nothing to await.
+    std::thread::sleep(window.saturating_sub(started.elapsed()));
+    let accepted = fake.accepted();
+    let elapsed = started.elapsed();
+    // Delay k is at least half of base * 2^k (equal jitter), so n
+    // reconnects take at least base/2 * (2^n - 1): in the time elapsed, at
+    // most `most` connections, the first included.
+    let half = base.as_secs_f64() / 2.0;
+    let most = 1
+        + (0..32)
+            .take_while(|&n| half * (2f64.powi(n) - 1.0) <= elapsed.as_secs_f64())
+            .last()
+            .unwrap() as usize;
+    eprintln!("{accepted} connections in {elapsed:?}; the schedule allows {most}");
+    assert!(
+        accepted <= most,
+        "{accepted} connections, at most {most} expected"
+    );
+    // It still reconnects (twice at least: 10-20 ms, then 20-40 ms).
+    assert!(accepted >= 3, "{accepted}");
+    drop(e);
+    let _ = fake.finish();
+}

@@ -131,7 +131,10 @@ impl Builder {
     }
 
     /// Reconnect delays: `base · 2^attempt` up to `max`, with jitter
-    /// (defaults 50 ms and 5 s).
+    /// (defaults 50 ms and 5 s). A handshake alone does not restart the
+    /// schedule, so a server that fails every connection right after it is
+    /// still backed off: it restarts once a connection proves healthy (a
+    /// request completed on it, or it stayed up for `max`).
     pub fn reconnect_backoff(mut self, base: Duration, max: Duration) -> Self {
         self.backoff = (base, max);
         self

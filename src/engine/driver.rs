@@ -498,7 +498,7 @@ impl Driver {
         } else if self.shutting_down {
             self.phase = Phase::Closed;
         } else {
-            let delay = self.backoff.next_delay();
+            let delay = self.backoff.next_delay_after(now);
             log::warn!(
                 "connection to {} lost ({error}); reconnect attempt {} in {delay:?}",
                 self.addr(),
@@ -557,7 +557,9 @@ fn dispatch(
                 if fell_back {
                     log::info!("{addr} refused HELLO 3; using RESP2");
                 }
-                backoff.reset();
+                // Not a reset: only a healthy connection restarts the
+                // schedule (a completed request, or time up).
+                backoff.connected(Instant::now());
                 settings
                     .observer
                     .on_connected(&shared.info, protocol, fell_back);
@@ -590,6 +592,9 @@ fn dispatch(
     }
     if pushes > 0 {
         settings.observer.on_pushes_done(&shared.info);
+    }
+    if replies > 0 {
+        backoff.healthy();
     }
     let c = &settings.counters;
     Counters::add(&c.replies, replies);
