@@ -250,3 +250,55 @@ fn a_server_failing_right_after_the_handshake_gets_exponential_backoff() {
     drop(e);
     let _ = fake.finish();
 }
+
+#[test]
+fn a_request_is_timed_from_its_write_while_pushes_and_other_replies_flow() {
+    // Two PINGs written together. A push arrives every 50 ms for 3 s; the
+    // first PING is answered after 250 ms, the second never.
+    let push = b">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n";
+    let pushes =
+        |n| (0..n).flat_map(|_| [Step::send(push), Step::Delay(Duration::from_millis(50))]);
+    let first = script(
+        [Step::expect([cmd(&["PING"]), cmd(&["PING"])].concat())]
+            .into_iter()
+            .chain(pushes(5))
+            .chain([Step::send("+PONG\r\n")])
+            .chain(pushes(55)),
+    );
+    let fake = FakeServer::start_each(vec![first, script([Step::Silence])]).unwrap();
+    let request_timeout = Duration::from_millis(300);
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .request_timeout(request_timeout)
+        .flush_delay(Duration::ZERO)
+        .reconnect_backoff(Duration::from_millis(5), Duration::from_millis(50))
+        .seed(6)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let answered = e.command_pending(0, ["PING"]);
+    let unanswered = e.command_pending(0, ["PING"]);
+    let bound = request_timeout + Duration::from_secs(3);
+    assert_eq!(
+        answered.wait_timeout(bound).unwrap(),
+        shardsub::Value::Simple(b"PONG".to_vec())
+    );
+    let result = unanswered.wait_timeout(bound);
+    let took = started.elapsed();
+    eprintln!("second PING while pushes flow: {result:?} after {took:?}");
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, Error::Timeout { after, .. } if after == request_timeout),
+        "{err:?}"
+    );
+    // From its write, not from the other PING's reply (250 ms in) nor from
+    // the last push.
+    assert!(took >= request_timeout, "{took:?}");
+    assert!(
+        took < request_timeout + Duration::from_millis(200),
+        "{took:?}"
+    );
+    drop(e);
+    let _ = fake.finish();
+}

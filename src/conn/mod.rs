@@ -131,8 +131,9 @@ pub struct ConnConfig {
     /// A held batch leaves at once when it reaches this many bytes: the
     /// flush delay exists to gather small writes, not to slow big ones.
     pub flush_batch_bytes: usize,
-    /// The longest wait for the next reply while requests are outstanding;
-    /// zero disables it.
+    /// The longest a request may wait for its reply (for a subscribe, all
+    /// its confirmations), counted from when its bytes were written; zero
+    /// disables it. Replies to other requests and pushes do not extend it.
     pub request_timeout: Duration,
     /// The longest the handshake may take.
     pub handshake_timeout: Duration,
@@ -165,7 +166,8 @@ pub enum ConnError {
     Protocol(resp::ParseError),
     /// A reply arrived while no request was waiting for one.
     UnexpectedReply,
-    /// No reply came within the request timeout while requests were pending.
+    /// A request's reply did not come within the request timeout of its
+    /// write.
     Timeout(Duration),
     /// The handshake did not finish in time.
     HandshakeTimeout(Duration),
@@ -311,8 +313,11 @@ struct State<T> {
     /// since the connection opened) and how many requests it holds; popped
     /// once written.
     batches: VecDeque<(u64, usize)>,
-    /// When the front request started waiting (reset by each reply).
-    front_since: Instant,
+    /// In step with `pending`: when each request was written (until then,
+    /// when it was queued). Its deadline is that plus the request timeout;
+    /// nothing else (a reply to another request, a push, a confirmation)
+    /// moves it.
+    sent_at: VecDeque<Instant>,
     /// Requests and bytes submitted before the handshake finished.
     held: VecDeque<Request<T>>,
     held_out: Vec<u8>,
@@ -355,7 +360,6 @@ impl<T> State<T> {
     where
         I: IntoIterator<Item = Request<T>>,
     {
-        let was_idle = self.pending.is_empty();
         // Fewer than two written requests await replies: there is no
         // pipeline to batch behind, and holding would only add delay (a
         // lone caller, or two callers taking turns).
@@ -363,13 +367,11 @@ impl<T> State<T> {
         let before = self.pending.len();
         self.pending.extend(requests);
         let added = self.pending.len() - before;
+        self.sent_at.extend(std::iter::repeat_n(now, added));
         self.unsent_requests += added;
         if added > 0 {
             let end = self.sent_total + self.unsent_len() as u64;
             self.batches.push_back((end, added));
-        }
-        if was_idle && !self.pending.is_empty() {
-            self.front_since = now;
         }
         if appended == 0 {
             return;
@@ -415,8 +417,8 @@ impl<T> State<T> {
             return;
         }
         let timeout = self.config.request_timeout;
-        if !timeout.is_zero() && !self.pending.is_empty() && self.now >= self.front_since + timeout
-        {
+        let oldest = self.sent_at.front().copied();
+        if !timeout.is_zero() && oldest.is_some_and(|at| self.now >= at + timeout) {
             self.fail(ConnError::Timeout(timeout));
         }
     }
@@ -468,7 +470,7 @@ impl<T> Connection<T> {
                 unsent_requests: 0,
                 sent_total: 0,
                 batches: VecDeque::new(),
-                front_since: now,
+                sent_at: VecDeque::new(),
                 held: VecDeque::new(),
                 held_out: Vec::new(),
                 handshake,
@@ -644,8 +646,8 @@ impl<T> Connection<T> {
             None
         } else if let Some(hs) = &st.handshake {
             Some(hs.deadline)
-        } else if !st.config.request_timeout.is_zero() && !st.pending.is_empty() {
-            Some(st.front_since + st.config.request_timeout)
+        } else if !st.config.request_timeout.is_zero() {
+            st.sent_at.front().map(|&at| at + st.config.request_timeout)
         } else {
             None
         }
@@ -678,6 +680,12 @@ impl<T> Connection<T> {
             }
             st.batches.pop_front();
             let count = count.min(st.unsent_requests);
+            // Their clocks start now (`pending` holds the written requests,
+            // then the unsent ones in order).
+            let now = st.now;
+            for at in st.sent_at.iter_mut().skip(st.in_flight).take(count) {
+                *at = now;
+            }
             st.unsent_requests -= count;
             st.in_flight += count;
         }
@@ -709,6 +717,7 @@ impl<T> Connection<T> {
                 input.end = 0;
             }
             if let Some(error) = &st.closed {
+                st.sent_at.pop_front();
                 if let Some(r) = st.pending.pop_front().or_else(|| st.held.pop_front()) {
                     return Some(Event::Failed {
                         user: r.user,
@@ -803,9 +812,9 @@ impl<T> Connection<T> {
                 } = &mut front.kind
                 {
                     if confirms(*kind, &class) {
-                        st.front_since = st.now;
                         *confirmations = confirmations.saturating_sub(1);
                         let completes = if *confirmations == 0 {
+                            st.sent_at.pop_front();
                             let user = st.pending.pop_front().map(|r| r.user);
                             st.answered();
                             user
@@ -832,7 +841,7 @@ impl<T> Connection<T> {
             }
             match st.pending.pop_front() {
                 Some(r) => {
-                    st.front_since = st.now;
+                    st.sent_at.pop_front();
                     st.answered();
                     return Some(Event::Reply {
                         user: r.user,

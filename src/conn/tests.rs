@@ -460,24 +460,88 @@ fn eof_fails_pending_in_order() {
 }
 
 #[test]
-fn request_timeout_counts_from_the_last_reply() {
+fn request_timeout_counts_from_each_write() {
     let (mut c, t0) = ready(config());
     let s = Duration::from_millis(1);
     send(&mut c, &["A"], 1, t0);
     send(&mut c, &["B"], 2, t0);
-    transmit(&mut c, t0 + Duration::from_secs(1));
-    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
-    // A reply just before the deadline moves it.
-    c.handle_read(b"+a\r\n", t0 + Duration::from_millis(900));
+    let t1 = t0 + Duration::from_millis(200);
+    transmit(&mut c, t1);
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_secs(1)));
+    // A reply just before the deadline: the next request's clock does not
+    // restart, it has run since B was written, at t1.
+    c.handle_read(b"+a\r\n", t1 + Duration::from_millis(900));
     assert_eq!(drain(&mut c).len(), 1);
-    c.handle_timeout(t0 + Duration::from_secs(1));
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_secs(1)));
+    // C, written later, has its own clock, but B fails first.
+    send(&mut c, &["C"], 3, t1 + Duration::from_millis(900));
+    transmit(&mut c, t1 + Duration::from_millis(900));
+    c.handle_timeout(t1 + Duration::from_secs(1) - s);
     assert_eq!(drain(&mut c), vec![]);
-    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_millis(1900)));
-    c.handle_timeout(t0 + Duration::from_millis(1900) - s);
-    assert_eq!(drain(&mut c), vec![]);
-    c.handle_timeout(t0 + Duration::from_millis(1900));
+    c.handle_timeout(t1 + Duration::from_secs(1));
     let t = ConnError::Timeout(Duration::from_secs(1));
-    assert_eq!(drain(&mut c), vec![Ev::Failed(2, t.clone()), Ev::Closed(t)]);
+    assert_eq!(
+        drain(&mut c),
+        vec![
+            Ev::Failed(2, t.clone()),
+            Ev::Failed(3, t.clone()),
+            Ev::Closed(t)
+        ]
+    );
+}
+
+#[test]
+fn a_request_written_late_is_timed_from_its_write() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["A"], 1, t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"+a\r\n", t0);
+    assert_eq!(drain(&mut c).len(), 1);
+    // Queued at t0 behind nothing, but written (the socket was full, say)
+    // only at t0 + 500 ms.
+    send(&mut c, &["B"], 2, t0);
+    let written = t0 + Duration::from_millis(500);
+    transmit(&mut c, written);
+    assert_eq!(c.poll_timeout(), Some(written + Duration::from_secs(1)));
+}
+
+#[test]
+fn pushes_and_confirmations_do_not_move_a_request_deadline() {
+    let (mut c, t0) = ready(config());
+    // A subscribe of two channels, of which only one is ever confirmed,
+    // while messages keep coming every 50 ms.
+    let sub = cmd(&["SUBSCRIBE", "a", "b"]);
+    let kind = ReplyKind::Subscribe {
+        kind: SubscribeKind::Channel,
+        confirmations: 2,
+    };
+    c.send_encoded(&sub, [Request { user: 1, kind }], t0);
+    send(&mut c, &["PING"], 2, t0);
+    transmit(&mut c, t0);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n";
+    c.handle_read(confirm, t0 + Duration::from_millis(50));
+    assert_eq!(drain(&mut c).len(), 1);
+    let message = b">3\r\n$7\r\nmessage\r\n$1\r\na\r\n$2\r\nhi\r\n";
+    let mut now = t0;
+    for _ in 0..19 {
+        now += Duration::from_millis(50);
+        c.handle_read(message, now);
+        c.handle_timeout(now);
+        assert_eq!(drain(&mut c).len(), 1, "at {:?}", now - t0);
+    }
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    c.handle_read(message, t0 + Duration::from_secs(1));
+    c.handle_timeout(t0 + Duration::from_secs(1));
+    let t = ConnError::Timeout(Duration::from_secs(1));
+    let evs = drain(&mut c);
+    assert_eq!(
+        evs[evs.len() - 3..],
+        [
+            Ev::Failed(1, t.clone()),
+            Ev::Failed(2, t.clone()),
+            Ev::Closed(t)
+        ]
+    );
 }
 
 #[test]

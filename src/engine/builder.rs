@@ -122,9 +122,11 @@ impl Builder {
         self
     }
 
-    /// The longest a connection with outstanding requests may go without a
-    /// reply (default 5 s; zero disables). When it passes, the waiting
-    /// requests fail with [`Error::Timeout`] and the connection restarts.
+    /// The longest a request may wait for its reply, counted from when it
+    /// was written (default 5 s; zero disables). Neither replies to other
+    /// requests nor pushes extend it, nor does a reply that is still
+    /// arriving. When it passes, the waiting requests fail with
+    /// [`Error::Timeout`] and the connection restarts.
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = d;
         self
