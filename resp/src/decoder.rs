@@ -7,12 +7,16 @@ use crate::flat::validate_fast;
 use crate::parse::{finish, Parsed};
 use crate::validate::{Fail, Validator};
 
+/// Fast-path tries per frame (see [`Decoder::decode`]).
+const FAST_TRIES: u8 = 2;
+
 /// A resumable parser for a byte stream that arrives in pieces.
 ///
 /// Call [`decode`](Decoder::decode) with the bytes received so far. On
 /// [`Status::Incomplete`], read more, append them to the same buffer and call
-/// again: the decoder remembers how far it validated, so a large reply that
-/// arrives in small reads costs time linear in its size. On
+/// again: the decoder remembers how far it validated (and how far it searched
+/// a line for its `\r\n`), so a large reply or a long line that arrives in
+/// small reads costs time linear in its size. On
 /// [`Status::Complete`], use the frame, then remove
 /// [`consumed`](Parsed::consumed) bytes from the front of the buffer; the
 /// decoder is then ready for the next frame.
@@ -43,6 +47,13 @@ pub struct Decoder {
     /// Boxed: the stack has room for [`MAX_DEPTH`] levels (8 KiB), allocated
     /// once here and never during decoding.
     state: Box<Validator<MAX_DEPTH>>,
+    /// Fast-path tries on the current frame, at most [`FAST_TRIES`]: a
+    /// frame whose first token is an incomplete line stays at offset 0, and
+    /// trying again on every read would rescan that line each time.
+    fast_tries: u8,
+    /// Bytes the fast path examined (tests only).
+    #[cfg(test)]
+    fast_work: u64,
 }
 
 impl Decoder {
@@ -51,6 +62,9 @@ impl Decoder {
         Decoder {
             limits,
             state: Box::new(Validator::new()),
+            fast_tries: 0,
+            #[cfg(test)]
+            fast_work: 0,
         }
     }
 
@@ -62,6 +76,7 @@ impl Decoder {
     /// Forgets any partly validated frame (for a new connection).
     pub fn reset(&mut self) {
         self.state.reset();
+        self.fast_tries = 0;
     }
 
     /// Bytes of the current, incomplete frame validated so far.
@@ -72,7 +87,7 @@ impl Decoder {
     /// Bytes examined since the last reset (tests only).
     #[cfg(test)]
     pub(crate) fn work(&self) -> u64 {
-        self.state.work
+        self.state.work + self.fast_work
     }
 
     /// Parses the next frame from the start of `buf`, resuming the
@@ -86,14 +101,25 @@ impl Decoder {
         if buf.len() < self.state.pos() {
             // The caller removed bytes it had not consumed: start over rather
             // than trust a position past the end.
-            self.state.reset();
+            self.reset();
         }
-        // At the start of a frame (at most once more per frame after an
-        // incomplete header line), try the flat fast path first.
-        if self.state.pos() == 0 {
-            if let Some(end) = validate_fast(buf, &self.limits) {
+        // At the start of a frame, try the fast path first, and once more
+        // after an incomplete first token (most often a header line cut by
+        // the read). Not again: until the general validator passes the first
+        // token the frame stays at offset 0, and a retry on every read would
+        // rescan a long line from its start each time (quadratic).
+        if self.state.pos() == 0 && self.fast_tries < FAST_TRIES {
+            self.fast_tries += 1;
+            #[cfg(test)]
+            let before = crate::flat::examined();
+            let fast = validate_fast(buf, &self.limits);
+            #[cfg(test)]
+            {
+                self.fast_work += crate::flat::examined() - before;
+            }
+            if let Some(end) = fast {
                 // Forget the hints an earlier, incomplete try left.
-                self.state.reset();
+                self.reset();
                 return Ok(finish(buf, Status::Complete(end), 0, 0));
             }
         }
@@ -101,11 +127,11 @@ impl Decoder {
             Ok(Status::Incomplete) => Ok(Status::Incomplete),
             Ok(status) => {
                 let parsed = finish(buf, status, self.state.value_start, self.state.top_count);
-                self.state.reset();
+                self.reset();
                 Ok(parsed)
             }
             Err(fail) => {
-                self.state.reset();
+                self.reset();
                 Err(match fail {
                     Fail::Invalid(e) => e,
                     // The stack holds MAX_DEPTH levels, the most any limit allows.
@@ -204,6 +230,86 @@ mod tests {
         // restarting costs over 100x what the decoder did.
         let extrapolated = rb * 100;
         assert!(extrapolated > 100 * chunked, "{extrapolated} vs {chunked}");
+    }
+
+    /// `head`, then `fill` repeated `n` times, then `tail`.
+    fn wire_of(head: &str, fill: u8, n: usize, tail: &str) -> Vec<u8> {
+        let mut w = head.as_bytes().to_vec();
+        w.extend(core::iter::repeat_n(fill, n));
+        w.extend_from_slice(tail.as_bytes());
+        w
+    }
+
+    #[test]
+    fn long_lines_in_small_reads_are_linear() {
+        // Every line-based token, at the top of a frame and inside one, as
+        // long as its limit allows (60,000 bytes for text lines, 512 for a
+        // double, 32 for numbers and lengths), fed in small reads.
+        let text = 60_000;
+        let cases: &[(&str, Vec<u8>, usize)] = &[
+            ("simple string", wire_of("+", b'a', text, "\r\n"), 64),
+            ("error", wire_of("-ERR ", b'a', text, "\r\n"), 64),
+            ("big number", wire_of("(", b'7', text, "\r\n"), 64),
+            ("double", wire_of(",1.", b'0', 500, "1\r\n"), 4),
+            ("integer", wire_of(":-", b'0', 29, "7\r\n"), 1),
+            ("boolean", wire_of("#", b't', 1, "\r\n"), 1),
+            ("null", wire_of("_", b'_', 0, "\r\n"), 1),
+            ("bulk length", wire_of("$", b'0', 30, "1\r\nx\r\n"), 1),
+            ("blob error length", wire_of("!", b'0', 30, "1\r\nx\r\n"), 1),
+            (
+                "verbatim length",
+                wire_of("=", b'0', 30, "5\r\ntxt:x\r\n"),
+                1,
+            ),
+            ("array length", wire_of("*", b'0', 30, "1\r\n:1\r\n"), 1),
+            ("map length", wire_of("%", b'0', 30, "1\r\n:1\r\n:2\r\n"), 1),
+            ("set length", wire_of("~", b'0', 30, "1\r\n:1\r\n"), 1),
+            ("push length", wire_of(">", b'0', 30, "1\r\n:1\r\n"), 1),
+            (
+                "attribute length",
+                wire_of("|", b'0', 30, "1\r\n:1\r\n:2\r\n:3\r\n"),
+                1,
+            ),
+            (
+                "chunk length",
+                wire_of("$?\r\n;", b'0', 30, "1\r\nx\r\n;0\r\n"),
+                1,
+            ),
+            (
+                "nested simple string",
+                wire_of("*2\r\n+", b'a', text, "\r\n:1\r\n"),
+                64,
+            ),
+            (
+                "nested error",
+                wire_of("%1\r\n+k\r\n-E", b'a', text, "\r\n"),
+                64,
+            ),
+            (
+                "nested big number",
+                wire_of(">1\r\n(", b'1', text, "\r\n"),
+                64,
+            ),
+            (
+                "attributed simple string",
+                wire_of("|1\r\n+k\r\n+v\r\n+", b'a', text, "\r\n"),
+                64,
+            ),
+        ];
+        for (name, wire, chunk) in cases {
+            let (whole, chunked) = (whole_work(wire), chunked_work(wire, *chunk));
+            let reads = wire.len().div_ceil(*chunk) as u64;
+            std::println!(
+                "{name}: {} bytes in {reads} reads: whole {whole}, chunked {chunked} bytes examined",
+                wire.len()
+            );
+            // Each read examines again at most the few bytes around where
+            // the last one stopped: never the line so far.
+            assert!(
+                chunked <= whole + reads * 16,
+                "{name}: {chunked} vs {whole} + {reads} * 16"
+            );
+        }
     }
 
     #[test]

@@ -15,8 +15,16 @@ pub const MAX_DEPTH: usize = 512;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest bulk string, blob error, verbatim string, or streamed string
-    /// (all chunks together), in bytes. Also bounds simple lines.
+    /// (all chunks together), in bytes.
     pub max_bulk_len: usize,
+    /// Longest simple string, simple error or big number line (`+`, `-`,
+    /// `(`), in bytes, not counting its `\r\n`; the smaller of this and
+    /// [`max_bulk_len`](Limits::max_bulk_len) applies. Nothing sizes a line
+    /// in advance, so the input buffer holds it whole while its end is
+    /// awaited: this limit is what bounds that buffer against a server that
+    /// sends a line without end. Doubles, integers, booleans and length
+    /// headers have fixed bounds of their own (512 and 32 bytes).
+    pub max_line_len: usize,
     /// Largest element count of one aggregate (pairs for maps and attributes).
     pub max_elements: usize,
     /// Deepest nesting of aggregates, attributes and streamed strings;
@@ -26,10 +34,13 @@ pub struct Limits {
 
 impl Default for Limits {
     /// 512 MiB bulk strings (the server's own `proto-max-bulk-len`),
-    /// 2^24 elements per aggregate, 128 levels of nesting.
+    /// 64 KiB lines (a server's status and error lines are short: the
+    /// longest are error texts of a few hundred bytes), 2^24 elements per
+    /// aggregate, 128 levels of nesting.
     fn default() -> Self {
         Limits {
             max_bulk_len: 512 << 20,
+            max_line_len: 64 << 10,
             max_elements: 1 << 24,
             max_depth: 128,
         }
@@ -97,12 +108,18 @@ pub enum ErrorKind {
     /// A line or bulk body is not followed by `\r\n`.
     MissingCrlf,
     /// A length prefix (or a streamed string's total) exceeds
-    /// [`Limits::max_bulk_len`]; for a simple line (`+`, `-`, `(`) that runs
-    /// past the limit without `\r\n`, `len` is the limit plus one.
+    /// [`Limits::max_bulk_len`].
     TooLong {
         /// The announced length.
         len: u64,
         /// The limit in force.
+        limit: u64,
+    },
+    /// A simple string, simple error or big number line (`+`, `-`, `(`) runs
+    /// past the line limit ([`Limits::max_line_len`], or
+    /// [`Limits::max_bulk_len`] if smaller) without its `\r\n`.
+    LineTooLong {
+        /// The limit in force, in bytes.
         limit: u64,
     },
     /// An aggregate announces (or a streamed one reaches) more elements than
@@ -157,6 +174,10 @@ impl fmt::Display for ErrorKind {
             ErrorKind::TooLong { len, limit } => {
                 write!(f, "length {len} exceeds the limit of {limit} bytes")
             }
+            ErrorKind::LineTooLong { limit } => write!(
+                f,
+                "line longer than the limit of {limit} bytes without `\\r\\n`"
+            ),
             ErrorKind::TooManyElements { count, limit } => {
                 write!(f, "{count} elements exceed the limit of {limit}")
             }

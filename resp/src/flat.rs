@@ -9,6 +9,41 @@ use crate::error::{Limits, MAX_DEPTH};
 use crate::frame::AggregateKind;
 use crate::read::{aggregate_kind, digits_crlf, int_crlf, parse_i64};
 
+#[cfg(test)]
+std::thread_local! {
+    /// Bytes the fast paths examined on this thread (tests only).
+    static EXAMINED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Bytes the fast paths examined on this thread so far (tests only): the
+/// decoder's work count includes them, to prove that retrying the fast path
+/// on an incomplete frame does not rescan it.
+#[cfg(test)]
+pub(crate) fn examined() -> u64 {
+    EXAMINED.with(core::cell::Cell::get)
+}
+
+/// Counts `n` bytes examined (tests only; nothing otherwise).
+#[inline(always)]
+fn examine(n: usize) {
+    #[cfg(test)]
+    EXAMINED.with(|c| c.set(c.get() + n as u64));
+    #[cfg(not(test))]
+    let _ = n;
+}
+
+/// [`digits_crlf`], counting the bytes it reads: up to the `\r` and the
+/// `\n` the callers check, or at most 21 when it gives up.
+#[inline(always)]
+fn header(buf: &[u8], start: usize) -> Option<(u64, usize)> {
+    let r = digits_crlf(buf, start);
+    examine(match r {
+        Some((_, after)) => after - start,
+        None => buf.len().saturating_sub(start).min(21),
+    });
+    r
+}
+
 /// The end of a frame at the start of `buf` that one of the fast paths
 /// validates whole.
 #[inline]
@@ -19,16 +54,18 @@ pub(crate) fn validate_fast(buf: &[u8], limits: &Limits) -> Option<usize> {
 /// The end of a flat aggregate at the start of `buf`, if it is one and whole.
 #[inline]
 pub(crate) fn validate_flat(buf: &[u8], limits: &Limits) -> Option<usize> {
+    examine(1);
     let kind = aggregate_kind(*buf.first()?)?;
     if kind == AggregateKind::Attribute || limits.max_depth.min(MAX_DEPTH) == 0 {
         return None;
     }
-    let (n, mut pos) = digits_crlf(buf, 1)?;
+    let (n, mut pos) = header(buf, 1)?;
     if n == 0 || n > limits.max_elements as u64 || buf.get(pos - 1) != Some(&b'\n') {
         return None;
     }
     let items = if kind == AggregateKind::Map { n * 2 } else { n };
     for _ in 0..items {
+        examine(1);
         match buf.get(pos)? {
             b'$' => pos = bulk_end(buf, pos, limits)?,
             b':' => pos = integer_end(buf, pos)?,
@@ -41,11 +78,12 @@ pub(crate) fn validate_flat(buf: &[u8], limits: &Limits) -> Option<usize> {
 /// The end of a valid, whole `$<len>\r\n<data>\r\n` at `pos`.
 #[inline]
 fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
-    let (len, after) = digits_crlf(buf, pos + 1)?;
+    let (len, after) = header(buf, pos + 1)?;
     if len > limits.max_bulk_len as u64 || buf.get(after - 1) != Some(&b'\n') {
         return None;
     }
     let end = after.checked_add(usize::try_from(len).ok()?)?;
+    examine(2);
     if buf.get(end..end.checked_add(2)?)? != b"\r\n" {
         return None;
     }
@@ -57,9 +95,12 @@ fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
 #[inline]
 fn integer_end(buf: &[u8], pos: usize) -> Option<usize> {
     if let Some((_, after)) = int_crlf(buf, pos + 1) {
+        examine(after - pos - 1);
         return (buf.get(after - 1) == Some(&b'\n')).then_some(after);
     }
     let line = buf.get(pos + 1..)?;
+    // Both tries read at most 21 bytes each.
+    examine(2 * line.len().min(21));
     let cr = line.iter().take(21).position(|&b| b == b'\r')?;
     parse_i64(line.get(..cr)?)?;
     if line.get(cr + 1) != Some(&b'\n') {
@@ -81,12 +122,13 @@ pub(crate) fn validate_nested(buf: &[u8], limits: &Limits) -> Option<usize> {
     let mut depth = 0;
     let mut pos = 0;
     loop {
+        examine(1);
         let t = *buf.get(pos)?;
         match t {
             b'$' => pos = bulk_end(buf, pos, limits)?,
             b':' => pos = integer_end(buf, pos)?,
             b'*' | b'~' | b'%' | b'>' => {
-                let (n, after) = digits_crlf(buf, pos + 1)?;
+                let (n, after) = header(buf, pos + 1)?;
                 if n > limits.max_elements as u64 || buf.get(after - 1) != Some(&b'\n') {
                     return None;
                 }
@@ -101,9 +143,14 @@ pub(crate) fn validate_nested(buf: &[u8], limits: &Limits) -> Option<usize> {
                 }
             }
             b'+' | b'-' => {
+                let max_line = limits.max_line_len.min(limits.max_bulk_len);
                 let line = buf.get(pos + 1..)?;
-                let cr = line.iter().position(|&b| b == b'\r')?;
-                if cr > limits.max_bulk_len || line.get(cr + 1) != Some(&b'\n') {
+                // Past the limit the general validator reports the error.
+                let window = line.get(..max_line.saturating_add(1)).unwrap_or(line);
+                let cr = window.iter().position(|&b| b == b'\r');
+                examine(cr.map_or(window.len(), |cr| cr + 2));
+                let cr = cr?;
+                if cr > max_line || line.get(cr + 1) != Some(&b'\n') {
                     return None;
                 }
                 pos += cr + 3;
@@ -202,6 +249,12 @@ mod tests {
             ..l
         };
         assert_eq!(validate_nested(b"*1\r\n+ab\r\n", &short), None);
+        let short_lines = Limits {
+            max_line_len: 1,
+            ..l
+        };
+        assert_eq!(validate_nested(b"*1\r\n+ab\r\n", &short_lines), None);
+        assert_eq!(validate_nested(b"*1\r\n+a\r\n", &short_lines), Some(8));
     }
 
     proptest::proptest! {
@@ -216,10 +269,11 @@ mod tests {
             ][..]), 0..14),
             max_elements in 1usize..4,
             max_bulk_len in 0usize..3,
+            max_line_len in 0usize..3,
             max_depth in 0usize..4,
         ) {
             let buf: std::string::String = tokens.concat();
-            let limits = Limits { max_elements, max_bulk_len, max_depth };
+            let limits = Limits { max_elements, max_bulk_len, max_line_len, max_depth };
             if let Some(end) = validate_fast(buf.as_bytes(), &limits) {
                 let mut v = crate::validate::Validator::<8>::new();
                 let general = v.run(buf.as_bytes(), &limits);
@@ -242,7 +296,7 @@ mod tests {
             max_bulk_len in 0usize..3,
         ) {
             let buf: std::string::String = tokens.concat();
-            let limits = Limits { max_elements, max_bulk_len, max_depth: 8 };
+            let limits = Limits { max_elements, max_bulk_len, max_line_len: 2, max_depth: 8 };
             if let Some(end) = validate_flat(buf.as_bytes(), &limits) {
                 let mut v = crate::validate::Validator::<8>::new();
                 let general = v.run(buf.as_bytes(), &limits);

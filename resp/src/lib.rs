@@ -14,9 +14,9 @@
 //! - **Never allocates while parsing.** A first pass validates the frame with
 //!   an explicit, fixed-size stack; aggregates are then lazy views
 //!   ([`Aggregate::iter`]) over the validated bytes, parsed as you iterate.
-//! - Checks [`Limits`] (bulk length, element count, nesting depth) before
-//!   anything is sized from a length prefix, so hostile input is rejected
-//!   early and cheaply.
+//! - Checks [`Limits`] (bulk length, line length, element count, nesting
+//!   depth) before anything is sized from a length prefix, so hostile input
+//!   (a line that never ends included) is rejected early and cheaply.
 //! - **Resumes**: a [`Decoder`] remembers how far it validated, so a large
 //!   reply arriving in small reads costs time linear in its size.
 //! - **Encodes** commands ([`encode_command`]), owned [`Value`]s, borrowed

@@ -388,20 +388,12 @@ impl<const N: usize> Validator<N> {
             }
             match t {
                 b'+' | b'-' | b'(' | b',' => {
-                    let max = if t == b',' {
-                        512.min(max_bulk)
+                    let max_line = limits.max_line_len.min(max_bulk);
+                    let (max, too_long) = if t == b',' {
+                        (512.min(max_line), ErrorKind::BadDouble)
                     } else {
-                        max_bulk
-                    };
-                    let too_long = if t == b',' {
-                        ErrorKind::BadDouble
-                    } else {
-                        // The line's end is not in sight: report the limit
-                        // plus one, the same however the bytes arrived.
-                        ErrorKind::TooLong {
-                            len: (max_bulk as u64).saturating_add(1),
-                            limit: max_bulk as u64,
-                        }
+                        let limit = max_line as u64;
+                        (max_line, ErrorKind::LineTooLong { limit })
                     };
                     let Some((line, after)) = self.line(buf, pos + 1, max, too_long)? else {
                         return Ok(Status::Incomplete);

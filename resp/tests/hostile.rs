@@ -157,8 +157,29 @@ fn endless_lines_and_streams_are_bounded() {
         max_bulk_len: 64,
         ..Limits::default()
     };
+    // A line is bounded by the smaller of the line and bulk limits.
     let e = reject(&[b'+'; 200], small);
-    assert!(matches!(e.kind, ErrorKind::TooLong { .. }), "{e}");
+    assert_eq!(e.kind, ErrorKind::LineTooLong { limit: 64 }, "{e}");
+    let short_lines = Limits {
+        max_line_len: 16,
+        ..Limits::default()
+    };
+    for t in [b'+', b'-', b'('] {
+        let mut line = vec![t];
+        line.extend_from_slice(&[b'1'; 17]);
+        let e = reject(&line, short_lines);
+        assert_eq!(e.kind, ErrorKind::LineTooLong { limit: 16 }, "{e}");
+        // Exactly at the limit is fine.
+        line.truncate(17);
+        line.extend_from_slice(b"\r\n");
+        let p = parse(&line, &short_lines).unwrap();
+        assert!(matches!(p, Status::Complete(p) if p.consumed == line.len()));
+    }
+    // The default: 64 KiB, whatever the bulk limit.
+    assert_eq!(Limits::default().max_line_len, 64 << 10);
+    let e = reject(&[b'+'; (64 << 10) + 2], Limits::default());
+    assert_eq!(e.kind, ErrorKind::LineTooLong { limit: 64 << 10 });
+    assert!(e.to_string().contains("line longer than"), "{e}");
     let mut long_int = b":".to_vec();
     long_int.extend_from_slice(&[b'1'; 100]);
     let e = reject(&long_int, small);

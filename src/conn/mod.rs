@@ -131,8 +131,9 @@ pub struct ConnConfig {
     /// A held batch leaves at once when it reaches this many bytes: the
     /// flush delay exists to gather small writes, not to slow big ones.
     pub flush_batch_bytes: usize,
-    /// The longest wait for the next reply while requests are outstanding;
-    /// zero disables it.
+    /// The longest a request may wait for its reply (for a subscribe, all
+    /// its confirmations), counted from when its bytes were written; zero
+    /// disables it. Replies to other requests and pushes do not extend it.
     pub request_timeout: Duration,
     /// The longest the handshake may take.
     pub handshake_timeout: Duration,
@@ -165,7 +166,8 @@ pub enum ConnError {
     Protocol(resp::ParseError),
     /// A reply arrived while no request was waiting for one.
     UnexpectedReply,
-    /// No reply came within the request timeout while requests were pending.
+    /// A request's reply did not come within the request timeout of its
+    /// write.
     Timeout(Duration),
     /// The handshake did not finish in time.
     HandshakeTimeout(Duration),
@@ -248,6 +250,11 @@ struct InBuf {
 
 const MIN_READ: usize = 64 * 1024;
 
+/// The most bytes one [`Connection::read_from`] takes: the parsing after a
+/// read, and so the time between two deadline checks of a driver that reads
+/// a flooding socket, stays bounded.
+const MAX_READ: usize = 1 << 20;
+
 /// Written bytes at the front of the output buffer are dropped once there
 /// are at least this many and they are at least half the buffer.
 const COMPACT_AFTER: usize = 256 * 1024;
@@ -306,8 +313,11 @@ struct State<T> {
     /// since the connection opened) and how many requests it holds; popped
     /// once written.
     batches: VecDeque<(u64, usize)>,
-    /// When the front request started waiting (reset by each reply).
-    front_since: Instant,
+    /// In step with `pending`: when each request was written (until then,
+    /// when it was queued). Its deadline is that plus the request timeout;
+    /// nothing else (a reply to another request, a push, a confirmation)
+    /// moves it.
+    sent_at: VecDeque<Instant>,
     /// Requests and bytes submitted before the handshake finished.
     held: VecDeque<Request<T>>,
     held_out: Vec<u8>,
@@ -350,7 +360,6 @@ impl<T> State<T> {
     where
         I: IntoIterator<Item = Request<T>>,
     {
-        let was_idle = self.pending.is_empty();
         // Fewer than two written requests await replies: there is no
         // pipeline to batch behind, and holding would only add delay (a
         // lone caller, or two callers taking turns).
@@ -358,13 +367,11 @@ impl<T> State<T> {
         let before = self.pending.len();
         self.pending.extend(requests);
         let added = self.pending.len() - before;
+        self.sent_at.extend(std::iter::repeat_n(now, added));
         self.unsent_requests += added;
         if added > 0 {
             let end = self.sent_total + self.unsent_len() as u64;
             self.batches.push_back((end, added));
-        }
-        if was_idle && !self.pending.is_empty() {
-            self.front_since = now;
         }
         if appended == 0 {
             return;
@@ -394,6 +401,25 @@ impl<T> State<T> {
             if let Some((_, n)) = self.batches.front_mut() {
                 *n = n.saturating_sub(1);
             }
+        }
+    }
+
+    /// Fails the connection if the handshake or request deadline has passed
+    /// at `self.now`.
+    fn check_deadlines(&mut self) {
+        if self.closed.is_some() {
+            return;
+        }
+        if let Some(hs) = &self.handshake {
+            if self.now >= hs.deadline {
+                self.fail(ConnError::HandshakeTimeout(self.config.handshake_timeout));
+            }
+            return;
+        }
+        let timeout = self.config.request_timeout;
+        let oldest = self.sent_at.front().copied();
+        if !timeout.is_zero() && oldest.is_some_and(|at| self.now >= at + timeout) {
+            self.fail(ConnError::Timeout(timeout));
         }
     }
 
@@ -444,7 +470,7 @@ impl<T> Connection<T> {
                 unsent_requests: 0,
                 sent_total: 0,
                 batches: VecDeque::new(),
-                front_since: now,
+                sent_at: VecDeque::new(),
                 held: VecDeque::new(),
                 held_out: Vec::new(),
                 handshake,
@@ -550,8 +576,9 @@ impl<T> Connection<T> {
         }
     }
 
-    /// Reads once from `source` straight into the input buffer. `Ok(0)` means
-    /// end of stream (then call [`Connection::handle_eof`]).
+    /// Reads once from `source` straight into the input buffer, at most
+    /// 1 MiB. `Ok(0)` means end of stream (then call
+    /// [`Connection::handle_eof`]).
     ///
     /// # Errors
     ///
@@ -560,7 +587,8 @@ impl<T> Connection<T> {
     pub fn read_from<R: io::Read>(&mut self, source: &mut R, now: Instant) -> io::Result<usize> {
         self.st.now = now;
         self.input.make_room();
-        let n = source.read(&mut self.input.buf[self.input.end..])?;
+        let end = self.input.buf.len().min(self.input.end + MAX_READ);
+        let n = source.read(&mut self.input.buf[self.input.end..end])?;
         self.input.end += n;
         Ok(n)
     }
@@ -583,23 +611,13 @@ impl<T> Connection<T> {
         self.st.fail(ConnError::Aborted);
     }
 
-    /// Checks the handshake and request deadlines.
+    /// Checks the handshake and request deadlines. They are also checked
+    /// whenever input leaves a reply incomplete (see
+    /// [`Connection::poll_event`]), so a reply that keeps arriving but never
+    /// ends cannot outlive them.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let st = &mut self.st;
-        st.now = now;
-        if st.closed.is_some() {
-            return;
-        }
-        if let Some(hs) = &st.handshake {
-            if now >= hs.deadline {
-                st.fail(ConnError::HandshakeTimeout(st.config.handshake_timeout));
-            }
-            return;
-        }
-        let timeout = st.config.request_timeout;
-        if !timeout.is_zero() && !st.pending.is_empty() && now >= st.front_since + timeout {
-            st.fail(ConnError::Timeout(timeout));
-        }
+        self.st.now = now;
+        self.st.check_deadlines();
     }
 
     /// The next instant at which [`Connection::handle_timeout`] or a flush
@@ -628,8 +646,8 @@ impl<T> Connection<T> {
             None
         } else if let Some(hs) = &st.handshake {
             Some(hs.deadline)
-        } else if !st.config.request_timeout.is_zero() && !st.pending.is_empty() {
-            Some(st.front_since + st.config.request_timeout)
+        } else if !st.config.request_timeout.is_zero() {
+            st.sent_at.front().map(|&at| at + st.config.request_timeout)
         } else {
             None
         }
@@ -662,6 +680,12 @@ impl<T> Connection<T> {
             }
             st.batches.pop_front();
             let count = count.min(st.unsent_requests);
+            // Their clocks start now (`pending` holds the written requests,
+            // then the unsent ones in order).
+            let now = st.now;
+            for at in st.sent_at.iter_mut().skip(st.in_flight).take(count) {
+                *at = now;
+            }
             st.unsent_requests -= count;
             st.in_flight += count;
         }
@@ -678,6 +702,11 @@ impl<T> Connection<T> {
     }
 
     /// The next event, if any. Call until `None` after every input.
+    ///
+    /// When the input ends inside a frame (or holds none), the handshake and
+    /// request deadlines are checked against the latest time passed in, as
+    /// [`Connection::handle_timeout`] would: a reply still incomplete at its
+    /// deadline fails however many of its bytes keep arriving.
     pub fn poll_event(&mut self) -> Option<Event<'_, T>> {
         let st = &mut self.st;
         let input = &mut self.input;
@@ -688,6 +717,7 @@ impl<T> Connection<T> {
                 input.end = 0;
             }
             if let Some(error) = &st.closed {
+                st.sent_at.pop_front();
                 if let Some(r) = st.pending.pop_front().or_else(|| st.held.pop_front()) {
                     return Some(Event::Failed {
                         user: r.user,
@@ -713,7 +743,15 @@ impl<T> Connection<T> {
                     st.fail(ConnError::Protocol(e));
                     continue;
                 }
-                Ok(Status::Incomplete) => return None,
+                Ok(Status::Incomplete) => {
+                    // Waiting for the rest of a frame: its bytes may keep
+                    // coming, but they do not move the deadlines.
+                    st.check_deadlines();
+                    if st.closed.is_some() {
+                        continue;
+                    }
+                    return None;
+                }
                 Ok(Status::Complete(p)) => p,
             };
             input.to_consume = parsed.consumed;
@@ -774,9 +812,9 @@ impl<T> Connection<T> {
                 } = &mut front.kind
                 {
                     if confirms(*kind, &class) {
-                        st.front_since = st.now;
                         *confirmations = confirmations.saturating_sub(1);
                         let completes = if *confirmations == 0 {
+                            st.sent_at.pop_front();
                             let user = st.pending.pop_front().map(|r| r.user);
                             st.answered();
                             user
@@ -803,7 +841,7 @@ impl<T> Connection<T> {
             }
             match st.pending.pop_front() {
                 Some(r) => {
-                    st.front_since = st.now;
+                    st.sent_at.pop_front();
                     st.answered();
                     return Some(Event::Reply {
                         user: r.user,

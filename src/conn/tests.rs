@@ -460,24 +460,88 @@ fn eof_fails_pending_in_order() {
 }
 
 #[test]
-fn request_timeout_counts_from_the_last_reply() {
+fn request_timeout_counts_from_each_write() {
     let (mut c, t0) = ready(config());
     let s = Duration::from_millis(1);
     send(&mut c, &["A"], 1, t0);
     send(&mut c, &["B"], 2, t0);
-    transmit(&mut c, t0 + Duration::from_secs(1));
-    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
-    // A reply just before the deadline moves it.
-    c.handle_read(b"+a\r\n", t0 + Duration::from_millis(900));
+    let t1 = t0 + Duration::from_millis(200);
+    transmit(&mut c, t1);
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_secs(1)));
+    // A reply just before the deadline: the next request's clock does not
+    // restart, it has run since B was written, at t1.
+    c.handle_read(b"+a\r\n", t1 + Duration::from_millis(900));
     assert_eq!(drain(&mut c).len(), 1);
-    c.handle_timeout(t0 + Duration::from_secs(1));
+    assert_eq!(c.poll_timeout(), Some(t1 + Duration::from_secs(1)));
+    // C, written later, has its own clock, but B fails first.
+    send(&mut c, &["C"], 3, t1 + Duration::from_millis(900));
+    transmit(&mut c, t1 + Duration::from_millis(900));
+    c.handle_timeout(t1 + Duration::from_secs(1) - s);
     assert_eq!(drain(&mut c), vec![]);
-    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_millis(1900)));
-    c.handle_timeout(t0 + Duration::from_millis(1900) - s);
-    assert_eq!(drain(&mut c), vec![]);
-    c.handle_timeout(t0 + Duration::from_millis(1900));
+    c.handle_timeout(t1 + Duration::from_secs(1));
     let t = ConnError::Timeout(Duration::from_secs(1));
-    assert_eq!(drain(&mut c), vec![Ev::Failed(2, t.clone()), Ev::Closed(t)]);
+    assert_eq!(
+        drain(&mut c),
+        vec![
+            Ev::Failed(2, t.clone()),
+            Ev::Failed(3, t.clone()),
+            Ev::Closed(t)
+        ]
+    );
+}
+
+#[test]
+fn a_request_written_late_is_timed_from_its_write() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["A"], 1, t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"+a\r\n", t0);
+    assert_eq!(drain(&mut c).len(), 1);
+    // Queued at t0 behind nothing, but written (the socket was full, say)
+    // only at t0 + 500 ms.
+    send(&mut c, &["B"], 2, t0);
+    let written = t0 + Duration::from_millis(500);
+    transmit(&mut c, written);
+    assert_eq!(c.poll_timeout(), Some(written + Duration::from_secs(1)));
+}
+
+#[test]
+fn pushes_and_confirmations_do_not_move_a_request_deadline() {
+    let (mut c, t0) = ready(config());
+    // A subscribe of two channels, of which only one is ever confirmed,
+    // while messages keep coming every 50 ms.
+    let sub = cmd(&["SUBSCRIBE", "a", "b"]);
+    let kind = ReplyKind::Subscribe {
+        kind: SubscribeKind::Channel,
+        confirmations: 2,
+    };
+    c.send_encoded(&sub, [Request { user: 1, kind }], t0);
+    send(&mut c, &["PING"], 2, t0);
+    transmit(&mut c, t0);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n";
+    c.handle_read(confirm, t0 + Duration::from_millis(50));
+    assert_eq!(drain(&mut c).len(), 1);
+    let message = b">3\r\n$7\r\nmessage\r\n$1\r\na\r\n$2\r\nhi\r\n";
+    let mut now = t0;
+    for _ in 0..19 {
+        now += Duration::from_millis(50);
+        c.handle_read(message, now);
+        c.handle_timeout(now);
+        assert_eq!(drain(&mut c).len(), 1, "at {:?}", now - t0);
+    }
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    c.handle_read(message, t0 + Duration::from_secs(1));
+    c.handle_timeout(t0 + Duration::from_secs(1));
+    let t = ConnError::Timeout(Duration::from_secs(1));
+    let evs = drain(&mut c);
+    assert_eq!(
+        evs[evs.len() - 3..],
+        [
+            Ev::Failed(1, t.clone()),
+            Ev::Failed(2, t.clone()),
+            Ev::Closed(t)
+        ]
+    );
 }
 
 #[test]
@@ -704,4 +768,90 @@ fn a_held_batch_leaves_once_it_is_big() {
         Some(4 * big.len()),
         "over 1000 bytes: due at once"
     );
+}
+
+#[test]
+fn an_endless_line_closes_the_connection_at_the_line_limit() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["PING"], 1, t0);
+    transmit(&mut c, t0);
+    let limit = resp::Limits::default().max_line_len;
+    c.handle_read(b"+", t0);
+    let chunk = [b'a'; 4096];
+    let mut fed = 0;
+    let evs = loop {
+        assert!(fed <= limit + chunk.len(), "no error after {fed} bytes");
+        c.handle_read(&chunk, t0);
+        fed += chunk.len();
+        let evs = drain(&mut c);
+        if !evs.is_empty() {
+            break evs;
+        }
+    };
+    // Cut as the line passes the limit, with the input buffer still small.
+    assert!(fed > limit, "{fed}");
+    assert!(c.input.buf.len() <= 4 * limit, "{}", c.input.buf.len());
+    let error = ConnError::Protocol(resp::ParseError {
+        offset: 1,
+        kind: resp::ErrorKind::LineTooLong {
+            limit: limit as u64,
+        },
+    });
+    assert_eq!(
+        evs,
+        vec![Ev::Failed(1, error.clone()), Ev::Closed(error.clone())]
+    );
+    assert!(error.to_string().contains("line longer than"), "{error}");
+}
+
+#[test]
+fn a_half_received_reply_still_times_out() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    // Bytes of the reply keep coming, but the reply never completes: the
+    // deadline holds on input too, without waiting for handle_timeout.
+    let s = Duration::from_millis(1);
+    c.handle_read(b"$100\r\nabc", t0 + Duration::from_millis(500));
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_read(b"def", t0 + Duration::from_secs(1) - s);
+    assert_eq!(drain(&mut c), vec![]);
+    c.handle_read(b"ghi", t0 + Duration::from_secs(1));
+    let t = ConnError::Timeout(Duration::from_secs(1));
+    assert_eq!(drain(&mut c), vec![Ev::Failed(1, t.clone()), Ev::Closed(t)]);
+}
+
+#[test]
+fn a_complete_reply_after_the_deadline_still_wins_until_the_timeout_is_checked() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"$1\r\nv\r\n", t0 + Duration::from_secs(2));
+    assert_eq!(drain(&mut c), vec![Ev::Reply(1, bulk("v"))]);
+}
+
+/// A reader with an endless supply of bytes.
+struct Endless;
+
+impl io::Read for Endless {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        buf.fill(b'x');
+        Ok(buf.len())
+    }
+}
+
+#[test]
+fn one_read_takes_at_most_max_read_bytes() {
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["GET", "k"], 1, t0);
+    transmit(&mut c, t0);
+    // A big bulk reply arriving: the input buffer grows past MAX_READ.
+    c.handle_read(format!("${}\r\n", 64 << 20).as_bytes(), t0);
+    c.handle_read(&vec![b'x'; 5 * MAX_READ], t0);
+    assert!(c.input.buf.len() - c.input.end > MAX_READ);
+    // However much room and however much data: one bounded read, so the
+    // parsing after it is bounded too.
+    let n = c.read_from(&mut Endless, t0).unwrap();
+    assert_eq!(n, MAX_READ);
+    assert_eq!(drain(&mut c), vec![]);
 }

@@ -1,6 +1,6 @@
 //! Reconnect delays: exponential backoff with jitter, from injected randomness.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A small seedable generator (SplitMix64); enough for jitter, and
 /// deterministic for tests.
@@ -24,12 +24,22 @@ impl Rng {
 /// Delays between reconnect attempts: `base · 2^attempt`, capped at `max`,
 /// with "equal jitter" (half fixed, half random) so a fleet that lost the same
 /// server does not come back in lockstep.
+///
+/// A finished handshake alone does not reset the schedule: a server that
+/// accepts `HELLO` and then fails every connection at once would otherwise
+/// be reconnected to at the base rate forever. The schedule restarts once a
+/// connection proves healthy: a request completed on it
+/// ([`Backoff::healthy`]), or it stayed up at least `max` (the longest
+/// delay) before it ended.
 #[derive(Clone, Debug)]
 pub(crate) struct Backoff {
     base: Duration,
     max: Duration,
     attempt: u32,
     rng: Rng,
+    /// When the current connection finished its handshake, until it proves
+    /// healthy.
+    up_since: Option<Instant>,
 }
 
 impl Backoff {
@@ -39,7 +49,20 @@ impl Backoff {
             max: max.max(base),
             attempt: 0,
             rng: Rng::new(seed),
+            up_since: None,
         }
+    }
+
+    /// The connection ended at `now`: the delay before the next attempt.
+    /// A connection that stayed up at least `max` since its handshake
+    /// counts as healthy, and the schedule starts over.
+    pub(crate) fn next_delay_after(&mut self, now: Instant) -> Duration {
+        if let Some(up) = self.up_since.take() {
+            if now.saturating_duration_since(up) >= self.max {
+                self.attempt = 0;
+            }
+        }
+        self.next_delay()
     }
 
     /// The delay before the next attempt.
@@ -62,9 +85,17 @@ impl Backoff {
         self.attempt
     }
 
-    /// Called after a successful connect.
-    pub(crate) fn reset(&mut self) {
+    /// A connection finished its handshake at `now`. The schedule goes on
+    /// until it proves healthy.
+    pub(crate) fn connected(&mut self, now: Instant) {
+        self.up_since = Some(now);
+    }
+
+    /// A request completed on the current connection: it works, and the
+    /// next failure starts the schedule over.
+    pub(crate) fn healthy(&mut self) {
         self.attempt = 0;
+        self.up_since = None;
     }
 }
 
@@ -84,8 +115,37 @@ mod tests {
             );
         }
         assert_eq!(b.attempts(), 6);
-        b.reset();
+        b.healthy();
         assert!(b.next_delay() <= ms(100));
+    }
+
+    #[test]
+    fn a_handshake_alone_does_not_reset_the_schedule() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut b = Backoff::new(ms(100), ms(1000), 9);
+        let mut now = t0;
+        // Each connection fails 10 ms after its handshake: the delays keep
+        // growing to the cap.
+        for ceiling in [100, 200, 400, 800, 1000, 1000] {
+            b.connected(now);
+            now += ms(10);
+            let d = b.next_delay_after(now);
+            assert!(
+                d >= ms(ceiling) / 2 && d <= ms(ceiling),
+                "{d:?} vs {ceiling}"
+            );
+            now += d;
+        }
+        // A completed request proves the connection healthy.
+        b.connected(now);
+        b.healthy();
+        assert!(b.next_delay_after(now + ms(10)) <= ms(100));
+        // So does staying up as long as the longest delay.
+        b.connected(now);
+        assert!(b.next_delay_after(now + ms(10)) > ms(100));
+        b.connected(now);
+        assert!(b.next_delay_after(now + ms(1000)) <= ms(100));
     }
 
     #[test]

@@ -122,16 +122,21 @@ impl Builder {
         self
     }
 
-    /// The longest a connection with outstanding requests may go without a
-    /// reply (default 5 s; zero disables). When it passes, the waiting
-    /// requests fail with [`Error::Timeout`] and the connection restarts.
+    /// The longest a request may wait for its reply, counted from when it
+    /// was written (default 5 s; zero disables). Neither replies to other
+    /// requests nor pushes extend it, nor does a reply that is still
+    /// arriving. When it passes, the waiting requests fail with
+    /// [`Error::Timeout`] and the connection restarts.
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = d;
         self
     }
 
     /// Reconnect delays: `base · 2^attempt` up to `max`, with jitter
-    /// (defaults 50 ms and 5 s).
+    /// (defaults 50 ms and 5 s). A handshake alone does not restart the
+    /// schedule, so a server that fails every connection right after it is
+    /// still backed off: it restarts once a connection proves healthy (a
+    /// request completed on it, or it stayed up for `max`).
     pub fn reconnect_backoff(mut self, base: Duration, max: Duration) -> Self {
         self.backoff = (base, max);
         self
@@ -192,7 +197,11 @@ impl Builder {
         self
     }
 
-    /// Parser limits for replies.
+    /// Parser limits for replies (default [`resp::Limits::default`]: 512 MiB
+    /// bulk strings, 64 KiB simple lines, 2^24 elements, 128 levels). A
+    /// reply past a limit closes the connection: its requests fail with
+    /// [`Error::Protocol`] (for an endless line,
+    /// [`resp::ErrorKind::LineTooLong`]), and it reconnects.
     pub fn limits(mut self, limits: resp::Limits) -> Self {
         self.limits = limits;
         self

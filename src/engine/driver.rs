@@ -17,7 +17,8 @@ use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, UP};
 use crate::engine::Settings;
 use crate::error::Error;
 
-/// Reads per readiness event before other connections get a turn.
+/// Reads per readiness event before other connections get a turn (each at
+/// most 1 MiB, so a turn is bounded however fast the socket fills).
 const READ_BUDGET: usize = 32;
 
 #[derive(Debug)]
@@ -197,7 +198,7 @@ impl Driver {
         }
     }
 
-    fn read(&mut self, registry: &Registry, now: Instant) {
+    fn read(&mut self, registry: &Registry, mut now: Instant) {
         self.more_to_read = false;
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
@@ -207,6 +208,12 @@ impl Driver {
             if budget == 0 {
                 self.more_to_read = true;
                 break;
+            }
+            if budget < READ_BUDGET {
+                // A flooding socket keeps this loop busy: each read gets the
+                // time it happens, so the core's deadlines (checked while a
+                // reply is incomplete) hold within one read.
+                now = Instant::now();
             }
             match core.read_from(socket, now) {
                 Ok(0) => {
@@ -491,7 +498,7 @@ impl Driver {
         } else if self.shutting_down {
             self.phase = Phase::Closed;
         } else {
-            let delay = self.backoff.next_delay();
+            let delay = self.backoff.next_delay_after(now);
             log::warn!(
                 "connection to {} lost ({error}); reconnect attempt {} in {delay:?}",
                 self.addr(),
@@ -550,7 +557,9 @@ fn dispatch(
                 if fell_back {
                     log::info!("{addr} refused HELLO 3; using RESP2");
                 }
-                backoff.reset();
+                // Not a reset: only a healthy connection restarts the
+                // schedule (a completed request, or time up).
+                backoff.connected(Instant::now());
                 settings
                     .observer
                     .on_connected(&shared.info, protocol, fell_back);
@@ -583,6 +592,9 @@ fn dispatch(
     }
     if pushes > 0 {
         settings.observer.on_pushes_done(&shared.info);
+    }
+    if replies > 0 {
+        backoff.healthy();
     }
     let c = &settings.counters;
     Counters::add(&c.replies, replies);

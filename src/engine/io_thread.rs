@@ -88,6 +88,9 @@ impl IoThread {
                     }
                 }
             }
+            // Reading can take a while (up to the read budget per
+            // connection): timers and the shutdown deadline see the clock.
+            let now = Instant::now();
             std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);
             for &i in &notified {
                 if let Some(f) = flags.get_mut(i) {

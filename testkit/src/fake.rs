@@ -3,7 +3,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -33,6 +33,10 @@ pub enum Step {
     /// connection open until the client closes it or the server is finished.
     /// A script that runs out of steps behaves the same way.
     Silence,
+    /// Write these bytes again and again, as fast as the client reads them,
+    /// until the client closes the connection (not a failure) or the server
+    /// is finished: a reply that never ends.
+    Flood(Vec<u8>),
 }
 
 impl Step {
@@ -51,6 +55,7 @@ impl Step {
 struct Shared {
     stop: AtomicBool,
     accepted: AtomicUsize,
+    sent: AtomicU64,
     failures: Mutex<Vec<String>>,
     handlers: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -170,6 +175,11 @@ impl FakeServer {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
+    /// Bytes written to clients so far, on every connection together.
+    pub fn bytes_sent(&self) -> u64 {
+        self.shared.sent.load(Ordering::SeqCst)
+    }
+
     /// The failures recorded so far.
     pub fn failures(&self) -> Vec<String> {
         self.shared
@@ -269,7 +279,9 @@ fn play(mut stream: TcpStream, k: usize, script: &[Step], shared: &Shared) {
                     fail(i, format!("send failed: {e}"));
                     return;
                 }
+                shared.sent.fetch_add(bytes.len() as u64, Ordering::SeqCst);
             }
+            Step::Flood(bytes) => return flood(&mut stream, bytes, shared),
             Step::Delay(d) => {
                 let end = Instant::now() + *d;
                 while Instant::now() < end && !shared.stop.load(Ordering::SeqCst) {
@@ -281,6 +293,27 @@ fn play(mut stream: TcpStream, k: usize, script: &[Step], shared: &Shared) {
         }
     }
     silence(stream, shared);
+}
+
+/// Writes `bytes` in a loop until the client closes or the server stops.
+fn flood(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
+    if bytes.is_empty() || stream.set_write_timeout(Some(POLL)).is_err() {
+        return;
+    }
+    let mut at = 0;
+    while !shared.stop.load(Ordering::SeqCst) {
+        match stream.write(&bytes[at..]) {
+            Ok(0) => return,
+            Ok(n) => {
+                shared.sent.fetch_add(n as u64, Ordering::SeqCst);
+                at = (at + n) % bytes.len();
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // The client closed: the flood is over.
+            Err(_) => return,
+        }
+    }
 }
 
 /// Reads `n` bytes or fails with what came (or why not) within [`EXPECT_TIMEOUT`].
