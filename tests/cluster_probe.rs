@@ -3,32 +3,38 @@
 //! is pinged, restarted when the `PING` goes unanswered, and its partitions
 //! are resubscribed with a gap event once the node answers again.
 
+mod accounted;
 mod cluster_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::{publish_round_and_wait, Recorder};
+use accounted::{Accounted, Background};
 use shardsub::cluster::ClusterPubSub;
+use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
 fn probe(kind: ServerKind) {
     let cluster = Cluster::start(kind, 3, 0).expect("cluster");
-    let rec = Arc::new(Recorder::default());
-    let ps = ClusterPubSub::builder()
-        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-        .handler_arc(rec.clone())
-        .probe_interval(Duration::from_millis(300))
-        .workers(1)
-        .build()
-        .expect("cluster pubsub");
-    let parts = ps.partitions().clone();
+    let parts = shardcore::Partitions::new(128).expect("128 partitions");
     let a = cluster.masters()[0];
     let on_a: Vec<u8> = (0..100_000)
         .map(|i| format!("p:{i}").into_bytes())
         .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(a))
         .expect("a channel on the node");
     let chans = vec![on_a.clone()];
+    let ledger = Arc::new(Ledger::new(&chans));
+    let handler = Accounted::new(&ledger, "sub");
+    let ps = Arc::new(
+        ClusterPubSub::builder()
+            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+            .handler_arc(handler.clone())
+            .probe_interval(Duration::from_millis(300))
+            .workers(1)
+            .build()
+            .expect("cluster pubsub"),
+    );
+    assert_eq!(ps.partitions(), &parts);
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, Duration::from_secs(5)).unwrap();
     // Idle: pings go out and come back; nothing restarts.
@@ -37,6 +43,16 @@ fn probe(kind: ServerKind) {
     })
     .unwrap();
     assert_eq!(ps.metrics().pubsub.probe_restarts, 0, "{kind:?}");
+    // Publishing all along: whatever the pause costs must be signalled.
+    let publisher = Background::start(
+        ledger.clone(),
+        accounted::via_cluster(ps.clone()),
+        Duration::from_millis(10),
+        Duration::from_secs(60),
+    );
+    ledger
+        .wait_fresh(Duration::ZERO, Duration::from_secs(5))
+        .expect("delivery before the pause");
     // The node stops answering for 7 s (longer than the 5 s request timeout).
     cluster
         .node(a)
@@ -48,9 +64,15 @@ fn probe(kind: ServerKind) {
     .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
     ps.wait_active(&chans, Duration::from_secs(15))
         .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
-    let missing = publish_round_and_wait(&ps, &rec, &chans, 1, Duration::from_secs(5));
-    assert!(missing.is_empty(), "{kind:?}: no delivery after the pause");
-    assert!(rec.gaps.lock().contains(&on_a), "{kind:?}: no gap event");
+    let rounds = publisher.stop();
+    accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+    let report =
+        accounted::settle_and_check(&ledger, Duration::from_secs(20), &format!("{kind:?}"));
+    eprintln!("{kind:?}: {rounds} rounds; {report}");
+    assert!(
+        handler.gap_channels.lock().contains(&on_a),
+        "{kind:?}: no gap event"
+    );
     let m = ps.metrics();
     eprintln!("{kind:?}: {m:?}");
     ps.shutdown();

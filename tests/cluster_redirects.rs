@@ -7,14 +7,16 @@
 //! event), and `CLUSTERDOWN` is
 //! retried within the retry window and then fails with a clear error.
 
+mod accounted;
 mod cluster_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_support::Recorder;
+use accounted::Accounted;
 use shardsub::cluster::{ClusterPubSub, Mode};
 use shardsub::Error;
+use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
 fn state_of(cluster: &Cluster, i: usize) -> String {
@@ -34,21 +36,40 @@ fn channel_on(cluster: &Cluster, parts: &shardcore::Partitions, node: usize) -> 
         .expect("a channel on the node")
 }
 
+/// A publish of the next stamped message of `ledger`'s only channel, and
+/// its outcome (recorded in the ledger).
+fn stamped_wait(ps: &ClusterPubSub, ledger: &Ledger) -> Result<i64, Error> {
+    let mut payload = Vec::new();
+    let stamp = ledger.stamp(0, &mut payload, accounted::PAYLOAD_LEN);
+    let r = ps.publish_wait(ledger.name(0), &payload, Duration::from_secs(3));
+    accounted::record(ledger, stamp, &r, true);
+    r
+}
+
 fn redirects(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
-    let rec = Arc::new(Recorder::default());
+    let parts = shardcore::Partitions::new(128).expect("128 partitions");
+    let masters = cluster.masters();
+    let (a, b, c) = (masters[0], masters[1], masters[2]);
+    let on_a = channel_on(&cluster, &parts, a);
+    let on_b = channel_on(&cluster, &parts, b);
+    // Every message to on_a and to on_b is accounted for: the sharded
+    // name of on_a (received by the per-partition instance), its classic
+    // name (the classic instance: another namespace), and on_b (the main
+    // instance).
+    let ledger_a = Arc::new(Ledger::new([&on_a]));
+    let ledger_c = Arc::new(Ledger::new([&on_a]));
+    let ledger_b = Arc::new(Ledger::new([&on_b]));
+    let handler = Accounted::new(&ledger_b, "main");
     let ps = ClusterPubSub::builder()
         .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-        .handler_arc(rec.clone())
+        .handler_arc(handler.clone())
         .workers(1)
         .retry_window(Duration::from_millis(400))
         .build()
         .expect("cluster pubsub");
-    let masters = cluster.masters();
-    let (a, b, c) = (masters[0], masters[1], masters[2]);
-    let parts = ps.partitions().clone();
+    assert_eq!(ps.partitions(), &parts);
 
-    let on_a = channel_on(&cluster, &parts, a);
     let slot = parts.slot(parts.partition_of(&on_a)).to_string();
     let (id_a, id_b) = (
         cluster.node_id(a).unwrap().to_string(),
@@ -81,22 +102,28 @@ fn redirects(kind: ServerKind) {
     // The comparison modes subscribed to the channel whose slot moves next:
     // per-partition mode reconnects that partition on the new owner (a gap),
     // classic mode is not affected (no gap).
-    let others: Vec<(Mode, Arc<Recorder>, ClusterPubSub)> = [Mode::PerPartition, Mode::Classic]
-        .into_iter()
-        .map(|mode| {
-            let rec = Arc::new(Recorder::default());
-            let ps = ClusterPubSub::builder()
-                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-                .handler_arc(rec.clone())
-                .mode(mode)
-                .workers(1)
-                .build()
-                .expect("cluster pubsub");
-            ps.subscribe([&on_a]).unwrap();
-            ps.wait_active(&[&on_a], Duration::from_secs(5)).unwrap();
-            (mode, rec, ps)
-        })
-        .collect();
+    let others: Vec<(Mode, Arc<Accounted>, Arc<ClusterPubSub>)> =
+        [Mode::PerPartition, Mode::Classic]
+            .into_iter()
+            .map(|mode| {
+                let ledger = if mode == Mode::Classic {
+                    &ledger_c
+                } else {
+                    &ledger_a
+                };
+                let h = Accounted::new(ledger, &format!("{mode:?}"));
+                let ps = ClusterPubSub::builder()
+                    .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+                    .handler_arc(h.clone())
+                    .mode(mode)
+                    .workers(1)
+                    .build()
+                    .expect("cluster pubsub");
+                ps.subscribe([&on_a]).unwrap();
+                ps.wait_active(&[&on_a], Duration::from_secs(5)).unwrap();
+                (mode, h, Arc::new(ps))
+            })
+            .collect();
 
     // MOVED: the slot moves for good while this instance (no subscription
     // there, 30 s poll) still routes to a; the publish follows the redirect,
@@ -108,7 +135,7 @@ fn redirects(kind: ServerKind) {
             b,
         )
         .expect("migrate");
-    let r = ps.publish_wait(&on_a, b"2", Duration::from_secs(3));
+    let r = stamped_wait(&ps, &ledger_a);
     assert!(r.is_ok(), "{kind:?}: {r:?}");
     let m = ps.metrics();
     assert!(m.redirects.moved >= 1, "{kind:?}: {m:?}");
@@ -117,26 +144,28 @@ fn redirects(kind: ServerKind) {
     })
     .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
     let moved = ps.metrics().redirects.moved;
-    assert!(ps.publish_wait(&on_a, b"3", Duration::from_secs(3)).is_ok());
+    assert!(stamped_wait(&ps, &ledger_a).is_ok());
     assert_eq!(
         ps.metrics().redirects.moved,
         moved,
         "{kind:?}: route not updated"
     );
 
-    for (mode, rec, other) in &others {
-        let missing = cluster_support::publish_round_and_wait(
-            other,
-            rec,
-            std::slice::from_ref(&on_a),
-            7,
-            Duration::from_secs(5),
+    for (mode, _, other) in &others {
+        let ledger = if *mode == Mode::Classic {
+            &ledger_c
+        } else {
+            &ledger_a
+        };
+        accounted::round(ledger, &*accounted::via_cluster(other.clone()));
+        accounted::settle_and_check(
+            ledger,
+            Duration::from_secs(10),
+            &format!("{kind:?} {mode:?}"),
         );
-        assert!(
-            missing.is_empty(),
-            "{kind:?} {mode:?}: no delivery after the move"
-        );
-        let gapped = rec.gaps.lock().contains(&on_a);
+    }
+    for (mode, h, _) in &others {
+        let gapped = h.gap_channels.lock().contains(&on_a);
         assert_eq!(
             gapped,
             *mode == Mode::PerPartition,
@@ -147,7 +176,6 @@ fn redirects(kind: ServerKind) {
 
     // A slot with no owner: its partition is unresolved (counted, probed),
     // and subscribed again once a node takes the slot.
-    let on_b = channel_on(&cluster, &parts, b);
     let p_b = parts.partition_of(&on_b);
     let slot_b = parts.slot(p_b).to_string();
     ps.subscribe([&on_b]).unwrap();
@@ -179,12 +207,16 @@ fn redirects(kind: ServerKind) {
         .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
     assert_eq!(ps.metrics().unknown_slot_owners, 0);
     assert_eq!(
-        ps.publish_wait(&on_b, b"3", Duration::from_secs(2))
-            .unwrap(),
+        stamped_wait(&ps, &ledger_b).unwrap(),
         1,
         "{kind:?}: the new owner delivers"
     );
-    let gapped = rec.gaps.lock().contains(&on_b);
+    accounted::settle_and_check(
+        &ledger_b,
+        Duration::from_secs(10),
+        &format!("{kind:?} orphan"),
+    );
+    let gapped = handler.gap_channels.lock().contains(&on_b);
     assert!(gapped, "{kind:?}: the orphaned channel got no gap event");
 
     // CLUSTERDOWN: a master dies with no replica; a live master that does
