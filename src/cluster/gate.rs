@@ -6,11 +6,13 @@
 //! 2. An answer is not a delivery when the old node became a replica of
 //!    the new owner (a failover): a replica accepts `SPUBLISH` and forwards
 //!    it over the cluster bus, which may take longer than a direct publish.
-//!    Then a marker (`SPUBLISH` of the new owner's service channel, with
+//!    So a marker (`SPUBLISH` of the new owner's service channel, with
 //!    this instance's id and the gate's token) is sent on the old route
 //!    every 20 ms until it comes back on our service subscription at the
 //!    new owner: the bus link carries the forwarded publishes in order, so
-//!    every earlier publish has reached the new owner.
+//!    every earlier publish has reached the new owner. A marker the old
+//!    node refuses (`MOVED`: it is still a primary, a slot migrated, and
+//!    it forwards nothing) opens the gate at once.
 //! 3. A `PING` that fails (the old node is gone) opens the gate at once;
 //!    a gate still closed after `GATE_TIMEOUT` opens anyway (counted).
 
@@ -21,7 +23,6 @@ use std::time::{Duration, Instant};
 use crate::cluster::control::Control;
 use crate::cluster::hold::GATE_TIMEOUT;
 use crate::cluster::service::service_name;
-use crate::cluster::topo::resolve;
 use crate::engine::Engine;
 use crate::metrics::add;
 
@@ -31,7 +32,6 @@ const MARKER_EVERY: Duration = Duration::from_millis(20);
 /// A closed gate: the old route and where its slots went.
 pub(crate) struct Gate {
     pub(crate) old: Arc<Engine>,
-    pub(crate) old_addr: Option<SocketAddr>,
     pub(crate) new_addr: Option<SocketAddr>,
     pub(crate) since: Instant,
     /// When the next marker is due (set once the `PING` was answered).
@@ -52,13 +52,12 @@ pub(crate) fn parse_marker(instance: u64, payload: &[u8]) -> Option<u64> {
 }
 
 impl Control {
-    /// Closes a gate for slots leaving `old` (at `old_addr`) for
-    /// `new_addr`; the caller gates the slots with the returned token and
-    /// then calls [`Control::send_barrier`].
+    /// Closes a gate for slots leaving `old` for `new_addr`; the caller
+    /// gates the slots with the returned token and then calls
+    /// [`Control::send_barrier`].
     pub(crate) fn open_gate_record(
         &mut self,
         old: Arc<Engine>,
-        old_addr: Option<SocketAddr>,
         new_addr: Option<SocketAddr>,
     ) -> u64 {
         let token = self.new_token();
@@ -66,7 +65,6 @@ impl Control {
             token,
             Gate {
                 old,
-                old_addr,
                 new_addr,
                 since: Instant::now(),
                 marker_due: None,
@@ -77,23 +75,11 @@ impl Control {
 
     /// The barrier `PING` of `token` was answered (`ok`) or failed.
     pub(crate) fn on_barrier(&mut self, token: u64, ok: bool) {
-        let Some(g) = self.gates.get_mut(&token) else {
-            return;
-        };
-        let forwarded = ok
-            && match (g.old_addr, g.new_addr) {
-                (Some(old), Some(new)) => self.map.shards().iter().any(|sh| {
-                    sh.primary.addr.as_ref().and_then(resolve) == Some(new)
-                        && sh
-                            .replicas
-                            .iter()
-                            .any(|r| r.addr.as_ref().and_then(resolve) == Some(old))
-                }),
-                _ => false,
-            };
         match self.gates.get_mut(&token) {
-            Some(g) if forwarded => g.marker_due = Some(Instant::now()),
-            _ => self.finish_gate(token, false),
+            // Markers next: the old node may forward what it accepted.
+            Some(g) if ok && g.new_addr.is_some() => g.marker_due = Some(Instant::now()),
+            Some(_) => self.finish_gate(token, false),
+            None => {}
         }
     }
 
@@ -130,8 +116,16 @@ impl Control {
             };
             let name = service_name(slot);
             let payload = marker_payload(instance, token);
+            let s = self.s.clone();
+            // Refused (`MOVED`: the old node still serves its own slots and
+            // forwards nothing) or not sent: nothing to wait for. Accepted:
+            // wait for it to come back.
             g.old
-                .command_then(0, [&b"SPUBLISH"[..], &name, &payload], |_| {});
+                .command_then(0, [&b"SPUBLISH"[..], &name, &payload], move |r| {
+                    if r.is_err() {
+                        s.post(|inbox| inbox.markers.push(token));
+                    }
+                });
         }
     }
 

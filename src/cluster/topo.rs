@@ -80,8 +80,7 @@ impl Control {
         }
         let old = old.filter(|o| !Arc::ptr_eq(o, &engine));
         if let Some(old) = old {
-            let old_addr = self.addr_of(&old);
-            let token = self.open_gate_record(old.clone(), old_addr, Some(addr));
+            let token = self.open_gate_record(old.clone(), Some(addr));
             self.s.hold.gate(slot, token, Instant::now());
             drop(routes);
             self.send_barrier(&old, token);
@@ -372,11 +371,8 @@ impl Control {
             let token = match barriers.iter().find(|(e, n, _)| same(e, n)) {
                 Some(&(_, _, t)) => t,
                 None => {
-                    let (old_addr, new_addr) = (
-                        self.addr_of(&old),
-                        new.as_ref().and_then(|n| self.addr_of(n)),
-                    );
-                    let t = self.open_gate_record(old.clone(), old_addr, new_addr);
+                    let new_addr = new.as_ref().and_then(|n| self.addr_of(n));
+                    let t = self.open_gate_record(old.clone(), new_addr);
                     barriers.push((old, new, t));
                     t
                 }
