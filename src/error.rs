@@ -136,6 +136,32 @@ pub enum Error {
         /// The server's error text.
         message: Arc<str>,
     },
+    /// A cluster publish was held because its slot's owner could not be
+    /// reached (connection down, the primary killed, no owner known), and
+    /// no reachable owner appeared within
+    /// [`ClusterBuilder::publish_hold`](crate::cluster::ClusterBuilder::publish_hold).
+    /// Nothing was delivered by this library after the hold (a publish whose
+    /// connection broke may have run before it was held). Retry later, or
+    /// raise the hold above the cluster's failover time.
+    OwnerUnreachable {
+        /// The hash slot.
+        slot: u16,
+        /// How long it was held.
+        held: Duration,
+    },
+    /// A cluster publish to a slot whose owner is unreachable could not be
+    /// held: the hold already had its most messages or bytes
+    /// ([`ClusterBuilder::publish_hold_limit`](crate::cluster::ClusterBuilder::publish_hold_limit)).
+    /// Nothing was sent. Slow down while the cluster fails over, or raise
+    /// the limit.
+    HoldFull {
+        /// The hash slot.
+        slot: u16,
+        /// The message limit.
+        messages: usize,
+        /// The byte limit.
+        bytes: usize,
+    },
     /// [`Pending::wait_timeout`](crate::Pending::wait_timeout) gave up; the
     /// request itself is still in flight and will complete or fail on its own.
     WaitTimeout {
@@ -173,6 +199,8 @@ impl Error {
                 | Error::ConnectionLost { .. }
                 | Error::NotConnected { .. }
                 | Error::Backpressure { .. }
+                | Error::OwnerUnreachable { .. }
+                | Error::HoldFull { .. }
                 | Error::WaitTimeout { .. }
         )
     }
@@ -238,6 +266,20 @@ impl fmt::Display for Error {
                 f,
                 "the server refused the subscription to {:?}: {message}",
                 String::from_utf8_lossy(channel)
+            ),
+            Error::OwnerUnreachable { slot, held } => write!(
+                f,
+                "the owner of slot {slot} was unreachable for the whole publish hold \
+                 ({held:?}); the publish was not sent"
+            ),
+            Error::HoldFull {
+                slot,
+                messages,
+                bytes,
+            } => write!(
+                f,
+                "slot {slot}'s owner is unreachable and the publish hold is full \
+                 ({messages} messages or {bytes} bytes); the publish was not sent"
             ),
             Error::Shutdown => f.write_str("the engine has been shut down"),
             Error::WaitTimeout { after } => write!(

@@ -1,7 +1,7 @@
 //! [`ClusterBuilder`]: settings for a [`ClusterPubSub`], checked by `build`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use shardcore::Partitions;
 use topology::{Layout, SlotMap};
 
 use crate::cluster::control::Control;
+use crate::cluster::hold::Hold;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
@@ -90,7 +91,8 @@ impl NodeSettings {
 /// per primary, one worker per core with 4096-message queues, batches of
 /// 512 channels, a 30 s topology poll (200 ms retries while degraded), 16
 /// resubscribe workers split by partition, at most 5 redirects and a 2 s
-/// retry window per publish, RESP3.
+/// retry window per publish, a 5 s publish hold of at most 100,000
+/// messages and 64 MiB, RESP3.
 pub struct ClusterBuilder {
     seeds: Vec<String>,
     partitions: u32,
@@ -106,6 +108,9 @@ pub struct ClusterBuilder {
     resubscribe_workers: u32,
     max_redirects: u32,
     retry_window: Duration,
+    publish_hold: Duration,
+    hold_messages: usize,
+    hold_bytes: usize,
     handler: Option<Arc<dyn Handler>>,
     node: NodeSettings,
 }
@@ -127,6 +132,9 @@ impl Default for ClusterBuilder {
             resubscribe_workers: 16,
             max_redirects: 5,
             retry_window: Duration::from_secs(2),
+            publish_hold: Duration::from_secs(5),
+            hold_messages: 100_000,
+            hold_bytes: 64 << 20,
             handler: None,
             node: NodeSettings {
                 protocol: Protocol::Resp3,
@@ -258,6 +266,34 @@ impl ClusterBuilder {
         self
     }
 
+    /// How long a publish waits for its slot's owner while that owner
+    /// cannot be reached (default 5 s; [`Duration::ZERO`] fails at once,
+    /// with the connection's error, as without a hold).
+    ///
+    /// A publish whose owner's connection is down, broke before the reply
+    /// (it may have run: it can then arrive twice), or whose slot has no
+    /// known owner, is held, in publish order, with every later publish to
+    /// the same slot; once the topology names a reachable owner (the
+    /// promoted replica after a `kill -9` of a primary) they are sent there
+    /// oldest first and their outcomes reported. A publish still held after
+    /// this long fails with [`Error::OwnerUnreachable`]; set it above the
+    /// cluster's failover time (`cluster-node-timeout` plus the election)
+    /// for no publish to fail across a failover. Memory is bounded by
+    /// [`ClusterBuilder::publish_hold_limit`].
+    pub fn publish_hold(mut self, d: Duration) -> Self {
+        self.publish_hold = d;
+        self
+    }
+
+    /// Most publishes, and most channel-plus-payload bytes, held at once
+    /// over all slots (defaults 100,000 and 64 MiB); a publish that would
+    /// pass either fails at once with [`Error::HoldFull`].
+    pub fn publish_hold_limit(mut self, messages: usize, bytes: usize) -> Self {
+        self.hold_messages = messages;
+        self.hold_bytes = bytes;
+        self
+    }
+
     /// The handler (required).
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.handler = Some(Arc::new(handler));
@@ -361,6 +397,7 @@ impl ClusterBuilder {
             retry_window: self.retry_window,
             degraded_retry: self.degraded_retry,
             probe_interval: self.probe_interval,
+            publish_hold: self.publish_hold,
         };
         let lanes = Shared::lanes(&cfg, &parts);
         let seed = crate::cluster::instance_seed();
@@ -377,6 +414,9 @@ impl ClusterBuilder {
             mail: Mailbox::new(lanes),
             active: ActiveWait::new(false, Duration::from_millis(50)),
             closing: AtomicBool::new(false),
+            hold: Hold::new(self.hold_messages, self.hold_bytes),
+            next_seq: AtomicU64::new(0),
+            instance: crate::cluster::instance_seed(),
         });
         let empty = SlotMap::new();
         let control = Control {
@@ -401,6 +441,9 @@ impl ClusterBuilder {
             last_restore_check: None,
             probes: Default::default(),
             next_probe: Instant::now(),
+            next_token: 0,
+            gates: Default::default(),
+            retiring: Vec::new(),
             enc: Vec::new(),
             name: Vec::new(),
         };

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use topology::{Layout, SlotMap, TopologyCommand};
 
 use crate::cluster::builder::{Mode, NodeSettings};
 use crate::cluster::dispatch::SubObserver;
+use crate::cluster::gate::Gate;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::resubscribe::plan_batches;
 use crate::cluster::shared::{ConnState, Retry, Shared, Trigger};
@@ -31,6 +32,13 @@ pub(crate) type GroupKey = (SocketAddr, Option<u32>);
 pub(crate) struct Group {
     pub(crate) engine: Arc<Engine>,
     pub(crate) conns: Vec<Arc<ConnState>>,
+    /// The slot of the service channel on connection 0 (node groups in
+    /// node-grouped mode; see `service`).
+    pub(crate) service: Option<u16>,
+    /// Set by the observer when the server dropped the service channel.
+    pub(crate) service_lost: Arc<AtomicBool>,
+    /// Rebuilds that saw it dropped with its slot still on the node.
+    pub(crate) service_stale: u32,
 }
 
 pub(crate) struct Control {
@@ -63,19 +71,25 @@ pub(crate) struct Control {
     /// Liveness probe per connection id: rx seen last, and since when.
     pub(crate) probes: HashMap<u64, (u64, Instant)>,
     pub(crate) next_probe: Instant,
+    /// The next route barrier's token.
+    pub(crate) next_token: u64,
+    /// Closed route gates by token.
+    pub(crate) gates: HashMap<u64, Gate>,
+    /// Publish engines of former primaries, kept until their gates open.
+    pub(crate) retiring: Vec<Arc<Engine>>,
     pub(crate) enc: Vec<u8>,
     pub(crate) name: Vec<u8>,
 }
 
 /// Appends `cmd name…` as a RESP array header and command bulk; names follow.
-fn push_header(out: &mut Vec<u8>, args: usize, cmd: &[u8]) {
+pub(crate) fn push_header(out: &mut Vec<u8>, args: usize, cmd: &[u8]) {
     out.push(b'*');
     out.extend_from_slice(args.to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
     push_bulk(out, cmd);
 }
 
-fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'$');
     out.extend_from_slice(bytes.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -120,7 +134,17 @@ impl Control {
             if !self.s.config.probe_interval.is_zero() {
                 wake = wake.min(self.next_probe);
             }
-            let (connected, dirty, retries, rebuild) = {
+            if let Some(t) = self.next_gate_deadline() {
+                wake = wake.min(t);
+            }
+            if self.s.hold.busy() {
+                // Held publishes: look for a reachable owner often.
+                wake = wake.min(now + Duration::from_millis(5));
+                if let Some(t) = self.s.hold.next_deadline(self.s.config.publish_hold) {
+                    wake = wake.min(t);
+                }
+            }
+            let (connected, dirty, retries, barriers, markers, rebuild) = {
                 let mut inbox = self.s.mail.inbox.lock();
                 loop {
                     if inbox.stop {
@@ -130,6 +154,9 @@ impl Control {
                     if !inbox.connected.is_empty()
                         || !inbox.dirty.is_empty()
                         || !inbox.retries.is_empty()
+                        || !inbox.barriers.is_empty()
+                        || !inbox.markers.is_empty()
+                        || inbox.held
                         || inbox.rebuild.is_some()
                     {
                         break;
@@ -142,7 +169,12 @@ impl Control {
                     std::mem::take(&mut inbox.connected),
                     std::mem::take(&mut inbox.dirty),
                     std::mem::take(&mut inbox.retries),
-                    inbox.rebuild.take(),
+                    std::mem::take(&mut inbox.barriers),
+                    std::mem::take(&mut inbox.markers),
+                    {
+                        inbox.held = false;
+                        inbox.rebuild.take()
+                    },
                 )
             };
             if let Some(trigger) = rebuild {
@@ -159,6 +191,17 @@ impl Control {
             }
             for r in retries {
                 self.retry(r);
+            }
+            // After the retries: redirected publishes that were in flight on
+            // the old route go out before the gate opens.
+            for (token, ok) in barriers {
+                self.on_barrier(token, ok);
+            }
+            for token in markers {
+                self.on_marker(token);
+            }
+            if !self.gates.is_empty() {
+                self.service_gates(Instant::now());
             }
             let now = Instant::now();
             match self.next_rebuild {
@@ -178,6 +221,9 @@ impl Control {
             };
             for msg in due {
                 publish::send(&self.s, msg, None, false);
+            }
+            if self.s.hold.busy() {
+                self.service_hold(Instant::now());
             }
             self.check_restored();
             if !self.s.config.probe_interval.is_zero() && now >= self.next_probe {
@@ -234,7 +280,14 @@ impl Control {
         for msg in std::mem::take(&mut self.delayed) {
             msg.1.finish(&self.s, Err(Error::Shutdown));
         }
+        for msg in self.s.hold.drain() {
+            msg.finish(&self.s, Err(Error::Shutdown));
+        }
         for (_, e) in std::mem::take(&mut self.publ) {
+            e.shutdown();
+        }
+        self.gates.clear();
+        for e in std::mem::take(&mut self.retiring) {
             e.shutdown();
         }
     }
@@ -257,9 +310,11 @@ impl Control {
                 })
             })
             .collect();
+        let service_lost = Arc::new(AtomicBool::new(false));
         let observer = Arc::new(SubObserver {
             shared: self.s.clone(),
             conns: conns.clone(),
+            service_lost: service_lost.clone(),
         });
         let engine = self
             .node
@@ -276,6 +331,9 @@ impl Control {
             Group {
                 engine: Arc::new(engine),
                 conns,
+                service: None,
+                service_lost,
+                service_stale: 0,
             },
         );
         self.s.cluster.subscribe_connections.store(
@@ -420,6 +478,9 @@ impl Control {
             .filter(|&l| self.lane_at[l] == Some((key, index)))
             .collect();
         let ok = self.resubscribe((key, index), &lanes);
+        if index == 0 && key.1.is_none() && self.mode() == Mode::Sharded {
+            self.send_service(key);
+        }
         if ok {
             state.ready.store(true, Ordering::Release);
             self.s.wake_active_waiters();
@@ -537,6 +598,50 @@ impl Control {
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
                 self.delayed.push((Instant::now() + delay, Box::new(msg)));
+            }
+        }
+    }
+
+    /// Held publishes: opens gates past their timeout, sends what a
+    /// reachable owner can take (oldest first), fails what was held too long.
+    fn service_hold(&mut self, now: Instant) {
+        let s = self.s.clone();
+        let hold_on = !s.config.publish_hold.is_zero();
+        for slot in s.hold.releasable() {
+            // Bounded: publishes keep joining while a batch is written.
+            for _ in 0..64 {
+                let engine = s.routes.read().engine_of(slot);
+                let engine = engine.filter(|e| !hold_on || e.is_connection_up(0, 0));
+                let Some(engine) = engine else {
+                    if !hold_on {
+                        // A gate opened on a slot with no owner and no hold:
+                        // the no-owner retry path.
+                        while let Some(batch) = s.hold.take(slot) {
+                            for m in batch {
+                                let retry = Retry {
+                                    msg: Box::new(m),
+                                    error: topology::ClusterError::ClusterDown,
+                                    message: "no known owner for the slot".into(),
+                                };
+                                self.retry(retry);
+                            }
+                        }
+                    }
+                    break;
+                };
+                let Some(batch) = s.hold.take(slot) else {
+                    break;
+                };
+                for m in batch {
+                    publish::submit(&s, m, &engine, false);
+                }
+            }
+        }
+        if hold_on {
+            for m in s.hold.expired(now, s.config.publish_hold) {
+                add(&s.cluster.hold_expired, 1);
+                let (slot, held) = (m.slot, m.held_at.map_or(Duration::ZERO, |t| now - t));
+                m.finish(&s, Err(Error::OwnerUnreachable { slot, held }));
             }
         }
     }

@@ -2,11 +2,12 @@
 //! each push, hands messages to the workers without blocking, and turns a
 //! server-initiated `sunsubscribe` of a wanted channel into a rebuild.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use resp::{Parsed, PubSub};
 
+use crate::cluster::service;
 use crate::cluster::shared::{ConnState, Shared, Trigger};
 use crate::conn::Protocol;
 use crate::error::Error;
@@ -19,11 +20,19 @@ use crate::pubsub::registry::{ACTIVE, SENT, WANT};
 pub(crate) struct SubObserver {
     pub(crate) shared: Arc<Shared>,
     pub(crate) conns: Vec<Arc<ConnState>>,
+    /// Set when the server drops this node's service channel.
+    pub(crate) service_lost: Arc<AtomicBool>,
 }
 
 impl SubObserver {
     fn deliver(&self, state: &ConnState, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
+        if service::is_service(wire) {
+            if let Some(token) = crate::cluster::gate::parse_marker(s.instance, payload) {
+                s.post(|inbox| inbox.markers.push(token));
+            }
+            return;
+        }
         let Some((_, channel)) = s.user_of(wire) else {
             return; // not one of ours (another app's channel on a shared node)
         };
@@ -44,6 +53,9 @@ impl SubObserver {
 
     fn confirmed(&self, wire: &[u8]) {
         let s = &self.shared;
+        if service::is_service(wire) {
+            return;
+        }
         add(&s.counters.confirmations, 1);
         let Some((lane, channel)) = s.user_of(wire) else {
             return;
@@ -58,6 +70,14 @@ impl SubObserver {
     /// dropped it (its slot moved away).
     fn unsubscribed(&self, state: &Arc<ConnState>, wire: &[u8]) {
         let s = &self.shared;
+        if service::is_service(wire) {
+            // The node lost the service channel's slot: a failover or a
+            // migration. Rebuild now (publish routes too).
+            if !self.service_lost.swap(true, Ordering::AcqRel) {
+                s.request_rebuild(Trigger::Sunsubscribe);
+            }
+            return;
+        }
         let Some((lane, channel)) = s.user_of(wire) else {
             return;
         };

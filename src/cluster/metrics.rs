@@ -72,6 +72,28 @@ pub struct Redirects {
     pub cluster_down: u64,
 }
 
+/// The publish hold and route gates
+/// ([`ClusterBuilder::publish_hold`](crate::cluster::ClusterBuilder::publish_hold)).
+#[non_exhaustive]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holds {
+    /// Publishes held because their slot's owner was unreachable.
+    pub held: u64,
+    /// Held publishes that failed with
+    /// [`Error::OwnerUnreachable`](crate::Error::OwnerUnreachable).
+    pub expired: u64,
+    /// Publishes refused with [`Error::HoldFull`](crate::Error::HoldFull).
+    pub full: u64,
+    /// Route changes that waited for a barrier on the old route.
+    pub gates: u64,
+    /// Gates opened by their timeout (1 s) instead of the barrier's reply.
+    pub gate_timeouts: u64,
+    /// Publishes held now.
+    pub messages: usize,
+    /// Their channel and payload bytes.
+    pub bytes: usize,
+}
+
 /// A snapshot of a [`ClusterPubSub`](crate::cluster::ClusterPubSub)'s
 /// counters.
 #[non_exhaustive]
@@ -101,6 +123,8 @@ pub struct ClusterMetrics {
     pub redirects: Redirects,
     /// Publishes that failed in the end.
     pub publish_failed: u64,
+    /// The publish hold and route gates.
+    pub holds: Holds,
     /// Primaries with a publish connection.
     pub nodes: usize,
     /// Subscribe connections open.
@@ -161,6 +185,18 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
             cluster_down: g(&c.cluster_down),
         },
         publish_failed: g(&c.publish_failed),
+        holds: {
+            let (messages, bytes) = s.hold.size();
+            Holds {
+                held: g(&c.held),
+                expired: g(&c.hold_expired),
+                full: g(&c.hold_full),
+                gates: g(&c.gates),
+                gate_timeouts: g(&c.gate_timeouts),
+                messages,
+                bytes,
+            }
+        },
         nodes: c.nodes.load(Ordering::Relaxed),
         subscribe_connections: c.subscribe_connections.load(Ordering::Relaxed),
     }

@@ -13,8 +13,9 @@
 //!                                                          on the conn of p's primary
 //! control: seeds ─► INFO server ─► CLUSTER SHARDS|SLOTS ─► SlotMap ─► probe GET for unowned slots
 //!          ─► Layout ─► plan_rewire ─► open conns ─► resubscribe moved partitions (gap events) ─► close
-//! triggers: start, poll (30 s), server sunsubscribe of a wanted channel, MOVED, a lost
-//!           subscribe conn, a refused SSUBSCRIBE; while degraded, retry every 200 ms
+//! triggers: start, poll (30 s), server sunsubscribe of a wanted channel or of a node's
+//!           service channel, MOVED, a lost subscribe conn, a refused SSUBSCRIBE;
+//!           while degraded, retry every 200 ms
 //! ```
 //!
 //! - A channel `ch` lives in partition `partition_of(ch)`, under the
@@ -28,12 +29,34 @@
 //!   (`server` is the new node's number, in the order nodes were first seen).
 //! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
 //!
+//! - Failovers reach publish-only instances too: in [`Mode::Sharded`] each
+//!   instance subscribes, on every primary's subscribe connection, one
+//!   service channel in a slot that primary owns. A demoted primary pushes
+//!   `sunsubscribe` for it, and the rebuild runs at once (asking that node
+//!   first), instead of at the next poll: a replica accepts `SPUBLISH`
+//!   without `MOVED` and forwards it, so nothing else would tell.
+//! - When a slot's publish route moves, its publishes are held until the
+//!   old route has answered a `PING` sent after them; when the old node is
+//!   now a replica of the new owner, until a marker sent through it has
+//!   come back over the cluster bus at the new owner (at most 1 s, then
+//!   counted in [`Holds::gate_timeouts`]). A channel's publishes do not
+//!   overtake each other across the switch.
+//! - A publish whose slot owner cannot be reached (a `kill -9`ed primary,
+//!   until its replica is promoted) is held, in order, for up to
+//!   [`ClusterBuilder::publish_hold`] (5 s; bounded in messages and bytes
+//!   by [`ClusterBuilder::publish_hold_limit`]), then sent to the new
+//!   owner; past the hold it fails with [`Error::OwnerUnreachable`], past
+//!   the limit at once with [`Error::HoldFull`]. One whose connection broke
+//!   before its reply is sent again, so it may arrive twice.
+//!
 //! - An idle subscribe connection gets a `PING` every
 //!   [`ClusterBuilder::probe_interval`]; one that does not answer is
 //!   restarted and resubscribed (with gap events).
 //!
 //! What it does not do: the envelope (lag histogram) of
-//! [`PubSub`](crate::PubSub), subscriptions on replicas, patterns. Node engines each
+//! [`PubSub`](crate::PubSub), subscriptions on replicas, patterns; the
+//! service channel (failover detection for publish-only instances) exists
+//! only in [`Mode::Sharded`]. Node engines each
 //! run one I/O thread (a node that joins gets its own engine).
 //!
 //! ```no_run
@@ -53,9 +76,12 @@
 mod builder;
 mod control;
 mod dispatch;
+mod gate;
+mod hold;
 mod metrics;
 mod publish;
 mod resubscribe;
+mod service;
 mod shared;
 mod topo;
 
@@ -67,7 +93,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use builder::{ClusterBuilder, Mode, ResubscribeSplit};
-pub use metrics::{ClusterMetrics, RebuildCounts, Redirects, TopologyErrors};
+pub use metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 
 use crate::error::Error;
 use crate::metrics::add;
@@ -245,8 +271,10 @@ impl ClusterPubSub {
 
     /// [`ClusterPubSub::publish`] with a callback: `f` gets the number of
     /// receivers on the owning node, or why the publish failed
-    /// ([`Error::Cluster`] past the redirect or retry bounds; a connection
-    /// error as it happened). It runs on an I/O or the control thread; keep
+    /// ([`Error::Cluster`] past the redirect or retry bounds,
+    /// [`Error::OwnerUnreachable`] past the publish hold,
+    /// [`Error::HoldFull`]; with a zero hold, a connection error as it
+    /// happened). It runs on an I/O or the control thread; keep
     /// it short.
     pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
     where

@@ -16,12 +16,22 @@
 //! by [`ClusterBuilder::retry_window`]; past either bound the publish fails
 //! with [`Error::Cluster`] (and is counted).
 //!
+//! A publish whose owner cannot be reached (its connection is down or
+//! broke before the reply, or no owner is known) is held
+//! ([`super::hold`]) up to [`ClusterBuilder::publish_hold`], and sent to
+//! the slot's owner once one is reachable. A slot whose route moves is
+//! gated until a `PING` on the old route has been answered, so publishes
+//! sent there are acknowledged before any goes to the new owner.
+//!
 //! [`ClusterBuilder::max_redirects`]: crate::cluster::ClusterBuilder::max_redirects
 //! [`ClusterBuilder::retry_window`]: crate::cluster::ClusterBuilder::retry_window
+//! [`ClusterBuilder::publish_hold`]: crate::cluster::ClusterBuilder::publish_hold
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cluster::hold::Offer;
 use crate::cluster::shared::{Retry, Shared};
 use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
@@ -39,6 +49,10 @@ pub(crate) struct PubMsg {
     pub(crate) redirects: u32,
     pub(crate) retries: u32,
     pub(crate) first: Instant,
+    /// Publish order (per instance): held publishes leave in this order.
+    pub(crate) seq: u64,
+    /// When it was first held.
+    pub(crate) held_at: Option<Instant>,
     pub(crate) done: Option<Done>,
 }
 
@@ -66,28 +80,82 @@ impl PubMsg {
 }
 
 /// Sends `msg` to `engine`, or to the slot's owner when `engine` is
-/// `None`; `asking` sends `ASKING` first on the same connection.
+/// `None` (held instead while the slot holds publishes, or has no owner
+/// and the hold is on); `asking` sends `ASKING` first on the same
+/// connection.
 pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>>, asking: bool) {
-    let engine = match engine {
-        Some(e) => e,
-        None => match shared.routes.read().engine_of(msg.slot) {
-            Some(e) => e,
-            None if shared.closing.load(std::sync::atomic::Ordering::Acquire) => {
-                return msg.finish(shared, Err(Error::Shutdown));
+    if let Some(e) = engine {
+        return submit(shared, msg, &e, asking);
+    }
+    // Held under the read lock: a route change (write lock) cannot fall
+    // between the hold check, the route lookup and the submission, so the
+    // old route's barrier follows every publish sent on it.
+    let routes = shared.routes.read_recursive();
+    let msg = if shared.hold.busy() {
+        match shared.hold.offer(msg) {
+            Offer::Held => return,
+            Offer::Full(m) => {
+                drop(routes);
+                return fail_full(shared, m);
             }
-            None => {
-                // No owner known yet: the control thread retries it after a
-                // backoff and schedules a (coalesced) refresh.
-                let retry = Retry {
-                    msg: Box::new(msg),
-                    error: topology::ClusterError::ClusterDown,
-                    message: "no known owner for the slot".into(),
-                };
-                shared.post(|inbox| inbox.retries.push(retry));
-                return;
-            }
-        },
+            Offer::Free(m) => m,
+        }
+    } else {
+        msg
     };
+    match routes.engine_of(msg.slot) {
+        Some(e) => submit(shared, msg, &e, false),
+        None if shared.closing.load(Ordering::Acquire) => {
+            drop(routes);
+            msg.finish(shared, Err(Error::Shutdown));
+        }
+        None if !shared.config.publish_hold.is_zero() => {
+            drop(routes);
+            hold(shared, msg);
+        }
+        None => {
+            drop(routes);
+            // No owner known yet: the control thread retries it after a
+            // backoff and schedules a (coalesced) refresh.
+            let retry = Retry {
+                msg: Box::new(msg),
+                error: topology::ClusterError::ClusterDown,
+                message: "no known owner for the slot".into(),
+            };
+            shared.post(|inbox| inbox.retries.push(retry));
+        }
+    }
+}
+
+/// Holds a publish whose owner is unreachable.
+fn hold(shared: &Arc<Shared>, msg: PubMsg) {
+    match shared.hold.hold(msg) {
+        (Offer::Held, new) => {
+            add(&shared.cluster.held, 1);
+            if new {
+                shared.post(|inbox| inbox.held = true);
+            }
+        }
+        (Offer::Full(m) | Offer::Free(m), _) => fail_full(shared, m),
+    }
+}
+
+fn fail_full(shared: &Shared, msg: PubMsg) {
+    add(&shared.cluster.hold_full, 1);
+    let h = &shared.hold;
+    let (slot, messages, bytes) = (msg.slot, h.max_messages, h.max_bytes);
+    msg.finish(
+        shared,
+        Err(Error::HoldFull {
+            slot,
+            messages,
+            bytes,
+        }),
+    );
+}
+
+/// Writes `msg` to `engine`'s connection.
+pub(crate) fn submit(shared: &Arc<Shared>, msg: PubMsg, engine: &Engine, asking: bool) {
     let options = if shared.sharded() {
         PublishOptions::sharded()
     } else {
@@ -107,12 +175,21 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
 fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
     // A node engine closed by a rewire while this publish was on its way:
     // send it again wherever the slot lives now.
-    if matches!(r, Err(Error::Shutdown))
-        && !shared.closing.load(std::sync::atomic::Ordering::Acquire)
-        && msg.redirects < shared.config.max_redirects
+    let closing = shared.closing.load(Ordering::Acquire);
+    if matches!(r, Err(Error::Shutdown)) && !closing && msg.redirects < shared.config.max_redirects
     {
         msg.redirects += 1;
         return send(shared, msg, None, false);
+    }
+    // The owner could not be reached (nothing sent, or the connection broke
+    // before the reply): held for the slot's next reachable owner.
+    if matches!(
+        r,
+        Err(Error::NotConnected { .. } | Error::ConnectionLost { .. })
+    ) && !closing
+        && !shared.config.publish_hold.is_zero()
+    {
+        return hold(shared, msg);
     }
     let Err(Error::Reply { addr, message }) = &r else {
         return msg.finish(shared, r);
@@ -171,6 +248,8 @@ pub(crate) fn message(
         redirects: 0,
         retries: 0,
         first: Instant::now(),
+        seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
+        held_at: None,
         done,
     }
 }

@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
+use crate::cluster::hold::Hold;
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
 use crate::metrics::Counters;
@@ -30,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) retry_window: Duration,
     pub(crate) degraded_retry: Duration,
     pub(crate) probe_interval: Duration,
+    pub(crate) publish_hold: Duration,
 }
 
 /// What made the control thread rebuild the topology.
@@ -108,6 +110,12 @@ pub(crate) struct Inbox {
     pub(crate) connected: Vec<u64>,
     pub(crate) dirty: Vec<usize>,
     pub(crate) retries: Vec<Retry>,
+    /// Route barriers: token, and whether the old route answered.
+    pub(crate) barriers: Vec<(u64, bool)>,
+    /// Our gate markers that came back (their tokens).
+    pub(crate) markers: Vec<u64>,
+    /// A slot started holding publishes.
+    pub(crate) held: bool,
     pub(crate) rebuild: Option<Trigger>,
     pub(crate) stop: bool,
 }
@@ -132,6 +140,11 @@ pub(crate) struct ClusterCounters {
     pub(crate) try_again: AtomicU64,
     pub(crate) cluster_down: AtomicU64,
     pub(crate) publish_failed: AtomicU64,
+    pub(crate) held: AtomicU64,
+    pub(crate) hold_expired: AtomicU64,
+    pub(crate) hold_full: AtomicU64,
+    pub(crate) gates: AtomicU64,
+    pub(crate) gate_timeouts: AtomicU64,
     pub(crate) moved_partitions: AtomicU64,
     pub(crate) subscribe_errors: AtomicU64,
     pub(crate) nodes: AtomicUsize,
@@ -161,6 +174,12 @@ pub(crate) struct Shared {
     /// Set when the instance shuts down (node engines closing then is not
     /// a reason to re-route).
     pub(crate) closing: AtomicBool,
+    /// Publishes held per slot (owner unreachable, or a route change).
+    pub(crate) hold: Hold,
+    /// The next publish's order number.
+    pub(crate) next_seq: AtomicU64,
+    /// This instance's id in gate markers.
+    pub(crate) instance: u64,
 }
 
 /// Salt so the classic-mode connection choice is independent of workers.

@@ -65,17 +65,50 @@ impl Control {
         let Some(engine) = self.publ.get(&addr).cloned() else {
             return;
         };
-        let mut routes = self.s.routes.write();
+        let shared = self.s.clone();
+        let mut routes = shared.routes.write();
+        let old = routes.engine_of(slot);
         let i = match routes.engines.iter().position(|e| Arc::ptr_eq(e, &engine)) {
             Some(i) => i,
             None => {
-                routes.engines.push(engine);
+                routes.engines.push(engine.clone());
                 routes.engines.len() - 1
             }
         };
         if let Some(o) = routes.owner.get_mut(usize::from(slot)) {
             *o = i as u16;
         }
+        let old = old.filter(|o| !Arc::ptr_eq(o, &engine));
+        if let Some(old) = old {
+            let token = self.open_gate_record(old.clone(), Some(addr));
+            self.s.hold.gate(slot, token, Instant::now());
+            drop(routes);
+            self.send_barrier(&old, token);
+        }
+    }
+
+    pub(crate) fn new_token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    /// A `PING` on `old` after every publish sent there: its reply (or
+    /// failure) opens the gates of `token`.
+    pub(crate) fn send_barrier(&self, old: &Engine, token: u64) {
+        add(&self.s.cluster.gates, 1);
+        let s = self.s.clone();
+        old.command_then(0, [&b"PING"[..]], move |r| {
+            let ok = r.is_ok();
+            s.post(|inbox| inbox.barriers.push((token, ok)));
+        });
+    }
+
+    /// The address of a publish engine.
+    pub(crate) fn addr_of(&self, engine: &Arc<Engine>) -> Option<SocketAddr> {
+        self.publ
+            .iter()
+            .find(|(_, e)| Arc::ptr_eq(e, engine))
+            .map(|(a, _)| *a)
     }
 
     /// Runs `args` on `engine` and waits (bounded).
@@ -121,8 +154,10 @@ impl Control {
     /// Asks the known primaries in turn, then the seeds.
     fn fetch_map(&mut self) -> Result<SlotMap, Stage> {
         let mut last = Stage::Fetch;
-        let known: Vec<(SocketAddr, Arc<Engine>)> =
+        let mut known: Vec<(SocketAddr, Arc<Engine>)> =
             self.publ.iter().map(|(a, e)| (*a, e.clone())).collect();
+        // A node that dropped our service channel knows its slots moved.
+        known.sort_by_key(|(a, _)| !self.service_lost(*a));
         for (addr, engine) in known {
             if !engine_up(&engine) {
                 continue;
@@ -227,6 +262,9 @@ impl Control {
             Mode::Classic => degraded |= self.rewire_classic(&layout),
             Mode::Sharded | Mode::PerPartition => degraded |= self.rewire_sharded(&layout),
         }
+        if self.mode() == Mode::Sharded {
+            degraded |= self.ensure_services(&map);
+        }
         self.map = map;
         self.layout = layout;
         // Primaries that own nothing any more keep no publish connection.
@@ -244,7 +282,11 @@ impl Control {
             .collect();
         for a in gone {
             if let Some(e) = self.publ.remove(&a) {
-                e.shutdown();
+                if self.gates.values().any(|g| Arc::ptr_eq(&g.old, &e)) {
+                    self.retiring.push(e); // markers still go out on it
+                } else {
+                    e.shutdown();
+                }
             }
         }
         s.cluster.nodes.store(self.publ.len(), Ordering::Relaxed);
@@ -304,7 +346,44 @@ impl Control {
                 .and_then(|i| index.get(i).copied().flatten())
                 .unwrap_or(NONE);
         }
-        *self.s.routes.write() = routes;
+        // Slots whose route moves are gated (under the write lock, so no
+        // publish slips between) until the old route answers a barrier.
+        let shared = self.s.clone();
+        let mut current = shared.routes.write();
+        let now = Instant::now();
+        let mut barriers: Vec<(Arc<Engine>, Option<Arc<Engine>>, u64)> = Vec::new();
+        for &slot in shared.parts.slots() {
+            let Some(old) = current.engine_of(slot) else {
+                continue;
+            };
+            let new = routes.engine_of(slot);
+            if new.as_ref().is_some_and(|n| Arc::ptr_eq(n, &old)) {
+                continue;
+            }
+            let same = |e: &Arc<Engine>, n: &Option<Arc<Engine>>| {
+                Arc::ptr_eq(e, &old)
+                    && match (n, &new) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
+            };
+            let token = match barriers.iter().find(|(e, n, _)| same(e, n)) {
+                Some(&(_, _, t)) => t,
+                None => {
+                    let new_addr = new.as_ref().and_then(|n| self.addr_of(n));
+                    let t = self.open_gate_record(old.clone(), new_addr);
+                    barriers.push((old, new, t));
+                    t
+                }
+            };
+            shared.hold.gate(slot, token, now);
+        }
+        *current = routes;
+        drop(current);
+        for (old, _, token) in barriers {
+            self.send_barrier(&old, token);
+        }
     }
 
     /// Sharded modes: open what `plan_rewire(old, new)` opens, then

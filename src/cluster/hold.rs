@@ -1,0 +1,234 @@
+//! The publish hold: publishes kept back per slot, in publish order, while
+//! the slot's owner is unreachable (bounded in time by
+//! [`ClusterBuilder::publish_hold`] and in memory by
+//! [`ClusterBuilder::publish_hold_limit`]) or while the slot's route moves
+//! (a gate: the old route's publishes are acknowledged first).
+//!
+//! While a slot has an entry here, every publish to it joins the entry
+//! (checked under the lock, so none can slip past); the control thread
+//! releases an entry to the slot's owner, oldest publish first, once its
+//! gate is open and the owner's connection is up, and removes it once
+//! empty.
+//!
+//! [`ClusterBuilder::publish_hold`]: crate::cluster::ClusterBuilder::publish_hold
+//! [`ClusterBuilder::publish_hold_limit`]: crate::cluster::ClusterBuilder::publish_hold_limit
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::cluster::publish::PubMsg;
+
+/// How long a route change waits for the old route's barrier before it
+/// lets the slot's publishes go to the new owner anyway.
+pub(crate) const GATE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What became of a message offered to the hold.
+pub(crate) enum Offer {
+    /// Kept; its outcome comes later.
+    Held,
+    /// Its slot holds nothing: send it.
+    Free(PubMsg),
+    /// The hold is at its limit: fail it.
+    Full(PubMsg),
+}
+
+/// One slot's held publishes.
+struct Entry {
+    queue: Vec<PubMsg>,
+    /// A route change waiting for this barrier on the old route, since.
+    gate: Option<(u64, Instant)>,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<u16, Entry>,
+    messages: usize,
+    bytes: usize,
+}
+
+/// Held publishes of every slot.
+pub(crate) struct Hold {
+    state: Mutex<State>,
+    /// `state.slots.len()`, read without the lock on every publish.
+    entries: AtomicUsize,
+    pub(crate) max_messages: usize,
+    pub(crate) max_bytes: usize,
+}
+
+fn cost(msg: &PubMsg) -> usize {
+    msg.data.len()
+}
+
+impl Hold {
+    pub(crate) fn new(max_messages: usize, max_bytes: usize) -> Self {
+        Hold {
+            state: Mutex::new(State::default()),
+            entries: AtomicUsize::new(0),
+            max_messages,
+            max_bytes,
+        }
+    }
+
+    /// Whether any slot holds something (a hint; the lock decides).
+    pub(crate) fn busy(&self) -> bool {
+        self.entries.load(Ordering::Acquire) > 0
+    }
+
+    fn push(&self, st: &mut State, mut msg: PubMsg) -> Offer {
+        let c = cost(&msg);
+        if st.messages >= self.max_messages || st.bytes.saturating_add(c) > self.max_bytes {
+            return Offer::Full(msg);
+        }
+        msg.held_at.get_or_insert_with(Instant::now);
+        st.messages += 1;
+        st.bytes += c;
+        let slot = msg.slot;
+        let before = st.slots.len();
+        st.slots
+            .entry(slot)
+            .or_insert_with(|| Entry {
+                queue: Vec::new(),
+                gate: None,
+            })
+            .queue
+            .push(msg);
+        if st.slots.len() != before {
+            self.entries.store(st.slots.len(), Ordering::Release);
+        }
+        Offer::Held
+    }
+
+    /// Joins the slot's entry if it has one.
+    pub(crate) fn offer(&self, msg: PubMsg) -> Offer {
+        let mut st = self.state.lock();
+        if !st.slots.contains_key(&msg.slot) {
+            return Offer::Free(msg);
+        }
+        self.push(&mut st, msg)
+    }
+
+    /// Holds `msg` (its owner is unreachable); returns whether this opened
+    /// a new entry (the control thread should look soon).
+    pub(crate) fn hold(&self, msg: PubMsg) -> (Offer, bool) {
+        let mut st = self.state.lock();
+        let new = !st.slots.contains_key(&msg.slot);
+        (self.push(&mut st, msg), new)
+    }
+
+    /// Closes `slot`'s gate until barrier `token` completes.
+    pub(crate) fn gate(&self, slot: u16, token: u64, now: Instant) {
+        let mut st = self.state.lock();
+        st.slots
+            .entry(slot)
+            .or_insert_with(|| Entry {
+                queue: Vec::new(),
+                gate: None,
+            })
+            .gate = Some((token, now));
+        self.entries.store(st.slots.len(), Ordering::Release);
+    }
+
+    /// Opens the gates of barrier `token`.
+    pub(crate) fn open(&self, token: u64) {
+        let mut st = self.state.lock();
+        for e in st.slots.values_mut() {
+            if e.gate.is_some_and(|(t, _)| t == token) {
+                e.gate = None;
+            }
+        }
+    }
+
+    /// Slots whose gate is open.
+    pub(crate) fn releasable(&self) -> Vec<u16> {
+        let st = self.state.lock();
+        st.slots
+            .iter()
+            .filter(|(_, e)| e.gate.is_none())
+            .map(|(&s, _)| s)
+            .collect()
+    }
+
+    /// The slot's held publishes, oldest first, to be sent now; `None`
+    /// (and the entry removed) when there are none left.
+    pub(crate) fn take(&self, slot: u16) -> Option<Vec<PubMsg>> {
+        let mut st = self.state.lock();
+        let e = st.slots.get_mut(&slot)?;
+        if e.gate.is_some() {
+            return None;
+        }
+        if e.queue.is_empty() {
+            st.slots.remove(&slot);
+            self.entries.store(st.slots.len(), Ordering::Release);
+            return None;
+        }
+        let mut batch = std::mem::take(&mut e.queue);
+        st.messages -= batch.len();
+        st.bytes -= batch.iter().map(cost).sum::<usize>();
+        batch.sort_by_key(|m| m.seq);
+        Some(batch)
+    }
+
+    /// Publishes held (outside a gate) since `hold` or longer, removed.
+    pub(crate) fn expired(&self, now: Instant, hold: Duration) -> Vec<PubMsg> {
+        let mut st = self.state.lock();
+        if st.slots.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for e in st.slots.values_mut() {
+            if e.gate.is_some() {
+                continue;
+            }
+            let old = |m: &PubMsg| m.held_at.is_some_and(|t| now.duration_since(t) >= hold);
+            if e.queue.iter().any(old) {
+                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.queue)
+                    .into_iter()
+                    .partition(|m| old(m));
+                e.queue = kept;
+                out.extend(gone);
+            }
+        }
+        st.messages -= out.len();
+        st.bytes -= out.iter().map(cost).sum::<usize>();
+        out.sort_by_key(|m| m.seq);
+        out
+    }
+
+    /// When the oldest held publish expires (outside gates), or a gate
+    /// times out.
+    pub(crate) fn next_deadline(&self, hold: Duration) -> Option<Instant> {
+        let st = self.state.lock();
+        st.slots
+            .values()
+            .filter_map(|e| match e.gate {
+                Some((_, at)) => Some(at + GATE_TIMEOUT),
+                None if hold.is_zero() => None,
+                None => e
+                    .queue
+                    .iter()
+                    .filter_map(|m| m.held_at)
+                    .min()
+                    .map(|t| t + hold),
+            })
+            .min()
+    }
+
+    /// Everything held, for shutdown.
+    pub(crate) fn drain(&self) -> Vec<PubMsg> {
+        let mut st = self.state.lock();
+        let out: Vec<PubMsg> = st.slots.drain().flat_map(|(_, e)| e.queue).collect();
+        st.messages = 0;
+        st.bytes = 0;
+        self.entries.store(0, Ordering::Release);
+        out
+    }
+
+    /// Held publishes and bytes now.
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.messages, st.bytes)
+    }
+}
