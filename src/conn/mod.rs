@@ -503,9 +503,11 @@ impl<T> Connection<T> {
         self.st.pending.len()
     }
 
-    /// Unsent output bytes.
+    /// Unsent output bytes, commands held for the handshake included (the
+    /// engine's backpressure reads this, so a long handshake cannot let
+    /// commands pile up past its bound).
     pub fn unsent_len(&self) -> usize {
-        self.st.unsent_len()
+        self.st.unsent_len() + self.st.held_out.len()
     }
 
     /// Queues encoded commands and the requests they make. `bytes` must hold

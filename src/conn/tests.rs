@@ -111,6 +111,29 @@ fn requests_wait_for_the_handshake() {
     assert_eq!(drain(&mut c), vec![Ev::Reply(7, bulk("v"))]);
 }
 
+/// Found by the conn_core fuzz target: commands held for the handshake
+/// were not counted as unsent, so the engine's backpressure (which reads
+/// `unsent_len`) let staged commands pile up past its bound while a
+/// handshake was in progress.
+#[test]
+fn commands_held_for_the_handshake_count_as_unsent() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(config(), t0);
+    assert_eq!(transmit(&mut c, t0), cmd(&["HELLO", "3"]));
+    assert_eq!(c.unsent_len(), 0);
+    let big = "x".repeat(100_000);
+    let one = cmd(&["SET", "k", &big]).len();
+    for user in 0..10 {
+        send(&mut c, &["SET", "k", &big], user, t0);
+    }
+    assert_eq!(c.unsent_len(), 10 * one, "held bytes are unsent bytes");
+    c.handle_read(HELLO_REPLY, t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp3, false)]);
+    assert_eq!(c.unsent_len(), 10 * one, "now in the output buffer");
+    assert_eq!(transmit(&mut c, t0).len(), 10 * one);
+    assert_eq!(c.unsent_len(), 0);
+}
+
 #[test]
 fn refused_hello_falls_back_to_resp2_with_separate_commands() {
     for refusal in [
