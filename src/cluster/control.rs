@@ -18,12 +18,13 @@ use crate::cluster::dispatch::SubObserver;
 use crate::cluster::gate::Gate;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::resubscribe::plan_batches;
-use crate::cluster::shared::{ConnState, Retry, Shared, Trigger};
+use crate::cluster::shared::{ConnState, Refusal, Retry, Shared, Trigger};
 use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
 use crate::pubsub::registry::{Settled, WANT};
+use crate::pubsub::ChannelList;
 
 /// Which subscribe engine: a node, and in per-partition mode a partition.
 pub(crate) type GroupKey = (SocketAddr, Option<u32>);
@@ -144,7 +145,7 @@ impl Control {
                     wake = wake.min(t);
                 }
             }
-            let (connected, dirty, retries, barriers, markers, rebuild) = {
+            let (connected, dirty, retries, barriers, markers, rebuild, refused) = {
                 let mut inbox = self.s.mail.inbox.lock();
                 loop {
                     if inbox.stop {
@@ -158,6 +159,7 @@ impl Control {
                         || !inbox.markers.is_empty()
                         || inbox.held
                         || inbox.rebuild.is_some()
+                        || !inbox.refused.is_empty()
                     {
                         break;
                     }
@@ -175,8 +177,12 @@ impl Control {
                         inbox.held = false;
                         inbox.rebuild.take()
                     },
+                    std::mem::take(&mut inbox.refused),
                 )
             };
+            for r in refused {
+                self.refused(r);
+            }
             if let Some(trigger) = rebuild {
                 if !matches!(trigger, Trigger::Retry) {
                     self.change_at.get_or_insert_with(Instant::now);
@@ -376,8 +382,17 @@ impl Control {
     }
 
     /// Sends `self.enc` on connection `at`; a subscribe command's error
-    /// reply (`MOVED` for a stale map) asks for a rebuild.
-    fn submit(&mut self, at: (GroupKey, usize), kind: ReplyKind, lane: usize) -> bool {
+    /// reply asks for a rebuild when it is about routing (`MOVED` for a
+    /// stale map, `CLUSTERDOWN`, …); any other refusal (an ACL denial) of
+    /// a command that carries its channel `names` is isolated (see
+    /// [`Control::refused`]).
+    fn submit(
+        &mut self,
+        at: (GroupKey, usize),
+        kind: ReplyKind,
+        lane: usize,
+        names: Option<ChannelList>,
+    ) -> bool {
         let Some((engine, _)) = self.conn(at) else {
             self.enc.clear();
             return false;
@@ -386,6 +401,7 @@ impl Control {
         let enc = std::mem::take(&mut self.enc);
         let r = if let ReplyKind::Subscribe { .. } = kind {
             let s = self.s.clone();
+            let names = names.map(Arc::new);
             engine.submit_to_then(
                 0,
                 at.1,
@@ -393,6 +409,24 @@ impl Control {
                 kind,
                 move |r| {
                     if let Err(Error::Reply { addr, message }) = r {
+                        let routing =
+                            topology::parse_cluster_error(message.as_bytes(), None).is_some();
+                        if let (false, Some(names)) = (routing, names) {
+                            add(&s.cluster.subscribe_errors, 1);
+                            log::warn!(
+                                "subscribe of {} channels refused by {addr}: {message}",
+                                names.len()
+                            );
+                            s.mail.post(|inbox| {
+                                inbox.refused.push(Refusal {
+                                    at,
+                                    lane,
+                                    names,
+                                    message,
+                                });
+                            });
+                            return;
+                        }
                         log::info!("subscribe refused by {addr}: {message}; refreshing topology");
                         add(&s.cluster.subscribe_errors, 1);
                         // Resent by the rebuild: moved, or in place after a
@@ -447,7 +481,7 @@ impl Control {
                 kind,
                 confirmations: chunk.len() as u32,
             };
-            if !self.submit(at, k, lane) {
+            if !self.submit(at, k, lane, Some(channel_list(chunk))) {
                 break;
             }
         }
@@ -455,7 +489,7 @@ impl Control {
             self.encode(unsub_cmd, chunk);
             push_header(&mut self.enc, 1, b"PING");
             add(&s.counters.unsubscribe_commands, 1);
-            if !self.submit(at, ReplyKind::Single, lane) {
+            if !self.submit(at, ReplyKind::Single, lane, None) {
                 break;
             }
         }
@@ -534,7 +568,7 @@ impl Control {
                 kind,
                 confirmations: batch.len() as u32,
             };
-            if !self.submit(at, k, *lane as usize) {
+            if !self.submit(at, k, *lane as usize, Some(channel_list(batch))) {
                 ok = false;
                 break;
             }
@@ -546,6 +580,65 @@ impl Control {
             at.0 .0
         );
         ok
+    }
+
+    /// The server refused a subscribe command of one lane's `names` (every
+    /// channel of it). One channel alone is marked refused, reported to its
+    /// worker ([`Event::Refused`](crate::pubsub::Event::Refused)) and to
+    /// `wait_active`; a larger command is split in two halves, each sent
+    /// again on the same connection, so the refused channels end up alone
+    /// in about 2·log2(batch) commands while the others get through.
+    /// Channels confirmed, unsubscribed or moved since are left alone.
+    fn refused(&mut self, r: Refusal) {
+        let s = self.s.clone();
+        let waiting: Vec<&[u8]> = r
+            .names
+            .iter()
+            .filter(|n| s.registry.awaits_confirmation(r.lane, n))
+            .collect();
+        if r.names.len() == 1 {
+            let Some(&name) = waiting.first() else {
+                return;
+            };
+            if s.registry.refuse(r.lane, name) {
+                s.refusals.lock().insert(name.into(), r.message.clone());
+                add(&s.counters.refused_channels, 1);
+                log::warn!(
+                    "the server refused the subscription to {:?}: {}",
+                    String::from_utf8_lossy(name),
+                    r.message
+                );
+                let w = shardcore::worker_of(name, s.queues.len().max(1) as u32) as usize;
+                if let Some(q) = s.queues.get(w) {
+                    q.push_refused(name, r.message.clone());
+                }
+                s.wake_active_waiters();
+            }
+            return;
+        }
+        let still_here = self.lane_at.get(r.lane).copied().flatten() == Some(r.at);
+        let ready = self
+            .conn(r.at)
+            .is_some_and(|(_, c)| c.ready.load(Ordering::Acquire));
+        if waiting.is_empty() || !still_here || !ready {
+            return; // a resubscribe elsewhere resends them anyway
+        }
+        let (sub_cmd, _, kind) = self.commands();
+        let mid = waiting.len().div_ceil(2);
+        for half in [&waiting[..mid], &waiting[mid..]] {
+            if half.is_empty() {
+                continue;
+            }
+            self.encode(sub_cmd, half);
+            add(&s.counters.subscribe_commands, 1);
+            let k = ReplyKind::Subscribe {
+                kind,
+                confirmations: half.len() as u32,
+            };
+            if !self.submit(r.at, k, r.lane, Some(channel_list(half))) {
+                return;
+            }
+        }
     }
 
     /// A publish the server redirected or refused for now.
@@ -694,4 +787,13 @@ impl Control {
     pub(crate) fn mode(&self) -> Mode {
         self.s.config.mode
     }
+}
+
+/// The names of one command, packed.
+fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
+    let mut list = ChannelList::default();
+    for n in names {
+        list.push(n.as_ref());
+    }
+    list
 }

@@ -247,8 +247,13 @@ impl ClusterPubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        s.active
-            .wait_all(channels, timeout, || self.check_open(), |c| s.is_active(c))
+        s.active.wait_all(
+            channels,
+            timeout,
+            || self.check_open(),
+            |c| s.is_active(c),
+            |c| s.refusal(c),
+        )
     }
 
     /// Publishes `payload` to `channel`, fire-and-forget: `SPUBLISH` of the

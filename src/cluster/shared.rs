@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
@@ -15,7 +15,8 @@ use crate::engine::Engine;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
-use crate::pubsub::registry::{Registry, ACTIVE};
+use crate::pubsub::registry::{Registry, ACTIVE, REFUSED};
+use crate::pubsub::ChannelList;
 use crate::workers::Queue;
 
 /// Fixed settings.
@@ -116,8 +117,19 @@ pub(crate) struct Inbox {
     pub(crate) markers: Vec<u64>,
     /// A slot started holding publishes.
     pub(crate) held: bool,
+    /// Subscribe commands the server refused for another reason than
+    /// routing (an ACL denial, say).
+    pub(crate) refused: Vec<Refusal>,
     pub(crate) rebuild: Option<Trigger>,
     pub(crate) stop: bool,
+}
+
+/// A subscribe command of `names` (one lane) on connection `at`, refused.
+pub(crate) struct Refusal {
+    pub(crate) at: (crate::cluster::control::GroupKey, usize),
+    pub(crate) lane: usize,
+    pub(crate) names: Arc<ChannelList>,
+    pub(crate) message: Arc<str>,
 }
 
 impl DirtyLanes for Inbox {
@@ -166,6 +178,9 @@ pub(crate) struct Shared {
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
     /// Per lane: the server dropped a wanted subscription (slot moved).
     pub(crate) lane_lost: Vec<AtomicBool>,
+    /// The server's text for each refused channel (read only while its
+    /// registry flag says refused).
+    pub(crate) refusals: Mutex<std::collections::HashMap<Box<[u8]>, Arc<str>>>,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
     /// Waiters in `wait_active` and startup, woken on confirmations and
@@ -260,5 +275,18 @@ impl Shared {
             .and_then(Option::as_ref)
             .is_some_and(|c| c.ready.load(Ordering::Acquire));
         ready && self.registry.flags(lane, channel) & ACTIVE != 0
+    }
+
+    /// Why the server refused `channel`, while it stands refused.
+    pub(crate) fn refusal(&self, channel: &[u8]) -> Option<crate::Error> {
+        let lane = self.lane_of(channel);
+        if self.registry.flags(lane, channel) & REFUSED == 0 {
+            return None;
+        }
+        let message = self.refusals.lock().get(channel).cloned()?;
+        Some(crate::Error::SubscribeRefused {
+            channel: channel.into(),
+            message,
+        })
     }
 }

@@ -64,22 +64,6 @@ impl ActiveWait {
     }
 
     /// Blocks until `is_active` holds for every channel in `channels`, or
-    /// `timeout` passes (see [`ActiveWait::wait_all_or_refused`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`ActiveWait::wait_all_or_refused`].
-    pub(crate) fn wait_all<C: AsRef<[u8]>>(
-        &self,
-        channels: &[C],
-        timeout: Duration,
-        check_open: impl Fn() -> Result<(), Error>,
-        is_active: impl Fn(&[u8]) -> bool,
-    ) -> Result<(), Error> {
-        self.wait_all_or_refused(channels, timeout, check_open, is_active, |_| None)
-    }
-
-    /// Blocks until `is_active` holds for every channel in `channels`, or
     /// `timeout` passes, or a channel not yet active is `refused`.
     ///
     /// # Errors
@@ -87,7 +71,7 @@ impl ActiveWait {
     /// [`Error::WaitTimeout`] when some channel is still not active at the
     /// deadline; whatever `check_open` returns once it fails; what
     /// `refused` returns for the first refused channel.
-    pub(crate) fn wait_all_or_refused<C: AsRef<[u8]>>(
+    pub(crate) fn wait_all<C: AsRef<[u8]>>(
         &self,
         channels: &[C],
         timeout: Duration,
@@ -138,8 +122,35 @@ mod tests {
     #[test]
     fn wait_all_times_out_on_an_inactive_channel() {
         let w = ActiveWait::new(true, Duration::from_millis(5));
-        let r = w.wait_all(&[b"a"], Duration::from_millis(20), || Ok(()), |_| false);
+        let r = w.wait_all(
+            &[b"a"],
+            Duration::from_millis(20),
+            || Ok(()),
+            |_| false,
+            |_| None,
+        );
         assert!(matches!(r, Err(Error::WaitTimeout { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn wait_all_fails_at_once_on_a_refused_channel() {
+        let w = ActiveWait::new(true, Duration::from_secs(5));
+        let refused = |c: &[u8]| {
+            (c == b"b").then(|| Error::SubscribeRefused {
+                channel: c.into(),
+                message: "NOPERM".into(),
+            })
+        };
+        let start = Instant::now();
+        let r = w.wait_all(
+            &[b"a", b"b"],
+            Duration::from_secs(5),
+            || Ok(()),
+            |c| c == b"a",
+            refused,
+        );
+        assert!(matches!(r, Err(Error::SubscribeRefused { .. })), "{r:?}");
+        assert!(start.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
@@ -150,9 +161,16 @@ mod tests {
             Duration::from_secs(5),
             || Err(Error::Shutdown),
             |_| true,
+            |_| None,
         );
         assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
-        let r = w.wait_all(&[b"a", b"b"], Duration::from_secs(5), || Ok(()), |_| true);
+        let r = w.wait_all(
+            &[b"a", b"b"],
+            Duration::from_secs(5),
+            || Ok(()),
+            |_| true,
+            |_| None,
+        );
         assert!(r.is_ok(), "{r:?}");
     }
 
@@ -168,6 +186,7 @@ mod tests {
                 Duration::from_secs(10),
                 || Ok(()),
                 |_| f2.load(Ordering::Acquire),
+                |_| None,
             )
         });
         flag.store(true, Ordering::Release);

@@ -224,7 +224,7 @@ impl PubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        s.active.wait_all_or_refused(
+        s.active.wait_all(
             channels,
             timeout,
             || self.check_open(),

@@ -1,0 +1,112 @@
+//! A subscribe the cluster refuses for another reason than routing (an ACL
+//! denial) on real clusters (Redis 7 and Valkey 9): the refused channels
+//! are isolated and reported (an event, `wait_active`'s error, a metric),
+//! the other channels of the same partition's command are subscribed and
+//! deliver every message, and no topology refresh or gap follows.
+
+mod accounted;
+mod cluster_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accounted::Accounted;
+use cluster_support::{builder, channels};
+use shardsub::Error;
+use testkit::accounting::Ledger;
+use testkit::{Cluster, ServerKind};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+fn refused(kind: ServerKind) {
+    let cluster = Cluster::start(kind, 3, 0).expect("cluster");
+    // The default user may use the channels named *ok:* and the library's
+    // own service channels, nothing else.
+    for &i in &cluster.masters() {
+        cluster
+            .node(i)
+            .cmd_str(&[
+                "ACL",
+                "SETUSER",
+                "default",
+                "resetchannels",
+                "&*ok:*",
+                "&__shardsub:*",
+            ])
+            .unwrap();
+    }
+    let ok = channels(300, "ok");
+    let ledger = Arc::new(Ledger::new(&ok));
+    let handler = Accounted::new(&ledger, "sub");
+    let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
+    // Two refused channels, each in the partition of an allowed one: the
+    // same SSUBSCRIBE carries both.
+    let parts = ps.partitions().clone();
+    let no: Vec<Vec<u8>> = [&ok[0], &ok[1]]
+        .iter()
+        .map(|c| {
+            (0..100_000)
+                .map(|i| format!("no:{i}").into_bytes())
+                .find(|n| parts.partition_of(n) == parts.partition_of(c))
+                .expect("a refused channel in that partition")
+        })
+        .collect();
+    let mut all = ok.clone();
+    all.extend(no.iter().cloned());
+    ps.subscribe(&all).unwrap();
+    ps.wait_active(&ok, BOUND)
+        .unwrap_or_else(|e| panic!("{kind:?}: the allowed channels: {e}; {:?}", ps.metrics()));
+    for c in &no {
+        match ps.wait_active(&[c], BOUND) {
+            Err(Error::SubscribeRefused { channel, message }) => {
+                assert_eq!(&*channel, &c[..], "{kind:?}");
+                assert!(message.starts_with("NOPERM"), "{kind:?}: {message}");
+            }
+            other => panic!("{kind:?}: wait_active on {c:?} gave {other:?}"),
+        }
+    }
+    testkit::wait_for("refused events", BOUND, || {
+        Ok((handler.refused.lock().len() >= 2).then_some(()))
+    })
+    .unwrap();
+    let mut named: Vec<Vec<u8>> = handler
+        .refused
+        .lock()
+        .iter()
+        .map(|(c, _)| c.clone())
+        .collect();
+    named.sort();
+    let mut want = no.clone();
+    want.sort();
+    assert_eq!(named, want, "{kind:?}");
+    let m = ps.metrics();
+    assert_eq!(m.pubsub.refused_channels, 2, "{kind:?} {m:?}");
+    assert_eq!(
+        m.rebuilds.subscribe_error, 0,
+        "{kind:?}: an ACL refusal is no routing news: {m:?}"
+    );
+    assert_eq!(m.pubsub.gaps, 0, "{kind:?}: {m:?}");
+    let publish = accounted::via_cluster(ps.clone());
+    for _ in 0..3 {
+        accounted::round(&ledger, &*publish);
+    }
+    let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
+    assert_eq!(report.counts.delivered, 900, "{kind:?}");
+    assert_eq!(report.failed_total(), 0, "{kind:?}");
+    // Still refused a while later: no retry storm, no gap.
+    assert!(matches!(
+        ps.wait_active(&[&no[0]], Duration::from_millis(50)),
+        Err(Error::SubscribeRefused { .. })
+    ));
+    let m2 = ps.metrics();
+    assert_eq!(m2.pubsub.gaps, 0, "{kind:?}: {m2:?}");
+    assert_eq!(m2.rebuilds.subscribe_error, 0, "{kind:?}: {m2:?}");
+    ps.shutdown();
+}
+
+#[test]
+fn a_refused_channel_is_isolated_and_the_rest_of_its_partition_delivers() {
+    for kind in testkit::kinds() {
+        refused(kind);
+    }
+}
