@@ -288,7 +288,7 @@ fn envelope_measures_lag_and_is_stripped() {
         );
         ps.subscribe(&chans).unwrap();
         testkit::wait_for("active events", BOUND, || {
-            Ok((handler.active_events.load(Ordering::Relaxed) == 20).then_some(()))
+            Ok((handler.active.lock().len() == 20).then_some(()))
         })
         .unwrap();
         let publish = accounted::via_pubsub(ps.clone());

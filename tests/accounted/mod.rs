@@ -32,6 +32,8 @@ pub struct Accounted {
     pub gap_channels: Mutex<HashSet<Vec<u8>>>,
     /// The handler threads that got messages.
     pub threads: Mutex<HashSet<std::thread::ThreadId>>,
+    /// Channels named by active events.
+    pub active: Mutex<HashSet<Vec<u8>>>,
     /// Refused events: channel and the server's text.
     pub refused: Mutex<Vec<(Vec<u8>, String)>>,
 }
@@ -52,6 +54,7 @@ impl Accounted {
             gap_channels: Mutex::new(HashSet::new()),
             threads: Mutex::new(HashSet::new()),
             refused: Mutex::new(Vec::new()),
+            active: Mutex::new(HashSet::new()),
         })
     }
 }
@@ -83,7 +86,8 @@ impl Handler for Accounted {
                     .lock()
                     .push((channel.to_vec(), message.to_string()));
             }
-            Event::Active { .. } => {
+            Event::Active { channel } => {
+                self.active.lock().insert(channel.to_vec());
                 self.active_events.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}

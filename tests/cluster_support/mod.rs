@@ -16,12 +16,15 @@ pub fn channels(n: usize, prefix: &str) -> Vec<Vec<u8>> {
 }
 
 /// The builder every cluster test starts from: `cluster`'s seeds, 2
-/// workers, `handler`.
+/// workers with deep queues, `handler`.
 pub fn builder(cluster: &Cluster, handler: Arc<dyn Handler>) -> shardsub::cluster::ClusterBuilder {
     ClusterPubSub::builder()
         .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
         .handler_arc(handler)
         .workers(2)
+        // Room for bursts on a loaded machine: drops are signalled and
+        // accounted, but the delivery tests expect none.
+        .queue_capacity(1 << 16)
 }
 
 /// A node-grouped `ClusterPubSub` on `cluster` with 2 workers.

@@ -688,15 +688,24 @@ impl Tap {
             .count() as u64
     }
 
-    /// The channels (indexes) that got a signal at or after `since` (time
-    /// since the ledger was made).
+    /// The channels (indexes) that got a signal (gap or drop) at or after
+    /// `since` (time since the ledger was made).
     pub fn signalled_since(&self, since: Duration) -> Vec<usize> {
+        self.marked_since(since, |e| e.is_signal())
+    }
+
+    /// The channels (indexes) that got a gap event at or after `since`.
+    pub fn gapped_since(&self, since: Duration) -> Vec<usize> {
+        self.marked_since(since, |e| e.seq == GAP)
+    }
+
+    fn marked_since(&self, since: Duration, mark: impl Fn(&Entry) -> bool) -> Vec<usize> {
         let log = self.log.lock();
         let since = (since.as_micros() as u64 / TICK_US).min(u64::from(u32::MAX)) as Ticks;
         log.streams
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.iter().any(|e| e.is_signal() && e.at >= since))
+            .filter(|(_, s)| s.iter().any(|e| mark(e) && e.at >= since))
             .map(|(c, _)| c)
             .collect()
     }

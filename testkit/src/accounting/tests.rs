@@ -256,6 +256,11 @@ fn incidents_are_runs_of_consecutive_losses() {
     );
     assert_eq!(tap.signals_for(b"c0"), 1);
     assert_eq!(tap.signalled_since(Duration::ZERO), vec![0]);
+    assert_eq!(tap.gapped_since(Duration::ZERO), vec![0]);
+    let (_, other) = setup(2);
+    other.signal(b"c1", Signal::Drop);
+    assert_eq!(other.signalled_since(Duration::ZERO), vec![1]);
+    assert!(other.gapped_since(Duration::ZERO).is_empty());
     assert_eq!(tap.messages(), 5);
 }
 
