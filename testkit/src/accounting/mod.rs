@@ -340,7 +340,8 @@ impl Ledger {
                 let Some(want) = last[c].filter(|&l| from != NOT_EXPECTED && l >= from) else {
                     continue;
                 };
-                let got = log.streams[c].iter().any(|e| e.seq == want);
+                // The last message sits near the end: search from there.
+                let got = log.streams[c].iter().rev().any(|e| e.seq == want);
                 if !got {
                     out.push((tap.name.clone(), self.names.names[c].clone()));
                     if out.len() >= limit {
@@ -369,6 +370,67 @@ impl Ledger {
                 .map(|(t, c)| format!("{t}/{}", String::from_utf8_lossy(&c)))
                 .collect();
             annotate(e, format!("lagging: {}", lag.join(", ")))
+        })
+    }
+
+    /// Up to `limit` (tap, channel) pairs whose last delivery was published
+    /// before `since` (ledger clock), or which delivered nothing: those not
+    /// delivering again after a fault that ended at `since`. Unlike
+    /// [`Ledger::lagging`], a channel whose publishes fail does not count as
+    /// caught up.
+    pub fn not_delivering_since(&self, since: Duration, limit: usize) -> Vec<(String, Vec<u8>)> {
+        let since = (since.as_micros() as u64 / TICK_US).min(u64::from(u32::MAX)) as Ticks;
+        let at: Vec<Vec<Ticks>> = {
+            let p = self.published.lock();
+            p.per_channel
+                .iter()
+                .map(|l| l.iter().map(|r| r.at).collect())
+                .collect()
+        };
+        let mut out = Vec::new();
+        for tap in self.taps.lock().iter() {
+            let log = tap.log.lock();
+            for (c, &from) in tap.from.iter().enumerate() {
+                if from == NOT_EXPECTED {
+                    continue;
+                }
+                let last = log.streams[c]
+                    .iter()
+                    .rev()
+                    .find(|e| !e.is_signal())
+                    .and_then(|e| at[c].get(e.seq as usize));
+                if last.is_none_or(|&t| t < since) {
+                    out.push((tap.name.clone(), self.names.names[c].clone()));
+                    if out.len() >= limit {
+                        return out;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits (bounded) until every tap delivers, on every channel it
+    /// expects, a message published at or after `since`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming a few pairs still not delivering.
+    pub fn wait_delivering_since(
+        &self,
+        since: Duration,
+        bound: Duration,
+    ) -> Result<(), crate::Error> {
+        crate::wait_for("every subscriber delivering again", bound, || {
+            Ok(self.not_delivering_since(since, 1).is_empty().then_some(()))
+        })
+        .map_err(|e| {
+            let lag: Vec<String> = self
+                .not_delivering_since(since, 5)
+                .into_iter()
+                .map(|(t, c)| format!("{t}/{}", String::from_utf8_lossy(&c)))
+                .collect();
+            annotate(e, format!("not delivering: {}", lag.join(", ")))
         })
     }
 

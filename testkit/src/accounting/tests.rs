@@ -258,3 +258,27 @@ fn incidents_are_runs_of_consecutive_losses() {
     assert_eq!(tap.signalled_since(Duration::ZERO), vec![0]);
     assert_eq!(tap.messages(), 5);
 }
+
+#[test]
+fn delivering_since_needs_a_message_published_after_the_mark() {
+    let (ledger, tap) = setup(2);
+    let payloads = publish(&ledger, 1);
+    for (c, list) in payloads.iter().enumerate() {
+        tap.message(ledger.name(c), &list[0]);
+    }
+    std::thread::sleep(Duration::from_millis(2));
+    let mark = ledger.elapsed();
+    // Caught up (nothing newer was published), but not delivering since.
+    assert!(ledger.caught_up());
+    assert_eq!(ledger.not_delivering_since(mark, 5).len(), 2);
+    std::thread::sleep(Duration::from_millis(2));
+    let later = publish(&ledger, 1);
+    tap.message(ledger.name(0), &later[0][0]);
+    assert_eq!(
+        ledger.not_delivering_since(mark, 5),
+        vec![("t".to_string(), b"c1".to_vec())]
+    );
+    tap.message(ledger.name(1), &later[1][0]);
+    assert!(ledger.not_delivering_since(mark, 5).is_empty());
+    assert!(ledger.wait_delivering_since(mark, Duration::ZERO).is_ok());
+}
