@@ -163,7 +163,11 @@ impl Drop for Background {
 
 /// Waits for every outcome and for every tap to catch up, then reports
 /// and asserts the run clean. Returns the report for further checks.
-pub fn settle_and_check(ledger: &Ledger, bound: Duration, what: &str) -> testkit::accounting::Report {
+pub fn settle_and_check(
+    ledger: &Ledger,
+    bound: Duration,
+    what: &str,
+) -> testkit::accounting::Report {
     ledger
         .wait_outcomes(bound)
         .unwrap_or_else(|e| panic!("{what}: {e}\n{}", ledger.report()));
@@ -171,6 +175,9 @@ pub fn settle_and_check(ledger: &Ledger, bound: Duration, what: &str) -> testkit
         .wait_caught_up(bound)
         .unwrap_or_else(|e| panic!("{what}: {e}\n{}", ledger.report()));
     let report = ledger.report();
-    assert!(report.is_clean(), "{what}: delivery accounting failed:\n{report}");
+    assert!(
+        report.is_clean(),
+        "{what}: delivery accounting failed:\n{report}"
+    );
     report
 }
