@@ -1,10 +1,13 @@
-//! Cluster changes for resharding and failover tests: move slots, add and
+//! Cluster changes for resharding and failover tests: move slots (the
+//! legacy `SETSLOT` sequence or Valkey's atomic `MIGRATESLOTS`), add and
 //! remove masters, fail over, kill a primary.
+
+use std::collections::HashSet;
 
 use crate::cluster::{my_id, Role, SlotRange, CLUSTER_TIMEOUT};
 use crate::process::wait_for;
 use crate::values::{items, text};
-use crate::{Cluster, Error, Server};
+use crate::{Cluster, Error, Server, ServerKind, Value};
 
 /// Keys moved per `MIGRATE` call.
 const MIGRATE_BATCH: usize = 100;
@@ -21,20 +24,7 @@ impl Cluster {
     /// [`Error::Cluster`] when `from` or `to` is not a live master or `from`
     /// does not own the whole range; command and wait errors.
     pub fn migrate_slots(&mut self, range: SlotRange, from: usize, to: usize) -> Result<(), Error> {
-        self.expect_master(from)?;
-        self.expect_master(to)?;
-        if from == to {
-            return Err(Error::Cluster("migrate_slots: from == to".into()));
-        }
-        let owned = self.slots_of(from);
-        if !owned
-            .iter()
-            .any(|r| r.start() <= range.start() && range.end() <= r.end())
-        {
-            return Err(Error::Cluster(format!(
-                "node {from} does not own all of {range:?} (owns {owned:?})"
-            )));
-        }
+        self.check_move(&range, from, to)?;
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
         let (src_id, dst_id) = (self.ids[from].clone(), self.ids[to].clone());
         let dst_port = dst.port().to_string();
@@ -76,6 +66,66 @@ impl Cluster {
                 }
             }
         }
+        self.wait_ok()
+    }
+
+    /// Moves `range` from master `from` to master `to` with Valkey 9's
+    /// atomic slot migration: `CLUSTER MIGRATESLOTS SLOTSRANGE a b NODE id`
+    /// on the source, which copies the slots' data to the target in the
+    /// background and hands ownership over in one step. Waits until the
+    /// source's `CLUSTER GETSLOTMIGRATIONS` reports the new job `success`,
+    /// then for [`Cluster::wait_ok`]. A master that gives away its last slot
+    /// becomes a replica of the target, as with [`Cluster::migrate_slots`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] on Redis (which has no such command), when `from`
+    /// or `to` is not a live master, `from` does not own the whole range, or
+    /// the job ends `failed` or `cancelled` (with its message); command and
+    /// wait errors.
+    pub fn migrate_slots_atomic(
+        &mut self,
+        range: SlotRange,
+        from: usize,
+        to: usize,
+    ) -> Result<(), Error> {
+        if self.kind != ServerKind::Valkey {
+            return Err(Error::Cluster(
+                "atomic slot migration (CLUSTER MIGRATESLOTS) needs Valkey 9".into(),
+            ));
+        }
+        self.check_move(&range, from, to)?;
+        let src = &self.nodes[from];
+        let known: HashSet<String> = slot_migrations(src)?
+            .into_iter()
+            .map(|job| job.name)
+            .collect();
+        let (a, b) = (range.start().to_string(), range.end().to_string());
+        let dst_id = self.ids[to].clone();
+        src.cmd_str(&[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            &a,
+            &b,
+            "NODE",
+            &dst_id,
+        ])?;
+        // A failed job is final: the probe yields its message at once.
+        let ended = wait_for("the atomic slot migration", CLUSTER_TIMEOUT, || {
+            let jobs = slot_migrations(src)?;
+            let job = jobs.iter().find(|j| {
+                !known.contains(&j.name) && j.operation == "EXPORT" && j.target == dst_id
+            });
+            Ok(job.and_then(|job| match job.state.as_str() {
+                "success" => Some(Ok(())),
+                "failed" | "cancelled" => Some(Err(format!("{} ({})", job.state, job.message))),
+                _ => None,
+            }))
+        })?;
+        ended.map_err(|why| {
+            Error::Cluster(format!("atomic migration of {range:?} to node {to}: {why}"))
+        })?;
         self.wait_ok()
     }
 
@@ -197,10 +247,79 @@ impl Cluster {
         self.wait_ok()
     }
 
+    /// The checks every slot move makes.
+    fn check_move(&self, range: &SlotRange, from: usize, to: usize) -> Result<(), Error> {
+        self.expect_master(from)?;
+        self.expect_master(to)?;
+        if from == to {
+            return Err(Error::Cluster("slot move: from == to".into()));
+        }
+        let owned = self.slots_of(from);
+        if !owned
+            .iter()
+            .any(|r| r.start() <= range.start() && range.end() <= r.end())
+        {
+            return Err(Error::Cluster(format!(
+                "node {from} does not own all of {range:?} (owns {owned:?})"
+            )));
+        }
+        Ok(())
+    }
+
     fn expect_master(&self, i: usize) -> Result<(), Error> {
         match self.roles.get(i) {
             Some(Role::Master(_)) => Ok(()),
             _ => Err(Error::Cluster(format!("node {i} is not a live master"))),
         }
     }
+}
+
+/// One entry of `CLUSTER GETSLOTMIGRATIONS`.
+struct SlotMigration {
+    name: String,
+    operation: String,
+    target: String,
+    state: String,
+    message: String,
+}
+
+/// The node's atomic slot migration jobs (each entry a flat list or map of
+/// field names and values).
+fn slot_migrations(node: &Server) -> Result<Vec<SlotMigration>, Error> {
+    let reply = node.cmd(&[b"CLUSTER", b"GETSLOTMIGRATIONS"])?;
+    let entries = items(&reply)
+        .ok_or_else(|| Error::unexpected("a CLUSTER GETSLOTMIGRATIONS array", &reply))?;
+    Ok(entries
+        .iter()
+        .map(|entry| {
+            let pairs: Vec<(String, String)> = match entry {
+                Value::Map(pairs) => pairs
+                    .iter()
+                    .map(|(k, v)| (text(k).unwrap_or_default(), text(v).unwrap_or_default()))
+                    .collect(),
+                other => items(other)
+                    .unwrap_or_default()
+                    .chunks(2)
+                    .map(|kv| {
+                        let field = |i: usize| kv.get(i).and_then(text).unwrap_or_default();
+                        (field(0), field(1))
+                    })
+                    .collect(),
+            };
+            let get = |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            SlotMigration {
+                name: get("name"),
+                operation: get("operation"),
+                target: get("target_node"),
+                state: get("state"),
+                message: get("message"),
+            }
+        })
+        .collect())
 }

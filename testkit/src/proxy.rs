@@ -32,6 +32,9 @@ struct Pair {
     id: u64,
     client: TcpStream,
     server: TcpStream,
+    /// Set once the black hole swallowed bytes of this connection (either
+    /// direction): its streams have a hole, so it is never resumed.
+    tainted: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -54,7 +57,10 @@ struct Shared {
 /// By default it passes bytes through. [`FaultProxy::cut_all`] closes every
 /// open connection (both sides), [`FaultProxy::delay`] holds each forwarded
 /// chunk back, [`FaultProxy::blackhole`] swallows bytes in both directions
-/// while keeping connections open. Dropping it closes everything.
+/// while keeping connections open, and [`FaultProxy::heal`] ends a black
+/// hole the way a real partition ends: a connection that lost bytes is
+/// closed, never resumed with a hole in its stream. Dropping it closes
+/// everything.
 ///
 /// ```
 /// use testkit::{FaultProxy, Server, ServerKind, Value};
@@ -146,6 +152,31 @@ impl FaultProxy {
         self.shared.blackhole.store(on, Ordering::SeqCst);
     }
 
+    /// Ends a black hole: stops swallowing bytes and closes every
+    /// connection whose bytes were swallowed (a TCP stream cannot resume
+    /// with a hole; without this, a client would read a reply meant for
+    /// another request). Returns how many were closed. A connection that
+    /// swallowed bytes after this call is closed on its next forward.
+    pub fn heal(&self) -> usize {
+        self.shared.blackhole.store(false, Ordering::SeqCst);
+        let tainted: Vec<Pair> = {
+            let mut pairs = self.pairs();
+            let (tainted, clean) = std::mem::take(&mut *pairs)
+                .into_iter()
+                .partition(|p| p.tainted.load(Ordering::SeqCst));
+            *pairs = clean;
+            tainted
+        };
+        for pair in &tainted {
+            let _ = pair.client.shutdown(Shutdown::Both);
+            let _ = pair.server.shutdown(Shutdown::Both);
+        }
+        self.shared
+            .cut
+            .fetch_add(tainted.len() as u64, Ordering::SeqCst);
+        tainted.len()
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> ProxyStats {
         let s = &self.shared;
@@ -203,20 +234,27 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
         return;
     };
     let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+    let tainted = Arc::new(AtomicBool::new(false));
     shared
         .pairs
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(Pair { id, client, server });
+        .push(Pair {
+            id,
+            client,
+            server,
+            tainted: Arc::clone(&tainted),
+        });
     shared.active.fetch_add(1, Ordering::SeqCst);
     let halves = Arc::new(AtomicUsize::new(2));
     for (from, to, up) in [(c_read, s_write, true), (s_read, c_write, false)] {
         let shared = Arc::clone(shared);
         let halves = Arc::clone(&halves);
+        let tainted = Arc::clone(&tainted);
         let spawned = thread::Builder::new()
             .name(format!("fault-proxy-{id}"))
             .spawn(move || {
-                forward(from, &to, up, &shared);
+                forward(from, &to, up, &shared, &tainted);
                 let _ = to.shutdown(Shutdown::Write);
                 if halves.fetch_sub(1, Ordering::SeqCst) == 1 {
                     shared.active.fetch_sub(1, Ordering::SeqCst);
@@ -231,7 +269,15 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
 }
 
 /// Copies `from` → `to` until EOF or error, obeying black hole and delay.
-fn forward(mut from: TcpStream, mut to: &TcpStream, up: bool, shared: &Shared) {
+/// Bytes swallowed by the black hole taint the connection; a tainted one
+/// is closed instead of forwarding again.
+fn forward(
+    mut from: TcpStream,
+    mut to: &TcpStream,
+    up: bool,
+    shared: &Shared,
+    tainted: &AtomicBool,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -241,8 +287,14 @@ fn forward(mut from: TcpStream, mut to: &TcpStream, up: bool, shared: &Shared) {
             Err(_) => return,
         };
         if shared.blackhole.load(Ordering::SeqCst) {
+            tainted.store(true, Ordering::SeqCst);
             shared.dropped.fetch_add(n as u64, Ordering::SeqCst);
             continue;
+        }
+        if tainted.load(Ordering::SeqCst) {
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
+            return;
         }
         let delay = shared.delay_us.load(Ordering::SeqCst);
         if delay > 0 {

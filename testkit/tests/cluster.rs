@@ -111,3 +111,38 @@ fn failover_and_kill_primary() -> Result<(), testkit::Error> {
     }
     Ok(())
 }
+
+/// Valkey's atomic migration moves a range with its keys and hands the
+/// slots over; on Redis the helper says the command does not exist.
+#[test]
+fn atomic_slot_migration_moves_keys_and_ownership() -> Result<(), testkit::Error> {
+    for kind in testkit::kinds() {
+        let mut cluster = Cluster::start(kind, 2, 0)?;
+        let [a, b] = cluster.masters()[..] else {
+            panic!("{kind}: two masters expected");
+        };
+        if kind != testkit::ServerKind::Valkey {
+            let err = cluster
+                .migrate_slots_atomic(0..=9, a, b)
+                .expect_err("Redis has no MIGRATESLOTS");
+            assert!(err.to_string().contains("needs Valkey"), "{kind}: {err}");
+            continue;
+        }
+        // "{06S}" hashes to slot 0.
+        cluster.node(a).cmd(&[b"SET", b"{06S}k", b"v"])?;
+        cluster.migrate_slots_atomic(0..=9, a, b)?;
+        assert_eq!(cluster.owner_of_slot(0), Some(b), "{kind}");
+        assert_eq!(cluster.owner_of_slot(10), Some(a), "{kind}");
+        assert_eq!(
+            cluster.node(b).cmd(&[b"GET", b"{06S}k"])?,
+            Value::Bulk(b"v".to_vec()),
+            "{kind}"
+        );
+        // A range the source does not own is refused before any command.
+        assert!(cluster.migrate_slots_atomic(0..=9, a, b).is_err());
+        // And back again: a second job for the same range is told apart.
+        cluster.migrate_slots_atomic(0..=9, b, a)?;
+        assert_eq!(cluster.owner_of_slot(0), Some(a), "{kind}");
+    }
+    Ok(())
+}

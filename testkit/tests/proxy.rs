@@ -51,3 +51,28 @@ fn passes_cuts_delays_and_blackholes() -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Healing a black hole closes the connections whose bytes it swallowed
+/// (their streams have a hole) and leaves the others open.
+#[test]
+fn heal_closes_only_connections_that_lost_bytes() -> Result<(), Error> {
+    for kind in testkit::kinds() {
+        let server = Server::start(kind)?;
+        let proxy = FaultProxy::start(server.addr())?;
+        let mut hit = testkit::Client::connect(proxy.addr())?;
+        let mut idle = testkit::Client::connect(proxy.addr())?;
+        assert_eq!(idle.cmd(&[b"PING"])?, Value::Simple(b"PONG".to_vec()));
+        proxy.blackhole(true);
+        hit.set_timeout(Duration::from_millis(200))?;
+        assert!(hit.cmd(&[b"PING"]).is_err(), "{kind}: black hole answered");
+        assert_eq!(proxy.heal(), 1, "{kind}");
+        hit.set_timeout(Duration::from_secs(5))?;
+        assert!(
+            hit.cmd(&[b"PING"]).is_err(),
+            "{kind}: a connection with a hole was resumed"
+        );
+        assert_eq!(idle.cmd(&[b"PING"])?, Value::Simple(b"PONG".to_vec()));
+        assert_eq!(proxy.stats().cut, 1, "{kind}");
+    }
+    Ok(())
+}

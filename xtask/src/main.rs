@@ -1,6 +1,7 @@
-//! `cargo xtask demo | test | install | fuzz`: the project's two-command
+//! `cargo xtask demo | test | chaos | install | fuzz`: the project's two-command
 //! entry points. Each installs what is missing first and says so.
 
+mod chaos;
 mod demo;
 mod install;
 mod run;
@@ -17,6 +18,10 @@ commands:
             (ARGS go to examples/fanout, e.g. --server redis --seconds 20)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             benches once, fuzz smoke
+  chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
+            the chaos suite (tests/chaos.rs) in release mode: N minutes of
+            seeded faults per server (default 1), then the per-fault tables
+            (also written as Markdown to FILE, default target/chaos-report.md)
   install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
   fuzz [SECS]  run every fuzz target for SECS seconds (default 20)
 
@@ -30,6 +35,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(&args[1..]),
         Some("test") => test::run(),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("install") => install::all().map(|_| ()),
         Some("fuzz") => {
             let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);

@@ -340,7 +340,8 @@ impl Ledger {
                 let Some(want) = last[c].filter(|&l| from != NOT_EXPECTED && l >= from) else {
                     continue;
                 };
-                let got = log.streams[c].iter().any(|e| e.seq == want);
+                // The last message sits near the end: search from there.
+                let got = log.streams[c].iter().rev().any(|e| e.seq == want);
                 if !got {
                     out.push((tap.name.clone(), self.names.names[c].clone()));
                     if out.len() >= limit {

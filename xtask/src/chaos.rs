@@ -1,0 +1,135 @@
+//! `cargo xtask chaos --minutes N --seed S [--server redis|valkey] [--report FILE]`:
+//! the chaos suite (tests/chaos.rs) in release mode, for as long as asked,
+//! then its per-fault tables.
+
+use std::path::PathBuf;
+
+use crate::{install, run};
+
+/// Parsed flags.
+#[derive(Debug, PartialEq)]
+struct Options {
+    minutes: f64,
+    seed: Option<u64>,
+    server: Option<String>,
+    report: Option<PathBuf>,
+}
+
+const USAGE: &str = "usage: cargo xtask chaos [--minutes N] [--seed S] \
+                     [--server redis|valkey] [--report FILE]";
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        minutes: 1.0,
+        seed: None,
+        server: None,
+        report: None,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--minutes" => {
+                let v = value()?;
+                o.minutes = v
+                    .parse()
+                    .ok()
+                    .filter(|m: &f64| *m > 0.0 && m.is_finite())
+                    .ok_or_else(|| format!("--minutes {v:?}: a positive number"))?;
+            }
+            "--seed" => {
+                let v = value()?;
+                o.seed = Some(v.parse().map_err(|_| format!("--seed {v:?}: a number"))?);
+            }
+            "--server" => {
+                let v = value()?;
+                if testkit::ServerKind::from_name(&v).is_none() {
+                    return Err(format!("--server {v:?}: redis or valkey"));
+                }
+                o.server = Some(v);
+            }
+            "--report" => o.report = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let tools = install::servers()?;
+    let seed = o.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let report = o
+        .report
+        .clone()
+        .unwrap_or_else(|| run::root().join("target/chaos-report.md"));
+    let report = if report.is_absolute() {
+        report
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("current directory: {e}"))?
+            .join(report)
+    };
+    let mut command = run::cargo();
+    command
+        .args(["test", "--release", "-p", "shardsub", "--test", "chaos"])
+        .args(["--", "--exact", "chaos", "--nocapture"])
+        .envs(tools.env())
+        .env("CHAOS_MINUTES", o.minutes.to_string())
+        .env("CHAOS_SEED", seed.to_string())
+        .env("CHAOS_REPORT", &report);
+    if let Some(server) = &o.server {
+        command.env("CHAOS_SERVERS", server);
+    }
+    println!(
+        "xtask: chaos: {} min of faults per server, seed {seed}, servers {}; tables to {}",
+        o.minutes,
+        o.server.as_deref().unwrap_or("redis,valkey"),
+        report.display()
+    );
+    let result = run::status(&mut command);
+    match std::fs::read_to_string(&report) {
+        Ok(tables) => println!(
+            "\nxtask: chaos: per-fault tables ({})\n\n{tables}",
+            report.display()
+        ),
+        Err(e) => println!("xtask: chaos: no tables at {} ({e})", report.display()),
+    }
+    result.map_err(|e| format!("{e} (seed {seed})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn flags_parse_and_bad_ones_are_refused() {
+        let o = parse(&args("--minutes 10 --seed 42 --server valkey")).unwrap();
+        assert_eq!(o.minutes, 10.0);
+        assert_eq!(o.seed, Some(42));
+        assert_eq!(o.server.as_deref(), Some("valkey"));
+        assert_eq!(parse(&[]).unwrap().minutes, 1.0);
+        for bad in [
+            "--minutes 0",
+            "--minutes x",
+            "--seed -1",
+            "--server memcached",
+            "--seed",
+            "-x",
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad}");
+        }
+    }
+}
