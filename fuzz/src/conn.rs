@@ -159,11 +159,13 @@ pub fn config(a: u8, b: u8) -> ConnConfig {
                 max_bulk_len: 64,
                 max_elements: 8,
                 max_depth: 4,
+                max_line_len: 32,
             },
             _ => Limits {
                 max_bulk_len: 1024,
                 max_elements: 1024,
                 max_depth: 16,
+                max_line_len: 256,
             },
         },
     }
@@ -615,7 +617,9 @@ impl Run {
         if c.is_ready() || c.is_closed() {
             self.held_bytes = 0;
         }
-        if c.unsent_len() > 0 {
+        // Commands held for the handshake count as unsent (the engine's
+        // backpressure reads `unsent_len`), but are not due before it ends.
+        if c.unsent_len() > 0 && (c.is_ready() || self.held_bytes == 0) {
             let since = *self.unsent_since.get_or_insert(self.now);
             let at = c.poll_flush_at();
             assert!(
