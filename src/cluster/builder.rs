@@ -35,7 +35,12 @@ pub enum Mode {
     /// simpler clients do; for comparison).
     PerPartition,
     /// Classic `PUBLISH`/`SUBSCRIBE`: every message is broadcast to every
-    /// node; subscriptions sit on one node (for comparison).
+    /// node; subscriptions sit on one node (for comparison). A message
+    /// published on another node than the subscriber's reaches it over the
+    /// cluster bus, which drops what is in flight when a bus link is reset
+    /// (a node too busy to answer the bus within half the node timeout):
+    /// a loss on the server side that no client can see or signal. The
+    /// sharded modes do not depend on the bus for delivery.
     Classic,
 }
 
