@@ -42,19 +42,23 @@
 //! ```
 
 mod classify;
+mod report;
+mod tap;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use parking::Mutex;
 
 pub use classify::{Counts, Fate};
-use classify::{Entry, Loss, Ticks, DROP, GAP, MAX_SEQ, TICK_US};
+use classify::{Ticks, MAX_SEQ, TICK_US};
+use report::{incidents, ticks};
+pub use report::{Incident, Report};
+pub use tap::Tap;
+use tap::{TapLog, NOT_EXPECTED};
 
 /// A tiny lock wrapper over `std::sync::Mutex` that ignores poisoning (a
 /// panicking test thread must not hide the report of the others).
@@ -110,9 +114,9 @@ const SENT: u8 = 2;
 const FAILED: u8 = 3;
 
 #[derive(Clone, Copy)]
-struct PubRec {
-    at: Ticks,
-    outcome: u8,
+pub(super) struct PubRec {
+    pub(super) at: Ticks,
+    pub(super) outcome: u8,
 }
 
 #[derive(Default)]
@@ -121,14 +125,14 @@ struct Published {
     kinds: Vec<String>,
 }
 
-struct Names {
-    names: Vec<Vec<u8>>,
-    index: HashMap<Vec<u8>, u32>,
-    epoch: Instant,
+pub(super) struct Names {
+    pub(super) names: Vec<Vec<u8>>,
+    pub(super) index: HashMap<Vec<u8>, u32>,
+    pub(super) epoch: Instant,
 }
 
 impl Names {
-    fn now(&self) -> Ticks {
+    pub(super) fn now(&self) -> Ticks {
         let us = self.epoch.elapsed().as_micros() as u64 / TICK_US;
         us.min(u64::from(u32::MAX)) as Ticks
     }
@@ -517,323 +521,5 @@ fn annotate(e: crate::Error, note: String) -> crate::Error {
             waited,
         },
         other => other,
-    }
-}
-
-fn ticks(t: Ticks) -> Duration {
-    Duration::from_micros(u64::from(t) * TICK_US)
-}
-
-/// Groups one stream's losses into runs of consecutive sequence numbers.
-fn incidents(
-    tap: usize,
-    channel: usize,
-    stream: &[Entry],
-    recs: &[PubRec],
-    losses: &[Loss],
-    out: &mut Vec<Incident>,
-) {
-    let mut i = 0;
-    while i < losses.len() {
-        let start = losses[i];
-        let mut end = i;
-        while end + 1 < losses.len()
-            && losses[end + 1].seq == losses[end].seq + 1
-            && losses[end + 1].fate == start.fate
-        {
-            end += 1;
-        }
-        let last = losses[end].seq;
-        let resumed = stream
-            .iter()
-            .find(|e| !e.is_signal() && e.seq > last && e.seq < MAX_SEQ)
-            .map(|e| ticks(e.at));
-        out.push(Incident {
-            tap,
-            channel,
-            fate: start.fate,
-            lost: (end - i + 1) as u64,
-            first_published: ticks(recs[start.seq as usize].at),
-            last_published: ticks(recs[last as usize].at),
-            resumed,
-        });
-        i = end + 1;
-    }
-}
-
-/// `Tap::from` of a channel the tap does not expect.
-const NOT_EXPECTED: u32 = u32::MAX;
-
-#[derive(Default)]
-struct TapLog {
-    streams: Vec<Vec<Entry>>,
-    threads: Vec<Option<ThreadId>>,
-    split: u64,
-    unknown_channel: u64,
-    garbled: u64,
-    misrouted: u64,
-    examples: Vec<String>,
-}
-
-impl TapLog {
-    fn example(&mut self, text: impl FnOnce() -> String) {
-        if self.examples.len() < 5 {
-            self.examples.push(text());
-        }
-    }
-}
-
-/// What one subscriber instance's handler saw. Call [`Tap::message`] and
-/// [`Tap::signal`] from the handler, on the thread that runs it.
-pub struct Tap {
-    name: String,
-    names: Arc<Names>,
-    from: Vec<u32>,
-    log: Mutex<TapLog>,
-}
-
-impl std::fmt::Debug for Tap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tap")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Tap {
-    /// The tap's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// A message the handler got.
-    pub fn message(&self, channel: &[u8], payload: &[u8]) {
-        let at = self.names.now();
-        let me = std::thread::current().id();
-        let mut log = self.log.lock();
-        let Some(&c) = self.names.index.get(channel) else {
-            log.unknown_channel += 1;
-            log.example(|| format!("{}: unknown channel {channel:?}", self.name));
-            return;
-        };
-        let c = c as usize;
-        let Some((seq, stamped_channel)) = decode(payload) else {
-            log.garbled += 1;
-            log.example(|| format!("{}: undecodable payload {payload:?}", self.name));
-            return;
-        };
-        if stamped_channel != c as u64 {
-            log.misrouted += 1;
-            log.example(|| {
-                format!(
-                    "{}: a message of channel #{stamped_channel} arrived on {}",
-                    self.name,
-                    String::from_utf8_lossy(channel)
-                )
-            });
-            return;
-        }
-        let seq = u32::try_from(seq).unwrap_or(u32::MAX).min(MAX_SEQ + 1);
-        log.streams[c].push(Entry { seq, at });
-        match log.threads[c] {
-            Some(t) if t != me => {
-                log.split += 1;
-                log.threads[c] = Some(me);
-                log.example(|| {
-                    format!(
-                        "{}: channel {} handled on two threads",
-                        self.name,
-                        String::from_utf8_lossy(channel)
-                    )
-                });
-            }
-            Some(_) => {}
-            None => log.threads[c] = Some(me),
-        }
-    }
-
-    /// A gap or drop event naming `channel`.
-    pub fn signal(&self, channel: &[u8], signal: Signal) {
-        let at = self.names.now();
-        let mut log = self.log.lock();
-        let Some(&c) = self.names.index.get(channel) else {
-            // A signal for a channel outside the ledger is harmless.
-            return;
-        };
-        let seq = match signal {
-            Signal::Gap => GAP,
-            Signal::Drop => DROP,
-        };
-        log.streams[c as usize].push(Entry { seq, at });
-    }
-
-    /// Messages recorded so far (all channels).
-    pub fn messages(&self) -> u64 {
-        let log = self.log.lock();
-        log.streams
-            .iter()
-            .flatten()
-            .filter(|e| !e.is_signal())
-            .count() as u64
-    }
-
-    /// Signals recorded so far for `channel`.
-    pub fn signals_for(&self, channel: &[u8]) -> u64 {
-        let Some(&c) = self.names.index.get(channel) else {
-            return 0;
-        };
-        let log = self.log.lock();
-        log.streams[c as usize]
-            .iter()
-            .filter(|e| e.is_signal())
-            .count() as u64
-    }
-
-    /// The channels (indexes) that got a signal (gap or drop) at or after
-    /// `since` (time since the ledger was made).
-    pub fn signalled_since(&self, since: Duration) -> Vec<usize> {
-        self.marked_since(since, |e| e.is_signal())
-    }
-
-    /// The channels (indexes) that got a gap event at or after `since`.
-    pub fn gapped_since(&self, since: Duration) -> Vec<usize> {
-        self.marked_since(since, |e| e.seq == GAP)
-    }
-
-    fn marked_since(&self, since: Duration, mark: impl Fn(&Entry) -> bool) -> Vec<usize> {
-        let log = self.log.lock();
-        let since = (since.as_micros() as u64 / TICK_US).min(u64::from(u32::MAX)) as Ticks;
-        log.streams
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.iter().any(|e| mark(e) && e.at >= since))
-            .map(|(c, _)| c)
-            .collect()
-    }
-}
-
-/// (sequence, channel index) from a stamped payload.
-fn decode(payload: &[u8]) -> Option<(u64, u64)> {
-    let seq = u64::from_le_bytes(payload.get(0..8)?.try_into().ok()?);
-    let channel = u32::from_le_bytes(payload.get(16..20)?.try_into().ok()?);
-    Some((seq, u64::from(channel)))
-}
-
-/// A run of consecutive lost messages in one (tap, channel) stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Incident {
-    /// Index of the tap (creation order).
-    pub tap: usize,
-    /// Index of the channel.
-    pub channel: usize,
-    /// Signalled or silent.
-    pub fate: Fate,
-    /// Messages in the run.
-    pub lost: u64,
-    /// When the first lost message was published (ledger clock).
-    pub first_published: Duration,
-    /// When the last lost message was published.
-    pub last_published: Duration,
-    /// When the handler next got a message of the channel, if it did.
-    pub resumed: Option<Duration>,
-}
-
-/// Everything a run recorded, classified.
-#[derive(Clone, Debug, Default)]
-pub struct Report {
-    /// Messages stamped.
-    pub published: u64,
-    /// Publishes acknowledged.
-    pub acked: u64,
-    /// Publishes handed over without acknowledgement.
-    pub sent: u64,
-    /// Publishes with no outcome recorded.
-    pub pending: u64,
-    /// Failed publishes by kind.
-    pub failed: BTreeMap<String, u64>,
-    /// Totals over every tap and channel. `unexpected` also counts
-    /// deliveries on an unknown channel, undecodable payloads and messages
-    /// delivered on another channel than they were published to.
-    pub counts: Counts,
-    /// Per tap: its name and its counts.
-    pub taps: Vec<(String, Counts)>,
-    /// Times a channel's messages reached another handler thread than
-    /// before: must be 0.
-    pub split: u64,
-    /// Messages delivered to a tap on a channel it does not expect (see
-    /// [`Ledger::tap_for`]): must be 0.
-    pub unwanted: u64,
-    /// Runs of lost messages, signalled or not.
-    pub incidents: Vec<Incident>,
-    /// A few described problems, for the failure message.
-    pub examples: Vec<String>,
-}
-
-impl Report {
-    /// Whether nothing was lost silently, duplicated, reordered, corrupted
-    /// or split over threads.
-    pub fn is_clean(&self) -> bool {
-        let c = &self.counts;
-        c.lost_silent == 0
-            && c.duplicated == 0
-            && c.reordered == 0
-            && c.unexpected == 0
-            && self.split == 0
-            && self.unwanted == 0
-    }
-
-    /// Publishes that failed, all kinds.
-    pub fn failed_total(&self) -> u64 {
-        self.failed.values().sum()
-    }
-
-    /// Panics with the summary unless [`Report::is_clean`].
-    ///
-    /// # Panics
-    ///
-    /// On a silent loss, a duplicate, a reorder, a corrupt or unwanted
-    /// delivery, or a channel split over threads.
-    pub fn assert_clean(&self) {
-        assert!(self.is_clean(), "delivery accounting failed:\n{self}");
-    }
-}
-
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = &self.counts;
-        let mut failed = String::new();
-        for (k, n) in &self.failed {
-            let _ = write!(failed, " {k}={n}");
-        }
-        writeln!(
-            f,
-            "published {} (acked {}, sent {}, pending {}, failed {}{})",
-            self.published,
-            self.acked,
-            self.sent,
-            self.pending,
-            self.failed_total(),
-            failed
-        )?;
-        writeln!(
-            f,
-            "delivered {} lost_signalled {} lost_silent {} duplicated {} reordered {} \
-             unexpected {} split {} unwanted {} signals {} delivered_failed {} before_window {}",
-            c.delivered,
-            c.lost_signalled,
-            c.lost_silent,
-            c.duplicated,
-            c.reordered,
-            c.unexpected,
-            self.split,
-            self.unwanted,
-            c.signals,
-            c.delivered_failed,
-            c.before_window
-        )?;
-        for e in &self.examples {
-            writeln!(f, "  {e}")?;
-        }
-        Ok(())
     }
 }
