@@ -18,6 +18,23 @@ pub enum Error {
     /// A builder setting is invalid (the text says which and why). Fix the
     /// configuration; retrying will not help.
     Config(Arc<str>),
+    /// The OS refused a local resource while starting: a poller, its waker,
+    /// or a thread. The configuration is fine and no server was at fault;
+    /// building again may succeed once the process has room (fewer
+    /// threads or file descriptors in use, a higher limit). Nothing is left
+    /// running.
+    Runtime {
+        /// What could not be created (`"poller"`, `"I/O thread"`…).
+        what: &'static str,
+        /// The OS error's kind.
+        kind: io::ErrorKind,
+        /// The OS error's text.
+        reason: Arc<str>,
+    },
+    /// A method was called with an argument it cannot use (a server or
+    /// connection index out of range; the text says which). This is a bug in
+    /// the calling code, not a setting or a server fault; nothing was sent.
+    InvalidArgument(Arc<str>),
     /// An address could not be resolved to a socket address. Check the
     /// `host:port` spelling.
     Resolve {
@@ -171,6 +188,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error for a local resource the OS refused.
+    pub(crate) fn runtime(what: &'static str, e: &io::Error) -> Self {
+        Error::Runtime {
+            what,
+            kind: e.kind(),
+            reason: e.to_string().into(),
+        }
+    }
+
     /// The error for a request that was pending on a connection that ended.
     pub(crate) fn from_conn(addr: SocketAddr, error: ConnError, connect_timeout: Duration) -> Self {
         match error {
@@ -210,6 +236,12 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Config(what) => write!(f, "invalid configuration: {what}"),
+            Error::Runtime { what, reason, .. } => write!(
+                f,
+                "cannot create the {what}: {reason} (a local resource limit; \
+                 the configuration is fine, building again may succeed)"
+            ),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Resolve { addr, reason } => {
                 write!(
                     f,
@@ -291,3 +323,46 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layered_errors_say_what_failed_and_what_to_do() {
+        let config = Error::Config("io_threads must be at least 1".into());
+        assert_eq!(
+            config.to_string(),
+            "invalid configuration: io_threads must be at least 1"
+        );
+        let os = io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "Resource temporarily unavailable",
+        );
+        let runtime = Error::runtime("I/O thread", &os);
+        assert!(
+            matches!(
+                runtime,
+                Error::Runtime {
+                    what: "I/O thread",
+                    kind: io::ErrorKind::WouldBlock,
+                    ..
+                }
+            ),
+            "{runtime:?}"
+        );
+        assert_eq!(
+            runtime.to_string(),
+            "cannot create the I/O thread: Resource temporarily unavailable (a local \
+             resource limit; the configuration is fine, building again may succeed)"
+        );
+        let misuse = Error::InvalidArgument("server index 3 out of range (2 servers)".into());
+        assert_eq!(
+            misuse.to_string(),
+            "invalid argument: server index 3 out of range (2 servers)"
+        );
+        for e in [config, runtime, misuse] {
+            assert!(!e.is_transient(), "{e:?} is not a connection's failure");
+        }
+    }
+}

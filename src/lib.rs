@@ -82,6 +82,7 @@ mod error;
 pub mod metrics;
 pub mod observer;
 pub mod pubsub;
+mod threads;
 mod workers;
 
 pub use conn::Protocol;

@@ -107,10 +107,49 @@ where
     I::Item: AsRef<[u8]>,
 {
     let args = args.into_iter();
-    push_len(out, b'*', args.len());
+    encode_command_header(out, args.len());
     for a in args {
-        push_blob(out, b'$', a.as_ref());
+        encode_bulk(out, a.as_ref());
     }
+}
+
+/// Appends the command `cmd args…`, the name kept apart from its arguments
+/// (a subscribe command over a slice of channel names, say): the same bytes
+/// as [`encode_command`] with `cmd` first.
+///
+/// ```
+/// let mut out = Vec::new();
+/// resp::encode_command_with(&mut out, b"SUBSCRIBE", &["a", "bc"]);
+/// assert_eq!(out, b"*3\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n$2\r\nbc\r\n");
+/// ```
+pub fn encode_command_with<A: AsRef<[u8]>>(out: &mut Vec<u8>, cmd: &[u8], args: &[A]) {
+    encode_command_header(out, args.len().saturating_add(1));
+    encode_bulk(out, cmd);
+    for a in args {
+        encode_bulk(out, a.as_ref());
+    }
+}
+
+/// Appends the header of a command of `argc` arguments, `*argc\r\n`; the
+/// caller then appends exactly `argc` arguments with [`encode_bulk`]. For
+/// arguments made one at a time (each rewritten into a scratch buffer, say)
+/// that are not worth collecting first.
+///
+/// ```
+/// let mut out = Vec::new();
+/// resp::encode_command_header(&mut out, 2);
+/// resp::encode_bulk(&mut out, b"PING");
+/// resp::encode_bulk(&mut out, b"hi");
+/// assert_eq!(out, b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\n");
+/// ```
+pub fn encode_command_header(out: &mut Vec<u8>, argc: usize) {
+    push_len(out, b'*', argc);
+}
+
+/// Appends one bulk string, `$len\r\nbytes\r\n`: a command argument after
+/// [`encode_command_header`], or a bulk string anywhere else.
+pub fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    push_blob(out, b'$', bytes);
 }
 
 /// Appends an aggregate header: `*n`, `~n`, `%n` (n pairs), `>n` or `|n`

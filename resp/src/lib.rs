@@ -19,8 +19,11 @@
 //!   (a line that never ends included) is rejected early and cheaply.
 //! - **Resumes**: a [`Decoder`] remembers how far it validated, so a large
 //!   reply arriving in small reads costs time linear in its size.
-//! - **Encodes** commands ([`encode_command`]), owned [`Value`]s, borrowed
-//!   [`Frame`]s and the streamed forms, appending to a caller's `Vec<u8>`.
+//! - **Encodes** commands ([`encode_command`], [`encode_command_with`], or
+//!   [`encode_command_header`] then one [`encode_bulk`] per argument),
+//!   owned [`Value`]s, borrowed [`Frame`]s and the streamed forms,
+//!   appending to a caller's `Vec<u8>`. This is the library's only RESP
+//!   encoder.
 //! - **Classifies** Pub/Sub pushes and their RESP2 array form
 //!   ([`pubsub::classify`]) without copying channel or payload.
 //!
@@ -113,7 +116,8 @@ mod value;
 
 pub use decoder::Decoder;
 pub use encode::{
-    encode_aggregate_header, encode_command, encode_frame, encode_streamed_aggregate_end,
+    encode_aggregate_header, encode_bulk, encode_command, encode_command_header,
+    encode_command_with, encode_frame, encode_streamed_aggregate_end,
     encode_streamed_aggregate_start, encode_streamed_string, encode_value,
 };
 pub use error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};

@@ -1,7 +1,8 @@
 //! Encoder vectors: exact bytes for every type, and exact double round trips.
 
 use resp::{
-    encode_aggregate_header, encode_command, encode_frame, encode_streamed_aggregate_end,
+    encode_aggregate_header, encode_bulk, encode_command, encode_command_header,
+    encode_command_with, encode_frame, encode_streamed_aggregate_end,
     encode_streamed_aggregate_start, encode_streamed_string, encode_value, parse, AggregateKind,
     Limits, Status, Value,
 };
@@ -124,6 +125,40 @@ fn commands_are_arrays_of_bulk_strings() {
     out.clear();
     encode_command(&mut out, Vec::<Vec<u8>>::new());
     assert_eq!(out, b"*0\r\n");
+}
+
+#[test]
+fn commands_built_piecewise_match_encode_command() {
+    let mut out = Vec::new();
+    encode_command_with(&mut out, b"SUNSUBSCRIBE", &[&b"{a}x"[..], b"", b"a\r\nb"]);
+    assert_eq!(
+        out,
+        b"*4\r\n$12\r\nSUNSUBSCRIBE\r\n$4\r\n{a}x\r\n$0\r\n\r\n$4\r\na\r\nb\r\n"
+    );
+    let mut whole = Vec::new();
+    encode_command(&mut whole, [&b"SUNSUBSCRIBE"[..], b"{a}x", b"", b"a\r\nb"]);
+    assert_eq!(out, whole);
+    out.clear();
+    encode_command_with::<&[u8]>(&mut out, b"PING", &[]);
+    assert_eq!(out, b"*1\r\n$4\r\nPING\r\n");
+    out.clear();
+    encode_command_header(&mut out, 1_234_567_890);
+    assert_eq!(out, b"*1234567890\r\n");
+    out.clear();
+    encode_command_header(&mut out, 2);
+    encode_bulk(&mut out, b"ECHO");
+    encode_bulk(&mut out, &[0, 255]);
+    assert_eq!(out, b"*2\r\n$4\r\nECHO\r\n$2\r\n\x00\xff\r\n");
+    let Ok(Status::Complete(p)) = parse(&out, &Limits::default()) else {
+        panic!()
+    };
+    assert_eq!(
+        p.to_value(),
+        Value::Array(vec![
+            Value::Bulk(b"ECHO".to_vec()),
+            Value::Bulk(vec![0, 255])
+        ])
+    );
 }
 
 #[test]

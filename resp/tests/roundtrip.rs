@@ -47,6 +47,34 @@ fn parse_value(wire: &[u8]) -> (Value, usize) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// The three ways to encode a command give the same bytes, which parse
+    /// to the array of bulk strings; with room reserved, none allocates.
+    #[test]
+    fn commands_round_trip_without_allocating(
+        cmd in prop::collection::vec(any::<u8>(), 0..12),
+        args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..16),
+    ) {
+        let mut whole = Vec::new();
+        resp::encode_command(&mut whole, std::iter::once(&cmd).chain(&args).collect::<Vec<_>>());
+        let mut with = Vec::with_capacity(whole.len());
+        let mut piecewise = Vec::with_capacity(whole.len());
+        let before = allocs();
+        resp::encode_command_with(&mut with, &cmd, &args);
+        resp::encode_command_header(&mut piecewise, args.len() + 1);
+        resp::encode_bulk(&mut piecewise, &cmd);
+        for a in &args {
+            resp::encode_bulk(&mut piecewise, a);
+        }
+        prop_assert_eq!(allocs() - before, 0);
+        prop_assert_eq!(&with, &whole);
+        prop_assert_eq!(&piecewise, &whole);
+        let (back, consumed) = parse_value(&with);
+        prop_assert_eq!(consumed, with.len());
+        let expected: Vec<Value> =
+            std::iter::once(cmd).chain(args).map(Value::Bulk).collect();
+        prop_assert_eq!(back, Value::Array(expected));
+    }
+
     #[test]
     fn encode_then_parse_is_identity(v in value()) {
         let mut wire = Vec::new();

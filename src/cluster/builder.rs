@@ -21,6 +21,7 @@ use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::Handler;
+use crate::threads::{self, PanicCount};
 use crate::workers::Pool;
 
 /// How subscriptions and publishes use the cluster.
@@ -65,6 +66,8 @@ pub(crate) struct NodeSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: (Duration, Duration),
     pub(crate) flush_delay: Duration,
+    /// The instance's thread panic counter, shared with every node engine.
+    pub(crate) panics: PanicCount,
 }
 
 impl NodeSettings {
@@ -82,7 +85,8 @@ impl NodeSettings {
             .client_name(name)
             .flush_delay(self.flush_delay)
             .connect_timeout(self.connect_timeout)
-            .reconnect_backoff(self.backoff.0, self.backoff.1);
+            .reconnect_backoff(self.backoff.0, self.backoff.1)
+            .panic_count(self.panics.clone());
         if let Some(p) = &self.password {
             b = b.password(p);
         }
@@ -147,6 +151,7 @@ impl Default for ClusterBuilder {
                 connect_timeout: Duration::from_secs(1),
                 backoff: (Duration::from_millis(50), Duration::from_secs(2)),
                 flush_delay: Duration::from_micros(100),
+                panics: PanicCount::default(),
             },
         }
     }
@@ -349,7 +354,8 @@ impl ClusterBuilder {
     ///
     /// [`Error::Config`] for invalid settings (no seed, no handler, a zero
     /// count, a partition count out of range), [`Error::Resolve`] for a
-    /// seed that does not resolve, [`Error::Cluster`] when no seed gave a
+    /// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
+    /// worker or control thread, [`Error::Cluster`] when no seed gave a
     /// usable slot map. Nothing is left running.
     pub fn build(self) -> Result<ClusterPubSub, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
@@ -389,8 +395,7 @@ impl ClusterBuilder {
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())
-            .map_err(|e| Error::Config(e.into()))?;
+        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let cfg = Config {
             mode: self.mode,
             multiplier: self.multiplier,
@@ -427,7 +432,10 @@ impl ClusterBuilder {
         let empty = SlotMap::new();
         let control = Control {
             s: shared.clone(),
-            node: self.node.clone(),
+            node: NodeSettings {
+                panics: shared.counters.thread_panics.clone(),
+                ..self.node.clone()
+            },
             seeds,
             command: None,
             layout: Layout::compute(&empty, &shared.parts),
@@ -453,13 +461,14 @@ impl ClusterBuilder {
             enc: Vec::new(),
             name: Vec::new(),
         };
-        let handle = std::thread::Builder::new()
-            .name("shardsub-cluster-control".into())
-            .spawn(move || control.run())
-            .map_err(|e| {
-                pool.shutdown();
-                Error::Config(format!("cannot spawn control thread: {e}").into())
-            });
+        let panics = shared.counters.thread_panics.clone();
+        let handle = threads::spawn("shardsub-cluster-control".into(), panics, move || {
+            control.run()
+        })
+        .map_err(|e| {
+            pool.shutdown();
+            Error::runtime("control thread", &e)
+        });
         let handle = handle?;
         let ps = ClusterPubSub::new(shared, pool, handle);
         ps.wait_started(Duration::from_secs(10))?;

@@ -82,22 +82,6 @@ pub(crate) struct Control {
     pub(crate) name: Vec<u8>,
 }
 
-/// Appends `cmd name…` as a RESP array header and command bulk; names follow.
-pub(crate) fn push_header(out: &mut Vec<u8>, args: usize, cmd: &[u8]) {
-    out.push(b'*');
-    out.extend_from_slice(args.to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    push_bulk(out, cmd);
-}
-
-pub(crate) fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(b'$');
-    out.extend_from_slice(bytes.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(bytes);
-    out.extend_from_slice(b"\r\n");
-}
-
 impl Control {
     fn commands(&self) -> (&'static [u8], &'static [u8], SubscribeKind) {
         if self.s.sharded() {
@@ -109,11 +93,12 @@ impl Control {
 
     /// Encodes `cmd` with the wire names of `names` into `self.enc`.
     fn encode<N: AsRef<[u8]>>(&mut self, cmd: &[u8], names: &[N]) {
-        push_header(&mut self.enc, names.len() + 1, cmd);
+        resp::encode_command_header(&mut self.enc, names.len() + 1);
+        resp::encode_bulk(&mut self.enc, cmd);
         for n in names {
             self.name.clear();
             self.s.wire_into(n.as_ref(), &mut self.name);
-            push_bulk(&mut self.enc, &self.name);
+            resp::encode_bulk(&mut self.enc, &self.name);
         }
     }
 
@@ -263,7 +248,7 @@ impl Control {
                 let r = g.engine.submit_to_then(
                     0,
                     i,
-                    |buf| push_header(buf, 1, b"PING"),
+                    |buf| resp::encode_command(buf, [b"PING"]),
                     ReplyKind::Single,
                     move |r| {
                         if r.is_ok() {
@@ -487,7 +472,7 @@ impl Control {
         }
         for chunk in unsubs.chunks(s.config.batch) {
             self.encode(unsub_cmd, chunk);
-            push_header(&mut self.enc, 1, b"PING");
+            resp::encode_command(&mut self.enc, [b"PING"]);
             add(&s.counters.unsubscribe_commands, 1);
             if !self.submit(at, ReplyKind::Single, lane, None) {
                 break;

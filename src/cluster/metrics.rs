@@ -100,7 +100,9 @@ pub struct Holds {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterMetrics {
     /// Delivery counters shared with [`PubSub`](crate::PubSub) (lag and
-    /// probes stay empty; `active_connections` holds one entry per node).
+    /// probes stay empty; `active_connections` holds one entry per node;
+    /// `thread_panics` covers the control thread, the workers and every
+    /// node engine's I/O thread).
     pub pubsub: Metrics,
     /// Topology rebuilds by trigger.
     pub rebuilds: RebuildCounts,

@@ -346,7 +346,7 @@ impl ClusterPubSub {
         self.shared.closing.store(true, Ordering::Release);
         self.shared.post(|inbox| inbox.stop = true);
         if let Some(h) = self.control.lock().take() {
-            let _ = h.join();
+            crate::threads::join(h, &self.shared.counters.thread_panics);
         }
         self.pool.shutdown();
         *self.shared.routes.write() = shared::Routes::empty();

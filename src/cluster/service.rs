@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use topology::SlotMap;
 
-use crate::cluster::control::{push_bulk, push_header, Control};
+use crate::cluster::control::Control;
 use crate::cluster::shared::Trigger;
 use crate::cluster::topo::resolve;
 use crate::conn::{ReplyKind, SubscribeKind};
@@ -126,10 +126,7 @@ impl Control {
         let r = engine.submit_to_then(
             0,
             0,
-            |buf| {
-                push_header(buf, 2, b"SSUBSCRIBE");
-                push_bulk(buf, &name);
-            },
+            |buf| resp::encode_command_with(buf, b"SSUBSCRIBE", &[&name]),
             ReplyKind::Subscribe {
                 kind: SubscribeKind::Shard,
                 confirmations: 1,

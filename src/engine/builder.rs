@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
+use crate::engine::shared::Counters;
 use crate::engine::{Engine, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
+use crate::threads::PanicCount;
 
 /// Settings for an [`Engine`]; start with [`Engine::builder`].
 ///
@@ -33,6 +35,7 @@ pub struct Builder {
     limits: resp::Limits,
     role: Role,
     max_buffered: usize,
+    panics: PanicCount,
 }
 
 impl Default for Builder {
@@ -55,6 +58,7 @@ impl Default for Builder {
             limits: resp::Limits::default(),
             role: Role::Command,
             max_buffered: 4 << 20,
+            panics: PanicCount::default(),
         }
     }
 }
@@ -215,6 +219,13 @@ impl Builder {
         self
     }
 
+    /// Counts this engine's I/O thread panics in `panics` (the Pub/Sub
+    /// layer's counter, so its metrics cover its engines' threads too).
+    pub(crate) fn panic_count(mut self, panics: PanicCount) -> Self {
+        self.panics = panics;
+        self
+    }
+
     /// Validates the settings, starts the I/O threads and connects to every
     /// server (handshake included).
     ///
@@ -224,7 +235,8 @@ impl Builder {
     /// address that does not resolve, [`Error::Connect`] or
     /// [`Error::ConnectTimeout`] when a server cannot be reached,
     /// [`Error::Auth`] when it refuses the credentials, [`Error::Handshake`]
-    /// when it refuses another handshake step. Nothing is left running.
+    /// when it refuses another handshake step, [`Error::Runtime`] when the OS
+    /// refuses a poller or an I/O thread. Nothing is left running.
     pub fn build(self) -> Result<Engine, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
         if self.addrs.is_empty() {
@@ -275,7 +287,10 @@ impl Builder {
             backoff_base: self.backoff.0,
             backoff_max: self.backoff.1,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
-            counters: Default::default(),
+            counters: Counters {
+                thread_panics: self.panics,
+                ..Counters::default()
+            },
         });
         Engine::start(
             settings,

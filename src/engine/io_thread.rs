@@ -86,6 +86,8 @@ impl IoThread {
                             d.restart(registry, now);
                         }
                     }
+                    #[cfg(test)]
+                    Control::Panic => panic!("I/O thread panic provoked by a test"),
                 }
             }
             // Reading can take a while (up to the read budget per

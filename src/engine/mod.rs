@@ -6,6 +6,8 @@ mod driver;
 mod io_thread;
 mod pending;
 mod shared;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -24,6 +26,7 @@ pub use shared::Stats;
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
+use crate::threads;
 use driver::Driver;
 use io_thread::{IoThread, WAKER};
 use pending::{Completion, Slot};
@@ -109,9 +112,9 @@ impl Engine {
         let mut polls = Vec::with_capacity(threads);
         let mut thread_shared = Vec::with_capacity(threads);
         for _ in 0..threads {
-            let io = |e: std::io::Error| Error::Config(format!("cannot create poller: {e}").into());
-            let poll = Poll::new().map_err(io)?;
-            let waker = Waker::new(poll.registry(), WAKER).map_err(io)?;
+            let poll = Poll::new().map_err(|e| Error::runtime("poller", &e))?;
+            let waker = Waker::new(poll.registry(), WAKER)
+                .map_err(|e| Error::runtime("poller's waker", &e))?;
             thread_shared.push(Arc::new(ThreadShared {
                 waker,
                 ready: Mutex::new(Vec::new()),
@@ -168,10 +171,9 @@ impl Engine {
                 shared: thread_shared[n].clone(),
                 drivers,
             };
-            let h = std::thread::Builder::new()
-                .name(format!("shardsub-io-{n}"))
-                .spawn(move || io.run())
-                .map_err(|e| Error::Config(format!("cannot spawn I/O thread: {e}").into()))?;
+            let panics = settings.counters.thread_panics.clone();
+            let h = threads::spawn(format!("shardsub-io-{n}"), panics, move || io.run())
+                .map_err(|e| Error::runtime("I/O thread", &e))?;
             handles.push(h);
         }
         let engine = Engine {
@@ -230,7 +232,7 @@ impl Engine {
 
     fn route_server(&self, server: usize) -> Result<&ConnShared, Error> {
         let entry = self.inner.servers.get(server).ok_or_else(|| {
-            Error::Config(
+            Error::InvalidArgument(
                 format!(
                     "server index {server} out of range ({} servers)",
                     self.inner.servers.len()
@@ -314,6 +316,11 @@ impl Engine {
     /// Sends any command to server `server` (index in the builder's list)
     /// and returns a handle to its reply. Connections of that server are
     /// used in turn.
+    ///
+    /// # Errors
+    ///
+    /// The handle yields [`Error::InvalidArgument`] when there is no server
+    /// `server`; otherwise as [`Engine::command`].
     pub fn command_pending<I>(&self, server: usize, args: I) -> Pending<Value>
     where
         I: IntoIterator,
@@ -330,6 +337,10 @@ impl Engine {
     /// [`Observer::on_push`] calls (a push that arrives before the reply is
     /// seen before `f` runs). Keep `f` short; never block in it. If the
     /// command cannot be sent, `f` runs at once on this thread.
+    ///
+    /// # Errors
+    ///
+    /// `f` gets the errors [`Engine::command_pending`] yields.
     pub fn command_then<I, F>(&self, server: usize, args: I, f: F)
     where
         I: IntoIterator,
@@ -405,7 +416,7 @@ impl Engine {
             .and_then(|s| s.conns.get(index))
             .map(|c| &**c)
             .ok_or_else(|| {
-                Error::Config(format!("no connection {index} on server {server}").into())
+                Error::InvalidArgument(format!("no connection {index} on server {server}").into())
             })
     }
 
@@ -415,7 +426,7 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a connection that does not exist,
+    /// [`Error::InvalidArgument`] for a connection that does not exist,
     /// [`Error::NotConnected`] while it reconnects, [`Error::Shutdown`].
     pub(crate) fn submit_to<F>(
         &self,
@@ -495,6 +506,12 @@ impl Engine {
         }
     }
 
+    /// Makes I/O thread `n` panic (for the tests of panic reporting).
+    #[cfg(test)]
+    pub(crate) fn panic_io_thread(&self, n: usize) {
+        self.inner.threads[n].send_control(Control::Panic);
+    }
+
     /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is
     /// already submitted is written and its replies awaited for up to the
     /// shutdown timeout, after which what is left fails with
@@ -513,7 +530,7 @@ impl Engine {
             if h.thread().id() == std::thread::current().id() {
                 continue; // called from a callback on an I/O thread
             }
-            let _ = h.join();
+            threads::join(h, &self.inner.settings.counters.thread_panics);
         }
     }
 }

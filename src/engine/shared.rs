@@ -18,6 +18,7 @@ use crate::conn::Request;
 use crate::engine::pending::Completion;
 use crate::error::Error;
 use crate::observer::ConnInfo;
+use crate::threads::PanicCount;
 
 /// Connection states seen by submitters.
 pub(crate) const CONNECTING: u8 = 0;
@@ -141,6 +142,9 @@ pub(crate) enum Control {
     Shutdown(std::time::Instant),
     /// Drop this connection (by its local index) and reconnect it.
     Restart(usize),
+    /// Panic on the I/O thread (for the tests of panic reporting).
+    #[cfg(test)]
+    Panic,
 }
 
 /// One I/O thread, as other threads see it.
@@ -181,6 +185,9 @@ pub(crate) struct Counters {
     pub(crate) reads: AtomicU64,
     pub(crate) connects: AtomicU64,
     pub(crate) disconnects: AtomicU64,
+    /// The I/O threads that panicked (shared with the Pub/Sub layer above,
+    /// when there is one).
+    pub(crate) thread_panics: PanicCount,
 }
 
 impl Counters {
@@ -215,6 +222,9 @@ pub struct Stats {
     pub connects: u64,
     /// Connections lost or closed.
     pub disconnects: u64,
+    /// I/O threads that panicked (each also logged with `log::error!`). A
+    /// panicked thread's connections stop; alert on any non-zero value.
+    pub thread_panics: u64,
 }
 
 impl Counters {
@@ -232,6 +242,7 @@ impl Counters {
             reads: g(&self.reads),
             connects: g(&self.connects),
             disconnects: g(&self.disconnects),
+            thread_panics: self.thread_panics.get(),
         }
     }
 }

@@ -9,6 +9,8 @@ mod histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) use histogram::Histogram;
+
+use crate::threads::PanicCount;
 pub use histogram::LagSnapshot;
 
 /// Why messages were dropped (delivery is at most once; a drop is counted,
@@ -79,6 +81,12 @@ pub struct Metrics {
     /// Messages whose payload lacked the envelope while it was on
     /// (delivered unchanged, not timed).
     pub unenveloped: u64,
+    /// The library's own threads that panicked: I/O, control and worker
+    /// threads (a handler's panic is caught per message and not counted
+    /// here). Each is logged with `log::error!`, naming the thread and the
+    /// panic message. A panicked thread has stopped and what it served
+    /// stops with it: alert on any non-zero value and restart the instance.
+    pub thread_panics: u64,
 }
 
 /// The live counters behind [`Metrics`].
@@ -99,6 +107,8 @@ pub(crate) struct Counters {
     pub(crate) probes_sent: AtomicU64,
     pub(crate) probe_restarts: AtomicU64,
     pub(crate) lag: Histogram,
+    /// Shared with both engines (or every node engine of a cluster).
+    pub(crate) thread_panics: PanicCount,
 }
 
 /// Adds `n` to a counter (relaxed).
@@ -138,6 +148,7 @@ impl Counters {
             active_connections: Vec::new(),
             lag: with_lag.then(|| self.lag.snapshot()),
             unenveloped: 0,
+            thread_panics: self.thread_panics.get(),
         }
     }
 }

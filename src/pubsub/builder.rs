@@ -18,6 +18,7 @@ use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::{Routing, ShardRouting};
 use crate::pubsub::shared::{Config, ConnSlot, Shared, PROBE_PREFIX};
 use crate::pubsub::{Handler, PubSub};
+use crate::threads;
 use crate::workers::Pool;
 
 /// Settings for a [`PubSub`]; start with [`PubSub::builder`].
@@ -252,7 +253,8 @@ impl PubSubBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for invalid settings (no server, no handler, a
-    /// zero count); otherwise what [`crate::Builder::build`] returns for
+    /// zero count), [`Error::Runtime`] when the OS refuses a worker or
+    /// control thread; otherwise what [`crate::Builder::build`] returns for
     /// either engine. Nothing is left running.
     pub fn build(self) -> Result<PubSub, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
@@ -274,8 +276,7 @@ impl PubSubBuilder {
         let servers = self.addrs.len();
         let per_server = self.subscribe_connections;
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())
-            .map_err(|e| Error::Config(e.into()))?;
+        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let seed = instance_seed();
         let routing = ShardRouting {
             servers,
@@ -326,6 +327,7 @@ impl PubSubBuilder {
         // once; let it through instead of applying publish backpressure.
         let sub = match self
             .engine(Role::Subscribe, per_server)
+            .panic_count(shared.counters.thread_panics.clone())
             .max_buffered_bytes(64 << 20)
             .observer(observer)
             .build()
@@ -336,7 +338,11 @@ impl PubSubBuilder {
                 return Err(e);
             }
         };
-        let publ = match self.engine(Role::Command, self.publish_connections).build() {
+        let publ = match self
+            .engine(Role::Command, self.publish_connections)
+            .panic_count(shared.counters.thread_panics.clone())
+            .build()
+        {
             Ok(e) => Arc::new(e),
             Err(e) => {
                 sub.shutdown();
@@ -345,18 +351,18 @@ impl PubSubBuilder {
             }
         };
         let control = Control::new(shared.clone(), sub.clone(), publ.clone());
-        let handle = std::thread::Builder::new()
-            .name("shardsub-pubsub-control".into())
-            .spawn(move || control.run());
+        let handle = threads::spawn(
+            "shardsub-pubsub-control".into(),
+            shared.counters.thread_panics.clone(),
+            move || control.run(),
+        );
         let handle = match handle {
             Ok(h) => h,
             Err(e) => {
                 sub.shutdown();
                 publ.shutdown();
                 pool.shutdown();
-                return Err(Error::Config(
-                    format!("cannot spawn control thread: {e}").into(),
-                ));
+                return Err(Error::runtime("control thread", &e));
             }
         };
         Ok(PubSub {

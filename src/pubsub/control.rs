@@ -25,39 +25,6 @@ fn commands(kind: SubscribeKind) -> (&'static [u8], &'static [u8]) {
     }
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
-
-fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(b'$');
-    push_decimal(out, bytes.len());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(bytes);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Appends `cmd name…` as a RESP array of bulk strings.
-pub(crate) fn encode_names<N: AsRef<[u8]>>(out: &mut Vec<u8>, cmd: &[u8], names: &[N]) {
-    out.push(b'*');
-    push_decimal(out, names.len() + 1);
-    out.extend_from_slice(b"\r\n");
-    push_bulk(out, cmd);
-    for n in names {
-        push_bulk(out, n.as_ref());
-    }
-}
-
 /// Probe bookkeeping for one connection.
 struct Probe {
     last_rx: u64,
@@ -297,7 +264,7 @@ impl Control {
         let (sub_cmd, unsub_cmd) = commands(s.routing.kind());
         let batch = s.config.batch;
         for chunk in subs.chunks(batch) {
-            encode_names(&mut self.enc, sub_cmd, chunk);
+            resp::encode_command_with(&mut self.enc, sub_cmd, chunk);
             add(&s.counters.subscribe_commands, 1);
             let kind = ReplyKind::Subscribe {
                 kind: s.routing.kind(),
@@ -310,8 +277,8 @@ impl Control {
         for chunk in unsubs.chunks(batch) {
             // Unsubscribe confirmations are pushes; the PING's reply stands
             // for the command's (see the conn module).
-            encode_names(&mut self.enc, unsub_cmd, chunk);
-            encode_names::<&[u8]>(&mut self.enc, b"PING", &[]);
+            resp::encode_command_with(&mut self.enc, unsub_cmd, chunk);
+            resp::encode_command(&mut self.enc, [b"PING"]);
             add(&s.counters.unsubscribe_commands, 1);
             if !self.submit(conn, ReplyKind::Single, None) {
                 break;
@@ -333,7 +300,7 @@ impl Control {
         }
         let (sub_cmd, _) = commands(s.routing.kind());
         let kind = s.routing.kind();
-        encode_names(&mut self.enc, sub_cmd, &[&slot.probe_channel]);
+        resp::encode_command_with(&mut self.enc, sub_cmd, &[&slot.probe_channel]);
         let mut ok = self.submit(
             conn,
             ReplyKind::Subscribe {
@@ -369,7 +336,7 @@ impl Control {
                 if refs.is_empty() {
                     break;
                 }
-                encode_names(&mut self.enc, sub_cmd, &refs);
+                resp::encode_command_with(&mut self.enc, sub_cmd, &refs);
                 batches.push((self.enc.len(), channel_list(&refs)));
             }
             drop(l);
@@ -465,7 +432,7 @@ impl Control {
             if half.is_empty() {
                 continue;
             }
-            encode_names(&mut self.enc, sub_cmd, half);
+            resp::encode_command_with(&mut self.enc, sub_cmd, half);
             add(&s.counters.subscribe_commands, 1);
             let kind = ReplyKind::Subscribe {
                 kind: s.routing.kind(),
@@ -507,7 +474,11 @@ impl Control {
                         p.since = now;
                     }
                     None if now.duration_since(p.since) >= interval => {
-                        encode_names(&mut self.enc, b"PUBLISH", &[&*slot.probe_channel, b"p"]);
+                        resp::encode_command_with(
+                            &mut self.enc,
+                            b"PUBLISH",
+                            &[&*slot.probe_channel, b"p"],
+                        );
                         let enc = &self.enc;
                         let r = self.publ.submit_to(
                             slot.server,
@@ -555,24 +526,4 @@ fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
         list.push(n.as_ref());
     }
     list
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_like_resp() {
-        let mut a = Vec::new();
-        encode_names(&mut a, b"SUBSCRIBE", &[&b"a"[..], b"bc"]);
-        let mut b = Vec::new();
-        resp::encode_command(&mut b, [&b"SUBSCRIBE"[..], b"a", b"bc"]);
-        assert_eq!(a, b);
-        a.clear();
-        encode_names::<&[u8]>(&mut a, b"PING", &[]);
-        assert_eq!(a, b"*1\r\n$4\r\nPING\r\n");
-        let mut long = Vec::new();
-        push_decimal(&mut long, 1234567890);
-        assert_eq!(long, b"1234567890");
-    }
 }

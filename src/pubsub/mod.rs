@@ -295,6 +295,12 @@ impl PubSub {
         m
     }
 
+    /// The subscribe engine (for the tests of panic reporting).
+    #[cfg(test)]
+    pub(crate) fn subscribe_engine(&self) -> &Engine {
+        &self.sub
+    }
+
     /// Stops everything: the control thread, the subscribe connections,
     /// the workers (messages still queued are dropped and counted), then
     /// the publish engine (pending publishes get its shutdown grace).
@@ -308,7 +314,7 @@ impl PubSub {
         // command then gets `Shutdown` instead of waiting for room.
         self.sub.shutdown();
         if let Some(h) = self.control.lock().take() {
-            let _ = h.join();
+            crate::threads::join(h, &self.shared.counters.thread_panics);
         }
         self.pool.shutdown();
         self.publ.shutdown();

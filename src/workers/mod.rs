@@ -25,8 +25,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::error::Error;
 use crate::metrics::{add, Counters};
 use crate::pubsub::{ChannelList, Event, Handler};
+use crate::threads::{self, PanicCount};
 
 /// Buffers larger than this are freed instead of reused, so one huge
 /// message does not pin its memory forever.
@@ -287,6 +289,7 @@ impl Queue {
 pub(crate) struct Pool {
     queues: Vec<Arc<Queue>>,
     handles: Mutex<Vec<JoinHandle<()>>>,
+    panics: PanicCount,
 }
 
 impl Pool {
@@ -294,22 +297,24 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// The spawn error's text.
+    /// [`Error::Runtime`] when the OS refuses a thread; the workers already
+    /// started are stopped.
     pub(crate) fn start(
         workers: usize,
         capacity: usize,
         handler: Arc<dyn Handler>,
         counters: Arc<Counters>,
-    ) -> Result<Pool, String> {
+    ) -> Result<Pool, Error> {
         let queues: Vec<Arc<Queue>> = (0..workers)
             .map(|_| Arc::new(Queue::new(capacity)))
             .collect();
         let mut handles = Vec::with_capacity(workers);
         for (n, q) in queues.iter().enumerate() {
             let (q, h, c) = (q.clone(), handler.clone(), counters.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("shardsub-worker-{n}"))
-                .spawn(move || run(&q, &*h, &c));
+            let name = format!("shardsub-worker-{n}");
+            let spawned = threads::spawn(name, counters.thread_panics.clone(), move || {
+                run(&q, &*h, &c)
+            });
             match spawned {
                 Ok(j) => handles.push(j),
                 Err(e) => {
@@ -317,15 +322,16 @@ impl Pool {
                         q.close();
                     }
                     for j in handles {
-                        let _ = j.join();
+                        threads::join(j, &counters.thread_panics);
                     }
-                    return Err(format!("cannot spawn worker thread: {e}"));
+                    return Err(Error::runtime("worker thread", &e));
                 }
             }
         }
         Ok(Pool {
             queues,
             handles: Mutex::new(handles),
+            panics: counters.thread_panics.clone(),
         })
     }
 
@@ -343,7 +349,7 @@ impl Pool {
         let me = std::thread::current().id();
         for j in std::mem::take(&mut *self.handles.lock()) {
             if j.thread().id() != me {
-                let _ = j.join();
+                threads::join(j, &self.panics);
             }
         }
     }
@@ -418,8 +424,11 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                     })
                 })),
             };
-            if outcome.is_err() {
-                log::error!("Pub/Sub handler panicked; the worker goes on");
+            if let Err(payload) = outcome {
+                log::error!(
+                    "Pub/Sub handler panicked: {}; the worker goes on",
+                    threads::panic_message(&*payload)
+                );
             }
             match item {
                 Item::Message { buf, .. } | Item::Active { buf }
