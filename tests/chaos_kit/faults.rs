@@ -58,6 +58,7 @@ pub fn inject(rig: &mut Rig, kind: FaultKind, rng: &mut Rng) -> Result<Injected,
             rig.cluster.restart_node(m)?;
             rig.announce(m)?;
             rig.cluster.wait_ok()?;
+            rig.wait_announced(m)?;
             rig.check_announced()?;
             format!("node {m} killed, {promoted} promoted, {m} back as a replica")
         }
@@ -76,6 +77,7 @@ pub fn inject(rig: &mut Rig, kind: FaultKind, rng: &mut Rng) -> Result<Injected,
             let n = rig.cluster.add_master()?;
             rig.announce(n)?;
             rig.cluster.wait_ok()?;
+            rig.wait_announced(n)?;
             rig.check_announced()?;
             rig.added.push(n);
             let masters: Vec<usize> = rig
@@ -86,6 +88,7 @@ pub fn inject(rig: &mut Rig, kind: FaultKind, rng: &mut Rng) -> Result<Injected,
                 .collect();
             let (src, range) = pick_move(rig, rng, &masters, 2)?;
             rig.cluster.migrate_slots(range.clone(), src, n)?;
+            rig.check_announced()?;
             format!("node {n} added, {range:?} moved to it from {src}")
         }
         FaultKind::RemovePrimary => {

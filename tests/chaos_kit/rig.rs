@@ -107,6 +107,36 @@ impl Rig {
         announce(&self.cluster, &mut self.proxies, i)
     }
 
+    /// Waits until every live node's `CLUSTER NODES` gives node `i`'s
+    /// proxy port: a node that owns no slot yet is not in `CLUSTER SLOTS`,
+    /// so [`Rig::check_announced`] cannot see that gossip has not carried
+    /// its announced port everywhere; slots moved to it before then hand
+    /// out its real port (and clients would bypass its proxy for good).
+    pub fn wait_announced(&self, i: usize) -> Result<(), Error> {
+        let id = self
+            .cluster
+            .node_id(i)
+            .ok_or_else(|| Error::Cluster(format!("node {i} has no id")))?
+            .to_string();
+        let port = self.proxies[&i].addr().port();
+        let want = format!(":{port}@");
+        testkit::wait_for(
+            "the announced port known everywhere",
+            Duration::from_secs(20),
+            || {
+                for n in self.cluster.live() {
+                    let nodes = self.cluster.node(n).cmd(&[b"CLUSTER", b"NODES"])?;
+                    let text = testkit::values::text(&nodes).unwrap_or_default();
+                    let line = text.lines().find(|l| l.starts_with(id.as_str()));
+                    if !line.is_some_and(|l| l.contains(&want)) {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            },
+        )
+    }
+
     /// Every address `CLUSTER SLOTS` hands out is a proxy's.
     pub fn check_announced(&self) -> Result<(), Error> {
         let proxied: Vec<u16> = self.proxies.values().map(|p| p.addr().port()).collect();
