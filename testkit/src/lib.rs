@@ -57,7 +57,7 @@ pub mod values;
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};
 pub use cluster::{Cluster, SlotRange, CLUSTER_TIMEOUT};
 pub use error::Error;
-pub use fake::{FakeServer, Step};
+pub use fake::{FakeServer, Step, EXPECT_TIMEOUT};
 pub use kind::{
     kinds, redis_cli, workspace_root, ServerKind, REDIS_CLI_ENV, REDIS_SERVER_ENV, SERVERS_ENV,
     VALKEY_RELATIVE_PATH, VALKEY_SERVER_ENV,

@@ -123,6 +123,13 @@ pub fn run() -> Result<(), String> {
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
         )
     });
+    report.step("docs (rustdoc -D warnings)", || {
+        run::status(
+            cargo()
+                .args(["doc", "--no-deps", "--workspace"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    });
     report.step("benches once", || {
         run::status(
             cargo()

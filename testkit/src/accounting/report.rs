@@ -91,7 +91,7 @@ pub struct Report {
     /// before: must be 0.
     pub split: u64,
     /// Messages delivered to a tap on a channel it does not expect (see
-    /// [`Ledger::tap_for`]): must be 0.
+    /// [`Ledger::tap_for`](super::Ledger::tap_for)): must be 0.
     pub unwanted: u64,
     /// Runs of lost messages, signalled or not.
     pub incidents: Vec<Incident>,
