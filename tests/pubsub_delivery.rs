@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accounted::Accounted;
-use pubsub_support::{channels, numsub, Recorder};
+use pubsub_support::{channels, numsub};
 use shardsub::{Handler, Protocol, PubSub};
 use testkit::accounting::Ledger;
 use testkit::{kinds, Server, Servers};
@@ -205,7 +205,7 @@ fn command_calls(server: &Server, name: &str) -> u64 {
 fn subscribe_calls_coalesce_into_commands_of_at_most_the_batch_size() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        let rec = Recorder::new();
+        let handler = Accounted::new(&Ledger::new([""]), "sub");
         let ps = PubSub::builder()
             .address(server.addr().to_string())
             .subscribe_connections(1)
@@ -213,7 +213,7 @@ fn subscribe_calls_coalesce_into_commands_of_at_most_the_batch_size() {
             .batch_size(100)
             .subscribe_delay(Duration::from_millis(20))
             .io_threads(1)
-            .handler_arc(rec.clone())
+            .handler_arc(handler)
             .build()
             .unwrap();
         // 1000 single-channel calls in a burst: they share commands.

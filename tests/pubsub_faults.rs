@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use accounted::{Accounted, Background};
 use parking_lot::{Condvar, Mutex};
-use pubsub_support::{channels, Recorder};
+use pubsub_support::channels;
 use shardsub::pubsub::Event;
 use shardsub::{Error, Protocol, PubSub};
 use testkit::accounting::Ledger;
@@ -322,26 +322,30 @@ fn envelope_measures_lag_and_is_stripped() {
 fn unsubscribe_taken_back_in_time_keeps_the_subscription_and_says_so() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
-        let rec = Recorder::new();
+        let chans = channels("back", 5);
+        let handler = Accounted::new(&Ledger::new(&chans), "sub");
+        let active = |n: u64| {
+            let h = handler.clone();
+            move || Ok((h.active_events.load(Ordering::Relaxed) == n).then_some(()))
+        };
         let ps = PubSub::builder()
             .address(server.addr().to_string())
             .workers(2)
             .active_events(true)
             .subscribe_delay(Duration::from_millis(300))
             .io_threads(1)
-            .handler_arc(rec.clone())
+            .handler_arc(handler.clone())
             .build()
             .unwrap();
-        let chans = channels("back", 5);
         ps.subscribe(&chans).unwrap();
-        rec.wait("first active events", BOUND, |s| s.active_events == 5);
+        testkit::wait_for("first active events", BOUND, active(5)).unwrap();
         let m0 = ps.metrics();
         // Unsubscribe and take it back within one subscribe delay: no
         // command leaves, the subscription never lapses, and the handler
         // hears again that the channels are active.
         ps.unsubscribe(&chans).unwrap();
         ps.subscribe(&chans).unwrap();
-        rec.wait("second active events", BOUND, |s| s.active_events == 10);
+        testkit::wait_for("second active events", BOUND, active(10)).unwrap();
         let m = ps.metrics();
         assert_eq!(m.unsubscribe_commands, m0.unsubscribe_commands, "{kind:?}");
         assert_eq!(m.subscribe_commands, m0.subscribe_commands, "{kind:?}");
