@@ -78,6 +78,7 @@ mod control;
 mod dispatch;
 mod gate;
 mod hold;
+mod inflight;
 mod metrics;
 mod publish;
 mod resubscribe;
