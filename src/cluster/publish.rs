@@ -256,6 +256,9 @@ pub(crate) fn message(
     done: Option<Done>,
 ) -> PubMsg {
     let mut data = shared.inflight.buffer();
+    // A new buffer is rounded up, so one reused for a slightly longer
+    // channel or payload need not grow.
+    data.reserve((channel.len() + payload.len() + 32).next_power_of_two());
     shared.wire_into(channel, &mut data);
     let wire_len = data.len();
     data.extend_from_slice(payload);
