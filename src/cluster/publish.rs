@@ -104,8 +104,8 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
     } else {
         msg
     };
-    match routes.engine_of(msg.slot) {
-        Some(e) => submit(shared, msg, &e, false),
+    match routes.engine_ref(msg.slot) {
+        Some(e) => submit(shared, msg, e, false),
         None if shared.closing.load(Ordering::Acquire) => {
             drop(routes);
             msg.finish(shared, Err(Error::Shutdown));

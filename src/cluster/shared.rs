@@ -94,8 +94,13 @@ impl Routes {
     }
 
     pub(crate) fn engine_of(&self, slot: u16) -> Option<Arc<Engine>> {
+        self.engine_ref(slot).cloned()
+    }
+
+    /// [`Routes::engine_of`], borrowed (no reference count touched).
+    pub(crate) fn engine_ref(&self, slot: u16) -> Option<&Arc<Engine>> {
         let i = *self.owner.get(usize::from(slot))?;
-        self.engines.get(usize::from(i)).cloned()
+        self.engines.get(usize::from(i))
     }
 }
 
