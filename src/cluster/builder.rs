@@ -11,6 +11,7 @@ use topology::{Layout, SlotMap};
 
 use crate::cluster::control::Control;
 use crate::cluster::hold::Hold;
+use crate::cluster::inflight::InFlight;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
@@ -427,6 +428,7 @@ impl ClusterBuilder {
             closing: AtomicBool::new(false),
             hold: Hold::new(self.hold_messages, self.hold_bytes),
             next_seq: AtomicU64::new(0),
+            inflight: InFlight::default(),
             instance: crate::cluster::instance_seed(),
         });
         let empty = SlotMap::new();

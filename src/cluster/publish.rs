@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use crate::cluster::hold::Offer;
 use crate::cluster::shared::{Retry, Shared};
-use crate::engine::{Engine, PublishOptions};
+use crate::engine::{Engine, PublishOptions, TokenSink};
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -41,9 +41,10 @@ use crate::metrics::add;
 pub(crate) type Done = Box<dyn FnOnce(Result<i64, Error>) + Send>;
 
 /// A publish in flight: the server's channel name and the payload in one
-/// buffer, its slot, and how often it was redirected or retried.
+/// buffer (empty once the outcome is known), its slot, and how often it was
+/// redirected or retried.
 pub(crate) struct PubMsg {
-    pub(crate) data: Arc<[u8]>,
+    pub(crate) data: Vec<u8>,
     pub(crate) wire_len: usize,
     pub(crate) slot: u16,
     pub(crate) redirects: u32,
@@ -103,8 +104,8 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
     } else {
         msg
     };
-    match routes.engine_of(msg.slot) {
-        Some(e) => submit(shared, msg, &e, false),
+    match routes.engine_ref(msg.slot) {
+        Some(e) => submit(shared, msg, e, false),
         None if shared.closing.load(Ordering::Acquire) => {
             drop(routes);
             msg.finish(shared, Err(Error::Shutdown));
@@ -154,7 +155,9 @@ fn fail_full(shared: &Shared, msg: PubMsg) {
     );
 }
 
-/// Writes `msg` to `engine`'s connection.
+/// Writes `msg` to `engine`'s connection. It waits in the in-flight table
+/// for its reply (see [`super::inflight`]); the engine hands the reply back
+/// with its index, to [`Shared`]'s [`TokenSink`].
 pub(crate) fn submit(shared: &Arc<Shared>, msg: PubMsg, engine: &Engine, asking: bool) {
     let options = if shared.sharded() {
         PublishOptions::sharded()
@@ -164,10 +167,33 @@ pub(crate) fn submit(shared: &Arc<Shared>, msg: PubMsg, engine: &Engine, asking:
     if asking {
         engine.command_then(0, [&b"ASKING"[..]], |_| {});
     }
-    let data = msg.data.clone();
-    let (wire, payload) = data.split_at(msg.wire_len.min(data.len()));
-    let s = shared.clone();
-    engine.publish_then(wire, payload, options, move |r| on_reply(&s, msg, r));
+    // The bytes are encoded from a copy: the message itself may be taken
+    // (by its reply) as soon as it is in the table. Taken out of the
+    // thread's slot, so a failure completing at once (and sending the
+    // message again from here) finds its own.
+    let mut bytes = SCRATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    bytes.clear();
+    bytes.extend_from_slice(&msg.data);
+    let wire_len = msg.wire_len.min(bytes.len());
+    match shared.inflight.insert(msg) {
+        Ok(token) => {
+            let (wire, payload) = bytes.split_at(wire_len);
+            engine.publish_token(wire, payload, options, shared.clone(), token);
+        }
+        Err(msg) => msg.fail(shared, "too many publishes in flight".into()),
+    }
+    if bytes.capacity() <= 64 * 1024 {
+        SCRATCH.with(|b| *b.borrow_mut() = bytes); // else: not pinned
+    }
+}
+
+impl TokenSink for Shared {
+    fn complete(self: Arc<Self>, token: u32, result: Result<i64, Error>) {
+        // An ordinary reply is final: the buffer goes back to the pool.
+        if let Some(msg) = self.inflight.remove(token, result.is_ok()) {
+            on_reply(&self, msg, result);
+        }
+    }
 }
 
 /// A publish's reply, on the I/O thread (or the caller's, when it could not
@@ -220,26 +246,22 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Builds a message for `channel` (user name) and `payload`: one
-/// allocation, the shared buffer of server name and payload.
+/// Builds a message for `channel` (user name) and `payload`: the server
+/// name and the payload in one buffer from the pool (allocated only while
+/// the pool has none).
 pub(crate) fn message(
     shared: &Shared,
     channel: &[u8],
     payload: &[u8],
     done: Option<Done>,
 ) -> PubMsg {
-    let (data, wire_len) = SCRATCH.with(|b| {
-        let mut buf = b.borrow_mut();
-        buf.clear();
-        shared.wire_into(channel, &mut buf);
-        let wire_len = buf.len();
-        buf.extend_from_slice(payload);
-        let data: Arc<[u8]> = Arc::from(&buf[..]);
-        if buf.capacity() > 64 * 1024 {
-            *buf = Vec::new(); // do not pin one huge payload's memory
-        }
-        (data, wire_len)
-    });
+    let mut data = shared.inflight.buffer();
+    // A new buffer is rounded up, so one reused for a slightly longer
+    // channel or payload need not grow.
+    data.reserve((channel.len() + payload.len() + 32).next_power_of_two());
+    shared.wire_into(channel, &mut data);
+    let wire_len = data.len();
+    data.extend_from_slice(payload);
     let slot = shared.parts.slot(shared.parts.partition_of(channel));
     PubMsg {
         data,

@@ -10,6 +10,7 @@ use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
 use crate::cluster::hold::Hold;
+use crate::cluster::inflight::InFlight;
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
 use crate::metrics::Counters;
@@ -93,8 +94,13 @@ impl Routes {
     }
 
     pub(crate) fn engine_of(&self, slot: u16) -> Option<Arc<Engine>> {
+        self.engine_ref(slot).cloned()
+    }
+
+    /// [`Routes::engine_of`], borrowed (no reference count touched).
+    pub(crate) fn engine_ref(&self, slot: u16) -> Option<&Arc<Engine>> {
         let i = *self.owner.get(usize::from(slot))?;
-        self.engines.get(usize::from(i)).cloned()
+        self.engines.get(usize::from(i))
     }
 }
 
@@ -193,6 +199,8 @@ pub(crate) struct Shared {
     pub(crate) hold: Hold,
     /// The next publish's order number.
     pub(crate) next_seq: AtomicU64,
+    /// Publishes waiting for their reply, and their buffers' pool.
+    pub(crate) inflight: InFlight,
     /// This instance's id in gate markers.
     pub(crate) instance: u64,
 }

@@ -29,6 +29,7 @@ use crate::observer::{ConnInfo, Observer};
 use crate::threads;
 use driver::Driver;
 use io_thread::{IoThread, WAKER};
+pub(crate) use pending::TokenSink;
 use pending::{Completion, Slot};
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
 
@@ -384,6 +385,19 @@ impl Engine {
         let (pending, slot) = Pending::new();
         pending.then(f);
         let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
+    }
+
+    /// Publishes; the outcome goes to `sink` with `token` (no allocation:
+    /// for callers that keep their own table of publishes in flight).
+    pub(crate) fn publish_token(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+        sink: Arc<dyn TokenSink>,
+        token: u32,
+    ) {
+        let _ = self.submit_publish(channel, payload, options, Completion::Token(sink, token));
     }
 
     fn submit_publish(

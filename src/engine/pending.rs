@@ -164,6 +164,16 @@ impl<T: Send + 'static> Pending<T> {
     }
 }
 
+/// Takes integer outcomes of requests submitted with a token (an index
+/// the submitter reuses), so a submitter that keeps its own table of
+/// requests in flight needs no allocation per request.
+pub(crate) trait TokenSink: Send + Sync {
+    /// The outcome of the request submitted with `token`: called exactly
+    /// once per request, on the I/O thread or (when it could not be sent)
+    /// on the submitting one.
+    fn complete(self: Arc<Self>, token: u32, result: Result<i64, Error>);
+}
+
 /// What the I/O thread does with a request's reply.
 pub(crate) enum Completion {
     /// Fire-and-forget: error replies are only counted.
@@ -172,6 +182,8 @@ pub(crate) enum Completion {
     Integer(Arc<Slot<i64>>),
     /// Any reply, as an owned value.
     Value(Arc<Slot<Value>>),
+    /// An integer reply, handed to the sink with the token.
+    Token(Arc<dyn TokenSink>, u32),
     /// Initial connection's handshake (never a command).
     #[allow(dead_code)]
     Unit(Arc<Slot<()>>),
@@ -184,6 +196,18 @@ fn error_text(frame: &Frame<'_>) -> Option<Arc<str>> {
     }
 }
 
+/// An integer reply (or the error reply `err`) as a result.
+fn integer(addr: SocketAddr, err: Option<Arc<str>>, reply: &Parsed<'_>) -> Result<i64, Error> {
+    match (err, &reply.frame) {
+        (Some(message), _) => Err(Error::Reply { addr, message }),
+        (None, Frame::Integer(n)) => Ok(*n),
+        (None, _) => Err(Error::UnexpectedReply {
+            addr,
+            expected: "an integer",
+        }),
+    }
+}
+
 impl Completion {
     /// Delivers a reply. Returns true when it was an error reply.
     pub(crate) fn complete(self, addr: SocketAddr, reply: &Parsed<'_>) -> bool {
@@ -192,18 +216,12 @@ impl Completion {
         let as_error = |message| Error::Reply { addr, message };
         match self {
             Completion::Discard => {}
-            Completion::Integer(slot) => slot.complete(match (err, reply.frame) {
-                (Some(m), _) => Err(as_error(m)),
-                (None, Frame::Integer(n)) => Ok(n),
-                (None, _) => Err(Error::UnexpectedReply {
-                    addr,
-                    expected: "an integer",
-                }),
-            }),
+            Completion::Integer(slot) => slot.complete(integer(addr, err, reply)),
             Completion::Value(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
                 None => Ok(reply.to_value()),
             }),
+            Completion::Token(sink, token) => sink.complete(token, integer(addr, err, reply)),
             Completion::Unit(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
                 None => Ok(()),
@@ -218,6 +236,7 @@ impl Completion {
             Completion::Discard => {}
             Completion::Integer(slot) => slot.complete(Err(error)),
             Completion::Value(slot) => slot.complete(Err(error)),
+            Completion::Token(sink, token) => sink.complete(token, Err(error)),
             Completion::Unit(slot) => slot.complete(Err(error)),
         }
     }
