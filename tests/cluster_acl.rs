@@ -57,13 +57,7 @@ fn refused(kind: ServerKind) {
     ps.wait_active(&ok, BOUND)
         .unwrap_or_else(|e| panic!("{kind:?}: the allowed channels: {e}; {:?}", ps.metrics()));
     for c in &no {
-        match ps.wait_active(&[c], BOUND) {
-            Err(Error::SubscribeRefused { channel, message }) => {
-                assert_eq!(&*channel, &c[..], "{kind:?}");
-                assert!(message.starts_with("NOPERM"), "{kind:?}: {message}");
-            }
-            other => panic!("{kind:?}: wait_active on {c:?} gave {other:?}"),
-        }
+        accounted::assert_refused(ps.wait_active(&[c], BOUND), c, &format!("{kind:?}"));
     }
     testkit::wait_for("refused events", BOUND, || {
         Ok((handler.refused.lock().len() >= 2).then_some(()))

@@ -422,7 +422,7 @@ impl ClusterBuilder {
             routes: RwLock::new(Routes::empty()),
             lane_conn: RwLock::new(vec![None; lanes]),
             lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            refusals: Default::default(),
             mail: Mailbox::new(lanes),
             active: ActiveWait::new(false, Duration::from_millis(50)),
             closing: AtomicBool::new(false),

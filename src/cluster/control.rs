@@ -23,6 +23,7 @@ use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
+use crate::pubsub::refusal::{channel_list, halves};
 use crate::pubsub::registry::{Settled, WANT};
 use crate::pubsub::ChannelList;
 
@@ -582,22 +583,9 @@ impl Control {
             .filter(|n| s.registry.awaits_confirmation(r.lane, n))
             .collect();
         if r.names.len() == 1 {
-            let Some(&name) = waiting.first() else {
-                return;
-            };
-            if s.registry.refuse(r.lane, name) {
-                s.refusals.lock().insert(name.into(), r.message.clone());
-                add(&s.counters.refused_channels, 1);
-                log::warn!(
-                    "the server refused the subscription to {:?}: {}",
-                    String::from_utf8_lossy(name),
-                    r.message
-                );
-                let w = shardcore::worker_of(name, s.queues.len().max(1) as u32) as usize;
-                if let Some(q) = s.queues.get(w) {
-                    q.push_refused(name, r.message.clone());
-                }
-                s.wake_active_waiters();
+            if let Some(&name) = waiting.first() {
+                s.refusals
+                    .refuse(&s.refusal_targets(), r.lane, name, &r.message);
             }
             return;
         }
@@ -609,11 +597,7 @@ impl Control {
             return; // a resubscribe elsewhere resends them anyway
         }
         let (sub_cmd, _, kind) = self.commands();
-        let mid = waiting.len().div_ceil(2);
-        for half in [&waiting[..mid], &waiting[mid..]] {
-            if half.is_empty() {
-                continue;
-            }
+        for half in halves(&waiting) {
             self.encode(sub_cmd, half);
             add(&s.counters.subscribe_commands, 1);
             let k = ReplyKind::Subscribe {
@@ -772,13 +756,4 @@ impl Control {
     pub(crate) fn mode(&self) -> Mode {
         self.s.config.mode
     }
-}
-
-/// The names of one command, packed.
-fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
-    let mut list = ChannelList::default();
-    for n in names {
-        list.push(n.as_ref());
-    }
-    list
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
@@ -16,7 +16,8 @@ use crate::engine::Engine;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
-use crate::pubsub::registry::{Registry, ACTIVE, REFUSED};
+use crate::pubsub::refusal::{Refusals, Targets};
+use crate::pubsub::registry::{Registry, ACTIVE};
 use crate::pubsub::ChannelList;
 use crate::workers::Queue;
 
@@ -186,7 +187,7 @@ pub(crate) struct Shared {
     pub(crate) lane_lost: Vec<AtomicBool>,
     /// The server's text for each refused channel (read only while its
     /// registry flag says refused).
-    pub(crate) refusals: Mutex<std::collections::HashMap<Box<[u8]>, Arc<str>>>,
+    pub(crate) refusals: Refusals,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
     /// Waiters in `wait_active` and startup, woken on confirmations and
@@ -287,14 +288,17 @@ impl Shared {
 
     /// Why the server refused `channel`, while it stands refused.
     pub(crate) fn refusal(&self, channel: &[u8]) -> Option<crate::Error> {
-        let lane = self.lane_of(channel);
-        if self.registry.flags(lane, channel) & REFUSED == 0 {
-            return None;
+        let flags = self.registry.flags(self.lane_of(channel), channel);
+        self.refusals.error(flags, channel)
+    }
+
+    /// What a refusal touches.
+    pub(crate) fn refusal_targets(&self) -> Targets<'_> {
+        Targets {
+            registry: &self.registry,
+            queues: &self.queues,
+            counters: &self.counters,
+            active: &self.active,
         }
-        let message = self.refusals.lock().get(channel).cloned()?;
-        Some(crate::Error::SubscribeRefused {
-            channel: channel.into(),
-            message,
-        })
     }
 }

@@ -318,7 +318,7 @@ impl PubSubBuilder {
             counters,
             mail: Mailbox::new(lanes),
             active: ActiveWait::new(true, Duration::from_millis(100)),
-            refusals: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            refusals: Default::default(),
         });
         let observer = Arc::new(Dispatcher {
             shared: shared.clone(),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::conn::{ReplyKind, SubscribeKind};
 use crate::engine::Engine;
 use crate::metrics::add;
+use crate::pubsub::refusal::{channel_list, halves};
 use crate::pubsub::registry::Settled;
 use crate::pubsub::shared::{ConnEvent, Shared};
 use crate::pubsub::ChannelList;
@@ -401,21 +402,9 @@ impl Control {
             .filter(|n| s.registry.awaits_confirmation(s.routing.lane_of(n), n))
             .collect();
         if names.len() == 1 {
-            let Some(&name) = waiting.first() else {
-                return;
-            };
-            if s.registry.refuse(s.routing.lane_of(name), name) {
-                s.refusals.lock().insert(name.into(), message.clone());
-                add(&s.counters.refused_channels, 1);
-                log::warn!(
-                    "the server refused the subscription to {:?}: {message}",
-                    String::from_utf8_lossy(name)
-                );
-                let w = shardcore::worker_of(name, s.queues.len().max(1) as u32) as usize;
-                if let Some(q) = s.queues.get(w) {
-                    q.push_refused(name, message.clone());
-                }
-                s.wake_active_waiters();
+            if let Some(&name) = waiting.first() {
+                let lane = s.routing.lane_of(name);
+                s.refusals.refuse(&s.refusal_targets(), lane, name, message);
             }
             return;
         }
@@ -427,11 +416,7 @@ impl Control {
             return;
         }
         let (sub_cmd, _) = commands(s.routing.kind());
-        let mid = waiting.len().div_ceil(2);
-        for half in [&waiting[..mid], &waiting[mid..]] {
-            if half.is_empty() {
-                continue;
-            }
+        for half in halves(&waiting) {
             resp::encode_command_with(&mut self.enc, sub_cmd, half);
             add(&s.counters.subscribe_commands, 1);
             let kind = ReplyKind::Subscribe {
@@ -517,13 +502,4 @@ impl Control {
             self.dropped_reported = dropped;
         }
     }
-}
-
-/// The names of one command, packed.
-fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
-    let mut list = ChannelList::default();
-    for n in names {
-        list.push(n.as_ref());
-    }
-    list
 }

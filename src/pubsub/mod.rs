@@ -54,6 +54,7 @@ mod dispatch;
 pub mod envelope;
 mod handler;
 pub(crate) mod mailbox;
+pub(crate) mod refusal;
 pub(crate) mod registry;
 mod routing;
 mod shared;

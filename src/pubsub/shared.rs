@@ -1,19 +1,16 @@
 //! State shared by the application threads, the I/O threads (through the
 //! observer), the control thread and the workers.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
+use crate::pubsub::refusal::{Refusals, Targets};
 use crate::pubsub::registry::Registry;
-use crate::pubsub::registry::REFUSED;
 use crate::pubsub::routing::Routing;
 use crate::pubsub::ChannelList;
 use crate::workers::Queue;
@@ -97,7 +94,7 @@ pub(crate) struct Shared {
     /// The server's text for each refused channel (see
     /// [`REFUSED`]); entries of channels subscribed again are stale and
     /// only read while the flag is set.
-    pub(crate) refusals: Mutex<HashMap<Box<[u8]>, Arc<str>>>,
+    pub(crate) refusals: Refusals,
 }
 
 impl Shared {
@@ -127,15 +124,18 @@ impl Shared {
 
     /// Why the server refused `channel`, while it stands refused.
     pub(crate) fn refusal(&self, channel: &[u8]) -> Option<Error> {
-        let lane = self.routing.lane_of(channel);
-        if self.registry.flags(lane, channel) & REFUSED == 0 {
-            return None;
+        let flags = self.registry.flags(self.routing.lane_of(channel), channel);
+        self.refusals.error(flags, channel)
+    }
+
+    /// What a refusal touches.
+    pub(crate) fn refusal_targets(&self) -> Targets<'_> {
+        Targets {
+            registry: &self.registry,
+            queues: &self.queues,
+            counters: &self.counters,
+            active: &self.active,
         }
-        let message = self.refusals.lock().get(channel).cloned()?;
-        Some(Error::SubscribeRefused {
-            channel: channel.into(),
-            message,
-        })
     }
 
     /// Whether a channel's subscription is confirmed on a live connection.

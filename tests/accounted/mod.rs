@@ -219,3 +219,18 @@ pub fn settle_and_check(
     );
     report
 }
+
+/// `wait_active`'s result for a channel the server refuses: the refusal,
+/// naming the channel and the server's `NOPERM` text.
+pub fn assert_refused(result: Result<(), Error>, channel: &[u8], what: &str) {
+    match result {
+        Err(Error::SubscribeRefused {
+            channel: named,
+            message,
+        }) => {
+            assert_eq!(&*named, channel, "{what}");
+            assert!(message.starts_with("NOPERM"), "{what}: {message}");
+        }
+        other => panic!("{what}: wait_active on {channel:?} gave {other:?}"),
+    }
+}

@@ -1,0 +1,109 @@
+//! Subscriptions the server refused (an ACL denial, say), shared by both
+//! modes: a refused command of several channels is sent again in halves
+//! ([`halves`]) until each refused channel stands alone; that one is
+//! marked refused in the registry and recorded here ([`Refusals::refuse`]),
+//! its worker hears of it, and `wait_active` fails with the server's text
+//! ([`Refusals::error`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::metrics::{add, Counters};
+use crate::pubsub::active::ActiveWait;
+use crate::pubsub::registry::{Registry, REFUSED};
+use crate::pubsub::ChannelList;
+use crate::workers::Queue;
+
+/// The server's text for each refused channel. An entry is read only
+/// while the channel's registry flag says refused, so the entry of a
+/// channel subscribed again since is stale but harmless.
+#[derive(Default)]
+pub(crate) struct Refusals(Mutex<HashMap<Box<[u8]>, Arc<str>>>);
+
+/// What a refusal touches besides this record.
+pub(crate) struct Targets<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) queues: &'a [Arc<Queue>],
+    pub(crate) counters: &'a Counters,
+    pub(crate) active: &'a ActiveWait,
+}
+
+impl Refusals {
+    /// The server refused a subscribe that carried `channel` (of `lane`)
+    /// alone: marks it refused if that subscribe is still the last word
+    /// for it, records `message`, counts it, tells its worker
+    /// ([`Event::Refused`](crate::pubsub::Event::Refused)) and wakes
+    /// `wait_active`. Returns true when it was marked.
+    pub(crate) fn refuse(
+        &self,
+        t: &Targets<'_>,
+        lane: usize,
+        channel: &[u8],
+        message: &Arc<str>,
+    ) -> bool {
+        if !t.registry.refuse(lane, channel) {
+            return false;
+        }
+        self.0.lock().insert(channel.into(), message.clone());
+        add(&t.counters.refused_channels, 1);
+        log::warn!(
+            "the server refused the subscription to {:?}: {message}",
+            String::from_utf8_lossy(channel)
+        );
+        let w = shardcore::worker_of(channel, t.queues.len().max(1) as u32) as usize;
+        if let Some(q) = t.queues.get(w) {
+            q.push_refused(channel, message.clone());
+        }
+        t.active.wake();
+        true
+    }
+
+    /// The error for `wait_active` on `channel` (registry `flags`), while
+    /// it stands refused.
+    pub(crate) fn error(&self, flags: u8, channel: &[u8]) -> Option<Error> {
+        if flags & REFUSED == 0 {
+            return None;
+        }
+        let message = self.0.lock().get(channel).cloned()?;
+        Some(Error::SubscribeRefused {
+            channel: channel.into(),
+            message,
+        })
+    }
+}
+
+/// The two halves a refused command's still-waiting channels are sent
+/// again as (an empty half is left out).
+pub(crate) fn halves<'a>(waiting: &'a [&'a [u8]]) -> impl Iterator<Item = &'a [&'a [u8]]> {
+    let (a, b) = waiting.split_at(waiting.len().div_ceil(2));
+    [a, b].into_iter().filter(|h| !h.is_empty())
+}
+
+/// The names of one command, packed (kept with it so that a refusal can
+/// be isolated).
+pub(crate) fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
+    let mut list = ChannelList::default();
+    for n in names {
+        list.push(n.as_ref());
+    }
+    list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn halves_split_evenly_and_skip_empty_ones() {
+        let names: Vec<&[u8]> = vec![b"a", b"b", b"c"];
+        let h: Vec<_> = halves(&names).collect();
+        assert_eq!(h, [&names[..2], &names[2..]]);
+        let one: Vec<&[u8]> = vec![b"a"];
+        assert_eq!(halves(&one).count(), 1);
+        assert_eq!(halves(&[]).count(), 0);
+        assert_eq!(channel_list(&names).len(), 3);
+    }
+}
