@@ -134,6 +134,11 @@ pub enum Error {
     },
     /// The engine has been shut down; nothing was sent.
     Shutdown,
+    /// The I/O thread serving this connection stopped because it panicked
+    /// (logged, and counted in `thread_panics`). Its connections are
+    /// closed for good; build a new instance (or a new [`Runtime`]
+    /// (crate::Runtime)) to recover.
+    RuntimeStopped,
     /// The cluster could not serve a slot within the redirect and retry
     /// bounds (too many `MOVED`/`ASK`, `TRYAGAIN`/`CLUSTERDOWN` past the
     /// retry window, or no known owner). The topology is being refreshed;
@@ -314,6 +319,10 @@ impl fmt::Display for Error {
                  ({messages} messages or {bytes} bytes); the publish was not sent"
             ),
             Error::Shutdown => f.write_str("the engine has been shut down"),
+            Error::RuntimeStopped => f.write_str(
+                "the I/O thread serving this connection panicked and stopped \
+                 (see thread_panics and the log); build a new instance",
+            ),
             Error::WaitTimeout { after } => write!(
                 f,
                 "gave up waiting after {after:?}; the request is still in flight"

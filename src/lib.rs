@@ -1,7 +1,7 @@
 //! shardsub: Redis and Valkey Pub/Sub at scale.
 //!
-//! This crate is the engine: I/O threads that own pipelined connections to
-//! one or more servers, a write path that coalesces many commands into one
+//! This crate is the engine: a runtime of I/O threads that host pipelined
+//! connections to one or more servers, a write path that coalesces many commands into one
 //! `write`, and replies matched to requests in order. Parsing lives in
 //! [`resp`], hashing and partitions in [`shardcore`]; the connection
 //! protocol itself is the sans-IO state machine in [`conn`].
@@ -9,8 +9,9 @@
 //! # Data flow
 //!
 //! ```text
-//!  app threads                     I/O thread (one mio::Poll per core)
-//!  ───────────                     ─────────────────────────────────────
+//!  app threads                     Runtime: I/O threads (one mio::Poll per
+//!  ───────────                     core), shared by every engine on it
+//!                                  ─────────────────────────────────────
 //!  publish(ch, payload)
 //!   │ shard_of(ch) → server,
 //!   │ hash(ch) → connection
@@ -42,6 +43,15 @@
 //! connection breaks, its reply is late (the connection then restarts,
 //! since replies are matched in order), or the engine shuts down.
 //! Connections come back with exponential backoff and jitter.
+//!
+//! The I/O threads belong to a [`Runtime`]: a fixed set, one per core by
+//! default. An engine, a [`PubSub`] or a [`cluster::ClusterPubSub`] builds
+//! its own unless it is given one, and puts all of its connections on it
+//! (publish and subscribe, every server, every cluster node or partition),
+//! so the thread count never follows the topology. Several instances can
+//! share one runtime (a fleet in one process); a thread that panics is
+//! reported, and its connections fail with [`Error::RuntimeStopped`]
+//! instead of leaving requests waiting.
 //!
 //! # Example
 //!
@@ -86,7 +96,7 @@ mod threads;
 mod workers;
 
 pub use conn::Protocol;
-pub use engine::{Builder, Engine, Pending, PublishOptions, Stats};
+pub use engine::{Builder, Engine, Pending, PublishOptions, Runtime, Stats};
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};

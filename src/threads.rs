@@ -58,7 +58,7 @@ pub(crate) fn join(h: JoinHandle<()>, panics: &PanicCount) {
     }
 }
 
-fn report(name: &str, payload: &(dyn Any + Send), panics: &PanicCount) {
+pub(crate) fn report(name: &str, payload: &(dyn Any + Send), panics: &PanicCount) {
     panics.bump();
     log::error!("{}", describe(name, payload));
 }

@@ -15,14 +15,14 @@ use crate::cluster::inflight::InFlight;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
-use crate::engine::{Builder, Engine};
+use crate::engine::{default_threads, Builder, Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::Handler;
-use crate::threads::{self, PanicCount};
+use crate::threads;
 use crate::workers::Pool;
 
 /// How subscriptions and publishes use the cluster.
@@ -67,8 +67,9 @@ pub(crate) struct NodeSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: (Duration, Duration),
     pub(crate) flush_delay: Duration,
-    /// The instance's thread panic counter, shared with every node engine.
-    pub(crate) panics: PanicCount,
+    /// The instance's runtime: every node engine's connections run on its
+    /// threads (set by [`ClusterBuilder::build`]).
+    pub(crate) runtime: Option<Runtime>,
 }
 
 impl NodeSettings {
@@ -81,13 +82,14 @@ impl NodeSettings {
             .address(addr.to_string())
             .role(role)
             .connections_per_server(conns)
-            .io_threads(1)
             .protocol(self.protocol)
             .client_name(name)
             .flush_delay(self.flush_delay)
             .connect_timeout(self.connect_timeout)
-            .reconnect_backoff(self.backoff.0, self.backoff.1)
-            .panic_count(self.panics.clone());
+            .reconnect_backoff(self.backoff.0, self.backoff.1);
+        if let Some(r) = &self.runtime {
+            b = b.runtime(r);
+        }
         if let Some(p) = &self.password {
             b = b.password(p);
         }
@@ -123,6 +125,8 @@ pub struct ClusterBuilder {
     hold_bytes: usize,
     handler: Option<Arc<dyn Handler>>,
     node: NodeSettings,
+    io_threads: Option<usize>,
+    runtime: Option<Runtime>,
 }
 
 impl Default for ClusterBuilder {
@@ -152,8 +156,10 @@ impl Default for ClusterBuilder {
                 connect_timeout: Duration::from_secs(1),
                 backoff: (Duration::from_millis(50), Duration::from_secs(2)),
                 flush_delay: Duration::from_micros(100),
-                panics: PanicCount::default(),
+                runtime: None,
             },
+            io_threads: None,
+            runtime: None,
         }
     }
 }
@@ -174,6 +180,24 @@ impl ClusterBuilder {
     /// the topology at start and when every known primary fails to answer.
     pub fn seed(mut self, addr: impl Into<String>) -> Self {
         self.seeds.push(addr.into());
+        self
+    }
+
+    /// I/O threads of the instance's own runtime, shared by the publish and
+    /// subscribe connections of every node (default: available
+    /// parallelism). Nodes joining or leaving add or remove connections,
+    /// never threads. Not with [`ClusterBuilder::runtime`].
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = Some(n);
+        self
+    }
+
+    /// Runs every connection of the instance on `runtime`'s I/O threads,
+    /// shared with whatever else uses it (other instances of a fleet),
+    /// instead of on a runtime of its own. Not with
+    /// [`ClusterBuilder::io_threads`].
+    pub fn runtime(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
         self
     }
 
@@ -395,7 +419,25 @@ impl ClusterBuilder {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if self.io_threads == Some(0) {
+            return config("io_threads must be at least 1");
+        }
+        if self.io_threads.is_some() && self.runtime.is_some() {
+            return config(
+                "io_threads and runtime exclude each other (the runtime sets the threads)",
+            );
+        }
         let counters = Arc::new(Counters::default());
+        let runtime = match &self.runtime {
+            Some(r) => {
+                let _ = counters.runtime_panics.set(r.panics().clone());
+                r.clone()
+            }
+            None => {
+                let threads = self.io_threads.unwrap_or_else(default_threads);
+                Runtime::start(threads, counters.thread_panics.clone())?
+            }
+        };
         let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let cfg = Config {
             mode: self.mode,
@@ -435,7 +477,7 @@ impl ClusterBuilder {
         let control = Control {
             s: shared.clone(),
             node: NodeSettings {
-                panics: shared.counters.thread_panics.clone(),
+                runtime: Some(runtime),
                 ..self.node.clone()
             },
             seeds,

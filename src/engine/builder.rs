@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
 use crate::engine::shared::Counters;
-use crate::engine::{Engine, Settings};
+use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
-use crate::threads::PanicCount;
 
 /// Settings for an [`Engine`]; start with [`Engine::builder`].
 ///
@@ -20,6 +19,7 @@ use crate::threads::PanicCount;
 pub struct Builder {
     addrs: Vec<String>,
     io_threads: Option<usize>,
+    runtime: Option<Runtime>,
     connections_per_server: usize,
     flush_delay: Duration,
     connect_timeout: Duration,
@@ -35,7 +35,6 @@ pub struct Builder {
     limits: resp::Limits,
     role: Role,
     max_buffered: usize,
-    panics: PanicCount,
 }
 
 impl Default for Builder {
@@ -43,6 +42,7 @@ impl Default for Builder {
         Builder {
             addrs: Vec::new(),
             io_threads: None,
+            runtime: None,
             connections_per_server: 1,
             flush_delay: Duration::from_micros(100),
             connect_timeout: Duration::from_secs(2),
@@ -58,7 +58,6 @@ impl Default for Builder {
             limits: resp::Limits::default(),
             role: Role::Command,
             max_buffered: 4 << 20,
-            panics: PanicCount::default(),
         }
     }
 }
@@ -93,10 +92,19 @@ impl Builder {
         self
     }
 
-    /// Number of I/O threads (default: available parallelism, and never
-    /// more than the number of connections).
+    /// Number of I/O threads of the engine's own runtime (default:
+    /// available parallelism, and never more than the number of
+    /// connections). Not with [`Builder::runtime`].
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = Some(n);
+        self
+    }
+
+    /// Runs the engine's connections on `runtime`'s I/O threads, shared with
+    /// whatever else uses it, instead of on threads of its own. Not with
+    /// [`Builder::io_threads`].
+    pub fn runtime(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
         self
     }
 
@@ -219,13 +227,6 @@ impl Builder {
         self
     }
 
-    /// Counts this engine's I/O thread panics in `panics` (the Pub/Sub
-    /// layer's counter, so its metrics cover its engines' threads too).
-    pub(crate) fn panic_count(mut self, panics: PanicCount) -> Self {
-        self.panics = panics;
-        self
-    }
-
     /// Validates the settings, starts the I/O threads and connects to every
     /// server (handshake included).
     ///
@@ -248,6 +249,11 @@ impl Builder {
         if self.io_threads == Some(0) {
             return config("io_threads must be at least 1");
         }
+        if self.io_threads.is_some() && self.runtime.is_some() {
+            return config(
+                "io_threads and runtime exclude each other (the runtime sets the threads)",
+            );
+        }
         if self.username.is_some() && self.password.is_none() {
             return config("a username needs a password");
         }
@@ -259,11 +265,6 @@ impl Builder {
             addrs.push(resolve(a)?);
         }
         let total = addrs.len() * self.connections_per_server;
-        let threads = self
-            .io_threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .min(total)
-            .max(1);
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -287,16 +288,25 @@ impl Builder {
             backoff_base: self.backoff.0,
             backoff_max: self.backoff.1,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
-            counters: Counters {
-                thread_panics: self.panics,
-                ..Counters::default()
-            },
+            counters: Counters::default(),
         });
+        let runtime = match self.runtime {
+            Some(r) => (r, true),
+            None => {
+                let threads = self
+                    .io_threads
+                    .unwrap_or_else(default_threads)
+                    .min(total)
+                    .max(1);
+                let panics = settings.counters.thread_panics.clone();
+                (Runtime::start(threads, panics)?, false)
+            }
+        };
         Engine::start(
             settings,
             &addrs,
             self.connections_per_server,
-            threads,
+            runtime,
             seed,
             self.shutdown_timeout,
         )

@@ -13,7 +13,7 @@ use mio::{Interest, Registry, Token};
 use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Backoff;
 use crate::engine::pending::{Completion, Slot};
-use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, UP};
+use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::Settings;
 use crate::error::Error;
 
@@ -105,6 +105,11 @@ impl Driver {
             }
             _ => false,
         }
+    }
+
+    /// Submitters staged commands that the thread has not taken yet.
+    pub(crate) fn has_staged_work(&self) -> bool {
+        self.shared.wake_pending.load(Ordering::Acquire)
     }
 
     /// When this connection next needs the thread's attention.
@@ -448,6 +453,37 @@ impl Driver {
         if !self.is_closed() {
             self.teardown(registry, Error::Shutdown, now);
         }
+    }
+
+    /// Ends the connection for good after its I/O thread panicked (the
+    /// thread has caught the panic and is about to stop): everything
+    /// pending fails with [`Error::RuntimeStopped`].
+    pub(crate) fn stop_after_panic(&mut self, registry: &Registry, now: Instant) {
+        self.shutting_down = true;
+        if !self.is_closed() {
+            self.teardown(registry, Error::RuntimeStopped, now);
+        }
+        self.fail_unserved(Error::RuntimeStopped);
+    }
+
+    /// Closes a connection that no thread will serve (never started, or
+    /// its thread stopped): staged requests and the first connect's
+    /// report fail with `error`; submitters see it closed.
+    pub(crate) fn fail_unserved(&mut self, error: Error) {
+        self.shutting_down = true;
+        {
+            let mut staging = self.shared.staging.lock();
+            self.shared.state.store(STOPPED, Ordering::Release);
+            self.shared.wake_pending.store(false, Ordering::Release);
+            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+            staging.buf.clear();
+            self.shared.wake_waiters(&staging);
+        }
+        fail_all(&mut self.spare_reqs, &error, &self.settings);
+        if let Some(initial) = self.initial.take() {
+            initial.complete(Err(error));
+        }
+        self.phase = Phase::Closed;
     }
 
     /// The connection is over: fail everything on it, then reconnect later

@@ -1,34 +1,75 @@
-//! One I/O thread: a `mio::Poll`, a `Waker`, and the connections it owns.
+//! One I/O thread of a runtime: a `mio::Poll`, a `Waker`, and a table of
+//! the connections it hosts, which engines add and remove while it runs.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 
 use crate::engine::driver::Driver;
-use crate::engine::shared::{Control, ThreadShared};
+use crate::engine::runtime::Latch;
+use crate::engine::shared::{settle_unserved, Control, ThreadShared};
+use crate::threads::{self, PanicCount};
 
-/// The waker's token; connection `i` uses `Token(i + 1)`.
+/// The waker's token; the connection in slot `i` uses `Token(i + 1)`.
 pub(crate) const WAKER: Token = Token(0);
 
+/// Connections of one engine that are shutting down on this thread.
+struct Closing {
+    slots: Vec<usize>,
+    deadline: Instant,
+    done: Arc<Latch>,
+}
+
 pub(crate) struct IoThread {
-    pub(crate) poll: Poll,
-    pub(crate) shared: Arc<ThreadShared>,
-    pub(crate) drivers: Vec<Driver>,
+    poll: Poll,
+    shared: Arc<ThreadShared>,
+    /// The connection table, by slot (engines reserve slots in
+    /// `ThreadShared::slots`).
+    drivers: Vec<Option<Driver>>,
+    /// Per slot: a submitter asked for attention since the last turn.
+    flags: Vec<bool>,
+    closing: Vec<Closing>,
+    stopping: bool,
 }
 
 impl IoThread {
-    /// Runs until shutdown has flushed or failed everything.
-    pub(crate) fn run(mut self) {
+    pub(crate) fn new(poll: Poll, shared: Arc<ThreadShared>) -> Self {
+        IoThread {
+            poll,
+            shared,
+            drivers: Vec::new(),
+            flags: Vec::new(),
+            closing: Vec::new(),
+            stopping: false,
+        }
+    }
+
+    /// Runs until the runtime stops. A panic in a turn is caught here,
+    /// reported in `panics`, and ends every connection of the thread with
+    /// [`Error::RuntimeStopped`](crate::Error::RuntimeStopped), so nothing
+    /// waits for a thread that is gone.
+    pub(crate) fn run(mut self, panics: &PanicCount) {
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_turns()));
+        if let Err(payload) = outcome {
+            let name = std::thread::current()
+                .name()
+                .unwrap_or("shardsub-io")
+                .to_owned();
+            threads::report(&name, &*payload, panics);
+            self.stop_after_panic();
+        }
+    }
+
+    fn run_turns(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut notified: Vec<usize> = Vec::new();
-        let mut flags = vec![false; self.drivers.len()];
-        let mut shutdown_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let mut next = shutdown_deadline;
+            let mut next = self.closing.iter().map(|c| c.deadline).min();
             let mut immediate = false;
-            for d in &self.drivers {
+            for d in self.drivers.iter().flatten() {
                 immediate |= d.more_to_read;
                 if let Some(t) = d.next_deadline() {
                     next = Some(next.map_or(t, |n| n.min(t)));
@@ -45,15 +86,10 @@ impl IoThread {
             // replies, and every reply wakes this wait (and, once all are in,
             // releases the held batch at once), so sleeping precisely, blind
             // to those replies, would be worse.
-            let result = self.poll.poll(&mut events, timeout);
-            if let Err(e) = result {
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     log::error!("I/O thread poll failed: {e}; stopping its connections");
-                    let now = Instant::now();
-                    let registry = self.poll.registry();
-                    for d in &mut self.drivers {
-                        d.abort(registry, now);
-                    }
+                    self.stop_after_panic();
                     return;
                 }
                 events.clear();
@@ -64,7 +100,8 @@ impl IoThread {
                 if ev.token() == WAKER {
                     continue;
                 }
-                let Some(d) = self.drivers.get_mut(ev.token().0 - 1) else {
+                let slot = ev.token().0 - 1;
+                let Some(Some(d)) = self.drivers.get_mut(slot) else {
                     continue;
                 };
                 let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
@@ -72,45 +109,138 @@ impl IoThread {
                 // so the next write reports it.
                 let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
                 d.on_socket_event(registry, readable, writable, now);
-            }
-            for c in std::mem::take(&mut *self.shared.control.lock()) {
-                match c {
-                    Control::Shutdown(deadline) => {
-                        shutdown_deadline = Some(deadline);
-                        for d in &mut self.drivers {
-                            d.begin_shutdown(registry, now);
-                        }
-                    }
-                    Control::Restart(local) => {
-                        if let Some(d) = self.drivers.get_mut(local) {
-                            d.restart(registry, now);
-                        }
-                    }
-                    #[cfg(test)]
-                    Control::Panic => panic!("I/O thread panic provoked by a test"),
+                if let Some(f) = self.flags.get_mut(slot) {
+                    *f = true; // serviced this turn: it may have work now
                 }
             }
+            let controls = std::mem::take(&mut *self.shared.control.lock());
+            for c in controls {
+                self.handle_control(c, now);
+            }
             // Reading can take a while (up to the read budget per
-            // connection): timers and the shutdown deadline see the clock.
+            // connection): timers and shutdown deadlines see the clock.
             let now = Instant::now();
             std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);
             for &i in &notified {
-                if let Some(f) = flags.get_mut(i) {
+                if let Some(f) = self.flags.get_mut(i) {
                     *f = true;
                 }
             }
             notified.clear();
-            for (d, flag) in self.drivers.iter_mut().zip(flags.iter_mut()) {
-                d.service(registry, now, std::mem::take(flag));
-            }
-            if let Some(deadline) = shutdown_deadline {
-                if self.drivers.iter().all(Driver::is_quiet) || now >= deadline {
-                    for d in &mut self.drivers {
-                        d.abort(registry, now);
-                    }
-                    return;
+            let registry = self.poll.registry();
+            for (slot, d) in self.drivers.iter_mut().enumerate() {
+                let Some(d) = d else { continue };
+                let notified = self.flags.get_mut(slot).map(std::mem::take) == Some(true);
+                // Only connections with something to do get a turn, so a
+                // thread hosting many quiet connections stays cheap.
+                let due = notified
+                    || d.more_to_read
+                    || d.next_deadline().is_some_and(|t| t <= now)
+                    || d.has_staged_work();
+                if due {
+                    d.service(registry, now, notified);
                 }
             }
+            self.finish_closing(now);
+            if self.stopping && self.closing.is_empty() {
+                let registry = self.poll.registry();
+                for d in self.drivers.iter_mut().flatten() {
+                    d.abort(registry, now);
+                }
+                return;
+            }
+        }
+    }
+
+    fn handle_control(&mut self, c: Control, now: Instant) {
+        let registry = self.poll.registry();
+        match c {
+            Control::Attach(drivers) => {
+                for d in drivers {
+                    let slot = d.shared.local;
+                    if self.drivers.len() <= slot {
+                        self.drivers.resize_with(slot + 1, || None);
+                        self.flags.resize(slot + 1, false);
+                    }
+                    // Its first turn connects it and takes what was staged.
+                    self.flags[slot] = true;
+                    self.drivers[slot] = Some(d);
+                }
+            }
+            Control::Shutdown {
+                slots,
+                deadline,
+                done,
+            } => {
+                for &s in &slots {
+                    if let Some(Some(d)) = self.drivers.get_mut(s) {
+                        d.begin_shutdown(registry, now);
+                    }
+                }
+                self.closing.push(Closing {
+                    slots,
+                    deadline,
+                    done,
+                });
+            }
+            Control::Restart(slot) => {
+                if let Some(Some(d)) = self.drivers.get_mut(slot) {
+                    d.restart(registry, now);
+                }
+            }
+            Control::Stop => self.stopping = true,
+            #[cfg(test)]
+            Control::Panic => panic!("I/O thread panic provoked by a test"),
+        }
+    }
+
+    /// Removes the connections of every engine whose shutdown is complete
+    /// (all quiet) or out of time, and tells the engine.
+    fn finish_closing(&mut self, now: Instant) {
+        let registry = self.poll.registry();
+        let drivers = &mut self.drivers;
+        let shared = &self.shared;
+        self.closing.retain(|c| {
+            let quiet = c.slots.iter().all(|&s| {
+                drivers
+                    .get(s)
+                    .and_then(Option::as_ref)
+                    .is_none_or(Driver::is_quiet)
+            });
+            if !quiet && now < c.deadline {
+                return true;
+            }
+            let mut slots = shared.slots.lock();
+            for &s in &c.slots {
+                if let Some(mut d) = drivers.get_mut(s).and_then(Option::take) {
+                    d.abort(registry, now);
+                    slots.release(s);
+                }
+            }
+            drop(slots);
+            c.done.count_down();
+            false
+        });
+    }
+
+    /// The thread is stopping on a failure: no more work is queued to it,
+    /// and everything it hosted or was handed fails at once.
+    fn stop_after_panic(&mut self) {
+        let queued = {
+            let mut queue = self.shared.control.lock();
+            self.shared.dead.set();
+            std::mem::take(&mut *queue)
+        };
+        let now = Instant::now();
+        let registry = self.poll.registry();
+        for d in self.drivers.iter_mut().flatten() {
+            d.stop_after_panic(registry, now);
+        }
+        for c in std::mem::take(&mut self.closing) {
+            c.done.count_down();
+        }
+        for c in queued {
+            settle_unserved(c);
         }
     }
 }

@@ -5,6 +5,7 @@ mod builder;
 mod driver;
 mod io_thread;
 mod pending;
+mod runtime;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -12,25 +13,25 @@ mod tests;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mio::{Poll, Token, Waker};
+use mio::Token;
 use parking_lot::{Condvar, Mutex};
 use resp::Value;
 
 pub use builder::Builder;
 pub use pending::Pending;
+pub(crate) use runtime::default_threads;
+pub use runtime::Runtime;
 pub use shared::Stats;
 
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
-use crate::threads;
 use driver::Driver;
-use io_thread::{IoThread, WAKER};
 pub(crate) use pending::TokenSink;
 use pending::{Completion, Slot};
+use runtime::Latch;
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
 
 /// Settings every connection and I/O thread reads.
@@ -72,8 +73,12 @@ struct ServerEntry {
 
 struct Inner {
     servers: Vec<ServerEntry>,
-    threads: Vec<Arc<ThreadShared>>,
-    handles: Mutex<Vec<JoinHandle<()>>>,
+    runtime: Runtime,
+    /// Whether the runtime was given by the caller (shared with others), so
+    /// its panics are added to this engine's count rather than already in it.
+    shared_runtime: bool,
+    /// Per runtime thread this engine uses: the slots of its connections.
+    placed: Vec<(Arc<ThreadShared>, Vec<usize>)>,
     settings: Arc<Settings>,
     next: AtomicUsize,
     shut: AtomicBool,
@@ -91,7 +96,7 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("servers", &self.servers())
-            .field("io_threads", &self.inner.threads.len())
+            .field("io_threads", &self.inner.runtime.io_threads())
             .finish_non_exhaustive()
     }
 }
@@ -106,33 +111,32 @@ impl Engine {
         settings: Arc<Settings>,
         addrs: &[SocketAddr],
         per_server: usize,
-        threads: usize,
+        runtime: (Runtime, bool),
         seed: u64,
         shutdown_timeout: Duration,
     ) -> Result<Engine, Error> {
-        let mut polls = Vec::with_capacity(threads);
-        let mut thread_shared = Vec::with_capacity(threads);
-        for _ in 0..threads {
-            let poll = Poll::new().map_err(|e| Error::runtime("poller", &e))?;
-            let waker = Waker::new(poll.registry(), WAKER)
-                .map_err(|e| Error::runtime("poller's waker", &e))?;
-            thread_shared.push(Arc::new(ThreadShared {
-                waker,
-                ready: Mutex::new(Vec::new()),
-                control: Mutex::new(Vec::new()),
-            }));
-            polls.push(poll);
-        }
+        let (runtime, shared_runtime) = runtime;
         let now = Instant::now();
-        let mut drivers: Vec<Vec<Driver>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut placed: Vec<(Arc<ThreadShared>, Vec<Driver>)> = Vec::new();
         let mut servers = Vec::with_capacity(addrs.len());
         let mut initial = Vec::new();
         let mut global = 0usize;
         for (server, &addr) in addrs.iter().enumerate() {
             let mut conns = Vec::with_capacity(per_server);
             for index in 0..per_server {
-                let t = global % threads;
-                let local = drivers[t].len();
+                let thread = match runtime.pick() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        // Nothing was handed to a thread yet.
+                        for (_, ds) in placed {
+                            for mut d in ds {
+                                d.fail_unserved(Error::RuntimeStopped);
+                            }
+                        }
+                        return Err(e);
+                    }
+                };
+                let local = thread.slots.lock().reserve();
                 let shared = Arc::new(ConnShared {
                     info: ConnInfo {
                         server,
@@ -143,7 +147,7 @@ impl Engine {
                     staging: Mutex::new(Staging::default()),
                     state: AtomicU8::new(CONNECTING),
                     wake_pending: AtomicBool::new(false),
-                    thread: thread_shared[t].clone(),
+                    thread: thread.clone(),
                     local,
                     space: Condvar::new(),
                     max_buffered: settings.max_buffered,
@@ -152,36 +156,35 @@ impl Engine {
                 let (pending, slot) = Pending::<()>::new();
                 initial.push(pending);
                 let conn_seed = seed ^ (global as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                drivers[t].push(Driver::new(
+                let driver = Driver::new(
                     shared.clone(),
                     settings.clone(),
                     Token(local + 1),
                     conn_seed,
                     slot,
                     now,
-                ));
+                );
+                match placed.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &thread)) {
+                    Some((_, ds)) => ds.push(driver),
+                    None => placed.push((thread, vec![driver])),
+                }
                 conns.push(shared);
                 global += 1;
             }
             servers.push(ServerEntry { addr, conns });
         }
-        let mut handles = Vec::with_capacity(threads);
-        for (n, (poll, drivers)) in polls.into_iter().zip(drivers).enumerate() {
-            let io = IoThread {
-                poll,
-                shared: thread_shared[n].clone(),
-                drivers,
-            };
-            let panics = settings.counters.thread_panics.clone();
-            let h = threads::spawn(format!("shardsub-io-{n}"), panics, move || io.run())
-                .map_err(|e| Error::runtime("I/O thread", &e))?;
-            handles.push(h);
+        let mut slots_of = Vec::with_capacity(placed.len());
+        for (thread, drivers) in placed {
+            let slots = drivers.iter().map(|d| d.shared.local).collect();
+            thread.send_control(Control::Attach(drivers));
+            slots_of.push((thread, slots));
         }
         let engine = Engine {
             inner: Arc::new(Inner {
                 servers,
-                threads: thread_shared,
-                handles: Mutex::new(handles),
+                runtime,
+                shared_runtime,
+                placed: slots_of,
                 settings: settings.clone(),
                 next: AtomicUsize::new(0),
                 shut: AtomicBool::new(false),
@@ -189,7 +192,7 @@ impl Engine {
             }),
         };
         // Each connection reports its first handshake (or why it failed)
-        // within the connect timeout; the margin covers thread start-up.
+        // within the connect timeout; the margin covers a busy thread.
         let limit = settings.connect_timeout + Duration::from_secs(1);
         for p in initial {
             if let Err(e) = p.wait_timeout(limit) {
@@ -200,6 +203,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The runtime whose I/O threads serve this engine.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
     /// The servers' addresses, in builder order.
     pub fn servers(&self) -> Vec<SocketAddr> {
         self.inner.servers.iter().map(|s| s.addr).collect()
@@ -207,7 +215,11 @@ impl Engine {
 
     /// A snapshot of the engine's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.settings.counters.snapshot()
+        let mut stats = self.inner.settings.counters.snapshot();
+        if self.inner.shared_runtime {
+            stats.thread_panics += self.inner.runtime.thread_panics();
+        }
+        stats
     }
 
     /// The connection for a channel: its shard, then a connection picked by
@@ -520,31 +532,46 @@ impl Engine {
         }
     }
 
-    /// Makes I/O thread `n` panic (for the tests of panic reporting).
+    /// Makes the I/O thread of this engine's first connection panic (for
+    /// the tests of panic reporting).
     #[cfg(test)]
-    pub(crate) fn panic_io_thread(&self, n: usize) {
-        self.inner.threads[n].send_control(Control::Panic);
+    pub(crate) fn panic_io_thread(&self) {
+        if let Some((t, _)) = self.inner.placed.first() {
+            t.send_control(Control::Panic);
+        }
     }
 
     /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is
     /// already submitted is written and its replies awaited for up to the
     /// shutdown timeout, after which what is left fails with
-    /// [`Error::Shutdown`]. Returns when the I/O threads have exited.
+    /// [`Error::Shutdown`]. Returns when the runtime's threads have let go
+    /// of every connection of this engine (at once when called from a
+    /// callback on an I/O thread, which cannot wait for itself). The
+    /// runtime's threads keep running while other engines use them.
     /// Idempotent; also run on drop.
     pub fn shutdown(&self) {
         if self.inner.shut.swap(true, Ordering::AcqRel) {
             return;
         }
         let deadline = Instant::now() + self.inner.shutdown_timeout;
-        for t in &self.inner.threads {
-            t.send_control(Control::Shutdown(deadline));
+        let done = Latch::new(self.inner.placed.len());
+        for (t, slots) in &self.inner.placed {
+            t.send_control(Control::Shutdown {
+                slots: slots.clone(),
+                deadline,
+                done: done.clone(),
+            });
         }
-        let handles = std::mem::take(&mut *self.inner.handles.lock());
-        for h in handles {
-            if h.thread().id() == std::thread::current().id() {
-                continue; // called from a callback on an I/O thread
-            }
-            threads::join(h, &self.inner.settings.counters.thread_panics);
+        if runtime::on_io_thread() {
+            return;
+        }
+        // Threads abort what is left at the deadline; the margin covers a
+        // callback still running on one of them.
+        if !done.wait_until(deadline + Duration::from_secs(5)) {
+            log::error!(
+                "engine shutdown: an I/O thread did not let go of its connections \
+                 within 5 s of the deadline (a callback blocking it?)"
+            );
         }
     }
 }

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::conn::Request;
+use crate::engine::driver::Driver;
 use crate::engine::pending::Completion;
+use crate::engine::runtime::{Dead, Latch, Slots};
 use crate::error::Error;
 use crate::observer::ConnInfo;
 use crate::threads::PanicCount;
@@ -25,6 +27,8 @@ pub(crate) const CONNECTING: u8 = 0;
 pub(crate) const UP: u8 = 1;
 pub(crate) const DOWN: u8 = 2;
 pub(crate) const CLOSED: u8 = 3;
+/// Closed because its I/O thread stopped after a panic.
+pub(crate) const STOPPED: u8 = 4;
 
 /// Commands waiting for the I/O thread.
 #[derive(Default)]
@@ -120,6 +124,7 @@ impl ConnShared {
                 addr: self.info.addr,
             }),
             CLOSED => Err(Error::Shutdown),
+            STOPPED => Err(Error::RuntimeStopped),
             _ => Ok(()),
         }
     }
@@ -138,10 +143,20 @@ impl ConnShared {
 
 /// Requests to an I/O thread that are not commands.
 pub(crate) enum Control {
-    /// Start shutting down: flush, then fail what is left at the deadline.
-    Shutdown(std::time::Instant),
-    /// Drop this connection (by its local index) and reconnect it.
+    /// Host these connections (in the slots their engine reserved).
+    Attach(Vec<Driver>),
+    /// Shut these connections down: flush, then fail what is left at the
+    /// deadline; count `done` down once they are gone from the thread.
+    Shutdown {
+        slots: Vec<usize>,
+        deadline: Instant,
+        done: Arc<Latch>,
+    },
+    /// Drop this connection (by its slot) and reconnect it.
     Restart(usize),
+    /// The runtime is gone: stop once the connections still shutting down
+    /// are done.
+    Stop,
     /// Panic on the I/O thread (for the tests of panic reporting).
     #[cfg(test)]
     Panic,
@@ -150,12 +165,30 @@ pub(crate) enum Control {
 /// One I/O thread, as other threads see it.
 pub(crate) struct ThreadShared {
     pub(crate) waker: mio::Waker,
-    /// Connections with staged work.
+    /// Connections (by slot) with staged work.
     pub(crate) ready: Mutex<Vec<usize>>,
     pub(crate) control: Mutex<Vec<Control>>,
+    /// Free slots of the thread's connection table.
+    pub(crate) slots: Mutex<Slots>,
+    /// Set (under the control lock) when the thread stopped after a panic.
+    pub(crate) dead: Dead,
 }
 
 impl ThreadShared {
+    pub(crate) fn new(waker: mio::Waker) -> Self {
+        ThreadShared {
+            waker,
+            ready: Mutex::new(Vec::new()),
+            control: Mutex::new(Vec::new()),
+            slots: Mutex::new(Slots::default()),
+            dead: Dead::default(),
+        }
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.get()
+    }
+
     pub(crate) fn notify(&self, local: usize) {
         self.ready.lock().push(local);
         if let Err(e) = self.waker.wake() {
@@ -163,11 +196,36 @@ impl ThreadShared {
         }
     }
 
+    /// Queues `c` for the thread. A thread that has stopped cannot take
+    /// it: it is settled here instead (connections fail with
+    /// [`Error::RuntimeStopped`], a shutdown counts down at once).
     pub(crate) fn send_control(&self, c: Control) {
-        self.control.lock().push(c);
+        let mut queue = self.control.lock();
+        if self.dead.get() {
+            drop(queue);
+            settle_unserved(c);
+            return;
+        }
+        queue.push(c);
+        drop(queue);
         if let Err(e) = self.waker.wake() {
             log::error!("cannot wake I/O thread: {e}");
         }
+    }
+}
+
+/// What a stopped thread's queue still held, settled without it.
+pub(crate) fn settle_unserved(c: Control) {
+    match c {
+        Control::Attach(drivers) => {
+            for mut d in drivers {
+                d.fail_unserved(Error::RuntimeStopped);
+            }
+        }
+        Control::Shutdown { done, .. } => done.count_down(),
+        Control::Restart(_) | Control::Stop => {}
+        #[cfg(test)]
+        Control::Panic => {}
     }
 }
 

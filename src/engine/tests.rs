@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use testkit::{kinds, Server};
 
-use crate::{Engine, PubSub};
+use crate::{Engine, PubSub, Runtime, Value};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -18,7 +18,7 @@ fn a_panicked_io_thread_is_counted_and_shutdown_still_returns() {
             .build()
             .unwrap();
         assert_eq!(engine.stats().thread_panics, 0);
-        engine.panic_io_thread(0);
+        engine.panic_io_thread();
         testkit::wait_for("the panic counted", BOUND, || {
             Ok((engine.stats().thread_panics == 1).then_some(()))
         })
@@ -40,7 +40,7 @@ fn pubsub_metrics_count_its_engines_thread_panics() {
             .build()
             .unwrap();
         assert_eq!(ps.metrics().thread_panics, 0);
-        ps.subscribe_engine().panic_io_thread(0);
+        ps.subscribe_engine().panic_io_thread();
         testkit::wait_for("the panic counted", BOUND, || {
             Ok((ps.metrics().thread_panics == 1).then_some(()))
         })
@@ -48,4 +48,116 @@ fn pubsub_metrics_count_its_engines_thread_panics() {
         ps.shutdown();
         assert_eq!(ps.metrics().thread_panics, 1, "{kind:?}: counted once");
     }
+}
+
+#[test]
+fn a_request_in_flight_on_a_panicked_io_thread_fails_instead_of_waiting() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let engine = Engine::builder()
+            .address(server.addr().to_string())
+            .io_threads(1)
+            .request_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        // Blocks on the server for 30 s: still in flight when the thread dies.
+        let blocked = engine.command_pending(0, ["BLPOP", "shardsub:nothing", "30"]);
+        testkit::wait_for("the BLPOP written", BOUND, || {
+            Ok((engine.stats().writes >= 1).then_some(()))
+        })
+        .unwrap();
+        engine.panic_io_thread();
+        let outcome = blocked.wait_timeout(BOUND);
+        assert!(
+            matches!(outcome, Err(crate::Error::RuntimeStopped)),
+            "{kind:?}: {outcome:?}"
+        );
+        let after = engine.command(["PING"]);
+        assert!(
+            matches!(after, Err(crate::Error::RuntimeStopped)),
+            "{kind:?}: a new request fails at once: {after:?}"
+        );
+        let published = engine.publish(b"ch", b"payload");
+        assert!(
+            matches!(published, Err(crate::Error::RuntimeStopped)),
+            "{kind:?}: {published:?}"
+        );
+        engine.shutdown();
+    }
+}
+
+#[test]
+fn engines_on_one_runtime_share_its_threads_and_shut_down_one_by_one() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let runtime = Runtime::new(2).unwrap();
+        let engines: Vec<Engine> = (0..6)
+            .map(|_| {
+                Engine::builder()
+                    .address(server.addr().to_string())
+                    .connections_per_server(3)
+                    .runtime(&runtime)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        for e in &engines {
+            assert_eq!(e.runtime().io_threads(), 2);
+            assert_eq!(
+                e.command(["PING"]).unwrap(),
+                Value::Simple(b"PONG".to_vec())
+            );
+        }
+        // Shutting one down leaves the others (on the same threads) working.
+        let mut engines = engines.into_iter();
+        let first = engines.next().unwrap();
+        first.shutdown();
+        assert!(matches!(
+            first.command(["PING"]),
+            Err(crate::Error::Shutdown)
+        ));
+        let rest: Vec<Engine> = engines.collect();
+        for e in &rest {
+            assert_eq!(
+                e.command(["PING"]).unwrap(),
+                Value::Simple(b"PONG".to_vec())
+            );
+        }
+        // The freed slots are reused by a new engine.
+        let again = Engine::builder()
+            .address(server.addr().to_string())
+            .connections_per_server(3)
+            .runtime(&runtime)
+            .build()
+            .unwrap();
+        assert_eq!(
+            again.command(["PING"]).unwrap(),
+            Value::Simple(b"PONG".to_vec())
+        );
+        let slots: usize = runtime_slots(&runtime);
+        assert_eq!(
+            slots, 18,
+            "{kind:?}: 6 engines × 3 connections, slots reused"
+        );
+        drop((rest, again));
+    }
+}
+
+#[test]
+fn io_threads_and_runtime_together_are_refused() {
+    let runtime = Runtime::new(1).unwrap();
+    let e = Engine::builder()
+        .address("127.0.0.1:1")
+        .io_threads(2)
+        .runtime(&runtime)
+        .build();
+    assert!(matches!(e, Err(crate::Error::Config(_))), "{e:?}");
+    assert!(matches!(Runtime::new(0), Err(crate::Error::Config(_))));
+}
+
+/// Slots ever handed out, over every thread of `runtime`.
+fn runtime_slots(runtime: &Runtime) -> usize {
+    (0..runtime.io_threads())
+        .map(|n| runtime.thread(n).slots.lock().handed_out())
+        .sum()
 }

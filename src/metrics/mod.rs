@@ -107,8 +107,12 @@ pub(crate) struct Counters {
     pub(crate) probes_sent: AtomicU64,
     pub(crate) probe_restarts: AtomicU64,
     pub(crate) lag: Histogram,
-    /// Shared with both engines (or every node engine of a cluster).
+    /// The instance's own threads (workers, control) and, when the instance
+    /// built its own runtime, that runtime's I/O threads.
     pub(crate) thread_panics: PanicCount,
+    /// The I/O thread panics of a runtime given by the caller (shared with
+    /// other instances), added to the count of the instance's own.
+    pub(crate) runtime_panics: std::sync::OnceLock<PanicCount>,
 }
 
 /// Adds `n` to a counter (relaxed).
@@ -148,7 +152,8 @@ impl Counters {
             active_connections: Vec::new(),
             lag: with_lag.then(|| self.lag.snapshot()),
             unenveloped: 0,
-            thread_panics: self.thread_panics.get(),
+            thread_panics: self.thread_panics.get()
+                + self.runtime_panics.get().map_or(0, PanicCount::get),
         }
     }
 }

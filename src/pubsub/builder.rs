@@ -7,7 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::conn::{Protocol, Role};
-use crate::engine::Engine;
+use crate::engine::{default_threads, Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
@@ -43,6 +43,7 @@ pub struct PubSubBuilder {
     username: Option<Vec<u8>>,
     client_name: Option<Vec<u8>>,
     io_threads: Option<usize>,
+    runtime: Option<Runtime>,
     connect_timeout: Duration,
     backoff: (Duration, Duration),
 }
@@ -66,6 +67,7 @@ impl Default for PubSubBuilder {
             username: None,
             client_name: None,
             io_threads: None,
+            runtime: None,
             connect_timeout: Duration::from_secs(2),
             backoff: (Duration::from_millis(50), Duration::from_secs(5)),
         }
@@ -204,10 +206,20 @@ impl PubSubBuilder {
         self
     }
 
-    /// I/O threads of each engine (default: available parallelism, at most
-    /// one per connection).
+    /// I/O threads of the instance's own runtime, shared by its publish and
+    /// subscribe connections (default: available parallelism, at most one
+    /// per connection). Not with [`PubSubBuilder::runtime`].
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = Some(n);
+        self
+    }
+
+    /// Runs every connection of the instance on `runtime`'s I/O threads,
+    /// shared with whatever else uses it (other instances of a fleet),
+    /// instead of on a runtime of its own. Not with
+    /// [`PubSubBuilder::io_threads`].
+    pub fn runtime(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
         self
     }
 
@@ -224,8 +236,9 @@ impl PubSubBuilder {
         self
     }
 
-    fn engine(&self, role: Role, per_server: usize) -> crate::engine::Builder {
+    fn engine(&self, runtime: &Runtime, role: Role, per_server: usize) -> crate::engine::Builder {
         let mut b = Engine::builder()
+            .runtime(runtime)
             .addresses(self.addrs.iter().cloned())
             .role(role)
             .connections_per_server(per_server)
@@ -240,9 +253,6 @@ impl PubSubBuilder {
         }
         if let Some(n) = &self.client_name {
             b = b.client_name(n);
-        }
-        if let Some(n) = self.io_threads {
-            b = b.io_threads(n);
         }
         b
     }
@@ -275,7 +285,27 @@ impl PubSubBuilder {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let servers = self.addrs.len();
         let per_server = self.subscribe_connections;
+        if self.io_threads == Some(0) {
+            return config("io_threads must be at least 1");
+        }
+        if self.io_threads.is_some() && self.runtime.is_some() {
+            return config(
+                "io_threads and runtime exclude each other (the runtime sets the threads)",
+            );
+        }
         let counters = Arc::new(Counters::default());
+        let runtime = match &self.runtime {
+            Some(r) => {
+                let _ = counters.runtime_panics.set(r.panics().clone());
+                r.clone()
+            }
+            None => {
+                let conns =
+                    self.addrs.len() * (self.subscribe_connections + self.publish_connections);
+                let threads = self.io_threads.unwrap_or_else(default_threads).min(conns);
+                Runtime::start(threads, counters.thread_panics.clone())?
+            }
+        };
         let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let seed = instance_seed();
         let routing = ShardRouting {
@@ -326,8 +356,7 @@ impl PubSubBuilder {
         // Resubscribing 1M channels stages ~30 MB of SUBSCRIBE commands at
         // once; let it through instead of applying publish backpressure.
         let sub = match self
-            .engine(Role::Subscribe, per_server)
-            .panic_count(shared.counters.thread_panics.clone())
+            .engine(&runtime, Role::Subscribe, per_server)
             .max_buffered_bytes(64 << 20)
             .observer(observer)
             .build()
@@ -339,8 +368,7 @@ impl PubSubBuilder {
             }
         };
         let publ = match self
-            .engine(Role::Command, self.publish_connections)
-            .panic_count(shared.counters.thread_panics.clone())
+            .engine(&runtime, Role::Command, self.publish_connections)
             .build()
         {
             Ok(e) => Arc::new(e),

@@ -1,0 +1,278 @@
+//! The runtime: a fixed set of I/O threads, each a `mio::Poll`, that host
+//! the connections of every engine built on it.
+//!
+//! An engine built without a runtime gets a private one. A Pub/Sub
+//! instance builds one runtime for all of its engines (publish, subscribe,
+//! every cluster node), and several instances can share one by passing the
+//! same [`Runtime`] to their builders: the thread count is then fixed by
+//! the runtime, whatever the number of servers, nodes or partitions.
+//! Connections join a thread when their engine starts and leave it when
+//! their engine shuts down; threads never come and go with nodes.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use mio::{Poll, Waker};
+use parking_lot::{Condvar, Mutex};
+
+use crate::engine::io_thread::{IoThread, WAKER};
+use crate::engine::shared::{Control, ThreadShared};
+use crate::error::Error;
+use crate::threads::{self, PanicCount};
+
+thread_local! {
+    /// Set on the runtime's own threads: a call that would wait for an I/O
+    /// thread (an engine's shutdown) must not wait from one of them.
+    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is an I/O thread of some runtime.
+pub(crate) fn on_io_thread() -> bool {
+    ON_IO_THREAD.with(Cell::get)
+}
+
+/// A fixed set of I/O threads shared by engines and Pub/Sub instances.
+///
+/// Cloning is cheap (a handle); the threads stop when the last handle and
+/// the last engine on it are gone. Build one and pass it to
+/// [`Builder::runtime`](crate::Builder::runtime),
+/// [`PubSubBuilder::runtime`](crate::PubSubBuilder::runtime) or
+/// [`ClusterBuilder::runtime`](crate::cluster::ClusterBuilder::runtime) to
+/// run many instances (a simulated fleet, or several embedded clients) on
+/// a fixed number of threads:
+///
+/// ```no_run
+/// # fn main() -> Result<(), shardsub::Error> {
+/// let runtime = shardsub::Runtime::new(2)?;
+/// let a = shardsub::Engine::builder()
+///     .address("127.0.0.1:6379")
+///     .runtime(&runtime)
+///     .build()?;
+/// let b = shardsub::Engine::builder()
+///     .address("127.0.0.1:6380")
+///     .runtime(&runtime)
+///     .build()?;
+/// assert_eq!(runtime.io_threads(), 2); // still two threads for both
+/// # drop((a, b));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    threads: Vec<Arc<ThreadShared>>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    next: AtomicUsize,
+    panics: PanicCount,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("io_threads", &self.inner.threads.len())
+            .field("thread_panics", &self.inner.panics.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default thread count: the machine's available parallelism.
+pub(crate) fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Runtime {
+    /// Starts `io_threads` I/O threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when `io_threads` is 0, [`Error::Runtime`] when
+    /// the OS refuses a poller or a thread (then nothing is left running).
+    pub fn new(io_threads: usize) -> Result<Runtime, Error> {
+        Runtime::start(io_threads, PanicCount::default())
+    }
+
+    /// Starts one I/O thread per core (the machine's available
+    /// parallelism).
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::new`].
+    pub fn per_core() -> Result<Runtime, Error> {
+        Runtime::new(default_threads())
+    }
+
+    /// Starts `n` threads whose panics are counted in `panics`.
+    pub(crate) fn start(n: usize, panics: PanicCount) -> Result<Runtime, Error> {
+        if n == 0 {
+            return Err(Error::Config("io_threads must be at least 1".into()));
+        }
+        let mut polls = Vec::with_capacity(n);
+        let mut shared = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = Poll::new().map_err(|e| Error::runtime("poller", &e))?;
+            let waker = Waker::new(poll.registry(), WAKER)
+                .map_err(|e| Error::runtime("poller's waker", &e))?;
+            shared.push(Arc::new(ThreadShared::new(waker)));
+            polls.push(poll);
+        }
+        // The runtime owns the threads from the first one on, so a failed
+        // start stops (and joins) the ones already running when it drops.
+        let runtime = Runtime {
+            inner: Arc::new(RuntimeInner {
+                threads: shared,
+                handles: Mutex::new(Vec::with_capacity(n)),
+                next: AtomicUsize::new(0),
+                panics,
+            }),
+        };
+        for (i, poll) in polls.into_iter().enumerate() {
+            let io = IoThread::new(poll, runtime.inner.threads[i].clone());
+            let panics = runtime.inner.panics.clone();
+            let inner_panics = panics.clone();
+            let h = threads::spawn(format!("shardsub-io-{i}"), panics, move || {
+                ON_IO_THREAD.with(|c| c.set(true));
+                io.run(&inner_panics);
+            })
+            .map_err(|e| Error::runtime("I/O thread", &e))?;
+            runtime.inner.handles.lock().push(h);
+        }
+        Ok(runtime)
+    }
+
+    /// The number of I/O threads.
+    pub fn io_threads(&self) -> usize {
+        self.inner.threads.len()
+    }
+
+    /// I/O threads of this runtime that panicked (each also logged). A
+    /// panicked thread's connections fail with [`Error::RuntimeStopped`].
+    pub fn thread_panics(&self) -> u64 {
+        self.inner.panics.get()
+    }
+
+    pub(crate) fn panics(&self) -> &PanicCount {
+        &self.inner.panics
+    }
+
+    /// The thread for the next connection: round robin over the threads
+    /// that are still running.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RuntimeStopped`] when every thread has stopped.
+    pub(crate) fn pick(&self) -> Result<Arc<ThreadShared>, Error> {
+        let n = self.inner.threads.len();
+        let first = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| &self.inner.threads[(first + k) % n])
+            .find(|t| !t.is_dead())
+            .cloned()
+            .ok_or(Error::RuntimeStopped)
+    }
+
+    /// Thread `n` (for the tests of panic reporting).
+    #[cfg(test)]
+    pub(crate) fn thread(&self, n: usize) -> &Arc<ThreadShared> {
+        &self.inner.threads[n]
+    }
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        for t in &self.threads {
+            t.send_control(Control::Stop);
+        }
+        if on_io_thread() {
+            // The last handle went away inside a callback on one of these
+            // threads: they stop by themselves; joining would wait on the
+            // calling thread.
+            return;
+        }
+        for h in std::mem::take(&mut *self.handles.lock()) {
+            threads::join(h, &self.panics);
+        }
+    }
+}
+
+/// Counts threads down to zero (an engine's shutdown waits for each of its
+/// threads to let go of its connections).
+pub(crate) struct Latch {
+    left: Mutex<usize>,
+    cond: Condvar,
+}
+
+impl Latch {
+    pub(crate) fn new(n: usize) -> Arc<Latch> {
+        Arc::new(Latch {
+            left: Mutex::new(n),
+            cond: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn count_down(&self) {
+        let mut left = self.left.lock();
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Waits until the count is zero or `deadline` passes; true when zero.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
+        let mut left = self.left.lock();
+        while *left > 0 {
+            if self.cond.wait_until(&mut left, deadline).timed_out() {
+                return *left == 0;
+            }
+        }
+        true
+    }
+}
+
+/// Slot numbers of one thread's connection table, reserved by engines
+/// before their connections are handed over.
+#[derive(Default)]
+pub(crate) struct Slots {
+    free: Vec<usize>,
+    next: usize,
+}
+
+impl Slots {
+    pub(crate) fn reserve(&mut self) -> usize {
+        self.free.pop().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    pub(crate) fn release(&mut self, slot: usize) {
+        self.free.push(slot);
+    }
+
+    /// Slots reserved at least once (the table's size).
+    #[cfg(test)]
+    pub(crate) fn handed_out(&self) -> usize {
+        self.next
+    }
+}
+
+/// Whether a thread has stopped (after a panic); set under its control
+/// lock, so nothing is queued to it afterwards.
+#[derive(Default)]
+pub(crate) struct Dead(AtomicBool);
+
+impl Dead {
+    pub(crate) fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
