@@ -5,10 +5,12 @@ use std::ops::RangeInclusive;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::cluster_view::{create_ranges, parse_cluster_nodes, slots_view, NodeTable, SlotsView};
+use crate::cluster_view::{
+    create_ranges, disconnected_links, parse_cluster_nodes, slots_view, NodeTable, SlotsView,
+};
 use crate::process::{self, wait_for, TempDir};
-use crate::values::{expect_text, info_field};
-use crate::{redis_cli, Error, Server, ServerKind};
+use crate::values::{expect_text, info_field, int, items, text};
+use crate::{redis_cli, Error, Server, ServerKind, Value};
 
 /// An inclusive range of hash slots.
 pub type SlotRange = RangeInclusive<u16>;
@@ -207,11 +209,38 @@ impl Cluster {
         (0..self.nodes.len()).filter(|&i| self.is_live(i)).collect()
     }
 
+    /// The creation time (Unix ms) of the newest cluster bus link over
+    /// every live node (`CLUSTER LINKS`). It grows when a link is re-created:
+    /// a node that missed pings for half the node timeout (a stalled
+    /// process on a loaded machine) drops its links and dials again, and a
+    /// classic `PUBLISH` broadcast meanwhile never reaches the other side,
+    /// unseen by any client. A test of classic mode compares it before and
+    /// after to tell such a server-side loss from a client bug.
+    ///
+    /// # Errors
+    ///
+    /// A node that does not answer, or a reply that is not a list of links.
+    pub fn newest_bus_link_ms(&self) -> Result<i64, Error> {
+        let mut newest = 0;
+        for i in self.live() {
+            let reply = self.nodes[i].cmd(&[b"CLUSTER", b"LINKS"])?;
+            let links = items(&reply).ok_or_else(|| Error::unexpected("CLUSTER LINKS", &reply))?;
+            for link in links {
+                let created = link_field(link, "create-time").and_then(int);
+                newest = newest.max(created.unwrap_or(0));
+            }
+        }
+        Ok(newest)
+    }
+
     /// Waits until every live node reports `cluster_state:ok`, all live nodes
     /// agree on the node table (roles, replication, slots) and on `CLUSTER
     /// SLOTS`, all 16384 slots are covered, nodes this harness killed or
-    /// removed are failed or forgotten everywhere, and every live replica's
-    /// link to its master is up. Then refreshes the view [`Cluster::masters`]
+    /// removed are failed or forgotten everywhere, every live node has its
+    /// cluster bus link to every other live node (a classic `PUBLISH` is
+    /// broadcast over those links, and one that is still connecting drops
+    /// the message without a word), and every live replica's link to its
+    /// master is up. Then refreshes the view [`Cluster::masters`]
     /// and friends read.
     ///
     /// # Errors
@@ -254,7 +283,14 @@ impl Cluster {
             }
             let nodes_text = expect_text(&node.cmd(&[b"CLUSTER", b"NODES"])?, "CLUSTER NODES")?;
             let (table, failed) = parse_cluster_nodes(&nodes_text);
+            let unlinked = disconnected_links(&nodes_text);
             for (d, id) in self.ids.iter().enumerate() {
+                if self.is_live(d) && unlinked.contains(id) {
+                    // Classic PUBLISH would silently miss that node.
+                    return Err(Error::Cluster(format!(
+                        "node {i} has no cluster bus link to live node {d}"
+                    )));
+                }
                 let down = !self.is_live(d);
                 if down && table.contains_key(id) {
                     return Err(Error::Cluster(format!("node {i} still sees down node {d}")));
@@ -382,4 +418,19 @@ impl Drop for Cluster {
 
 pub(crate) fn my_id(node: &Server) -> Result<String, Error> {
     expect_text(&node.cmd(&[b"CLUSTER", b"MYID"])?, "CLUSTER MYID")
+}
+
+/// Field `name` of one `CLUSTER LINKS` entry (a map in RESP3, a flat
+/// key/value array in RESP2).
+fn link_field<'a>(link: &'a Value, name: &str) -> Option<&'a Value> {
+    match link {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .map(|(_, v)| v),
+        other => items(other)?
+            .chunks(2)
+            .find(|kv| text(&kv[0]).as_deref() == Some(name))
+            .and_then(|kv| kv.get(1)),
+    }
 }

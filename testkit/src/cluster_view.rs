@@ -75,6 +75,23 @@ pub(crate) fn parse_cluster_nodes(text: &str) -> (NodeTable, Vec<String>) {
     (table, failed)
 }
 
+/// Ids of the nodes whose cluster bus link, as the node that wrote `text`
+/// sees it, is down (`disconnected` in `CLUSTER NODES`). A message that a
+/// node broadcasts over the bus (classic `PUBLISH` in a cluster) does not
+/// reach a node it has no link to, and nothing tells the publisher.
+pub(crate) fn disconnected_links(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [id, _addr, flags, _, _, _, _, link, ..] = fields.as_slice() else {
+                return None;
+            };
+            let myself = flags.split(',').any(|f| f == "myself");
+            (!myself && *link == "disconnected").then(|| (*id).to_string())
+        })
+        .collect()
+}
+
 /// `CLUSTER SLOTS` as sorted (start, end, master, sorted replicas).
 pub(crate) fn slots_view(reply: &Value) -> Result<SlotsView, Error> {
     let bad = || Error::unexpected("a CLUSTER SLOTS reply", reply);
@@ -134,5 +151,9 @@ mod tests {
         assert_eq!(table["b"].slots, vec![(5461, 16383)]);
         assert_eq!(table["c"].master.as_deref(), Some("a"));
         assert_eq!(table.len(), 3);
+        assert_eq!(disconnected_links(text), vec!["d".to_string()]);
+        let fresh = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383\n\
+                     b 127.0.0.1:7001@17001 master - 0 0 2 disconnected\n";
+        assert_eq!(disconnected_links(fresh), vec!["b".to_string()]);
     }
 }

@@ -1,5 +1,7 @@
 //! Real clusters: creation, slot coverage, resharding, failover.
 
+use std::time::Duration;
+
 use testkit::{Cluster, Value};
 
 fn slot_total(cluster: &Cluster) -> u32 {
@@ -143,6 +145,26 @@ fn atomic_slot_migration_moves_keys_and_ownership() -> Result<(), testkit::Error
         // And back again: a second job for the same range is told apart.
         cluster.migrate_slots_atomic(0..=9, b, a)?;
         assert_eq!(cluster.owner_of_slot(0), Some(a), "{kind}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_stalled_node_makes_its_peers_recreate_their_bus_links() -> Result<(), testkit::Error> {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0)?;
+        let before = cluster.newest_bus_link_ms()?;
+        assert!(before > 0, "{kind:?}: links have creation times");
+        // Longer than the node timeout: the peers' pings go unanswered past
+        // half of it, so they drop their links to it and dial again.
+        let stall = format!(
+            "{}",
+            f64::from(testkit::CLUSTER_NODE_TIMEOUT_MS) / 1000.0 * 1.5
+        );
+        cluster.node(0).cmd_str(&["DEBUG", "SLEEP", &stall])?;
+        testkit::wait_for("a re-created bus link", Duration::from_secs(10), || {
+            Ok((cluster.newest_bus_link_ms()? > before).then_some(()))
+        })?;
     }
     Ok(())
 }
