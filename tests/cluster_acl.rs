@@ -2,7 +2,9 @@
 //! denial) on real clusters (Redis 7 and Valkey 9): the refused channels
 //! are isolated and reported (an event, `wait_active`'s error, a metric),
 //! the other channels of the same partition's command are subscribed and
-//! deliver every message, and no topology refresh or gap follows.
+//! deliver every message, and no topology refresh or gap follows. An ACL
+//! user, its password and a connection name reach every node connection,
+//! and a refused password fails the build at once with the server's text.
 
 mod accounted;
 mod cluster_support;
@@ -102,5 +104,70 @@ fn refused(kind: ServerKind) {
 fn a_refused_channel_is_isolated_and_the_rest_of_its_partition_delivers() {
     for kind in testkit::kinds() {
         refused(kind);
+    }
+}
+
+/// Every option of the node connections reaches every node: an ACL user
+/// with its password and a connection name (on the publish and subscribe
+/// connections of every primary), and a refused password fails the build
+/// with the server's reason instead of starting degraded without a word.
+#[test]
+fn an_acl_user_and_a_client_name_reach_every_node() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0).expect("cluster");
+        for &i in &cluster.masters() {
+            cluster
+                .node(i)
+                .cmd_str(&[
+                    "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all",
+                ])
+                .unwrap();
+        }
+        let chans = channels(100, "acl");
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = builder(&cluster, handler.clone())
+            .username("app")
+            .password("s3cret")
+            .client_name("app-node-7")
+            .request_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        let ps = Arc::new(ps);
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} as app"));
+        for &i in &cluster.masters() {
+            let named = cluster_support::named_clients(&cluster, i, "app-node-7");
+            assert_eq!(named, 2, "{kind:?} master {i}: one subscribe, one publish");
+            let users = cluster.node(i).cmd(&[b"CLIENT", b"LIST"]).unwrap();
+            let text = testkit::values::text(&users).unwrap_or_default();
+            let as_app = text
+                .lines()
+                .filter(|l| l.contains("name=app-node-7") && l.contains(" user=app "))
+                .count();
+            assert_eq!(as_app, 2, "{kind:?} master {i}: {text}");
+        }
+        drop(ps);
+        let asked = std::time::Instant::now();
+        let denied = builder(&cluster, Accounted::new(&ledger, "denied"))
+            .username("app")
+            .password("wrong")
+            .build();
+        match denied {
+            Err(Error::Auth { message, .. }) => {
+                assert!(message.starts_with("WRONGPASS"), "{kind:?}: {message}")
+            }
+            Err(e) => panic!("{kind:?}: not the server's refusal: {e}"),
+            Ok(_) => panic!("{kind:?}: a refused password started an instance"),
+        }
+        // At once, not after the 10 s a cluster gets to come up.
+        let waited = asked.elapsed();
+        assert!(waited < Duration::from_secs(8), "{kind:?}: {waited:?}");
+        let half = builder(&cluster, Accounted::new(&ledger, "half"))
+            .username("app")
+            .build();
+        assert!(matches!(half, Err(Error::Config(_))), "{kind:?}: {half:?}");
     }
 }

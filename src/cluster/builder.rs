@@ -15,10 +15,11 @@ use crate::cluster::inflight::InFlight;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
-use crate::engine::{default_threads, Builder, Engine, Runtime};
+use crate::engine::{Builder, Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
+use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::Handler;
@@ -63,7 +64,12 @@ pub enum ResubscribeSplit {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeSettings {
     pub(crate) protocol: Protocol,
+    pub(crate) username: Option<Vec<u8>>,
     pub(crate) password: Option<Vec<u8>>,
+    /// `CLIENT SETNAME` for every connection; `None` names them by role
+    /// (`shardsub-sub`, `shardsub-pub`).
+    pub(crate) client_name: Option<Vec<u8>>,
+    pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) backoff: (Duration, Duration),
     pub(crate) flush_delay: Duration,
@@ -74,9 +80,10 @@ pub(crate) struct NodeSettings {
 
 impl NodeSettings {
     pub(crate) fn engine(&self, addr: SocketAddr, role: Role, conns: usize) -> Builder {
-        let name: &[u8] = match role {
-            Role::Subscribe => b"shardsub-sub",
-            Role::Command => b"shardsub-pub",
+        let name: &[u8] = match (&self.client_name, role) {
+            (Some(name), _) => name,
+            (None, Role::Subscribe) => b"shardsub-sub",
+            (None, Role::Command) => b"shardsub-pub",
         };
         let mut b = Engine::builder()
             .address(addr.to_string())
@@ -93,7 +100,10 @@ impl NodeSettings {
         if let Some(p) = &self.password {
             b = b.password(p);
         }
-        b
+        if let Some(u) = &self.username {
+            b = b.username(u);
+        }
+        b.request_timeout(self.request_timeout)
     }
 }
 
@@ -127,6 +137,7 @@ pub struct ClusterBuilder {
     node: NodeSettings,
     io_threads: Option<usize>,
     runtime: Option<Runtime>,
+    active_events: bool,
 }
 
 impl Default for ClusterBuilder {
@@ -152,7 +163,10 @@ impl Default for ClusterBuilder {
             handler: None,
             node: NodeSettings {
                 protocol: Protocol::Resp3,
+                username: None,
                 password: None,
+                client_name: None,
+                request_timeout: Duration::from_secs(5),
                 connect_timeout: Duration::from_secs(1),
                 backoff: (Duration::from_millis(50), Duration::from_secs(2)),
                 flush_delay: Duration::from_micros(100),
@@ -160,6 +174,7 @@ impl Default for ClusterBuilder {
             },
             io_threads: None,
             runtime: None,
+            active_events: false,
         }
     }
 }
@@ -198,6 +213,15 @@ impl ClusterBuilder {
     /// [`ClusterBuilder::io_threads`].
     pub fn runtime(mut self, runtime: &Runtime) -> Self {
         self.runtime = Some(runtime.clone());
+        self
+    }
+
+    /// Also tell the handler when a channel becomes active (an
+    /// [`Event::Active`](crate::pubsub::Event::Active) in order with its
+    /// messages: after the first subscribe, and after every resubscribe
+    /// that followed a gap). Off by default.
+    pub fn active_events(mut self, on: bool) -> Self {
+        self.active_events = on;
         self
     }
 
@@ -347,9 +371,31 @@ impl ClusterBuilder {
         self
     }
 
-    /// Password for `AUTH` (user `default`).
+    /// Password for `AUTH` (user `default`, or [`ClusterBuilder::username`]).
     pub fn password(mut self, password: impl AsRef<[u8]>) -> Self {
         self.node.password = Some(password.as_ref().to_vec());
+        self
+    }
+
+    /// ACL user name for every node connection (needs a password too).
+    pub fn username(mut self, user: impl AsRef<[u8]>) -> Self {
+        self.node.username = Some(user.as_ref().to_vec());
+        self
+    }
+
+    /// Connection name shown by `CLIENT LIST` on every node (default
+    /// `shardsub-sub` for subscribe and `shardsub-pub` for publish
+    /// connections).
+    pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
+        self.node.client_name = Some(name.as_ref().to_vec());
+        self
+    }
+
+    /// The longest a command may wait for its reply on a node connection
+    /// (default 5 s; zero disables; see [`crate::Builder::request_timeout`]).
+    /// A publish that times out fails with [`Error::Timeout`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.node.request_timeout = d;
         self
     }
 
@@ -419,8 +465,8 @@ impl ClusterBuilder {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        if self.io_threads == Some(0) {
-            return config("io_threads must be at least 1");
+        if self.node.username.is_some() && self.node.password.is_none() {
+            return config("a username needs a password");
         }
         if self.io_threads.is_some() && self.runtime.is_some() {
             return config(
@@ -428,16 +474,12 @@ impl ClusterBuilder {
             );
         }
         let counters = Arc::new(Counters::default());
-        let runtime = match &self.runtime {
-            Some(r) => {
-                let _ = counters.runtime_panics.set(r.panics().clone());
-                r.clone()
-            }
-            None => {
-                let threads = self.io_threads.unwrap_or_else(default_threads);
-                Runtime::start(threads, counters.thread_panics.clone())?
-            }
-        };
+        let runtime = Runtime::for_instance(
+            self.runtime.as_ref(),
+            self.io_threads,
+            usize::MAX,
+            &counters,
+        )?;
         let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let cfg = Config {
             mode: self.mode,
@@ -457,16 +499,19 @@ impl ClusterBuilder {
         let shared = Arc::new(Shared {
             config: cfg,
             parts,
-            registry: Registry::new(lanes, seed),
-            queues: pool.queues().to_vec(),
-            counters,
+            front: Front::new(
+                Registry::new(lanes, seed),
+                pool.queues().to_vec(),
+                counters,
+                ActiveWait::new(false, Duration::from_millis(50)),
+                self.active_events,
+            ),
             cluster: ClusterCounters::default(),
             routes: RwLock::new(Routes::empty()),
             lane_conn: RwLock::new(vec![None; lanes]),
             lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            refusals: Default::default(),
             mail: Mailbox::new(lanes),
-            active: ActiveWait::new(false, Duration::from_millis(50)),
+            seed_error: Default::default(),
             closing: AtomicBool::new(false),
             hold: Hold::new(self.hold_messages, self.hold_bytes),
             next_seq: AtomicU64::new(0),

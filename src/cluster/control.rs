@@ -445,7 +445,7 @@ impl Control {
         let ready = at
             .and_then(|a| self.conn(a))
             .is_some_and(|(_, c)| c.ready.load(Ordering::Acquire));
-        let (mut subs, mut unsubs) = (Vec::new(), Vec::new());
+        let (mut subs, mut unsubs, mut reactivated) = (Vec::new(), Vec::new(), Vec::new());
         {
             let Some(mut l) = s.registry.lane(lane) else {
                 return;
@@ -454,9 +454,15 @@ impl Control {
                 match l.settle(&name, ready) {
                     Settled::Subscribe => subs.push(name),
                     Settled::Unsubscribe => unsubs.push(name),
+                    // Asked for again before its unsubscribe left: the
+                    // subscription never lapsed.
+                    Settled::Kept { active: true } if s.active_events => reactivated.push(name),
                     Settled::Kept { .. } | Settled::Nothing => {}
                 }
             }
+        }
+        for name in reactivated {
+            s.front.push_active(&name);
         }
         let Some(at) = at else { return };
         let (sub_cmd, unsub_cmd, kind) = self.commands();
@@ -503,7 +509,7 @@ impl Control {
         }
         if ok {
             state.ready.store(true, Ordering::Release);
-            self.s.wake_active_waiters();
+            self.s.active.wake();
         }
     }
 

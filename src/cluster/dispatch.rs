@@ -37,16 +37,7 @@ impl SubObserver {
             return; // not one of ours (another app's channel on a shared node)
         };
         state.received.fetch_add(1, Ordering::Relaxed);
-        let w = if s.queues.len() <= 1 {
-            0
-        } else {
-            shardcore::worker_of(channel, s.queues.len() as u32) as usize
-        };
-        let delivered = s
-            .queues
-            .get(w)
-            .is_some_and(|q| q.push_message_deferred(channel, payload, 0));
-        if !delivered {
+        if !s.front.deliver(channel, payload, 0) {
             state.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -56,13 +47,11 @@ impl SubObserver {
         if service::is_service(wire) {
             return;
         }
-        add(&s.counters.confirmations, 1);
         let Some((lane, channel)) = s.user_of(wire) else {
+            add(&s.counters.confirmations, 1);
             return;
         };
-        if s.registry.confirm(lane, channel) {
-            s.wake_active_waiters();
-        }
+        s.front.confirm(lane, channel);
     }
 
     /// A `sunsubscribe` push: our own unsubscribes remove the channel from

@@ -160,15 +160,32 @@ impl ClusterPubSub {
             if routed && ok {
                 return Ok(());
             }
+            // A seed that refuses the credentials or the handshake will go on
+            // refusing them: say so now, with the server's words.
+            let refused = match &*s.seed_error.lock() {
+                Some(e @ (Error::Auth { .. } | Error::Handshake { .. })) if !routed => {
+                    Some(e.clone())
+                }
+                _ => None,
+            };
+            if let Some(e) = refused {
+                self.shutdown();
+                return Err(e);
+            }
             let now = Instant::now();
             if now >= deadline {
                 if routed {
                     return Ok(()); // partly served; the tracker keeps trying
                 }
+                let last = match &*s.seed_error.lock() {
+                    Some(e) => format!("; the last seed failed with: {e}"),
+                    None => String::new(),
+                };
                 self.shutdown();
                 return Err(Error::Cluster {
                     slot: 0,
-                    reason: format!("no seed gave a usable slot map within {timeout:?}").into(),
+                    reason: format!("no seed gave a usable slot map within {timeout:?}{last}")
+                        .into(),
                 });
             }
             s.active
@@ -191,13 +208,8 @@ impl ClusterPubSub {
     {
         self.check_open()?;
         let s = &self.shared;
-        for ch in channels {
-            let ch = ch.as_ref();
-            let lane = s.lane_of(ch);
-            if s.registry.set_wanted(lane, ch, want) {
-                s.mark_dirty(lane);
-            }
-        }
+        s.front
+            .set_wanted(channels, want, |c| s.lane_of(c), |l| s.mark_dirty(l));
         Ok(())
     }
 
@@ -248,12 +260,12 @@ impl ClusterPubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        s.active.wait_all(
+        s.front.wait_active(
             channels,
             timeout,
             || self.check_open(),
             |c| s.is_active(c),
-            |c| s.refusal(c),
+            |c| s.lane_of(c),
         )
     }
 
@@ -352,7 +364,7 @@ impl ClusterPubSub {
         }
         self.pool.shutdown();
         *self.shared.routes.write() = shared::Routes::empty();
-        self.shared.wake_active_waiters();
+        self.shared.active.wake();
     }
 }
 

@@ -13,13 +13,10 @@ use crate::cluster::hold::Hold;
 use crate::cluster::inflight::InFlight;
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
-use crate::metrics::Counters;
-use crate::pubsub::active::ActiveWait;
+use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
-use crate::pubsub::refusal::{Refusals, Targets};
-use crate::pubsub::registry::{Registry, ACTIVE};
+use crate::pubsub::registry::ACTIVE;
 use crate::pubsub::ChannelList;
-use crate::workers::Queue;
 
 /// Fixed settings.
 #[derive(Clone, Debug)]
@@ -176,23 +173,20 @@ pub(crate) struct ClusterCounters {
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) parts: Partitions,
-    pub(crate) registry: Registry,
-    pub(crate) queues: Vec<Arc<Queue>>,
-    pub(crate) counters: Arc<Counters>,
+    /// What every placement shares (registry, queues, counters, waits and
+    /// refusals); its waits are also woken on topology changes.
+    pub(crate) front: Front,
     pub(crate) cluster: ClusterCounters,
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
     /// Per lane: the server dropped a wanted subscription (slot moved).
     pub(crate) lane_lost: Vec<AtomicBool>,
-    /// The server's text for each refused channel (read only while its
-    /// registry flag says refused).
-    pub(crate) refusals: Refusals,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
-    /// Waiters in `wait_active` and startup, woken on confirmations and
-    /// topology changes.
-    pub(crate) active: ActiveWait,
+    /// Why the last seed could not be asked for the topology (its
+    /// connection or handshake failed): what a failed start reports.
+    pub(crate) seed_error: parking_lot::Mutex<Option<crate::Error>>,
     /// Set when the instance shuts down (node engines closing then is not
     /// a reason to re-route).
     pub(crate) closing: AtomicBool,
@@ -270,10 +264,6 @@ impl Shared {
         });
     }
 
-    pub(crate) fn wake_active_waiters(&self) {
-        self.active.wake();
-    }
-
     /// Whether a channel's subscription is confirmed on a live connection.
     pub(crate) fn is_active(&self, channel: &[u8]) -> bool {
         let lane = self.lane_of(channel);
@@ -285,20 +275,12 @@ impl Shared {
             .is_some_and(|c| c.ready.load(Ordering::Acquire));
         ready && self.registry.flags(lane, channel) & ACTIVE != 0
     }
+}
 
-    /// Why the server refused `channel`, while it stands refused.
-    pub(crate) fn refusal(&self, channel: &[u8]) -> Option<crate::Error> {
-        let flags = self.registry.flags(self.lane_of(channel), channel);
-        self.refusals.error(flags, channel)
-    }
+impl std::ops::Deref for Shared {
+    type Target = Front;
 
-    /// What a refusal touches.
-    pub(crate) fn refusal_targets(&self) -> Targets<'_> {
-        Targets {
-            registry: &self.registry,
-            queues: &self.queues,
-            counters: &self.counters,
-            active: &self.active,
-        }
+    fn deref(&self) -> &Front {
+        &self.front
     }
 }

@@ -173,7 +173,9 @@ impl Control {
         for addr in self.seeds.clone() {
             let engine = match self.node.engine(addr, Role::Command, 1).build() {
                 Ok(e) => e,
-                Err(_) => {
+                Err(e) => {
+                    log::warn!("cluster: cannot ask seed {addr} for the topology: {e}");
+                    *self.s.seed_error.lock() = Some(e);
                     add(&self.s.cluster.errors[Stage::Connect as usize], 1);
                     last = Stage::Connect;
                     continue;
@@ -299,7 +301,7 @@ impl Control {
             "cluster: rebuild ({trigger:?}) took {:?}",
             started.elapsed()
         );
-        s.wake_active_waiters();
+        s.active.wake();
     }
 
     pub(crate) fn schedule_retry(&mut self) {

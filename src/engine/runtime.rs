@@ -145,6 +145,37 @@ impl Runtime {
         Ok(runtime)
     }
 
+    /// The runtime of a Pub/Sub instance: the one given to its builder
+    /// (whose panics its metrics then add), or its own with `io_threads`
+    /// threads (default: available parallelism, at most `max_useful`),
+    /// whose panics count in the instance's own counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for `io_threads` of 0, or both settings given;
+    /// [`Error::Runtime`] as for [`Runtime::new`].
+    pub(crate) fn for_instance(
+        given: Option<&Runtime>,
+        io_threads: Option<usize>,
+        max_useful: usize,
+        counters: &crate::metrics::Counters,
+    ) -> Result<Runtime, Error> {
+        match (given, io_threads) {
+            (_, Some(0)) => Err(Error::Config("io_threads must be at least 1".into())),
+            (Some(_), Some(_)) => Err(Error::Config(
+                "io_threads and runtime exclude each other (the runtime sets the threads)".into(),
+            )),
+            (Some(r), None) => {
+                let _ = counters.runtime_panics.set(r.panics().clone());
+                Ok(r.clone())
+            }
+            (None, n) => {
+                let threads = n.unwrap_or_else(default_threads).min(max_useful).max(1);
+                Runtime::start(threads, counters.thread_panics.clone())
+            }
+        }
+    }
+
     /// The number of I/O threads.
     pub fn io_threads(&self) -> usize {
         self.inner.threads.len()

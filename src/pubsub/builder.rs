@@ -7,12 +7,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::conn::{Protocol, Role};
-use crate::engine::{default_threads, Engine, Runtime};
+use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::control::Control;
 use crate::pubsub::dispatch::Dispatcher;
+use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::{Routing, ShardRouting};
@@ -285,27 +286,10 @@ impl PubSubBuilder {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let servers = self.addrs.len();
         let per_server = self.subscribe_connections;
-        if self.io_threads == Some(0) {
-            return config("io_threads must be at least 1");
-        }
-        if self.io_threads.is_some() && self.runtime.is_some() {
-            return config(
-                "io_threads and runtime exclude each other (the runtime sets the threads)",
-            );
-        }
         let counters = Arc::new(Counters::default());
-        let runtime = match &self.runtime {
-            Some(r) => {
-                let _ = counters.runtime_panics.set(r.panics().clone());
-                r.clone()
-            }
-            None => {
-                let conns =
-                    self.addrs.len() * (self.subscribe_connections + self.publish_connections);
-                let threads = self.io_threads.unwrap_or_else(default_threads).min(conns);
-                Runtime::start(threads, counters.thread_panics.clone())?
-            }
-        };
+        let conns = self.addrs.len() * (self.subscribe_connections + self.publish_connections);
+        let runtime =
+            Runtime::for_instance(self.runtime.as_ref(), self.io_threads, conns, &counters)?;
         let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
         let seed = instance_seed();
         let routing = ShardRouting {
@@ -339,16 +323,17 @@ impl PubSubBuilder {
                 coalesce: self.subscribe_delay,
                 probe_interval: self.probe_interval,
                 envelope: self.envelope,
-                active_events: self.active_events,
             },
-            registry: Registry::new(lanes, seed),
+            front: Front::new(
+                Registry::new(lanes, seed),
+                pool.queues().to_vec(),
+                counters,
+                ActiveWait::new(true, Duration::from_millis(100)),
+                self.active_events,
+            ),
             routing: Box::new(routing),
             conns,
-            queues: pool.queues().to_vec(),
-            counters,
             mail: Mailbox::new(lanes),
-            active: ActiveWait::new(true, Duration::from_millis(100)),
-            refusals: Default::default(),
         });
         let observer = Arc::new(Dispatcher {
             shared: shared.clone(),

@@ -249,7 +249,7 @@ impl Control {
                     Settled::Unsubscribe => unsubs.push(name),
                     // Asked for again before its unsubscribe left: the
                     // subscription never lapsed.
-                    Settled::Kept { active: true } if s.config.active_events => {
+                    Settled::Kept { active: true } if s.active_events => {
                         reactivated.push(name);
                     }
                     Settled::Kept { .. } | Settled::Nothing => {}
@@ -257,10 +257,7 @@ impl Control {
             }
         }
         for name in reactivated {
-            let w = shardcore::worker_of(&name, s.queues.len().max(1) as u32) as usize;
-            if let Some(q) = s.queues.get(w) {
-                q.push_active(&name);
-            }
+            s.front.push_active(&name);
         }
         let (sub_cmd, unsub_cmd) = commands(s.routing.kind());
         let batch = s.config.batch;
@@ -364,7 +361,7 @@ impl Control {
         add(&s.counters.gap_channels, gap_channels);
         if ok {
             slot.ready.store(true, Ordering::Release);
-            s.wake_active_waiters();
+            s.active.wake();
         }
         let addr = self.sub.servers().get(slot.server).copied();
         if reconnect {

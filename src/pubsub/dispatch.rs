@@ -41,33 +41,14 @@ impl Dispatcher {
         } else {
             (0, payload)
         };
-        let w = if s.queues.len() <= 1 {
-            0
-        } else {
-            shardcore::worker_of(channel, s.queues.len() as u32) as usize
-        };
-        let delivered = s
-            .queues
-            .get(w)
-            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us));
-        if !delivered {
+        if !s.front.deliver(channel, payload, sent_us) {
             slot.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     fn confirmed(&self, channel: &[u8]) {
         let s = &self.shared;
-        crate::metrics::add(&s.counters.confirmations, 1);
-        let lane = s.routing.lane_of(channel);
-        if s.registry.confirm(lane, channel) {
-            if s.config.active_events {
-                let w = shardcore::worker_of(channel, s.queues.len().max(1) as u32) as usize;
-                if let Some(q) = s.queues.get(w) {
-                    q.push_active(channel);
-                }
-            }
-            s.wake_active_waiters();
-        }
+        s.front.confirm(s.routing.lane_of(channel), channel);
     }
 }
 

@@ -52,6 +52,7 @@ mod builder;
 mod control;
 mod dispatch;
 pub mod envelope;
+pub(crate) mod front;
 mod handler;
 pub(crate) mod mailbox;
 pub(crate) mod refusal;
@@ -123,54 +124,13 @@ impl PubSub {
     {
         self.check_open()?;
         let s = &self.shared;
-        let mut it = channels.into_iter();
-        if it.size_hint().1.is_some_and(|n| n <= 8) {
-            for ch in it {
-                let ch = ch.as_ref();
-                let lane = s.routing.lane_of(ch);
-                if s.registry.set_wanted(lane, ch, want) {
-                    s.mark_dirty(lane);
-                }
-            }
-            return Ok(());
-        }
-        // Many channels: sort each chunk by lane and take each lane's lock
-        // once per chunk (fewer lock hand-offs with the control thread and
-        // the I/O threads). Within a lane, the call's order is kept.
-        const CHUNK: usize = 4096;
-        let mut chunk: Vec<I::Item> = Vec::with_capacity(CHUNK);
-        let mut order: Vec<(u32, u32)> = Vec::with_capacity(CHUNK);
-        loop {
-            chunk.clear();
-            chunk.extend(it.by_ref().take(CHUNK));
-            if chunk.is_empty() {
-                return Ok(());
-            }
-            order.clear();
-            order.extend(
-                chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (s.routing.lane_of(c.as_ref()) as u32, i as u32)),
-            );
-            order.sort_unstable();
-            for run in order.chunk_by(|a, b| a.0 == b.0) {
-                let lane = run[0].0 as usize;
-                let Some(mut l) = s.registry.lane(lane) else {
-                    continue;
-                };
-                let mut queued = false;
-                for &(_, i) in run {
-                    if let Some(ch) = chunk.get(i as usize) {
-                        queued |= l.set_wanted(ch.as_ref(), want);
-                    }
-                }
-                drop(l);
-                if queued {
-                    s.mark_dirty(lane);
-                }
-            }
-        }
+        s.front.set_wanted(
+            channels,
+            want,
+            |c| s.routing.lane_of(c),
+            |l| s.mark_dirty(l),
+        );
+        Ok(())
     }
 
     /// Asks for these channels. Returns at once; the subscribe commands
@@ -225,12 +185,12 @@ impl PubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let s = &self.shared;
-        s.active.wait_all(
+        s.front.wait_active(
             channels,
             timeout,
             || self.check_open(),
             |c| s.is_active(c),
-            |c| s.refusal(c),
+            |c| s.routing.lane_of(c),
         )
     }
 
@@ -320,7 +280,7 @@ impl PubSub {
         self.pool.shutdown();
         self.publ.shutdown();
         self.shared.active.arm();
-        self.shared.wake_active_waiters();
+        self.shared.active.wake();
     }
 }
 

@@ -5,15 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::metrics::Counters;
-use crate::pubsub::active::ActiveWait;
+use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
-use crate::pubsub::refusal::{Refusals, Targets};
-use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::Routing;
 use crate::pubsub::ChannelList;
-use crate::workers::Queue;
 
 /// Fixed settings.
 #[derive(Clone, Debug)]
@@ -25,7 +20,6 @@ pub(crate) struct Config {
     pub(crate) coalesce: Duration,
     pub(crate) probe_interval: Duration,
     pub(crate) envelope: bool,
-    pub(crate) active_events: bool,
 }
 
 /// The prefix of every service (probe) channel.
@@ -83,18 +77,19 @@ impl DirtyLanes for Inbox {
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) routing: Box<dyn Routing>,
-    pub(crate) registry: Registry,
+    /// What every placement shares (registry, queues, counters, waits).
+    pub(crate) front: Front,
     pub(crate) conns: Vec<ConnSlot>,
-    pub(crate) queues: Vec<Arc<Queue>>,
-    pub(crate) counters: Arc<Counters>,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
-    /// Waiters in `wait_active`, woken on confirmations.
-    pub(crate) active: ActiveWait,
-    /// The server's text for each refused channel (see
-    /// [`REFUSED`]); entries of channels subscribed again are stale and
-    /// only read while the flag is set.
-    pub(crate) refusals: Refusals,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Front;
+
+    fn deref(&self) -> &Front {
+        &self.front
+    }
 }
 
 impl Shared {
@@ -108,34 +103,10 @@ impl Shared {
         self.mail.mark_dirty(lane);
     }
 
-    /// Wakes `wait_active` callers, if any.
-    ///
-    /// Cheap when called per confirmation: only the first call after a
-    /// waiter armed the gate takes it and notifies.
-    pub(crate) fn wake_active_waiters(&self) {
-        self.active.wake();
-    }
-
     /// The connection slot of a server's connection.
     pub(crate) fn slot_of(&self, server: usize, index: usize) -> Option<usize> {
         (index < self.config.per_server && server < self.config.servers)
             .then_some(server * self.config.per_server + index)
-    }
-
-    /// Why the server refused `channel`, while it stands refused.
-    pub(crate) fn refusal(&self, channel: &[u8]) -> Option<Error> {
-        let flags = self.registry.flags(self.routing.lane_of(channel), channel);
-        self.refusals.error(flags, channel)
-    }
-
-    /// What a refusal touches.
-    pub(crate) fn refusal_targets(&self) -> Targets<'_> {
-        Targets {
-            registry: &self.registry,
-            queues: &self.queues,
-            counters: &self.counters,
-            active: &self.active,
-        }
     }
 
     /// Whether a channel's subscription is confirmed on a live connection.

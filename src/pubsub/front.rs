@@ -1,0 +1,188 @@
+//! The part of a Pub/Sub instance that every placement shares: what the
+//! application wants (the registry), where messages go (the worker
+//! queues), what it is told (refusals, `wait_active`, active events) and
+//! the counters.
+//!
+//! One server, N shards and a cluster differ only in how a channel maps to
+//! a lane and a connection; that is passed in (`lane_of`, `is_active`).
+//! Subscribing, waiting, delivery and confirmation are written here once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::metrics::Counters;
+use crate::pubsub::active::ActiveWait;
+use crate::pubsub::refusal::{Refusals, Targets};
+use crate::pubsub::registry::Registry;
+use crate::workers::Queue;
+
+pub(crate) struct Front {
+    pub(crate) registry: Registry,
+    pub(crate) queues: Vec<Arc<Queue>>,
+    pub(crate) counters: Arc<Counters>,
+    /// Waiters in `wait_active`, woken on confirmations.
+    pub(crate) active: ActiveWait,
+    /// The server's text for each refused channel (see
+    /// [`REFUSED`](crate::pubsub::registry::REFUSED)); entries of channels
+    /// subscribed again are stale and only read while the flag is set.
+    pub(crate) refusals: Refusals,
+    /// Whether confirmations become [`Event::Active`](crate::pubsub::Event)
+    /// events for the handler.
+    pub(crate) active_events: bool,
+}
+
+/// Channels per chunk of a large subscribe call: each chunk is sorted by
+/// lane, so each lane's lock is taken once per chunk.
+const CHUNK: usize = 4096;
+
+impl Front {
+    pub(crate) fn new(
+        registry: Registry,
+        queues: Vec<Arc<Queue>>,
+        counters: Arc<Counters>,
+        active: ActiveWait,
+        active_events: bool,
+    ) -> Self {
+        Front {
+            registry,
+            queues,
+            counters,
+            active,
+            refusals: Refusals::default(),
+            active_events,
+        }
+    }
+
+    /// The worker queue of a channel (one per channel, so its messages stay
+    /// in order).
+    pub(crate) fn queue_of(&self, channel: &[u8]) -> Option<&Arc<Queue>> {
+        let w = if self.queues.len() <= 1 {
+            0
+        } else {
+            shardcore::worker_of(channel, self.queues.len() as u32) as usize
+        };
+        self.queues.get(w)
+    }
+
+    /// Hands a received message to its worker (deferred until the end of
+    /// the read); false when the queue was full and it was dropped.
+    pub(crate) fn deliver(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
+        self.queue_of(channel)
+            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us))
+    }
+
+    /// The server confirmed `channel` (of `lane`): mark it active, tell the
+    /// handler when asked to, wake `wait_active`.
+    pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) {
+        crate::metrics::add(&self.counters.confirmations, 1);
+        if self.registry.confirm(lane, channel) {
+            self.push_active(channel);
+            self.active.wake();
+        }
+    }
+
+    /// An [`Event::Active`](crate::pubsub::Event) for the handler, when
+    /// active events are on.
+    pub(crate) fn push_active(&self, channel: &[u8]) {
+        if self.active_events {
+            if let Some(q) = self.queue_of(channel) {
+                q.push_active(channel);
+            }
+        }
+    }
+
+    /// Marks `channels` wanted (or not) and calls `dirty(lane)` for every
+    /// lane that now has work for the control thread. Many channels are
+    /// sorted by lane in chunks, so each lane's lock is taken once per
+    /// chunk (fewer hand-offs with the control and I/O threads); within a
+    /// lane the call's order is kept.
+    pub(crate) fn set_wanted<I>(
+        &self,
+        channels: I,
+        want: bool,
+        lane_of: impl Fn(&[u8]) -> usize,
+        dirty: impl Fn(usize),
+    ) where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let mut it = channels.into_iter();
+        if it.size_hint().1.is_some_and(|n| n <= 8) {
+            for ch in it {
+                let ch = ch.as_ref();
+                let lane = lane_of(ch);
+                if self.registry.set_wanted(lane, ch, want) {
+                    dirty(lane);
+                }
+            }
+            return;
+        }
+        let mut chunk: Vec<I::Item> = Vec::with_capacity(CHUNK);
+        let mut order: Vec<(u32, u32)> = Vec::with_capacity(CHUNK);
+        loop {
+            chunk.clear();
+            chunk.extend(it.by_ref().take(CHUNK));
+            if chunk.is_empty() {
+                return;
+            }
+            order.clear();
+            order.extend(
+                chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (lane_of(c.as_ref()) as u32, i as u32)),
+            );
+            order.sort_unstable();
+            for run in order.chunk_by(|a, b| a.0 == b.0) {
+                let lane = run[0].0 as usize;
+                let Some(mut l) = self.registry.lane(lane) else {
+                    continue;
+                };
+                let mut queued = false;
+                for &(_, i) in run {
+                    if let Some(ch) = chunk.get(i as usize) {
+                        queued |= l.set_wanted(ch.as_ref(), want);
+                    }
+                }
+                drop(l);
+                if queued {
+                    dirty(lane);
+                }
+            }
+        }
+    }
+
+    /// Blocks until every channel is active, one is refused, the instance
+    /// closes (`check_open` fails) or `timeout` passes.
+    pub(crate) fn wait_active<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+        check_open: impl Fn() -> Result<(), Error>,
+        is_active: impl Fn(&[u8]) -> bool,
+        lane_of: impl Fn(&[u8]) -> usize,
+    ) -> Result<(), Error> {
+        self.active
+            .wait_all(channels, timeout, check_open, is_active, |c| {
+                self.refusal(lane_of(c), c)
+            })
+    }
+
+    /// Why the server refused `channel` (of `lane`), while it stands
+    /// refused.
+    pub(crate) fn refusal(&self, lane: usize, channel: &[u8]) -> Option<Error> {
+        let flags = self.registry.flags(lane, channel);
+        self.refusals.error(flags, channel)
+    }
+
+    /// What a refusal touches.
+    pub(crate) fn refusal_targets(&self) -> Targets<'_> {
+        Targets {
+            registry: &self.registry,
+            queues: &self.queues,
+            counters: &self.counters,
+            active: &self.active,
+        }
+    }
+}
