@@ -456,7 +456,9 @@ impl Control {
                     Settled::Unsubscribe => unsubs.push(name),
                     // Asked for again before its unsubscribe left: the
                     // subscription never lapsed.
-                    Settled::Kept { active: true } if s.active_events => reactivated.push(name),
+                    Settled::Kept { reactivated: true } if s.active_events => {
+                        reactivated.push(name)
+                    }
                     Settled::Kept { .. } | Settled::Nothing => {}
                 }
             }

@@ -249,7 +249,7 @@ impl Control {
                     Settled::Unsubscribe => unsubs.push(name),
                     // Asked for again before its unsubscribe left: the
                     // subscription never lapsed.
-                    Settled::Kept { active: true } if s.active_events => {
+                    Settled::Kept { reactivated: true } if s.active_events => {
                         reactivated.push(name);
                     }
                     Settled::Kept { .. } | Settled::Nothing => {}

@@ -35,6 +35,10 @@ pub(crate) const QUEUED: u8 = 8;
 /// The server refused to subscribe it (alone, see [`Registry::refuse`]):
 /// not sent again until the application subscribes it again.
 pub(crate) const REFUSED: u8 = 16;
+/// Given up while subscribed, and (so far) asked for again before the
+/// control thread looked: if it comes back wanted, the subscription never
+/// lapsed, and the application is told it is active again.
+pub(crate) const TAKEN_BACK: u8 = 32;
 
 /// FNV-1a over the written bytes, finished with a seeded 64-bit mix.
 #[derive(Clone, Copy, Debug)]
@@ -89,8 +93,11 @@ pub(crate) enum Settled {
     Subscribe,
     /// Send an unsubscribe.
     Unsubscribe,
-    /// Still wanted and sent (`active`: confirmed): nothing to send.
-    Kept { active: bool },
+    /// Still wanted and sent: nothing to send. `reactivated`: it is
+    /// confirmed and was given up and asked for again meanwhile, so the
+    /// application hears it is active again (no other path gives it an
+    /// active event: no gap, no resubscribe).
+    Kept { reactivated: bool },
     /// Nothing to send.
     Nothing,
 }
@@ -118,6 +125,9 @@ impl Lane {
             *flags &= !REFUSED;
             *flags |= WANT;
         } else {
+            if *flags & SENT != 0 {
+                *flags |= TAKEN_BACK;
+            }
             *flags &= !WANT;
         }
         let settled = (*flags & WANT != 0) == (*flags & SENT != 0) && *flags & WANT != 0;
@@ -148,6 +158,8 @@ impl Lane {
                     g.push(name);
                 }
             }
+            // Resent: its confirmation tells the application, not a
+            // take-back.
             *f = (*f & QUEUED) | WANT | SENT;
             true
         });
@@ -169,9 +181,11 @@ impl Lane {
                 Settled::Subscribe
             }
             (true, false) => Settled::Nothing,
-            (true, true) => Settled::Kept {
-                active: *f & ACTIVE != 0,
-            },
+            (true, true) => {
+                let reactivated = *f & (ACTIVE | TAKEN_BACK) == ACTIVE | TAKEN_BACK;
+                *f &= !TAKEN_BACK;
+                Settled::Kept { reactivated }
+            }
             (false, sent) => {
                 self.map.remove(channel);
                 if sent && ready {
@@ -297,7 +311,7 @@ mod tests {
         r.lane(0).unwrap().map.insert((*b"a").into(), WANT | SENT);
         assert!(!r.set_wanted(0, b"a", true));
         assert!(r.set_wanted(0, b"a", false));
-        assert_eq!(r.flags(0, b"a"), SENT | QUEUED);
+        assert_eq!(r.flags(0, b"a"), SENT | QUEUED | TAKEN_BACK);
     }
 
     /// The race the delivery test found: subscribe sent, unsubscribe asked,
@@ -311,7 +325,11 @@ mod tests {
         assert!(r.set_wanted(0, b"c", false));
         assert!(!r.confirm(0, b"c"));
         assert!(!r.set_wanted(0, b"c", true));
-        assert_eq!(r.flags(0, b"c"), WANT | SENT | ACTIVE | QUEUED);
+        assert_eq!(r.flags(0, b"c"), WANT | SENT | ACTIVE | QUEUED | TAKEN_BACK);
+        // The confirmation came while it was not wanted (no active event
+        // then): the take-back owes the application one.
+        let kept = r.lane(0).unwrap().settle(b"c", true);
+        assert_eq!(kept, Settled::Kept { reactivated: true });
     }
 
     #[test]
@@ -351,11 +369,31 @@ mod tests {
         assert_eq!(l.settle(b"a", false), Settled::Nothing);
         assert_eq!(l.map.get(&b"a"[..]).copied(), Some(WANT));
         assert_eq!(l.settle(b"a", true), Settled::Subscribe);
-        assert_eq!(l.settle(b"a", true), Settled::Kept { active: false });
+        assert_eq!(l.settle(b"a", true), Settled::Kept { reactivated: false });
         l.set_wanted(b"a", false);
         assert_eq!(l.settle(b"a", true), Settled::Unsubscribe);
         assert!(l.map.is_empty());
         assert_eq!(l.settle(b"missing", true), Settled::Nothing);
+    }
+
+    #[test]
+    fn only_a_take_back_reactivates_a_confirmed_channel() {
+        let r = Registry::new(1, 7);
+        // Queued, then resent by a reconnect and confirmed before the
+        // control thread looks: its confirmation was the news.
+        assert!(r.set_wanted(0, b"a", true));
+        r.lane(0).unwrap().resend_all(1);
+        assert!(r.confirm(0, b"a"));
+        let kept = r.lane(0).unwrap().settle(b"a", true);
+        assert_eq!(kept, Settled::Kept { reactivated: false });
+        // Given up and asked for again before the control thread looks:
+        // the subscription never lapsed; it is active again, once.
+        assert!(r.set_wanted(0, b"a", false));
+        assert!(!r.set_wanted(0, b"a", true));
+        let kept = r.lane(0).unwrap().settle(b"a", true);
+        assert_eq!(kept, Settled::Kept { reactivated: true });
+        let kept = r.lane(0).unwrap().settle(b"a", true);
+        assert_eq!(kept, Settled::Kept { reactivated: false });
     }
 
     #[test]

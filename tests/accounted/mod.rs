@@ -5,7 +5,7 @@
 //! [`Report::assert_clean`](testkit::accounting::Report::assert_clean).
 #![allow(dead_code)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +36,22 @@ pub struct Accounted {
     pub active: Mutex<HashSet<Vec<u8>>>,
     /// Refused events: channel and the server's text.
     pub refused: Mutex<Vec<(Vec<u8>, String)>>,
+    /// Per channel: gap and active events, in the order the handler saw
+    /// them.
+    pub per_channel: Mutex<HashMap<Vec<u8>, ChannelEvents>>,
+}
+
+/// One channel's gap and active events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelEvents {
+    pub gaps: u64,
+    pub actives: u64,
+    /// Active events that came with no gap since the channel's last one
+    /// (a channel already active cannot become active again without one).
+    pub unprompted: u64,
+    /// A gap came after the last active event (the channel is being
+    /// resubscribed; an active event is still owed).
+    pub awaiting: bool,
 }
 
 impl Accounted {
@@ -55,6 +71,7 @@ impl Accounted {
             threads: Mutex::new(HashSet::new()),
             refused: Mutex::new(Vec::new()),
             active: Mutex::new(HashSet::new()),
+            per_channel: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -70,9 +87,13 @@ impl Handler for Accounted {
             Event::Gap { channels, .. } => {
                 self.gap_events.fetch_add(1, Ordering::Relaxed);
                 let mut named = self.gap_channels.lock();
+                let mut per = self.per_channel.lock();
                 for c in channels.iter() {
                     self.tap.signal(c, Signal::Gap);
                     named.insert(c.to_vec());
+                    let e = per.entry(c.to_vec()).or_default();
+                    e.gaps += 1;
+                    e.awaiting = true;
                 }
             }
             Event::Dropped { channels, .. } => {
@@ -89,6 +110,13 @@ impl Handler for Accounted {
             Event::Active { channel } => {
                 self.active.lock().insert(channel.to_vec());
                 self.active_events.fetch_add(1, Ordering::Relaxed);
+                let mut per = self.per_channel.lock();
+                let e = per.entry(channel.to_vec()).or_default();
+                if e.actives > 0 && !e.awaiting {
+                    e.unprompted += 1;
+                }
+                e.actives += 1;
+                e.awaiting = false;
             }
             _ => {}
         }
