@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardsub::cluster::{ClusterPubSub, Mode, ResubscribeSplit};
+use shardsub::cluster::{Mode, ResubscribeSplit};
+use shardsub::PubSub;
 use testkit::{Cluster, ServerKind};
 
 fn info_f64(cluster: &Cluster, i: usize, section: &str, field: &str) -> f64 {
@@ -87,7 +88,7 @@ fn run_cpu(kind: ServerKind, messages: u64) {
         for mode in [Mode::Sharded, Mode::Classic] {
             let count = Arc::new(AtomicU64::new(0));
             let c2 = count.clone();
-            let ps = ClusterPubSub::builder()
+            let ps = PubSub::builder()
                 .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
                 .mode(mode)
                 .workers(1)
@@ -131,7 +132,7 @@ fn run_cpu(kind: ServerKind, messages: u64) {
             std::thread::sleep(elapsed.min(Duration::from_secs(10)));
             let idle = (cpu(&cluster) - idle_start) * elapsed.as_secs_f64()
                 / elapsed.min(Duration::from_secs(10)).as_secs_f64().max(1e-3);
-            let m = ps.metrics();
+            let m = ps.cluster_metrics().unwrap();
             println!(
                 "| {masters} | {mode:?} | {sent} | {delivered} | {} | {elapsed:.2?} | {used:.2} | {idle:.2} | {:.2} | {:.2} | {:.3} |",
                 m.pubsub.dropped.total() + m.publish_failed,
@@ -155,9 +156,9 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
         let chans: Vec<Vec<u8>> = (0..channels)
             .map(|i| format!("rs:{i}").into_bytes())
             .collect();
-        let insts: Vec<ClusterPubSub> = (0..engines)
+        let insts: Vec<PubSub> = (0..engines)
             .map(|_| {
-                ClusterPubSub::builder()
+                PubSub::builder()
                     .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
                     .partitions(128)
                     .resubscribe_split(split)
@@ -186,7 +187,8 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
         // Wait until every instance has reconnected and resubscribed.
         let deadline = Instant::now() + Duration::from_secs(60);
         for ps in &insts {
-            while ps.metrics().pubsub.reconnects < masters.len() as u64 && Instant::now() < deadline
+            while ps.cluster_metrics().unwrap().pubsub.reconnects < masters.len() as u64
+                && Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -217,7 +219,7 @@ fn process_cpu() -> f64 {
 }
 
 /// Client CPU and wall time per publish on a 1-master cluster:
-/// `ClusterPubSub::publish` (slot routing, redirect-safe copy) against the
+/// `PubSub::publish` (slot routing, redirect-safe copy) against the
 /// plain engine's `SPUBLISH` to the same node (zero-allocation path), all
 /// waited for (no subscribers).
 fn run_publish_cost(kind: ServerKind, messages: u64) {
@@ -260,9 +262,9 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
             );
         }
         engine.shutdown();
-        // ClusterPubSub: routed, redirect-safe; completion counted.
+        // PubSub: routed, redirect-safe; completion counted.
         let done = Arc::new(AtomicU64::new(0));
-        let ps = ClusterPubSub::builder()
+        let ps = PubSub::builder()
             .seed(addr.clone())
             .workers(1)
             .handler(|_: &[u8], _: &[u8]| {})
@@ -281,7 +283,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
         if round == 1 {
             println!(
-                "| ClusterPubSub::publish_then (routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
+                "| PubSub::publish_then (routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
                 c1 - c0,
                 (c1 - c0) * 1e9 / messages as f64,
                 s1 - s0

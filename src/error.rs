@@ -136,8 +136,8 @@ pub enum Error {
     Shutdown,
     /// The I/O thread serving this connection stopped because it panicked
     /// (logged, and counted in `thread_panics`). Its connections are
-    /// closed for good; build a new instance (or a new [`Runtime`]
-    /// (crate::Runtime)) to recover.
+    /// closed for good; build a new instance (on a new
+    /// [`Runtime`](crate::Runtime) if it shared one) to recover.
     RuntimeStopped,
     /// The cluster could not serve a slot within the redirect and retry
     /// bounds (too many `MOVED`/`ASK`, `TRYAGAIN`/`CLUSTERDOWN` past the
@@ -161,7 +161,7 @@ pub enum Error {
     /// A cluster publish was held because its slot's owner could not be
     /// reached (connection down, the primary killed, no owner known), and
     /// no reachable owner appeared within
-    /// [`ClusterBuilder::publish_hold`](crate::cluster::ClusterBuilder::publish_hold).
+    /// [`PubSubBuilder::publish_hold`](crate::PubSubBuilder::publish_hold).
     /// Nothing was delivered by this library after the hold (a publish whose
     /// connection broke may have run before it was held). Retry later, or
     /// raise the hold above the cluster's failover time.
@@ -173,7 +173,7 @@ pub enum Error {
     },
     /// A cluster publish to a slot whose owner is unreachable could not be
     /// held: the hold already had its most messages or bytes
-    /// ([`ClusterBuilder::publish_hold_limit`](crate::cluster::ClusterBuilder::publish_hold_limit)).
+    /// ([`PubSubBuilder::publish_hold_limit`](crate::PubSubBuilder::publish_hold_limit)).
     /// Nothing was sent. Slow down while the cluster fails over, or raise
     /// the limit.
     HoldFull {

@@ -45,7 +45,7 @@
 //! Connections come back with exponential backoff and jitter.
 //!
 //! The I/O threads belong to a [`Runtime`]: a fixed set, one per core by
-//! default. An engine, a [`PubSub`] or a [`cluster::ClusterPubSub`] builds
+//! default. An [`Engine`] or a [`PubSub`] (in any placement) builds
 //! its own unless it is given one, and puts all of its connections on it
 //! (publish and subscribe, every server, every cluster node or partition),
 //! so the thread count never follows the topology. Several instances can

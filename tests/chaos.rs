@@ -1,6 +1,6 @@
 //! The chaos suite: a real cluster with replicas (Redis 7 and Valkey 9)
 //! under steady publishing to thousands of channels, several subscriber
-//! instances (separate `ClusterPubSub`s, each with its own accounting tap),
+//! instances (separate `PubSub`s, each with its own accounting tap),
 //! and a seeded schedule of faults: slot migrations (legacy `SETSLOT` and,
 //! on Valkey, atomic `MIGRATESLOTS`), `CLUSTER FAILOVER`, `kill -9` of a
 //! primary (restarted as a replica), `CLIENT KILL TYPE pubsub` on every

@@ -43,7 +43,7 @@ fn refused(kind: ServerKind) {
     let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
     // Two refused channels, each in the partition of an allowed one: the
     // same SSUBSCRIBE carries both.
-    let parts = ps.partitions().clone();
+    let parts = ps.partitions().expect("a cluster").clone();
     let no: Vec<Vec<u8>> = [&ok[0], &ok[1]]
         .iter()
         .map(|c| {
@@ -56,8 +56,12 @@ fn refused(kind: ServerKind) {
     let mut all = ok.clone();
     all.extend(no.iter().cloned());
     ps.subscribe(&all).unwrap();
-    ps.wait_active(&ok, BOUND)
-        .unwrap_or_else(|e| panic!("{kind:?}: the allowed channels: {e}; {:?}", ps.metrics()));
+    ps.wait_active(&ok, BOUND).unwrap_or_else(|e| {
+        panic!(
+            "{kind:?}: the allowed channels: {e}; {:?}",
+            ps.cluster_metrics().unwrap()
+        )
+    });
     for c in &no {
         accounted::assert_refused(ps.wait_active(&[c], BOUND), c, &format!("{kind:?}"));
     }
@@ -75,7 +79,7 @@ fn refused(kind: ServerKind) {
     let mut want = no.clone();
     want.sort();
     assert_eq!(named, want, "{kind:?}");
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.pubsub.refused_channels, 2, "{kind:?} {m:?}");
     assert_eq!(
         m.rebuilds.subscribe_error, 0,
@@ -94,7 +98,7 @@ fn refused(kind: ServerKind) {
         ps.wait_active(&[&no[0]], Duration::from_millis(50)),
         Err(Error::SubscribeRefused { .. })
     ));
-    let m2 = ps.metrics();
+    let m2 = ps.cluster_metrics().unwrap();
     assert_eq!(m2.pubsub.gaps, 0, "{kind:?}: {m2:?}");
     assert_eq!(m2.rebuilds.subscribe_error, 0, "{kind:?}: {m2:?}");
     ps.shutdown();

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::{FakeServer, Step};
 
 fn cmd(args: &[&[u8]]) -> Vec<u8> {
@@ -106,7 +106,7 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         .collect()])
     .unwrap();
 
-    let ps = ClusterPubSub::builder()
+    let ps = PubSub::builder()
         .seed(seed.addr().to_string())
         .handler(|_: &[u8], _: &[u8]| {})
         .workers(1)
@@ -122,7 +122,7 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         owner.failures(),
         target.failures()
     );
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.redirects.ask, 1, "{m:?}");
     assert_eq!(m.redirects.moved, 0, "{m:?}");
     assert_eq!(m.publish_failed, 0, "{m:?}");
@@ -135,7 +135,7 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         owner.failures(),
         target.failures()
     );
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.redirects.ask, 1, "{m:?}");
     assert_eq!(m.publish_failed, 0, "{m:?}");
     ps.shutdown();

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use accounted::Accounted;
 use cluster_support::{builder, channels, named_clients};
-use shardsub::cluster::{ClusterPubSub, Mode};
+use shardsub::cluster::Mode;
+use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
@@ -20,7 +21,7 @@ const BOUND: Duration = Duration::from_secs(20);
 
 /// `rounds` acknowledged rounds to every channel of `ledger` through `ps`,
 /// then every tap must have everything, once and in order.
-fn publish_and_check(ps: &Arc<ClusterPubSub>, ledger: &Arc<Ledger>, rounds: usize, what: &str) {
+fn publish_and_check(ps: &Arc<PubSub>, ledger: &Arc<Ledger>, rounds: usize, what: &str) {
     let publish = accounted::via_cluster(ps.clone());
     for _ in 0..rounds {
         accounted::round(ledger, &*publish);
@@ -38,9 +39,9 @@ fn delivery(kind: ServerKind, masters: usize) {
     let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, BOUND)
-        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     publish_and_check(&ps, &ledger, 2, &format!("{kind:?} {masters} masters"));
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.nodes, masters, "{m:?}");
     assert_eq!(m.subscribe_connections, masters, "{m:?}");
     assert_eq!(m.pubsub.gap_channels, 0, "{m:?}");
@@ -77,8 +78,8 @@ fn check_variant(
     cluster: &Cluster,
     chans: &[Vec<u8>],
     what: &str,
-    configure: impl FnOnce(shardsub::cluster::ClusterBuilder) -> shardsub::cluster::ClusterBuilder,
-) -> Arc<ClusterPubSub> {
+    configure: impl FnOnce(shardsub::PubSubBuilder) -> shardsub::PubSubBuilder,
+) -> Arc<PubSub> {
     let ledger = Arc::new(Ledger::new(chans));
     let handler = Accounted::new(&ledger, what);
     let ps = Arc::new(configure(builder(cluster, handler)).build().unwrap());
@@ -94,7 +95,7 @@ fn check_variant(
 /// bus link was re-created during the check (see
 /// [`Cluster::newest_bus_link_ms`]), which no client can see. Any other
 /// loss fails.
-fn check_classic(cluster: &Cluster, chans: &[Vec<u8>], what: &str) -> Arc<ClusterPubSub> {
+fn check_classic(cluster: &Cluster, chans: &[Vec<u8>], what: &str) -> Arc<PubSub> {
     for attempt in 0..2 {
         let links = cluster.newest_bus_link_ms().expect("CLUSTER LINKS");
         let ledger = Arc::new(Ledger::new(chans));
@@ -138,7 +139,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
         let chans = channels(500, "c");
         // Three engines, each its own subscriber: every one gets everything.
         let ledger = Arc::new(Ledger::new(&chans));
-        let engines: Vec<Arc<ClusterPubSub>> = (0..3)
+        let engines: Vec<Arc<PubSub>> = (0..3)
             .map(|i| {
                 let h = Accounted::new(&ledger, &format!("engine {i}"));
                 Arc::new(builder(&cluster, h).build().unwrap())
@@ -176,7 +177,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
         drop(ps);
         // A multiplier of 2: two subscribe connections per master.
         let ps = check_variant(&cluster, &chans, &format!("{kind:?} x2"), |b| {
-            b.subscribe_multiplier(2)
+            b.subscribe_connections(2)
         });
         for &i in &cluster.masters() {
             assert_eq!(
@@ -272,7 +273,7 @@ fn active_events_follow_the_first_subscribe_and_every_resubscribe() {
                 });
             Ok(back.then_some(()))
         })
-        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
         ps.wait_active(&chans, BOUND).unwrap();
         let publish = accounted::via_cluster(ps.clone());
         accounted::round(&ledger, &*publish);

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use accounted::{Accounted, Background};
 use cluster_support::{channels, engine_with, named_clients};
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
@@ -29,8 +29,8 @@ const RECOVERY: Duration = Duration::from_millis(1500);
 const BOUND: Duration = Duration::from_secs(20);
 
 /// Partition → owning node index, from the harness's view.
-fn owners(cluster: &Cluster, ps: &ClusterPubSub) -> BTreeMap<u32, Option<usize>> {
-    let parts = ps.partitions();
+fn owners(cluster: &Cluster, ps: &PubSub) -> BTreeMap<u32, Option<usize>> {
+    let parts = ps.partitions().expect("a cluster");
     (0..parts.count())
         .map(|p| (p, cluster.owner_of_slot(parts.slot(p))))
         .collect()
@@ -38,7 +38,7 @@ fn owners(cluster: &Cluster, ps: &ClusterPubSub) -> BTreeMap<u32, Option<usize>>
 
 struct Case<'a> {
     kind: ServerKind,
-    ps: &'a Arc<ClusterPubSub>,
+    ps: &'a Arc<PubSub>,
     handler: &'a Accounted,
     ledger: &'a Ledger,
 }
@@ -65,10 +65,10 @@ impl Case<'_> {
                 "{:?} {what}: not delivering everywhere within {RECOVERY:?} of cluster ok: \
                      {e}; {:?}",
                 self.kind,
-                self.ps.metrics()
+                self.ps.cluster_metrics().unwrap()
             )
         });
-        let parts = self.ps.partitions();
+        let parts = self.ps.partitions().expect("a cluster");
         let expected: HashSet<usize> = (0..self.ledger.names().len())
             .filter(|&c| moved.contains(&parts.partition_of(self.ledger.name(c))))
             .collect();
@@ -90,9 +90,9 @@ impl Case<'_> {
             self.kind,
             gaps.difference(&expected).count().saturating_sub(3),
             moved.len(),
-            self.ps.metrics()
+            self.ps.cluster_metrics().unwrap()
         );
-        let m = self.ps.metrics();
+        let m = self.ps.cluster_metrics().unwrap();
         // Mid-run, messages still in flight look lost: only reorders and
         // duplicates mean something here (the end checks everything).
         let c = self.ledger.report().counts;
@@ -115,7 +115,7 @@ fn setup(
     cluster: &Cluster,
     n: usize,
     prefix: &str,
-) -> (Arc<ClusterPubSub>, Arc<Ledger>, Arc<Accounted>, Background) {
+) -> (Arc<PubSub>, Arc<Ledger>, Arc<Accounted>, Background) {
     let chans = channels(n, prefix);
     let ledger = Arc::new(Ledger::new(&chans));
     let handler = Accounted::new(&ledger, "sub");
@@ -135,7 +135,7 @@ fn setup(
 }
 
 /// Stops publishing, publishes a last round, and checks every message.
-fn finish(kind: ServerKind, ps: &Arc<ClusterPubSub>, ledger: &Arc<Ledger>, publisher: Background) {
+fn finish(kind: ServerKind, ps: &Arc<PubSub>, ledger: &Arc<Ledger>, publisher: Background) {
     let rounds = publisher.stop();
     accounted::round(ledger, &*accounted::via_cluster(ps.clone()));
     let report = accounted::settle_and_check(ledger, BOUND, &format!("{kind:?}"));
@@ -151,7 +151,7 @@ fn follow(kind: ServerKind) {
         handler: &handler,
         ledger: &ledger,
     };
-    let parts = ps.partitions().clone();
+    let parts = ps.partitions().expect("a cluster").clone();
     // Three partitions' slots of the first master, moved to the second.
     let masters = cluster.masters();
     let (m0, m1) = (masters[0], masters[1]);
@@ -209,7 +209,7 @@ fn follow(kind: ServerKind) {
     });
 
     finish(kind, &ps, &ledger, publisher);
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.rebuilds.poll, 0, "recovery must not need the 30 s poll");
     assert!(handler.gap_events.load(Ordering::Relaxed) > 0);
     ps.shutdown();
@@ -234,7 +234,7 @@ fn follow_six(kind: ServerKind) {
         c.kill_primary(masters[4]).expect("kill primary");
     });
     finish(kind, &ps, &ledger, publisher);
-    assert_eq!(ps.metrics().rebuilds.poll, 0);
+    assert_eq!(ps.cluster_metrics().unwrap().rebuilds.poll, 0);
     ps.shutdown();
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accounted::{Accounted, Background};
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
@@ -26,7 +26,7 @@ fn probe(kind: ServerKind) {
     let ledger = Arc::new(Ledger::new(&chans));
     let handler = Accounted::new(&ledger, "sub");
     let ps = Arc::new(
-        ClusterPubSub::builder()
+        PubSub::builder()
             .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
             .handler_arc(handler.clone())
             .probe_interval(Duration::from_millis(300))
@@ -34,15 +34,19 @@ fn probe(kind: ServerKind) {
             .build()
             .expect("cluster pubsub"),
     );
-    assert_eq!(ps.partitions(), &parts);
+    assert_eq!(ps.partitions(), Some(&parts));
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, Duration::from_secs(5)).unwrap();
     // Idle: pings go out and come back; nothing restarts.
     testkit::wait_for("a probe", Duration::from_secs(5), || {
-        Ok((ps.metrics().pubsub.probes_sent >= 2).then_some(()))
+        Ok((ps.cluster_metrics().unwrap().pubsub.probes_sent >= 2).then_some(()))
     })
     .unwrap();
-    assert_eq!(ps.metrics().pubsub.probe_restarts, 0, "{kind:?}");
+    assert_eq!(
+        ps.cluster_metrics().unwrap().pubsub.probe_restarts,
+        0,
+        "{kind:?}"
+    );
     // Publishing all along: whatever the pause costs must be signalled.
     let publisher = Background::start(
         ledger.clone(),
@@ -59,11 +63,11 @@ fn probe(kind: ServerKind) {
         .cmd(&[b"CLIENT", b"PAUSE", b"7000", b"ALL"])
         .unwrap();
     testkit::wait_for("the probe to restart", Duration::from_secs(15), || {
-        Ok((ps.metrics().pubsub.probe_restarts >= 1).then_some(()))
+        Ok((ps.cluster_metrics().unwrap().pubsub.probe_restarts >= 1).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     ps.wait_active(&chans, Duration::from_secs(15))
-        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     let rounds = publisher.stop();
     accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
     let report =
@@ -73,7 +77,7 @@ fn probe(kind: ServerKind) {
         handler.gap_channels.lock().contains(&on_a),
         "{kind:?}: no gap event"
     );
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     eprintln!("{kind:?}: {m:?}");
     ps.shutdown();
 }

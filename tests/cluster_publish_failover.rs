@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accounted::{Accounted, Background};
-use shardsub::cluster::ClusterPubSub;
 use shardsub::Error;
+use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
@@ -50,14 +50,14 @@ fn spublish_calls(cluster: &Cluster, i: usize) -> u64 {
 struct Setup {
     cluster: Cluster,
     ledger: Arc<Ledger>,
-    sub: ClusterPubSub,
+    sub: PubSub,
 }
 
 fn setup(kind: ServerKind) -> Setup {
     let cluster = Cluster::start(kind, 3, 1).expect("cluster");
     let chans = cluster_support::channels(300, "pf");
     let ledger = Arc::new(Ledger::new(&chans));
-    let sub = ClusterPubSub::builder()
+    let sub = PubSub::builder()
         .seeds(seeds(&cluster))
         .handler_arc(Accounted::new(&ledger, "subscriber"))
         .workers(2)
@@ -74,7 +74,7 @@ fn setup(kind: ServerKind) -> Setup {
 
 /// Publishes to every channel round after round through `publ` (each
 /// outcome recorded), pausing `pause` between rounds.
-fn start_publishing(s: &Setup, publ: &Arc<ClusterPubSub>, pause: Duration) -> Background {
+fn start_publishing(s: &Setup, publ: &Arc<PubSub>, pause: Duration) -> Background {
     Background::start(
         s.ledger.clone(),
         accounted::via_cluster(publ.clone()),
@@ -95,7 +95,7 @@ fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background) {
     );
     eprintln!(
         "{kind:?} {what}: {rounds} rounds; subscriber dropped {:?};\n{report}",
-        s.sub.metrics().pubsub.dropped
+        s.sub.cluster_metrics().unwrap().pubsub.dropped
     );
     assert_eq!(report.failed_total(), 0, "{kind:?} {what}: {report}");
 }
@@ -103,7 +103,7 @@ fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background) {
 fn failover(kind: ServerKind) {
     let mut s = setup(kind);
     let publ = Arc::new(
-        ClusterPubSub::builder()
+        PubSub::builder()
             .seeds(seeds(&s.cluster))
             .handler(|_: &[u8], _: &[u8]| {})
             .workers(1)
@@ -134,7 +134,7 @@ fn failover(kind: ServerKind) {
         }
     }
     let after_ok = calls - before;
-    let m = publ.metrics();
+    let m = publ.cluster_metrics().unwrap();
     eprintln!(
         "{kind:?} failover: demoted node took {after_ok} SPUBLISH from the failover on; quiet \
          from {:?} after cluster ok; rebuilds {:?}; {:?}",
@@ -157,7 +157,7 @@ fn failover(kind: ServerKind) {
 fn kill(kind: ServerKind) {
     let mut s = setup(kind);
     let publ = Arc::new(
-        ClusterPubSub::builder()
+        PubSub::builder()
             .seeds(seeds(&s.cluster))
             .handler(|_: &[u8], _: &[u8]| {})
             .workers(1)
@@ -174,7 +174,7 @@ fn kill(kind: ServerKind) {
     std::thread::sleep(Duration::from_millis(1500)); // traffic after the change
     eprintln!(
         "{kind:?} kill -9: cluster ok {promoted:?} after the kill; {:?}",
-        publ.metrics()
+        publ.cluster_metrics().unwrap()
     );
     check(kind, "kill -9", &s, publisher);
     publ.shutdown();
@@ -196,8 +196,8 @@ fn publishes_are_held_through_a_primary_kill() {
 }
 
 /// A channel whose partition lives on master `node`.
-fn channel_on(cluster: &Cluster, ps: &ClusterPubSub, node: usize, prefix: &str) -> Vec<u8> {
-    let parts = ps.partitions();
+fn channel_on(cluster: &Cluster, ps: &PubSub, node: usize, prefix: &str) -> Vec<u8> {
+    let parts = ps.partitions().expect("a cluster");
     (0..100_000)
         .map(|i| format!("{prefix}:{i}").into_bytes())
         .find(|ch| cluster.owner_of_slot(parts.slot(parts.partition_of(ch))) == Some(node))
@@ -211,7 +211,7 @@ fn channel_on(cluster: &Cluster, ps: &ClusterPubSub, node: usize, prefix: &str) 
 fn bounded(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
     let build = |hold: Duration| {
-        ClusterPubSub::builder()
+        PubSub::builder()
             .seeds(seeds(&cluster))
             .handler(|_: &[u8], _: &[u8]| {})
             .workers(1)
@@ -268,7 +268,7 @@ fn bounded(kind: ServerKind) {
         failed_at.iter().max(),
         outcomes[0].2.as_ref().unwrap_err()
     );
-    let m = held.metrics();
+    let m = held.cluster_metrics().unwrap();
     assert_eq!((m.holds.expired, m.holds.full), (10, 10), "{m:?}");
     assert_eq!(m.holds.messages, 0, "{m:?}");
     // The other masters still take publishes.

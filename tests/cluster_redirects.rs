@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accounted::Accounted;
-use shardsub::cluster::{ClusterPubSub, Mode};
+use shardsub::cluster::Mode;
 use shardsub::Error;
+use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
 
@@ -38,7 +39,7 @@ fn channel_on(cluster: &Cluster, parts: &shardcore::Partitions, node: usize) -> 
 
 /// A publish of the next stamped message of `ledger`'s only channel, and
 /// its outcome (recorded in the ledger).
-fn stamped_wait(ps: &ClusterPubSub, ledger: &Ledger) -> Result<i64, Error> {
+fn stamped_wait(ps: &PubSub, ledger: &Ledger) -> Result<i64, Error> {
     let mut payload = Vec::new();
     let stamp = ledger.stamp(0, &mut payload, accounted::PAYLOAD_LEN);
     let r = ps.publish_wait(ledger.name(0), &payload, Duration::from_secs(3));
@@ -61,14 +62,14 @@ fn redirects(kind: ServerKind) {
     let ledger_c = Arc::new(Ledger::new([&on_a]));
     let ledger_b = Arc::new(Ledger::new([&on_b]));
     let handler = Accounted::new(&ledger_b, "main");
-    let ps = ClusterPubSub::builder()
+    let ps = PubSub::builder()
         .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
         .handler_arc(handler.clone())
         .workers(1)
         .retry_window(Duration::from_millis(400))
         .build()
         .expect("cluster pubsub");
-    assert_eq!(ps.partitions(), &parts);
+    assert_eq!(ps.partitions(), Some(&parts));
 
     let slot = parts.slot(parts.partition_of(&on_a)).to_string();
     let (id_a, id_b) = (
@@ -88,7 +89,7 @@ fn redirects(kind: ServerKind) {
         .unwrap();
     let r = ps.publish_wait(&on_a, b"1", Duration::from_secs(3));
     assert!(r.is_ok(), "{kind:?}: {r:?}");
-    let asks = ps.metrics().redirects.ask;
+    let asks = ps.cluster_metrics().unwrap().redirects.ask;
     eprintln!("{kind:?}: SPUBLISH to a migrating slot: {r:?}, {asks} ASK redirects");
     for n in [a, b] {
         cluster
@@ -96,34 +97,33 @@ fn redirects(kind: ServerKind) {
             .cmd_str(&["CLUSTER", "SETSLOT", &slot, "STABLE"])
             .unwrap();
     }
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.redirects.moved, 0, "{m:?}");
 
     // The comparison modes subscribed to the channel whose slot moves next:
     // per-partition mode reconnects that partition on the new owner (a gap),
     // classic mode is not affected (no gap).
-    let others: Vec<(Mode, Arc<Accounted>, Arc<ClusterPubSub>)> =
-        [Mode::PerPartition, Mode::Classic]
-            .into_iter()
-            .map(|mode| {
-                let ledger = if mode == Mode::Classic {
-                    &ledger_c
-                } else {
-                    &ledger_a
-                };
-                let h = Accounted::new(ledger, &format!("{mode:?}"));
-                let ps = ClusterPubSub::builder()
-                    .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-                    .handler_arc(h.clone())
-                    .mode(mode)
-                    .workers(1)
-                    .build()
-                    .expect("cluster pubsub");
-                ps.subscribe([&on_a]).unwrap();
-                ps.wait_active(&[&on_a], Duration::from_secs(5)).unwrap();
-                (mode, h, Arc::new(ps))
-            })
-            .collect();
+    let others: Vec<(Mode, Arc<Accounted>, Arc<PubSub>)> = [Mode::PerPartition, Mode::Classic]
+        .into_iter()
+        .map(|mode| {
+            let ledger = if mode == Mode::Classic {
+                &ledger_c
+            } else {
+                &ledger_a
+            };
+            let h = Accounted::new(ledger, &format!("{mode:?}"));
+            let ps = PubSub::builder()
+                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+                .handler_arc(h.clone())
+                .mode(mode)
+                .workers(1)
+                .build()
+                .expect("cluster pubsub");
+            ps.subscribe([&on_a]).unwrap();
+            ps.wait_active(&[&on_a], Duration::from_secs(5)).unwrap();
+            (mode, h, Arc::new(ps))
+        })
+        .collect();
 
     // MOVED: the slot moves for good while this instance (no subscription
     // there, 30 s poll) still routes to a; the publish follows the redirect,
@@ -137,16 +137,16 @@ fn redirects(kind: ServerKind) {
         .expect("migrate");
     let r = stamped_wait(&ps, &ledger_a);
     assert!(r.is_ok(), "{kind:?}: {r:?}");
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert!(m.redirects.moved >= 1, "{kind:?}: {m:?}");
     testkit::wait_for("a refresh after MOVED", Duration::from_secs(5), || {
-        Ok((ps.metrics().rebuilds.moved >= 1).then_some(()))
+        Ok((ps.cluster_metrics().unwrap().rebuilds.moved >= 1).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
-    let moved = ps.metrics().redirects.moved;
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
+    let moved = ps.cluster_metrics().unwrap().redirects.moved;
     assert!(stamped_wait(&ps, &ledger_a).is_ok());
     assert_eq!(
-        ps.metrics().redirects.moved,
+        ps.cluster_metrics().unwrap().redirects.moved,
         moved,
         "{kind:?}: route not updated"
     );
@@ -190,12 +190,12 @@ fn redirects(kind: ServerKind) {
     testkit::wait_for(
         "the slot to count as unowned",
         Duration::from_secs(10),
-        || Ok((ps.metrics().unknown_slot_owners == 1).then_some(())),
+        || Ok((ps.cluster_metrics().unwrap().unknown_slot_owners == 1).then_some(())),
     )
-    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     assert!(!ps.is_active(&on_b), "{kind:?}: active without an owner");
     assert!(
-        ps.metrics().topology_errors.probe >= 1,
+        ps.cluster_metrics().unwrap().topology_errors.probe >= 1,
         "{kind:?}: no probe"
     );
     cluster
@@ -204,8 +204,8 @@ fn redirects(kind: ServerKind) {
         .unwrap();
     cluster.wait_ok().expect("cluster ok after ADDSLOTS");
     ps.wait_active(&[&on_b], Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
-    assert_eq!(ps.metrics().unknown_slot_owners, 0);
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
+    assert_eq!(ps.cluster_metrics().unwrap().unknown_slot_owners, 0);
     assert_eq!(
         stamped_wait(&ps, &ledger_b).unwrap(),
         1,
@@ -240,7 +240,7 @@ fn redirects(kind: ServerKind) {
         }
         other => panic!("{kind:?}: expected Error::Cluster, got {other:?}"),
     }
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert!(m.redirects.cluster_down >= 2, "{m:?}");
     assert!(m.publish_failed >= 1, "{m:?}");
     eprintln!("{kind:?}: CLUSTERDOWN past the window: {}", r.unwrap_err());

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use accounted::Accounted;
 use cluster_support::{builder, channels};
-use shardsub::cluster::{ClusterPubSub, Mode};
+use shardsub::cluster::Mode;
+use shardsub::PubSub;
 use shardsub::Runtime;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
@@ -48,7 +49,7 @@ fn assert_io_threads(expected: usize, what: &str) {
 }
 
 /// One acknowledged round to every channel; every tap gets all of it.
-fn deliver(ps: &Arc<ClusterPubSub>, ledger: &Arc<Ledger>, what: &str) {
+fn deliver(ps: &Arc<PubSub>, ledger: &Arc<Ledger>, what: &str) {
     let publish = accounted::via_cluster(ps.clone());
     accounted::round(ledger, &*publish);
     let report = accounted::settle_and_check(ledger, BOUND, what);
@@ -71,9 +72,9 @@ fn runs_two_threads(cluster: &Cluster, mode: Mode, partitions: u32, conns: usize
     let ps = Arc::new(ps);
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, BOUND)
-        .unwrap_or_else(|e| panic!("{what}: {e}; {:?}", ps.metrics()));
+        .unwrap_or_else(|e| panic!("{what}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     deliver(&ps, &ledger, what);
-    let m = ps.metrics();
+    let m = ps.cluster_metrics().unwrap();
     assert_eq!(m.subscribe_connections, conns, "{what}: {m:?}");
     assert_io_threads(before + 2, &format!("{what}: while running"));
     ps.shutdown();
@@ -111,7 +112,7 @@ fn fifty_instances_on_one_runtime_add_no_io_threads() {
         assert_io_threads(before + 2, &format!("{kind:?}: the runtime"));
         let chans = channels(64, "fleet");
         let ledger = Arc::new(Ledger::new(&chans));
-        let fleet: Vec<Arc<ClusterPubSub>> = (0..50)
+        let fleet: Vec<Arc<PubSub>> = (0..50)
             .map(|n| {
                 let handler = Accounted::new(&ledger, &format!("node{n}"));
                 let ps = builder(&cluster, handler)
@@ -127,7 +128,7 @@ fn fifty_instances_on_one_runtime_add_no_io_threads() {
         }
         for ps in &fleet {
             ps.wait_active(&chans, BOUND)
-                .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.metrics()));
+                .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
         }
         assert_io_threads(before + 2, &format!("{kind:?}: 50 instances on it"));
         // One instance publishes; all 50 taps get every message once.

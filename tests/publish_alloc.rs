@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use shardsub::{Engine, PublishOptions};
 use testkit::alloc::CountingAlloc;
 use testkit::{kinds, Cluster, Server};
@@ -98,7 +98,7 @@ fn fire_and_forget_publish_allocates_nothing_in_steady_state() {
 
 /// Fire-and-forget cluster publishes to `channels` (`n` in all), then an
 /// acknowledged one on the same connection: its reply comes after theirs.
-fn cluster_publish_all(ps: &ClusterPubSub, channels: &[Vec<u8>], n: usize, payload: &[u8]) {
+fn cluster_publish_all(ps: &PubSub, channels: &[Vec<u8>], n: usize, payload: &[u8]) {
     for c in channels.iter().cycle().take(n) {
         ps.publish(c, payload).unwrap();
     }
@@ -115,7 +115,7 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         .collect();
     for kind in kinds() {
         let cluster = Cluster::start(kind, 1, 0).unwrap();
-        let ps = ClusterPubSub::builder()
+        let ps = PubSub::builder()
             .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
             .workers(1)
             .handler(|_: &[u8], _: &[u8]| {})
@@ -145,7 +145,7 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         // The replies (matched on the I/O thread) are counted too.
         cluster_publish_all(&ps, &channels, 0, &payload);
         let settled = GLOBAL.allocations();
-        let m = ps.metrics();
+        let m = ps.cluster_metrics().unwrap();
         eprintln!(
             "{kind:?}: {} allocations while publishing {N} on a cluster ({:.2} per publish), \
              {} until all answered (the end marker's callback and channel included)",

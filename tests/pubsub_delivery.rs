@@ -99,12 +99,12 @@ fn sharded_over_three_servers_delivers_everything() {
         for (i, server) in servers.iter().enumerate() {
             let mine: Vec<Vec<u8>> = chans
                 .iter()
-                .filter(|c| sub.server_of(c) == i)
+                .filter(|c| sub.server_of(c) == Some(i))
                 .cloned()
                 .collect();
             let others: Vec<Vec<u8>> = chans
                 .iter()
-                .filter(|c| sub.server_of(c) != i)
+                .filter(|c| sub.server_of(c) != Some(i))
                 .take(50)
                 .cloned()
                 .collect();

@@ -84,7 +84,11 @@ fn slow_handler_drops_and_counts_without_hanging() {
         assert!(m.dropped.queue_full >= sent - 2 * 16, "{kind:?} {m:?}");
         assert!(m.queue_depths[0] <= 16, "{m:?}");
         // The connection is still fine: a command round trip works.
-        assert!(ps.publisher().command(["PING"]).is_ok());
+        assert!(ps
+            .publisher()
+            .expect("servers have a publish engine")
+            .command(["PING"])
+            .is_ok());
         *gated.open.lock() = true;
         gated.cond.notify_all();
         let m = testkit::wait_for("queued ones delivered", BOUND, || {
@@ -310,7 +314,10 @@ fn envelope_measures_lag_and_is_stripped() {
         // A raw publish without the envelope is delivered as is and counted.
         let mut payload = Vec::new();
         let stamp = ledger.stamp(0, &mut payload, 24);
-        let r = ps.publisher().publish(&chans[0], &payload);
+        let r = ps
+            .publisher()
+            .expect("servers have a publish engine")
+            .publish(&chans[0], &payload);
         accounted::record(&ledger, stamp, &r, false);
         let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} raw"));
         assert_eq!(report.counts.delivered, 1001);

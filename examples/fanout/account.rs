@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardsub::cluster::ClusterPubSub;
 use shardsub::pubsub::envelope;
+use shardsub::PubSub;
 use testkit::accounting::{Ledger, Outcome, Report, Tap, STAMP_LEN};
 
 use crate::node::{now_us, subscribers_of};
@@ -57,7 +57,7 @@ impl Books {
     /// recorded when the server answers. `body` and `buf` are scratch.
     pub fn publish(
         &self,
-        publisher: &ClusterPubSub,
+        publisher: &PubSub,
         names: &[Vec<u8>],
         i: usize,
         body: &mut Vec<u8>,
@@ -90,7 +90,7 @@ impl Books {
     /// What did not settle within `bound`.
     pub fn last_round_and_settle(
         &self,
-        publisher: &ClusterPubSub,
+        publisher: &PubSub,
         names: &[Vec<u8>],
         bound: Duration,
     ) -> Result<(), String> {

@@ -64,7 +64,10 @@ pub fn run(
         .iter()
         .map(|f| f.node.gap_events.load(Ordering::Relaxed))
         .collect();
-    let restores_before: Vec<u64> = fleet.iter().map(|f| f.ps.metrics().restores).collect();
+    let restores_before: Vec<u64> = fleet
+        .iter()
+        .map(|f| f.ps.cluster_metrics().unwrap().restores)
+        .collect();
     let ss_before = ssubscribe_calls(cluster, replica);
     println!(
         "-- failover: CLUSTER FAILOVER on {} (replica of master {}) …",
@@ -110,7 +113,7 @@ pub fn run(
     let settle = Instant::now();
     while settle.elapsed() < Duration::from_secs(2)
         && fleet.iter().zip(&restores_before).any(|(f, &r)| {
-            let m = f.ps.metrics();
+            let m = f.ps.cluster_metrics().unwrap();
             f.node.gap_events.load(Ordering::Relaxed) < m.pubsub.gaps || m.restores == r
         })
     {
@@ -164,7 +167,10 @@ pub fn run(
             } else {
                 format!("NOT the moved set: {outside} outside it, {missed} moved without a gap")
             },
-            f.ps.metrics().last_restore.map_or("-".into(), ms),
+            f.ps.cluster_metrics()
+                .unwrap()
+                .last_restore
+                .map_or("-".into(), ms),
         );
     }
     out += &match restored {

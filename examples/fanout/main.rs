@@ -1,5 +1,5 @@
 //! The fleet demo: a local Redis/Valkey Cluster, several subscriber "app
-//! nodes" and one publisher, all through `shardsub::cluster::ClusterPubSub`,
+//! nodes" and one publisher, all through `shardsub::PubSub`,
 //! with a `CLUSTER FAILOVER` half-way and a sizing estimate at the end.
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //!    (`--masters` × (1 + `--replicas`) processes) and prints its slot map
 //!    with the app-level partitions each master owns;
 //! 2. starts `--engines` subscriber instances, each its own
-//!    `ClusterPubSub` as if it ran on a separate app node. Channel `i`
+//!    `PubSub` as if it ran on a separate app node. Channel `i`
 //!    belongs to engine `i % E`, and every other block of `E` channels also
 //!    to the next engine, so every channel has one or two subscribers
 //!    (fan-out ≈ 1.5). Each engine subscribes its share and reports how long
@@ -68,7 +68,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shardcore::Partitions;
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::Cluster;
 
 use node::{Fleet, Lag, Node};
@@ -120,7 +120,7 @@ fn run(o: &Options) -> Result<bool, String> {
     );
     print_slot_map(&cluster, &parts);
 
-    // 2. The subscriber engines: one ClusterPubSub each, as separate app
+    // 2. The subscriber engines: one PubSub each, as separate app
     //    nodes would run them. They share nothing but the cluster.
     let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
     let names: Vec<Vec<u8>> = (0..o.channels)
@@ -134,10 +134,10 @@ fn run(o: &Options) -> Result<bool, String> {
             .filter(|&i| node::subscribers_of(i, o.engines).contains(&e))
             .collect();
         let node = Arc::new(Node::new(&parts, lag.clone(), books.tap(e, &channels)));
-        let ps = ClusterPubSub::builder()
+        let ps = PubSub::builder()
             .seeds(seeds.iter().cloned())
             .partitions(o.partitions)
-            .subscribe_multiplier(o.multiplier)
+            .subscribe_connections(o.multiplier)
             .handler_arc(node.clone())
             .build()
             .map_err(|e| format!("subscriber engine: {e}"))?;
@@ -166,10 +166,10 @@ fn run(o: &Options) -> Result<bool, String> {
     let ss_subscribed = servers::per_node(&cluster, servers::ssubscribe_calls);
 
     // 3. The publisher: one more instance, publishing only.
-    let publisher = ClusterPubSub::builder()
+    let publisher = PubSub::builder()
         .seeds(seeds.iter().cloned())
         .partitions(o.partitions)
-        .subscribe_multiplier(o.multiplier)
+        .subscribe_connections(o.multiplier)
         .handler(|_: &[u8], _: &[u8]| {})
         .build()
         .map_err(|e| format!("publisher engine: {e}"))?;
@@ -297,7 +297,7 @@ fn subscribe_all(fleet: &[Fleet], names: &[Vec<u8>]) -> Result<(), String> {
     });
     for (e, (f, t)) in fleet.iter().zip(timings).enumerate() {
         let t = t.map_err(|why| format!("engine {e} subscribe: {why}"))?;
-        let m = f.ps.metrics();
+        let m = f.ps.cluster_metrics().unwrap();
         println!(
             "  engine {e}: {} channels active in {} ({} SSUBSCRIBE commands, {} connections)",
             n(f.channels.len() as u64),
@@ -316,12 +316,12 @@ fn publish_phase(
     o: &Options,
     cluster: &mut Cluster,
     fleet: &[Fleet],
-    publisher: &ClusterPubSub,
+    publisher: &PubSub,
     books: &account::Books,
     names: &[Vec<u8>],
     lag: &Lag,
 ) -> Result<failover::FailoverReport, String> {
-    let parts = publisher.partitions();
+    let parts = publisher.partitions().expect("a cluster");
     let failover_at = Duration::from_secs(o.seconds) / 2;
     println!(
         "\n== publishing {}-byte messages to random channels at {} msg/s for {} s{} …",
@@ -396,7 +396,7 @@ fn publish_phase(
                 tick,
                 n(p - last.0),
                 n(d - last.1),
-                n(node::dropped(fleet) + publisher.metrics().publish_failed),
+                n(node::dropped(fleet) + publisher.cluster_metrics().unwrap().publish_failed),
                 node::quantile(&window, 0.5),
                 node::quantile(&window, 0.99),
                 node::total(fleet, |n| &n.gap_events)

@@ -1,4 +1,4 @@
-//! One subscriber "app node" of the demo: its `ClusterPubSub`, the handler
+//! One subscriber "app node" of the demo: its `PubSub`, the handler
 //! that counts what arrives and passes every message and every gap or drop
 //! event to its accounting tap, and the lag histogram all handlers share.
 
@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use shardcore::Partitions;
-use shardsub::cluster::ClusterPubSub;
 use shardsub::pubsub::{envelope, Event};
 use shardsub::Handler;
+use shardsub::PubSub;
 use testkit::accounting::{Signal, Tap};
 
 /// Microseconds since the Unix epoch: the envelope's clock.
@@ -204,7 +204,7 @@ impl Handler for Node {
 /// One subscriber "app node": its instance, its handler, the indices of
 /// its channels, and which partitions those fall in.
 pub struct Fleet {
-    pub ps: ClusterPubSub,
+    pub ps: PubSub,
     pub node: Arc<Node>,
     pub channels: Vec<usize>,
     pub holds: Vec<bool>,
@@ -222,7 +222,7 @@ pub fn total(fleet: &[Fleet], counter: impl Fn(&Node) -> &AtomicU64) -> u64 {
 pub fn dropped(fleet: &[Fleet]) -> u64 {
     fleet
         .iter()
-        .map(|f| f.ps.metrics().pubsub.dropped.total())
+        .map(|f| f.ps.cluster_metrics().unwrap().pubsub.dropped.total())
         .sum()
 }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use shardcore::Partitions;
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::Cluster;
 
 use testkit::accounting::{Fate, Report};
@@ -56,7 +56,7 @@ pub fn print(
     o: &Options,
     cluster: &Cluster,
     fleet: &[Fleet],
-    publisher: &ClusterPubSub,
+    publisher: &PubSub,
     parts: &Partitions,
     names: &[Vec<u8>],
     m: &Measured,
@@ -223,7 +223,7 @@ pub fn print(
              shard): it would rewire at its next topology poll; after refresh() {stale_conns} \
              remain",
             stale.join(", "),
-            publisher.metrics().redirects.moved,
+            publisher.cluster_metrics().unwrap().redirects.moved,
         );
     }
     println!(

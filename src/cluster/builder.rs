@@ -1,4 +1,5 @@
-//! [`ClusterBuilder`]: settings for a [`ClusterPubSub`], checked by `build`.
+//! The cluster placement: its settings (set on the one
+//! [`PubSubBuilder`]) and how a cluster instance is started.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -19,10 +20,11 @@ use crate::engine::{Builder, Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
+use crate::pubsub::builder::Common;
 use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
-use crate::pubsub::Handler;
+use crate::pubsub::PubSubBuilder;
 use crate::threads;
 use crate::workers::Pool;
 
@@ -74,7 +76,7 @@ pub(crate) struct NodeSettings {
     pub(crate) backoff: (Duration, Duration),
     pub(crate) flush_delay: Duration,
     /// The instance's runtime: every node engine's connections run on its
-    /// threads (set by [`ClusterBuilder::build`]).
+    /// threads (set when the instance is built).
     pub(crate) runtime: Option<Runtime>,
 }
 
@@ -107,52 +109,33 @@ impl NodeSettings {
     }
 }
 
-/// Settings for a [`ClusterPubSub`]; start with [`ClusterPubSub::builder`].
-///
-/// Defaults: [`Mode::Sharded`], 128 partitions, one subscribe connection
-/// per primary, one worker per core with 4096-message queues, batches of
-/// 512 channels, a 30 s topology poll (200 ms retries while degraded), 16
-/// resubscribe workers split by partition, at most 5 redirects and a 2 s
-/// retry window per publish, a 5 s publish hold of at most 100,000
-/// messages and 64 MiB, RESP3.
-pub struct ClusterBuilder {
-    seeds: Vec<String>,
-    partitions: u32,
-    mode: Mode,
-    multiplier: usize,
-    workers: Option<usize>,
-    queue_capacity: usize,
-    batch_size: usize,
-    poll_interval: Duration,
-    degraded_retry: Duration,
-    probe_interval: Duration,
-    split: ResubscribeSplit,
-    resubscribe_workers: u32,
-    max_redirects: u32,
-    retry_window: Duration,
-    publish_hold: Duration,
-    hold_messages: usize,
-    hold_bytes: usize,
-    handler: Option<Arc<dyn Handler>>,
-    node: NodeSettings,
-    io_threads: Option<usize>,
-    runtime: Option<Runtime>,
-    active_events: bool,
+/// The settings only a cluster placement has (defaults: [`Mode::Sharded`],
+/// 128 partitions, a 30 s topology poll with 200 ms retries while
+/// degraded, 16 resubscribe workers split by partition, at most 5
+/// redirects and a 2 s retry window per publish, a 5 s publish hold of at
+/// most 100,000 messages and 64 MiB).
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterSettings {
+    pub(crate) partitions: u32,
+    pub(crate) mode: Mode,
+    pub(crate) poll_interval: Duration,
+    pub(crate) degraded_retry: Duration,
+    pub(crate) split: ResubscribeSplit,
+    pub(crate) resubscribe_workers: u32,
+    pub(crate) max_redirects: u32,
+    pub(crate) retry_window: Duration,
+    pub(crate) publish_hold: Duration,
+    pub(crate) hold_messages: usize,
+    pub(crate) hold_bytes: usize,
 }
 
-impl Default for ClusterBuilder {
+impl Default for ClusterSettings {
     fn default() -> Self {
-        ClusterBuilder {
-            seeds: Vec::new(),
+        ClusterSettings {
             partitions: 128,
             mode: Mode::Sharded,
-            multiplier: 1,
-            workers: None,
-            queue_capacity: 4096,
-            batch_size: 512,
             poll_interval: Duration::from_secs(30),
             degraded_retry: Duration::from_millis(200),
-            probe_interval: Duration::from_secs(30),
             split: ResubscribeSplit::Partitions,
             resubscribe_workers: 16,
             max_redirects: 5,
@@ -160,72 +143,24 @@ impl Default for ClusterBuilder {
             publish_hold: Duration::from_secs(5),
             hold_messages: 100_000,
             hold_bytes: 64 << 20,
-            handler: None,
-            node: NodeSettings {
-                protocol: Protocol::Resp3,
-                username: None,
-                password: None,
-                client_name: None,
-                request_timeout: Duration::from_secs(5),
-                connect_timeout: Duration::from_secs(1),
-                backoff: (Duration::from_millis(50), Duration::from_secs(2)),
-                flush_delay: Duration::from_micros(100),
-                runtime: None,
-            },
-            io_threads: None,
-            runtime: None,
-            active_events: false,
         }
     }
 }
 
-impl std::fmt::Debug for ClusterBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterBuilder")
-            .field("seeds", &self.seeds)
-            .field("partitions", &self.partitions)
-            .field("mode", &self.mode)
-            .field("multiplier", &self.multiplier)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ClusterBuilder {
-    /// Adds a seed node (`host:port`): any node of the cluster, asked for
-    /// the topology at start and when every known primary fails to answer.
+/// The cluster placement's setters. Each one applies to a cluster only:
+/// [`PubSubBuilder::build`] refuses it with servers given by
+/// [`PubSubBuilder::address`].
+impl PubSubBuilder {
+    /// Places the instance on a Redis/Valkey Cluster and adds a seed node
+    /// (`host:port`): any node of the cluster, asked for the topology at
+    /// start and when every known primary fails to answer. Not with
+    /// [`PubSubBuilder::address`].
     pub fn seed(mut self, addr: impl Into<String>) -> Self {
         self.seeds.push(addr.into());
         self
     }
 
-    /// I/O threads of the instance's own runtime, shared by the publish and
-    /// subscribe connections of every node (default: available
-    /// parallelism). Nodes joining or leaving add or remove connections,
-    /// never threads. Not with [`ClusterBuilder::runtime`].
-    pub fn io_threads(mut self, n: usize) -> Self {
-        self.io_threads = Some(n);
-        self
-    }
-
-    /// Runs every connection of the instance on `runtime`'s I/O threads,
-    /// shared with whatever else uses it (other instances of a fleet),
-    /// instead of on a runtime of its own. Not with
-    /// [`ClusterBuilder::io_threads`].
-    pub fn runtime(mut self, runtime: &Runtime) -> Self {
-        self.runtime = Some(runtime.clone());
-        self
-    }
-
-    /// Also tell the handler when a channel becomes active (an
-    /// [`Event::Active`](crate::pubsub::Event::Active) in order with its
-    /// messages: after the first subscribe, and after every resubscribe
-    /// that followed a gap). Off by default.
-    pub fn active_events(mut self, on: bool) -> Self {
-        self.active_events = on;
-        self
-    }
-
-    /// Adds several seeds (see [`ClusterBuilder::seed`]).
+    /// Adds several seeds (see [`PubSubBuilder::seed`]).
     pub fn seeds<I, S>(mut self, addrs: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -238,91 +173,55 @@ impl ClusterBuilder {
     /// App-level partitions (default 128). Every publisher and subscriber
     /// of a fleet must use the same count: it decides channel names.
     pub fn partitions(mut self, n: u32) -> Self {
-        self.partitions = n;
-        self
+        self.cluster.partitions = n;
+        self.cluster_only("partitions")
     }
 
     /// Sharded node-grouped (default), per-partition, or classic.
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Subscribe connections per primary (default 1); partition `p` uses
-    /// connection `p % n`.
-    pub fn subscribe_multiplier(mut self, n: usize) -> Self {
-        self.multiplier = n;
-        self
-    }
-
-    /// Worker threads running the handler (default: available parallelism).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = Some(n);
-        self
-    }
-
-    /// Messages each worker queue holds before further ones are dropped
-    /// (default 4096).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-
-    /// Most channels per subscribe command (default 512).
-    pub fn batch_size(mut self, n: usize) -> Self {
-        self.batch_size = n;
-        self
+        self.cluster.mode = mode;
+        self.cluster_only("mode")
     }
 
     /// How often the slot map is read when nothing else triggers a rebuild
     /// (default 30 s).
     pub fn poll_interval(mut self, d: Duration) -> Self {
-        self.poll_interval = d;
-        self
+        self.cluster.poll_interval = d;
+        self.cluster_only("poll_interval")
     }
 
     /// How soon a rebuild is retried while the layout is incomplete (a
     /// slot without a reachable owner, a connection not up, a dropped
     /// subscription not yet moved) (default 200 ms).
     pub fn degraded_retry(mut self, d: Duration) -> Self {
-        self.degraded_retry = d;
-        self
-    }
-
-    /// How long a subscribe connection may stay silent before it is sent
-    /// a `PING` (default 30 s; zero turns the probe off). A connection that
-    /// does not answer within the request timeout (5 s) is restarted and
-    /// its partitions resubscribed with a gap event: a black-holed
-    /// connection does not lose messages silently.
-    pub fn probe_interval(mut self, d: Duration) -> Self {
-        self.probe_interval = d;
-        self
+        self.cluster.degraded_retry = d;
+        self.cluster_only("degraded_retry")
     }
 
     /// How resubscribes divide channels into commands (default
     /// [`ResubscribeSplit::Partitions`]).
     pub fn resubscribe_split(mut self, split: ResubscribeSplit) -> Self {
-        self.split = split;
-        self
+        self.cluster.split = split;
+        self.cluster_only("resubscribe_split")
     }
 
     /// Resubscribe workers the planner divides partitions over (default 16).
     pub fn resubscribe_workers(mut self, n: u32) -> Self {
-        self.resubscribe_workers = n;
-        self
+        self.cluster.resubscribe_workers = n;
+        self.cluster_only("resubscribe_workers")
     }
 
     /// Most `MOVED`/`ASK` redirects one publish follows (default 5).
     pub fn max_redirects(mut self, n: u32) -> Self {
-        self.max_redirects = n;
-        self
+        self.cluster.max_redirects = n;
+        self.cluster_only("max_redirects")
     }
 
     /// How long a publish is retried on `TRYAGAIN`/`CLUSTERDOWN` or while
     /// its slot has no known owner (default 2 s).
     pub fn retry_window(mut self, d: Duration) -> Self {
-        self.retry_window = d;
-        self
+        self.cluster.retry_window = d;
+        self.cluster_only("retry_window")
     }
 
     /// How long a publish waits for its slot's owner while that owner
@@ -338,229 +237,163 @@ impl ClusterBuilder {
     /// this long fails with [`Error::OwnerUnreachable`]; set it above the
     /// cluster's failover time (`cluster-node-timeout` plus the election)
     /// for no publish to fail across a failover. Memory is bounded by
-    /// [`ClusterBuilder::publish_hold_limit`].
+    /// [`PubSubBuilder::publish_hold_limit`].
     pub fn publish_hold(mut self, d: Duration) -> Self {
-        self.publish_hold = d;
-        self
+        self.cluster.publish_hold = d;
+        self.cluster_only("publish_hold")
     }
 
     /// Most publishes, and most channel-plus-payload bytes, held at once
     /// over all slots (defaults 100,000 and 64 MiB); a publish that would
     /// pass either fails at once with [`Error::HoldFull`].
     pub fn publish_hold_limit(mut self, messages: usize, bytes: usize) -> Self {
-        self.hold_messages = messages;
-        self.hold_bytes = bytes;
-        self
+        self.cluster.hold_messages = messages;
+        self.cluster.hold_bytes = bytes;
+        self.cluster_only("publish_hold_limit")
     }
+}
 
-    /// The handler (required).
-    pub fn handler(mut self, handler: impl Handler) -> Self {
-        self.handler = Some(Arc::new(handler));
-        self
+/// Starts a cluster instance on `seeds` (the caller checked the settings
+/// every placement shares): workers, the control thread, and a wait until
+/// the first topology has been read and its connections opened.
+///
+/// # Errors
+///
+/// [`Error::Config`] for invalid cluster settings, [`Error::Resolve`] for a
+/// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
+/// thread, [`Error::Auth`] / [`Error::Handshake`] when the seeds refuse the
+/// credentials, [`Error::Cluster`] when no seed gave a usable slot map.
+/// Nothing is left running.
+pub(crate) fn build(
+    seeds: &[String],
+    c: ClusterSettings,
+    common: Common,
+) -> Result<ClusterPubSub, Error> {
+    let config = |what: &str| Err(Error::Config(what.into()));
+    let multiplier = common.subscribe_connections.unwrap_or(1);
+    if c.resubscribe_workers == 0 {
+        return config("resubscribe_workers must be at least 1");
     }
-
-    /// The handler, already shared.
-    pub fn handler_arc(mut self, handler: Arc<dyn Handler>) -> Self {
-        self.handler = Some(handler);
-        self
+    if c.poll_interval.is_zero() || c.degraded_retry.is_zero() {
+        return config("poll_interval and degraded_retry must be above zero");
     }
-
-    /// RESP3 (default) or RESP2.
-    pub fn protocol(mut self, protocol: Protocol) -> Self {
-        self.node.protocol = protocol;
-        self
-    }
-
-    /// Password for `AUTH` (user `default`, or [`ClusterBuilder::username`]).
-    pub fn password(mut self, password: impl AsRef<[u8]>) -> Self {
-        self.node.password = Some(password.as_ref().to_vec());
-        self
-    }
-
-    /// ACL user name for every node connection (needs a password too).
-    pub fn username(mut self, user: impl AsRef<[u8]>) -> Self {
-        self.node.username = Some(user.as_ref().to_vec());
-        self
-    }
-
-    /// Connection name shown by `CLIENT LIST` on every node (default
-    /// `shardsub-sub` for subscribe and `shardsub-pub` for publish
-    /// connections).
-    pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
-        self.node.client_name = Some(name.as_ref().to_vec());
-        self
-    }
-
-    /// The longest a command may wait for its reply on a node connection
-    /// (default 5 s; zero disables; see [`crate::Builder::request_timeout`]).
-    /// A publish that times out fails with [`Error::Timeout`].
-    pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.node.request_timeout = d;
-        self
-    }
-
-    /// Limit for TCP connect plus handshake per node (default 1 s).
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.node.connect_timeout = d;
-        self
-    }
-
-    /// Publish flush delay (default 100 µs; see [`crate::Builder::flush_delay`]).
-    pub fn flush_delay(mut self, d: Duration) -> Self {
-        self.node.flush_delay = d;
-        self
-    }
-
-    /// Reconnect delays (defaults 50 ms, 2 s).
-    pub fn reconnect_backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.node.backoff = (base, max);
-        self
-    }
-
-    /// Checks the settings, starts the workers and the control thread, and
-    /// waits until the first topology has been read and its connections
-    /// opened.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for invalid settings (no seed, no handler, a zero
-    /// count, a partition count out of range), [`Error::Resolve`] for a
-    /// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
-    /// worker or control thread, [`Error::Cluster`] when no seed gave a
-    /// usable slot map. Nothing is left running.
-    pub fn build(self) -> Result<ClusterPubSub, Error> {
-        let config = |what: &str| Err(Error::Config(what.into()));
-        if self.seeds.is_empty() {
-            return config("no seed address given (use ClusterBuilder::seed)");
-        }
-        let Some(handler) = self.handler.clone() else {
-            return config("no handler given (use ClusterBuilder::handler)");
+    let parts = Partitions::new(c.partitions)
+        .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
+    let mut seed_addrs = Vec::with_capacity(seeds.len());
+    for s in seeds {
+        let err = |reason: String| Error::Resolve {
+            addr: s.as_str().into(),
+            reason: reason.into(),
         };
-        if self.multiplier == 0 || self.queue_capacity == 0 || self.batch_size == 0 {
-            return config(
-                "subscribe_multiplier, queue_capacity and batch_size must be at least 1",
-            );
-        }
-        if self.workers == Some(0) || self.resubscribe_workers == 0 {
-            return config("workers and resubscribe_workers must be at least 1");
-        }
-        if self.poll_interval.is_zero() || self.degraded_retry.is_zero() {
-            return config("poll_interval and degraded_retry must be above zero");
-        }
-        let parts = Partitions::new(self.partitions)
-            .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
-        let mut seeds = Vec::with_capacity(self.seeds.len());
-        for s in &self.seeds {
-            let err = |reason: String| Error::Resolve {
-                addr: s.as_str().into(),
-                reason: reason.into(),
-            };
-            let a = s
-                .to_socket_addrs()
-                .map_err(|e| err(e.to_string()))?
-                .next()
-                .ok_or_else(|| err("no address found".into()))?;
-            seeds.push(a);
-        }
-        let workers = self
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        if self.node.username.is_some() && self.node.password.is_none() {
-            return config("a username needs a password");
-        }
-        if self.io_threads.is_some() && self.runtime.is_some() {
-            return config(
-                "io_threads and runtime exclude each other (the runtime sets the threads)",
-            );
-        }
-        let counters = Arc::new(Counters::default());
-        let runtime = Runtime::for_instance(
-            self.runtime.as_ref(),
-            self.io_threads,
-            usize::MAX,
-            &counters,
-        )?;
-        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
-        let cfg = Config {
-            mode: self.mode,
-            multiplier: self.multiplier,
-            batch: self.batch_size,
-            poll_interval: self.poll_interval,
-            split: self.split,
-            resubscribe_workers: self.resubscribe_workers,
-            max_redirects: self.max_redirects,
-            retry_window: self.retry_window,
-            degraded_retry: self.degraded_retry,
-            probe_interval: self.probe_interval,
-            publish_hold: self.publish_hold,
-        };
-        let lanes = Shared::lanes(&cfg, &parts);
-        let seed = crate::cluster::instance_seed();
-        let shared = Arc::new(Shared {
-            config: cfg,
-            parts,
-            front: Front::new(
-                Registry::new(lanes, seed),
-                pool.queues().to_vec(),
-                counters,
-                ActiveWait::new(false, Duration::from_millis(50)),
-                self.active_events,
-            ),
-            cluster: ClusterCounters::default(),
-            routes: RwLock::new(Routes::empty()),
-            lane_conn: RwLock::new(vec![None; lanes]),
-            lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
-            mail: Mailbox::new(lanes),
-            seed_error: Default::default(),
-            closing: AtomicBool::new(false),
-            hold: Hold::new(self.hold_messages, self.hold_bytes),
-            next_seq: AtomicU64::new(0),
-            inflight: InFlight::default(),
-            instance: crate::cluster::instance_seed(),
-        });
-        let empty = SlotMap::new();
-        let control = Control {
-            s: shared.clone(),
-            node: NodeSettings {
-                runtime: Some(runtime),
-                ..self.node.clone()
-            },
-            seeds,
-            command: None,
-            layout: Layout::compute(&empty, &shared.parts),
-            map: empty,
-            publ: Default::default(),
-            groups: Default::default(),
-            by_id: Default::default(),
-            lane_at: vec![None; lanes],
-            node_numbers: Default::default(),
-            classic_node: None,
-            next_id: 0,
-            next_poll: Instant::now() + self.poll_interval,
-            next_rebuild: None,
-            stale_rounds: 0,
-            delayed: Vec::new(),
-            change_at: None,
-            last_restore_check: None,
-            probes: Default::default(),
-            next_probe: Instant::now(),
-            next_token: 0,
-            gates: Default::default(),
-            retiring: Vec::new(),
-            enc: Vec::new(),
-            name: Vec::new(),
-        };
-        let panics = shared.counters.thread_panics.clone();
-        let handle = threads::spawn("shardsub-cluster-control".into(), panics, move || {
-            control.run()
-        })
-        .map_err(|e| {
-            pool.shutdown();
-            Error::runtime("control thread", &e)
-        });
-        let handle = handle?;
-        let ps = ClusterPubSub::new(shared, pool, handle);
-        ps.wait_started(Duration::from_secs(10))?;
-        Ok(ps)
+        let a = s
+            .to_socket_addrs()
+            .map_err(|e| err(e.to_string()))?
+            .next()
+            .ok_or_else(|| err("no address found".into()))?;
+        seed_addrs.push(a);
     }
+    let handler = common
+        .handler
+        .clone()
+        .ok_or_else(|| Error::Config("no handler".into()))?;
+    let workers = common.workers();
+    let counters = Arc::new(Counters::default());
+    let runtime = Runtime::for_instance(
+        common.runtime.as_ref(),
+        common.io_threads,
+        usize::MAX,
+        &counters,
+    )?;
+    let node = NodeSettings {
+        protocol: common.protocol,
+        username: common.username.clone(),
+        password: common.password.clone(),
+        client_name: common.client_name.clone(),
+        request_timeout: common.request_timeout.unwrap_or(Duration::from_secs(5)),
+        connect_timeout: common.connect_timeout.unwrap_or(Duration::from_secs(1)),
+        backoff: common
+            .backoff
+            .unwrap_or((Duration::from_millis(50), Duration::from_secs(2))),
+        flush_delay: common.flush_delay.unwrap_or(Duration::from_micros(100)),
+        runtime: Some(runtime.clone()),
+    };
+    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
+    let cfg = Config {
+        mode: c.mode,
+        multiplier,
+        batch: common.batch_size,
+        poll_interval: c.poll_interval,
+        split: c.split,
+        resubscribe_workers: c.resubscribe_workers,
+        max_redirects: c.max_redirects,
+        retry_window: c.retry_window,
+        degraded_retry: c.degraded_retry,
+        probe_interval: common.probe_interval,
+        publish_hold: c.publish_hold,
+    };
+    let lanes = Shared::lanes(&cfg, &parts);
+    let seed = crate::cluster::instance_seed();
+    let shared = Arc::new(Shared {
+        config: cfg,
+        parts,
+        front: Front::new(
+            Registry::new(lanes, seed),
+            pool.queues().to_vec(),
+            counters,
+            ActiveWait::new(false, Duration::from_millis(50)),
+            common.active_events,
+        ),
+        cluster: ClusterCounters::default(),
+        routes: RwLock::new(Routes::empty()),
+        lane_conn: RwLock::new(vec![None; lanes]),
+        lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
+        mail: Mailbox::new(lanes),
+        seed_error: Default::default(),
+        closing: AtomicBool::new(false),
+        hold: Hold::new(c.hold_messages, c.hold_bytes),
+        next_seq: AtomicU64::new(0),
+        inflight: InFlight::default(),
+        instance: crate::cluster::instance_seed(),
+    });
+    let empty = SlotMap::new();
+    let control = Control {
+        s: shared.clone(),
+        node,
+        seeds: seed_addrs,
+        command: None,
+        layout: Layout::compute(&empty, &shared.parts),
+        map: empty,
+        publ: Default::default(),
+        groups: Default::default(),
+        by_id: Default::default(),
+        lane_at: vec![None; lanes],
+        node_numbers: Default::default(),
+        classic_node: None,
+        next_id: 0,
+        next_poll: Instant::now() + c.poll_interval,
+        next_rebuild: None,
+        stale_rounds: 0,
+        delayed: Vec::new(),
+        change_at: None,
+        last_restore_check: None,
+        probes: Default::default(),
+        next_probe: Instant::now(),
+        next_token: 0,
+        gates: Default::default(),
+        retiring: Vec::new(),
+        enc: Vec::new(),
+        name: Vec::new(),
+    };
+    let panics = shared.counters.thread_panics.clone();
+    let handle = threads::spawn("shardsub-cluster-control".into(), panics, move || {
+        control.run()
+    })
+    .map_err(|e| {
+        pool.shutdown();
+        Error::runtime("control thread", &e)
+    });
+    let handle = handle?;
+    let ps = ClusterPubSub::new(shared, runtime, pool, handle);
+    ps.wait_started(Duration::from_secs(10))?;
+    Ok(ps)
 }

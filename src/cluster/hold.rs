@@ -1,7 +1,7 @@
 //! The publish hold: publishes kept back per slot, in publish order, while
 //! the slot's owner is unreachable (bounded in time by
-//! [`ClusterBuilder::publish_hold`] and in memory by
-//! [`ClusterBuilder::publish_hold_limit`]) or while the slot's route moves
+//! [`PubSubBuilder::publish_hold`] and in memory by
+//! [`PubSubBuilder::publish_hold_limit`]) or while the slot's route moves
 //! (a gate: the old route's publishes are acknowledged first).
 //!
 //! While a slot has an entry here, every publish to it joins the entry
@@ -10,8 +10,8 @@
 //! gate is open and the owner's connection is up, and removes it once
 //! empty.
 //!
-//! [`ClusterBuilder::publish_hold`]: crate::cluster::ClusterBuilder::publish_hold
-//! [`ClusterBuilder::publish_hold_limit`]: crate::cluster::ClusterBuilder::publish_hold_limit
+//! [`PubSubBuilder::publish_hold`]: crate::PubSubBuilder::publish_hold
+//! [`PubSubBuilder::publish_hold_limit`]: crate::PubSubBuilder::publish_hold_limit
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

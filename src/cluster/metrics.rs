@@ -24,7 +24,7 @@ pub struct RebuildCounts {
     pub subscribe_error: u64,
     /// A retry while the layout was incomplete.
     pub retry: u64,
-    /// [`ClusterPubSub::refresh`](crate::cluster::ClusterPubSub::refresh).
+    /// [`PubSub::refresh`](crate::PubSub::refresh).
     pub manual: u64,
 }
 
@@ -73,7 +73,7 @@ pub struct Redirects {
 }
 
 /// The publish hold and route gates
-/// ([`ClusterBuilder::publish_hold`](crate::cluster::ClusterBuilder::publish_hold)).
+/// ([`PubSubBuilder::publish_hold`](crate::PubSubBuilder::publish_hold)).
 #[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Holds {
@@ -94,7 +94,7 @@ pub struct Holds {
     pub bytes: usize,
 }
 
-/// A snapshot of a [`ClusterPubSub`](crate::cluster::ClusterPubSub)'s
+/// A snapshot of a cluster [`PubSub`](crate::PubSub)'s
 /// counters.
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq)]

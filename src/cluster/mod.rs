@@ -1,10 +1,12 @@
 //! Pub/Sub on a Redis or Valkey Cluster: sharded over app-level partitions,
 //! node-grouped, following the cluster as it moves.
 //!
-//! [`ClusterPubSub`] owns one publish connection and one subscribe engine
-//! (one connection per [`ClusterBuilder::subscribe_multiplier`]) per
-//! primary, a control thread, and the same worker pool, [`Handler`] and
-//! [`Event::Gap`] as [`PubSub`](crate::PubSub):
+//! A [`PubSub`](crate::PubSub) placed on a cluster (built with
+//! [`PubSubBuilder::seed`](crate::PubSubBuilder::seed)) owns one publish
+//! connection and one subscribe engine (one connection per
+//! [`PubSubBuilder::subscribe_connections`](crate::PubSubBuilder::subscribe_connections))
+//! per primary, all on its runtime's I/O threads, a control thread, and
+//! the same worker pool, [`Handler`] and [`Event::Gap`] as on servers:
 //!
 //! ```text
 //! publish(ch) ─► partition p ─► "{tag_p}.ch" ─► slot ─► owner's pipelined conn ─► SPUBLISH
@@ -43,25 +45,24 @@
 //!   overtake each other across the switch.
 //! - A publish whose slot owner cannot be reached (a `kill -9`ed primary,
 //!   until its replica is promoted) is held, in order, for up to
-//!   [`ClusterBuilder::publish_hold`] (5 s; bounded in messages and bytes
-//!   by [`ClusterBuilder::publish_hold_limit`]), then sent to the new
+//!   [`PubSubBuilder::publish_hold`](crate::PubSubBuilder::publish_hold) (5 s; bounded in messages and bytes
+//!   by [`PubSubBuilder::publish_hold_limit`](crate::PubSubBuilder::publish_hold_limit)), then sent to the new
 //!   owner; past the hold it fails with [`Error::OwnerUnreachable`], past
 //!   the limit at once with [`Error::HoldFull`]. One whose connection broke
 //!   before its reply is sent again, so it may arrive twice.
 //!
 //! - An idle subscribe connection gets a `PING` every
-//!   [`ClusterBuilder::probe_interval`]; one that does not answer is
+//!   [`PubSubBuilder::probe_interval`](crate::PubSubBuilder::probe_interval); one that does not answer is
 //!   restarted and resubscribed (with gap events).
 //!
-//! What it does not do: the envelope (lag histogram) of
-//! [`PubSub`](crate::PubSub), subscriptions on replicas, patterns; the
-//! service channel (failover detection for publish-only instances) exists
-//! only in [`Mode::Sharded`]. Node engines each
-//! run one I/O thread (a node that joins gets its own engine).
+//! What it does not do: the envelope (lag histogram) of servers,
+//! subscriptions on replicas, patterns; the service channel (failover
+//! detection for publish-only instances) exists only in [`Mode::Sharded`].
+//! A node that joins adds connections to the runtime, not threads.
 //!
 //! ```no_run
-//! use shardsub::cluster::ClusterPubSub;
-//! let ps = ClusterPubSub::builder()
+//! use shardsub::PubSub;
+//! let ps = PubSub::builder()
 //!     .seed("127.0.0.1:7000")
 //!     .handler(|channel: &[u8], payload: &[u8]| {
 //!         println!("{}: {} bytes", String::from_utf8_lossy(channel), payload.len());
@@ -73,7 +74,7 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
-mod builder;
+pub(crate) mod builder;
 mod control;
 mod dispatch;
 mod gate;
@@ -93,7 +94,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub use builder::{ClusterBuilder, Mode, ResubscribeSplit};
+pub use builder::{Mode, ResubscribeSplit};
 pub use metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 
 use crate::error::Error;
@@ -103,11 +104,11 @@ use crate::pubsub::{Event, Handler};
 use crate::workers::Pool;
 use shared::{Shared, Trigger};
 
-/// Subscriptions, publishing and delivery over a Redis or Valkey Cluster.
-/// Share it between threads with an `Arc`; every method takes `&self`.
-/// Dropping it shuts it down.
-pub struct ClusterPubSub {
+/// The cluster placement behind a [`PubSub`](crate::PubSub):
+/// subscriptions, publishing and delivery over a Redis or Valkey Cluster.
+pub(crate) struct ClusterPubSub {
     shared: Arc<Shared>,
+    runtime: crate::Runtime,
     pool: Pool,
     control: Mutex<Option<JoinHandle<()>>>,
     shut: AtomicBool,
@@ -136,14 +137,15 @@ pub(crate) fn instance_seed() -> u64 {
 }
 
 impl ClusterPubSub {
-    /// Settings for a new instance.
-    pub fn builder() -> ClusterBuilder {
-        ClusterBuilder::default()
-    }
-
-    fn new(shared: Arc<Shared>, pool: Pool, control: JoinHandle<()>) -> Self {
+    fn new(
+        shared: Arc<Shared>,
+        runtime: crate::Runtime,
+        pool: Pool,
+        control: JoinHandle<()>,
+    ) -> Self {
         ClusterPubSub {
             shared,
+            runtime,
             pool,
             control: Mutex::new(Some(control)),
             shut: AtomicBool::new(false),
@@ -215,7 +217,7 @@ impl ClusterPubSub {
 
     /// Asks for these channels. Returns at once; the subscribe commands
     /// leave from the control thread, batched per partition. Use
-    /// [`ClusterPubSub::wait_active`] to learn when they are confirmed.
+    /// [`PubSub::wait_active`](crate::PubSub::wait_active) to learn when they are confirmed.
     ///
     /// # Errors
     ///
@@ -288,7 +290,7 @@ impl ClusterPubSub {
         Ok(())
     }
 
-    /// [`ClusterPubSub::publish`] with a callback: `f` gets the number of
+    /// [`PubSub::publish`](crate::PubSub::publish) with a callback: `f` gets the number of
     /// receivers on the owning node, or why the publish failed
     /// ([`Error::Cluster`] past the redirect or retry bounds,
     /// [`Error::OwnerUnreachable`] past the publish hold,
@@ -308,11 +310,11 @@ impl ClusterPubSub {
     }
 
     /// Publishes and waits for the outcome (see
-    /// [`ClusterPubSub::publish_then`]).
+    /// [`PubSub::publish_then`](crate::PubSub::publish_then)).
     ///
     /// # Errors
     ///
-    /// As [`ClusterPubSub::publish_then`], and [`Error::WaitTimeout`].
+    /// As [`PubSub::publish_then`](crate::PubSub::publish_then), and [`Error::WaitTimeout`].
     pub fn publish_wait(
         &self,
         channel: &[u8],
@@ -343,6 +345,11 @@ impl ClusterPubSub {
     /// Asks for a topology rebuild now (counted as manual).
     pub fn refresh(&self) {
         self.shared.request_rebuild(Trigger::Manual);
+    }
+
+    /// The runtime whose I/O threads serve every node connection.
+    pub(crate) fn runtime(&self) -> &crate::Runtime {
+        &self.runtime
     }
 
     /// A snapshot of the counters.

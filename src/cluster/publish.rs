@@ -12,20 +12,20 @@
 //!   write, without changing the route;
 //! - `TRYAGAIN` / `CLUSTERDOWN`: the publish is retried after a backoff.
 //!
-//! Redirects are bounded by [`ClusterBuilder::max_redirects`] and retries
-//! by [`ClusterBuilder::retry_window`]; past either bound the publish fails
+//! Redirects are bounded by [`PubSubBuilder::max_redirects`] and retries
+//! by [`PubSubBuilder::retry_window`]; past either bound the publish fails
 //! with [`Error::Cluster`] (and is counted).
 //!
 //! A publish whose owner cannot be reached (its connection is down or
 //! broke before the reply, or no owner is known) is held
-//! ([`super::hold`]) up to [`ClusterBuilder::publish_hold`], and sent to
+//! ([`super::hold`]) up to [`PubSubBuilder::publish_hold`], and sent to
 //! the slot's owner once one is reachable. A slot whose route moves is
 //! gated until a `PING` on the old route has been answered, so publishes
 //! sent there are acknowledged before any goes to the new owner.
 //!
-//! [`ClusterBuilder::max_redirects`]: crate::cluster::ClusterBuilder::max_redirects
-//! [`ClusterBuilder::retry_window`]: crate::cluster::ClusterBuilder::retry_window
-//! [`ClusterBuilder::publish_hold`]: crate::cluster::ClusterBuilder::publish_hold
+//! [`PubSubBuilder::max_redirects`]: crate::PubSubBuilder::max_redirects
+//! [`PubSubBuilder::retry_window`]: crate::PubSubBuilder::retry_window
+//! [`PubSubBuilder::publish_hold`]: crate::PubSubBuilder::publish_hold
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -38,9 +38,9 @@ pub(crate) fn on_io_thread() -> bool {
 ///
 /// Cloning is cheap (a handle); the threads stop when the last handle and
 /// the last engine on it are gone. Build one and pass it to
-/// [`Builder::runtime`](crate::Builder::runtime),
-/// [`PubSubBuilder::runtime`](crate::PubSubBuilder::runtime) or
-/// [`ClusterBuilder::runtime`](crate::cluster::ClusterBuilder::runtime) to
+/// [`Builder::runtime`](crate::Builder::runtime) or
+/// [`PubSubBuilder::runtime`](crate::PubSubBuilder::runtime) (any
+/// placement) to
 /// run many instances (a simulated fleet, or several embedded clients) on
 /// a fixed number of threads:
 ///

@@ -1,4 +1,8 @@
-//! [`PubSubBuilder`]: settings for a [`PubSub`], checked by `build`.
+//! [`PubSubBuilder`]: the settings of a [`PubSub`], the placement among
+//! them (one server, N client-side shards, or a cluster), checked by
+//! `build`. The cluster placement's own setters live with the cluster code
+//! (`cluster::builder`); every other setter is here, once, for every
+//! placement.
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -6,6 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::cluster::builder::ClusterSettings;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
@@ -18,59 +23,110 @@ use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::routing::{Routing, ShardRouting};
 use crate::pubsub::shared::{Config, ConnSlot, Shared, PROBE_PREFIX};
-use crate::pubsub::{Handler, PubSub};
+use crate::pubsub::{Fixed, Handler, PubSub};
 use crate::threads;
 use crate::workers::Pool;
 
 /// Settings for a [`PubSub`]; start with [`PubSub::builder`].
 ///
-/// Defaults: 2 subscribe connections and 1 publish connection per server,
-/// one worker per core with 4096-message queues, batches of 512 channels,
-/// a 500 µs subscribe delay, a 30 s probe interval, no envelope, no active events, RESP3.
+/// The placement is chosen here: [`PubSubBuilder::address`] (one server,
+/// or N client-side shards when called N times) or
+/// [`PubSubBuilder::seed`] (a Redis/Valkey Cluster, found from its
+/// seeds). Every other setting means the same in every placement, except
+/// the few that say they apply to one placement only; `build` refuses
+/// those in another placement rather than ignore them. Switching a
+/// deployment from shards to a cluster is a change of addresses to seeds.
+///
+/// Defaults, every placement: one worker per core with 4096-message
+/// queues, batches of 512 channels, a 30 s probe interval, no active
+/// events, RESP3, a 5 s request timeout, a 100 µs publish flush delay.
+/// Servers: 2 subscribe connections and 1 publish connection per server,
+/// a 500 µs subscribe delay, no envelope, a 2 s connect timeout, reconnects
+/// from 50 ms up to 5 s. A cluster: 1 subscribe connection per primary, a
+/// 1 s connect timeout, reconnects from 50 ms up to 2 s, and the cluster
+/// settings (see [`PubSubBuilder::partitions`] and the setters after it).
 pub struct PubSubBuilder {
-    addrs: Vec<String>,
-    subscribe_connections: usize,
-    publish_connections: usize,
-    workers: Option<usize>,
-    queue_capacity: usize,
-    batch_size: usize,
-    subscribe_delay: Duration,
-    probe_interval: Duration,
-    envelope: bool,
-    active_events: bool,
-    handler: Option<Arc<dyn Handler>>,
-    protocol: Protocol,
-    password: Option<Vec<u8>>,
-    username: Option<Vec<u8>>,
-    client_name: Option<Vec<u8>>,
-    io_threads: Option<usize>,
-    runtime: Option<Runtime>,
-    connect_timeout: Duration,
-    backoff: (Duration, Duration),
+    pub(crate) servers: Vec<String>,
+    pub(crate) seeds: Vec<String>,
+    pub(crate) common: Common,
+    pub(crate) fixed: FixedSettings,
+    pub(crate) cluster: ClusterSettings,
+    /// Setters called that apply to one placement only (checked by
+    /// `build` against the placement).
+    pub(crate) fixed_only: Vec<&'static str>,
+    pub(crate) cluster_only: Vec<&'static str>,
+}
+
+/// The settings every placement shares (`None`: the placement's default).
+#[derive(Clone)]
+pub(crate) struct Common {
+    pub(crate) handler: Option<Arc<dyn Handler>>,
+    pub(crate) workers: Option<usize>,
+    pub(crate) queue_capacity: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) probe_interval: Duration,
+    pub(crate) active_events: bool,
+    pub(crate) protocol: Protocol,
+    pub(crate) username: Option<Vec<u8>>,
+    pub(crate) password: Option<Vec<u8>>,
+    pub(crate) client_name: Option<Vec<u8>>,
+    pub(crate) io_threads: Option<usize>,
+    pub(crate) runtime: Option<Runtime>,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) backoff: Option<(Duration, Duration)>,
+    pub(crate) flush_delay: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) subscribe_connections: Option<usize>,
+}
+
+impl Common {
+    /// Worker threads: as set, or one per core.
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// The settings only servers (one, or N shards) have.
+#[derive(Clone, Debug)]
+pub(crate) struct FixedSettings {
+    pub(crate) publish_connections: usize,
+    pub(crate) subscribe_delay: Duration,
+    pub(crate) envelope: bool,
 }
 
 impl Default for PubSubBuilder {
     fn default() -> Self {
         PubSubBuilder {
-            addrs: Vec::new(),
-            subscribe_connections: 2,
-            publish_connections: 1,
-            workers: None,
-            queue_capacity: 4096,
-            batch_size: 512,
-            subscribe_delay: Duration::from_micros(500),
-            probe_interval: Duration::from_secs(30),
-            envelope: false,
-            active_events: false,
-            handler: None,
-            protocol: Protocol::Resp3,
-            password: None,
-            username: None,
-            client_name: None,
-            io_threads: None,
-            runtime: None,
-            connect_timeout: Duration::from_secs(2),
-            backoff: (Duration::from_millis(50), Duration::from_secs(5)),
+            servers: Vec::new(),
+            seeds: Vec::new(),
+            common: Common {
+                handler: None,
+                workers: None,
+                queue_capacity: 4096,
+                batch_size: 512,
+                probe_interval: Duration::from_secs(30),
+                active_events: false,
+                protocol: Protocol::Resp3,
+                username: None,
+                password: None,
+                client_name: None,
+                io_threads: None,
+                runtime: None,
+                connect_timeout: None,
+                backoff: None,
+                flush_delay: None,
+                request_timeout: None,
+                subscribe_connections: None,
+            },
+            fixed: FixedSettings {
+                publish_connections: 1,
+                subscribe_delay: Duration::from_micros(500),
+                envelope: false,
+            },
+            cluster: ClusterSettings::default(),
+            fixed_only: Vec::new(),
+            cluster_only: Vec::new(),
         }
     }
 }
@@ -78,10 +134,11 @@ impl Default for PubSubBuilder {
 impl std::fmt::Debug for PubSubBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PubSubBuilder")
-            .field("addrs", &self.addrs)
-            .field("subscribe_connections", &self.subscribe_connections)
-            .field("workers", &self.workers)
-            .field("batch_size", &self.batch_size)
+            .field("servers", &self.servers)
+            .field("seeds", &self.seeds)
+            .field("workers", &self.common.workers)
+            .field("batch_size", &self.common.batch_size)
+            .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
 }
@@ -89,9 +146,9 @@ impl std::fmt::Debug for PubSubBuilder {
 impl PubSubBuilder {
     /// Adds a server (`host:port`). With N servers, a channel lives on
     /// `shard_of(channel, N)`; every publisher and subscriber must list the
-    /// same servers in the same order.
+    /// same servers in the same order. Not with [`PubSubBuilder::seed`].
     pub fn address(mut self, addr: impl Into<String>) -> Self {
-        self.addrs.push(addr.into());
+        self.servers.push(addr.into());
         self
     }
 
@@ -101,27 +158,38 @@ impl PubSubBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.addrs.extend(addrs.into_iter().map(Into::into));
+        self.servers.extend(addrs.into_iter().map(Into::into));
         self
     }
 
-    /// Subscribe connections per server (default 2); a channel's
-    /// connection is chosen by a hash of its name.
+    pub(crate) fn fixed_only(mut self, name: &'static str) -> Self {
+        self.fixed_only.push(name);
+        self
+    }
+
+    pub(crate) fn cluster_only(mut self, name: &'static str) -> Self {
+        self.cluster_only.push(name);
+        self
+    }
+
+    /// Subscribe connections per server, or per cluster primary (defaults
+    /// 2 and 1). Servers: a channel's connection is chosen by a hash of its
+    /// name. Cluster: partition `p` uses connection `p % n`.
     pub fn subscribe_connections(mut self, n: usize) -> Self {
-        self.subscribe_connections = n;
+        self.common.subscribe_connections = Some(n);
         self
     }
 
-    /// Pipelined publish connections per server (default 1).
+    /// Pipelined publish connections per server (default 1). Servers only.
     pub fn publish_connections(mut self, n: usize) -> Self {
-        self.publish_connections = n;
-        self
+        self.fixed.publish_connections = n;
+        self.fixed_only("publish_connections")
     }
 
     /// Worker threads running the handler (default: available
     /// parallelism).
     pub fn workers(mut self, n: usize) -> Self {
-        self.workers = Some(n);
+        self.common.workers = Some(n);
         self
     }
 
@@ -130,88 +198,95 @@ impl PubSubBuilder {
     /// does not count, so up to twice this many can be in a worker's hands.
     /// Each queue starts with min(capacity, 512) pre-sized 512-byte buffers.
     pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
+        self.common.queue_capacity = n;
         self
     }
 
-    /// Most channels per `SUBSCRIBE`/`UNSUBSCRIBE` (default 512).
+    /// Most channels per subscribe or unsubscribe command (default 512).
     pub fn batch_size(mut self, n: usize) -> Self {
-        self.batch_size = n;
+        self.common.batch_size = n;
         self
     }
 
     /// How long subscribe and unsubscribe calls may wait for others so they
-    /// share commands (default 500 µs; zero sends at once).
+    /// share commands (default 500 µs; zero sends at once). Servers only.
     pub fn subscribe_delay(mut self, d: Duration) -> Self {
-        self.subscribe_delay = d;
-        self
+        self.fixed.subscribe_delay = d;
+        self.fixed_only("subscribe_delay")
     }
 
     /// How long a subscribe connection may stay silent before it probes
     /// itself, and how long the probe may take before the connection is
-    /// restarted (default 30 s; zero turns the probe off).
+    /// restarted with a gap for its channels (default 30 s; zero turns the
+    /// probe off): a black-holed connection does not lose messages
+    /// silently.
     pub fn probe_interval(mut self, d: Duration) -> Self {
-        self.probe_interval = d;
+        self.common.probe_interval = d;
         self
     }
 
     /// Prefix each published payload with a 12-byte header carrying the
     /// publish time, strip it on receipt, and keep a lag histogram
-    /// (default off). Publishers and subscribers must agree.
+    /// (default off). Publishers and subscribers must agree. Servers only.
     pub fn envelope(mut self, on: bool) -> Self {
-        self.envelope = on;
-        self
+        self.fixed.envelope = on;
+        self.fixed_only("envelope")
     }
 
     /// Send [`Event::Active`](crate::pubsub::Event::Active) to the handler
-    /// for every confirmed channel (default off).
+    /// for every confirmed channel: after its first subscribe, and after
+    /// every resubscribe that followed a gap (default off).
     pub fn active_events(mut self, on: bool) -> Self {
-        self.active_events = on;
+        self.common.active_events = on;
         self
     }
 
     /// The handler (required).
     pub fn handler(mut self, handler: impl Handler) -> Self {
-        self.handler = Some(Arc::new(handler));
+        self.common.handler = Some(Arc::new(handler));
         self
     }
 
     /// The handler, already shared.
     pub fn handler_arc(mut self, handler: Arc<dyn Handler>) -> Self {
-        self.handler = Some(handler);
+        self.common.handler = Some(handler);
         self
     }
 
     /// RESP3 (default) or RESP2.
     pub fn protocol(mut self, protocol: Protocol) -> Self {
-        self.protocol = protocol;
+        self.common.protocol = protocol;
         self
     }
 
     /// Password for `AUTH` (user `default` unless [`PubSubBuilder::username`]
     /// is set).
     pub fn password(mut self, password: impl AsRef<[u8]>) -> Self {
-        self.password = Some(password.as_ref().to_vec());
+        self.common.password = Some(password.as_ref().to_vec());
         self
     }
 
     /// ACL user name (needs a password too).
     pub fn username(mut self, user: impl AsRef<[u8]>) -> Self {
-        self.username = Some(user.as_ref().to_vec());
+        self.common.username = Some(user.as_ref().to_vec());
         self
     }
 
-    /// Connection name shown by `CLIENT LIST` (both engines).
+    /// Connection name shown by `CLIENT LIST`, on every connection
+    /// (default: none on servers; `shardsub-sub` and `shardsub-pub` on a
+    /// cluster's nodes).
     pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
-        self.client_name = Some(name.as_ref().to_vec());
+        self.common.client_name = Some(name.as_ref().to_vec());
         self
     }
 
-    /// I/O threads of the instance's own runtime, shared by its publish and
-    /// subscribe connections (default: available parallelism, at most one
-    /// per connection). Not with [`PubSubBuilder::runtime`].
+    /// I/O threads of the instance's own runtime, shared by all of its
+    /// connections, publish and subscribe, on every server or node
+    /// (default: available parallelism; on servers at most one per
+    /// connection). Nodes joining or leaving add or remove connections,
+    /// never threads. Not with [`PubSubBuilder::runtime`].
     pub fn io_threads(mut self, n: usize) -> Self {
-        self.io_threads = Some(n);
+        self.common.io_threads = Some(n);
         self
     }
 
@@ -220,173 +295,247 @@ impl PubSubBuilder {
     /// instead of on a runtime of its own. Not with
     /// [`PubSubBuilder::io_threads`].
     pub fn runtime(mut self, runtime: &Runtime) -> Self {
-        self.runtime = Some(runtime.clone());
+        self.common.runtime = Some(runtime.clone());
         self
     }
 
-    /// Limit for TCP connect plus handshake (default 2 s).
+    /// Limit for TCP connect plus handshake (defaults: 2 s on servers, 1 s
+    /// per cluster node).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
+        self.common.connect_timeout = Some(d);
         self
     }
 
-    /// Reconnect delays, `base · 2^attempt` up to `max` (defaults 50 ms,
-    /// 5 s).
+    /// Reconnect delays, `base · 2^attempt` up to `max` (defaults 50 ms and
+    /// 5 s on servers, 50 ms and 2 s on a cluster).
     pub fn reconnect_backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.backoff = (base, max);
+        self.common.backoff = Some((base, max));
         self
     }
 
-    fn engine(&self, runtime: &Runtime, role: Role, per_server: usize) -> crate::engine::Builder {
-        let mut b = Engine::builder()
-            .runtime(runtime)
-            .addresses(self.addrs.iter().cloned())
-            .role(role)
-            .connections_per_server(per_server)
-            .protocol(self.protocol)
-            .connect_timeout(self.connect_timeout)
-            .reconnect_backoff(self.backoff.0, self.backoff.1);
-        if let Some(p) = &self.password {
-            b = b.password(p);
-        }
-        if let Some(u) = &self.username {
-            b = b.username(u);
-        }
-        if let Some(n) = &self.client_name {
-            b = b.client_name(n);
-        }
-        b
+    /// Publish flush delay (default 100 µs; see
+    /// [`crate::Builder::flush_delay`]).
+    pub fn flush_delay(mut self, d: Duration) -> Self {
+        self.common.flush_delay = Some(d);
+        self
     }
 
-    /// Checks the settings, starts the workers, connects both engines and
-    /// starts the control thread.
+    /// The longest a command may wait for its reply (default 5 s; zero
+    /// disables; see [`crate::Builder::request_timeout`]). A publish that
+    /// times out fails with [`Error::Timeout`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.common.request_timeout = Some(d);
+        self
+    }
+
+    /// Checks the settings and starts the instance in the placement chosen:
+    /// workers, connections, the control thread.
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for invalid settings (no server, no handler, a
-    /// zero count), [`Error::Runtime`] when the OS refuses a worker or
-    /// control thread; otherwise what [`crate::Builder::build`] returns for
-    /// either engine. Nothing is left running.
+    /// [`Error::Config`] for invalid settings (no placement or two, no
+    /// handler, a zero count, a setting of another placement),
+    /// [`Error::Resolve`] for an address that does not resolve,
+    /// [`Error::Runtime`] when the OS refuses a thread; otherwise what
+    /// starting the placement returns (connection and handshake errors;
+    /// on a cluster also [`Error::Cluster`] when no seed gave a usable slot
+    /// map). Nothing is left running.
     pub fn build(self) -> Result<PubSub, Error> {
-        let config = |what: &str| Err(Error::Config(what.into()));
-        if self.addrs.is_empty() {
-            return config("no server address given (use PubSubBuilder::address)");
+        let config = |what: String| Err(Error::Config(what.into()));
+        let c = &self.common;
+        if c.handler.is_none() {
+            return config("no handler given (use PubSubBuilder::handler)".into());
         }
-        let Some(handler) = self.handler.clone() else {
-            return config("no handler given (use PubSubBuilder::handler)");
-        };
-        if self.subscribe_connections == 0 || self.publish_connections == 0 {
-            return config("subscribe_connections and publish_connections must be at least 1");
+        if c.queue_capacity == 0 || c.batch_size == 0 || c.workers == Some(0) {
+            return config("workers, queue_capacity and batch_size must be at least 1".into());
         }
-        if self.queue_capacity == 0 || self.batch_size == 0 || self.workers == Some(0) {
-            return config("workers, queue_capacity and batch_size must be at least 1");
+        if c.subscribe_connections == Some(0) {
+            return config("subscribe_connections must be at least 1".into());
         }
-        let workers = self
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let servers = self.addrs.len();
-        let per_server = self.subscribe_connections;
-        let counters = Arc::new(Counters::default());
-        let conns = self.addrs.len() * (self.subscribe_connections + self.publish_connections);
-        let runtime =
-            Runtime::for_instance(self.runtime.as_ref(), self.io_threads, conns, &counters)?;
-        let pool = Pool::start(workers, self.queue_capacity, handler, counters.clone())?;
-        let seed = instance_seed();
-        let routing = ShardRouting {
+        if c.username.is_some() && c.password.is_none() {
+            return config("a username needs a password".into());
+        }
+        match (self.servers.is_empty(), self.seeds.is_empty()) {
+            (true, true) => config(
+                "no placement given (use PubSubBuilder::address for servers, \
+                 PubSubBuilder::seed for a cluster)"
+                    .into(),
+            ),
+            (false, false) => {
+                config("both server addresses and cluster seeds given; choose one placement".into())
+            }
+            (false, true) => {
+                if let Some(name) = self.cluster_only.first() {
+                    return config(format!("{name} applies to a cluster (seeds) only"));
+                }
+                build_fixed(&self.servers, &self.fixed, &self.common).map(PubSub::fixed)
+            }
+            (true, false) => {
+                if let Some(name) = self.fixed_only.first() {
+                    return config(format!("{name} applies to servers (addresses) only"));
+                }
+                crate::cluster::builder::build(&self.seeds, self.cluster, self.common)
+                    .map(PubSub::cluster)
+            }
+        }
+    }
+}
+
+/// An engine builder for `addrs` with the shared settings.
+fn engine(
+    common: &Common,
+    addrs: &[String],
+    runtime: &Runtime,
+    role: Role,
+    per_server: usize,
+) -> crate::engine::Builder {
+    let backoff = common
+        .backoff
+        .unwrap_or((Duration::from_millis(50), Duration::from_secs(5)));
+    let mut b = Engine::builder()
+        .runtime(runtime)
+        .addresses(addrs.iter().cloned())
+        .role(role)
+        .connections_per_server(per_server)
+        .protocol(common.protocol)
+        .connect_timeout(common.connect_timeout.unwrap_or(Duration::from_secs(2)))
+        .reconnect_backoff(backoff.0, backoff.1);
+    if let Some(p) = &common.password {
+        b = b.password(p);
+    }
+    if let Some(u) = &common.username {
+        b = b.username(u);
+    }
+    if let Some(n) = &common.client_name {
+        b = b.client_name(n);
+    }
+    if let Some(d) = common.flush_delay {
+        b = b.flush_delay(d);
+    }
+    if let Some(d) = common.request_timeout {
+        b = b.request_timeout(d);
+    }
+    b
+}
+
+/// Starts one server or N shards: workers, both engines, the control
+/// thread.
+fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<Fixed, Error> {
+    if f.publish_connections == 0 {
+        return Err(Error::Config(
+            "publish_connections must be at least 1".into(),
+        ));
+    }
+    let Some(handler) = common.handler.clone() else {
+        return Err(Error::Config("no handler".into()));
+    };
+    let workers = common.workers();
+    let per_server = common.subscribe_connections.unwrap_or(2);
+    let servers = addrs.len();
+    let counters = Arc::new(Counters::default());
+    let conns = addrs.len() * (per_server + f.publish_connections);
+    let runtime =
+        Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
+    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
+    let seed = instance_seed();
+    let routing = ShardRouting {
+        servers,
+        per_server,
+    };
+    let lanes = routing.lanes();
+    let conns = (0..servers * per_server)
+        .map(|c| {
+            let (server, index) = (c / per_server, c % per_server);
+            let mut name = PROBE_PREFIX.to_vec();
+            name.extend_from_slice(format!("{seed:016x}:{server}:{index}").as_bytes());
+            ConnSlot {
+                server,
+                index,
+                probe_channel: name.into(),
+                ready: AtomicBool::new(false),
+                rx: AtomicU64::new(0),
+                received: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                unenveloped: AtomicU64::new(0),
+                connects: AtomicU64::new(0),
+            }
+        })
+        .collect();
+    let shared = Arc::new(Shared {
+        config: Config {
             servers,
             per_server,
-        };
-        let lanes = routing.lanes();
-        let conns = (0..servers * per_server)
-            .map(|c| {
-                let (server, index) = (c / per_server, c % per_server);
-                let mut name = PROBE_PREFIX.to_vec();
-                name.extend_from_slice(format!("{seed:016x}:{server}:{index}").as_bytes());
-                ConnSlot {
-                    server,
-                    index,
-                    probe_channel: name.into(),
-                    ready: AtomicBool::new(false),
-                    rx: AtomicU64::new(0),
-                    received: AtomicU64::new(0),
-                    dropped: AtomicU64::new(0),
-                    unenveloped: AtomicU64::new(0),
-                    connects: AtomicU64::new(0),
-                }
-            })
-            .collect();
-        let shared = Arc::new(Shared {
-            config: Config {
-                servers,
-                per_server,
-                batch: self.batch_size,
-                coalesce: self.subscribe_delay,
-                probe_interval: self.probe_interval,
-                envelope: self.envelope,
-            },
-            front: Front::new(
-                Registry::new(lanes, seed),
-                pool.queues().to_vec(),
-                counters,
-                ActiveWait::new(true, Duration::from_millis(100)),
-                self.active_events,
-            ),
-            routing: Box::new(routing),
-            conns,
-            mail: Mailbox::new(lanes),
-        });
-        let observer = Arc::new(Dispatcher {
-            shared: shared.clone(),
-        });
-        // Resubscribing 1M channels stages ~30 MB of SUBSCRIBE commands at
-        // once; let it through instead of applying publish backpressure.
-        let sub = match self
-            .engine(&runtime, Role::Subscribe, per_server)
-            .max_buffered_bytes(64 << 20)
-            .observer(observer)
-            .build()
-        {
-            Ok(e) => Arc::new(e),
-            Err(e) => {
-                pool.shutdown();
-                return Err(e);
-            }
-        };
-        let publ = match self
-            .engine(&runtime, Role::Command, self.publish_connections)
-            .build()
-        {
-            Ok(e) => Arc::new(e),
-            Err(e) => {
-                sub.shutdown();
-                pool.shutdown();
-                return Err(e);
-            }
-        };
-        let control = Control::new(shared.clone(), sub.clone(), publ.clone());
-        let handle = threads::spawn(
-            "shardsub-pubsub-control".into(),
-            shared.counters.thread_panics.clone(),
-            move || control.run(),
-        );
-        let handle = match handle {
-            Ok(h) => h,
-            Err(e) => {
-                sub.shutdown();
-                publ.shutdown();
-                pool.shutdown();
-                return Err(Error::runtime("control thread", &e));
-            }
-        };
-        Ok(PubSub {
-            shared,
-            sub,
-            publ,
-            pool,
-            control: Mutex::new(Some(handle)),
-            shut: AtomicBool::new(false),
-        })
-    }
+            batch: common.batch_size,
+            coalesce: f.subscribe_delay,
+            probe_interval: common.probe_interval,
+            envelope: f.envelope,
+        },
+        front: Front::new(
+            Registry::new(lanes, seed),
+            pool.queues().to_vec(),
+            counters,
+            ActiveWait::new(true, Duration::from_millis(100)),
+            common.active_events,
+        ),
+        routing: Box::new(routing),
+        conns,
+        mail: Mailbox::new(lanes),
+    });
+    let observer = Arc::new(Dispatcher {
+        shared: shared.clone(),
+    });
+    // Resubscribing 1M channels stages ~30 MB of SUBSCRIBE commands at
+    // once; let it through instead of applying publish backpressure.
+    let sub = match engine(common, addrs, &runtime, Role::Subscribe, per_server)
+        .max_buffered_bytes(64 << 20)
+        .observer(observer)
+        .build()
+    {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            pool.shutdown();
+            return Err(e);
+        }
+    };
+    let publ = match engine(
+        common,
+        addrs,
+        &runtime,
+        Role::Command,
+        f.publish_connections,
+    )
+    .build()
+    {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            sub.shutdown();
+            pool.shutdown();
+            return Err(e);
+        }
+    };
+    let control = Control::new(shared.clone(), sub.clone(), publ.clone());
+    let handle = threads::spawn(
+        "shardsub-pubsub-control".into(),
+        shared.counters.thread_panics.clone(),
+        move || control.run(),
+    );
+    let handle = match handle {
+        Ok(h) => h,
+        Err(e) => {
+            sub.shutdown();
+            publ.shutdown();
+            pool.shutdown();
+            return Err(Error::runtime("control thread", &e));
+        }
+    };
+    Ok(Fixed {
+        shared,
+        sub,
+        publ,
+        pool,
+        control: Mutex::new(Some(handle)),
+        shut: AtomicBool::new(false),
+    })
 }
 
 /// A seed that differs between instances (probe channel names, hash seeds).
@@ -400,4 +549,35 @@ fn instance_seed() -> u64 {
     k ^= k >> 33;
     k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
     k ^ (k >> 33)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(b: PubSubBuilder) -> String {
+        match b.handler(|_: &[u8], _: &[u8]| {}).build() {
+            Err(Error::Config(what)) => what.to_string(),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_placement_is_one_and_its_settings_belong_to_it() {
+        assert!(refused(PubSub::builder()).starts_with("no placement given"));
+        let both = PubSub::builder().address("127.0.0.1:1").seed("127.0.0.1:2");
+        assert!(refused(both).starts_with("both server addresses and cluster seeds"));
+        let b = PubSub::builder().address("127.0.0.1:1").partitions(64);
+        assert_eq!(refused(b), "partitions applies to a cluster (seeds) only");
+        let b = PubSub::builder().seed("127.0.0.1:1").envelope(true);
+        assert_eq!(refused(b), "envelope applies to servers (addresses) only");
+        let b = PubSub::builder().seed("127.0.0.1:1").username("app");
+        assert_eq!(refused(b), "a username needs a password");
+        let b = PubSub::builder()
+            .address("127.0.0.1:1")
+            .subscribe_connections(0);
+        assert_eq!(refused(b), "subscribe_connections must be at least 1");
+        let b = PubSub::builder().address("127.0.0.1:1");
+        assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("no handler")));
+    }
 }

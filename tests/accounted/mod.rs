@@ -153,8 +153,8 @@ pub fn via_pubsub(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
     })
 }
 
-/// Acknowledged publishing with [`shardsub::cluster::ClusterPubSub::publish_then`].
-pub fn via_cluster(ps: Arc<shardsub::cluster::ClusterPubSub>) -> Arc<PublishFn> {
+/// Acknowledged publishing with [`shardsub::PubSub::publish_then`].
+pub fn via_cluster(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
     Arc::new(move |ledger, stamp, channel, payload| {
         let l = ledger.clone();
         ps.publish_then(channel, payload, move |r| record(&l, stamp, &r, true));

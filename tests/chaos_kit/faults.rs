@@ -139,6 +139,7 @@ fn partition_slots(rig: &Rig, ranges: &[SlotRange]) -> Vec<u16> {
     let mut slots: Vec<u16> = rig.subs[0]
         .ps
         .partitions()
+        .expect("a cluster")
         .slots()
         .iter()
         .copied()

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardsub::cluster::ClusterPubSub;
+use shardsub::PubSub;
 use testkit::accounting::{Ledger, Stamp};
 use testkit::{Cluster, Error, FaultProxy, ServerKind};
 
@@ -21,7 +21,7 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A subscriber instance and its handler.
 pub struct Sub {
-    pub ps: Arc<ClusterPubSub>,
+    pub ps: Arc<PubSub>,
     pub handler: Arc<Accounted>,
 }
 
@@ -32,7 +32,7 @@ pub struct Rig {
     pub proxies: BTreeMap<usize, FaultProxy>,
     pub ledger: Arc<Ledger>,
     pub subs: Vec<Sub>,
-    pub publisher: Arc<ClusterPubSub>,
+    pub publisher: Arc<PubSub>,
     /// (ledger time, error kind) of every failed publish.
     pub failures: Arc<Mutex<Vec<(Duration, String)>>>,
     /// Masters added by faults and not removed yet.
@@ -191,7 +191,7 @@ impl Rig {
     pub fn probe_restarts(&self) -> Vec<u64> {
         self.subs
             .iter()
-            .map(|s| s.ps.metrics().pubsub.probe_restarts)
+            .map(|s| s.ps.cluster_metrics().unwrap().pubsub.probe_restarts)
             .collect()
     }
 
@@ -215,10 +215,16 @@ impl Rig {
     pub fn metrics(&self) -> String {
         self.subs
             .iter()
-            .map(|s| format!("{}: {:?}", s.handler.tap.name(), s.ps.metrics()))
+            .map(|s| {
+                format!(
+                    "{}: {:?}",
+                    s.handler.tap.name(),
+                    s.ps.cluster_metrics().unwrap()
+                )
+            })
             .chain(std::iter::once(format!(
                 "publisher: {:?}",
-                self.publisher.metrics()
+                self.publisher.cluster_metrics().unwrap()
             )))
             .collect::<Vec<_>>()
             .join("\n")
@@ -255,8 +261,8 @@ fn announce(
 
 /// The builder every instance of the rig uses: seeds are the proxies,
 /// probes and timeouts short enough that a black hole shows in seconds.
-fn builder(proxies: &BTreeMap<usize, FaultProxy>) -> shardsub::cluster::ClusterBuilder {
-    ClusterPubSub::builder()
+fn builder(proxies: &BTreeMap<usize, FaultProxy>) -> shardsub::PubSubBuilder {
+    PubSub::builder()
         .seeds(proxies.values().map(|p| p.addr().to_string()))
         .probe_interval(PROBE_INTERVAL)
         .connect_timeout(Duration::from_millis(500))

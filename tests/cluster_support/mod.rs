@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use shardsub::cluster::ClusterPubSub;
 use shardsub::Handler;
+use shardsub::PubSub;
 use testkit::Cluster;
 
 pub fn channels(n: usize, prefix: &str) -> Vec<Vec<u8>> {
@@ -17,8 +17,8 @@ pub fn channels(n: usize, prefix: &str) -> Vec<Vec<u8>> {
 
 /// The builder every cluster test starts from: `cluster`'s seeds, 2
 /// workers with deep queues, `handler`.
-pub fn builder(cluster: &Cluster, handler: Arc<dyn Handler>) -> shardsub::cluster::ClusterBuilder {
-    ClusterPubSub::builder()
+pub fn builder(cluster: &Cluster, handler: Arc<dyn Handler>) -> shardsub::PubSubBuilder {
+    PubSub::builder()
         .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
         .handler_arc(handler)
         .workers(2)
@@ -27,8 +27,8 @@ pub fn builder(cluster: &Cluster, handler: Arc<dyn Handler>) -> shardsub::cluste
         .queue_capacity(1 << 16)
 }
 
-/// A node-grouped `ClusterPubSub` on `cluster` with 2 workers.
-pub fn engine_with(cluster: &Cluster, handler: Arc<dyn Handler>) -> ClusterPubSub {
+/// A node-grouped `PubSub` on `cluster` with 2 workers.
+pub fn engine_with(cluster: &Cluster, handler: Arc<dyn Handler>) -> PubSub {
     builder(cluster, handler).build().expect("cluster pubsub")
 }
 

@@ -28,7 +28,7 @@ const DEFAULTS: [&str; 18] = [
 
 const ABOUT: &str = "\
 xtask: the fleet demo (examples/fanout) starts a local Valkey cluster (3 masters,
-       1 replica each) and 4 subscriber engines, each its own ClusterPubSub as on
+       1 replica each) and 4 subscriber engines, each its own PubSub as on
        a separate app node, over 20,000 channels in 128 partitions. A publisher
        sends 256-byte messages to random channels at 50,000/s for 8 s, with a
        timestamp envelope so the subscribers measure lag; every second it prints

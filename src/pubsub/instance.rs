@@ -1,0 +1,252 @@
+//! [`PubSub`]: the one public type, whatever the placement.
+
+use std::time::Duration;
+
+use crate::cluster::{ClusterMetrics, ClusterPubSub};
+use crate::engine::{Engine, PublishOptions, Runtime};
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::pubsub::{Fixed, PubSubBuilder};
+
+/// Subscriptions, publishing and delivery on one server, N client-side
+/// shards or a Redis/Valkey Cluster (the placement, chosen by
+/// [`PubSub::builder`]), with the same handler, events, metrics and
+/// errors in each. Share it between threads with an `Arc`; every method
+/// takes `&self`. Dropping it shuts it down.
+pub struct PubSub {
+    placed: Placed,
+}
+
+enum Placed {
+    Fixed(Fixed),
+    Cluster(ClusterPubSub),
+}
+
+impl std::fmt::Debug for PubSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.placed {
+            Placed::Fixed(p) => p.fmt(f),
+            Placed::Cluster(p) => p.fmt(f),
+        }
+    }
+}
+
+/// Calls `$call` on whichever placement `$self` has.
+macro_rules! on_placement {
+    ($self:ident, $p:ident => $call:expr) => {
+        match &$self.placed {
+            Placed::Fixed($p) => $call,
+            Placed::Cluster($p) => $call,
+        }
+    };
+}
+
+impl PubSub {
+    /// Settings for a new instance; the placement is one of them.
+    pub fn builder() -> PubSubBuilder {
+        PubSubBuilder::default()
+    }
+
+    pub(crate) fn fixed(p: Fixed) -> Self {
+        PubSub {
+            placed: Placed::Fixed(p),
+        }
+    }
+
+    pub(crate) fn cluster(p: ClusterPubSub) -> Self {
+        PubSub {
+            placed: Placed::Cluster(p),
+        }
+    }
+
+    /// Asks for these channels. Returns at once; the subscribe commands
+    /// leave from the control thread, batched with other calls (by
+    /// partition on a cluster). Use [`PubSub::wait_active`] to learn when
+    /// they are confirmed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn subscribe<I>(&self, channels: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        on_placement!(self, p => p.subscribe(channels))
+    }
+
+    /// Gives these channels up. Returns at once, like
+    /// [`PubSub::subscribe`]; messages already received may still reach the
+    /// handler.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn unsubscribe<I>(&self, channels: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        on_placement!(self, p => p.unsubscribe(channels))
+    }
+
+    /// Whether the server has confirmed the channel's subscription on a
+    /// connection that is still up.
+    pub fn is_active(&self, channel: &[u8]) -> bool {
+        on_placement!(self, p => p.is_active(channel))
+    }
+
+    /// Blocks until every channel in `channels` is active (confirmed), or
+    /// `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitTimeout`] when some channel is still not active at the
+    /// deadline (for example one that was never subscribed),
+    /// [`Error::SubscribeRefused`] for a channel the server refused
+    /// (naming it and the server's reason), [`Error::Shutdown`] after
+    /// shutdown.
+    pub fn wait_active<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        on_placement!(self, p => p.wait_active(channels, timeout))
+    }
+
+    /// Publishes `payload` to `channel`, fire-and-forget: on its shard's
+    /// server, or with `SPUBLISH` to its slot's owner on a cluster
+    /// (following redirects in the background). Allocates nothing in
+    /// steady state.
+    ///
+    /// # Errors
+    ///
+    /// Servers: [`Error::NotConnected`] while the channel's server is
+    /// reconnecting. Both: [`Error::Shutdown`] after shutdown. On a
+    /// cluster, a publish that fails later is counted in
+    /// [`ClusterMetrics::publish_failed`].
+    pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+        on_placement!(self, p => p.publish(channel, payload))
+    }
+
+    /// Publishes and runs `f` with the outcome (the number of receivers,
+    /// or why it failed), on an I/O thread or at once on this one. Keep `f`
+    /// short; never block in it.
+    pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
+    where
+        F: FnOnce(Result<i64, Error>) + Send + 'static,
+    {
+        on_placement!(self, p => p.publish_then(channel, payload, f))
+    }
+
+    /// Publishes and waits for the outcome: the number of receivers (on a
+    /// cluster, those on the slot's owner).
+    ///
+    /// # Errors
+    ///
+    /// The publish's failure ([`Error::Reply`], [`Error::Timeout`],
+    /// [`Error::NotConnected`], [`Error::Cluster`], …), or
+    /// [`Error::WaitTimeout`] when `timeout` passed first.
+    pub fn publish_wait(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<i64, Error> {
+        on_placement!(self, p => p.publish_wait(channel, payload, timeout))
+    }
+
+    /// The channel's name on the wire: itself on servers and in classic
+    /// cluster mode, `{tag}.channel` with its partition's tag in the
+    /// sharded cluster modes.
+    pub fn server_channel(&self, channel: &[u8]) -> Vec<u8> {
+        match &self.placed {
+            Placed::Fixed(_) => channel.to_vec(),
+            Placed::Cluster(p) => p.server_channel(channel),
+        }
+    }
+
+    /// The app-level partitions (a cluster placement only).
+    pub fn partitions(&self) -> Option<&shardcore::Partitions> {
+        match &self.placed {
+            Placed::Fixed(_) => None,
+            Placed::Cluster(p) => Some(p.partitions()),
+        }
+    }
+
+    /// Index of the server (builder order) that owns `channel` (servers
+    /// only; a cluster's owner is a slot's, and moves).
+    pub fn server_of(&self, channel: &[u8]) -> Option<usize> {
+        match &self.placed {
+            Placed::Fixed(p) => Some(p.server_of(channel)),
+            Placed::Cluster(_) => None,
+        }
+    }
+
+    /// The publish engine of servers, for other commands
+    /// (`command_pending`, …); `None` on a cluster.
+    pub fn publisher(&self) -> Option<&Engine> {
+        match &self.placed {
+            Placed::Fixed(p) => Some(p.publisher()),
+            Placed::Cluster(_) => None,
+        }
+    }
+
+    /// Rereads a cluster's topology now (nothing on servers, which do not
+    /// move).
+    pub fn refresh(&self) {
+        if let Placed::Cluster(p) = &self.placed {
+            p.refresh();
+        }
+    }
+
+    /// A snapshot of the counters, queue depths and (with the envelope)
+    /// lag quantiles.
+    pub fn metrics(&self) -> Metrics {
+        match &self.placed {
+            Placed::Fixed(p) => p.metrics(),
+            Placed::Cluster(p) => p.metrics().pubsub,
+        }
+    }
+
+    /// A cluster's counters: these metrics and the topology's, redirects,
+    /// holds, nodes and connections (a cluster placement only).
+    pub fn cluster_metrics(&self) -> Option<ClusterMetrics> {
+        match &self.placed {
+            Placed::Fixed(_) => None,
+            Placed::Cluster(p) => Some(p.metrics()),
+        }
+    }
+
+    /// The runtime whose I/O threads serve this instance (pass it to other
+    /// builders to share them).
+    pub fn runtime(&self) -> Runtime {
+        match &self.placed {
+            Placed::Fixed(p) => p.publisher().runtime().clone(),
+            Placed::Cluster(p) => p.runtime().clone(),
+        }
+    }
+
+    /// The subscribe engine of servers (for the tests of panic reporting).
+    #[cfg(test)]
+    pub(crate) fn subscribe_engine(&self) -> &Engine {
+        match &self.placed {
+            Placed::Fixed(p) => p.subscribe_engine(),
+            Placed::Cluster(_) => panic!("no subscribe engine on a cluster"),
+        }
+    }
+
+    /// Stops: the control thread, every connection, then the workers
+    /// (messages still queued are counted as dropped at shutdown).
+    /// Idempotent; also run on drop.
+    pub fn shutdown(&self) {
+        on_placement!(self, p => p.shutdown())
+    }
+}
+
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<PubSub>();
+    let _ = PublishOptions::classic;
+}
