@@ -6,7 +6,38 @@
 //! [`resp`], hashing and partitions in [`shardcore`]; the connection
 //! protocol itself is the sans-IO state machine in [`conn`].
 //!
-//! # Data flow
+//! # Pub/Sub: one type, three placements
+//!
+//! [`PubSub`] is the type applications use. Its builder chooses the
+//! placement: one server, N client-side shards
+//! ([`PubSubBuilder::address`]), or a Redis/Valkey Cluster
+//! ([`PubSubBuilder::seed`]); everything else (handler, events, metrics,
+//! errors, options) is the same in each.
+//!
+//! ```text
+//!  subscribe / unsubscribe / wait_active        publish
+//!          │                                       │
+//!          ▼                                       ▼
+//!  front (pubsub::front): registry of wanted    placement: channel → lane → node
+//!  channels per lane, worker queues,            (shard_of for servers; partition
+//!  refusals, active waits ── one for all        → slot → owner for a cluster) and
+//!          │ dirty lanes                        the name on the wire
+//!          ▼                                       │
+//!  control (per placement today: servers'       │
+//!  control thread, or the cluster's topology    │
+//!  tracker: rewire, resubscribe by partition,   │
+//!  gap events, probes)                          │
+//!          │ subscribe commands                    │ SPUBLISH / PUBLISH
+//!          ▼                                       ▼
+//!  engines: pipelined connections (conn, sans-IO) on the Runtime's I/O
+//!  threads (one mio::Poll per core, shared by every connection of every
+//!  placement and, when given the same Runtime, by several instances)
+//!          │ pushes (messages, confirmations, server unsubscribes)
+//!          ▼
+//!  worker_of(channel) ─► bounded queue ─► Handler (messages, gaps, drops, in order)
+//! ```
+//!
+//! # Engine data flow
 //!
 //! ```text
 //!  app threads                     Runtime: I/O threads (one mio::Poll per
