@@ -1,0 +1,368 @@
+//! Subscribe connections: opening, replies, server pushes, reconnects, and
+//! the subscribe commands themselves.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use shardcore::plan::{plan_resubscribe, PlanOptions};
+use topology::{ClusterError, NodeKey};
+
+use crate::command::{Channel, Command, ConnId, SubscribeReply};
+use crate::core::{Conn, ConnState, Core, Pending, Sub};
+use crate::time::Time;
+
+impl Core {
+    /// Connection `conn` is up: every partition it carries is subscribed
+    /// (with a gap first for channels whose subscription broke).
+    pub fn handle_conn_up(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !matches!(c.state, ConnState::Opening { .. }) {
+            return;
+        }
+        c.state = ConnState::Up;
+        c.failures = 0;
+        let parts: Vec<u32> = (0..self.layout.partition_count())
+            .filter(|&p| self.conn_of(p) == Some(conn))
+            .collect();
+        self.flush(&parts, false, now);
+    }
+
+    /// Connection `conn` went down (or could not be opened): its channels
+    /// may have lost messages; it is reopened after a backoff, and the
+    /// slot map refreshed.
+    pub fn handle_conn_down(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        let was_up = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| c.state == ConnState::Up);
+        if self.conn_failed(conn, now) && was_up {
+            self.request_refresh(now, Duration::ZERO);
+        }
+    }
+
+    /// The reply to the oldest subscribe in flight on `conn`.
+    pub fn handle_subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
+        self.tick(now);
+        let Some(pending) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.pending.pop_front())
+        else {
+            return;
+        };
+        let Some(part) = self.parts.get_mut(pending.partition as usize) else {
+            return;
+        };
+        let single = pending.channels.len() == 1;
+        let still: Vec<Channel> = pending
+            .channels
+            .into_iter()
+            .filter(|n| {
+                part.channels
+                    .get(n)
+                    .is_some_and(|c| c.sub == Sub::Sent(conn))
+            })
+            .collect();
+        match reply {
+            SubscribeReply::Ok => {
+                for name in &still {
+                    if let Some(chan) = part.channels.get_mut(name) {
+                        chan.sub = Sub::Active(conn);
+                    }
+                }
+            }
+            SubscribeReply::Refused(message) => {
+                if single {
+                    for name in still {
+                        if let Some(chan) = part.channels.get_mut(&name) {
+                            chan.sub = Sub::Refused;
+                            chan.gap = false;
+                        }
+                        self.out.push_back(Command::Refused {
+                            partition: pending.partition,
+                            channel: name,
+                            message: message.clone(),
+                        });
+                    }
+                    return;
+                }
+                // Bisect: each half again on the same connection, until
+                // every refused channel stands alone.
+                let (a, b) = still.split_at(still.len().div_ceil(2));
+                for half in [a, b] {
+                    if !half.is_empty() {
+                        self.send_subscribe(conn, pending.partition, half.to_vec(), now);
+                    }
+                }
+            }
+            SubscribeReply::Routing(e) => {
+                for name in &still {
+                    if let Some(chan) = part.channels.get_mut(name) {
+                        chan.sub = Sub::Idle;
+                    }
+                }
+                if !still.is_empty() {
+                    part.lost = true;
+                    let delay = match e {
+                        ClusterError::Moved { .. } => Duration::ZERO,
+                        _ => self.cfg.degraded_retry,
+                    };
+                    self.request_refresh(now, delay);
+                }
+            }
+        }
+    }
+
+    /// The server dropped `channel` from `conn` (a `sunsubscribe` push we
+    /// did not ask for): its slot probably moved. The channel's partition
+    /// is lost until a refresh moves it, or until
+    /// [`Config::stale_rounds`](crate::Config::stale_rounds) refreshes
+    /// have not, when it is resubscribed in place.
+    pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
+        self.tick(now);
+        let p = self.cfg.partitions.partition_of(channel);
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return;
+        };
+        let Some(chan) = part.channels.get_mut(channel) else {
+            return; // not wanted: our own unsubscribe
+        };
+        if chan.sub.conn() != Some(conn) {
+            return; // about an older subscription
+        }
+        chan.sub = Sub::Idle;
+        chan.gap = true;
+        part.lost = true;
+        self.request_refresh(now, Duration::ZERO);
+    }
+
+    /// The connection partition `p` rides on (in the current layout).
+    pub(crate) fn conn_of(&self, p: u32) -> Option<ConnId> {
+        let key = self.layout.node_of(p)?;
+        let conns = self.nodes.get(key)?;
+        conns.get(p as usize % conns.len().max(1)).copied()
+    }
+
+    pub(crate) fn is_up(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| c.state == ConnState::Up)
+    }
+
+    /// Opens the connections of a new node.
+    pub(crate) fn open_node(&mut self, key: &NodeKey, now: Time) {
+        if self.nodes.contains_key(key) {
+            return;
+        }
+        let n = self.cfg.multiplier as usize;
+        let ids = (0..n)
+            .map(|i| self.open_conn(key.clone(), i, 0, now))
+            .collect();
+        self.nodes.insert(key.clone(), ids);
+    }
+
+    fn open_conn(&mut self, node: NodeKey, index: usize, failures: u32, now: Time) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.out.push_back(Command::Open {
+            conn: id,
+            node: node.clone(),
+        });
+        let deadline = now + self.cfg.connect_timeout;
+        self.conns.insert(
+            id,
+            Conn {
+                node,
+                index,
+                state: ConnState::Opening { deadline },
+                failures,
+                pending: VecDeque::new(),
+            },
+        );
+        id
+    }
+
+    /// Closes every connection of a node that left the layout.
+    pub(crate) fn close_node(&mut self, key: &NodeKey) {
+        for id in self.nodes.remove(key).unwrap_or_default() {
+            self.conns.remove(&id);
+            self.break_channels(id);
+            self.out.push_back(Command::Close { conn: id });
+        }
+    }
+
+    /// Every channel (being) subscribed on `conn` broke.
+    fn break_channels(&mut self, conn: ConnId) {
+        for part in &mut self.parts {
+            for chan in part.channels.values_mut() {
+                if chan.sub.conn() == Some(conn) {
+                    chan.sub = Sub::Idle;
+                    chan.gap = true;
+                }
+            }
+        }
+    }
+
+    /// `conn` is down: its channels broke, and it is reopened after a
+    /// backoff. Returns false for an unknown connection.
+    fn conn_failed(&mut self, conn: ConnId, now: Time) -> bool {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        c.failures = c.failures.saturating_add(1);
+        let shift = c.failures.saturating_sub(1).min(16);
+        let delay = self
+            .cfg
+            .reconnect_base
+            .saturating_mul(1 << shift)
+            .min(self.cfg.retry_max);
+        c.state = ConnState::Retry { at: now + delay };
+        c.pending.clear();
+        self.break_channels(conn);
+        true
+    }
+
+    /// When `c` needs attention next.
+    pub(crate) fn conn_deadline(&self, c: &Conn) -> Option<Time> {
+        match c.state {
+            ConnState::Opening { deadline } => Some(deadline),
+            ConnState::Retry { at } => Some(at),
+            ConnState::Up => c.pending.front().map(|p| p.sent + self.cfg.reply_timeout),
+        }
+    }
+
+    /// Open and reply timeouts (close, then retry), and reconnects.
+    pub(crate) fn conn_timers(&mut self, now: Time) {
+        let due: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| self.conn_deadline(c).is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let Some(c) = self.conns.get(&id) else {
+                continue;
+            };
+            if let ConnState::Retry { .. } = c.state {
+                let Some(c) = self.conns.remove(&id) else {
+                    continue;
+                };
+                let new = self.open_conn(c.node.clone(), c.index, c.failures, now);
+                if let Some(slot) = self.nodes.get_mut(&c.node).and_then(|v| v.get_mut(c.index)) {
+                    *slot = new;
+                }
+            } else {
+                // No answer in time: presume it dead.
+                self.out.push_back(Command::Close { conn: id });
+                self.conn_failed(id, now);
+            }
+        }
+    }
+
+    /// Subscribes the idle channels of `parts` on their connections (those
+    /// that are up); lost partitions wait unless `force`.
+    pub(crate) fn flush(&mut self, parts: &[u32], force: bool, now: Time) {
+        let mut by_conn: BTreeMap<ConnId, Vec<u32>> = BTreeMap::new();
+        for &p in parts {
+            let lost = self.parts.get(p as usize).is_none_or(|x| x.lost);
+            if lost && !force {
+                continue;
+            }
+            if let Some(c) = self.conn_of(p).filter(|&c| self.is_up(c)) {
+                by_conn.entry(c).or_default().push(p);
+            }
+        }
+        for (conn, ps) in by_conn {
+            self.resubscribe(conn, &ps, now);
+        }
+    }
+
+    /// One connection's resubscribe: gap events for what broke, then whole
+    /// partitions through shardcore's planner.
+    fn resubscribe(&mut self, conn: ConnId, ps: &[u32], now: Time) {
+        let mut groups: Vec<(u32, Vec<Channel>)> = Vec::new();
+        for &p in ps {
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            let mut gaps = Vec::new();
+            let mut idle = Vec::new();
+            for (name, chan) in &mut part.channels {
+                if chan.sub != Sub::Idle {
+                    continue;
+                }
+                if chan.gap {
+                    chan.gap = false;
+                    gaps.push(name.clone());
+                }
+                idle.push(name.clone());
+            }
+            if !gaps.is_empty() {
+                self.out.push_back(Command::Gap {
+                    partition: p,
+                    channels: gaps,
+                });
+            }
+            groups.push((p, idle));
+        }
+        let options = PlanOptions::new(self.cfg.workers).batch(self.cfg.batch);
+        let groups_ref = groups.iter().map(|(p, c)| (*p, c.as_slice()));
+        let Ok(plan) = plan_resubscribe(groups_ref, |_| Some(()), options) else {
+            return; // settings are checked in Core::new
+        };
+        let commands: Vec<(u32, Vec<Channel>)> = plan
+            .nodes
+            .iter()
+            .flat_map(|n| n.commands())
+            .map(|c| (c.partition, c.channels.to_vec()))
+            .collect();
+        for (p, channels) in commands {
+            self.send_subscribe(conn, p, channels, now);
+        }
+    }
+
+    fn send_subscribe(&mut self, conn: ConnId, p: u32, channels: Vec<Channel>, now: Time) {
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return;
+        };
+        for name in &channels {
+            if let Some(chan) = part.channels.get_mut(name) {
+                chan.sub = Sub::Sent(conn);
+            }
+        }
+        self.out.push_back(Command::Subscribe {
+            conn,
+            partition: p,
+            slot: part.slot,
+            channels: channels.clone(),
+        });
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.pending.push_back(Pending {
+                partition: p,
+                channels,
+                sent: now,
+            });
+        }
+    }
+
+    /// `SUNSUBSCRIBE` of `names` (partition `p`) on `conn`, when it is up.
+    pub(crate) fn unsubscribe(&mut self, conn: ConnId, p: u32, names: Vec<Channel>) {
+        if !self.is_up(conn) {
+            return;
+        }
+        let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);
+        for chunk in names.chunks(self.cfg.batch) {
+            self.out.push_back(Command::Unsubscribe {
+                conn,
+                partition: p,
+                slot,
+                channels: chunk.to_vec(),
+            });
+        }
+    }
+}

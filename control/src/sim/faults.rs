@@ -1,0 +1,181 @@
+//! Applying a schedule's faults to the cluster.
+
+use alloc::vec::Vec;
+
+use crate::command::{Channel, ConnId};
+use crate::sim::drive::{Input, Sim};
+use crate::sim::schedule::Fault;
+
+impl Sim {
+    fn slot_of_partition(&self, pick: u32) -> u16 {
+        let slots = self.parts.slots();
+        slots
+            .get(pick as usize % slots.len().max(1))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Subscriptions the server dropped with a push for each.
+    fn pushes(&mut self, drops: Vec<(ConnId, Channel)>) {
+        for (conn, ch) in drops {
+            self.broke(conn, &ch);
+            let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            self.send_core(node, Some(conn), Input::Push(conn, ch));
+        }
+    }
+
+    /// Connections of `node` closed by the server (the node died or left).
+    fn drop_conns(&mut self, node: usize) {
+        for (id, c) in self.cluster.drop_node_conns(node) {
+            for ch in &c.subs {
+                self.broke(id, ch);
+            }
+            self.send_core(None, Some(id), Input::Down(id));
+        }
+    }
+
+    fn move_slot(&mut self, slot: u16, to: usize) {
+        let parts = self.parts.clone();
+        let drops = self
+            .cluster
+            .move_slot(slot, to, |c| shardcore::key_slot(&parts.redis_channel(c)));
+        self.pushes(drops);
+    }
+
+    /// Promotes a live replica of primary `x`; false when it has none.
+    fn promote(&mut self, x: usize) -> Option<usize> {
+        let nodes = &mut self.cluster.nodes;
+        let r = (0..nodes.len()).find(|&r| nodes[r].alive && nodes[r].replica_of == Some(x))?;
+        for n in nodes.iter_mut() {
+            if n.replica_of == Some(x) {
+                n.replica_of = Some(r);
+            }
+        }
+        nodes[r].replica_of = None;
+        nodes[x].replica_of = Some(r);
+        self.cluster.hand_over(x, r);
+        Some(r)
+    }
+
+    /// Applies one fault at the current time.
+    pub(crate) fn fault(&mut self, f: Fault) {
+        let prims = self.cluster.primaries();
+        let pick = |v: &[usize], i: u32| v.get(i as usize % v.len().max(1)).copied();
+        match f {
+            Fault::Migrate { partition, to } => {
+                if let Some(to) = pick(&prims, to) {
+                    self.move_slot(self.slot_of_partition(partition), to);
+                }
+            }
+            Fault::Failover { node } => {
+                let Some(x) = pick(&prims, node) else { return };
+                if self.promote(x).is_some() {
+                    // The demoted primary drops every shard channel.
+                    let all: Vec<u16> = self.parts.slots().to_vec();
+                    let parts = self.parts.clone();
+                    for s in all {
+                        let d = self
+                            .cluster
+                            .drop_slot(x, s, |c| shardcore::key_slot(&parts.redis_channel(c)));
+                        self.pushes(d);
+                    }
+                }
+            }
+            Fault::Kill { node } => {
+                let alive: Vec<usize> = (0..self.cluster.nodes.len())
+                    .filter(|&i| self.cluster.nodes[i].alive)
+                    .collect();
+                let Some(k) = pick(&alive, node) else { return };
+                if self.cluster.nodes[k].replica_of.is_none() && self.promote(k).is_none() {
+                    let Some(&other) = prims.iter().find(|&&p| p != k) else {
+                        return; // the last primary stays
+                    };
+                    self.cluster.hand_over(k, other);
+                    for n in &mut self.cluster.nodes {
+                        if n.replica_of == Some(k) {
+                            n.replica_of = Some(other);
+                        }
+                    }
+                }
+                self.cluster.nodes[k].alive = false;
+                self.drop_conns(k);
+            }
+            Fault::AddNode { partition } => {
+                let n = self.cluster.add_node(None);
+                self.move_slot(self.slot_of_partition(partition), n);
+            }
+            Fault::RemoveNode { node } => {
+                if prims.len() < 2 {
+                    return;
+                }
+                let Some(x) = pick(&prims, node) else { return };
+                let others: Vec<usize> = prims.iter().copied().filter(|&p| p != x).collect();
+                let owned: Vec<u16> = self.cluster.owned_of(x, self.parts.slots()).collect();
+                for (i, s) in owned.into_iter().enumerate() {
+                    self.move_slot(s, others[i % others.len()]);
+                }
+                self.cluster.hand_over(x, others[0]);
+                for n in &mut self.cluster.nodes {
+                    if n.replica_of == Some(x) {
+                        n.replica_of = Some(others[0]);
+                    }
+                }
+                self.cluster.nodes[x].alive = false;
+                self.drop_conns(x);
+            }
+            Fault::Bounce { partition } => {
+                let slot = self.slot_of_partition(partition);
+                if let Some(o) = self.cluster.owner(slot) {
+                    let parts = self.parts.clone();
+                    let d = self
+                        .cluster
+                        .drop_slot(o, slot, |c| shardcore::key_slot(&parts.redis_channel(c)));
+                    self.pushes(d);
+                }
+            }
+            Fault::DropConn { conn } => {
+                let ids: Vec<ConnId> = self.cluster.conns.keys().copied().collect();
+                let Some(&id) = ids.get(conn as usize % ids.len().max(1)) else {
+                    return;
+                };
+                if let Some(c) = self.cluster.conns.remove(&id) {
+                    for ch in &c.subs {
+                        self.broke(id, ch);
+                    }
+                    self.send_core(Some(c.node), Some(id), Input::Down(id));
+                }
+            }
+            Fault::BlackHole { node, ms } => {
+                let alive: Vec<usize> = (0..self.cluster.nodes.len())
+                    .filter(|&i| self.cluster.nodes[i].alive)
+                    .collect();
+                if let Some(n) = pick(&alive, node) {
+                    let until = self.now + core::time::Duration::from_millis(u64::from(ms));
+                    let h = &mut self.cluster.nodes[n].hole_until;
+                    *h = (*h).max(until);
+                }
+            }
+            Fault::Stale { ms } => {
+                let until = self.now + core::time::Duration::from_millis(u64::from(ms));
+                self.stale_until = self.stale_until.max(until);
+            }
+            Fault::Toggle { channel } => {
+                let Some(c) = self
+                    .names
+                    .get(channel as usize % self.names.len().max(1))
+                    .cloned()
+                else {
+                    return;
+                };
+                self.check.unwanted(&c);
+                if self.want.remove(&c) {
+                    self.core.handle_unwant(self.now, [c.as_ref()]);
+                } else {
+                    self.want.insert(c.clone());
+                    self.core.handle_want(self.now, [c.as_ref()]);
+                }
+            }
+        }
+        self.cluster.snapshot();
+    }
+}
