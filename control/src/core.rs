@@ -146,6 +146,9 @@ pub(crate) struct Fetch {
     /// Which candidate to ask next.
     pub(crate) cursor: usize,
     pub(crate) last_start: Option<Time>,
+    /// While fetches fail: no fetch starts before this (the backoff holds
+    /// against every trigger).
+    pub(crate) hold_until: Time,
 }
 
 /// A probe in flight.

@@ -52,7 +52,7 @@ impl Core {
     /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
     /// the last start); starts it now when due and none is in flight.
     pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration) {
-        let mut at = now + delay;
+        let mut at = (now + delay).max(self.fetch.hold_until);
         if let Some(last) = self.fetch.last_start {
             at = at.max(last + self.cfg.min_refresh_gap);
         }
@@ -83,7 +83,8 @@ impl Core {
             .degraded_retry
             .saturating_mul(1 << shift)
             .min(self.cfg.retry_max);
-        self.fetch.next = Some(now + delay);
+        self.fetch.hold_until = now + delay;
+        self.fetch.next = Some(self.fetch.hold_until);
     }
 
     /// Known primaries (in map order), their replicas (which answer

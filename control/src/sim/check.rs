@@ -14,6 +14,18 @@ pub const MAX_FETCHES_PER_SECOND: usize = 51;
 /// bounded by the fetch rate times the 16 in flight).
 pub const MAX_PROBES_PER_SECOND: usize = 16 * MAX_FETCHES_PER_SECOND;
 
+/// After this many failed fetches in a row, a fetch starts at least
+/// [`MIN_BACKOFF`] after the previous one (the core waits its
+/// `degraded_retry`, doubled per failure, after each failure).
+pub const BACKOFF_AFTER: u32 = 2;
+/// See [`BACKOFF_AFTER`].
+pub const MIN_BACKOFF: core::time::Duration = core::time::Duration::from_millis(100);
+/// Fetches allowed in the last [`QUIET`] of a run, once the cluster is
+/// healthy (the 30 s poll may fall there).
+pub const QUIET_FETCHES: usize = 1;
+/// See [`QUIET_FETCHES`].
+pub const QUIET: core::time::Duration = core::time::Duration::from_secs(10);
+
 /// The ledger.
 #[derive(Debug, Default)]
 pub struct Checker {
@@ -30,6 +42,10 @@ pub struct Checker {
     pub refused: BTreeSet<Channel>,
     fetches: VecDeque<Time>,
     probes: VecDeque<Time>,
+    /// Failed fetch replies in a row, and when the last one arrived.
+    fetch_failures: (u32, Time),
+    /// Every fetch start.
+    pub fetch_starts: alloc::vec::Vec<Time>,
     /// Gap events seen.
     pub gaps: u64,
     /// Subscribe commands seen.
@@ -124,6 +140,15 @@ impl Checker {
                 self.refused.insert(channel.clone());
             }
             Command::FetchTopology { .. } => {
+                let failed = self.fetch_failures.0;
+                let last = self.fetch_starts.last().copied().unwrap_or_default();
+                if failed >= BACKOFF_AFTER && now.since(last) < MIN_BACKOFF {
+                    self.fail(&alloc::format!(
+                        "fetch {:?} after the previous one, {failed} failures in a row: no backoff",
+                        now.since(last)
+                    ));
+                }
+                self.fetch_starts.push(now);
                 Self::count(&mut self.fetches, now);
                 if self.fetches.len() > MAX_FETCHES_PER_SECOND {
                     self.fail(&alloc::format!("{} fetches within 1 s", self.fetches.len()));
@@ -137,6 +162,15 @@ impl Checker {
             }
             Command::Open { .. } | Command::Close { .. } => {}
         }
+    }
+
+    /// A fetch reply reached the core: `ok` or a failure.
+    pub fn fetch_reply(&mut self, now: Time, ok: bool) {
+        self.fetch_failures = if ok {
+            (0, now)
+        } else {
+            (self.fetch_failures.0 + 1, now)
+        };
     }
 
     fn count(times: &mut VecDeque<Time>, now: Time) {

@@ -11,7 +11,7 @@ use topology::{ClusterError, NodeAddr, SlotMap};
 use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 use crate::config::Config;
 use crate::core::Core;
-use crate::sim::check::Checker;
+use crate::sim::check::{Checker, QUIET, QUIET_FETCHES};
 use crate::sim::cluster::Cluster;
 use crate::sim::rng::Rng;
 use crate::sim::schedule::Schedule;
@@ -329,7 +329,10 @@ impl Sim {
                     Input::Down(c) => core.handle_conn_down(now, c),
                     Input::Reply(c, r) => core.handle_subscribe_reply(now, c, r),
                     Input::Push(c, ch) => core.handle_sunsubscribe(now, c, &ch),
-                    Input::Topology(id, r) => core.handle_topology(now, id, r),
+                    Input::Topology(id, r) => {
+                        self.check.fetch_reply(now, r.is_ok());
+                        core.handle_topology(now, id, r);
+                    }
                     Input::Probe(id, r) => core.handle_probe(now, id, r),
                 }
             }
@@ -470,6 +473,17 @@ impl Sim {
                     self.cluster.owner(slot)
                 ));
             }
+        }
+        let quiet = self
+            .check
+            .fetch_starts
+            .iter()
+            .filter(|&&t| self.now.since(t) < QUIET);
+        let n = quiet.count();
+        if n > QUIET_FETCHES {
+            self.check.fail(&alloc::format!(
+                "{n} fetches in the last {QUIET:?} of a healthy cluster"
+            ));
         }
         if !self.core.is_settled() {
             self.check.fail("the core does not consider itself settled");
