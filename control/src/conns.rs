@@ -36,13 +36,7 @@ impl Core {
     /// slot map refreshed.
     pub fn handle_conn_down(&mut self, now: Time, conn: ConnId) {
         self.tick(now);
-        let was_up = self
-            .conns
-            .get(&conn)
-            .is_some_and(|c| c.state == ConnState::Up);
-        if self.conn_failed(conn, now) && was_up {
-            self.request_refresh(now, Duration::ZERO);
-        }
+        self.conn_failed(conn, now);
     }
 
     /// The reply to the oldest subscribe in flight on `conn`.
@@ -208,23 +202,30 @@ impl Core {
         }
     }
 
-    /// `conn` is down: its channels broke, and it is reopened after a
-    /// backoff. Returns false for an unknown connection.
-    fn conn_failed(&mut self, conn: ConnId, now: Time) -> bool {
+    /// `conn` is down: its channels broke, it is reopened after a backoff,
+    /// and the map is refreshed (now when it was up: its node may have
+    /// failed over; after the degraded delay when it never came up: the
+    /// map may name a node that is gone).
+    fn conn_failed(&mut self, conn: ConnId, now: Time) {
         let Some(c) = self.conns.get_mut(&conn) else {
-            return false;
+            return;
+        };
+        let delay = if c.state == ConnState::Up {
+            Duration::ZERO
+        } else {
+            self.cfg.degraded_retry
         };
         c.failures = c.failures.saturating_add(1);
         let shift = c.failures.saturating_sub(1).min(16);
-        let delay = self
+        let backoff = self
             .cfg
             .reconnect_base
             .saturating_mul(1 << shift)
             .min(self.cfg.retry_max);
-        c.state = ConnState::Retry { at: now + delay };
+        c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
         self.break_channels(conn);
-        true
+        self.request_refresh(now, delay);
     }
 
     /// When `c` needs attention next.
@@ -267,8 +268,11 @@ impl Core {
     /// Subscribes the idle channels of `parts` on their connections (those
     /// that are up); lost partitions wait unless `force`.
     pub(crate) fn flush(&mut self, parts: &[u32], force: bool, now: Time) {
+        let mut parts = parts.to_vec();
+        parts.sort_unstable();
+        parts.dedup();
         let mut by_conn: BTreeMap<ConnId, Vec<u32>> = BTreeMap::new();
-        for &p in parts {
+        for p in parts {
             let lost = self.parts.get(p as usize).is_none_or(|x| x.lost);
             if lost && !force {
                 continue;

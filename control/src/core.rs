@@ -253,7 +253,6 @@ impl Core {
                 touched.push(p);
             }
         }
-        touched.dedup();
         self.flush(&touched, false, now);
     }
 

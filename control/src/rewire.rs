@@ -188,7 +188,12 @@ impl Core {
             }
         }
         degraded |= !self.layout.unresolved().is_empty();
-        degraded |= self.conns.values().any(|c| c.state != ConnState::Up);
+        // A connection that failed and is being retried (a first open is
+        // not a reason to hurry).
+        degraded |= self
+            .conns
+            .values()
+            .any(|c| c.state != ConnState::Up && c.failures > 0);
         if degraded {
             self.request_refresh(now, self.cfg.degraded_retry);
         }
