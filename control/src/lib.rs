@@ -45,6 +45,8 @@ mod conns;
 mod core;
 mod rewire;
 pub mod sim;
+#[cfg(test)]
+mod tests;
 mod time;
 
 pub use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
