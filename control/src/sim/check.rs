@@ -65,7 +65,10 @@ impl Checker {
     /// Fails the run: panics with the seed.
     pub fn fail(&self, what: &str) -> ! {
         let seed = self.seed;
-        panic!("control sim seed {seed}: {what} (rerun: CONTROL_SIM_SEED={seed})")
+        panic!(
+            "control sim seed {seed}: {what} (a random schedule reruns with CONTROL_SIM_SEED={seed}; \
+             a fuzz input with its artifact)"
+        )
     }
 
     /// The server dropped `channel` while the application wanted it.

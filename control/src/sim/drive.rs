@@ -86,6 +86,8 @@ pub struct Sim {
     pub(crate) acl: BTreeSet<Channel>,
     pub(crate) parts: Partitions,
     pub(crate) stale_until: Time,
+    /// How many nodes the core was seeded with (nodes `0..seeds`).
+    pub(crate) seeds: usize,
     /// The property ledger.
     pub check: Checker,
     commands: u64,
@@ -111,7 +113,8 @@ impl Sim {
     pub fn new(s: &Schedule) -> Sim {
         let parts = Partitions::new(PARTITIONS).unwrap_or_else(|_| unreachable!());
         let cluster = Cluster::new(s.primaries);
-        let seeds = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let seeds: Vec<NodeAddr> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let seed_count = seeds.len();
         let mut cfg = Config::new(parts.clone(), seeds);
         cfg.multiplier = s.multiplier.max(1);
         cfg.batch = s.batch.max(1);
@@ -141,12 +144,14 @@ impl Sim {
             acl,
             parts,
             stale_until: Time::ZERO,
+            seeds: 0,
             check: Checker::new(s.seed, batch),
             commands: 0,
             steps: 0,
             trace: std::env::var_os("CONTROL_SIM_TRACE").is_some(),
             names,
         };
+        sim.seeds = seed_count;
         let first: Vec<Channel> = sim.names.iter().step_by(2).cloned().collect();
         sim.want.extend(first.iter().cloned());
         sim.core

@@ -57,6 +57,13 @@ impl Sim {
         Some(r)
     }
 
+    /// Whether `node` may die: the last live seed stays (with every seed
+    /// gone, no client could find the cluster).
+    fn may_die(&self, node: usize) -> bool {
+        let live = (0..self.seeds).filter(|&i| self.cluster.nodes[i].alive);
+        node >= self.seeds || live.filter(|&i| i != node).count() > 0
+    }
+
     /// Applies one fault at the current time.
     pub(crate) fn fault(&mut self, f: Fault) {
         let prims = self.cluster.primaries();
@@ -85,7 +92,9 @@ impl Sim {
                 let alive: Vec<usize> = (0..self.cluster.nodes.len())
                     .filter(|&i| self.cluster.nodes[i].alive)
                     .collect();
-                let Some(k) = pick(&alive, node) else { return };
+                let Some(k) = pick(&alive, node).filter(|&k| self.may_die(k)) else {
+                    return;
+                };
                 if self.cluster.nodes[k].replica_of.is_none() && self.promote(k).is_none() {
                     let Some(&other) = prims.iter().find(|&&p| p != k) else {
                         return; // the last primary stays
@@ -108,7 +117,9 @@ impl Sim {
                 if prims.len() < 2 {
                     return;
                 }
-                let Some(x) = pick(&prims, node) else { return };
+                let Some(x) = pick(&prims, node).filter(|&x| self.may_die(x)) else {
+                    return;
+                };
                 let others: Vec<usize> = prims.iter().copied().filter(|&p| p != x).collect();
                 let owned: Vec<u16> = self.cluster.owned_of(x, self.parts.slots()).collect();
                 for (i, s) in owned.into_iter().enumerate() {
