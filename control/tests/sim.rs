@@ -32,15 +32,13 @@ fn ten_thousand_seeded_schedules_keep_every_promise() {
         total.commands += o.commands;
         total.gaps += o.gaps;
         total.subscribes += o.subscribes;
+        total.probes += o.probes;
+        total.redirects += o.redirects;
     }
-    eprintln!(
-        "{n} schedules in {:?}: {} steps, {} commands, {} gaps, {} subscribes",
-        started.elapsed(),
-        total.steps,
-        total.commands,
-        total.gaps,
-        total.subscribes
-    );
-    // The sweep exercised what it is for: resubscribes after losses.
-    assert!(total.gaps > n / 10, "{total:?}");
+    eprintln!("{n} schedules in {:?}: {total:?}", started.elapsed());
+    // The sweep exercised what it is for: resubscribes after losses,
+    // redirects, probes.
+    assert!(total.gaps > n, "{total:?}");
+    assert!(total.redirects > n / 10, "{total:?}");
+    assert!(total.probes > n / 100, "{total:?}");
 }

@@ -6,7 +6,7 @@
 //! [`MAX_FAULTS`] faults of 5 bytes each: the time since the previous one
 //! (× 10 ms), the fault kind, two pick bytes (node, partition, connection
 //! or channel, taken modulo what exists when it runs), and a duration byte
-//! (× 12 ms, for black holes and stale maps). Every schedule ends with the
+//! (× 12 ms, for black holes, stale maps and orphaned slots). Every schedule ends with the
 //! simulator's settle time, so the settle property applies to every input.
 //!
 //! Invariants (`control::sim`, which panics on a violation): no panic in the
@@ -45,7 +45,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         let a = u32::from(input.u8());
         let b = u32::from(input.u8());
         let ms = u32::from(input.u8()) * 12;
-        let f = match kind % 10 {
+        let f = match kind % 11 {
             0 => Fault::Migrate {
                 partition: a,
                 to: b,
@@ -58,6 +58,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
             6 => Fault::DropConn { conn: a },
             7 => Fault::BlackHole { node: a, ms },
             8 => Fault::Stale { ms },
+            9 => Fault::Orphan { partition: a, ms },
             _ => Fault::Toggle { channel: a },
         };
         faults.push((Time::from_millis(t), f));

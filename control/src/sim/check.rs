@@ -50,6 +50,8 @@ pub struct Checker {
     pub gaps: u64,
     /// Subscribe commands seen.
     pub subscribes: u64,
+    /// Probes seen.
+    pub probe_count: u64,
 }
 
 impl Checker {
@@ -158,6 +160,7 @@ impl Checker {
                 }
             }
             Command::ProbeSlot { .. } => {
+                self.probe_count += 1;
                 Self::count(&mut self.probes, now);
                 if self.probes.len() > MAX_PROBES_PER_SECOND {
                     self.fail(&alloc::format!("{} probes within 1 s", self.probes.len()));

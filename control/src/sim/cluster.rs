@@ -115,21 +115,21 @@ impl Cluster {
             .collect()
     }
 
-    /// Gives `slot` to `to`; returns the subscriptions dropped on the old
+    /// Gives `slot` to `to` (`None`: nobody); returns the subscriptions dropped on the old
     /// owner's connections (each with its connection, for the push).
     pub fn move_slot(
         &mut self,
         slot: u16,
-        to: usize,
+        to: Option<usize>,
         slot_of: impl Fn(&[u8]) -> u16,
     ) -> Vec<(ConnId, Channel)> {
         let old = self.owner(slot);
         if let Some(o) = self.owner.get_mut(usize::from(slot)) {
-            *o = to as u16;
+            *o = to.map_or(NONE, |t| t as u16);
         }
         self.changed();
         match old {
-            Some(old) if old != to => self.drop_slot(old, slot, slot_of),
+            Some(old) if Some(old) != to => self.drop_slot(old, slot, slot_of),
             _ => Vec::new(),
         }
     }

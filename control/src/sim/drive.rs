@@ -62,6 +62,11 @@ pub struct Outcome {
     pub gaps: u64,
     /// `SSUBSCRIBE`s among them.
     pub subscribes: u64,
+    /// Probes among them.
+    pub probes: u64,
+    /// `SSUBSCRIBE` replies that were `MOVED`, `ASK`, `TRYAGAIN` or
+    /// `CLUSTERDOWN`.
+    pub redirects: u64,
 }
 
 /// A core, a cluster, and the events between them.
@@ -86,12 +91,16 @@ pub struct Sim {
     pub(crate) acl: BTreeSet<Channel>,
     pub(crate) parts: Partitions,
     pub(crate) stale_until: Time,
+    /// Slots mid-migration: the node they left, and until when it answers
+    /// `ASK` (and the new owner `TRYAGAIN`) instead of serving.
+    pub(crate) migrating: BTreeMap<u16, (usize, Time)>,
     /// How many nodes the core was seeded with (nodes `0..seeds`).
     pub(crate) seeds: usize,
     /// The property ledger.
     pub check: Checker,
     commands: u64,
     steps: u64,
+    redirects: u64,
     /// Print every event and command (set by `CONTROL_SIM_TRACE`).
     pub trace: bool,
 }
@@ -145,9 +154,11 @@ impl Sim {
             parts,
             stale_until: Time::ZERO,
             seeds: 0,
+            migrating: BTreeMap::new(),
             check: Checker::new(s.seed, batch),
             commands: 0,
             steps: 0,
+            redirects: 0,
             trace: std::env::var_os("CONTROL_SIM_TRACE").is_some(),
             names,
         };
@@ -213,6 +224,8 @@ impl Sim {
             commands: self.commands,
             gaps: self.check.gaps,
             subscribes: self.check.subscribes,
+            probes: self.check.probe_count,
+            redirects: self.redirects,
         }
     }
 
@@ -375,25 +388,45 @@ impl Sim {
                 let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) else {
                     return; // dropped: the core hears of it
                 };
-                let reply = match self.cluster.owner(slot) {
-                    Some(o) if o == node => {
-                        if channels.iter().any(|c| self.acl.contains(c)) {
-                            SubscribeReply::Refused(
-                                "NOPERM no permissions to access a channel".into(),
-                            )
-                        } else {
-                            if let Some(c) = self.cluster.conns.get_mut(&conn) {
-                                c.subs.extend(channels);
-                            }
-                            SubscribeReply::Ok
-                        }
+                let moving = self
+                    .migrating
+                    .get(&slot)
+                    .filter(|m| m.1 > self.now)
+                    .map(|m| m.0);
+                let owner = self.cluster.owner(slot);
+                let reply = match (owner, moving) {
+                    (Some(o), Some(from)) if from == node => {
+                        SubscribeReply::Routing(ClusterError::Ask {
+                            slot,
+                            addr: Some(self.cluster.nodes[o].addr.clone()),
+                        })
                     }
-                    Some(o) => SubscribeReply::Routing(ClusterError::Moved {
-                        slot,
-                        addr: Some(self.cluster.nodes[o].addr.clone()),
-                    }),
-                    None => SubscribeReply::Routing(ClusterError::ClusterDown),
+                    (Some(o), Some(_)) if o == node => {
+                        SubscribeReply::Routing(ClusterError::TryAgain)
+                    }
+                    _ => match owner {
+                        Some(o) if o == node => {
+                            if channels.iter().any(|c| self.acl.contains(c)) {
+                                SubscribeReply::Refused(
+                                    "NOPERM no permissions to access a channel".into(),
+                                )
+                            } else {
+                                if let Some(c) = self.cluster.conns.get_mut(&conn) {
+                                    c.subs.extend(channels);
+                                }
+                                SubscribeReply::Ok
+                            }
+                        }
+                        Some(o) => SubscribeReply::Routing(ClusterError::Moved {
+                            slot,
+                            addr: Some(self.cluster.nodes[o].addr.clone()),
+                        }),
+                        None => SubscribeReply::Routing(ClusterError::ClusterDown),
+                    },
                 };
+                if matches!(reply, SubscribeReply::Routing(_)) {
+                    self.redirects += 1;
+                }
                 self.send_core(Some(node), Some(conn), Input::Reply(conn, reply));
             }
             ServerMsg::Unsub(conn, channels) => {

@@ -3,7 +3,7 @@
 use alloc::vec::Vec;
 
 use crate::command::{Channel, ConnId};
-use crate::sim::drive::{Input, Sim};
+use crate::sim::drive::{Ev, Input, Sim};
 use crate::sim::schedule::Fault;
 
 impl Sim {
@@ -34,12 +34,21 @@ impl Sim {
         }
     }
 
-    fn move_slot(&mut self, slot: u16, to: usize) {
+    /// Moves `slot` to `to` (none: nobody serves it); a real move has a
+    /// migration window of up to 150 ms (`ASK` / `TRYAGAIN`) half the time.
+    fn move_slot(&mut self, slot: u16, to: Option<usize>) {
         let parts = self.parts.clone();
+        let from = self.cluster.owner(slot);
         let drops = self
             .cluster
             .move_slot(slot, to, |c| shardcore::key_slot(&parts.redis_channel(c)));
         self.pushes(drops);
+        if let (Some(from), Some(to)) = (from, to) {
+            if from != to && self.rng.chance(50) {
+                let until = self.now + core::time::Duration::from_millis(self.rng.below(150));
+                self.migrating.insert(slot, (from, until));
+            }
+        }
     }
 
     /// Promotes a live replica of primary `x`; false when it has none.
@@ -71,7 +80,7 @@ impl Sim {
         match f {
             Fault::Migrate { partition, to } => {
                 if let Some(to) = pick(&prims, to) {
-                    self.move_slot(self.slot_of_partition(partition), to);
+                    self.move_slot(self.slot_of_partition(partition), Some(to));
                 }
             }
             Fault::Failover { node } => {
@@ -111,7 +120,7 @@ impl Sim {
             }
             Fault::AddNode { partition } => {
                 let n = self.cluster.add_node(None);
-                self.move_slot(self.slot_of_partition(partition), n);
+                self.move_slot(self.slot_of_partition(partition), Some(n));
             }
             Fault::RemoveNode { node } => {
                 if prims.len() < 2 {
@@ -123,7 +132,7 @@ impl Sim {
                 let others: Vec<usize> = prims.iter().copied().filter(|&p| p != x).collect();
                 let owned: Vec<u16> = self.cluster.owned_of(x, self.parts.slots()).collect();
                 for (i, s) in owned.into_iter().enumerate() {
-                    self.move_slot(s, others[i % others.len()]);
+                    self.move_slot(s, Some(others[i % others.len()]));
                 }
                 self.cluster.hand_over(x, others[0]);
                 for n in &mut self.cluster.nodes {
@@ -169,6 +178,12 @@ impl Sim {
             Fault::Stale { ms } => {
                 let until = self.now + core::time::Duration::from_millis(u64::from(ms));
                 self.stale_until = self.stale_until.max(until);
+            }
+            Fault::Orphan { partition, ms } => {
+                self.move_slot(self.slot_of_partition(partition), None);
+                let to = self.rng.next_u64() as u32;
+                let at = self.now + core::time::Duration::from_millis(u64::from(ms));
+                self.push(at, Ev::Fault(Fault::Migrate { partition, to }));
             }
             Fault::Toggle { channel } => {
                 let Some(c) = self

@@ -63,6 +63,14 @@ pub enum Fault {
         /// Duration.
         ms: u32,
     },
+    /// The slot of partition `partition` has no owner for `ms`
+    /// milliseconds (`CLUSTERDOWN`), then a random primary takes it.
+    Orphan {
+        /// Partition pick.
+        partition: u32,
+        /// Duration.
+        ms: u32,
+    },
     /// The application toggles channel `channel` (want / unwant).
     Toggle {
         /// Channel pick.
@@ -121,7 +129,7 @@ impl Schedule {
 fn random_fault(r: &mut Rng) -> Fault {
     let a = r.next_u64() as u32;
     let b = r.next_u64() as u32;
-    match r.below(12) {
+    match r.below(13) {
         0 | 1 => Fault::Migrate {
             partition: a,
             to: b,
@@ -137,6 +145,10 @@ fn random_fault(r: &mut Rng) -> Fault {
             ms: b % 3000,
         },
         9 => Fault::Stale { ms: b % 2000 },
+        10 => Fault::Orphan {
+            partition: a,
+            ms: b % 1500,
+        },
         _ => Fault::Toggle { channel: a },
     }
 }
