@@ -16,8 +16,11 @@ pub struct Config {
     /// Where to fetch the first slot map (tried in turn after the known
     /// primaries).
     pub seeds: Vec<NodeAddr>,
-    /// Subscribe connections per primary; partition `p` rides on
-    /// connection `p % multiplier` of its node (at least 1).
+    /// How subscribe connections are laid out.
+    pub mode: Mode,
+    /// Subscribe connections per primary in [`Mode::NodeGrouped`];
+    /// partition `p` rides on connection `p % multiplier` of its node (at
+    /// least 1).
     pub multiplier: u32,
     /// Most channels in one `SSUBSCRIBE` (at least 1).
     pub batch: usize,
@@ -52,12 +55,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults: 1 connection per node, batch 512, 1 worker, 30 s poll,
+    /// Defaults: node-grouped, 1 connection per node, batch 512, 1 worker, 30 s poll,
     /// 100 ms degraded retry, 2 s timeouts, 5 stale rounds, 16 probes.
     pub fn new(partitions: Partitions, seeds: Vec<NodeAddr>) -> Config {
         Config {
             partitions,
             seeds,
+            mode: Mode::NodeGrouped,
             multiplier: 1,
             batch: shardcore::plan::DEFAULT_BATCH,
             workers: 1,
@@ -106,6 +110,18 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// How the subscribe connections are laid out.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// `multiplier` connections per primary, shared by its partitions
+    /// (partition `p` on connection `p % multiplier`).
+    #[default]
+    NodeGrouped,
+    /// One connection per partition, to the partition's primary; a moved
+    /// partition closes its connection and opens one to its new node.
+    PerPartition,
 }
 
 /// A setting out of range.

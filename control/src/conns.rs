@@ -9,6 +9,7 @@ use shardcore::plan::{plan_resubscribe, PlanOptions};
 use topology::{ClusterError, NodeKey};
 
 use crate::command::{Channel, Command, ConnId, SubscribeReply};
+use crate::config::Mode;
 use crate::core::{Conn, ConnState, Core, Pending, Sub};
 use crate::time::Time;
 
@@ -138,8 +139,41 @@ impl Core {
     /// The connection partition `p` rides on (in the current layout).
     pub(crate) fn conn_of(&self, p: u32) -> Option<ConnId> {
         let key = self.layout.node_of(p)?;
-        let conns = self.nodes.get(key)?;
-        conns.get(p as usize % conns.len().max(1)).copied()
+        self.nodes.get(key)?.get(&self.index_of(p)).copied()
+    }
+
+    /// The index of partition `p`'s connection among its node's.
+    pub(crate) fn index_of(&self, p: u32) -> usize {
+        match self.cfg.mode {
+            Mode::NodeGrouped => p as usize % self.cfg.multiplier.max(1) as usize,
+            Mode::PerPartition => p as usize,
+        }
+    }
+
+    /// Per-partition mode: opens partition `p`'s connection to its node
+    /// when it has none.
+    pub(crate) fn ensure_conn(&mut self, p: u32, now: Time) {
+        let Some(key) = self.layout.node_of(p).cloned() else {
+            return;
+        };
+        let index = self.index_of(p);
+        if self.nodes.get(&key).is_some_and(|m| m.contains_key(&index)) {
+            return;
+        }
+        let id = self.open_conn(key.clone(), index, 0, now);
+        self.nodes.entry(key).or_default().insert(index, id);
+    }
+
+    /// Closes one connection (per-partition mode: its partition moved).
+    pub(crate) fn close_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conns.remove(&id) else {
+            return;
+        };
+        if let Some(m) = self.nodes.get_mut(&c.node) {
+            m.remove(&c.index);
+        }
+        self.break_channels(id);
+        self.out.push_back(Command::Close { conn: id });
     }
 
     pub(crate) fn is_up(&self, conn: ConnId) -> bool {
@@ -153,9 +187,12 @@ impl Core {
         if self.nodes.contains_key(key) {
             return;
         }
-        let n = self.cfg.multiplier as usize;
+        let n = match self.cfg.mode {
+            Mode::NodeGrouped => self.cfg.multiplier as usize,
+            Mode::PerPartition => 0, // opened per partition
+        };
         let ids = (0..n)
-            .map(|i| self.open_conn(key.clone(), i, 0, now))
+            .map(|i| (i, self.open_conn(key.clone(), i, 0, now)))
             .collect();
         self.nodes.insert(key.clone(), ids);
     }
@@ -183,7 +220,7 @@ impl Core {
 
     /// Closes every connection of a node that left the layout.
     pub(crate) fn close_node(&mut self, key: &NodeKey) {
-        for id in self.nodes.remove(key).unwrap_or_default() {
+        for id in self.nodes.remove(key).unwrap_or_default().into_values() {
             self.conns.remove(&id);
             self.break_channels(id);
             self.out.push_back(Command::Close { conn: id });
@@ -254,7 +291,11 @@ impl Core {
                     continue;
                 };
                 let new = self.open_conn(c.node.clone(), c.index, c.failures, now);
-                if let Some(slot) = self.nodes.get_mut(&c.node).and_then(|v| v.get_mut(c.index)) {
+                if let Some(slot) = self
+                    .nodes
+                    .get_mut(&c.node)
+                    .and_then(|v| v.get_mut(&c.index))
+                {
                     *slot = new;
                 }
             } else {

@@ -9,8 +9,9 @@ use crate::command::{Channel, Command, ConnId};
 use crate::config::{Config, ConfigError};
 use crate::time::Time;
 
-/// The sans-IO control core of the cluster subscribe side (node-grouped
-/// sharded mode): it decides which connections exist, which channels each
+/// The sans-IO control core of the cluster subscribe side (sharded modes:
+/// node-grouped or per-partition connections, [`Mode`](crate::Mode)): it
+/// decides which connections exist, which channels each
 /// carries, when to fetch the slot map and probe slots, and which channels
 /// get a gap event. It never blocks, never reads a clock and sends nothing
 /// itself.
@@ -46,8 +47,9 @@ pub struct Core {
     pub(crate) map: SlotMap,
     pub(crate) layout: Layout,
     pub(crate) parts: Vec<Part>,
-    /// The subscribe connections of each primary, `multiplier` of them.
-    pub(crate) nodes: BTreeMap<NodeKey, Vec<ConnId>>,
+    /// The subscribe connections of each primary by index: `multiplier`
+    /// of them (node-grouped), or one per partition it owns.
+    pub(crate) nodes: BTreeMap<NodeKey, BTreeMap<usize, ConnId>>,
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     pub(crate) next_conn: u64,
     pub(crate) next_id: u64,

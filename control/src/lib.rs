@@ -19,8 +19,9 @@
 //!  timer (poll_timeout) ────────┘   └─> poll_timeout
 //! ```
 //!
-//! It does not cover classic (`SUBSCRIBE`) mode, per-partition connections,
-//! the publish side (routes, gates, held publishes, the service channel),
+//! Both sharded layouts are covered: node-grouped (the default) and one
+//! connection per partition ([`Mode`]). It does not cover classic
+//! (`SUBSCRIBE`) mode, the publish side (routes, gates, held publishes, the service channel),
 //! or liveness pings; the engine keeps those.
 //!
 //! [`sim`] runs the core against a seeded in-memory cluster with a virtual
@@ -50,6 +51,6 @@ mod tests;
 mod time;
 
 pub use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
-pub use crate::config::{Config, ConfigError};
+pub use crate::config::{Config, ConfigError, Mode};
 pub use crate::core::Core;
 pub use crate::time::Time;

@@ -7,6 +7,7 @@ use core::time::Duration;
 use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap};
 
 use crate::command::{Command, FetchError, ProbeReply};
+use crate::config::Mode;
 use crate::core::{ConnState, Core, Probe, Sub};
 use crate::time::Time;
 
@@ -124,8 +125,9 @@ impl Core {
 
     /// Carries out `plan` (from the current layout to `new`): open its
     /// nodes; detach its moved and unowned partitions from their old
-    /// connections (unsubscribe where that stays, gap due); switch to
-    /// `new`; close its nodes; subscribe the moved partitions.
+    /// connections (unsubscribe where that stays, gap due; per-partition:
+    /// close the partition's connection); switch to `new`; close its nodes;
+    /// subscribe the moved partitions (per-partition: on a new connection).
     pub(crate) fn run_plan(&mut self, plan: &RewirePlan, new: Layout, now: Time) {
         for key in &plan.open {
             self.open_node(key, now);
@@ -147,8 +149,17 @@ impl Core {
                     by_conn.entry(c).or_default().push(name.clone());
                 }
             }
+            let per_partition = self.cfg.mode == Mode::PerPartition;
+            if per_partition {
+                // Its own connection goes with it.
+                if let Some(c) = self.conn_of(p) {
+                    if !self.conns.get(&c).is_some_and(closing) {
+                        self.close_conn(c);
+                    }
+                }
+            }
             for (c, names) in by_conn {
-                if !self.conns.get(&c).is_some_and(closing) {
+                if !per_partition && !self.conns.get(&c).is_some_and(closing) {
                     self.unsubscribe(c, p, names);
                 }
             }
@@ -158,6 +169,11 @@ impl Core {
             self.close_node(key);
         }
         let moved: Vec<u32> = moved.collect();
+        if self.cfg.mode == Mode::PerPartition {
+            for &p in &moved {
+                self.ensure_conn(p, now);
+            }
+        }
         self.flush(&moved, true, now);
     }
 

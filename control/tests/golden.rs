@@ -164,3 +164,25 @@ fn unowned_slot_is_probed() {
     s.ok_all();
     s.check("probe");
 }
+
+#[test]
+fn per_partition_startup_and_migration() {
+    let mut s = Script::with(
+        "per-partition connections; partition 0's slot moves n0 -> n2",
+        control::Mode::PerPartition,
+        1,
+        512,
+    );
+    started(&mut s);
+    for ch in s.channels_of_partition(0) {
+        let c = s.conn_carrying(&ch);
+        s.sunsubscribe(c, &ch);
+    }
+    let mut after = three();
+    after[0] = shard("id0", "n0", &["n1"], &[(0, 2047), (2049, 5460)]);
+    after[1] = shard("id2", "n2", &["n3"], &[(2048, 2048), (5461, 10922)]);
+    s.topology(Ok(after));
+    s.up_all();
+    s.ok_all();
+    s.check("per_partition");
+}

@@ -2,7 +2,7 @@
 //! read from fuzz bytes (`control_core`).
 //!
 //! Input: a header of 7 bytes (simulator seed, 2 bytes; primaries; channels;
-//! connection multiplier; batch size pick; ACL on or off), then up to
+//! connection multiplier; batch size pick; flags: bit 0 ACL, bit 1 per-partition connections), then up to
 //! [`MAX_FAULTS`] faults of 5 bytes each: the time since the previous one
 //! (× 10 ms), the fault kind, two pick bytes (node, partition, connection
 //! or channel, taken modulo what exists when it runs), and a duration byte
@@ -36,7 +36,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
     let channels = 1 + u32::from(input.u8() % 48);
     let multiplier = 1 + u32::from(input.u8() % 3);
     let batch = input.pick(&[1, 2, 3, 512]);
-    let acl = input.u8() & 1 == 1;
+    let flags = input.u8();
     let mut faults = Vec::new();
     let mut t = 0u64;
     while !input.is_empty() && faults.len() < MAX_FAULTS {
@@ -68,10 +68,11 @@ pub fn schedule(data: &[u8]) -> Schedule {
         primaries,
         channels,
         multiplier,
+        per_partition: flags & 2 != 0,
         batch,
-        acl,
+        acl: flags & 1 != 0,
         faults,
-        settle: Duration::from_secs(20),
+        settle: Duration::from_secs(45),
     }
 }
 

@@ -126,6 +126,9 @@ impl Sim {
         let seed_count = seeds.len();
         let mut cfg = Config::new(parts.clone(), seeds);
         cfg.multiplier = s.multiplier.max(1);
+        if s.per_partition {
+            cfg.mode = crate::config::Mode::PerPartition;
+        }
         cfg.batch = s.batch.max(1);
         let batch = cfg.batch;
         let core = Core::new(cfg, Time::ZERO).unwrap_or_else(|e| panic!("sim config: {e}"));
@@ -521,6 +524,35 @@ impl Sim {
         if n > QUIET_FETCHES {
             self.check.fail(&alloc::format!(
                 "{n} fetches in the last {QUIET:?} of a healthy cluster"
+            ));
+        }
+        // Connections: only to owners of partitions, no more than the mode
+        // needs (a leaked connection fails here).
+        let owners: BTreeSet<usize> = self
+            .parts
+            .slots()
+            .iter()
+            .filter_map(|&s| self.cluster.owner(s))
+            .collect();
+        let cfg = self.core.config();
+        let most = match cfg.mode {
+            crate::config::Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
+            crate::config::Mode::PerPartition => self.parts.slots().len(),
+        };
+        let open = self.cluster.conns.len();
+        if open > most {
+            self.check
+                .fail(&alloc::format!("{open} connections open, {most} needed"));
+        }
+        if let Some((id, c)) = self
+            .cluster
+            .conns
+            .iter()
+            .find(|(_, c)| !owners.contains(&c.node))
+        {
+            let n = c.node;
+            self.check.fail(&alloc::format!(
+                "{id} open to node {n}, which owns no partition"
             ));
         }
         if !self.core.is_settled() {

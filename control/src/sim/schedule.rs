@@ -88,8 +88,10 @@ pub struct Schedule {
     pub primaries: u32,
     /// Application channels (`c0`, `c1`, …); half are wanted at start.
     pub channels: u32,
-    /// Subscribe connections per primary.
+    /// Subscribe connections per primary (node-grouped mode).
     pub multiplier: u32,
+    /// One connection per partition instead ([`Mode::PerPartition`](crate::Mode)).
+    pub per_partition: bool,
     /// Channels per `SSUBSCRIBE`.
     pub batch: usize,
     /// Whether channels `c7`, `c18`, … (index % 11 == 7) are refused (ACL).
@@ -102,7 +104,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// A random schedule from `seed`: 2 to 5 primaries, up to 12 faults in
-    /// the first 3 s, 20 s to settle.
+    /// the first 3 s, 45 s to settle (past the 30 s poll).
     pub fn random(seed: u64) -> Schedule {
         let mut r = Rng::new(seed);
         let up_to = r.below(12) + 1;
@@ -118,10 +120,11 @@ impl Schedule {
             primaries: 2 + r.below(4) as u32,
             channels: 4 + r.below(40) as u32,
             multiplier: 1 + r.below(3) as u32,
+            per_partition: r.chance(25),
             batch: [1, 2, 3, 512][r.below(4) as usize],
             acl: r.chance(20),
             faults,
-            settle: Duration::from_secs(20),
+            settle: Duration::from_secs(45),
         }
     }
 }

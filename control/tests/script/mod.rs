@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use control::{Command, Config, ConnId, Core, FetchError, ProbeReply, SubscribeReply, Time};
+use control::{Command, Config, ConnId, Core, FetchError, Mode, ProbeReply, SubscribeReply, Time};
 use shardcore::Partitions;
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
@@ -89,8 +89,14 @@ pub struct Script {
 impl Script {
     /// A core over 4 partitions, seeded with `n0`.
     pub fn new(title: &str, multiplier: u32, batch: usize) -> Script {
+        Script::with(title, Mode::NodeGrouped, multiplier, batch)
+    }
+
+    /// As [`Script::new`], in `mode`.
+    pub fn with(title: &str, mode: Mode, multiplier: u32, batch: usize) -> Script {
         let parts = Partitions::new(4).unwrap();
         let mut cfg = Config::new(parts, vec![addr("n0")]);
+        cfg.mode = mode;
         cfg.multiplier = multiplier;
         cfg.batch = batch;
         let core = Core::new(cfg, Time::ZERO).unwrap();
@@ -98,7 +104,7 @@ impl Script {
             core,
             now: Time::ZERO,
             log: format!(
-                "# {title} (4 partitions, multiplier {multiplier}, batch {batch})\n@0ms start\n"
+                "# {title} (4 partitions, {mode:?}, multiplier {multiplier}, batch {batch})\n@0ms start\n"
             ),
             opens: VecDeque::new(),
             hosts: BTreeMap::new(),
