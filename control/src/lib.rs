@@ -46,6 +46,7 @@ mod conns;
 mod core;
 mod rewire;
 pub mod sim;
+mod subscribe;
 #[cfg(test)]
 mod tests;
 mod time;

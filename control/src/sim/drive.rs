@@ -6,12 +6,12 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use shardcore::Partitions;
-use topology::{ClusterError, NodeAddr, SlotMap};
+use topology::{NodeAddr, SlotMap};
 
 use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 use crate::config::Config;
 use crate::core::Core;
-use crate::sim::check::{Checker, QUIET, QUIET_FETCHES};
+use crate::sim::check::Checker;
 use crate::sim::cluster::Cluster;
 use crate::sim::rng::Rng;
 use crate::sim::schedule::Schedule;
@@ -100,7 +100,7 @@ pub struct Sim {
     pub check: Checker,
     commands: u64,
     steps: u64,
-    redirects: u64,
+    pub(crate) redirects: u64,
     /// Print every event and command (set by `CONTROL_SIM_TRACE`).
     pub trace: bool,
 }
@@ -357,206 +357,6 @@ impl Sim {
                     Input::Probe(id, r) => core.handle_probe(now, id, r),
                 }
             }
-        }
-    }
-
-    /// The server side of one request.
-    fn server(&mut self, m: ServerMsg) {
-        match m {
-            ServerMsg::Open(conn, addr) => {
-                let n = self
-                    .cluster
-                    .node_at(&addr)
-                    .filter(|&n| self.cluster.nodes[n].alive);
-                match n {
-                    Some(n) => {
-                        let c = crate::sim::cluster::SimConn {
-                            node: n,
-                            subs: BTreeSet::new(),
-                        };
-                        self.cluster.conns.insert(conn, c);
-                        self.send_core(Some(n), Some(conn), Input::Up(conn));
-                    }
-                    None => self.send_core(None, Some(conn), Input::Down(conn)),
-                }
-            }
-            ServerMsg::Close(conn) => {
-                if let Some(c) = self.cluster.conns.remove(&conn) {
-                    for ch in &c.subs {
-                        self.broke(conn, ch);
-                    }
-                }
-            }
-            ServerMsg::Sub(conn, slot, channels) => {
-                let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) else {
-                    return; // dropped: the core hears of it
-                };
-                let moving = self
-                    .migrating
-                    .get(&slot)
-                    .filter(|m| m.1 > self.now)
-                    .map(|m| m.0);
-                let owner = self.cluster.owner(slot);
-                let reply = match (owner, moving) {
-                    (Some(o), Some(from)) if from == node => {
-                        SubscribeReply::Routing(ClusterError::Ask {
-                            slot,
-                            addr: Some(self.cluster.nodes[o].addr.clone()),
-                        })
-                    }
-                    (Some(o), Some(_)) if o == node => {
-                        SubscribeReply::Routing(ClusterError::TryAgain)
-                    }
-                    _ => match owner {
-                        Some(o) if o == node => {
-                            if channels.iter().any(|c| self.acl.contains(c)) {
-                                SubscribeReply::Refused(
-                                    "NOPERM no permissions to access a channel".into(),
-                                )
-                            } else {
-                                if let Some(c) = self.cluster.conns.get_mut(&conn) {
-                                    c.subs.extend(channels);
-                                }
-                                SubscribeReply::Ok
-                            }
-                        }
-                        Some(o) => SubscribeReply::Routing(ClusterError::Moved {
-                            slot,
-                            addr: Some(self.cluster.nodes[o].addr.clone()),
-                        }),
-                        None => SubscribeReply::Routing(ClusterError::ClusterDown),
-                    },
-                };
-                if matches!(reply, SubscribeReply::Routing(_)) {
-                    self.redirects += 1;
-                }
-                self.send_core(Some(node), Some(conn), Input::Reply(conn, reply));
-            }
-            ServerMsg::Unsub(conn, channels) => {
-                if let Some(c) = self.cluster.conns.get_mut(&conn) {
-                    for ch in &channels {
-                        c.subs.remove(ch);
-                    }
-                }
-            }
-            ServerMsg::Fetch(id, addr) => {
-                let n = self
-                    .cluster
-                    .node_at(&addr)
-                    .filter(|&n| self.cluster.nodes[n].alive);
-                let reply = match n {
-                    Some(_) if self.now < self.stale_until && self.rng.chance(50) => {
-                        let h = &self.cluster.history;
-                        let i = self.rng.below(h.len() as u64) as usize;
-                        h.get(i).cloned().ok_or(FetchError::BadReply)
-                    }
-                    Some(_) => Ok(self.cluster.map()),
-                    None => Err(FetchError::Unreachable),
-                };
-                self.send_core(n, None, Input::Topology(id, reply));
-            }
-            ServerMsg::Probe(id, slot, addr) => {
-                let n = self
-                    .cluster
-                    .node_at(&addr)
-                    .filter(|&n| self.cluster.nodes[n].alive);
-                let reply = match (n, self.cluster.owner(slot)) {
-                    (Some(n), Some(o)) if n == o => ProbeReply::Served,
-                    (Some(_), Some(o)) => ProbeReply::Moved(self.cluster.nodes[o].addr.clone()),
-                    _ => ProbeReply::Failed,
-                };
-                self.send_core(n, None, Input::Probe(id, reply));
-            }
-        }
-    }
-
-    /// The server dropped `channel` from `conn`: a loss when it is wanted
-    /// and `conn` carries its latest subscribe.
-    pub(crate) fn broke(&mut self, conn: ConnId, channel: &Channel) {
-        if self.want.contains(channel) && self.last_sub.get(channel) == Some(&conn) {
-            self.check.broke(channel);
-        }
-    }
-
-    /// Property 1, at the end of the run.
-    fn final_check(&mut self) {
-        let mut on: BTreeMap<&Channel, Vec<ConnId>> = BTreeMap::new();
-        for (id, c) in &self.cluster.conns {
-            for ch in &c.subs {
-                on.entry(ch).or_default().push(*id);
-            }
-        }
-        for ch in &self.names {
-            let name = alloc::string::String::from_utf8_lossy(ch);
-            let conns = on.get(ch).cloned().unwrap_or_default();
-            let wanted = self.want.contains(ch);
-            if !wanted || self.acl.contains(ch) {
-                if !conns.is_empty() {
-                    self.check.fail(&alloc::format!(
-                        "{name} (unwanted or refused) still on {conns:?}"
-                    ));
-                }
-                if wanted && !self.check.refused.contains(ch) {
-                    self.check
-                        .fail(&alloc::format!("{name} refused but never reported"));
-                }
-                continue;
-            }
-            let [conn] = conns[..] else {
-                self.check
-                    .fail(&alloc::format!("{name} wanted, subscribed on {conns:?}"));
-            };
-            let slot = shardcore::key_slot(&self.parts.redis_channel(ch));
-            let node = self.cluster.conns.get(&conn).map(|c| c.node);
-            if node.is_none() || node != self.cluster.owner(slot) {
-                self.check.fail(&alloc::format!(
-                    "{name} on {conn} (node {node:?}), owner of slot {slot} is {:?}",
-                    self.cluster.owner(slot)
-                ));
-            }
-        }
-        let quiet = self
-            .check
-            .fetch_starts
-            .iter()
-            .filter(|&&t| self.now.since(t) < QUIET);
-        let n = quiet.count();
-        if n > QUIET_FETCHES {
-            self.check.fail(&alloc::format!(
-                "{n} fetches in the last {QUIET:?} of a healthy cluster"
-            ));
-        }
-        // Connections: only to owners of partitions, no more than the mode
-        // needs (a leaked connection fails here).
-        let owners: BTreeSet<usize> = self
-            .parts
-            .slots()
-            .iter()
-            .filter_map(|&s| self.cluster.owner(s))
-            .collect();
-        let cfg = self.core.config();
-        let most = match cfg.mode {
-            crate::config::Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
-            crate::config::Mode::PerPartition => self.parts.slots().len(),
-        };
-        let open = self.cluster.conns.len();
-        if open > most {
-            self.check
-                .fail(&alloc::format!("{open} connections open, {most} needed"));
-        }
-        if let Some((id, c)) = self
-            .cluster
-            .conns
-            .iter()
-            .find(|(_, c)| !owners.contains(&c.node))
-        {
-            let n = c.node;
-            self.check.fail(&alloc::format!(
-                "{id} open to node {n}, which owns no partition"
-            ));
-        }
-        if !self.core.is_settled() {
-            self.check.fail("the core does not consider itself settled");
         }
     }
 }

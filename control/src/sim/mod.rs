@@ -33,6 +33,8 @@ mod drive;
 mod faults;
 pub mod rng;
 pub mod schedule;
+mod server;
+mod settle;
 
 pub use drive::{run, run_seed, Outcome, Sim};
 pub use schedule::{Fault, Schedule};
