@@ -45,8 +45,10 @@ pub struct SimConn {
 pub struct Cluster {
     /// Every node ever started.
     pub nodes: Vec<SimNode>,
-    /// Owner node of each slot (`NONE`: nobody).
-    owner: Vec<u16>,
+    /// Owner node of slot runs (`NONE`: nobody), from the initial split.
+    base: Vec<(u16, u16, u16)>,
+    /// Owners of single slots moved since (they override `base`).
+    moved: BTreeMap<u16, u16>,
     /// Open subscribe connections.
     pub conns: BTreeMap<ConnId, SimConn>,
     version: u64,
@@ -60,7 +62,8 @@ impl Cluster {
     pub fn new(primaries: u32) -> Cluster {
         let mut c = Cluster {
             nodes: Vec::new(),
-            owner: alloc::vec![NONE; usize::from(SLOT_COUNT)],
+            base: Vec::new(),
+            moved: BTreeMap::new(),
             conns: BTreeMap::new(),
             version: 0,
             cache: None,
@@ -70,10 +73,7 @@ impl Cluster {
         for range in ranges {
             let p = c.add_node(None);
             c.add_node(Some(p));
-            let (a, b) = (usize::from(*range.start()), usize::from(*range.end()));
-            if let Some(run) = c.owner.get_mut(a..=b) {
-                run.fill(p as u16);
-            }
+            c.base.push((*range.start(), *range.end(), p as u16));
         }
         c.snapshot();
         c
@@ -102,10 +102,15 @@ impl Cluster {
 
     /// The owner of `slot`.
     pub fn owner(&self, slot: u16) -> Option<usize> {
-        match self.owner.get(usize::from(slot)) {
-            Some(&o) if o != NONE => Some(usize::from(o)),
-            _ => None,
-        }
+        let o = match self.moved.get(&slot) {
+            Some(&o) => o,
+            None => self
+                .base
+                .iter()
+                .find(|r| r.0 <= slot && slot <= r.1)
+                .map_or(NONE, |r| r.2),
+        };
+        (o != NONE).then_some(usize::from(o))
     }
 
     /// Live primaries, by index.
@@ -124,8 +129,8 @@ impl Cluster {
         slot_of: impl Fn(&[u8]) -> u16,
     ) -> Vec<(ConnId, Channel)> {
         let old = self.owner(slot);
-        if let Some(o) = self.owner.get_mut(usize::from(slot)) {
-            *o = to.map_or(NONE, |t| t as u16);
+        if slot < SLOT_COUNT {
+            self.moved.insert(slot, to.map_or(NONE, |t| t as u16));
         }
         self.changed();
         match old {
@@ -159,9 +164,15 @@ impl Cluster {
 
     /// Every slot of `from` goes to `to`.
     pub fn hand_over(&mut self, from: usize, to: usize) {
-        for o in &mut self.owner {
-            if usize::from(*o) == from {
-                *o = to as u16;
+        let (from, to) = (from as u16, to as u16);
+        for r in &mut self.base {
+            if r.2 == from {
+                r.2 = to;
+            }
+        }
+        for o in self.moved.values_mut() {
+            if *o == from {
+                *o = to;
             }
         }
         self.changed();
@@ -231,36 +242,29 @@ impl Cluster {
     fn build(&self) -> SlotMap {
         let mut map = SlotMap::new();
         let mut index: BTreeMap<u16, usize> = BTreeMap::new();
-        let mut start = 0usize;
-        while start < self.owner.len() {
-            let o = self.owner[start];
-            let len = self.owner[start..]
-                .iter()
-                .position(|&x| x != o)
-                .unwrap_or(self.owner.len() - start);
-            let end = start + len - 1;
-            if o != NONE {
-                let shard = match index.get(&o) {
-                    Some(&s) => Some(s),
-                    None => {
-                        let p = usize::from(o);
-                        let replicas = (0..self.nodes.len())
-                            .filter(|&r| self.nodes[r].alive && self.nodes[r].replica_of == Some(p))
-                            .map(|r| self.map_node(r, Role::Replica))
-                            .collect();
-                        let s = map.push_shard(Shard {
-                            primary: self.map_node(p, Role::Primary),
-                            replicas,
-                        });
-                        if let Some(s) = s {
-                            index.insert(o, s);
-                        }
-                        s
+        let runs = self.base.iter().copied();
+        let singles = self.moved.iter().map(|(&s, &o)| (s, s, o));
+        for (a, b, o) in runs.chain(singles) {
+            let shard = match index.get(&o) {
+                _ if o == NONE => None,
+                Some(&s) => Some(s),
+                None => {
+                    let p = usize::from(o);
+                    let replicas = (0..self.nodes.len())
+                        .filter(|&r| self.nodes[r].alive && self.nodes[r].replica_of == Some(p))
+                        .map(|r| self.map_node(r, Role::Replica))
+                        .collect();
+                    let s = map.push_shard(Shard {
+                        primary: self.map_node(p, Role::Primary),
+                        replicas,
+                    });
+                    if let Some(s) = s {
+                        index.insert(o, s);
                     }
-                };
-                map.assign(start as u16..=end as u16, shard);
-            }
-            start = end + 1;
+                    s
+                }
+            };
+            map.assign(a..=b, shard);
         }
         map
     }
