@@ -52,7 +52,7 @@ impl Core {
         let Some(part) = self.parts.get_mut(pending.partition as usize) else {
             return;
         };
-        let single = pending.channels.len() == 1;
+        let single = pending.carried == 1;
         let still: Vec<Channel> = pending
             .channels
             .into_iter()

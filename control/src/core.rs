@@ -132,7 +132,10 @@ pub(crate) enum ConnState {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) partition: u32,
+    /// The channels it still speaks for (an unsubscribe since removes them).
     pub(crate) channels: Vec<Channel>,
+    /// How many it carried (a refusal names the channel only when 1).
+    pub(crate) carried: usize,
     pub(crate) sent: Time,
 }
 

@@ -100,16 +100,26 @@ impl Core {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.pending.push_back(Pending {
                 partition: p,
+                carried: channels.len(),
                 channels,
                 sent: now,
             });
         }
     }
 
-    /// `SUNSUBSCRIBE` of `names` (partition `p`) on `conn`, when it is up.
+    /// `SUNSUBSCRIBE` of `names` (partition `p`) on `conn`, when it is up;
+    /// subscribes of them still awaiting their reply on `conn` no longer
+    /// count for them.
     pub(crate) fn unsubscribe(&mut self, conn: ConnId, p: u32, names: Vec<Channel>) {
         if !self.is_up(conn) {
             return;
+        }
+        // A reply still due for them speaks of the subscription undone here:
+        // it must not confirm a later subscribe of the same channel.
+        if let Some(c) = self.conns.get_mut(&conn) {
+            for pending in &mut c.pending {
+                pending.channels.retain(|n| !names.contains(n));
+            }
         }
         let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);
         for chunk in names.chunks(self.cfg.batch) {

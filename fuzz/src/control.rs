@@ -11,7 +11,8 @@
 //!
 //! Invariants (`control::sim`, which panics on a violation): no panic in the
 //! core; every `SSUBSCRIBE` / `SUNSUBSCRIBE` holds 1..=batch channels of one
-//! partition with its slot; a gap precedes the resubscribe of every channel
+//! partition with its slot, and no channel twice in flight on one
+//! connection; a gap precedes the resubscribe of every channel
 //! whose subscription broke, and none names a channel with no subscribe
 //! since its last gap; fetches and probes stay under their per-second
 //! bounds and the fetch backoff holds; `poll_timeout` always lies after the
@@ -45,7 +46,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         let a = u32::from(input.u8());
         let b = u32::from(input.u8());
         let ms = u32::from(input.u8()) * 12;
-        let f = match kind % 11 {
+        let f = match kind % 12 {
             0 => Fault::Migrate {
                 partition: a,
                 to: b,
@@ -59,6 +60,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
             7 => Fault::BlackHole { node: a, ms },
             8 => Fault::Stale { ms },
             9 => Fault::Orphan { partition: a, ms },
+            10 => Fault::Burst { channel: a },
             _ => Fault::Toggle { channel: a },
         };
         faults.push((Time::from_millis(t), f));

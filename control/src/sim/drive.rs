@@ -86,6 +86,8 @@ pub struct Sim {
     pub names: Vec<Channel>,
     /// Channels the application wants.
     pub want: BTreeSet<Channel>,
+    /// Per connection, the channels of each `SSUBSCRIBE` not answered yet.
+    pub(crate) inflight: BTreeMap<ConnId, alloc::collections::VecDeque<BTreeSet<Channel>>>,
     /// The last connection a subscribe of each channel went to.
     pub(crate) last_sub: BTreeMap<Channel, ConnId>,
     pub(crate) acl: BTreeSet<Channel>,
@@ -153,6 +155,7 @@ impl Sim {
             conn_node: BTreeMap::new(),
             want: BTreeSet::new(),
             last_sub: BTreeMap::new(),
+            inflight: BTreeMap::new(),
             acl,
             parts,
             stale_until: Time::ZERO,
@@ -313,6 +316,17 @@ impl Sim {
                 channels,
                 ..
             } => {
+                let inflight = self.inflight.entry(conn).or_default();
+                if let Some(c) = channels
+                    .iter()
+                    .find(|c| inflight.iter().any(|f| f.contains(*c)))
+                {
+                    let name = alloc::string::String::from_utf8_lossy(c).into_owned();
+                    self.check.fail(&alloc::format!(
+                        "{name} sent twice on {conn} before a reply"
+                    ));
+                }
+                inflight.push_back(channels.iter().cloned().collect());
                 for c in &channels {
                     self.last_sub.insert(c.clone(), conn);
                 }
@@ -320,6 +334,9 @@ impl Sim {
                 self.send_node(n, Some(conn), ServerMsg::Sub(conn, slot, channels));
             }
             Command::Unsubscribe { conn, channels, .. } => {
+                for f in self.inflight.entry(conn).or_default() {
+                    f.retain(|c| !channels.contains(c));
+                }
                 let n = self.conn_node.get(&conn).copied();
                 self.send_node(n, Some(conn), ServerMsg::Unsub(conn, channels));
             }
@@ -348,7 +365,12 @@ impl Sim {
                 match i {
                     Input::Up(c) => core.handle_conn_up(now, c),
                     Input::Down(c) => core.handle_conn_down(now, c),
-                    Input::Reply(c, r) => core.handle_subscribe_reply(now, c, r),
+                    Input::Reply(c, r) => {
+                        if let Some(f) = self.inflight.get_mut(&c) {
+                            f.pop_front();
+                        }
+                        core.handle_subscribe_reply(now, c, r);
+                    }
                     Input::Push(c, ch) => core.handle_sunsubscribe(now, c, &ch),
                     Input::Topology(id, r) => {
                         self.check.fetch_reply(now, r.is_ok());

@@ -1,5 +1,6 @@
 //! Applying a schedule's faults to the cluster.
 
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
 use crate::command::{Channel, ConnId};
@@ -71,6 +72,28 @@ impl Sim {
     fn may_die(&self, node: usize) -> bool {
         let live = (0..self.seeds).filter(|&i| self.cluster.nodes[i].alive);
         node >= self.seeds || live.filter(|&i| i != node).count() > 0
+    }
+
+    /// The application toggles `count` channels from pick `first` on: the
+    /// wanted ones are unwanted and the others wanted, each group in one call.
+    fn toggle(&mut self, first: u32, count: usize) {
+        let n = self.names.len().max(1);
+        let picked: BTreeSet<Channel> = (0..count.min(n))
+            .filter_map(|k| self.names.get((first as usize + k * 7) % n).cloned())
+            .collect();
+        let (drop, add): (Vec<Channel>, Vec<Channel>) =
+            picked.into_iter().partition(|c| self.want.contains(c));
+        for c in drop.iter().chain(&add) {
+            self.check.unwanted(c);
+        }
+        for c in &drop {
+            self.want.remove(c);
+        }
+        self.want.extend(add.iter().cloned());
+        self.core
+            .handle_unwant(self.now, drop.iter().map(|c| c.as_ref()));
+        self.core
+            .handle_want(self.now, add.iter().map(|c| c.as_ref()));
     }
 
     /// Applies one fault at the current time.
@@ -185,22 +208,8 @@ impl Sim {
                 let at = self.now + core::time::Duration::from_millis(u64::from(ms));
                 self.push(at, Ev::Fault(Fault::Migrate { partition, to }));
             }
-            Fault::Toggle { channel } => {
-                let Some(c) = self
-                    .names
-                    .get(channel as usize % self.names.len().max(1))
-                    .cloned()
-                else {
-                    return;
-                };
-                self.check.unwanted(&c);
-                if self.want.remove(&c) {
-                    self.core.handle_unwant(self.now, [c.as_ref()]);
-                } else {
-                    self.want.insert(c.clone());
-                    self.core.handle_want(self.now, [c.as_ref()]);
-                }
-            }
+            Fault::Toggle { channel } => self.toggle(channel, 1),
+            Fault::Burst { channel } => self.toggle(channel, 12),
         }
         self.cluster.snapshot();
     }

@@ -22,7 +22,8 @@
 //!    comes after a gap for it, and no gap names a channel with no
 //!    subscribe sent since its previous gap (a first subscribe is no gap);
 //! 3. every `SSUBSCRIBE` / `SUNSUBSCRIBE` holds 1 to `batch` channels of one
-//!    partition, with that partition's slot;
+//!    partition, with that partition's slot, and no channel goes out twice
+//!    on a connection before the first one's reply;
 //! 4. fetches and probes stay under [`check::MAX_FETCHES_PER_SECOND`] and
 //!    [`check::MAX_PROBES_PER_SECOND`] in any second, and after every
 //!    drained step `poll_timeout` lies after the current time.

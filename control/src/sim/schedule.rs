@@ -76,6 +76,12 @@ pub enum Fault {
         /// Channel pick.
         channel: u32,
     },
+    /// The application toggles up to 12 channels from `channel` on, the
+    /// wanted ones unwanted in one call, the others wanted in one call.
+    Burst {
+        /// Channel pick.
+        channel: u32,
+    },
 }
 
 /// A simulated run: the cluster's shape, its faults, and the time allowed
@@ -132,7 +138,7 @@ impl Schedule {
 fn random_fault(r: &mut Rng) -> Fault {
     let a = r.next_u64() as u32;
     let b = r.next_u64() as u32;
-    match r.below(13) {
+    match r.below(14) {
         0 | 1 => Fault::Migrate {
             partition: a,
             to: b,
@@ -148,6 +154,7 @@ fn random_fault(r: &mut Rng) -> Fault {
             ms: b % 3000,
         },
         9 => Fault::Stale { ms: b % 2000 },
+        11 => Fault::Burst { channel: a },
         10 => Fault::Orphan {
             partition: a,
             ms: b % 1500,
