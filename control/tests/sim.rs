@@ -1,31 +1,35 @@
 //! The simulator over many seeded fault schedules (see `control::sim`).
-//! `CONTROL_SIM_SEED=<n>` reruns one seed; `CONTROL_SIM_RUNS=<n>` sets how
-//! many schedules the sweep runs (10,000 by default).
+//!
+//! - `CONTROL_SIM_SEED=<n>` reruns one seed (the sweep then stays out of
+//!   the way); add `CONTROL_SIM_TRACE=1` to print every event and command.
+//! - `CONTROL_SIM_RUNS=<n>` sets how many schedules the sweep runs
+//!   (10,000 by default).
 
 use std::time::Instant;
 
 use control::sim::{run_seed, Outcome};
 
-fn runs() -> u64 {
-    std::env::var("CONTROL_SIM_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn one_seed_reruns_from_the_environment() {
+    let seed = env("CONTROL_SIM_SEED").unwrap_or(0);
+    let o = run_seed(seed);
+    eprintln!("seed {seed}: {o:?}");
+    // Deterministic: the same seed, the same run.
+    assert_eq!(run_seed(seed), o);
 }
 
 #[test]
 fn ten_thousand_seeded_schedules_keep_every_promise() {
-    if let Some(seed) = std::env::var("CONTROL_SIM_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        let o = run_seed(seed);
-        eprintln!("seed {seed}: {o:?}");
+    if env("CONTROL_SIM_SEED").is_some() {
         return;
     }
     let started = Instant::now();
     let mut total = Outcome::default();
-    let n = runs();
+    let n = env("CONTROL_SIM_RUNS").unwrap_or(10_000);
     for seed in 0..n {
         let o = run_seed(seed);
         total.steps += o.steps;
