@@ -74,6 +74,12 @@ pub enum Command {
         /// The connection.
         conn: ConnId,
     },
+    /// `PING` on `conn` (a liveness probe: it was silent for the ping
+    /// interval); answer with [`handle_pong`](crate::Core::handle_pong).
+    Ping {
+        /// The connection.
+        conn: ConnId,
+    },
     /// `SSUBSCRIBE` `channels` (all of `partition`, hence of `slot`; at most
     /// the batch size) on `conn`; answer with
     /// [`handle_subscribe_reply`](crate::Core::handle_subscribe_reply), in
@@ -156,6 +162,7 @@ impl fmt::Display for Command {
         match self {
             Command::Open { conn, node } => write!(f, "open {conn} {} {}", node.id, node.addr),
             Command::Close { conn } => write!(f, "close {conn}"),
+            Command::Ping { conn } => write!(f, "ping {conn}"),
             Command::Subscribe {
                 conn,
                 partition,

@@ -46,6 +46,10 @@ pub struct Config {
     pub reply_timeout: Duration,
     /// First reconnect delay (doubles per failure up to `retry_max`).
     pub reconnect_base: Duration,
+    /// A connection silent this long gets a liveness `PING`; one that does
+    /// not answer within `reply_timeout` is closed and reopened (zero: no
+    /// pings).
+    pub ping_interval: Duration,
     /// Refreshes in a row that may leave a lost partition (its channels
     /// dropped by the server, its node unchanged in the map) in place
     /// before it is resubscribed where the map says it lives.
@@ -56,7 +60,8 @@ pub struct Config {
 
 impl Config {
     /// Defaults: node-grouped, 1 connection per node, batch 512, 1 worker, 30 s poll,
-    /// 100 ms degraded retry, 2 s timeouts, 5 stale rounds, 16 probes.
+    /// 100 ms degraded retry, 2 s timeouts, 30 s pings, 5 stale rounds,
+    /// 16 probes.
     pub fn new(partitions: Partitions, seeds: Vec<NodeAddr>) -> Config {
         Config {
             partitions,
@@ -73,6 +78,7 @@ impl Config {
             connect_timeout: Duration::from_secs(2),
             reply_timeout: Duration::from_secs(2),
             reconnect_base: Duration::from_millis(50),
+            ping_interval: Duration::from_secs(30),
             stale_rounds: 5,
             max_probes: 16,
         }

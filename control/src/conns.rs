@@ -25,6 +25,7 @@ impl Core {
         }
         c.state = ConnState::Up;
         c.failures = 0;
+        c.last_rx = now;
         let parts: Vec<u32> = (0..self.layout.partition_count())
             .filter(|&p| self.conn_of(p) == Some(conn))
             .collect();
@@ -42,6 +43,7 @@ impl Core {
     /// The reply to the oldest subscribe in flight on `conn`.
     pub fn handle_subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
         self.tick(now);
+        self.heard(conn, now);
         let Some(pending) = self
             .conns
             .get_mut(&conn)
@@ -119,6 +121,7 @@ impl Core {
     /// have not, when it is resubscribed in place.
     pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
         self.tick(now);
+        self.heard(conn, now);
         let p = self.cfg.partitions.partition_of(channel);
         let Some(part) = self.parts.get_mut(p as usize) else {
             return;
@@ -212,6 +215,8 @@ impl Core {
                 state: ConnState::Opening { deadline },
                 failures,
                 pending: VecDeque::new(),
+                last_rx: now,
+                ping: None,
             },
         );
         id
@@ -260,6 +265,7 @@ impl Core {
             .min(self.cfg.retry_max);
         c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
+        c.ping = None;
         self.break_channels(conn);
         self.request_refresh(now, delay);
     }
@@ -269,11 +275,45 @@ impl Core {
         match c.state {
             ConnState::Opening { deadline } => Some(deadline),
             ConnState::Retry { at } => Some(at),
-            ConnState::Up => c.pending.front().map(|p| p.sent + self.cfg.reply_timeout),
+            ConnState::Up => {
+                let reply = c.pending.front().map(|p| p.sent + self.cfg.reply_timeout);
+                let ping = match c.ping {
+                    Some(sent) => Some(sent + self.cfg.reply_timeout),
+                    None if self.cfg.ping_interval.is_zero() => None,
+                    None => Some(c.last_rx + self.cfg.ping_interval),
+                };
+                match (reply, ping) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
         }
     }
 
-    /// Open and reply timeouts (close, then retry), and reconnects.
+    /// Whether an up connection's subscribe or ping is overdue at `now`.
+    fn overdue(&self, c: &Conn, now: Time) -> bool {
+        let late = |sent: Time| sent + self.cfg.reply_timeout <= now;
+        c.pending.front().is_some_and(|p| late(p.sent)) || c.ping.is_some_and(late)
+    }
+
+    /// The `PING` sent on `conn` was answered.
+    pub fn handle_pong(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.ping = None;
+            c.last_rx = now;
+        }
+    }
+
+    /// Something arrived on `conn`: it is alive.
+    pub(crate) fn heard(&mut self, conn: ConnId, now: Time) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.last_rx = now;
+        }
+    }
+
+    /// Open, reply and ping timeouts (close, then retry), liveness pings,
+    /// and reconnects.
     pub(crate) fn conn_timers(&mut self, now: Time) {
         let due: Vec<ConnId> = self
             .conns
@@ -297,10 +337,14 @@ impl Core {
                 {
                     *slot = new;
                 }
-            } else {
+            } else if c.state != ConnState::Up || self.overdue(c, now) {
                 // No answer in time: presume it dead.
                 self.out.push_back(Command::Close { conn: id });
                 self.conn_failed(id, now);
+            } else if let Some(c) = self.conns.get_mut(&id) {
+                // Silent for the ping interval: a liveness probe.
+                c.ping = Some(now);
+                self.out.push_back(Command::Ping { conn: id });
             }
         }
     }

@@ -24,9 +24,9 @@ use crate::time::Time;
 ///    from the application; [`handle_conn_up`](Core::handle_conn_up),
 ///    [`handle_conn_down`](Core::handle_conn_down),
 ///    [`handle_subscribe_reply`](Core::handle_subscribe_reply) (per
-///    connection, in the order the subscribes were sent) and
-///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) from the subscribe
-///    connections; [`handle_topology`](Core::handle_topology) and
+///    connection, in the order the subscribes were sent),
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) and
+///    [`handle_pong`](Core::handle_pong) from the subscribe connections; [`handle_topology`](Core::handle_topology) and
 ///    [`handle_probe`](Core::handle_probe) for the requests it made.
 /// 3. After each input, drain [`poll_command`](Core::poll_command) until it
 ///    gives `None` and carry the commands out in that order.
@@ -115,6 +115,10 @@ pub(crate) struct Conn {
     pub(crate) failures: u32,
     /// Subscribes sent, oldest first.
     pub(crate) pending: VecDeque<Pending>,
+    /// When something last arrived on it (or it came up).
+    pub(crate) last_rx: Time,
+    /// The liveness `PING` in flight, and when it was sent.
+    pub(crate) ping: Option<Time>,
 }
 
 /// A connection's state.
@@ -284,15 +288,9 @@ impl Core {
     }
 
     /// Runs what is due at `now`: fetches, probe and connection deadlines,
-    /// reconnects, the poll.
+    /// pings, reconnects, the poll (every other input does too, first).
     pub fn handle_timeout(&mut self, now: Time) {
         self.tick(now);
-        if now >= self.next_poll {
-            self.next_poll = now + self.cfg.poll_interval;
-            self.request_refresh(now, core::time::Duration::ZERO);
-        }
-        self.fetch_timers(now);
-        self.conn_timers(now);
     }
 
     /// Whether every wanted channel (not refused) is confirmed: for tests
@@ -319,8 +317,17 @@ impl Core {
         &self.layout
     }
 
+    /// Every input starts here: time moves to `now` and what is due by
+    /// then runs first, so that after the input every deadline left lies
+    /// after `now`.
     pub(crate) fn tick(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if now >= self.next_poll {
+            self.next_poll = now + self.cfg.poll_interval;
+            self.request_refresh(now, core::time::Duration::ZERO);
+        }
+        self.fetch_timers(now);
+        self.conn_timers(now);
     }
 
     pub(crate) fn fresh_id(&mut self) -> u64 {

@@ -186,3 +186,24 @@ fn per_partition_startup_and_migration() {
     s.ok_all();
     s.check("per_partition");
 }
+
+#[test]
+fn silent_connection_is_pinged_and_replaced() {
+    let mut s = Script::new("silent for 30 s: pings; n2 and n4 never answer", 1, 512);
+    started(&mut s);
+    let c = s.conns_of("n0")[0];
+    for _ in 0..4 {
+        s.timeout(); // the poll, then a ping per connection
+    }
+    s.topology(Ok(three()));
+    s.pong(c);
+    s.timeout(); // n2's ping is overdue: closed; a refresh
+    s.timeout(); // n4's too
+    s.topology(Ok(three()));
+    s.topology(Ok(three())); // the degraded-mode refresh
+    s.timeout(); // both reopened after the backoff
+    s.timeout();
+    s.up_all();
+    s.ok_all();
+    s.check("ping");
+}

@@ -33,6 +33,7 @@ pub(crate) enum Ev {
 pub(crate) enum ServerMsg {
     Open(ConnId, NodeAddr),
     Close(ConnId),
+    Ping(ConnId),
     Sub(ConnId, u16, Vec<Channel>),
     Unsub(ConnId, Vec<Channel>),
     Fetch(u64, NodeAddr),
@@ -45,6 +46,7 @@ pub(crate) enum Input {
     Down(ConnId),
     Reply(ConnId, SubscribeReply),
     Push(ConnId, Channel),
+    Pong(ConnId),
     Topology(u64, Result<SlotMap, FetchError>),
     Probe(u64, ProbeReply),
 }
@@ -310,6 +312,10 @@ impl Sim {
                 let n = self.conn_node.get(&conn).copied();
                 self.send_node(n, Some(conn), ServerMsg::Close(conn));
             }
+            Command::Ping { conn } => {
+                let n = self.conn_node.get(&conn).copied();
+                self.send_node(n, Some(conn), ServerMsg::Ping(conn));
+            }
             Command::Subscribe {
                 conn,
                 slot,
@@ -372,6 +378,7 @@ impl Sim {
                         core.handle_subscribe_reply(now, c, r);
                     }
                     Input::Push(c, ch) => core.handle_sunsubscribe(now, c, &ch),
+                    Input::Pong(c) => core.handle_pong(now, c),
                     Input::Topology(id, r) => {
                         self.check.fetch_reply(now, r.is_ok());
                         core.handle_topology(now, id, r);

@@ -37,6 +37,11 @@ impl Sim {
                     }
                 }
             }
+            ServerMsg::Ping(conn) => {
+                if let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) {
+                    self.send_core(Some(node), Some(conn), Input::Pong(conn));
+                }
+            }
             ServerMsg::Sub(conn, slot, channels) => {
                 let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) else {
                     return; // dropped: the core hears of it

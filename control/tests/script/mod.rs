@@ -238,6 +238,11 @@ impl Script {
         });
     }
 
+    /// `conn` answers its ping.
+    pub fn pong(&mut self, c: ConnId) {
+        self.step(&format!("pong {c}"), |core, now| core.handle_pong(now, c));
+    }
+
     /// Answers the oldest outstanding probe.
     pub fn probe(&mut self, reply: ProbeReply) {
         let id = self.probes.pop_front().expect("no probe outstanding");
