@@ -37,7 +37,13 @@ impl Core {
     /// slot map refreshed.
     pub fn handle_conn_down(&mut self, now: Time, conn: ConnId) {
         self.tick(now);
-        self.conn_failed(conn, now);
+        let down = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| matches!(c.state, ConnState::Retry { .. }));
+        if !down {
+            self.conn_failed(conn, now); // a second report changes nothing
+        }
     }
 
     /// The reply to the oldest subscribe in flight on `conn`.

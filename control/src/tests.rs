@@ -168,3 +168,23 @@ fn unwant_unsubscribes_where_it_was_sent() {
         "{cmds:?}"
     );
 }
+
+#[test]
+fn a_second_down_report_changes_nothing() {
+    let (mut core, conn) = up(512);
+    core.handle_conn_down(Time(3), conn);
+    core.handle_conn_down(Time(4), conn);
+    // The reconnect keeps its first backoff (50 ms), not a doubled one.
+    for _ in 0..10 {
+        let t = core.poll_timeout().unwrap();
+        core.handle_timeout(t);
+        if drain(&mut core)
+            .iter()
+            .any(|c| matches!(c, Command::Open { .. }))
+        {
+            assert_eq!(t, Time(3) + Duration::from_millis(50));
+            return;
+        }
+    }
+    panic!("no reconnect");
+}
