@@ -46,7 +46,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         let a = u32::from(input.u8());
         let b = u32::from(input.u8());
         let ms = u32::from(input.u8()) * 12;
-        let f = match kind % 12 {
+        let f = match kind % 13 {
             0 => Fault::Migrate {
                 partition: a,
                 to: b,
@@ -61,6 +61,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
             8 => Fault::Stale { ms },
             9 => Fault::Orphan { partition: a, ms },
             10 => Fault::Burst { channel: a },
+            11 => Fault::Storm { node: a },
             _ => Fault::Toggle { channel: a },
         };
         faults.push((Time::from_millis(t), f));

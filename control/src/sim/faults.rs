@@ -96,6 +96,18 @@ impl Sim {
             .handle_want(self.now, add.iter().map(|c| c.as_ref()));
     }
 
+    /// Node `x` drops every shard channel, with a push for each.
+    fn storm(&mut self, x: usize) {
+        let all: Vec<u16> = self.parts.slots().to_vec();
+        let parts = self.parts.clone();
+        for s in all {
+            let d = self
+                .cluster
+                .drop_slot(x, s, |c| shardcore::key_slot(&parts.redis_channel(c)));
+            self.pushes(d);
+        }
+    }
+
     /// Applies one fault at the current time.
     pub(crate) fn fault(&mut self, f: Fault) {
         let prims = self.cluster.primaries();
@@ -110,14 +122,12 @@ impl Sim {
                 let Some(x) = pick(&prims, node) else { return };
                 if self.promote(x).is_some() {
                     // The demoted primary drops every shard channel.
-                    let all: Vec<u16> = self.parts.slots().to_vec();
-                    let parts = self.parts.clone();
-                    for s in all {
-                        let d = self
-                            .cluster
-                            .drop_slot(x, s, |c| shardcore::key_slot(&parts.redis_channel(c)));
-                        self.pushes(d);
-                    }
+                    self.storm(x);
+                }
+            }
+            Fault::Storm { node } => {
+                if let Some(x) = pick(&prims, node) {
+                    self.storm(x);
                 }
             }
             Fault::Kill { node } => {

@@ -45,6 +45,12 @@ pub enum Fault {
         /// Partition pick.
         partition: u32,
     },
+    /// A `sunsubscribe` storm: primary `node` drops every shard channel of
+    /// every connection (as on a demotion), and keeps its slots.
+    Storm {
+        /// Primary pick.
+        node: u32,
+    },
     /// The server closes connection `conn`.
     DropConn {
         /// Connection pick.
@@ -138,7 +144,7 @@ impl Schedule {
 fn random_fault(r: &mut Rng) -> Fault {
     let a = r.next_u64() as u32;
     let b = r.next_u64() as u32;
-    match r.below(14) {
+    match r.below(15) {
         0 | 1 => Fault::Migrate {
             partition: a,
             to: b,
@@ -155,6 +161,7 @@ fn random_fault(r: &mut Rng) -> Fault {
         },
         9 => Fault::Stale { ms: b % 2000 },
         11 => Fault::Burst { channel: a },
+        12 => Fault::Storm { node: a },
         10 => Fault::Orphan {
             partition: a,
             ms: b % 1500,
