@@ -5,12 +5,14 @@
 //! - [`parse`]: the RESP parser, whole and chunked (`parse_whole`, `parse_chunked`);
 //! - [`conn`]: the sans-IO connection core (`conn_core`);
 //! - [`topo`]: the `CLUSTER SLOTS` / `CLUSTER SHARDS` parsers (`topology_reply`);
-//! - [`rewire`]: layouts, the rewire plan and the resubscribe plan (`rewire_plan`).
+//! - [`rewire`]: layouts, the rewire plan and the resubscribe plan (`rewire_plan`);
+//! - [`control`]: the cluster control core in its simulator (`control_core`).
 //!
 //! Every target runs under [`heap::Counting`], so a check can bound the heap
 //! the code under test holds.
 
 pub mod conn;
+pub mod control;
 pub mod heap;
 pub mod input;
 pub mod parse;

@@ -52,6 +52,11 @@ fn rewire_seeds_pass() {
     each_seed("rewire_plan", 8, crate::rewire::check);
 }
 
+#[test]
+fn control_seeds_pass() {
+    each_seed("control_core", 4, crate::control::check);
+}
+
 /// Inputs saved from fuzz findings (`regressions/<target>/`) pass.
 #[test]
 fn regressions_pass() {
@@ -60,6 +65,7 @@ fn regressions_pass() {
         ("conn_core", crate::conn::check as fn(&[u8])),
         ("topology_reply", crate::topo::check),
         ("rewire_plan", crate::rewire::check),
+        ("control_core", crate::control::check),
     ] {
         let Ok(entries) = std::fs::read_dir(dir.join(target)) else {
             continue;
@@ -79,6 +85,9 @@ fn short_inputs_pass() {
         crate::conn::check(&[a, a.rotate_left(3), a % crate::conn::OPS, a, a]);
         crate::topo::check(&[a, b'*', b'1', b'\r', b'\n', a]);
         crate::rewire::check(&[a, a, a, a, a, a, a, a]);
+    }
+    for a in (0..=255u8).step_by(17) {
+        crate::control::check(&[a, a, a, a, a, a, a, a, a, a, a, a]);
     }
 }
 

@@ -1,0 +1,357 @@
+//! Subscribe connections: opening, replies, server pushes, reconnects, and
+//! the subscribe commands themselves.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use topology::{ClusterError, NodeKey};
+
+use crate::command::{Channel, Command, ConnId, SubscribeReply};
+use crate::config::Mode;
+use crate::core::{Conn, ConnState, Core, Sub};
+use crate::time::Time;
+
+impl Core {
+    /// Connection `conn` is up: every partition it carries is subscribed
+    /// (with a gap first for channels whose subscription broke).
+    pub fn handle_conn_up(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !matches!(c.state, ConnState::Opening { .. }) {
+            return;
+        }
+        c.state = ConnState::Up;
+        c.failures = 0;
+        c.last_rx = now;
+        let parts: Vec<u32> = (0..self.layout.partition_count())
+            .filter(|&p| self.conn_of(p) == Some(conn))
+            .collect();
+        self.flush(&parts, false, now);
+    }
+
+    /// Connection `conn` went down (or could not be opened): its channels
+    /// may have lost messages; it is reopened after a backoff, and the
+    /// slot map refreshed.
+    pub fn handle_conn_down(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        let down = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| matches!(c.state, ConnState::Retry { .. }));
+        if !down {
+            self.conn_failed(conn, now); // a second report changes nothing
+        }
+    }
+
+    /// The reply to the oldest subscribe in flight on `conn`.
+    pub fn handle_subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
+        self.tick(now);
+        self.heard(conn, now);
+        let Some(pending) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.pending.pop_front())
+        else {
+            return;
+        };
+        let Some(part) = self.parts.get_mut(pending.partition as usize) else {
+            return;
+        };
+        let single = pending.carried == 1;
+        let still: Vec<Channel> = pending
+            .channels
+            .into_iter()
+            .filter(|n| {
+                part.channels
+                    .get(n)
+                    .is_some_and(|c| c.sub == Sub::Sent(conn))
+            })
+            .collect();
+        match reply {
+            SubscribeReply::Ok => {
+                for name in &still {
+                    if let Some(chan) = part.channels.get_mut(name) {
+                        chan.sub = Sub::Active(conn);
+                    }
+                }
+            }
+            SubscribeReply::Refused(message) => {
+                if single {
+                    for name in still {
+                        if let Some(chan) = part.channels.get_mut(&name) {
+                            chan.sub = Sub::Refused;
+                            chan.gap = false;
+                        }
+                        self.out.push_back(Command::Refused {
+                            partition: pending.partition,
+                            channel: name,
+                            message: message.clone(),
+                        });
+                    }
+                    return;
+                }
+                // Bisect: each half again on the same connection, until
+                // every refused channel stands alone.
+                let (a, b) = still.split_at(still.len().div_ceil(2));
+                for half in [a, b] {
+                    if !half.is_empty() {
+                        self.send_subscribe(conn, pending.partition, half.to_vec(), now);
+                    }
+                }
+            }
+            SubscribeReply::Routing(e) => {
+                for name in &still {
+                    if let Some(chan) = part.channels.get_mut(name) {
+                        chan.sub = Sub::Idle;
+                    }
+                }
+                if !still.is_empty() {
+                    part.lost = true;
+                    let delay = match e {
+                        ClusterError::Moved { .. } => Duration::ZERO,
+                        _ => self.cfg.degraded_retry,
+                    };
+                    self.request_refresh(now, delay);
+                }
+            }
+        }
+    }
+
+    /// The server dropped `channel` from `conn` (a `sunsubscribe` push we
+    /// did not ask for): its slot probably moved. The channel's partition
+    /// is lost until a refresh moves it, or until
+    /// [`Config::stale_rounds`](crate::Config::stale_rounds) refreshes
+    /// have not, when it is resubscribed in place.
+    pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
+        self.tick(now);
+        self.heard(conn, now);
+        let p = self.cfg.partitions.partition_of(channel);
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return;
+        };
+        let Some(chan) = part.channels.get_mut(channel) else {
+            return; // not wanted: our own unsubscribe
+        };
+        if chan.sub.conn() != Some(conn) {
+            return; // about an older subscription
+        }
+        chan.sub = Sub::Idle;
+        chan.gap = true;
+        part.lost = true;
+        self.request_refresh(now, Duration::ZERO);
+    }
+
+    /// The connection partition `p` rides on (in the current layout).
+    pub(crate) fn conn_of(&self, p: u32) -> Option<ConnId> {
+        let key = self.layout.node_of(p)?;
+        self.nodes.get(key)?.get(&self.index_of(p)).copied()
+    }
+
+    /// The index of partition `p`'s connection among its node's.
+    pub(crate) fn index_of(&self, p: u32) -> usize {
+        match self.cfg.mode {
+            Mode::NodeGrouped => p as usize % self.cfg.multiplier.max(1) as usize,
+            Mode::PerPartition => p as usize,
+        }
+    }
+
+    /// Per-partition mode: opens partition `p`'s connection to its node
+    /// when it has none.
+    pub(crate) fn ensure_conn(&mut self, p: u32, now: Time) {
+        let Some(key) = self.layout.node_of(p).cloned() else {
+            return;
+        };
+        let index = self.index_of(p);
+        if self.nodes.get(&key).is_some_and(|m| m.contains_key(&index)) {
+            return;
+        }
+        let id = self.open_conn(key.clone(), index, 0, now);
+        self.nodes.entry(key).or_default().insert(index, id);
+    }
+
+    /// Closes one connection (per-partition mode: its partition moved).
+    pub(crate) fn close_conn(&mut self, id: ConnId) {
+        let Some(c) = self.conns.remove(&id) else {
+            return;
+        };
+        if let Some(m) = self.nodes.get_mut(&c.node) {
+            m.remove(&c.index);
+        }
+        self.break_channels(id);
+        self.out.push_back(Command::Close { conn: id });
+    }
+
+    pub(crate) fn is_up(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| c.state == ConnState::Up)
+    }
+
+    /// Opens the connections of a new node.
+    pub(crate) fn open_node(&mut self, key: &NodeKey, now: Time) {
+        if self.nodes.contains_key(key) {
+            return;
+        }
+        let n = match self.cfg.mode {
+            Mode::NodeGrouped => self.cfg.multiplier as usize,
+            Mode::PerPartition => 0, // opened per partition
+        };
+        let ids = (0..n)
+            .map(|i| (i, self.open_conn(key.clone(), i, 0, now)))
+            .collect();
+        self.nodes.insert(key.clone(), ids);
+    }
+
+    fn open_conn(&mut self, node: NodeKey, index: usize, failures: u32, now: Time) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.out.push_back(Command::Open {
+            conn: id,
+            node: node.clone(),
+        });
+        let deadline = now + self.cfg.connect_timeout;
+        self.conns.insert(
+            id,
+            Conn {
+                node,
+                index,
+                state: ConnState::Opening { deadline },
+                failures,
+                pending: VecDeque::new(),
+                last_rx: now,
+                ping: None,
+            },
+        );
+        id
+    }
+
+    /// Closes every connection of a node that left the layout.
+    pub(crate) fn close_node(&mut self, key: &NodeKey) {
+        for id in self.nodes.remove(key).unwrap_or_default().into_values() {
+            self.conns.remove(&id);
+            self.break_channels(id);
+            self.out.push_back(Command::Close { conn: id });
+        }
+    }
+
+    /// Every channel (being) subscribed on `conn` broke.
+    fn break_channels(&mut self, conn: ConnId) {
+        for part in &mut self.parts {
+            for chan in part.channels.values_mut() {
+                if chan.sub.conn() == Some(conn) {
+                    chan.sub = Sub::Idle;
+                    chan.gap = true;
+                }
+            }
+        }
+    }
+
+    /// `conn` is down: its channels broke, it is reopened after a backoff,
+    /// and the map is refreshed (now when it was up: its node may have
+    /// failed over; after the degraded delay when it never came up: the
+    /// map may name a node that is gone).
+    fn conn_failed(&mut self, conn: ConnId, now: Time) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let delay = if c.state == ConnState::Up {
+            Duration::ZERO
+        } else {
+            self.cfg.degraded_retry
+        };
+        c.failures = c.failures.saturating_add(1);
+        let shift = c.failures.saturating_sub(1).min(16);
+        let backoff = self
+            .cfg
+            .reconnect_base
+            .saturating_mul(1 << shift)
+            .min(self.cfg.retry_max);
+        c.state = ConnState::Retry { at: now + backoff };
+        c.pending.clear();
+        c.ping = None;
+        self.break_channels(conn);
+        self.request_refresh(now, delay);
+    }
+
+    /// When `c` needs attention next.
+    pub(crate) fn conn_deadline(&self, c: &Conn) -> Option<Time> {
+        match c.state {
+            ConnState::Opening { deadline } => Some(deadline),
+            ConnState::Retry { at } => Some(at),
+            ConnState::Up => {
+                let reply = c.pending.front().map(|p| p.sent + self.cfg.reply_timeout);
+                let ping = match c.ping {
+                    Some(sent) => Some(sent + self.cfg.reply_timeout),
+                    None if self.cfg.ping_interval.is_zero() => None,
+                    None => Some(c.last_rx + self.cfg.ping_interval),
+                };
+                match (reply, ping) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        }
+    }
+
+    /// Whether an up connection's subscribe or ping is overdue at `now`.
+    fn overdue(&self, c: &Conn, now: Time) -> bool {
+        let late = |sent: Time| sent + self.cfg.reply_timeout <= now;
+        c.pending.front().is_some_and(|p| late(p.sent)) || c.ping.is_some_and(late)
+    }
+
+    /// The `PING` sent on `conn` was answered.
+    pub fn handle_pong(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.ping = None;
+            c.last_rx = now;
+        }
+    }
+
+    /// Something arrived on `conn`: it is alive.
+    pub(crate) fn heard(&mut self, conn: ConnId, now: Time) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.last_rx = now;
+        }
+    }
+
+    /// Open, reply and ping timeouts (close, then retry), liveness pings,
+    /// and reconnects.
+    pub(crate) fn conn_timers(&mut self, now: Time) {
+        let due: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| self.conn_deadline(c).is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let Some(c) = self.conns.get(&id) else {
+                continue;
+            };
+            if let ConnState::Retry { .. } = c.state {
+                let Some(c) = self.conns.remove(&id) else {
+                    continue;
+                };
+                let new = self.open_conn(c.node.clone(), c.index, c.failures, now);
+                if let Some(slot) = self
+                    .nodes
+                    .get_mut(&c.node)
+                    .and_then(|v| v.get_mut(&c.index))
+                {
+                    *slot = new;
+                }
+            } else if c.state != ConnState::Up || self.overdue(c, now) {
+                // No answer in time: presume it dead.
+                self.out.push_back(Command::Close { conn: id });
+                self.conn_failed(id, now);
+            } else if let Some(c) = self.conns.get_mut(&id) {
+                // Silent for the ping interval: a liveness probe.
+                c.ping = Some(now);
+                self.out.push_back(Command::Ping { conn: id });
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The core's state, its application-facing inputs and its outputs.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+
+use topology::{Layout, NodeAddr, NodeKey, SlotMap};
+
+use crate::command::{Channel, Command, ConnId};
+use crate::config::{Config, ConfigError};
+use crate::time::Time;
+
+/// The sans-IO control core of the cluster subscribe side (sharded modes:
+/// node-grouped or per-partition connections, [`Mode`](crate::Mode)): it
+/// decides which connections exist, which channels each
+/// carries, when to fetch the slot map and probe slots, and which channels
+/// get a gap event. It never blocks, never reads a clock and sends nothing
+/// itself.
+///
+/// # How to drive it
+///
+/// 1. [`Core::new`] at time `now` (it asks for the first slot map at once).
+/// 2. Feed every input as it happens, with the current time:
+///    [`handle_want`](Core::handle_want) / [`handle_unwant`](Core::handle_unwant)
+///    from the application; [`handle_conn_up`](Core::handle_conn_up),
+///    [`handle_conn_down`](Core::handle_conn_down),
+///    [`handle_subscribe_reply`](Core::handle_subscribe_reply) (per
+///    connection, in the order the subscribes were sent),
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) and
+///    [`handle_pong`](Core::handle_pong) from the subscribe connections; [`handle_topology`](Core::handle_topology) and
+///    [`handle_probe`](Core::handle_probe) for the requests it made.
+/// 3. After each input, drain [`poll_command`](Core::poll_command) until it
+///    gives `None` and carry the commands out in that order.
+/// 4. Then arm a timer for [`poll_timeout`](Core::poll_timeout); when it
+///    fires call [`handle_timeout`](Core::handle_timeout) and go to 3. The
+///    timeout is always later than the last `now` given, so a driver that
+///    follows this order never spins.
+///
+/// Layout changes go through [`topology::plan_rewire`]: the core carries
+/// out the plan's `open`, `resubscribe`, `unowned` and `close` lists, in
+/// that order. Resubscribes are whole partitions per command, split only
+/// past the batch size ([`shardcore::plan_resubscribe`]).
+#[derive(Debug)]
+pub struct Core {
+    pub(crate) cfg: Config,
+    /// Slot of each partition.
+    pub(crate) slots: Vec<u16>,
+    pub(crate) map: SlotMap,
+    pub(crate) layout: Layout,
+    pub(crate) parts: Vec<Part>,
+    /// The subscribe connections of each primary by index: `multiplier`
+    /// of them (node-grouped), or one per partition it owns.
+    pub(crate) nodes: BTreeMap<NodeKey, BTreeMap<usize, ConnId>>,
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    pub(crate) next_conn: u64,
+    pub(crate) next_id: u64,
+    pub(crate) out: VecDeque<Command>,
+    pub(crate) fetch: Fetch,
+    pub(crate) probes: BTreeMap<u64, Probe>,
+    /// Refreshes in a row that left lost partitions in place.
+    pub(crate) stale_rounds: u32,
+    pub(crate) next_poll: Time,
+    /// The latest time seen (timers are never armed before it).
+    pub(crate) now: Time,
+}
+
+/// One partition (lane) and its wanted channels.
+#[derive(Debug, Default)]
+pub(crate) struct Part {
+    pub(crate) slot: u16,
+    pub(crate) channels: BTreeMap<Channel, Chan>,
+    /// The server dropped channels of it and the map has not moved it yet.
+    pub(crate) lost: bool,
+}
+
+/// A wanted channel.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chan {
+    pub(crate) sub: Sub,
+    /// Its subscription broke: a gap is due before the next subscribe.
+    pub(crate) gap: bool,
+}
+
+/// Where a wanted channel stands.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sub {
+    /// Not sent anywhere.
+    #[default]
+    Idle,
+    /// `SSUBSCRIBE` sent on the connection, reply pending.
+    Sent(ConnId),
+    /// Confirmed on the connection.
+    Active(ConnId),
+    /// The server refused it; left alone until wanted again.
+    Refused,
+}
+
+impl Sub {
+    /// The connection it is (being) subscribed on.
+    pub(crate) fn conn(self) -> Option<ConnId> {
+        match self {
+            Sub::Sent(c) | Sub::Active(c) => Some(c),
+            Sub::Idle | Sub::Refused => None,
+        }
+    }
+}
+
+/// A subscribe connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) node: NodeKey,
+    /// Its index among the node's connections.
+    pub(crate) index: usize,
+    pub(crate) state: ConnState,
+    /// Failed opens in a row.
+    pub(crate) failures: u32,
+    /// Subscribes sent, oldest first.
+    pub(crate) pending: VecDeque<Pending>,
+    /// When something last arrived on it (or it came up).
+    pub(crate) last_rx: Time,
+    /// The liveness `PING` in flight, and when it was sent.
+    pub(crate) ping: Option<Time>,
+}
+
+/// A connection's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnState {
+    /// `Open` sent; gives up at the deadline.
+    Opening { deadline: Time },
+    /// Up.
+    Up,
+    /// Down; reopened (with a new id) at `at`.
+    Retry { at: Time },
+}
+
+/// A subscribe awaiting its reply.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) partition: u32,
+    /// The channels it still speaks for (an unsubscribe since removes them).
+    pub(crate) channels: Vec<Channel>,
+    /// How many it carried (a refusal names the channel only when 1).
+    pub(crate) carried: usize,
+    pub(crate) sent: Time,
+}
+
+/// The topology fetch state.
+#[derive(Debug, Default)]
+pub(crate) struct Fetch {
+    /// The request in flight: id, deadline.
+    pub(crate) in_flight: Option<(u64, Time)>,
+    /// When the next fetch starts (none in flight).
+    pub(crate) next: Option<Time>,
+    /// Failed fetches in a row.
+    pub(crate) failures: u32,
+    /// Which candidate to ask next.
+    pub(crate) cursor: usize,
+    pub(crate) last_start: Option<Time>,
+    /// While fetches fail: no fetch starts before this (the backoff holds
+    /// against every trigger).
+    pub(crate) hold_until: Time,
+}
+
+/// A probe in flight.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    pub(crate) slot: u16,
+    pub(crate) node: NodeAddr,
+    pub(crate) deadline: Time,
+}
+
+impl Core {
+    /// A core that knows no node yet; its first command fetches the slot
+    /// map from the first seed.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for a setting out of range ([`Config::check`]).
+    pub fn new(config: Config, now: Time) -> Result<Core, ConfigError> {
+        config.check()?;
+        let slots = config.partitions.slots().to_vec();
+        let map = SlotMap::new();
+        let layout = Layout::for_slots(&map, &slots);
+        let parts = slots
+            .iter()
+            .map(|&slot| Part {
+                slot,
+                ..Part::default()
+            })
+            .collect();
+        let mut core = Core {
+            next_poll: now + config.poll_interval,
+            cfg: config,
+            slots,
+            map,
+            layout,
+            parts,
+            nodes: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            next_conn: 0,
+            next_id: 0,
+            out: VecDeque::new(),
+            fetch: Fetch::default(),
+            probes: BTreeMap::new(),
+            stale_rounds: 0,
+            now,
+        };
+        core.fetch.next = Some(now);
+        core.handle_timeout(now);
+        Ok(core)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The next command to carry out, oldest first.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.out.pop_front()
+    }
+
+    /// When to call [`handle_timeout`](Core::handle_timeout) next: after the
+    /// latest `now` given, once the commands are drained (`None` when
+    /// nothing is scheduled).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut t = Some(self.next_poll);
+        let mut take = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
+        match self.fetch.in_flight {
+            Some((_, deadline)) => take(deadline),
+            None => {
+                if let Some(n) = self.fetch.next {
+                    take(n);
+                }
+            }
+        }
+        for p in self.probes.values() {
+            take(p.deadline);
+        }
+        for c in self.conns.values() {
+            if let Some(at) = self.conn_deadline(c) {
+                take(at);
+            }
+        }
+        t
+    }
+
+    /// The application wants `channels` (already wanted ones are left
+    /// alone; a refused one is tried again).
+    pub fn handle_want<'a>(&mut self, now: Time, channels: impl IntoIterator<Item = &'a [u8]>) {
+        self.tick(now);
+        let mut touched = Vec::new();
+        for name in channels {
+            let p = self.cfg.partitions.partition_of(name);
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            let chan = part.channels.entry(name.into()).or_default();
+            if chan.sub == Sub::Refused {
+                chan.sub = Sub::Idle;
+            }
+            if chan.sub == Sub::Idle {
+                touched.push(p);
+            }
+        }
+        self.flush(&touched, false, now);
+    }
+
+    /// The application no longer wants `channels`: each is unsubscribed
+    /// from the connection that carries it (no gap is due for it any more).
+    pub fn handle_unwant<'a>(&mut self, now: Time, channels: impl IntoIterator<Item = &'a [u8]>) {
+        self.tick(now);
+        let mut drop: BTreeMap<(ConnId, u32), Vec<Channel>> = BTreeMap::new();
+        for name in channels {
+            let p = self.cfg.partitions.partition_of(name);
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            let Some(chan) = part.channels.remove(name) else {
+                continue;
+            };
+            if let Some(c) = chan.sub.conn() {
+                drop.entry((c, p)).or_default().push(name.into());
+            }
+        }
+        for ((conn, p), names) in drop {
+            self.unsubscribe(conn, p, names);
+        }
+    }
+
+    /// Runs what is due at `now`: fetches, probe and connection deadlines,
+    /// pings, reconnects, the poll (every other input does too, first).
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.tick(now);
+    }
+
+    /// Whether every wanted channel (not refused) is confirmed: for tests
+    /// and a driver's restore metric.
+    pub fn is_settled(&self) -> bool {
+        self.parts.iter().all(|p| {
+            p.channels
+                .values()
+                .all(|c| matches!(c.sub, Sub::Active(_) | Sub::Refused))
+        })
+    }
+
+    /// The connection `channel` is confirmed on, if any.
+    pub fn subscribed_on(&self, channel: &[u8]) -> Option<ConnId> {
+        let p = self.cfg.partitions.partition_of(channel);
+        match self.parts.get(p as usize)?.channels.get(channel)?.sub {
+            Sub::Active(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The current layout (partition → node).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Every input starts here: time moves to `now` and what is due by
+    /// then runs first, so that after the input every deadline left lies
+    /// after `now`.
+    pub(crate) fn tick(&mut self, now: Time) {
+        self.now = self.now.max(now);
+        if now >= self.next_poll {
+            self.next_poll = now + self.cfg.poll_interval;
+            self.request_refresh(now, core::time::Duration::ZERO);
+        }
+        self.fetch_timers(now);
+        self.conn_timers(now);
+    }
+
+    pub(crate) fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}

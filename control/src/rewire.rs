@@ -1,0 +1,247 @@
+//! Following the cluster: fetching the slot map (with bounded backoff),
+//! running `topology::plan_rewire`'s plan, stale-map rounds, probes.
+
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap};
+
+use crate::command::{Command, FetchError, ProbeReply};
+use crate::config::Mode;
+use crate::core::{ConnState, Core, Probe, Sub};
+use crate::time::Time;
+
+impl Core {
+    /// The reply to [`Command::FetchTopology`] `id`: a parsed slot map, or
+    /// why there is none. A late reply (its request timed out) is ignored.
+    pub fn handle_topology(&mut self, now: Time, id: u64, result: Result<SlotMap, FetchError>) {
+        self.tick(now);
+        if self.fetch.in_flight.map(|f| f.0) != Some(id) {
+            return;
+        }
+        self.fetch.in_flight = None;
+        match result {
+            Ok(map) if !map.shards().is_empty() => {
+                self.fetch.failures = 0;
+                self.next_poll = now + self.cfg.poll_interval;
+                self.apply_map(map, now);
+                self.after_refresh(now);
+            }
+            _ => self.fetch_failed(now),
+        }
+        self.fetch_timers(now);
+    }
+
+    /// The reply to [`Command::ProbeSlot`] `id`. An owner learnt this way
+    /// goes into the slot map (as a `MOVED` would) and is rewired at once.
+    pub fn handle_probe(&mut self, now: Time, id: u64, reply: ProbeReply) {
+        self.tick(now);
+        let Some(probe) = self.probes.remove(&id) else {
+            return;
+        };
+        let owner = match reply {
+            ProbeReply::Served => probe.node,
+            ProbeReply::Moved(addr) => addr,
+            ProbeReply::Failed => return,
+        };
+        let mut map = self.map.clone();
+        map.apply_moved(probe.slot, owner);
+        self.apply_map(map, now);
+    }
+
+    /// Asks for a refresh `delay` from now (no sooner than
+    /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
+    /// the last start); starts it now when due and none is in flight.
+    pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration) {
+        let mut at = (now + delay).max(self.fetch.hold_until);
+        if let Some(last) = self.fetch.last_start {
+            at = at.max(last + self.cfg.min_refresh_gap);
+        }
+        self.fetch.next = Some(self.fetch.next.map_or(at, |n| n.min(at)));
+        if self.fetch.in_flight.is_none() && at <= now {
+            self.start_fetch(now);
+        }
+    }
+
+    /// Fetch and probe deadlines, and a fetch that is due.
+    pub(crate) fn fetch_timers(&mut self, now: Time) {
+        if self.fetch.in_flight.is_some_and(|f| f.1 <= now) {
+            self.fetch.in_flight = None;
+            self.fetch_failed(now);
+        }
+        if self.fetch.in_flight.is_none() && self.fetch.next.is_some_and(|n| n <= now) {
+            self.start_fetch(now);
+        }
+        self.probes.retain(|_, p| p.deadline > now);
+    }
+
+    fn fetch_failed(&mut self, now: Time) {
+        self.fetch.failures = self.fetch.failures.saturating_add(1);
+        self.fetch.cursor = self.fetch.cursor.wrapping_add(1);
+        let shift = self.fetch.failures.saturating_sub(1).min(16);
+        let delay = self
+            .cfg
+            .degraded_retry
+            .saturating_mul(1 << shift)
+            .min(self.cfg.retry_max);
+        self.fetch.hold_until = now + delay;
+        self.fetch.next = Some(self.fetch.hold_until);
+    }
+
+    /// Known primaries (in map order), their replicas (which answer
+    /// topology commands too, and are next in line), then the seeds.
+    fn candidates(&self) -> Vec<NodeAddr> {
+        let shards = self.map.shards();
+        let primaries = shards.iter().filter_map(|s| s.primary.addr.clone());
+        let replicas = shards
+            .iter()
+            .flat_map(|s| &s.replicas)
+            .filter_map(|r| r.addr.clone());
+        let mut c: Vec<NodeAddr> = primaries.chain(replicas).collect();
+        c.extend(self.cfg.seeds.iter().cloned());
+        c
+    }
+
+    fn start_fetch(&mut self, now: Time) {
+        let c = self.candidates();
+        let Some(node) = c.get(self.fetch.cursor % c.len().max(1)).cloned() else {
+            return; // no seed: refused by Config::check
+        };
+        let id = self.fresh_id();
+        self.fetch.in_flight = Some((id, now + self.cfg.fetch_timeout));
+        self.fetch.last_start = Some(now);
+        self.fetch.next = None;
+        self.out.push_back(Command::FetchTopology { id, node });
+    }
+
+    /// Rewires from the current layout to the one of `map`.
+    fn apply_map(&mut self, map: SlotMap, now: Time) {
+        let new = Layout::for_slots(&map, &self.slots);
+        let plan = plan_rewire(&self.layout, &new);
+        self.map = map;
+        self.run_plan(&plan, new, now);
+        self.send_probes(now);
+    }
+
+    /// Carries out `plan` (from the current layout to `new`): open its
+    /// nodes; detach its moved and unowned partitions from their old
+    /// connections (unsubscribe where that stays, gap due; per-partition:
+    /// close the partition's connection); switch to `new`; close its nodes;
+    /// subscribe the moved partitions (per-partition: on a new connection).
+    pub(crate) fn run_plan(&mut self, plan: &RewirePlan, new: Layout, now: Time) {
+        for key in &plan.open {
+            self.open_node(key, now);
+        }
+        let closing = |c: &crate::core::Conn| plan.close.contains(&c.node);
+        let moved = plan.resubscribe.iter().map(|m| m.partition);
+        let orphans = plan.unowned.iter().map(|o| o.partition);
+        let detach: Vec<u32> = moved.clone().chain(orphans).collect();
+        for p in detach {
+            let mut by_conn: alloc::collections::BTreeMap<_, Vec<_>> = Default::default();
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            part.lost = false;
+            for (name, chan) in &mut part.channels {
+                if let Some(c) = chan.sub.conn() {
+                    chan.sub = Sub::Idle;
+                    chan.gap = true;
+                    by_conn.entry(c).or_default().push(name.clone());
+                }
+            }
+            let per_partition = self.cfg.mode == Mode::PerPartition;
+            if per_partition {
+                // Its own connection goes with it.
+                if let Some(c) = self.conn_of(p) {
+                    if !self.conns.get(&c).is_some_and(closing) {
+                        self.close_conn(c);
+                    }
+                }
+            }
+            for (c, names) in by_conn {
+                if !per_partition && !self.conns.get(&c).is_some_and(closing) {
+                    self.unsubscribe(c, p, names);
+                }
+            }
+        }
+        self.layout = new;
+        for key in &plan.close {
+            self.close_node(key);
+        }
+        let moved: Vec<u32> = moved.collect();
+        if self.cfg.mode == Mode::PerPartition {
+            for &p in &moved {
+                self.ensure_conn(p, now);
+            }
+        }
+        self.flush(&moved, true, now);
+    }
+
+    /// After a full refresh: stale-map rounds for lost partitions, and the
+    /// fast retry while degraded.
+    fn after_refresh(&mut self, now: Time) {
+        let lost: Vec<u32> = (0u32..)
+            .zip(&self.parts)
+            .filter(|(_, p)| p.lost)
+            .map(|(i, _)| i)
+            .collect();
+        let mut degraded = false;
+        if lost.is_empty() {
+            self.stale_rounds = 0;
+        } else {
+            self.stale_rounds += 1;
+            if self.stale_rounds >= self.cfg.stale_rounds {
+                // The map keeps saying they live where they are: believe it.
+                for &p in &lost {
+                    if let Some(part) = self.parts.get_mut(p as usize) {
+                        part.lost = false;
+                    }
+                }
+                self.flush(&lost, true, now);
+                self.stale_rounds = 0;
+            } else {
+                degraded = true;
+            }
+        }
+        degraded |= !self.layout.unresolved().is_empty();
+        // A connection that failed and is being retried (a first open is
+        // not a reason to hurry).
+        degraded |= self
+            .conns
+            .values()
+            .any(|c| c.state != ConnState::Up && c.failures > 0);
+        if degraded {
+            self.request_refresh(now, self.cfg.degraded_retry);
+        }
+    }
+
+    /// Probes slots with no known owner (at most `max_probes` in flight).
+    fn send_probes(&mut self, now: Time) {
+        let Some(node) = self.candidates().into_iter().next() else {
+            return;
+        };
+        for slot in self.layout.slots_to_probe() {
+            if self.probes.len() >= self.cfg.max_probes {
+                break;
+            }
+            if self.probes.values().any(|p| p.slot == slot) {
+                continue;
+            }
+            let id = self.fresh_id();
+            let deadline = now + self.cfg.fetch_timeout;
+            self.probes.insert(
+                id,
+                Probe {
+                    slot,
+                    node: node.clone(),
+                    deadline,
+                },
+            );
+            self.out.push_back(Command::ProbeSlot {
+                id,
+                slot,
+                node: node.clone(),
+            });
+        }
+    }
+}

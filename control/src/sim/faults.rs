@@ -1,0 +1,226 @@
+//! Applying a schedule's faults to the cluster.
+
+use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
+
+use crate::command::{Channel, ConnId};
+use crate::sim::drive::{Ev, Input, Sim};
+use crate::sim::schedule::Fault;
+
+impl Sim {
+    fn slot_of_partition(&self, pick: u32) -> u16 {
+        let slots = self.parts.slots();
+        slots
+            .get(pick as usize % slots.len().max(1))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Subscriptions the server dropped with a push for each.
+    fn pushes(&mut self, drops: Vec<(ConnId, Channel)>) {
+        for (conn, ch) in drops {
+            self.broke(conn, &ch);
+            let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            self.send_core(node, Some(conn), Input::Push(conn, ch));
+        }
+    }
+
+    /// Connections of `node` closed by the server (the node died or left).
+    fn drop_conns(&mut self, node: usize) {
+        for (id, c) in self.cluster.drop_node_conns(node) {
+            for ch in &c.subs {
+                self.broke(id, ch);
+            }
+            self.send_core(None, Some(id), Input::Down(id));
+        }
+    }
+
+    /// Moves `slot` to `to` (none: nobody serves it); a real move has a
+    /// migration window of up to 150 ms (`ASK` / `TRYAGAIN`) half the time.
+    fn move_slot(&mut self, slot: u16, to: Option<usize>) {
+        let parts = self.parts.clone();
+        let from = self.cluster.owner(slot);
+        let drops = self
+            .cluster
+            .move_slot(slot, to, |c| shardcore::key_slot(&parts.redis_channel(c)));
+        self.pushes(drops);
+        if let (Some(from), Some(to)) = (from, to) {
+            if from != to && self.rng.chance(50) {
+                let until = self.now + core::time::Duration::from_millis(self.rng.below(150));
+                self.migrating.insert(slot, (from, until));
+            }
+        }
+    }
+
+    /// Promotes a live replica of primary `x`; false when it has none.
+    fn promote(&mut self, x: usize) -> Option<usize> {
+        let nodes = &mut self.cluster.nodes;
+        let r = (0..nodes.len()).find(|&r| nodes[r].alive && nodes[r].replica_of == Some(x))?;
+        for n in nodes.iter_mut() {
+            if n.replica_of == Some(x) {
+                n.replica_of = Some(r);
+            }
+        }
+        nodes[r].replica_of = None;
+        nodes[x].replica_of = Some(r);
+        self.cluster.hand_over(x, r);
+        Some(r)
+    }
+
+    /// Whether `node` may die: the last live seed stays (with every seed
+    /// gone, no client could find the cluster).
+    fn may_die(&self, node: usize) -> bool {
+        let live = (0..self.seeds).filter(|&i| self.cluster.nodes[i].alive);
+        node >= self.seeds || live.filter(|&i| i != node).count() > 0
+    }
+
+    /// The application toggles `count` channels from pick `first` on: the
+    /// wanted ones are unwanted and the others wanted, each group in one call.
+    fn toggle(&mut self, first: u32, count: usize) {
+        let n = self.names.len().max(1);
+        let picked: BTreeSet<Channel> = (0..count.min(n))
+            .filter_map(|k| self.names.get((first as usize + k * 7) % n).cloned())
+            .collect();
+        let (drop, add): (Vec<Channel>, Vec<Channel>) =
+            picked.into_iter().partition(|c| self.want.contains(c));
+        for c in drop.iter().chain(&add) {
+            self.check.unwanted(c);
+        }
+        for c in &drop {
+            self.want.remove(c);
+        }
+        self.want.extend(add.iter().cloned());
+        self.core
+            .handle_unwant(self.now, drop.iter().map(|c| c.as_ref()));
+        self.core
+            .handle_want(self.now, add.iter().map(|c| c.as_ref()));
+    }
+
+    /// Node `x` drops every shard channel, with a push for each.
+    fn storm(&mut self, x: usize) {
+        let all: Vec<u16> = self.parts.slots().to_vec();
+        let parts = self.parts.clone();
+        for s in all {
+            let d = self
+                .cluster
+                .drop_slot(x, s, |c| shardcore::key_slot(&parts.redis_channel(c)));
+            self.pushes(d);
+        }
+    }
+
+    /// Applies one fault at the current time.
+    pub(crate) fn fault(&mut self, f: Fault) {
+        let prims = self.cluster.primaries();
+        let pick = |v: &[usize], i: u32| v.get(i as usize % v.len().max(1)).copied();
+        match f {
+            Fault::Migrate { partition, to } => {
+                if let Some(to) = pick(&prims, to) {
+                    self.move_slot(self.slot_of_partition(partition), Some(to));
+                }
+            }
+            Fault::Failover { node } => {
+                let Some(x) = pick(&prims, node) else { return };
+                if self.promote(x).is_some() {
+                    // The demoted primary drops every shard channel.
+                    self.storm(x);
+                }
+            }
+            Fault::Storm { node } => {
+                if let Some(x) = pick(&prims, node) {
+                    self.storm(x);
+                }
+            }
+            Fault::Kill { node } => {
+                let alive: Vec<usize> = (0..self.cluster.nodes.len())
+                    .filter(|&i| self.cluster.nodes[i].alive)
+                    .collect();
+                let Some(k) = pick(&alive, node).filter(|&k| self.may_die(k)) else {
+                    return;
+                };
+                if self.cluster.nodes[k].replica_of.is_none() && self.promote(k).is_none() {
+                    let Some(&other) = prims.iter().find(|&&p| p != k) else {
+                        return; // the last primary stays
+                    };
+                    self.cluster.hand_over(k, other);
+                    for n in &mut self.cluster.nodes {
+                        if n.replica_of == Some(k) {
+                            n.replica_of = Some(other);
+                        }
+                    }
+                }
+                self.cluster.nodes[k].alive = false;
+                self.drop_conns(k);
+            }
+            Fault::AddNode { partition } => {
+                let n = self.cluster.add_node(None);
+                self.move_slot(self.slot_of_partition(partition), Some(n));
+            }
+            Fault::RemoveNode { node } => {
+                if prims.len() < 2 {
+                    return;
+                }
+                let Some(x) = pick(&prims, node).filter(|&x| self.may_die(x)) else {
+                    return;
+                };
+                let others: Vec<usize> = prims.iter().copied().filter(|&p| p != x).collect();
+                let owned: Vec<u16> = self.cluster.owned_of(x, self.parts.slots()).collect();
+                for (i, s) in owned.into_iter().enumerate() {
+                    self.move_slot(s, Some(others[i % others.len()]));
+                }
+                self.cluster.hand_over(x, others[0]);
+                for n in &mut self.cluster.nodes {
+                    if n.replica_of == Some(x) {
+                        n.replica_of = Some(others[0]);
+                    }
+                }
+                self.cluster.nodes[x].alive = false;
+                self.drop_conns(x);
+            }
+            Fault::Bounce { partition } => {
+                let slot = self.slot_of_partition(partition);
+                if let Some(o) = self.cluster.owner(slot) {
+                    let parts = self.parts.clone();
+                    let d = self
+                        .cluster
+                        .drop_slot(o, slot, |c| shardcore::key_slot(&parts.redis_channel(c)));
+                    self.pushes(d);
+                }
+            }
+            Fault::DropConn { conn } => {
+                let ids: Vec<ConnId> = self.cluster.conns.keys().copied().collect();
+                let Some(&id) = ids.get(conn as usize % ids.len().max(1)) else {
+                    return;
+                };
+                if let Some(c) = self.cluster.conns.remove(&id) {
+                    for ch in &c.subs {
+                        self.broke(id, ch);
+                    }
+                    self.send_core(Some(c.node), Some(id), Input::Down(id));
+                }
+            }
+            Fault::BlackHole { node, ms } => {
+                let alive: Vec<usize> = (0..self.cluster.nodes.len())
+                    .filter(|&i| self.cluster.nodes[i].alive)
+                    .collect();
+                if let Some(n) = pick(&alive, node) {
+                    let until = self.now + core::time::Duration::from_millis(u64::from(ms));
+                    let h = &mut self.cluster.nodes[n].hole_until;
+                    *h = (*h).max(until);
+                }
+            }
+            Fault::Stale { ms } => {
+                let until = self.now + core::time::Duration::from_millis(u64::from(ms));
+                self.stale_until = self.stale_until.max(until);
+            }
+            Fault::Orphan { partition, ms } => {
+                self.move_slot(self.slot_of_partition(partition), None);
+                let to = self.rng.next_u64() as u32;
+                let at = self.now + core::time::Duration::from_millis(u64::from(ms));
+                self.push(at, Ev::Fault(Fault::Migrate { partition, to }));
+            }
+            Fault::Toggle { channel } => self.toggle(channel, 1),
+            Fault::Burst { channel } => self.toggle(channel, 12),
+        }
+        self.cluster.snapshot();
+    }
+}

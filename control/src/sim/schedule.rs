@@ -1,0 +1,171 @@
+//! Fault schedules: what happens to the cluster and the application, when.
+
+use core::time::Duration;
+
+use crate::sim::rng::Rng;
+use crate::time::Time;
+
+/// One event of a schedule. Numbers pick among what exists when the event
+/// runs (a node index is taken modulo the live primaries, and so on), so
+/// any schedule is valid, whatever came before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The slot of partition `partition` migrates to primary `to` (pushes
+    /// `sunsubscribe` for its channels on the old owner).
+    Migrate {
+        /// Partition pick.
+        partition: u32,
+        /// Primary pick.
+        to: u32,
+    },
+    /// A replica of primary `node` takes over its slots.
+    Failover {
+        /// Primary pick.
+        node: u32,
+    },
+    /// Node `node` dies (a primary's replica takes over; without one its
+    /// slots move to another primary).
+    Kill {
+        /// Node pick.
+        node: u32,
+    },
+    /// A new primary joins and takes the slot of partition `partition`.
+    AddNode {
+        /// Partition pick.
+        partition: u32,
+    },
+    /// Primary `node` hands all its slots to the others and leaves.
+    RemoveNode {
+        /// Primary pick.
+        node: u32,
+    },
+    /// The slot of partition `partition` migrates away and back: its
+    /// channels are dropped, the map does not change.
+    Bounce {
+        /// Partition pick.
+        partition: u32,
+    },
+    /// A `sunsubscribe` storm: primary `node` drops every shard channel of
+    /// every connection (as on a demotion), and keeps its slots.
+    Storm {
+        /// Primary pick.
+        node: u32,
+    },
+    /// The server closes connection `conn`.
+    DropConn {
+        /// Connection pick.
+        conn: u32,
+    },
+    /// Nothing reaches or leaves node `node` for `ms` milliseconds (then
+    /// everything arrives, in order).
+    BlackHole {
+        /// Node pick.
+        node: u32,
+        /// Duration.
+        ms: u32,
+    },
+    /// Topology replies come from old maps for `ms` milliseconds.
+    Stale {
+        /// Duration.
+        ms: u32,
+    },
+    /// The slot of partition `partition` has no owner for `ms`
+    /// milliseconds (`CLUSTERDOWN`), then a random primary takes it.
+    Orphan {
+        /// Partition pick.
+        partition: u32,
+        /// Duration.
+        ms: u32,
+    },
+    /// The application toggles channel `channel` (want / unwant).
+    Toggle {
+        /// Channel pick.
+        channel: u32,
+    },
+    /// The application toggles up to 12 channels from `channel` on, the
+    /// wanted ones unwanted in one call, the others wanted in one call.
+    Burst {
+        /// Channel pick.
+        channel: u32,
+    },
+}
+
+/// A simulated run: the cluster's shape, its faults, and the time allowed
+/// to settle after the last one.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The seed of the simulator's own randomness (delays, stale picks).
+    pub seed: u64,
+    /// Primaries at start (each with one replica).
+    pub primaries: u32,
+    /// Application channels (`c0`, `c1`, …); half are wanted at start.
+    pub channels: u32,
+    /// Subscribe connections per primary (node-grouped mode).
+    pub multiplier: u32,
+    /// One connection per partition instead ([`Mode::PerPartition`](crate::Mode)).
+    pub per_partition: bool,
+    /// Channels per `SSUBSCRIBE`.
+    pub batch: usize,
+    /// Whether channels `c7`, `c18`, … (index % 11 == 7) are refused (ACL).
+    pub acl: bool,
+    /// Faults with their times.
+    pub faults: Vec<(Time, Fault)>,
+    /// Virtual time allowed after the last fault for everything to settle.
+    pub settle: Duration,
+}
+
+impl Schedule {
+    /// A random schedule from `seed`: 2 to 5 primaries, up to 12 faults in
+    /// the first 3 s, 45 s to settle (past the 30 s poll).
+    pub fn random(seed: u64) -> Schedule {
+        let mut r = Rng::new(seed);
+        let up_to = r.below(12) + 1;
+        let n = 2 + r.below(up_to) as usize;
+        let mut faults = Vec::with_capacity(n);
+        let mut t = 0u64;
+        for _ in 0..n {
+            t += r.below(300);
+            faults.push((Time::from_millis(t), random_fault(&mut r)));
+        }
+        Schedule {
+            seed,
+            primaries: 2 + r.below(4) as u32,
+            channels: 4 + r.below(40) as u32,
+            multiplier: 1 + r.below(3) as u32,
+            per_partition: r.chance(25),
+            batch: [1, 2, 3, 512][r.below(4) as usize],
+            acl: r.chance(20),
+            faults,
+            settle: Duration::from_secs(45),
+        }
+    }
+}
+
+fn random_fault(r: &mut Rng) -> Fault {
+    let a = r.next_u64() as u32;
+    let b = r.next_u64() as u32;
+    match r.below(15) {
+        0 | 1 => Fault::Migrate {
+            partition: a,
+            to: b,
+        },
+        2 => Fault::Failover { node: a },
+        3 => Fault::Kill { node: a },
+        4 => Fault::AddNode { partition: a },
+        5 => Fault::RemoveNode { node: a },
+        6 => Fault::Bounce { partition: a },
+        7 => Fault::DropConn { conn: a },
+        8 => Fault::BlackHole {
+            node: a,
+            ms: b % 3000,
+        },
+        9 => Fault::Stale { ms: b % 2000 },
+        11 => Fault::Burst { channel: a },
+        12 => Fault::Storm { node: a },
+        10 => Fault::Orphan {
+            partition: a,
+            ms: b % 1500,
+        },
+        _ => Fault::Toggle { channel: a },
+    }
+}

@@ -1,0 +1,135 @@
+//! The cluster's side of each request: opens, subscribes (with `MOVED`,
+//! `ASK`, `TRYAGAIN`, `CLUSTERDOWN` and ACL refusals), fetches, probes.
+
+use alloc::collections::BTreeSet;
+
+use topology::ClusterError;
+
+use crate::command::{Channel, ConnId, FetchError, ProbeReply, SubscribeReply};
+use crate::sim::cluster::SimConn;
+use crate::sim::drive::{Input, ServerMsg, Sim};
+
+impl Sim {
+    /// The server side of one request.
+    pub(crate) fn server(&mut self, m: ServerMsg) {
+        match m {
+            ServerMsg::Open(conn, addr) => {
+                let n = self
+                    .cluster
+                    .node_at(&addr)
+                    .filter(|&n| self.cluster.nodes[n].alive);
+                match n {
+                    Some(n) => {
+                        let c = SimConn {
+                            node: n,
+                            subs: BTreeSet::new(),
+                        };
+                        self.cluster.conns.insert(conn, c);
+                        self.send_core(Some(n), Some(conn), Input::Up(conn));
+                    }
+                    None => self.send_core(None, Some(conn), Input::Down(conn)),
+                }
+            }
+            ServerMsg::Close(conn) => {
+                if let Some(c) = self.cluster.conns.remove(&conn) {
+                    for ch in &c.subs {
+                        self.broke(conn, ch);
+                    }
+                }
+            }
+            ServerMsg::Ping(conn) => {
+                if let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) {
+                    self.send_core(Some(node), Some(conn), Input::Pong(conn));
+                }
+            }
+            ServerMsg::Sub(conn, slot, channels) => {
+                let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) else {
+                    return; // dropped: the core hears of it
+                };
+                let moving = self
+                    .migrating
+                    .get(&slot)
+                    .filter(|m| m.1 > self.now)
+                    .map(|m| m.0);
+                let owner = self.cluster.owner(slot);
+                let reply = match (owner, moving) {
+                    (Some(o), Some(from)) if from == node => {
+                        SubscribeReply::Routing(ClusterError::Ask {
+                            slot,
+                            addr: Some(self.cluster.nodes[o].addr.clone()),
+                        })
+                    }
+                    (Some(o), Some(_)) if o == node => {
+                        SubscribeReply::Routing(ClusterError::TryAgain)
+                    }
+                    _ => match owner {
+                        Some(o) if o == node => {
+                            if channels.iter().any(|c| self.acl.contains(c)) {
+                                SubscribeReply::Refused(
+                                    "NOPERM no permissions to access a channel".into(),
+                                )
+                            } else {
+                                if let Some(c) = self.cluster.conns.get_mut(&conn) {
+                                    c.subs.extend(channels);
+                                }
+                                SubscribeReply::Ok
+                            }
+                        }
+                        Some(o) => SubscribeReply::Routing(ClusterError::Moved {
+                            slot,
+                            addr: Some(self.cluster.nodes[o].addr.clone()),
+                        }),
+                        None => SubscribeReply::Routing(ClusterError::ClusterDown),
+                    },
+                };
+                if matches!(reply, SubscribeReply::Routing(_)) {
+                    self.redirects += 1;
+                }
+                self.send_core(Some(node), Some(conn), Input::Reply(conn, reply));
+            }
+            ServerMsg::Unsub(conn, channels) => {
+                if let Some(c) = self.cluster.conns.get_mut(&conn) {
+                    for ch in &channels {
+                        c.subs.remove(ch);
+                    }
+                }
+            }
+            ServerMsg::Fetch(id, addr) => {
+                let n = self
+                    .cluster
+                    .node_at(&addr)
+                    .filter(|&n| self.cluster.nodes[n].alive);
+                let reply = match n {
+                    Some(_) if self.now < self.stale_until && self.rng.chance(50) => {
+                        let h = &self.cluster.history;
+                        let i = self.rng.below(h.len() as u64) as usize;
+                        h.get(i).cloned().ok_or(FetchError::BadReply)
+                    }
+                    Some(_) => Ok(self.cluster.map()),
+                    None => Err(FetchError::Unreachable),
+                };
+                self.send_core(n, None, Input::Topology(id, reply));
+            }
+            ServerMsg::Probe(id, slot, addr) => {
+                let n = self
+                    .cluster
+                    .node_at(&addr)
+                    .filter(|&n| self.cluster.nodes[n].alive);
+                let reply = match (n, self.cluster.owner(slot)) {
+                    (Some(n), Some(o)) if n == o => ProbeReply::Served,
+                    (Some(_), Some(o)) => ProbeReply::Moved(self.cluster.nodes[o].addr.clone()),
+                    _ => ProbeReply::Failed,
+                };
+                self.send_core(n, None, Input::Probe(id, reply));
+            }
+        }
+    }
+
+    /// The server dropped `channel` from `conn`: a loss when it is wanted
+    /// and `conn` carries its latest subscribe.
+    pub(crate) fn broke(&mut self, conn: ConnId, channel: &Channel) {
+        if self.want.contains(channel) && self.last_sub.get(channel) == Some(&conn) {
+            self.check.broke(channel);
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Property 1 and the connection checks, at the end of a run.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::vec::Vec;
+
+use crate::command::{Channel, ConnId};
+use crate::config::Mode;
+use crate::sim::check::{QUIET, QUIET_FETCHES};
+use crate::sim::drive::Sim;
+
+impl Sim {
+    /// Property 1, at the end of the run.
+    pub(crate) fn final_check(&mut self) {
+        let mut on: BTreeMap<&Channel, Vec<ConnId>> = BTreeMap::new();
+        for (id, c) in &self.cluster.conns {
+            for ch in &c.subs {
+                on.entry(ch).or_default().push(*id);
+            }
+        }
+        for ch in &self.names {
+            let name = alloc::string::String::from_utf8_lossy(ch);
+            let conns = on.get(ch).cloned().unwrap_or_default();
+            let wanted = self.want.contains(ch);
+            if !wanted || self.acl.contains(ch) {
+                if !conns.is_empty() {
+                    self.check.fail(&alloc::format!(
+                        "{name} (unwanted or refused) still on {conns:?}"
+                    ));
+                }
+                if wanted && !self.check.refused.contains(ch) {
+                    self.check
+                        .fail(&alloc::format!("{name} refused but never reported"));
+                }
+                continue;
+            }
+            let [conn] = conns[..] else {
+                self.check
+                    .fail(&alloc::format!("{name} wanted, subscribed on {conns:?}"));
+            };
+            let slot = shardcore::key_slot(&self.parts.redis_channel(ch));
+            let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            if node.is_none() || node != self.cluster.owner(slot) {
+                self.check.fail(&alloc::format!(
+                    "{name} on {conn} (node {node:?}), owner of slot {slot} is {:?}",
+                    self.cluster.owner(slot)
+                ));
+            }
+        }
+        let quiet = self
+            .check
+            .fetch_starts
+            .iter()
+            .filter(|&&t| self.now.since(t) < QUIET);
+        let n = quiet.count();
+        if n > QUIET_FETCHES {
+            self.check.fail(&alloc::format!(
+                "{n} fetches in the last {QUIET:?} of a healthy cluster"
+            ));
+        }
+        // Connections: only to owners of partitions, no more than the mode
+        // needs (a leaked connection fails here).
+        let owners: BTreeSet<usize> = self
+            .parts
+            .slots()
+            .iter()
+            .filter_map(|&s| self.cluster.owner(s))
+            .collect();
+        let cfg = self.core.config();
+        let most = match cfg.mode {
+            Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
+            Mode::PerPartition => self.parts.slots().len(),
+        };
+        let open = self.cluster.conns.len();
+        if open > most {
+            self.check
+                .fail(&alloc::format!("{open} connections open, {most} needed"));
+        }
+        if let Some((id, c)) = self
+            .cluster
+            .conns
+            .iter()
+            .find(|(_, c)| !owners.contains(&c.node))
+        {
+            let n = c.node;
+            self.check.fail(&alloc::format!(
+                "{id} open to node {n}, which owns no partition"
+            ));
+        }
+        if !self.core.is_settled() {
+            self.check.fail("the core does not consider itself settled");
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Subscribe commands: whole partitions through shardcore's planner, gap
+//! events first, unsubscribes in batches.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use shardcore::plan::{plan_resubscribe, PlanOptions};
+
+use crate::command::{Channel, Command, ConnId};
+use crate::core::{Core, Pending, Sub};
+use crate::time::Time;
+
+impl Core {
+    /// Subscribes the idle channels of `parts` on their connections (those
+    /// that are up); lost partitions wait unless `force`.
+    pub(crate) fn flush(&mut self, parts: &[u32], force: bool, now: Time) {
+        let mut parts = parts.to_vec();
+        parts.sort_unstable();
+        parts.dedup();
+        let mut by_conn: BTreeMap<ConnId, Vec<u32>> = BTreeMap::new();
+        for p in parts {
+            let lost = self.parts.get(p as usize).is_none_or(|x| x.lost);
+            if lost && !force {
+                continue;
+            }
+            if let Some(c) = self.conn_of(p).filter(|&c| self.is_up(c)) {
+                by_conn.entry(c).or_default().push(p);
+            }
+        }
+        for (conn, ps) in by_conn {
+            self.resubscribe(conn, &ps, now);
+        }
+    }
+
+    /// One connection's resubscribe: gap events for what broke, then whole
+    /// partitions through shardcore's planner.
+    fn resubscribe(&mut self, conn: ConnId, ps: &[u32], now: Time) {
+        let mut groups: Vec<(u32, Vec<Channel>)> = Vec::new();
+        for &p in ps {
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            let mut gaps = Vec::new();
+            let mut idle = Vec::new();
+            for (name, chan) in &mut part.channels {
+                if chan.sub != Sub::Idle {
+                    continue;
+                }
+                if chan.gap {
+                    chan.gap = false;
+                    gaps.push(name.clone());
+                }
+                idle.push(name.clone());
+            }
+            if !gaps.is_empty() {
+                self.out.push_back(Command::Gap {
+                    partition: p,
+                    channels: gaps,
+                });
+            }
+            groups.push((p, idle));
+        }
+        let options = PlanOptions::new(self.cfg.workers).batch(self.cfg.batch);
+        let groups_ref = groups.iter().map(|(p, c)| (*p, c.as_slice()));
+        let Ok(plan) = plan_resubscribe(groups_ref, |_| Some(()), options) else {
+            return; // settings are checked in Core::new
+        };
+        let commands: Vec<(u32, Vec<Channel>)> = plan
+            .nodes
+            .iter()
+            .flat_map(|n| n.commands())
+            .map(|c| (c.partition, c.channels.to_vec()))
+            .collect();
+        for (p, channels) in commands {
+            self.send_subscribe(conn, p, channels, now);
+        }
+    }
+
+    pub(crate) fn send_subscribe(
+        &mut self,
+        conn: ConnId,
+        p: u32,
+        channels: Vec<Channel>,
+        now: Time,
+    ) {
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return;
+        };
+        for name in &channels {
+            if let Some(chan) = part.channels.get_mut(name) {
+                chan.sub = Sub::Sent(conn);
+            }
+        }
+        self.out.push_back(Command::Subscribe {
+            conn,
+            partition: p,
+            slot: part.slot,
+            channels: channels.clone(),
+        });
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.pending.push_back(Pending {
+                partition: p,
+                carried: channels.len(),
+                channels,
+                sent: now,
+            });
+        }
+    }
+
+    /// `SUNSUBSCRIBE` of `names` (partition `p`) on `conn`, when it is up;
+    /// subscribes of them still awaiting their reply on `conn` no longer
+    /// count for them.
+    pub(crate) fn unsubscribe(&mut self, conn: ConnId, p: u32, names: Vec<Channel>) {
+        if !self.is_up(conn) {
+            return;
+        }
+        // A reply still due for them speaks of the subscription undone here:
+        // it must not confirm a later subscribe of the same channel.
+        if let Some(c) = self.conns.get_mut(&conn) {
+            for pending in &mut c.pending {
+                pending.channels.retain(|n| !names.contains(n));
+            }
+        }
+        let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);
+        for chunk in names.chunks(self.cfg.batch) {
+            self.out.push_back(Command::Unsubscribe {
+                conn,
+                partition: p,
+                slot,
+                channels: chunk.to_vec(),
+            });
+        }
+    }
+}

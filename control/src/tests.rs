@@ -1,0 +1,190 @@
+//! Unit tests of the core's edges (the scenarios are golden transcripts
+//! under `tests/golden/`, the properties are the simulator's).
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use shardcore::Partitions;
+use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
+
+use crate::{Command, Config, ConfigError, ConnId, Core, FetchError, SubscribeReply, Time};
+
+fn addr(host: &str) -> NodeAddr {
+    NodeAddr {
+        host: host.into(),
+        port: 7000,
+    }
+}
+
+fn one_node_map() -> SlotMap {
+    let mut map = SlotMap::new();
+    let i = map.push_shard(Shard {
+        primary: Node {
+            id: "a".into(),
+            addr: Some(addr("n0")),
+            hostname: None,
+            tls_port: None,
+            role: Role::Primary,
+            health: Health::Online,
+            replication_offset: None,
+        },
+        replicas: Vec::new(),
+    });
+    map.assign(0..=16383, i);
+    map
+}
+
+fn config(batch: usize) -> Config {
+    let mut c = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
+    c.batch = batch;
+    c
+}
+
+fn drain(core: &mut Core) -> Vec<Command> {
+    core::iter::from_fn(|| core.poll_command()).collect()
+}
+
+/// A core with one node and its connection up.
+fn up(batch: usize) -> (Core, ConnId) {
+    let mut core = Core::new(config(batch), Time::ZERO).unwrap();
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch first")
+    };
+    core.handle_topology(Time(1), id, Ok(one_node_map()));
+    let Some(Command::Open { conn, .. }) = core.poll_command() else {
+        panic!("no open")
+    };
+    core.handle_conn_up(Time(2), conn);
+    (core, conn)
+}
+
+#[test]
+fn settings_out_of_range_are_refused() {
+    let mut c = config(1);
+    c.seeds.clear();
+    assert_eq!(Core::new(c, Time::ZERO).err(), Some(ConfigError::NoSeeds));
+    let mut c = config(0);
+    assert_eq!(
+        Core::new(c.clone(), Time::ZERO).err(),
+        Some(ConfigError::ZeroBatch)
+    );
+    c.batch = 1;
+    c.multiplier = 0;
+    assert_eq!(
+        Core::new(c.clone(), Time::ZERO).err(),
+        Some(ConfigError::ZeroMultiplier)
+    );
+    c.multiplier = 1;
+    c.reply_timeout = Duration::ZERO;
+    assert_eq!(Core::new(c, Time::ZERO).err(), Some(ConfigError::ZeroDelay));
+}
+
+#[test]
+fn a_want_sends_each_partition_once_in_batches() {
+    let (mut core, conn) = up(3);
+    let names: Vec<Vec<u8>> = (0..40)
+        .map(|i| alloc::format!("c{i}").into_bytes())
+        .collect();
+    core.handle_want(Time(3), names.iter().map(Vec::as_slice));
+    let subs: Vec<(u32, usize)> = drain(&mut core)
+        .into_iter()
+        .filter_map(|c| match c {
+            Command::Subscribe {
+                conn: c,
+                partition,
+                channels,
+                ..
+            } if c == conn => Some((partition, channels.len())),
+            _ => None,
+        })
+        .collect();
+    let total: usize = subs.iter().map(|s| s.1).sum();
+    assert_eq!(total, 40, "{subs:?}");
+    assert!(subs.iter().all(|s| s.1 <= 3), "{subs:?}");
+    // ceil(n / 3) commands per partition, nothing sent twice.
+    let parts = Partitions::new(4).unwrap();
+    let mut expect = 0;
+    for p in 0..4 {
+        let n = names.iter().filter(|c| parts.partition_of(c) == p).count();
+        expect += n.div_ceil(3);
+    }
+    assert_eq!(subs.len(), expect);
+}
+
+#[test]
+fn replies_and_pushes_for_unknown_connections_are_ignored() {
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    let ghost = ConnId(conn.0 + 100);
+    core.handle_subscribe_reply(Time(4), ghost, SubscribeReply::Ok);
+    core.handle_sunsubscribe(Time(4), ghost, b"news");
+    core.handle_conn_down(Time(4), ghost);
+    core.handle_conn_up(Time(4), ghost);
+    assert!(drain(&mut core).is_empty());
+    assert!(!core.is_settled());
+    core.handle_subscribe_reply(Time(5), conn, SubscribeReply::Ok);
+    assert!(core.is_settled());
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+    // A second reply with nothing in flight changes nothing.
+    core.handle_subscribe_reply(Time(6), conn, SubscribeReply::Ok);
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+}
+
+#[test]
+fn a_late_topology_reply_is_ignored() {
+    let mut core = Core::new(config(512), Time::ZERO).unwrap();
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch first")
+    };
+    let deadline = core.poll_timeout().unwrap();
+    assert_eq!(deadline, Time::ZERO + Duration::from_secs(2));
+    core.handle_timeout(deadline);
+    assert!(drain(&mut core).is_empty(), "a retry waits for the backoff");
+    core.handle_topology(deadline, id, Ok(one_node_map()));
+    assert!(drain(&mut core).is_empty(), "the timed-out request's reply");
+    assert!(core.layout().nodes().is_empty());
+    let next = core.poll_timeout().unwrap();
+    assert!(next > deadline);
+    core.handle_timeout(next);
+    let Some(Command::FetchTopology { id: id2, .. }) = core.poll_command() else {
+        panic!("no retry")
+    };
+    assert_ne!(id, id2);
+    core.handle_topology(next, id2, Err(FetchError::BadReply));
+    assert!(core.poll_timeout().unwrap() > next);
+}
+
+#[test]
+fn unwant_unsubscribes_where_it_was_sent() {
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..], b"chat"]);
+    drain(&mut core);
+    core.handle_unwant(Time(4), [&b"news"[..], b"never-wanted"]);
+    let cmds = drain(&mut core);
+    assert!(
+        matches!(&cmds[..], [Command::Unsubscribe { conn: c, channels, .. }] if *c == conn && channels.len() == 1),
+        "{cmds:?}"
+    );
+}
+
+#[test]
+fn a_second_down_report_changes_nothing() {
+    let (mut core, conn) = up(512);
+    core.handle_conn_down(Time(3), conn);
+    core.handle_conn_down(Time(4), conn);
+    // The reconnect keeps its first backoff (50 ms), not a doubled one.
+    for _ in 0..10 {
+        let t = core.poll_timeout().unwrap();
+        core.handle_timeout(t);
+        if drain(&mut core)
+            .iter()
+            .any(|c| matches!(c, Command::Open { .. }))
+        {
+            assert_eq!(t, Time(3) + Duration::from_millis(50));
+            return;
+        }
+    }
+    panic!("no reconnect");
+}

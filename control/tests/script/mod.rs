@@ -1,0 +1,304 @@
+//! A hand driver for golden transcripts: feeds inputs to a core, logs each
+//! input (`@time input`) and the commands it gives (`  > command`), and
+//! remembers what is outstanding so that a scenario can answer it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use control::{Command, Config, ConnId, Core, FetchError, Mode, ProbeReply, SubscribeReply, Time};
+use shardcore::Partitions;
+use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
+
+/// A shard of a scripted map: primary id, primary host, replica hosts,
+/// slot ranges.
+pub struct ShardSpec {
+    id: &'static str,
+    host: &'static str,
+    replicas: Vec<&'static str>,
+    ranges: Vec<(u16, u16)>,
+}
+
+/// A shard for [`Script::topology`].
+pub fn shard(
+    id: &'static str,
+    host: &'static str,
+    replicas: &[&'static str],
+    ranges: &[(u16, u16)],
+) -> ShardSpec {
+    ShardSpec {
+        id,
+        host,
+        replicas: replicas.to_vec(),
+        ranges: ranges.to_vec(),
+    }
+}
+
+/// `host:7000`.
+pub fn addr(host: &str) -> NodeAddr {
+    NodeAddr {
+        host: host.into(),
+        port: 7000,
+    }
+}
+
+fn node(id: &str, host: &str, role: Role) -> Node {
+    Node {
+        id: id.into(),
+        addr: Some(addr(host)),
+        hostname: None,
+        tls_port: None,
+        role,
+        health: Health::Online,
+        replication_offset: None,
+    }
+}
+
+fn build(specs: &[ShardSpec]) -> SlotMap {
+    let mut map = SlotMap::new();
+    for s in specs {
+        let replicas = s
+            .replicas
+            .iter()
+            .map(|h| node(&format!("r-{h}"), h, Role::Replica))
+            .collect();
+        let i = map.push_shard(Shard {
+            primary: node(s.id, s.host, Role::Primary),
+            replicas,
+        });
+        for &(a, b) in &s.ranges {
+            map.assign(a..=b, i);
+        }
+    }
+    map
+}
+
+/// A core under a scripted driver.
+pub struct Script {
+    core: Core,
+    now: Time,
+    log: String,
+    opens: VecDeque<ConnId>,
+    hosts: BTreeMap<ConnId, String>,
+    subs: VecDeque<(ConnId, Vec<String>)>,
+    fetch: Option<u64>,
+    probes: VecDeque<u64>,
+    wanted: Vec<String>,
+}
+
+impl Script {
+    /// A core over 4 partitions, seeded with `n0`.
+    pub fn new(title: &str, multiplier: u32, batch: usize) -> Script {
+        Script::with(title, Mode::NodeGrouped, multiplier, batch)
+    }
+
+    /// As [`Script::new`], in `mode`.
+    pub fn with(title: &str, mode: Mode, multiplier: u32, batch: usize) -> Script {
+        let parts = Partitions::new(4).unwrap();
+        let mut cfg = Config::new(parts, vec![addr("n0")]);
+        cfg.mode = mode;
+        cfg.multiplier = multiplier;
+        cfg.batch = batch;
+        let core = Core::new(cfg, Time::ZERO).unwrap();
+        let mut s = Script {
+            core,
+            now: Time::ZERO,
+            log: format!(
+                "# {title} (4 partitions, {mode:?}, multiplier {multiplier}, batch {batch})\n@0ms start\n"
+            ),
+            opens: VecDeque::new(),
+            hosts: BTreeMap::new(),
+            subs: VecDeque::new(),
+            fetch: None,
+            probes: VecDeque::new(),
+            wanted: Vec::new(),
+        };
+        s.drain();
+        s
+    }
+
+    fn step(&mut self, what: &str, f: impl FnOnce(&mut Core, Time)) {
+        self.now = self.now + Duration::from_millis(1);
+        let _ = writeln!(self.log, "@{}ms {what}", self.now.as_millis());
+        f(&mut self.core, self.now);
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        while let Some(cmd) = self.core.poll_command() {
+            let _ = writeln!(self.log, "  > {cmd}");
+            match cmd {
+                Command::Open { conn, node } => {
+                    self.opens.push_back(conn);
+                    self.hosts.insert(conn, node.addr.host.clone());
+                }
+                Command::Close { conn } => {
+                    self.hosts.remove(&conn);
+                    self.subs.retain(|s| s.0 != conn);
+                }
+                Command::Subscribe { conn, channels, .. } => {
+                    let names = channels
+                        .iter()
+                        .map(|c| String::from_utf8_lossy(c).into_owned())
+                        .collect();
+                    self.subs.push_back((conn, names));
+                }
+                Command::FetchTopology { id, .. } => self.fetch = Some(id),
+                Command::ProbeSlot { id, .. } => self.probes.push_back(id),
+                _ => {}
+            }
+        }
+        if let Some(t) = self.core.poll_timeout() {
+            assert!(t > self.now, "poll_timeout {t} not after {}", self.now);
+        }
+    }
+
+    /// The application wants `names`.
+    pub fn want(&mut self, names: &[&str]) {
+        self.wanted.extend(names.iter().map(|n| n.to_string()));
+        let text = format!("want {}", names.join(" "));
+        self.step(&text, |c, now| {
+            c.handle_want(now, names.iter().map(|n| n.as_bytes()))
+        });
+    }
+
+    /// Answers the outstanding fetch (advancing through timeouts until
+    /// there is one).
+    pub fn topology(&mut self, map: Result<Vec<ShardSpec>, FetchError>) {
+        for _ in 0..10 {
+            if self.fetch.is_some() {
+                break;
+            }
+            self.timeout();
+        }
+        let id = self.fetch.take().expect("no fetch outstanding");
+        let text = match &map {
+            Ok(specs) => {
+                let parts: Vec<String> = specs
+                    .iter()
+                    .map(|s| {
+                        let r: Vec<String> =
+                            s.ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+                        format!(
+                            "{} {} [{}] +{}",
+                            s.id,
+                            s.host,
+                            r.join(","),
+                            s.replicas.join(",")
+                        )
+                    })
+                    .collect();
+                format!("topology #{id}: {}", parts.join(" | "))
+            }
+            Err(e) => format!("topology #{id}: {e:?}"),
+        };
+        let map = map.map(|s| build(&s));
+        self.step(&text, |c, now| c.handle_topology(now, id, map));
+    }
+
+    /// Every outstanding open succeeds.
+    pub fn up_all(&mut self) {
+        while let Some(c) = self.opens.pop_front() {
+            self.step(&format!("up {c}"), |core, now| core.handle_conn_up(now, c));
+        }
+    }
+
+    /// Every outstanding subscribe (and those their replies cause) is
+    /// answered by `f`.
+    pub fn reply_all(&mut self, mut f: impl FnMut(&[String]) -> SubscribeReply) {
+        while let Some((c, names)) = self.subs.pop_front() {
+            let r = f(&names);
+            let text = match &r {
+                SubscribeReply::Ok => format!("ok {c}"),
+                other => format!("reply {c} {other:?}"),
+            };
+            self.step(&text, |core, now| core.handle_subscribe_reply(now, c, r));
+        }
+    }
+
+    /// Every outstanding subscribe succeeds.
+    pub fn ok_all(&mut self) {
+        self.reply_all(|_| SubscribeReply::Ok);
+    }
+
+    /// Connection `c` drops.
+    pub fn conn_down(&mut self, c: ConnId) {
+        self.subs.retain(|s| s.0 != c);
+        self.opens.retain(|&o| o != c);
+        self.step(&format!("down {c}"), |core, now| {
+            core.handle_conn_down(now, c)
+        });
+    }
+
+    /// The server pushes `sunsubscribe ch` on `c`.
+    pub fn sunsubscribe(&mut self, c: ConnId, ch: &str) {
+        let text = format!("push {c} sunsubscribe {ch}");
+        self.step(&text, |core, now| {
+            core.handle_sunsubscribe(now, c, ch.as_bytes())
+        });
+    }
+
+    /// `conn` answers its ping.
+    pub fn pong(&mut self, c: ConnId) {
+        self.step(&format!("pong {c}"), |core, now| core.handle_pong(now, c));
+    }
+
+    /// Answers the oldest outstanding probe.
+    pub fn probe(&mut self, reply: ProbeReply) {
+        let id = self.probes.pop_front().expect("no probe outstanding");
+        let text = format!("probe #{id}: {reply:?}");
+        self.step(&text, |core, now| core.handle_probe(now, id, reply));
+    }
+
+    /// Advances to the core's timeout and fires it.
+    pub fn timeout(&mut self) {
+        let t = self.core.poll_timeout().expect("no timeout");
+        self.now = t;
+        let _ = writeln!(self.log, "@{}ms timeout", t.as_millis());
+        self.core.handle_timeout(t);
+        self.drain();
+    }
+
+    /// Open connections to `host`.
+    pub fn conns_of(&self, host: &str) -> Vec<ConnId> {
+        self.hosts
+            .iter()
+            .filter(|(_, h)| *h == host)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// The connection `ch` is confirmed on.
+    pub fn conn_carrying(&self, ch: &str) -> ConnId {
+        self.core
+            .subscribed_on(ch.as_bytes())
+            .expect("not subscribed")
+    }
+
+    /// Wanted channels of partition `p`.
+    pub fn channels_of_partition(&self, p: u32) -> Vec<String> {
+        let parts = &self.core.config().partitions;
+        self.wanted
+            .iter()
+            .filter(|c| parts.partition_of(c.as_bytes()) == p)
+            .cloned()
+            .collect()
+    }
+
+    /// Compares the transcript with `tests/golden/<name>.txt` (rewrites it
+    /// under `UPDATE_GOLDEN=1`), and checks that the core settled.
+    pub fn check(&mut self, name: &str) {
+        let settled = self.core.is_settled();
+        let _ = writeln!(self.log, "settled: {settled}");
+        let path = format!("{}/tests/golden/{name}.txt", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &self.log).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            self.log, want,
+            "transcript {name} differs (UPDATE_GOLDEN=1 rewrites it)"
+        );
+    }
+}
