@@ -36,6 +36,20 @@ pub trait Observer: Send + Sync + 'static {
         let _ = (conn, push);
     }
 
+    /// [`Observer::on_push`] with the frame already classified as a Pub/Sub
+    /// message, confirmation or the like (`None` when it is not one), so an
+    /// observer that needs the class does not parse the frame again. The
+    /// engine calls this one; by default it calls [`Observer::on_push`].
+    fn on_classified_push(
+        &self,
+        conn: &ConnInfo,
+        push: &Parsed<'_>,
+        class: Option<&resp::PubSub<'_>>,
+    ) {
+        let _ = class;
+        self.on_push(conn, push);
+    }
+
     /// A connection finished its handshake (first connect or reconnect).
     fn on_connected(&self, conn: &ConnInfo, protocol: Protocol, fell_back: bool) {
         let _ = (conn, protocol, fell_back);

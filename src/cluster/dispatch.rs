@@ -106,11 +106,15 @@ impl SubObserver {
 
 impl Observer for SubObserver {
     fn on_push(&self, conn: &ConnInfo, push: &Parsed<'_>) {
+        self.on_classified_push(conn, push, resp::classify(&push.frame).as_ref());
+    }
+
+    fn on_classified_push(&self, conn: &ConnInfo, _push: &Parsed<'_>, class: Option<&PubSub<'_>>) {
         let Some(state) = self.conns.get(conn.index) else {
             return;
         };
         state.rx.fetch_add(1, Ordering::Relaxed);
-        match resp::classify(&push.frame) {
+        match class.copied() {
             Some(PubSub::Message { channel, payload })
             | Some(PubSub::SMessage { channel, payload }) => self.deliver(state, channel, payload),
             Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {

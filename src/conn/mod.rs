@@ -221,6 +221,9 @@ pub enum Event<'a, T> {
     Push {
         /// The push.
         push: Parsed<'a>,
+        /// What it is as a Pub/Sub frame, when it is one (classified once,
+        /// here, so no later stage parses it again).
+        class: Option<resp::PubSub<'a>>,
         /// The request this push finished: the last confirmation of a
         /// subscribe request.
         completes: Option<T>,
@@ -762,8 +765,10 @@ impl<T> Connection<T> {
 
             if let Some(hs) = &mut st.handshake {
                 if is_push {
+                    let class = resp::classify(&parsed.frame);
                     return Some(Event::Push {
                         push: parsed,
+                        class,
                         completes: None,
                     });
                 }
@@ -825,6 +830,7 @@ impl<T> Connection<T> {
                         };
                         return Some(Event::Push {
                             push: parsed,
+                            class: Some(class),
                             completes,
                         });
                     }
@@ -838,6 +844,7 @@ impl<T> Connection<T> {
             if is_push || resp2_push {
                 return Some(Event::Push {
                     push: parsed,
+                    class,
                     completes: None,
                 });
             }

@@ -106,7 +106,7 @@ proptest! {
             while let Some(ev) = c.poll_event() {
                 got.push(match ev {
                     Event::Reply { user, reply } => (Some(user), false, reply.to_value()),
-                    Event::Push { push, completes } => (completes, true, push.to_value()),
+                    Event::Push { push, completes, .. } => (completes, true, push.to_value()),
                     other => panic!("unexpected {other:?}"),
                 });
             }

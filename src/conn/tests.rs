@@ -25,7 +25,15 @@ fn drain(c: &mut Connection<u32>) -> Vec<Ev> {
                 fell_back,
             } => Ev::Connected(protocol, fell_back),
             Event::Reply { user, reply } => Ev::Reply(user, reply.to_value()),
-            Event::Push { push, completes } => Ev::Push(push.to_value(), completes),
+            Event::Push {
+                push,
+                class,
+                completes,
+            } => {
+                // Classified once, by the core, as the observer would.
+                assert_eq!(class, resp::classify(&push.frame), "{push:?}");
+                Ev::Push(push.to_value(), completes)
+            }
             Event::Failed { user, error } => Ev::Failed(user, error),
             Event::Closed { error } => Ev::Closed(error),
         });

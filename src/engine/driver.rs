@@ -609,9 +609,15 @@ fn dispatch(
                     errors += 1;
                 }
             }
-            Event::Push { push, completes } => {
+            Event::Push {
+                push,
+                class,
+                completes,
+            } => {
                 pushes += 1;
-                settings.observer.on_push(&shared.info, &push);
+                settings
+                    .observer
+                    .on_classified_push(&shared.info, &push, class.as_ref());
                 if let Some(user) = completes {
                     replies += 1;
                     user.complete(addr, &push);

@@ -54,11 +54,15 @@ impl Dispatcher {
 
 impl Observer for Dispatcher {
     fn on_push(&self, conn: &ConnInfo, push: &Parsed<'_>) {
+        self.on_classified_push(conn, push, resp::classify(&push.frame).as_ref());
+    }
+
+    fn on_classified_push(&self, conn: &ConnInfo, _push: &Parsed<'_>, class: Option<&PubSub<'_>>) {
         let Some((_, slot)) = self.slot(conn) else {
             return;
         };
         slot.rx.fetch_add(1, Ordering::Relaxed);
-        match resp::classify(&push.frame) {
+        match class.copied() {
             Some(PubSub::Message { channel, payload })
             | Some(PubSub::SMessage { channel, payload }) => self.deliver(slot, channel, payload),
             Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {
