@@ -510,9 +510,14 @@ impl Driver {
         let give_up = self.initial.is_some() || self.shutting_down;
         {
             let mut staging = self.shared.staging.lock();
-            self.shared
-                .state
-                .store(if give_up { CLOSED } else { DOWN }, Ordering::Release);
+            let state = if matches!(error, Error::RuntimeStopped) {
+                STOPPED // new calls say why, not just "shut down"
+            } else if give_up {
+                CLOSED
+            } else {
+                DOWN
+            };
+            self.shared.state.store(state, Ordering::Release);
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
             staging.buf.clear();
