@@ -10,6 +10,7 @@ use topology::{ClusterError, NodeKey};
 use crate::command::{Channel, Command, ConnId, SubscribeReply};
 use crate::config::Mode;
 use crate::core::{Conn, ConnState, Core, Sub};
+use crate::stats::Trigger;
 use crate::time::Time;
 
 impl Core {
@@ -60,6 +61,9 @@ impl Core {
         let Some(part) = self.parts.get_mut(pending.partition as usize) else {
             return;
         };
+        if reply != SubscribeReply::Ok {
+            self.counters.stats.subscribe_errors += 1;
+        }
         let single = pending.carried == 1;
         let still: Vec<Channel> = pending
             .channels
@@ -77,20 +81,24 @@ impl Core {
                         chan.sub = Sub::Active(conn);
                     }
                 }
+                self.check_restored(now);
             }
             SubscribeReply::Refused(message) => {
                 if single {
-                    for name in still {
-                        if let Some(chan) = part.channels.get_mut(&name) {
+                    for name in &still {
+                        if let Some(chan) = part.channels.get_mut(name) {
                             chan.sub = Sub::Refused;
                             chan.gap = false;
                         }
-                        self.out.push_back(Command::Refused {
+                    }
+                    for name in still {
+                        self.emit(Command::Refused {
                             partition: pending.partition,
                             channel: name,
                             message: message.clone(),
                         });
                     }
+                    self.check_restored(now);
                     return;
                 }
                 // Bisect: each half again on the same connection, until
@@ -114,7 +122,8 @@ impl Core {
                         ClusterError::Moved { .. } => Duration::ZERO,
                         _ => self.cfg.degraded_retry,
                     };
-                    self.request_refresh(now, delay);
+                    self.request_refresh(now, delay, Trigger::SubscribeError);
+                    self.disrupted(now);
                 }
             }
         }
@@ -141,11 +150,15 @@ impl Core {
         chan.sub = Sub::Idle;
         chan.gap = true;
         part.lost = true;
-        self.request_refresh(now, Duration::ZERO);
+        self.disrupted(now);
+        self.request_refresh(now, Duration::ZERO, Trigger::Sunsubscribe);
     }
 
-    /// The connection partition `p` rides on (in the current layout).
-    pub(crate) fn conn_of(&self, p: u32) -> Option<ConnId> {
+    /// The connection partition `p` rides on in the current layout (it may
+    /// still be opening, or waiting to reopen); `None` while the partition
+    /// has no owner. A driver ignores a `sunsubscribe` push for a lane from
+    /// any other connection.
+    pub fn conn_of(&self, p: u32) -> Option<ConnId> {
         let key = self.layout.node_of(p)?;
         self.nodes.get(key)?.get(&self.index_of(p)).copied()
     }
@@ -181,7 +194,7 @@ impl Core {
             m.remove(&c.index);
         }
         self.break_channels(id);
-        self.out.push_back(Command::Close { conn: id });
+        self.emit(Command::Close { conn: id });
     }
 
     pub(crate) fn is_up(&self, conn: ConnId) -> bool {
@@ -208,7 +221,7 @@ impl Core {
     fn open_conn(&mut self, node: NodeKey, index: usize, failures: u32, now: Time) -> ConnId {
         self.next_conn += 1;
         let id = ConnId(self.next_conn);
-        self.out.push_back(Command::Open {
+        self.emit(Command::Open {
             conn: id,
             node: node.clone(),
         });
@@ -233,7 +246,7 @@ impl Core {
         for id in self.nodes.remove(key).unwrap_or_default().into_values() {
             self.conns.remove(&id);
             self.break_channels(id);
-            self.out.push_back(Command::Close { conn: id });
+            self.emit(Command::Close { conn: id });
         }
     }
 
@@ -247,6 +260,7 @@ impl Core {
                 }
             }
         }
+        self.disrupted(self.now);
     }
 
     /// `conn` is down: its channels broke, it is reopened after a backoff,
@@ -260,6 +274,7 @@ impl Core {
         let delay = if c.state == ConnState::Up {
             Duration::ZERO
         } else {
+            self.counters.stats.topology_errors.connect += 1;
             self.cfg.degraded_retry
         };
         c.failures = c.failures.saturating_add(1);
@@ -273,7 +288,7 @@ impl Core {
         c.pending.clear();
         c.ping = None;
         self.break_channels(conn);
-        self.request_refresh(now, delay);
+        self.request_refresh(now, delay, Trigger::Disconnect);
     }
 
     /// When `c` needs attention next.
@@ -311,6 +326,19 @@ impl Core {
         }
     }
 
+    /// Messages arrived on `conn`: it is alive, so it is not pinged before
+    /// it has been silent for the ping interval. Cheap: call it once per
+    /// read that delivered messages.
+    pub fn handle_activity(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        self.heard(conn, now);
+    }
+
+    /// The primary connection `conn` goes to (`None` once it is closed).
+    pub fn node_of(&self, conn: ConnId) -> Option<&NodeKey> {
+        self.conns.get(&conn).map(|c| &c.node)
+    }
+
     /// Something arrived on `conn`: it is alive.
     pub(crate) fn heard(&mut self, conn: ConnId, now: Time) {
         if let Some(c) = self.conns.get_mut(&conn) {
@@ -345,12 +373,17 @@ impl Core {
                 }
             } else if c.state != ConnState::Up || self.overdue(c, now) {
                 // No answer in time: presume it dead.
-                self.out.push_back(Command::Close { conn: id });
+                if c.ping
+                    .is_some_and(|sent| sent + self.cfg.reply_timeout <= now)
+                {
+                    self.counters.stats.ping_restarts += 1;
+                }
+                self.emit(Command::Close { conn: id });
                 self.conn_failed(id, now);
             } else if let Some(c) = self.conns.get_mut(&id) {
                 // Silent for the ping interval: a liveness probe.
                 c.ping = Some(now);
-                self.out.push_back(Command::Ping { conn: id });
+                self.emit(Command::Ping { conn: id });
             }
         }
     }

@@ -7,6 +7,7 @@ use topology::{Layout, NodeAddr, NodeKey, SlotMap};
 
 use crate::command::{Channel, Command, ConnId};
 use crate::config::{Config, ConfigError};
+use crate::stats::{Counters, Trigger};
 use crate::time::Time;
 
 /// The sans-IO control core of the cluster subscribe side (sharded modes:
@@ -61,6 +62,7 @@ pub struct Core {
     pub(crate) next_poll: Time,
     /// The latest time seen (timers are never armed before it).
     pub(crate) now: Time,
+    pub(crate) counters: Counters,
 }
 
 /// One partition (lane) and its wanted channels.
@@ -158,6 +160,8 @@ pub(crate) struct Fetch {
     /// While fetches fail: no fetch starts before this (the backoff holds
     /// against every trigger).
     pub(crate) hold_until: Time,
+    /// What asked for the fetch at `next`.
+    pub(crate) reason: Trigger,
 }
 
 /// A probe in flight.
@@ -203,6 +207,7 @@ impl Core {
             probes: BTreeMap::new(),
             stale_rounds: 0,
             now,
+            counters: Counters::default(),
         };
         core.fetch.next = Some(now);
         core.handle_timeout(now);
@@ -285,6 +290,7 @@ impl Core {
         for ((conn, p), names) in drop {
             self.unsubscribe(conn, p, names);
         }
+        self.check_restored(now);
     }
 
     /// Runs what is due at `now`: fetches, probe and connection deadlines,
@@ -324,7 +330,7 @@ impl Core {
         self.now = self.now.max(now);
         if now >= self.next_poll {
             self.next_poll = now + self.cfg.poll_interval;
-            self.request_refresh(now, core::time::Duration::ZERO);
+            self.request_refresh(now, core::time::Duration::ZERO, Trigger::Poll);
         }
         self.fetch_timers(now);
         self.conn_timers(now);

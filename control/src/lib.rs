@@ -44,14 +44,18 @@ mod command;
 mod config;
 mod conns;
 mod core;
+#[cfg(test)]
+mod driver_tests;
 mod rewire;
 pub mod sim;
+mod stats;
 mod subscribe;
 #[cfg(test)]
 mod tests;
 mod time;
 
 pub use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
-pub use crate::config::{Config, ConfigError, Mode};
+pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;
+pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;
