@@ -227,6 +227,7 @@ impl Core {
         let moved = plan.resubscribe.iter().map(|m| m.partition);
         let orphans = plan.unowned.iter().map(|o| o.partition);
         let detach: Vec<u32> = moved.clone().chain(orphans).collect();
+        let mut broke = false;
         for p in detach {
             let mut by_conn: alloc::collections::BTreeMap<_, Vec<_>> = Default::default();
             let Some(part) = self.parts.get_mut(p as usize) else {
@@ -240,6 +241,7 @@ impl Core {
                     by_conn.entry(c).or_default().push(name.clone());
                 }
             }
+            broke |= !by_conn.is_empty();
             let per_partition = self.cfg.mode == Mode::PerPartition;
             if per_partition {
                 // Its own connection goes with it.
@@ -255,7 +257,9 @@ impl Core {
                 }
             }
         }
-        self.disrupted(now);
+        if broke {
+            self.disrupted(now);
+        }
         self.layout = new;
         for key in &plan.close {
             self.close_node(key);
