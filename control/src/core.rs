@@ -26,15 +26,28 @@ use crate::time::Time;
 ///    [`handle_conn_down`](Core::handle_conn_down),
 ///    [`handle_subscribe_reply`](Core::handle_subscribe_reply) (per
 ///    connection, in the order the subscribes were sent),
-///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) and
-///    [`handle_pong`](Core::handle_pong) from the subscribe connections; [`handle_topology`](Core::handle_topology) and
-///    [`handle_probe`](Core::handle_probe) for the requests it made.
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe),
+///    [`handle_pong`](Core::handle_pong) and
+///    [`handle_activity`](Core::handle_activity) (messages arrived; once
+///    per read is enough) from the subscribe connections;
+///    [`handle_topology`](Core::handle_topology) and
+///    [`handle_probe`](Core::handle_probe) for the requests it made;
+///    [`handle_refresh`](Core::handle_refresh) when the application asks
+///    for a reread and [`handle_redirect`](Core::handle_redirect) when a
+///    publish gets `MOVED`. Before handing a `sunsubscribe` push to
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) the dispatch may
+///    drop one from a connection that is not
+///    [`conn_of`](Core::conn_of) its partition (the core ignores those
+///    too).
 /// 3. After each input, drain [`poll_command`](Core::poll_command) until it
 ///    gives `None` and carry the commands out in that order.
 /// 4. Then arm a timer for [`poll_timeout`](Core::poll_timeout); when it
 ///    fires call [`handle_timeout`](Core::handle_timeout) and go to 3. The
 ///    timeout is always later than the last `now` given, so a driver that
 ///    follows this order never spins.
+/// 5. Read [`stats`](Core::stats) whenever the metrics are asked for (a
+///    `Copy` snapshot; cheap), and [`is_settled`](Core::is_settled) for
+///    readiness.
 ///
 /// Layout changes go through [`topology::plan_rewire`]: the core carries
 /// out the plan's `open`, `resubscribe`, `unowned` and `close` lists, in
@@ -299,8 +312,9 @@ impl Core {
         self.tick(now);
     }
 
-    /// Whether every wanted channel (not refused) is confirmed: for tests
-    /// and a driver's restore metric.
+    /// Whether every wanted channel (not refused) is confirmed (readiness;
+    /// the restore times are in [`stats`](Core::stats)). Walks every
+    /// wanted channel.
     pub fn is_settled(&self) -> bool {
         self.parts.iter().all(|p| {
             p.channels
