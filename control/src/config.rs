@@ -20,7 +20,7 @@ pub struct Config {
     pub mode: Mode,
     /// Subscribe connections per primary in [`Mode::NodeGrouped`];
     /// partition `p` rides on connection `p % multiplier` of its node (at
-    /// least 1).
+    /// least 1). In [`Mode::Classic`]: the number of lanes (connections).
     pub multiplier: u32,
     /// Most channels in one `SSUBSCRIBE` (at least 1).
     pub batch: usize,
@@ -132,6 +132,16 @@ pub enum Mode {
     /// One connection per partition, to the partition's primary; a moved
     /// partition closes its connection and opens one to its new node.
     PerPartition,
+    /// Classic `SUBSCRIBE`: `multiplier` lanes, each one connection, all to
+    /// one primary (kept while it stays a primary that owns a partition's
+    /// slot; otherwise every lane moves to the first such primary by key).
+    /// A channel's lane is its hash ([`Core::lane_of`](crate::Core::lane_of)).
+    /// The driver sends `SUBSCRIBE` / `UNSUBSCRIBE` for the core's
+    /// [`Command::Subscribe`](crate::Command::Subscribe) /
+    /// [`Command::Unsubscribe`](crate::Command::Unsubscribe), whose
+    /// `partition` is the lane and `slot` 0 (no slot constraint); no slot
+    /// is probed.
+    Classic,
 }
 
 /// How a resubscribe divides a connection's channels into `SSUBSCRIBE`s

@@ -137,7 +137,7 @@ impl Core {
     pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
         self.tick(now);
         self.heard(conn, now);
-        let p = self.cfg.partitions.partition_of(channel);
+        let p = self.lane_of(channel);
         let Some(part) = self.parts.get_mut(p as usize) else {
             return;
         };
@@ -167,7 +167,7 @@ impl Core {
     pub(crate) fn index_of(&self, p: u32) -> usize {
         match self.cfg.mode {
             Mode::NodeGrouped => p as usize % self.cfg.multiplier.max(1) as usize,
-            Mode::PerPartition => p as usize,
+            Mode::PerPartition | Mode::Classic => p as usize,
         }
     }
 
@@ -209,7 +209,7 @@ impl Core {
             return;
         }
         let n = match self.cfg.mode {
-            Mode::NodeGrouped => self.cfg.multiplier as usize,
+            Mode::NodeGrouped | Mode::Classic => self.cfg.multiplier as usize,
             Mode::PerPartition => 0, // opened per partition
         };
         let ids = (0..n)

@@ -10,8 +10,8 @@ use crate::config::{Config, ConfigError};
 use crate::stats::{Counters, Trigger};
 use crate::time::Time;
 
-/// The sans-IO control core of the cluster subscribe side (sharded modes:
-/// node-grouped or per-partition connections, [`Mode`](crate::Mode)): it
+/// The sans-IO control core of the cluster subscribe side (node-grouped,
+/// per-partition or classic connections, [`Mode`](crate::Mode)): it
 /// decides which connections exist, which channels each
 /// carries, when to fetch the slot map and probe slots, and which channels
 /// get a gap event. It never blocks, never reads a clock and sends nothing
@@ -194,7 +194,7 @@ impl Core {
     /// [`ConfigError`] for a setting out of range ([`Config::check`]).
     pub fn new(config: Config, now: Time) -> Result<Core, ConfigError> {
         config.check()?;
-        let slots = config.partitions.slots().to_vec();
+        let slots = Core::lane_slots(&config);
         let map = SlotMap::new();
         let layout = Layout::for_slots(&map, &slots);
         let parts = slots
@@ -268,7 +268,7 @@ impl Core {
         self.tick(now);
         let mut touched = Vec::new();
         for name in channels {
-            let p = self.cfg.partitions.partition_of(name);
+            let p = self.lane_of(name);
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
@@ -289,7 +289,7 @@ impl Core {
         self.tick(now);
         let mut drop: BTreeMap<(ConnId, u32), Vec<Channel>> = BTreeMap::new();
         for name in channels {
-            let p = self.cfg.partitions.partition_of(name);
+            let p = self.lane_of(name);
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
@@ -325,7 +325,7 @@ impl Core {
 
     /// The connection `channel` is confirmed on, if any.
     pub fn subscribed_on(&self, channel: &[u8]) -> Option<ConnId> {
-        let p = self.cfg.partitions.partition_of(channel);
+        let p = self.lane_of(channel);
         match self.parts.get(p as usize)?.channels.get(channel)?.sub {
             Sub::Active(c) => Some(c),
             _ => None,

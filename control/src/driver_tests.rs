@@ -336,3 +336,65 @@ fn the_channel_split_sends_one_command_per_worker_share() {
         assert!(chans.iter().all(|c| parts.partition_of(c) == *p));
     }
 }
+
+#[test]
+fn classic_lanes_ride_one_primary_and_move_together() {
+    let mut cfg = config();
+    cfg.mode = crate::Mode::Classic;
+    cfg.multiplier = 2;
+    let two = map(&[("a", "n0", 0, 8191), ("b", "n2", 8192, 16383)]);
+    let (mut core, conns) = start(cfg, two);
+    assert_eq!(conns.len(), 2);
+    for &c in &conns {
+        assert_eq!(core.node_of(c).map(|k| k.id.as_str()), Some("a"));
+    }
+    let names: Vec<Vec<u8>> = (0..20)
+        .map(|i| alloc::format!("c{i}").into_bytes())
+        .collect();
+    core.handle_want(ms(3), names.iter().map(Vec::as_slice));
+    let mut lanes = alloc::collections::BTreeSet::new();
+    for c in drain(&mut core) {
+        let Command::Subscribe {
+            conn,
+            partition,
+            slot,
+            channels,
+        } = c
+        else {
+            continue;
+        };
+        assert_eq!(slot, 0);
+        assert_eq!(core.conn_of(partition), Some(conn));
+        assert!(channels.iter().all(|c| core.lane_of(c) == partition));
+        lanes.insert(partition);
+        core.handle_subscribe_reply(ms(4), conn, SubscribeReply::Ok);
+    }
+    assert_eq!(lanes.len(), 2, "both lanes used");
+    assert!(core.is_settled());
+    // n0 still owns a partition's slot (2048): nothing moves.
+    core.handle_refresh(ms(100));
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch")
+    };
+    let moved = map(&[("a", "n0", 0, 2048), ("b", "n2", 2049, 16383)]);
+    core.handle_topology(ms(101), id, Ok(moved));
+    let cmds = drain(&mut core);
+    assert!(cmds.is_empty(), "{cmds:?}");
+    // n0 leaves: both lanes move to n2, with a gap each.
+    core.handle_refresh(ms(200));
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch")
+    };
+    core.handle_topology(ms(201), id, Ok(map(&[("b", "n2", 0, 16383)])));
+    let cmds = drain(&mut core);
+    let opens = cmds
+        .iter()
+        .filter(|c| matches!(c, Command::Open { node, .. } if node.id == "b"))
+        .count();
+    let closes = cmds
+        .iter()
+        .filter(|c| matches!(c, Command::Close { conn } if conns.contains(conn)))
+        .count();
+    assert_eq!((opens, closes), (2, 2), "{cmds:?}");
+    assert_eq!(core.stats().moved_partitions, 2);
+}

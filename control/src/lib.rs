@@ -26,10 +26,11 @@
 //!                                         is_settled, subscribed_on, layout
 //! ```
 //!
-//! Both sharded layouts are covered: node-grouped (the default) and one
-//! connection per partition ([`Mode`]). It does not cover classic
-//! (`SUBSCRIBE`) mode or the publish side (routes, gates, held publishes,
-//! the service channel, publish redirect counts); the engine keeps those.
+//! Every layout of [`Mode`] is covered: node-grouped (the default), one
+//! connection per partition, and classic `SUBSCRIBE` (hash lanes on one
+//! primary). It does not cover the publish side (routes, gates, held
+//! publishes, the service channel, publish redirect counts); the engine
+//! keeps those.
 //! A node first learnt from a `MOVED` (no id yet) keeps its connections
 //! when a later map names it with an id at the same address.
 //!
@@ -50,6 +51,7 @@
 
 extern crate alloc;
 
+mod classic;
 mod command;
 mod config;
 mod conns;

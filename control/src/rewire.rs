@@ -165,7 +165,7 @@ impl Core {
 
     /// Rewires from the current layout to the one of `map`.
     fn apply_map(&mut self, map: SlotMap, now: Time) {
-        let new = Layout::for_slots(&map, &self.slots);
+        let new = self.layout_for(&map);
         self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
         self.map = map;
@@ -207,7 +207,7 @@ impl Core {
             changed = true;
         }
         if changed {
-            self.layout = Layout::for_slots(&map, &self.slots);
+            self.layout = self.layout_for(&map);
             self.map = map;
         }
     }
@@ -313,6 +313,9 @@ impl Core {
 
     /// Probes slots with no known owner (at most `max_probes` in flight).
     fn send_probes(&mut self, now: Time) {
+        if self.cfg.mode == Mode::Classic {
+            return; // any primary serves classic subscriptions
+        }
         let Some(node) = self.candidates().into_iter().next() else {
             return;
         };

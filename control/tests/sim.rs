@@ -64,3 +64,20 @@ fn both_resubscribe_splits_keep_every_promise() {
         }
     }
 }
+
+#[test]
+fn classic_mode_keeps_every_subscription_promise() {
+    if env("CONTROL_SIM_SEED").is_some() {
+        return;
+    }
+    let mut total = Outcome::default();
+    for seed in 0..500 {
+        let mut s = Schedule::random(seed);
+        s.classic = true;
+        let o = run(&s);
+        total.gaps += o.gaps;
+        total.subscribes += o.subscribes;
+    }
+    // Connections dropped and nodes killed or removed break lanes.
+    assert!(total.gaps > 100, "{total:?}");
+}

@@ -4,7 +4,7 @@
 //! Input: a header of 7 bytes (simulator seed, 2 bytes; primaries; channels;
 //! connection multiplier; batch size pick; flags: bit 0 ACL, bit 1
 //! per-partition connections, bit 2 the channel split of resubscribes,
-//! bits 3-4 resubscribe workers − 1), then up to
+//! bits 3-4 resubscribe workers − 1, bit 5 classic mode), then up to
 //! [`MAX_FAULTS`] faults of 5 bytes each: the time since the previous one
 //! (× 10 ms), the fault kind, two pick bytes (node, partition, connection
 //! or channel, taken modulo what exists when it runs), and a duration byte
@@ -79,6 +79,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         acl: flags & 1 != 0,
         workers: 1 + u32::from((flags >> 3) & 3),
         split_channels: flags & 4 != 0,
+        classic: flags & 32 != 0,
         faults,
         settle: Duration::from_secs(45),
     }

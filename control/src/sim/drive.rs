@@ -137,13 +137,17 @@ impl Sim {
     /// channels wanted.
     pub fn new(s: &Schedule) -> Sim {
         let parts = Partitions::new(PARTITIONS).unwrap_or_else(|_| unreachable!());
-        let cluster = Cluster::new(s.primaries);
+        let mut cluster = Cluster::new(s.primaries);
+        cluster.classic = s.classic;
         let seeds: Vec<NodeAddr> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
         let seed_count = seeds.len();
         let mut cfg = Config::new(parts.clone(), seeds);
         cfg.multiplier = s.multiplier.max(1);
         if s.per_partition {
             cfg.mode = crate::config::Mode::PerPartition;
+        }
+        if s.classic {
+            cfg.mode = crate::config::Mode::Classic;
         }
         cfg.batch = s.batch.max(1);
         cfg.workers = s.workers.max(1);
@@ -309,11 +313,17 @@ impl Sim {
                 std::eprintln!("{} > {cmd}", self.now);
             }
             let parts = &self.parts;
+            let core = &self.core;
+            let classic = self.cluster.classic;
+            let lanes = core.config().multiplier;
             self.check.command(
                 self.now,
                 &cmd,
-                |c| parts.partition_of(c),
-                |p| parts.slots().get(p as usize).copied(),
+                |c| core.lane_of(c),
+                |p| match classic {
+                    true => (p < lanes).then_some(0),
+                    false => parts.slots().get(p as usize).copied(),
+                },
             );
             self.execute(cmd);
         }

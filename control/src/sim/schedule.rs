@@ -121,6 +121,9 @@ pub struct Schedule {
     /// ([`ResubscribeSplit::Channels`](crate::ResubscribeSplit)) instead
     /// of by partition.
     pub split_channels: bool,
+    /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](crate::Mode), over
+    /// `multiplier` lanes) instead of a sharded one.
+    pub classic: bool,
     /// Faults with their times.
     pub faults: Vec<(Time, Fault)>,
     /// Virtual time allowed after the last fault for everything to settle.
@@ -137,6 +140,7 @@ impl Schedule {
         let mut r = Rng::new(seed ^ 0x5eed_0002_c0de_0002);
         s.workers = 1 + r.below(4) as u32;
         s.split_channels = r.chance(50);
+        s.classic = r.chance(20);
         for _ in 0..r.below(3) {
             let at = Time::from_millis(r.below(3000));
             let conn = r.next_u64() as u32;
@@ -166,6 +170,7 @@ impl Schedule {
             acl: r.chance(20),
             workers: 1,
             split_channels: false,
+            classic: false,
             faults,
             settle: Duration::from_secs(45),
         }

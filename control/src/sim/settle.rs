@@ -39,6 +39,18 @@ impl Sim {
             };
             let slot = shardcore::key_slot(&self.parts.redis_channel(ch));
             let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            if self.cluster.classic {
+                // Classic: on a live primary, the one every lane is on.
+                let primary = node.is_some_and(|n| self.cluster.primaries().contains(&n));
+                let lanes_on: BTreeSet<usize> =
+                    self.cluster.conns.values().map(|c| c.node).collect();
+                if !primary || lanes_on.len() != 1 {
+                    self.check.fail(&alloc::format!(
+                        "{name} on {conn} (node {node:?}), lanes on {lanes_on:?}"
+                    ));
+                }
+                continue;
+            }
             if node.is_none() || node != self.cluster.owner(slot) {
                 self.check.fail(&alloc::format!(
                     "{name} on {conn} (node {node:?}), owner of slot {slot} is {:?}",
@@ -69,6 +81,7 @@ impl Sim {
         let most = match cfg.mode {
             Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
             Mode::PerPartition => self.parts.slots().len(),
+            Mode::Classic => cfg.multiplier as usize,
         };
         let open = self.cluster.conns.len();
         if open > most {
