@@ -51,6 +51,11 @@ impl Core {
     pub fn handle_subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
         self.tick(now);
         self.heard(conn, now);
+        self.subscribe_reply(now, conn, reply);
+        self.check_restored(now);
+    }
+
+    fn subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
         let Some(pending) = self
             .conns
             .get_mut(&conn)
@@ -81,7 +86,6 @@ impl Core {
                         chan.sub = Sub::Active(conn);
                     }
                 }
-                self.check_restored(now);
             }
             SubscribeReply::Refused(message) => {
                 if single {
@@ -98,7 +102,6 @@ impl Core {
                             message: message.clone(),
                         });
                     }
-                    self.check_restored(now);
                     return;
                 }
                 // Bisect: each half again on the same connection, until
@@ -261,6 +264,8 @@ impl Core {
             }
         }
         self.disrupted(self.now);
+        // Its subscribes awaited may have been all that was left.
+        self.check_restored(self.now);
     }
 
     /// `conn` is down: its channels broke, it is reopened after a backoff,

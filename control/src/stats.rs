@@ -187,12 +187,14 @@ impl Core {
     }
 
     /// Ends the restore in progress when every wanted channel is confirmed
-    /// (checked after the inputs that can confirm the last one).
+    /// (checked after the inputs that can confirm the last one). While a
+    /// subscribe awaits its reply the restore is not over: the walk over
+    /// every channel runs only once none does.
     pub(crate) fn check_restored(&mut self, now: Time) {
         let Some(from) = self.counters.restore_from else {
             return;
         };
-        if !self.is_settled() {
+        if self.conns.values().any(|c| !c.pending.is_empty()) || !self.is_settled() {
             return;
         }
         let d = now.since(from);
