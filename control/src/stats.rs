@@ -32,6 +32,7 @@ pub(crate) enum Trigger {
 
 /// Topology fetches started, by what asked for them (the engine's
 /// `RebuildCounts`).
+#[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rebuilds {
     /// The first one, at [`Core::new`].
@@ -82,6 +83,7 @@ impl Rebuilds {
 
 /// Topology errors, by the step that failed (the engine's
 /// `TopologyErrors`, less `version`, which the core does not see).
+#[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyErrors {
     /// A fetch failed ([`FetchError::Unreachable`](crate::FetchError)),
@@ -97,6 +99,7 @@ pub struct TopologyErrors {
 }
 
 /// A snapshot of the core's counters and gauges, from [`Core::stats`].
+#[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Topology fetches started, by trigger.
