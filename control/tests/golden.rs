@@ -258,3 +258,23 @@ fn refresh_redirect_and_activity() {
     s.pong(c);
     s.check("refresh_redirect");
 }
+
+#[test]
+fn classic_lanes_follow_their_primary() {
+    let mut s = Script::with(
+        "classic: 2 lanes on id0; n1 replaces n0",
+        control::Mode::Classic,
+        2,
+        512,
+    );
+    started(&mut s);
+    for c in s.conns_of("n0") {
+        s.conn_down(c);
+    }
+    let mut after = three();
+    after[0] = shard("id1", "n1", &["n0"], &[(0, 5460)]);
+    s.topology(Ok(after));
+    s.up_all();
+    s.ok_all();
+    s.check("classic");
+}

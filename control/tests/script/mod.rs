@@ -128,7 +128,17 @@ impl Script {
 
     fn drain(&mut self) {
         while let Some(cmd) = self.core.poll_command() {
-            let _ = writeln!(self.log, "  > {cmd}");
+            let line = cmd.to_string();
+            // Classic mode: the driver sends SUBSCRIBE / UNSUBSCRIBE.
+            let line = match self.core.config().mode {
+                Mode::Classic => line.replacen("ssubscribe ", "subscribe ", 1).replacen(
+                    "sunsubscribe ",
+                    "unsubscribe ",
+                    1,
+                ),
+                _ => line,
+            };
+            let _ = writeln!(self.log, "  > {line}");
             match cmd {
                 Command::Open { conn, node } => {
                     self.opens.push_back(conn);
