@@ -20,12 +20,14 @@ pub struct Config {
     pub mode: Mode,
     /// Subscribe connections per primary in [`Mode::NodeGrouped`];
     /// partition `p` rides on connection `p % multiplier` of its node (at
-    /// least 1).
+    /// least 1). In [`Mode::Classic`]: the number of lanes (connections).
     pub multiplier: u32,
     /// Most channels in one `SSUBSCRIBE` (at least 1).
     pub batch: usize,
     /// Resubscribe workers per node for the planner (at least 1).
     pub workers: u32,
+    /// How a resubscribe divides channels into commands.
+    pub split: ResubscribeSplit,
     /// Slot map poll interval.
     pub poll_interval: Duration,
     /// Delay of the fast refresh while degraded (an unowned partition, a
@@ -59,7 +61,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults: node-grouped, 1 connection per node, batch 512, 1 worker, 30 s poll,
+    /// Defaults: node-grouped, 1 connection per node, batch 512, 1 worker
+    /// (partition-grouped split), 30 s poll,
     /// 100 ms degraded retry, 2 s timeouts, 30 s pings, 5 stale rounds,
     /// 16 probes.
     pub fn new(partitions: Partitions, seeds: Vec<NodeAddr>) -> Config {
@@ -70,6 +73,7 @@ impl Config {
             multiplier: 1,
             batch: shardcore::plan::DEFAULT_BATCH,
             workers: 1,
+            split: ResubscribeSplit::Partitions,
             poll_interval: Duration::from_secs(30),
             degraded_retry: Duration::from_millis(100),
             retry_max: Duration::from_secs(2),
@@ -128,6 +132,30 @@ pub enum Mode {
     /// One connection per partition, to the partition's primary; a moved
     /// partition closes its connection and opens one to its new node.
     PerPartition,
+    /// Classic `SUBSCRIBE`: `multiplier` lanes, each one connection, all to
+    /// one primary (kept while it stays a primary that owns a partition's
+    /// slot; otherwise every lane moves to the first such primary by key).
+    /// A channel's lane is its hash ([`Core::lane_of`](crate::Core::lane_of)).
+    /// The driver sends `SUBSCRIBE` / `UNSUBSCRIBE` for the core's
+    /// [`Command::Subscribe`](crate::Command::Subscribe) /
+    /// [`Command::Unsubscribe`](crate::Command::Unsubscribe), whose
+    /// `partition` is the lane and `slot` 0 (no slot constraint); no slot
+    /// is probed.
+    Classic,
+}
+
+/// How a resubscribe divides a connection's channels into `SSUBSCRIBE`s
+/// (the engine's `ResubscribeSplit`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum ResubscribeSplit {
+    /// Whole partitions per worker through shardcore's planner: one command
+    /// per partition, split only past the batch size.
+    #[default]
+    Partitions,
+    /// For comparison: channels split over the workers by hash
+    /// ([`shardcore::worker_of`]) first, each worker sending one command
+    /// per partition of its share (split past the batch size).
+    Channels,
 }
 
 /// A setting out of range.

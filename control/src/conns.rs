@@ -10,6 +10,7 @@ use topology::{ClusterError, NodeKey};
 use crate::command::{Channel, Command, ConnId, SubscribeReply};
 use crate::config::Mode;
 use crate::core::{Conn, ConnState, Core, Sub};
+use crate::stats::Trigger;
 use crate::time::Time;
 
 impl Core {
@@ -50,6 +51,11 @@ impl Core {
     pub fn handle_subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
         self.tick(now);
         self.heard(conn, now);
+        self.subscribe_reply(now, conn, reply);
+        self.check_restored(now);
+    }
+
+    fn subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
         let Some(pending) = self
             .conns
             .get_mut(&conn)
@@ -60,6 +66,9 @@ impl Core {
         let Some(part) = self.parts.get_mut(pending.partition as usize) else {
             return;
         };
+        if reply != SubscribeReply::Ok {
+            self.counters.stats.subscribe_errors += 1;
+        }
         let single = pending.carried == 1;
         let still: Vec<Channel> = pending
             .channels
@@ -80,12 +89,14 @@ impl Core {
             }
             SubscribeReply::Refused(message) => {
                 if single {
-                    for name in still {
-                        if let Some(chan) = part.channels.get_mut(&name) {
+                    for name in &still {
+                        if let Some(chan) = part.channels.get_mut(name) {
                             chan.sub = Sub::Refused;
                             chan.gap = false;
                         }
-                        self.out.push_back(Command::Refused {
+                    }
+                    for name in still {
+                        self.emit(Command::Refused {
                             partition: pending.partition,
                             channel: name,
                             message: message.clone(),
@@ -114,7 +125,8 @@ impl Core {
                         ClusterError::Moved { .. } => Duration::ZERO,
                         _ => self.cfg.degraded_retry,
                     };
-                    self.request_refresh(now, delay);
+                    self.request_refresh(now, delay, Trigger::SubscribeError);
+                    self.disrupted(now);
                 }
             }
         }
@@ -128,7 +140,7 @@ impl Core {
     pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
         self.tick(now);
         self.heard(conn, now);
-        let p = self.cfg.partitions.partition_of(channel);
+        let p = self.lane_of(channel);
         let Some(part) = self.parts.get_mut(p as usize) else {
             return;
         };
@@ -141,11 +153,15 @@ impl Core {
         chan.sub = Sub::Idle;
         chan.gap = true;
         part.lost = true;
-        self.request_refresh(now, Duration::ZERO);
+        self.disrupted(now);
+        self.request_refresh(now, Duration::ZERO, Trigger::Sunsubscribe);
     }
 
-    /// The connection partition `p` rides on (in the current layout).
-    pub(crate) fn conn_of(&self, p: u32) -> Option<ConnId> {
+    /// The connection partition `p` rides on in the current layout (it may
+    /// still be opening, or waiting to reopen); `None` while the partition
+    /// has no owner. A driver ignores a `sunsubscribe` push for a lane from
+    /// any other connection.
+    pub fn conn_of(&self, p: u32) -> Option<ConnId> {
         let key = self.layout.node_of(p)?;
         self.nodes.get(key)?.get(&self.index_of(p)).copied()
     }
@@ -154,7 +170,7 @@ impl Core {
     pub(crate) fn index_of(&self, p: u32) -> usize {
         match self.cfg.mode {
             Mode::NodeGrouped => p as usize % self.cfg.multiplier.max(1) as usize,
-            Mode::PerPartition => p as usize,
+            Mode::PerPartition | Mode::Classic => p as usize,
         }
     }
 
@@ -181,7 +197,7 @@ impl Core {
             m.remove(&c.index);
         }
         self.break_channels(id);
-        self.out.push_back(Command::Close { conn: id });
+        self.emit(Command::Close { conn: id });
     }
 
     pub(crate) fn is_up(&self, conn: ConnId) -> bool {
@@ -196,7 +212,7 @@ impl Core {
             return;
         }
         let n = match self.cfg.mode {
-            Mode::NodeGrouped => self.cfg.multiplier as usize,
+            Mode::NodeGrouped | Mode::Classic => self.cfg.multiplier as usize,
             Mode::PerPartition => 0, // opened per partition
         };
         let ids = (0..n)
@@ -208,7 +224,7 @@ impl Core {
     fn open_conn(&mut self, node: NodeKey, index: usize, failures: u32, now: Time) -> ConnId {
         self.next_conn += 1;
         let id = ConnId(self.next_conn);
-        self.out.push_back(Command::Open {
+        self.emit(Command::Open {
             conn: id,
             node: node.clone(),
         });
@@ -233,7 +249,7 @@ impl Core {
         for id in self.nodes.remove(key).unwrap_or_default().into_values() {
             self.conns.remove(&id);
             self.break_channels(id);
-            self.out.push_back(Command::Close { conn: id });
+            self.emit(Command::Close { conn: id });
         }
     }
 
@@ -247,6 +263,9 @@ impl Core {
                 }
             }
         }
+        self.disrupted(self.now);
+        // Its subscribes awaited may have been all that was left.
+        self.check_restored(self.now);
     }
 
     /// `conn` is down: its channels broke, it is reopened after a backoff,
@@ -260,6 +279,7 @@ impl Core {
         let delay = if c.state == ConnState::Up {
             Duration::ZERO
         } else {
+            self.counters.stats.topology_errors.connect += 1;
             self.cfg.degraded_retry
         };
         c.failures = c.failures.saturating_add(1);
@@ -273,7 +293,7 @@ impl Core {
         c.pending.clear();
         c.ping = None;
         self.break_channels(conn);
-        self.request_refresh(now, delay);
+        self.request_refresh(now, delay, Trigger::Disconnect);
     }
 
     /// When `c` needs attention next.
@@ -311,6 +331,19 @@ impl Core {
         }
     }
 
+    /// Messages arrived on `conn`: it is alive, so it is not pinged before
+    /// it has been silent for the ping interval. Cheap: call it once per
+    /// read that delivered messages.
+    pub fn handle_activity(&mut self, now: Time, conn: ConnId) {
+        self.tick(now);
+        self.heard(conn, now);
+    }
+
+    /// The primary connection `conn` goes to (`None` once it is closed).
+    pub fn node_of(&self, conn: ConnId) -> Option<&NodeKey> {
+        self.conns.get(&conn).map(|c| &c.node)
+    }
+
     /// Something arrived on `conn`: it is alive.
     pub(crate) fn heard(&mut self, conn: ConnId, now: Time) {
         if let Some(c) = self.conns.get_mut(&conn) {
@@ -345,12 +378,17 @@ impl Core {
                 }
             } else if c.state != ConnState::Up || self.overdue(c, now) {
                 // No answer in time: presume it dead.
-                self.out.push_back(Command::Close { conn: id });
+                if c.ping
+                    .is_some_and(|sent| sent + self.cfg.reply_timeout <= now)
+                {
+                    self.counters.stats.ping_restarts += 1;
+                }
+                self.emit(Command::Close { conn: id });
                 self.conn_failed(id, now);
             } else if let Some(c) = self.conns.get_mut(&id) {
                 // Silent for the ping interval: a liveness probe.
                 c.ping = Some(now);
-                self.out.push_back(Command::Ping { conn: id });
+                self.emit(Command::Ping { conn: id });
             }
         }
     }

@@ -7,10 +7,11 @@ use topology::{Layout, NodeAddr, NodeKey, SlotMap};
 
 use crate::command::{Channel, Command, ConnId};
 use crate::config::{Config, ConfigError};
+use crate::stats::{Counters, Trigger};
 use crate::time::Time;
 
-/// The sans-IO control core of the cluster subscribe side (sharded modes:
-/// node-grouped or per-partition connections, [`Mode`](crate::Mode)): it
+/// The sans-IO control core of the cluster subscribe side (node-grouped,
+/// per-partition or classic connections, [`Mode`](crate::Mode)): it
 /// decides which connections exist, which channels each
 /// carries, when to fetch the slot map and probe slots, and which channels
 /// get a gap event. It never blocks, never reads a clock and sends nothing
@@ -25,15 +26,28 @@ use crate::time::Time;
 ///    [`handle_conn_down`](Core::handle_conn_down),
 ///    [`handle_subscribe_reply`](Core::handle_subscribe_reply) (per
 ///    connection, in the order the subscribes were sent),
-///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) and
-///    [`handle_pong`](Core::handle_pong) from the subscribe connections; [`handle_topology`](Core::handle_topology) and
-///    [`handle_probe`](Core::handle_probe) for the requests it made.
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe),
+///    [`handle_pong`](Core::handle_pong) and
+///    [`handle_activity`](Core::handle_activity) (messages arrived; once
+///    per read is enough) from the subscribe connections;
+///    [`handle_topology`](Core::handle_topology) and
+///    [`handle_probe`](Core::handle_probe) for the requests it made;
+///    [`handle_refresh`](Core::handle_refresh) when the application asks
+///    for a reread and [`handle_redirect`](Core::handle_redirect) when a
+///    publish gets `MOVED`. Before handing a `sunsubscribe` push to
+///    [`handle_sunsubscribe`](Core::handle_sunsubscribe) the dispatch may
+///    drop one from a connection that is not
+///    [`conn_of`](Core::conn_of) its partition (the core ignores those
+///    too).
 /// 3. After each input, drain [`poll_command`](Core::poll_command) until it
 ///    gives `None` and carry the commands out in that order.
 /// 4. Then arm a timer for [`poll_timeout`](Core::poll_timeout); when it
 ///    fires call [`handle_timeout`](Core::handle_timeout) and go to 3. The
 ///    timeout is always later than the last `now` given, so a driver that
 ///    follows this order never spins.
+/// 5. Read [`stats`](Core::stats) whenever the metrics are asked for (a
+///    `Copy` snapshot; cheap), and [`is_settled`](Core::is_settled) for
+///    readiness.
 ///
 /// Layout changes go through [`topology::plan_rewire`]: the core carries
 /// out the plan's `open`, `resubscribe`, `unowned` and `close` lists, in
@@ -61,6 +75,7 @@ pub struct Core {
     pub(crate) next_poll: Time,
     /// The latest time seen (timers are never armed before it).
     pub(crate) now: Time,
+    pub(crate) counters: Counters,
 }
 
 /// One partition (lane) and its wanted channels.
@@ -158,6 +173,8 @@ pub(crate) struct Fetch {
     /// While fetches fail: no fetch starts before this (the backoff holds
     /// against every trigger).
     pub(crate) hold_until: Time,
+    /// What asked for the fetch at `next`.
+    pub(crate) reason: Trigger,
 }
 
 /// A probe in flight.
@@ -177,7 +194,7 @@ impl Core {
     /// [`ConfigError`] for a setting out of range ([`Config::check`]).
     pub fn new(config: Config, now: Time) -> Result<Core, ConfigError> {
         config.check()?;
-        let slots = config.partitions.slots().to_vec();
+        let slots = Core::lane_slots(&config);
         let map = SlotMap::new();
         let layout = Layout::for_slots(&map, &slots);
         let parts = slots
@@ -203,6 +220,7 @@ impl Core {
             probes: BTreeMap::new(),
             stale_rounds: 0,
             now,
+            counters: Counters::default(),
         };
         core.fetch.next = Some(now);
         core.handle_timeout(now);
@@ -250,7 +268,7 @@ impl Core {
         self.tick(now);
         let mut touched = Vec::new();
         for name in channels {
-            let p = self.cfg.partitions.partition_of(name);
+            let p = self.lane_of(name);
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
@@ -271,7 +289,7 @@ impl Core {
         self.tick(now);
         let mut drop: BTreeMap<(ConnId, u32), Vec<Channel>> = BTreeMap::new();
         for name in channels {
-            let p = self.cfg.partitions.partition_of(name);
+            let p = self.lane_of(name);
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
@@ -285,6 +303,7 @@ impl Core {
         for ((conn, p), names) in drop {
             self.unsubscribe(conn, p, names);
         }
+        self.check_restored(now);
     }
 
     /// Runs what is due at `now`: fetches, probe and connection deadlines,
@@ -293,8 +312,9 @@ impl Core {
         self.tick(now);
     }
 
-    /// Whether every wanted channel (not refused) is confirmed: for tests
-    /// and a driver's restore metric.
+    /// Whether every wanted channel (not refused) is confirmed (readiness;
+    /// the restore times are in [`stats`](Core::stats)). Walks every
+    /// wanted channel.
     pub fn is_settled(&self) -> bool {
         self.parts.iter().all(|p| {
             p.channels
@@ -305,7 +325,7 @@ impl Core {
 
     /// The connection `channel` is confirmed on, if any.
     pub fn subscribed_on(&self, channel: &[u8]) -> Option<ConnId> {
-        let p = self.cfg.partitions.partition_of(channel);
+        let p = self.lane_of(channel);
         match self.parts.get(p as usize)?.channels.get(channel)?.sub {
             Sub::Active(c) => Some(c),
             _ => None,
@@ -324,7 +344,7 @@ impl Core {
         self.now = self.now.max(now);
         if now >= self.next_poll {
             self.next_poll = now + self.cfg.poll_interval;
-            self.request_refresh(now, core::time::Duration::ZERO);
+            self.request_refresh(now, core::time::Duration::ZERO, Trigger::Poll);
         }
         self.fetch_timers(now);
         self.conn_timers(now);

@@ -6,23 +6,33 @@
 //! primary, partition `p` on connection `p % multiplier`), which channels
 //! each carries, when to fetch the slot map and probe unowned slots, how to
 //! rewire when the layout changes ([`topology::plan_rewire`], the plan that
-//! runs), how to resubscribe (whole partitions, [`shardcore::plan_resubscribe`]),
-//! and which channels get a gap event. It has no sockets, threads or
-//! clocks: time comes in as [`Time`], inputs as `handle_*` calls, and
-//! commands go out through [`Core::poll_command`].
+//! runs), how to resubscribe (whole partitions through
+//! [`shardcore::plan_resubscribe`], or channels split by hash for
+//! comparison: [`ResubscribeSplit`]), which channels get a gap event, and
+//! when a silent connection gets a liveness `PING`. It has no sockets,
+//! threads or clocks: time comes in as [`Time`], inputs as `handle_*`
+//! calls, and commands go out through [`Core::poll_command`]. It counts
+//! what the engine's cluster metrics report from the control thread
+//! ([`Core::stats`]).
 //!
 //! ```text
-//!  app: want / unwant ──────────┐
-//!  conns: up / down / reply /   ├─> Core ─> poll_command: Open, Close, Subscribe,
-//!         sunsubscribe push ────┤          Unsubscribe, Gap, Refused,
-//!  topology / probe replies ────┤          FetchTopology, ProbeSlot
-//!  timer (poll_timeout) ────────┘   └─> poll_timeout
+//!  app: want / unwant / refresh ──┐
+//!  publish path: MOVED redirect ──┤
+//!  conns: up / down / reply /     ├─> Core ─> poll_command: Open, Close, Ping,
+//!         sunsubscribe push /     │          Subscribe, Unsubscribe, Gap,
+//!         pong / activity ────────┤          Refused, FetchTopology, ProbeSlot
+//!  topology / probe replies ──────┤   ├─> poll_timeout
+//!  timer (poll_timeout) ──────────┘   └─> queries: stats, conn_of, node_of,
+//!                                         is_settled, subscribed_on, layout
 //! ```
 //!
-//! Both sharded layouts are covered: node-grouped (the default) and one
-//! connection per partition ([`Mode`]). It does not cover classic
-//! (`SUBSCRIBE`) mode, the publish side (routes, gates, held publishes, the service channel),
-//! or liveness pings; the engine keeps those.
+//! Every layout of [`Mode`] is covered: node-grouped (the default), one
+//! connection per partition, and classic `SUBSCRIBE` (hash lanes on one
+//! primary). It does not cover the publish side (routes, gates, held
+//! publishes, the service channel, publish redirect counts); the engine
+//! keeps those.
+//! A node first learnt from a `MOVED` (no id yet) keeps its connections
+//! when a later map names it with an id at the same address.
 //!
 //! [`sim`] runs the core against a seeded in-memory cluster with a virtual
 //! clock and checks its promises after random fault schedules.
@@ -34,24 +44,30 @@
 //! let mut core = Core::new(Config::new(parts, vec![seed]), Time::ZERO).unwrap();
 //! assert!(matches!(core.poll_command(), Some(Command::FetchTopology { .. })));
 //! assert!(core.poll_timeout().is_some());
+//! assert_eq!(core.stats().rebuilds.startup, 1);
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 extern crate alloc;
 
+mod classic;
 mod command;
 mod config;
 mod conns;
 mod core;
+#[cfg(test)]
+mod driver_tests;
 mod rewire;
 pub mod sim;
+mod stats;
 mod subscribe;
 #[cfg(test)]
 mod tests;
 mod time;
 
 pub use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
-pub use crate::config::{Config, ConfigError, Mode};
+pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;
+pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;

@@ -9,6 +9,7 @@ use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap};
 use crate::command::{Command, FetchError, ProbeReply};
 use crate::config::Mode;
 use crate::core::{ConnState, Core, Probe, Sub};
+use crate::stats::Trigger;
 use crate::time::Time;
 
 impl Core {
@@ -27,7 +28,14 @@ impl Core {
                 self.apply_map(map, now);
                 self.after_refresh(now);
             }
-            _ => self.fetch_failed(now),
+            Err(FetchError::BadReply) => {
+                self.counters.stats.topology_errors.parse += 1;
+                self.fetch_failed(now);
+            }
+            Ok(_) | Err(FetchError::Unreachable) => {
+                self.counters.stats.topology_errors.fetch += 1;
+                self.fetch_failed(now);
+            }
         }
         self.fetch_timers(now);
     }
@@ -42,20 +50,55 @@ impl Core {
         let owner = match reply {
             ProbeReply::Served => probe.node,
             ProbeReply::Moved(addr) => addr,
-            ProbeReply::Failed => return,
+            ProbeReply::Failed => {
+                self.counters.stats.topology_errors.probe += 1;
+                return;
+            }
         };
         let mut map = self.map.clone();
         map.apply_moved(probe.slot, owner);
         self.apply_map(map, now);
     }
 
+    /// The application asked for a topology reread (`PubSub::refresh`): a
+    /// fetch starts now, or as soon as the backoff and the least gap
+    /// between fetches allow.
+    pub fn handle_refresh(&mut self, now: Time) {
+        self.tick(now);
+        self.request_refresh(now, Duration::ZERO, Trigger::Manual);
+    }
+
+    /// A publish got `MOVED` for `slot` to `node`. When the core's slot map
+    /// already names `node` as the slot's primary the redirect is old news
+    /// (the publish took a route from before the last map) and nothing
+    /// happens; otherwise a fetch starts as
+    /// [`handle_refresh`](Core::handle_refresh) would, counted as
+    /// [`Rebuilds::moved`](crate::Rebuilds::moved). The subscribe side is
+    /// rewired from the fetched map, not from the redirect (the server also
+    /// drops the slot's shard channels, which
+    /// [`handle_sunsubscribe`](Core::handle_sunsubscribe) reports).
+    pub fn handle_redirect(&mut self, now: Time, slot: u16, node: NodeAddr) {
+        self.tick(now);
+        let owner = self
+            .map
+            .owner_index(slot)
+            .and_then(|i| self.map.shards().get(i))
+            .and_then(|s| s.primary.addr.as_ref());
+        if owner != Some(&node) {
+            self.request_refresh(now, Duration::ZERO, Trigger::Moved);
+        }
+    }
+
     /// Asks for a refresh `delay` from now (no sooner than
     /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
     /// the last start); starts it now when due and none is in flight.
-    pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration) {
+    pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration, why: Trigger) {
         let mut at = (now + delay).max(self.fetch.hold_until);
         if let Some(last) = self.fetch.last_start {
             at = at.max(last + self.cfg.min_refresh_gap);
+        }
+        if self.fetch.next.is_none_or(|n| at < n) {
+            self.fetch.reason = why;
         }
         self.fetch.next = Some(self.fetch.next.map_or(at, |n| n.min(at)));
         if self.fetch.in_flight.is_none() && at <= now {
@@ -67,12 +110,15 @@ impl Core {
     pub(crate) fn fetch_timers(&mut self, now: Time) {
         if self.fetch.in_flight.is_some_and(|f| f.1 <= now) {
             self.fetch.in_flight = None;
+            self.counters.stats.topology_errors.fetch += 1;
             self.fetch_failed(now);
         }
         if self.fetch.in_flight.is_none() && self.fetch.next.is_some_and(|n| n <= now) {
             self.start_fetch(now);
         }
+        let before = self.probes.len();
         self.probes.retain(|_, p| p.deadline > now);
+        self.counters.stats.topology_errors.probe += (before - self.probes.len()) as u64;
     }
 
     fn fetch_failed(&mut self, now: Time) {
@@ -86,6 +132,7 @@ impl Core {
             .min(self.cfg.retry_max);
         self.fetch.hold_until = now + delay;
         self.fetch.next = Some(self.fetch.hold_until);
+        self.fetch.reason = Trigger::Retry;
     }
 
     /// Known primaries (in map order), their replicas (which answer
@@ -111,16 +158,58 @@ impl Core {
         self.fetch.in_flight = Some((id, now + self.cfg.fetch_timeout));
         self.fetch.last_start = Some(now);
         self.fetch.next = None;
-        self.out.push_back(Command::FetchTopology { id, node });
+        let why = core::mem::replace(&mut self.fetch.reason, Trigger::Retry);
+        self.count_rebuild(why);
+        self.emit(Command::FetchTopology { id, node });
     }
 
     /// Rewires from the current layout to the one of `map`.
     fn apply_map(&mut self, map: SlotMap, now: Time) {
-        let new = Layout::for_slots(&map, &self.slots);
+        let new = self.layout_for(&map);
+        self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
         self.map = map;
         self.run_plan(&plan, new, now);
         self.send_probes(now);
+    }
+
+    /// Nodes known only from a `MOVED` (no id) that `new` names with an id
+    /// at the same address take that id: their connections and
+    /// subscriptions stay (the node did not change, only what we know of
+    /// it).
+    fn adopt_ids(&mut self, new: &Layout) {
+        let mut changed = false;
+        let mut map = self.map.clone();
+        for key in self.layout.nodes().iter().map(|n| &n.key) {
+            if !key.id.is_empty() || new.node(key).is_some() {
+                continue;
+            }
+            let Some(named) = new
+                .nodes()
+                .iter()
+                .map(|n| &n.key)
+                .find(|k| k.addr == key.addr && !k.id.is_empty())
+            else {
+                continue;
+            };
+            if self.nodes.contains_key(named) {
+                continue;
+            }
+            map = renamed(&map, &key.addr, &named.id);
+            if let Some(conns) = self.nodes.remove(key) {
+                for id in conns.values() {
+                    if let Some(c) = self.conns.get_mut(id) {
+                        c.node = named.clone();
+                    }
+                }
+                self.nodes.insert(named.clone(), conns);
+            }
+            changed = true;
+        }
+        if changed {
+            self.layout = self.layout_for(&map);
+            self.map = map;
+        }
     }
 
     /// Carries out `plan` (from the current layout to `new`): open its
@@ -132,10 +221,13 @@ impl Core {
         for key in &plan.open {
             self.open_node(key, now);
         }
+        let moved_away = plan.resubscribe.iter().filter(|m| m.from.is_some()).count();
+        self.counters.stats.moved_partitions += moved_away as u64;
         let closing = |c: &crate::core::Conn| plan.close.contains(&c.node);
         let moved = plan.resubscribe.iter().map(|m| m.partition);
         let orphans = plan.unowned.iter().map(|o| o.partition);
         let detach: Vec<u32> = moved.clone().chain(orphans).collect();
+        let mut broke = false;
         for p in detach {
             let mut by_conn: alloc::collections::BTreeMap<_, Vec<_>> = Default::default();
             let Some(part) = self.parts.get_mut(p as usize) else {
@@ -149,6 +241,7 @@ impl Core {
                     by_conn.entry(c).or_default().push(name.clone());
                 }
             }
+            broke |= !by_conn.is_empty();
             let per_partition = self.cfg.mode == Mode::PerPartition;
             if per_partition {
                 // Its own connection goes with it.
@@ -163,6 +256,9 @@ impl Core {
                     self.unsubscribe(c, p, names);
                 }
             }
+        }
+        if broke {
+            self.disrupted(now);
         }
         self.layout = new;
         for key in &plan.close {
@@ -211,12 +307,15 @@ impl Core {
             .values()
             .any(|c| c.state != ConnState::Up && c.failures > 0);
         if degraded {
-            self.request_refresh(now, self.cfg.degraded_retry);
+            self.request_refresh(now, self.cfg.degraded_retry, Trigger::Retry);
         }
     }
 
     /// Probes slots with no known owner (at most `max_probes` in flight).
     fn send_probes(&mut self, now: Time) {
+        if self.cfg.mode == Mode::Classic {
+            return; // any primary serves classic subscriptions
+        }
         let Some(node) = self.candidates().into_iter().next() else {
             return;
         };
@@ -237,11 +336,28 @@ impl Core {
                     deadline,
                 },
             );
-            self.out.push_back(Command::ProbeSlot {
+            self.emit(Command::ProbeSlot {
                 id,
                 slot,
                 node: node.clone(),
             });
         }
     }
+}
+
+/// `map` with the id-less primary at `addr` named `id`.
+fn renamed(map: &SlotMap, addr: &NodeAddr, id: &str) -> SlotMap {
+    let mut out = SlotMap::new();
+    let mut index = Vec::new();
+    for shard in map.shards() {
+        let mut shard = shard.clone();
+        if shard.primary.id.is_empty() && shard.primary.addr.as_ref() == Some(addr) {
+            shard.primary.id = id.into();
+        }
+        index.push(out.push_shard(shard));
+    }
+    for (range, owner) in map.ranges() {
+        out.assign(range, owner.and_then(|i| index.get(i).copied().flatten()));
+    }
+    out
 }

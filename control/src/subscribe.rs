@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 use shardcore::plan::{plan_resubscribe, PlanOptions};
 
 use crate::command::{Channel, Command, ConnId};
+use crate::config::ResubscribeSplit;
 use crate::core::{Core, Pending, Sub};
 use crate::time::Time;
 
@@ -53,26 +54,51 @@ impl Core {
                 idle.push(name.clone());
             }
             if !gaps.is_empty() {
-                self.out.push_back(Command::Gap {
+                self.emit(Command::Gap {
                     partition: p,
                     channels: gaps,
                 });
             }
             groups.push((p, idle));
         }
-        let options = PlanOptions::new(self.cfg.workers).batch(self.cfg.batch);
-        let groups_ref = groups.iter().map(|(p, c)| (*p, c.as_slice()));
-        let Ok(plan) = plan_resubscribe(groups_ref, |_| Some(()), options) else {
-            return; // settings are checked in Core::new
-        };
-        let commands: Vec<(u32, Vec<Channel>)> = plan
-            .nodes
-            .iter()
-            .flat_map(|n| n.commands())
-            .map(|c| (c.partition, c.channels.to_vec()))
-            .collect();
-        for (p, channels) in commands {
+        for (p, channels) in self.plan_commands(&groups) {
             self.send_subscribe(conn, p, channels, now);
+        }
+    }
+
+    /// The commands for `groups` (partition, idle channels), as
+    /// [`Config::split`](crate::Config::split) says.
+    fn plan_commands(&self, groups: &[(u32, Vec<Channel>)]) -> Vec<(u32, Vec<Channel>)> {
+        let (workers, batch) = (self.cfg.workers.max(1), self.cfg.batch.max(1));
+        match self.cfg.split {
+            ResubscribeSplit::Partitions => {
+                let options = PlanOptions::new(workers).batch(batch);
+                let groups = groups.iter().map(|(p, c)| (*p, c.as_slice()));
+                let Ok(plan) = plan_resubscribe(groups, |_| Some(()), options) else {
+                    return Vec::new(); // settings are checked in Core::new
+                };
+                plan.nodes
+                    .iter()
+                    .flat_map(|n| n.commands())
+                    .map(|c| (c.partition, c.channels.to_vec()))
+                    .collect()
+            }
+            ResubscribeSplit::Channels => {
+                let mut out = Vec::new();
+                for worker in 0..workers {
+                    for (p, names) in groups {
+                        let share: Vec<Channel> = names
+                            .iter()
+                            .filter(|n| shardcore::worker_of(n, workers) == worker)
+                            .cloned()
+                            .collect();
+                        for chunk in share.chunks(batch) {
+                            out.push((*p, chunk.to_vec()));
+                        }
+                    }
+                }
+                out
+            }
         }
     }
 
@@ -91,10 +117,11 @@ impl Core {
                 chan.sub = Sub::Sent(conn);
             }
         }
-        self.out.push_back(Command::Subscribe {
+        let slot = part.slot;
+        self.emit(Command::Subscribe {
             conn,
             partition: p,
-            slot: part.slot,
+            slot,
             channels: channels.clone(),
         });
         if let Some(c) = self.conns.get_mut(&conn) {
@@ -123,7 +150,7 @@ impl Core {
         }
         let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);
         for chunk in names.chunks(self.cfg.batch) {
-            self.out.push_back(Command::Unsubscribe {
+            self.emit(Command::Unsubscribe {
                 conn,
                 partition: p,
                 slot,

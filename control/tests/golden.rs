@@ -207,3 +207,74 @@ fn silent_connection_is_pinged_and_replaced() {
     s.ok_all();
     s.check("ping");
 }
+
+#[test]
+fn a_node_learnt_from_moved_gets_its_id() {
+    let mut s = Script::new(
+        "the probe finds n6 (no id); the next map names it id6",
+        1,
+        512,
+    );
+    s.want(&CHANNELS);
+    s.topology(Ok(vec![
+        shard("id0", "n0", &["n1"], &[(0, 5460)]),
+        shard("id2", "n2", &["n3"], &[(5461, 10922)]),
+        shard("id4", "n4", &["n5"], &[(10923, 14335), (14337, 16383)]),
+    ]));
+    s.up_all();
+    s.ok_all();
+    s.probe(ProbeReply::Moved(script::addr("n6")));
+    s.up_all();
+    s.ok_all();
+    // The same connection stays: no close, no open, no gap.
+    let mut after = three();
+    after[2] = shard("id4", "n4", &["n5"], &[(10923, 14335), (14337, 16383)]);
+    after.push(shard("id6", "n6", &[], &[(14336, 14336)]));
+    s.topology(Ok(after));
+    s.check("moved_node_id");
+}
+
+#[test]
+fn refresh_redirect_and_activity() {
+    let mut s = Script::new("refresh, redirects, a busy connection", 1, 512);
+    started(&mut s);
+    s.refresh();
+    s.topology(Ok(three()));
+    s.redirect(2048, "n0"); // the map says so already: nothing
+    s.redirect(2048, "n2"); // news to the core: a fetch
+    s.topology(Ok(three()));
+    // Messages on n0's connection at 20 s: only n2 and n4 are pinged at 30 s.
+    let c = s.conns_of("n0")[0];
+    s.idle_until(20_000);
+    s.activity(c);
+    s.timeout(); // n2's and n4's connections are pinged, not n0's
+    s.timeout();
+    for host in ["n2", "n4"] {
+        let c2 = s.conns_of(host)[0];
+        s.pong(c2);
+    }
+    s.topology(Ok(three())); // the poll
+    s.timeout(); // n0's connection: 30 s after its messages
+    s.pong(c);
+    s.check("refresh_redirect");
+}
+
+#[test]
+fn classic_lanes_follow_their_primary() {
+    let mut s = Script::with(
+        "classic: 2 lanes on id0; n1 replaces n0",
+        control::Mode::Classic,
+        2,
+        512,
+    );
+    started(&mut s);
+    for c in s.conns_of("n0") {
+        s.conn_down(c);
+    }
+    let mut after = three();
+    after[0] = shard("id1", "n1", &["n0"], &[(0, 5460)]);
+    s.topology(Ok(after));
+    s.up_all();
+    s.ok_all();
+    s.check("classic");
+}

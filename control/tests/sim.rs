@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use control::sim::{run_seed, Outcome};
+use control::sim::{run, run_seed, Outcome, Schedule};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -38,6 +38,7 @@ fn ten_thousand_seeded_schedules_keep_every_promise() {
         total.subscribes += o.subscribes;
         total.probes += o.probes;
         total.redirects += o.redirects;
+        total.activity += o.activity;
     }
     eprintln!("{n} schedules in {:?}: {total:?}", started.elapsed());
     // The sweep exercised what it is for: resubscribes after losses,
@@ -45,4 +46,38 @@ fn ten_thousand_seeded_schedules_keep_every_promise() {
     assert!(total.gaps > n, "{total:?}");
     assert!(total.redirects > n / 10, "{total:?}");
     assert!(total.probes > n / 100, "{total:?}");
+    assert!(total.activity > n / 10, "{total:?}");
+}
+
+#[test]
+fn both_resubscribe_splits_keep_every_promise() {
+    if env("CONTROL_SIM_SEED").is_some() {
+        return;
+    }
+    for seed in 0..300 {
+        for split_channels in [false, true] {
+            let mut s = Schedule::random(seed);
+            s.workers = 3;
+            s.split_channels = split_channels;
+            let o = run(&s);
+            assert!(o.subscribes > 0, "seed {seed}: {o:?}");
+        }
+    }
+}
+
+#[test]
+fn classic_mode_keeps_every_subscription_promise() {
+    if env("CONTROL_SIM_SEED").is_some() {
+        return;
+    }
+    let mut total = Outcome::default();
+    for seed in 0..500 {
+        let mut s = Schedule::random(seed);
+        s.classic = true;
+        let o = run(&s);
+        total.gaps += o.gaps;
+        total.subscribes += o.subscribes;
+    }
+    // Connections dropped and nodes killed or removed break lanes.
+    assert!(total.gaps > 100, "{total:?}");
 }

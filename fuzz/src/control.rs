@@ -2,7 +2,9 @@
 //! read from fuzz bytes (`control_core`).
 //!
 //! Input: a header of 7 bytes (simulator seed, 2 bytes; primaries; channels;
-//! connection multiplier; batch size pick; flags: bit 0 ACL, bit 1 per-partition connections), then up to
+//! connection multiplier; batch size pick; flags: bit 0 ACL, bit 1
+//! per-partition connections, bit 2 the channel split of resubscribes,
+//! bits 3-4 resubscribe workers − 1, bit 5 classic mode), then up to
 //! [`MAX_FAULTS`] faults of 5 bytes each: the time since the previous one
 //! (× 10 ms), the fault kind, two pick bytes (node, partition, connection
 //! or channel, taken modulo what exists when it runs), and a duration byte
@@ -46,7 +48,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         let a = u32::from(input.u8());
         let b = u32::from(input.u8());
         let ms = u32::from(input.u8()) * 12;
-        let f = match kind % 13 {
+        let f = match kind % 14 {
             0 => Fault::Migrate {
                 partition: a,
                 to: b,
@@ -62,6 +64,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
             9 => Fault::Orphan { partition: a, ms },
             10 => Fault::Burst { channel: a },
             11 => Fault::Storm { node: a },
+            13 => Fault::Chatter { conn: a },
             _ => Fault::Toggle { channel: a },
         };
         faults.push((Time::from_millis(t), f));
@@ -74,6 +77,9 @@ pub fn schedule(data: &[u8]) -> Schedule {
         per_partition: flags & 2 != 0,
         batch,
         acl: flags & 1 != 0,
+        workers: 1 + u32::from((flags >> 3) & 3),
+        split_channels: flags & 4 != 0,
+        classic: flags & 32 != 0,
         faults,
         settle: Duration::from_secs(45),
     }

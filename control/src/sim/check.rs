@@ -52,6 +52,12 @@ pub struct Checker {
     pub subscribes: u64,
     /// Probes seen.
     pub probe_count: u64,
+    /// `SUNSUBSCRIBE`s seen.
+    pub unsubscribes: u64,
+    /// Gap events seen, counting their channels.
+    pub gap_channels: u64,
+    /// Liveness pings seen.
+    pub pings: u64,
 }
 
 impl Checker {
@@ -116,6 +122,9 @@ impl Checker {
                 {
                     self.fail(&alloc::format!("`{cmd}` mixes partitions or slots"));
                 }
+                if !sub {
+                    self.unsubscribes += 1;
+                }
                 if sub {
                     self.subscribes += 1;
                     for c in channels {
@@ -131,6 +140,7 @@ impl Checker {
             }
             Command::Gap { channels, .. } => {
                 self.gaps += 1;
+                self.gap_channels += channels.len() as u64;
                 for c in channels {
                     if !self.sent.remove(c) {
                         self.fail(&alloc::format!(
@@ -166,7 +176,8 @@ impl Checker {
                     self.fail(&alloc::format!("{} probes within 1 s", self.probes.len()));
                 }
             }
-            Command::Open { .. } | Command::Close { .. } | Command::Ping { .. } => {}
+            Command::Ping { .. } => self.pings += 1,
+            Command::Open { .. } | Command::Close { .. } => {}
         }
     }
 

@@ -55,6 +55,9 @@ pub struct Cluster {
     cache: Option<(u64, SlotMap)>,
     /// Maps as they were, oldest first.
     pub history: Vec<SlotMap>,
+    /// Subscriptions are classic (`SUBSCRIBE`): slot moves and demotions
+    /// drop none, and any node serves them.
+    pub classic: bool,
 }
 
 impl Cluster {
@@ -68,6 +71,7 @@ impl Cluster {
             version: 0,
             cache: None,
             history: Vec::new(),
+            classic: false,
         };
         let ranges = cluster_create_ranges(primaries.clamp(1, 64) as u16);
         for range in ranges {
@@ -147,6 +151,9 @@ impl Cluster {
         slot_of: impl Fn(&[u8]) -> u16,
     ) -> Vec<(ConnId, Channel)> {
         let mut out = Vec::new();
+        if self.classic {
+            return out;
+        }
         for (id, c) in self.conns.iter_mut().filter(|(_, c)| c.node == node) {
             let gone: Vec<Channel> = c
                 .subs

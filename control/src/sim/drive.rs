@@ -27,6 +27,8 @@ pub(crate) enum Ev {
     Server(ServerMsg),
     Core(Input),
     Fault(crate::sim::schedule::Fault),
+    /// Messages on a connection, and how many more rounds follow.
+    Chatter(ConnId, u32),
 }
 
 #[derive(Debug)]
@@ -47,6 +49,7 @@ pub(crate) enum Input {
     Reply(ConnId, SubscribeReply),
     Push(ConnId, Channel),
     Pong(ConnId),
+    Activity(ConnId),
     Topology(u64, Result<SlotMap, FetchError>),
     Probe(u64, ProbeReply),
 }
@@ -69,6 +72,8 @@ pub struct Outcome {
     /// `SSUBSCRIBE` replies that were `MOVED`, `ASK`, `TRYAGAIN` or
     /// `CLUSTERDOWN`.
     pub redirects: u64,
+    /// Activity reports (messages on a connection) given to the core.
+    pub activity: u64,
 }
 
 /// A core, a cluster, and the events between them.
@@ -105,6 +110,13 @@ pub struct Sim {
     commands: u64,
     steps: u64,
     pub(crate) redirects: u64,
+    /// When the core last heard anything on each connection (no `PING`
+    /// before the ping interval has passed since).
+    pub(crate) heard: BTreeMap<ConnId, Time>,
+    /// Connections heard by the event being handled (they count once its
+    /// commands are checked: a ping due at that very time goes first).
+    heard_now: Vec<ConnId>,
+    pub(crate) activity: u64,
     /// Print every event and command (set by `CONTROL_SIM_TRACE`).
     pub trace: bool,
 }
@@ -125,7 +137,8 @@ impl Sim {
     /// channels wanted.
     pub fn new(s: &Schedule) -> Sim {
         let parts = Partitions::new(PARTITIONS).unwrap_or_else(|_| unreachable!());
-        let cluster = Cluster::new(s.primaries);
+        let mut cluster = Cluster::new(s.primaries);
+        cluster.classic = s.classic;
         let seeds: Vec<NodeAddr> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
         let seed_count = seeds.len();
         let mut cfg = Config::new(parts.clone(), seeds);
@@ -133,7 +146,14 @@ impl Sim {
         if s.per_partition {
             cfg.mode = crate::config::Mode::PerPartition;
         }
+        if s.classic {
+            cfg.mode = crate::config::Mode::Classic;
+        }
         cfg.batch = s.batch.max(1);
+        cfg.workers = s.workers.max(1);
+        if s.split_channels {
+            cfg.split = crate::config::ResubscribeSplit::Channels;
+        }
         let batch = cfg.batch;
         let core = Core::new(cfg, Time::ZERO).unwrap_or_else(|e| panic!("sim config: {e}"));
         let names: Vec<Channel> = (0..s.channels.max(1))
@@ -167,6 +187,9 @@ impl Sim {
             commands: 0,
             steps: 0,
             redirects: 0,
+            heard: BTreeMap::new(),
+            heard_now: Vec::new(),
+            activity: 0,
             trace: std::env::var_os("CONTROL_SIM_TRACE").is_some(),
             names,
         };
@@ -234,6 +257,7 @@ impl Sim {
             subscribes: self.check.subscribes,
             probes: self.check.probe_count,
             redirects: self.redirects,
+            activity: self.activity,
         }
     }
 
@@ -289,13 +313,22 @@ impl Sim {
                 std::eprintln!("{} > {cmd}", self.now);
             }
             let parts = &self.parts;
+            let core = &self.core;
+            let classic = self.cluster.classic;
+            let lanes = core.config().multiplier;
             self.check.command(
                 self.now,
                 &cmd,
-                |c| parts.partition_of(c),
-                |p| parts.slots().get(p as usize).copied(),
+                |c| core.lane_of(c),
+                |p| match classic {
+                    true => (p < lanes).then_some(0),
+                    false => parts.slots().get(p as usize).copied(),
+                },
             );
             self.execute(cmd);
+        }
+        for c in core::mem::take(&mut self.heard_now) {
+            self.heard.insert(c, self.now);
         }
     }
 
@@ -313,6 +346,15 @@ impl Sim {
                 self.send_node(n, Some(conn), ServerMsg::Close(conn));
             }
             Command::Ping { conn } => {
+                let every = self.core.config().ping_interval;
+                if let Some(&t) = self.heard.get(&conn) {
+                    if self.now.since(t) < every {
+                        self.check.fail(&alloc::format!(
+                            "{conn} pinged {:?} after it was last heard",
+                            self.now.since(t)
+                        ));
+                    }
+                }
                 let n = self.conn_node.get(&conn).copied();
                 self.send_node(n, Some(conn), ServerMsg::Ping(conn));
             }
@@ -365,8 +407,17 @@ impl Sim {
         match ev {
             Ev::Server(m) => self.server(m),
             Ev::Fault(f) => self.fault(f),
+            Ev::Chatter(conn, left) => self.chatter(conn, left),
             Ev::Core(i) => {
                 let now = self.now;
+                if let Input::Up(c)
+                | Input::Reply(c, _)
+                | Input::Push(c, _)
+                | Input::Pong(c)
+                | Input::Activity(c) = &i
+                {
+                    self.heard_now.push(*c);
+                }
                 let core = &mut self.core;
                 match i {
                     Input::Up(c) => core.handle_conn_up(now, c),
@@ -379,6 +430,10 @@ impl Sim {
                     }
                     Input::Push(c, ch) => core.handle_sunsubscribe(now, c, &ch),
                     Input::Pong(c) => core.handle_pong(now, c),
+                    Input::Activity(c) => {
+                        self.activity += 1;
+                        core.handle_activity(now, c);
+                    }
                     Input::Topology(id, r) => {
                         self.check.fetch_reply(now, r.is_ok());
                         core.handle_topology(now, id, r);

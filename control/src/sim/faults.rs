@@ -108,6 +108,19 @@ impl Sim {
         }
     }
 
+    /// Messages on `conn` (while the server holds it open), again in 5 s
+    /// `left` more times.
+    pub(crate) fn chatter(&mut self, conn: ConnId, left: u32) {
+        let Some(node) = self.cluster.conns.get(&conn).map(|c| c.node) else {
+            return;
+        };
+        self.send_core(Some(node), Some(conn), Input::Activity(conn));
+        if left > 0 {
+            let at = self.now + core::time::Duration::from_secs(5);
+            self.push(at, Ev::Chatter(conn, left - 1));
+        }
+    }
+
     /// Applies one fault at the current time.
     pub(crate) fn fault(&mut self, f: Fault) {
         let prims = self.cluster.primaries();
@@ -217,6 +230,12 @@ impl Sim {
                 let to = self.rng.next_u64() as u32;
                 let at = self.now + core::time::Duration::from_millis(u64::from(ms));
                 self.push(at, Ev::Fault(Fault::Migrate { partition, to }));
+            }
+            Fault::Chatter { conn } => {
+                let ids: Vec<ConnId> = self.cluster.conns.keys().copied().collect();
+                if let Some(&id) = ids.get(conn as usize % ids.len().max(1)) {
+                    self.chatter(id, 8);
+                }
             }
             Fault::Toggle { channel } => self.toggle(channel, 1),
             Fault::Burst { channel } => self.toggle(channel, 12),

@@ -16,7 +16,8 @@
 //!
 //! 1. after the last fault and [`Schedule::settle`] of virtual time, every
 //!    wanted channel is subscribed exactly once, on a connection to the
-//!    live primary that owns its slot, nothing unwanted stays subscribed,
+//!    live primary that owns its slot (classic mode: on the one live
+//!    primary every lane rides), nothing unwanted stays subscribed,
 //!    every refused (ACL) channel was reported and none is subscribed;
 //! 2. every resubscribe of a channel whose subscription the server dropped
 //!    comes after a gap for it, and no gap names a channel with no
@@ -26,7 +27,16 @@
 //!    on a connection before the first one's reply;
 //! 4. fetches and probes stay under [`check::MAX_FETCHES_PER_SECOND`] and
 //!    [`check::MAX_PROBES_PER_SECOND`] in any second, and after every
-//!    drained step `poll_timeout` lies after the current time.
+//!    drained step `poll_timeout` lies after the current time;
+//! 5. no connection gets a `PING` before the ping interval has passed since
+//!    anything (a reply, a push, a pong, activity) last reached the core on
+//!    it;
+//! 6. at the end, [`Core::stats`](crate::Core::stats) agrees with what the
+//!    simulator saw (fetches, commands, gaps, pings, open connections), and
+//!    a run with gaps measured a restore.
+//!
+//! Schedules mix the layouts (node-grouped, per-partition, classic), the
+//! resubscribe splits and 1 to 4 workers.
 
 pub mod check;
 pub mod cluster;

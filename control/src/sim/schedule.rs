@@ -88,6 +88,13 @@ pub enum Fault {
         /// Channel pick.
         channel: u32,
     },
+    /// Messages arrive on connection `conn` every 5 s for 40 s
+    /// ([`handle_activity`](crate::Core::handle_activity)): it must not be
+    /// pinged meanwhile.
+    Chatter {
+        /// Connection pick.
+        conn: u32,
+    },
 }
 
 /// A simulated run: the cluster's shape, its faults, and the time allowed
@@ -108,6 +115,15 @@ pub struct Schedule {
     pub batch: usize,
     /// Whether channels `c7`, `c18`, … (index % 11 == 7) are refused (ACL).
     pub acl: bool,
+    /// Resubscribe workers ([`Config::workers`](crate::Config::workers)).
+    pub workers: u32,
+    /// Split resubscribes by channel
+    /// ([`ResubscribeSplit::Channels`](crate::ResubscribeSplit)) instead
+    /// of by partition.
+    pub split_channels: bool,
+    /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](crate::Mode), over
+    /// `multiplier` lanes) instead of a sharded one.
+    pub classic: bool,
     /// Faults with their times.
     pub faults: Vec<(Time, Fault)>,
     /// Virtual time allowed after the last fault for everything to settle.
@@ -116,8 +132,25 @@ pub struct Schedule {
 
 impl Schedule {
     /// A random schedule from `seed`: 2 to 5 primaries, up to 12 faults in
-    /// the first 3 s, 45 s to settle (past the 30 s poll).
+    /// the first 3 s, 45 s to settle (past the 30 s poll). The settings
+    /// added later (workers, the split, chatter) come from a second stream,
+    /// so older seeds keep their faults.
     pub fn random(seed: u64) -> Schedule {
+        let mut s = Schedule::random_v1(seed);
+        let mut r = Rng::new(seed ^ 0x5eed_0002_c0de_0002);
+        s.workers = 1 + r.below(4) as u32;
+        s.split_channels = r.chance(50);
+        s.classic = r.chance(20);
+        for _ in 0..r.below(3) {
+            let at = Time::from_millis(r.below(3000));
+            let conn = r.next_u64() as u32;
+            s.faults.push((at, Fault::Chatter { conn }));
+        }
+        s.faults.sort_by_key(|f| f.0);
+        s
+    }
+
+    fn random_v1(seed: u64) -> Schedule {
         let mut r = Rng::new(seed);
         let up_to = r.below(12) + 1;
         let n = 2 + r.below(up_to) as usize;
@@ -135,6 +168,9 @@ impl Schedule {
             per_partition: r.chance(25),
             batch: [1, 2, 3, 512][r.below(4) as usize],
             acl: r.chance(20),
+            workers: 1,
+            split_channels: false,
+            classic: false,
             faults,
             settle: Duration::from_secs(45),
         }

@@ -51,7 +51,11 @@ impl Sim {
                     .get(&slot)
                     .filter(|m| m.1 > self.now)
                     .map(|m| m.0);
-                let owner = self.cluster.owner(slot);
+                let owner = match self.cluster.classic {
+                    true => Some(node), // any node serves SUBSCRIBE
+                    false => self.cluster.owner(slot),
+                };
+                let moving = moving.filter(|_| !self.cluster.classic);
                 let reply = match (owner, moving) {
                     (Some(o), Some(from)) if from == node => {
                         SubscribeReply::Routing(ClusterError::Ask {

@@ -39,6 +39,18 @@ impl Sim {
             };
             let slot = shardcore::key_slot(&self.parts.redis_channel(ch));
             let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            if self.cluster.classic {
+                // Classic: on a live primary, the one every lane is on.
+                let primary = node.is_some_and(|n| self.cluster.primaries().contains(&n));
+                let lanes_on: BTreeSet<usize> =
+                    self.cluster.conns.values().map(|c| c.node).collect();
+                if !primary || lanes_on.len() != 1 {
+                    self.check.fail(&alloc::format!(
+                        "{name} on {conn} (node {node:?}), lanes on {lanes_on:?}"
+                    ));
+                }
+                continue;
+            }
             if node.is_none() || node != self.cluster.owner(slot) {
                 self.check.fail(&alloc::format!(
                     "{name} on {conn} (node {node:?}), owner of slot {slot} is {:?}",
@@ -69,6 +81,7 @@ impl Sim {
         let most = match cfg.mode {
             Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
             Mode::PerPartition => self.parts.slots().len(),
+            Mode::Classic => cfg.multiplier as usize,
         };
         let open = self.cluster.conns.len();
         if open > most {
@@ -88,6 +101,44 @@ impl Sim {
         }
         if !self.core.is_settled() {
             self.check.fail("the core does not consider itself settled");
+        }
+        self.check_stats();
+    }
+
+    /// The core's stats agree with what the simulator saw.
+    fn check_stats(&self) {
+        let s = self.core.stats();
+        let c = &self.check;
+        let counted = [
+            ("fetches", s.rebuilds.total(), c.fetch_starts.len() as u64),
+            ("subscribes", s.subscribe_commands, c.subscribes),
+            ("unsubscribes", s.unsubscribe_commands, c.unsubscribes),
+            ("gaps", s.gaps, c.gaps),
+            ("gap channels", s.gap_channels, c.gap_channels),
+            ("pings", s.pings, c.pings),
+            ("unknown slot owners at the end", s.unknown_slot_owners, 0),
+            (
+                "connections up at the end",
+                s.subscribe_connections as u64,
+                self.cluster.conns.len() as u64,
+            ),
+        ];
+        for (what, core, sim) in counted {
+            if core != sim {
+                c.fail(&alloc::format!(
+                    "stats: {what} {core}, the simulator saw {sim}"
+                ));
+            }
+        }
+        // Every gap follows a loss, and every loss ends in a restore by now.
+        if s.gaps > 0 && s.restores == 0 {
+            c.fail(&alloc::format!(
+                "{} gaps and no restore measured: {s:?}",
+                s.gaps
+            ));
+        }
+        if s.rebuilds.startup != 1 || s.last_restore > s.max_restore {
+            c.fail(&alloc::format!("stats: {s:?}"));
         }
     }
 }

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use control::{Command, Config, ConnId, Core, FetchError, Mode, ProbeReply, SubscribeReply, Time};
+use control::{
+    Command, Config, ConnId, Core, FetchError, Mode, ProbeReply, Stats, SubscribeReply, Time,
+};
 use shardcore::Partitions;
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
@@ -126,7 +128,17 @@ impl Script {
 
     fn drain(&mut self) {
         while let Some(cmd) = self.core.poll_command() {
-            let _ = writeln!(self.log, "  > {cmd}");
+            let line = cmd.to_string();
+            // Classic mode: the driver sends SUBSCRIBE / UNSUBSCRIBE.
+            let line = match self.core.config().mode {
+                Mode::Classic => line.replacen("ssubscribe ", "subscribe ", 1).replacen(
+                    "sunsubscribe ",
+                    "unsubscribe ",
+                    1,
+                ),
+                _ => line,
+            };
+            let _ = writeln!(self.log, "  > {line}");
             match cmd {
                 Command::Open { conn, node } => {
                     self.opens.push_back(conn);
@@ -243,11 +255,41 @@ impl Script {
         self.step(&format!("pong {c}"), |core, now| core.handle_pong(now, c));
     }
 
+    /// The application asks for a topology reread.
+    pub fn refresh(&mut self) {
+        self.step("refresh", |core, now| core.handle_refresh(now));
+    }
+
+    /// A publish got `MOVED slot host:7000`.
+    pub fn redirect(&mut self, slot: u16, host: &str) {
+        let text = format!("redirect s{slot} {host}");
+        self.step(&text, |core, now| {
+            core.handle_redirect(now, slot, addr(host))
+        });
+    }
+
+    /// Messages arrive on `c`.
+    pub fn activity(&mut self, c: ConnId) {
+        self.step(&format!("activity {c}"), |core, now| {
+            core.handle_activity(now, c)
+        });
+    }
+
     /// Answers the oldest outstanding probe.
     pub fn probe(&mut self, reply: ProbeReply) {
         let id = self.probes.pop_front().expect("no probe outstanding");
         let text = format!("probe #{id}: {reply:?}");
         self.step(&text, |core, now| core.handle_probe(now, id, reply));
+    }
+
+    /// Moves the clock to `ms` (nothing due before then is skipped: it
+    /// panics if a timeout falls earlier).
+    pub fn idle_until(&mut self, ms: u64) {
+        let t = Time::from_millis(ms);
+        if let Some(due) = self.core.poll_timeout() {
+            assert!(due > t, "a timeout at {due} comes first");
+        }
+        self.now = Time(t.0.saturating_sub(1_000_000));
     }
 
     /// Advances to the core's timeout and fires it.
@@ -290,6 +332,7 @@ impl Script {
     pub fn check(&mut self, name: &str) {
         let settled = self.core.is_settled();
         let _ = writeln!(self.log, "settled: {settled}");
+        let _ = writeln!(self.log, "stats: {}", stats_line(&self.core.stats()));
         let path = format!("{}/tests/golden/{name}.txt", env!("CARGO_MANIFEST_DIR"));
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&path, &self.log).unwrap();
@@ -301,4 +344,45 @@ impl Script {
             "transcript {name} differs (UPDATE_GOLDEN=1 rewrites it)"
         );
     }
+}
+
+/// The nonzero counters of `s`, in one line.
+fn stats_line(s: &Stats) -> String {
+    let r = &s.rebuilds;
+    let e = &s.topology_errors;
+    let ms = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as u64);
+    let fields = [
+        ("fetch.startup", r.startup),
+        ("fetch.poll", r.poll),
+        ("fetch.sunsubscribe", r.sunsubscribe),
+        ("fetch.moved", r.moved),
+        ("fetch.disconnect", r.disconnect),
+        ("fetch.subscribe_error", r.subscribe_error),
+        ("fetch.retry", r.retry),
+        ("fetch.manual", r.manual),
+        ("err.fetch", e.fetch),
+        ("err.parse", e.parse),
+        ("err.probe", e.probe),
+        ("err.connect", e.connect),
+        ("unknown_owners", s.unknown_slot_owners),
+        ("moved_partitions", s.moved_partitions),
+        ("restores", s.restores),
+        ("last_restore_ms", ms(s.last_restore)),
+        ("max_restore_ms", ms(s.max_restore)),
+        ("subscribe_errors", s.subscribe_errors),
+        ("ssubscribes", s.subscribe_commands),
+        ("sunsubscribes", s.unsubscribe_commands),
+        ("gaps", s.gaps),
+        ("gap_channels", s.gap_channels),
+        ("pings", s.pings),
+        ("ping_restarts", s.ping_restarts),
+        ("nodes", s.nodes as u64),
+        ("conns_up", s.subscribe_connections as u64),
+    ];
+    let parts: Vec<String> = fields
+        .iter()
+        .filter(|f| f.1 != 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    parts.join(" ")
 }

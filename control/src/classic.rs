@@ -1,0 +1,88 @@
+//! Classic mode ([`Mode::Classic`]): every lane on one primary, lanes
+//! chosen by a channel hash, as the engine's `Shared::lane_of` and
+//! `rewire_classic` do.
+
+use alloc::vec::Vec;
+
+use topology::{Layout, NodeKey, SlotMap};
+
+use crate::config::Mode;
+use crate::core::Core;
+
+/// Salt of the lane choice (the engine's `CONN_SALT`: independent of the
+/// resubscribe workers).
+const LANE_SALT: u64 = 0x2545_f491_4f6c_dd1d;
+
+/// The lane of `channel` among `lanes` in classic mode (the engine's
+/// `Shared::lane_of`).
+pub(crate) fn classic_lane(channel: &[u8], lanes: u32) -> u32 {
+    let h = (shardcore::channel_hash(channel) ^ LANE_SALT).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((u128::from(h) * u128::from(lanes.max(1))) >> 64) as u32
+}
+
+impl Core {
+    /// The lane of `channel`: its partition, or in classic mode its hash lane.
+    pub fn lane_of(&self, channel: &[u8]) -> u32 {
+        match self.cfg.mode {
+            Mode::Classic => classic_lane(channel, self.cfg.multiplier),
+            Mode::NodeGrouped | Mode::PerPartition => self.cfg.partitions.partition_of(channel),
+        }
+    }
+
+    /// The slot of each lane: the partitions' slots, or (classic) slot 0
+    /// for each of the `multiplier` lanes (classic commands have no slot).
+    pub(crate) fn lane_slots(config: &crate::Config) -> Vec<u16> {
+        match config.mode {
+            Mode::Classic => alloc::vec![0; config.multiplier.max(1) as usize],
+            Mode::NodeGrouped | Mode::PerPartition => config.partitions.slots().to_vec(),
+        }
+    }
+
+    /// The layout `map` gives the lanes. Classic: every lane on one
+    /// primary (one that owns a partition's slot), the current one while
+    /// it still is one, else the first by key.
+    pub(crate) fn layout_for(&self, map: &SlotMap) -> Layout {
+        if self.cfg.mode != Mode::Classic {
+            return Layout::for_slots(map, &self.slots);
+        }
+        let real = Layout::for_slots(map, self.cfg.partitions.slots());
+        let primaries: Vec<&NodeKey> = real.nodes().iter().map(|n| &n.key).collect();
+        let current = self.layout.nodes().first().map(|n| &n.key);
+        let same = |k: &&&NodeKey| {
+            current.is_some_and(|c| **k == c || (c.id.is_empty() && k.addr == c.addr))
+        };
+        let target = primaries
+            .iter()
+            .find(same)
+            .or_else(|| primaries.first())
+            .copied();
+        let mut one = SlotMap::new();
+        if let Some(t) = target {
+            let shard = map
+                .shards()
+                .iter()
+                .find(|s| s.primary.id == t.id && s.primary.addr.as_ref() == Some(&t.addr));
+            if let Some(shard) = shard {
+                let i = one.push_shard(shard.clone());
+                one.assign(0..=shardcore::SLOT_COUNT - 1, i);
+            }
+        }
+        Layout::for_slots(&one, &self.slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_spread_and_stay_in_range() {
+        let mut seen = [0u32; 4];
+        for i in 0..4000 {
+            let l = classic_lane(alloc::format!("ch{i}").as_bytes(), 4);
+            seen[l as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+        assert_eq!(classic_lane(b"x", 1), 0);
+    }
+}
