@@ -4,6 +4,8 @@
 //! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
 //! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
 //! cargo run --release --example cluster_bench -- publish-cost [redis|valkey] [messages]
+//! valgrind --tool=callgrind --zero-before='*instr_begin*' --dump-after='*instr_end*' \
+//!     target/release/examples/cluster_bench publish-instr [redis|valkey] [messages]
 //! ```
 //!
 //! `cpu`: server CPU (`INFO CPU` used_cpu_sys + used_cpu_user, summed over
@@ -291,6 +293,108 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
     }
 }
 
+/// Marks the start of a counted window: callgrind's
+/// `--zero-before='*instr_begin*'` zeroes every thread's counts here.
+#[inline(never)]
+fn instr_begin(path: &str) {
+    std::hint::black_box(path);
+}
+
+/// Marks the end of a counted window: `--dump-after='*instr_end*'` writes
+/// every thread's counts since [`instr_begin`] (one dump file per window).
+#[inline(never)]
+fn instr_end(path: &str) -> usize {
+    // Not the same body as `instr_begin`, or the two would be folded into
+    // one symbol.
+    std::hint::black_box(path.len())
+}
+
+/// Three rounds of `n`, the second while the node is paused (for 1.5 × the
+/// first round's time), so every buffer, queue and pool on the path reaches
+/// the depth of a whole round in flight: no window after it can go deeper
+/// (and allocate), however the threads are scheduled.
+fn warm_up(cluster: &Cluster, round: &dyn Fn(usize), n: usize) {
+    let t0 = Instant::now();
+    round(n);
+    let ms = (t0.elapsed().as_millis() * 3 / 2).max(300).to_string();
+    let paused = cluster
+        .node(0)
+        .cmd(&[b"CLIENT", b"PAUSE", ms.as_bytes(), b"ALL"]);
+    paused.expect("client pause");
+    round(n);
+    round(n);
+}
+
+/// Instructions per publish, for callgrind: the same `messages` 64-byte
+/// messages over 1,000 channels to a 1-master cluster, fire-and-forget,
+/// first with `Engine::publish_with(.., sharded)` (the server names
+/// precomputed), then with `ClusterPubSub::publish`. Each path is warmed up
+/// ([`warm_up`]), then one window runs between [`instr_begin`] and
+/// [`instr_end`]: the loop and the wait for every reply (one acknowledged
+/// marker publish on the same connection), so the I/O thread's work is in
+/// it. The cluster's periodic control work (topology poll, liveness probe)
+/// is switched off so it cannot fall into the window. Outside callgrind it
+/// runs as a plain benchmark.
+fn run_publish_instr(kind: ServerKind, messages: u64) {
+    let cluster = Cluster::start(kind, 1, 0).expect("cluster");
+    let addr = cluster.seed_addrs()[0].to_string();
+    let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("pc:{i}").into_bytes()).collect();
+    let payload = [b'x'; 64];
+    let n = messages as usize;
+
+    let engine = shardsub::Engine::builder()
+        .address(addr.clone())
+        .io_threads(1)
+        .build()
+        .expect("engine");
+    let parts = shardcore::Partitions::new(128).unwrap();
+    let names: Vec<Vec<u8>> = chans.iter().map(|c| parts.redis_channel(c)).collect();
+    let engine_round = |n: usize| {
+        for name in names.iter().cycle().take(n) {
+            while engine
+                .publish_with(name, &payload, shardsub::PublishOptions::sharded())
+                .is_err()
+            {
+                std::thread::yield_now();
+            }
+        }
+        let end = engine.publish_pending(b"{x}.end", b"end", shardsub::PublishOptions::sharded());
+        end.wait().expect("engine end marker");
+    };
+    warm_up(&cluster, &engine_round, n);
+    let t0 = Instant::now();
+    instr_begin("engine");
+    engine_round(n);
+    let _ = instr_end("engine");
+    println!("engine: {messages} publishes in {:.2?}", t0.elapsed());
+    engine.shutdown();
+
+    let ps = ClusterPubSub::builder()
+        .seed(addr)
+        .workers(1)
+        .handler(|_: &[u8], _: &[u8]| {})
+        .poll_interval(Duration::from_secs(3600))
+        .probe_interval(Duration::ZERO)
+        .build()
+        .expect("cluster pubsub");
+    let cluster_round = |n: usize| {
+        for c in chans.iter().cycle().take(n) {
+            ps.publish(c, &payload).expect("publish");
+        }
+        let end = ps.publish_wait(b"end", b"end", Duration::from_secs(600));
+        end.expect("cluster end marker");
+    };
+    warm_up(&cluster, &cluster_round, n);
+    let t0 = Instant::now();
+    instr_begin("cluster");
+    cluster_round(n);
+    let _ = instr_end("cluster");
+    println!("cluster: {messages} publishes in {:.2?}", t0.elapsed());
+    let m = ps.metrics();
+    println!("cluster publish_failed: {}", m.publish_failed);
+    ps.shutdown();
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let kind = kind_arg(args.get(1));
@@ -311,6 +415,12 @@ fn main() {
                 .unwrap_or(1_000_000);
             run_publish_cost(kind, n);
         }
-        _ => eprintln!("usage: cluster_bench cpu|resubscribe|publish-cost [redis|valkey] [...]"),
+        Some("publish-instr") => {
+            let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            run_publish_instr(kind, n);
+        }
+        _ => eprintln!(
+            "usage: cluster_bench cpu|resubscribe|publish-cost|publish-instr [redis|valkey] [...]"
+        ),
     }
 }

@@ -454,9 +454,11 @@ impl ClusterBuilder {
         };
         let lanes = Shared::lanes(&cfg, &parts);
         let seed = crate::cluster::instance_seed();
+        let heads = crate::cluster::shared::wire_heads(cfg.mode, &parts);
         let shared = Arc::new(Shared {
             config: cfg,
             parts,
+            heads,
             registry: Registry::new(lanes, seed),
             queues: pool.queues().to_vec(),
             counters,

@@ -650,7 +650,7 @@ impl Control {
             }
             topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
                 msg.retries += 1;
-                if msg.first.elapsed() >= cfg.retry_window {
+                if msg.first.get_or_insert_with(Instant::now).elapsed() >= cfg.retry_window {
                     let n = msg.retries;
                     return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
                 }

@@ -59,7 +59,7 @@ pub(crate) struct Hold {
 }
 
 fn cost(msg: &PubMsg) -> usize {
-    msg.data.len()
+    msg.cost()
 }
 
 impl Hold {
