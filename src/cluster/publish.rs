@@ -29,7 +29,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::cluster::hold::Offer;
 use crate::cluster::inflight::Completed;
@@ -38,8 +40,80 @@ use crate::engine::{Engine, TokenSink};
 use crate::error::Error;
 use crate::metrics::add;
 
-/// Called with a publish's outcome.
-pub(crate) type Done = Box<dyn FnOnce(Result<i64, Error>) + Send>;
+/// Who gets a publish's outcome.
+pub(crate) enum Done {
+    /// The caller's callback ([`ClusterPubSub::publish_then`]), boxed.
+    ///
+    /// [`ClusterPubSub::publish_then`]: crate::cluster::ClusterPubSub::publish_then
+    Call(Box<dyn FnOnce(Result<i64, Error>) + Send>),
+    /// A caller blocked in [`ClusterPubSub::publish_wait`]: its thread's
+    /// reusable cell, and the round it waits for.
+    ///
+    /// [`ClusterPubSub::publish_wait`]: crate::cluster::ClusterPubSub::publish_wait
+    Wait(Arc<Waiter>, u64),
+}
+
+impl Done {
+    pub(crate) fn run(self, r: Result<i64, Error>) {
+        match self {
+            Done::Call(f) => f(r),
+            Done::Wait(w, round) => w.put(round, r),
+        }
+    }
+}
+
+/// One thread's cell for [`ClusterPubSub::publish_wait`], reused by every
+/// call on that thread (nothing allocated per call). Each call is a new
+/// round; an outcome for an older round (one that timed out) is dropped.
+///
+/// [`ClusterPubSub::publish_wait`]: crate::cluster::ClusterPubSub::publish_wait
+#[derive(Default)]
+pub(crate) struct Waiter {
+    state: Mutex<(u64, Option<Result<i64, Error>>)>,
+    cond: Condvar,
+}
+
+impl Waiter {
+    /// This thread's waiter.
+    pub(crate) fn current() -> Arc<Waiter> {
+        thread_local! {
+            static WAITER: Arc<Waiter> = Arc::new(Waiter::default());
+        }
+        WAITER.with(Arc::clone)
+    }
+
+    /// Starts a new round; returns its number.
+    pub(crate) fn begin(&self) -> u64 {
+        let mut st = self.state.lock();
+        st.0 += 1;
+        st.1 = None;
+        st.0
+    }
+
+    fn put(&self, round: u64, r: Result<i64, Error>) {
+        let mut st = self.state.lock();
+        if st.0 == round {
+            st.1 = Some(r);
+            self.cond.notify_one();
+        }
+    }
+
+    /// The outcome of `round`, or `None` once `timeout` has passed.
+    pub(crate) fn wait(&self, round: u64, timeout: Duration) -> Option<Result<i64, Error>> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock();
+        loop {
+            if st.0 == round {
+                if let Some(r) = st.1.take() {
+                    return Some(r);
+                }
+            }
+            if self.cond.wait_until(&mut st, deadline).timed_out() {
+                return if st.0 == round { st.1.take() } else { None };
+            }
+        }
+    }
+}
 
 /// A publish in flight: its whole command, encoded (`SPUBLISH name
 /// payload` in RESP, in one buffer; empty once the outcome is known), where
@@ -92,7 +166,7 @@ impl PubMsg {
             add(&shared.counters.publish_errors, 1);
         }
         if let Some(done) = self.done.take() {
-            done(r);
+            done.run(r);
         }
     }
 
@@ -210,7 +284,7 @@ impl TokenSink for Shared {
             // An ordinary reply is final: nothing else to do with it.
             Completed::Ok(done, n) => {
                 if let Some(done) = done {
-                    done(Ok(n));
+                    done.run(Ok(n));
                 }
             }
             Completed::Err(msg, e) => on_reply(&self, msg, Err(e)),
@@ -308,5 +382,45 @@ pub(crate) fn message(
         seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
         held_at: None,
         done,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_outcome_of_a_timed_out_round_is_dropped() {
+        let w = Waiter::default();
+        let r1 = w.begin();
+        assert!(w.wait(r1, Duration::from_millis(1)).is_none(), "timed out");
+        let r2 = w.begin();
+        w.put(r1, Ok(1)); // round 1's reply, after its caller gave up
+        assert!(
+            w.wait(r2, Duration::from_millis(1)).is_none(),
+            "not round 2's"
+        );
+        w.put(r2, Ok(2));
+        assert!(matches!(w.wait(r2, Duration::from_secs(1)), Some(Ok(2))));
+    }
+
+    #[test]
+    fn an_outcome_before_the_wait_is_kept() {
+        let w = Arc::new(Waiter::default());
+        let round = w.begin();
+        Done::Wait(w.clone(), round).run(Err(Error::Shutdown));
+        assert!(matches!(
+            w.wait(round, Duration::ZERO),
+            Some(Err(Error::Shutdown))
+        ));
+        // From another thread, while waiting.
+        let round = w.begin();
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || Done::Wait(w2, round).run(Ok(7)));
+        assert!(matches!(
+            w.wait(round, Duration::from_secs(10)),
+            Some(Ok(7))
+        ));
+        t.join().unwrap();
     }
 }
