@@ -8,6 +8,11 @@
 //!     target/release/examples/cluster_bench publish-instr [redis|valkey] [messages]
 //! ```
 //!
+//! `publish-instr` (see `run_publish_instr`): under callgrind, two dumps
+//! (`callgrind.out.<pid>.1` for the engine, `.2` for the cluster), each
+//! holding every thread's instructions of one counted window; its
+//! `totals:` line divided by `messages` is instructions per publish.
+//!
 //! `cpu`: server CPU (`INFO CPU` used_cpu_sys + used_cpu_user, summed over
 //! all masters) per million delivered messages, with 1, 3 and 6 masters,
 //! sharded node-grouped vs classic Pub/Sub. One instance subscribes to
@@ -219,9 +224,10 @@ fn process_cpu() -> f64 {
 }
 
 /// Client CPU and wall time per publish on a 1-master cluster:
-/// `ClusterPubSub::publish` (slot routing, redirect-safe copy) against the
-/// plain engine's `SPUBLISH` to the same node (zero-allocation path), all
-/// waited for (no subscribers).
+/// `ClusterPubSub::publish_then` (slot routing, redirect-safe copy, a
+/// callback per publish) and fire-and-forget `ClusterPubSub::publish`
+/// against the plain engine's `SPUBLISH` to the same node (zero-allocation
+/// path), all waited for (no subscribers).
 fn run_publish_cost(kind: ServerKind, messages: u64) {
     let cluster = Cluster::start(kind, 1, 0).expect("cluster");
     let addr = cluster.seed_addrs()[0].to_string();
@@ -289,6 +295,23 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
                 s1 - s0
             );
         }
+        // ClusterPubSub fire-and-forget: the same routing, no callback; the
+        // last reply awaited through one acknowledged publish after them.
+        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        for c in chans.iter().cycle().take(messages as usize) {
+            ps.publish(c, &payload).expect("publish");
+        }
+        let end = ps.publish_wait(b"end", b"end", Duration::from_secs(60));
+        end.expect("end marker");
+        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        if round == 1 {
+            println!(
+                "| ClusterPubSub::publish (fire-and-forget, routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
+                c1 - c0,
+                (c1 - c0) * 1e9 / messages as f64,
+                s1 - s0
+            );
+        }
         ps.shutdown();
     }
 }
@@ -310,13 +333,17 @@ fn instr_end(path: &str) -> usize {
 }
 
 /// Three rounds of `n`, the second while the node is paused (for 1.5 × the
-/// first round's time), so every buffer, queue and pool on the path reaches
+/// first round's time, 0.3 to 3 s), so every buffer, queue and pool on the path reaches
 /// the depth of a whole round in flight: no window after it can go deeper
 /// (and allocate), however the threads are scheduled.
 fn warm_up(cluster: &Cluster, round: &dyn Fn(usize), n: usize) {
     let t0 = Instant::now();
     round(n);
-    let ms = (t0.elapsed().as_millis() * 3 / 2).max(300).to_string();
+    // At most 3 s: a publish waiting longer than the node engine's request
+    // timeout (5 s) would fail, as can happen under callgrind.
+    let ms = (t0.elapsed().as_millis() * 3 / 2)
+        .clamp(300, 3000)
+        .to_string();
     let paused = cluster
         .node(0)
         .cmd(&[b"CLIENT", b"PAUSE", ms.as_bytes(), b"ALL"]);
