@@ -295,7 +295,9 @@ impl ClusterBuilder {
     }
 
     /// How long a publish is retried on `TRYAGAIN`/`CLUSTERDOWN` or while
-    /// its slot has no known owner (default 2 s).
+    /// its slot has no known owner (default 2 s), counted from its first
+    /// such refusal (time held before it, in the publish hold, does not
+    /// count).
     pub fn retry_window(mut self, d: Duration) -> Self {
         self.retry_window = d;
         self

@@ -220,9 +220,9 @@ mod tests {
             slot: 7,
             redirects: 0,
             retries: 0,
-            first: None,
+            first: crate::cluster::publish::Stamp::UNSET,
             seq: 0,
-            held_at: None,
+            held_at: crate::cluster::publish::Stamp::UNSET,
             done: None,
         }
     }

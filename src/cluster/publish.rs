@@ -40,6 +40,39 @@ use crate::engine::{Engine, TokenSink};
 use crate::error::Error;
 use crate::metrics::add;
 
+/// A moment, as nanoseconds since a process-wide epoch (0: not set): 8
+/// bytes where an `Option<Instant>` takes 16, so a [`PubMsg`] stays small
+/// enough to move without a `memcpy` call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp(u64);
+
+impl Stamp {
+    pub(crate) const UNSET: Stamp = Stamp(0);
+
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    fn of(t: Instant) -> Stamp {
+        let ns = t.saturating_duration_since(Self::epoch()).as_nanos();
+        Stamp(u64::try_from(ns).unwrap_or(u64::MAX).max(1))
+    }
+
+    /// The moment, if set.
+    pub(crate) fn get(self) -> Option<Instant> {
+        (self.0 != 0).then(|| Self::epoch() + Duration::from_nanos(self.0))
+    }
+
+    /// The moment; set to now first if it was not set.
+    pub(crate) fn get_or_now(&mut self) -> Instant {
+        if self.0 == 0 {
+            *self = Self::of(Instant::now());
+        }
+        self.get().unwrap_or_else(Instant::now)
+    }
+}
+
 /// Who gets a publish's outcome.
 pub(crate) enum Done {
     /// The caller's callback ([`ClusterPubSub::publish_then`]), boxed.
@@ -124,8 +157,9 @@ pub(crate) struct PubMsg {
     /// The server's channel name: `data[wire_at..wire_at + wire_len]`.
     pub(crate) wire_at: u32,
     pub(crate) wire_len: u32,
-    /// The payload's length (what the hold counts is name plus payload).
-    pub(crate) payload_len: usize,
+    /// The payload's length (what the hold counts is name plus payload;
+    /// past 4 GiB, 4 GiB).
+    pub(crate) payload_len: u32,
     /// An in-flight index reserved for its next send (see
     /// [`super::inflight`]); given back if it finishes unsent.
     pub(crate) token: Option<u32>,
@@ -135,11 +169,11 @@ pub(crate) struct PubMsg {
     /// When its first `TRYAGAIN`/`CLUSTERDOWN` (or no-owner) retry began:
     /// the start of its retry window (set then, so a publish that is never
     /// refused reads no clock).
-    pub(crate) first: Option<Instant>,
+    pub(crate) first: Stamp,
     /// Publish order (per instance): held publishes leave in this order.
     pub(crate) seq: u64,
     /// When it was first held.
-    pub(crate) held_at: Option<Instant>,
+    pub(crate) held_at: Stamp,
     pub(crate) done: Option<Done>,
 }
 
@@ -154,7 +188,7 @@ impl PubMsg {
 
     /// What the publish hold counts: name plus payload bytes.
     pub(crate) fn cost(&self) -> usize {
-        self.wire_len as usize + self.payload_len
+        self.wire_len as usize + self.payload_len as usize
     }
 
     pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
@@ -373,14 +407,14 @@ pub(crate) fn message(
         // empty (to the first connection) and the server says why.
         wire_at: u32::try_from(wire_at).unwrap_or(0),
         wire_len: u32::try_from(wire_len).unwrap_or(0),
-        payload_len: payload.len(),
+        payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
         token,
         slot: shared.parts.slot(p),
         redirects: 0,
         retries: 0,
-        first: None,
+        first: Stamp::UNSET,
         seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
-        held_at: None,
+        held_at: Stamp::UNSET,
         done,
     }
 }
@@ -388,6 +422,23 @@ pub(crate) fn message(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stamp_is_unset_until_set_and_keeps_its_moment() {
+        let mut st = Stamp::UNSET;
+        assert_eq!(st.get(), None);
+        let before = Instant::now();
+        let t = st.get_or_now();
+        assert!(t >= before - Duration::from_micros(1) && t <= Instant::now());
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(st.get_or_now(), t, "set once");
+        assert_eq!(st.get(), Some(t));
+        assert!(
+            std::mem::size_of::<PubMsg>() <= 112,
+            "{}",
+            std::mem::size_of::<PubMsg>()
+        );
+    }
 
     #[test]
     fn a_late_outcome_of_a_timed_out_round_is_dropped() {
