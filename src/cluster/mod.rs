@@ -80,6 +80,7 @@ mod gate;
 mod hold;
 mod inflight;
 mod metrics;
+mod outcome;
 mod publish;
 mod resubscribe;
 mod service;
