@@ -100,6 +100,7 @@ impl InFlight {
     /// An empty buffer for a new publish (from the pool when it has one),
     /// and an index reserved for its first send (`None` when the table is
     /// at `u32::MAX` entries): one lock for both.
+    #[inline]
     pub(crate) fn start(&self) -> (Vec<u8>, Option<u32>) {
         let mut t = self.table.lock();
         let buf = match t.pool.pop() {
