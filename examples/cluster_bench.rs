@@ -4,7 +4,14 @@
 //! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
 //! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
 //! cargo run --release --example cluster_bench -- publish-cost [redis|valkey] [messages]
+//! valgrind --tool=callgrind --zero-before='*instr_begin*' --dump-after='*instr_end*' \
+//!     target/release/examples/cluster_bench publish-instr [redis|valkey] [messages]
 //! ```
+//!
+//! `publish-instr` (see `run_publish_instr`): under callgrind, two dumps
+//! (`callgrind.out.<pid>.1` for the engine, `.2` for the cluster), each
+//! holding every thread's instructions of one counted window; its
+//! `totals:` line divided by `messages` is instructions per publish.
 //!
 //! `cpu`: server CPU (`INFO CPU` used_cpu_sys + used_cpu_user, summed over
 //! all masters) per million delivered messages, with 1, 3 and 6 masters,
@@ -219,9 +226,10 @@ fn process_cpu() -> f64 {
 }
 
 /// Client CPU and wall time per publish on a 1-master cluster:
-/// `PubSub::publish` (slot routing, redirect-safe copy) against the
-/// plain engine's `SPUBLISH` to the same node (zero-allocation path), all
-/// waited for (no subscribers).
+/// `PubSub::publish_then` (slot routing, redirect-safe copy, a callback
+/// per publish) and fire-and-forget `PubSub::publish` against the plain
+/// engine's `SPUBLISH` to the same node (zero-allocation path), all waited
+/// for (no subscribers).
 fn run_publish_cost(kind: ServerKind, messages: u64) {
     let cluster = Cluster::start(kind, 1, 0).expect("cluster");
     let addr = cluster.seed_addrs()[0].to_string();
@@ -289,8 +297,131 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
                 s1 - s0
             );
         }
+        // PubSub (cluster) fire-and-forget: the same routing, no callback; the
+        // last reply awaited through one acknowledged publish after them.
+        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        for c in chans.iter().cycle().take(messages as usize) {
+            ps.publish(c, &payload).expect("publish");
+        }
+        let end = ps.publish_wait(b"end", b"end", Duration::from_secs(60));
+        end.expect("end marker");
+        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        if round == 1 {
+            println!(
+                "| PubSub::publish on a cluster (fire-and-forget, routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
+                c1 - c0,
+                (c1 - c0) * 1e9 / messages as f64,
+                s1 - s0
+            );
+        }
         ps.shutdown();
     }
+}
+
+/// Marks the start of a counted window: callgrind's
+/// `--zero-before='*instr_begin*'` zeroes every thread's counts here.
+#[inline(never)]
+fn instr_begin(path: &str) {
+    std::hint::black_box(path);
+}
+
+/// Marks the end of a counted window: `--dump-after='*instr_end*'` writes
+/// every thread's counts since [`instr_begin`] (one dump file per window).
+#[inline(never)]
+fn instr_end(path: &str) -> usize {
+    // Not the same body as `instr_begin`, or the two would be folded into
+    // one symbol.
+    std::hint::black_box(path.len())
+}
+
+/// Three rounds of `n`, the second while the node is paused (for 1.5 × the
+/// first round's time, 0.3 to 3 s), so every buffer, queue and pool on the path reaches
+/// the depth of a whole round in flight: no window after it can go deeper
+/// (and allocate), however the threads are scheduled.
+fn warm_up(cluster: &Cluster, round: &dyn Fn(usize), n: usize) {
+    let t0 = Instant::now();
+    round(n);
+    // At most 3 s: a publish waiting longer than the node engine's request
+    // timeout (5 s) would fail, as can happen under callgrind.
+    let ms = (t0.elapsed().as_millis() * 3 / 2)
+        .clamp(300, 3000)
+        .to_string();
+    let paused = cluster
+        .node(0)
+        .cmd(&[b"CLIENT", b"PAUSE", ms.as_bytes(), b"ALL"]);
+    paused.expect("client pause");
+    round(n);
+    round(n);
+}
+
+/// Instructions per publish, for callgrind: the same `messages` 64-byte
+/// messages over 1,000 channels to a 1-master cluster, fire-and-forget,
+/// first with `Engine::publish_with(.., sharded)` (the server names
+/// precomputed), then with `PubSub::publish` on a cluster. Each path is warmed up
+/// ([`warm_up`]), then one window runs between [`instr_begin`] and
+/// [`instr_end`]: the loop and the wait for every reply (one acknowledged
+/// marker publish on the same connection), so the I/O thread's work is in
+/// it. The cluster's periodic control work (topology poll, liveness probe)
+/// is switched off so it cannot fall into the window. Outside callgrind it
+/// runs as a plain benchmark.
+fn run_publish_instr(kind: ServerKind, messages: u64) {
+    let cluster = Cluster::start(kind, 1, 0).expect("cluster");
+    let addr = cluster.seed_addrs()[0].to_string();
+    let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("pc:{i}").into_bytes()).collect();
+    let payload = [b'x'; 64];
+    let n = messages as usize;
+
+    let engine = shardsub::Engine::builder()
+        .address(addr.clone())
+        .io_threads(1)
+        .build()
+        .expect("engine");
+    let parts = shardcore::Partitions::new(128).unwrap();
+    let names: Vec<Vec<u8>> = chans.iter().map(|c| parts.redis_channel(c)).collect();
+    let engine_round = |n: usize| {
+        for name in names.iter().cycle().take(n) {
+            while engine
+                .publish_with(name, &payload, shardsub::PublishOptions::sharded())
+                .is_err()
+            {
+                std::thread::yield_now();
+            }
+        }
+        let end = engine.publish_pending(b"{x}.end", b"end", shardsub::PublishOptions::sharded());
+        end.wait().expect("engine end marker");
+    };
+    warm_up(&cluster, &engine_round, n);
+    let t0 = Instant::now();
+    instr_begin("engine");
+    engine_round(n);
+    let _ = instr_end("engine");
+    println!("engine: {messages} publishes in {:.2?}", t0.elapsed());
+    engine.shutdown();
+
+    let ps = PubSub::builder()
+        .seed(addr)
+        .workers(1)
+        .handler(|_: &[u8], _: &[u8]| {})
+        .poll_interval(Duration::from_secs(3600))
+        .probe_interval(Duration::ZERO)
+        .build()
+        .expect("cluster pubsub");
+    let cluster_round = |n: usize| {
+        for c in chans.iter().cycle().take(n) {
+            ps.publish(c, &payload).expect("publish");
+        }
+        let end = ps.publish_wait(b"end", b"end", Duration::from_secs(600));
+        end.expect("cluster end marker");
+    };
+    warm_up(&cluster, &cluster_round, n);
+    let t0 = Instant::now();
+    instr_begin("cluster");
+    cluster_round(n);
+    let _ = instr_end("cluster");
+    println!("cluster: {messages} publishes in {:.2?}", t0.elapsed());
+    let m = ps.cluster_metrics().expect("a cluster");
+    println!("cluster publish_failed: {}", m.publish_failed);
+    ps.shutdown();
 }
 
 fn main() {
@@ -313,6 +444,12 @@ fn main() {
                 .unwrap_or(1_000_000);
             run_publish_cost(kind, n);
         }
-        _ => eprintln!("usage: cluster_bench cpu|resubscribe|publish-cost [redis|valkey] [...]"),
+        Some("publish-instr") => {
+            let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            run_publish_instr(kind, n);
+        }
+        _ => eprintln!(
+            "usage: cluster_bench cpu|resubscribe|publish-cost|publish-instr [redis|valkey] [...]"
+        ),
     }
 }

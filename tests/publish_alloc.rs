@@ -148,7 +148,7 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         let m = ps.cluster_metrics().unwrap();
         eprintln!(
             "{kind:?}: {} allocations while publishing {N} on a cluster ({:.2} per publish), \
-             {} until all answered (the end marker's callback and channel included)",
+             {} until all answered (the end marker included)",
             after - before,
             (after - before) as f64 / N as f64,
             settled - before
@@ -163,6 +163,83 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
             after - before
         );
         assert!(settled - before < 32, "{kind:?}: {}", settled - before);
+        ps.shutdown();
+    }
+}
+
+/// Outcomes counted by a `publish_then` callback that captures nothing (a
+/// zero-sized closure: boxing it allocates nothing).
+static THEN_OK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[test]
+fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state() {
+    use std::sync::atomic::Ordering;
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let payload = [b'x'; 256];
+    let channels: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("alloc:{i}").into_bytes())
+        .collect();
+    for kind in kinds() {
+        let cluster = Cluster::start(kind, 1, 0).unwrap();
+        let ps = PubSub::builder()
+            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+            .workers(1)
+            .handler(|_: &[u8], _: &[u8]| {})
+            .poll_interval(Duration::from_secs(3600))
+            .probe_interval(Duration::ZERO)
+            .build()
+            .unwrap();
+        const WAITS: usize = 2_000;
+        const THENS: u64 = 20_000;
+        let then_all = |n: u64| {
+            let target = THEN_OK.load(Ordering::Relaxed) + n;
+            for c in channels.iter().cycle().take(n as usize) {
+                ps.publish_then(c, &payload, |r| {
+                    if r.is_ok() {
+                        THEN_OK.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            testkit::wait_for(
+                "every publish_then answered",
+                Duration::from_secs(10),
+                || Ok((THEN_OK.load(Ordering::Relaxed) >= target).then_some(())),
+            )
+            .unwrap();
+        };
+        // Warm up as in the fire-and-forget test (one round all in flight).
+        then_all(THENS);
+        let paused = cluster.node(0).cmd(&[b"CLIENT", b"PAUSE", b"300", b"ALL"]);
+        assert!(paused.is_ok(), "{paused:?}");
+        then_all(THENS);
+        then_all(THENS);
+        for c in channels.iter().cycle().take(WAITS) {
+            ps.publish_wait(c, &payload, Duration::from_secs(10))
+                .unwrap();
+        }
+
+        let before = GLOBAL.allocations();
+        for c in channels.iter().cycle().take(WAITS) {
+            let r = ps.publish_wait(c, &payload, Duration::from_secs(10));
+            assert!(r.is_ok(), "{kind:?}: {r:?}");
+        }
+        let waits = GLOBAL.allocations() - before;
+        let before = GLOBAL.allocations();
+        then_all(THENS);
+        let thens = GLOBAL.allocations() - before;
+        eprintln!(
+            "{kind:?}: {waits} allocations in {WAITS} publish_wait calls, \
+             {thens} in {THENS} capture-free publish_then calls (all answered)"
+        );
+        assert!(
+            waits <= 16,
+            "{kind:?}: {waits} allocations in {WAITS} publish_wait"
+        );
+        assert!(
+            thens <= 16,
+            "{kind:?}: {thens} allocations in {THENS} publish_then"
+        );
+        assert_eq!(ps.cluster_metrics().unwrap().publish_failed, 0, "{kind:?}");
         ps.shutdown();
     }
 }

@@ -152,6 +152,31 @@ pub fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     push_blob(out, b'$', bytes);
 }
 
+/// Appends a bulk string's header, `$len\r\n`: the caller then appends
+/// exactly `len` bytes and `\r\n` (a bulk string written in pieces).
+///
+/// ```
+/// let mut out = Vec::new();
+/// resp::encode_bulk_header(&mut out, 5);
+/// out.extend_from_slice(b"{a}.b\r\n");
+/// let mut whole = Vec::new();
+/// resp::encode_bulk(&mut whole, b"{a}.b");
+/// assert_eq!(out, whole);
+/// ```
+pub fn encode_bulk_header(out: &mut Vec<u8>, len: usize) {
+    // Most names are short: one fixed-size copy for up to 3 digits (each
+    // digit below 10, so the casts cannot truncate).
+    let d = |n: usize| b'0' + (n % 10) as u8;
+    match len {
+        0..=9 => out.extend_from_slice(&[b'$', d(len), b'\r', b'\n']),
+        10..=99 => out.extend_from_slice(&[b'$', d(len / 10), d(len), b'\r', b'\n']),
+        100..=999 => {
+            out.extend_from_slice(&[b'$', d(len / 100), d(len / 10), d(len), b'\r', b'\n']);
+        }
+        _ => push_len(out, b'$', len),
+    }
+}
+
 /// Appends an aggregate header: `*n`, `~n`, `%n` (n pairs), `>n` or `|n`
 /// (n pairs). The caller then appends the elements.
 pub fn encode_aggregate_header(out: &mut Vec<u8>, kind: AggregateKind, len: usize) {

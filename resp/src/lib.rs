@@ -116,8 +116,8 @@ mod value;
 
 pub use decoder::Decoder;
 pub use encode::{
-    encode_aggregate_header, encode_bulk, encode_command, encode_command_header,
-    encode_command_with, encode_frame, encode_streamed_aggregate_end,
+    encode_aggregate_header, encode_bulk, encode_bulk_header, encode_command,
+    encode_command_header, encode_command_with, encode_frame, encode_streamed_aggregate_end,
     encode_streamed_aggregate_start, encode_streamed_string, encode_value,
 };
 pub use error::{ErrorKind, Limits, ParseError, Status, MAX_DEPTH};

@@ -187,3 +187,17 @@ fn streamed_forms() {
     encode_aggregate_header(&mut hdr, AggregateKind::Push, 3);
     assert_eq!(hdr, b">3\r\n");
 }
+
+#[test]
+fn bulk_header_then_bytes_is_a_bulk_string_at_every_digit_count() {
+    for len in [0usize, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 1001, 65_536] {
+        let bytes = vec![b'x'; len];
+        let mut pieces = Vec::new();
+        resp::encode_bulk_header(&mut pieces, len);
+        pieces.extend_from_slice(&bytes);
+        pieces.extend_from_slice(b"\r\n");
+        let mut whole = Vec::new();
+        resp::encode_bulk(&mut whole, &bytes);
+        assert_eq!(pieces, whole, "len {len}");
+    }
+}

@@ -170,12 +170,27 @@ impl Partitions {
     /// `<prefix>{TAG}.<channel>` with TAG the tag of `channel`'s partition.
     /// Does not allocate when `out` has room.
     pub fn redis_channel_into(&self, channel: &[u8], out: &mut Vec<u8>) {
-        let tag = self.tag(self.partition_of(channel));
-        out.reserve(self.prefix.len() + tag.len() + 3 + channel.len());
+        self.redis_channel_at(self.partition_of(channel), channel, out);
+    }
+
+    /// [`redis_channel_into`](Self::redis_channel_into) for a channel whose
+    /// partition `p` the caller already has (`p` must be
+    /// `partition_of(channel)` for the name to round-trip through
+    /// [`user_channel`](Self::user_channel)): saves hashing it again.
+    pub fn redis_channel_at(&self, p: u32, channel: &[u8], out: &mut Vec<u8>) {
+        let tag = self.tag(p);
+        // `{`, the tag (1 to 3 bytes) and `}.` in one copy.
+        let mut mid = [b'{', 0, 0, 0, 0, 0];
+        let n = tag.len().min(3);
+        if let (Some(dst), Some(src)) = (mid.get_mut(1..=n), tag.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        if let Some(end) = mid.get_mut(n + 1..n + 3) {
+            end.copy_from_slice(b"}.");
+        }
+        out.reserve(self.prefix.len() + n + 3 + channel.len());
         out.extend_from_slice(&self.prefix);
-        out.push(b'{');
-        out.extend_from_slice(tag);
-        out.extend_from_slice(b"}.");
+        out.extend_from_slice(mid.get(..n + 3).unwrap_or_default());
         out.extend_from_slice(channel);
     }
 

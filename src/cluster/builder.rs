@@ -218,7 +218,9 @@ impl PubSubBuilder {
     }
 
     /// How long a publish is retried on `TRYAGAIN`/`CLUSTERDOWN` or while
-    /// its slot has no known owner (default 2 s).
+    /// its slot has no known owner (default 2 s), counted from its first
+    /// such refusal (time held before it, in the publish hold, does not
+    /// count).
     pub fn retry_window(mut self, d: Duration) -> Self {
         self.cluster.retry_window = d;
         self.cluster_only("retry_window")
@@ -333,9 +335,11 @@ pub(crate) fn build(
     };
     let lanes = Shared::lanes(&cfg, &parts);
     let seed = crate::cluster::instance_seed();
+    let heads = crate::cluster::shared::wire_heads(cfg.mode, &parts);
     let shared = Arc::new(Shared {
         config: cfg,
         parts,
+        heads,
         front: Front::new(
             Registry::new(lanes, seed),
             pool.queues().to_vec(),

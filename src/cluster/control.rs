@@ -658,7 +658,7 @@ impl Control {
             }
             topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
                 msg.retries += 1;
-                if msg.first.elapsed() >= cfg.retry_window {
+                if msg.first.get_or_now().elapsed() >= cfg.retry_window {
                     let n = msg.retries;
                     return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
                 }
@@ -710,7 +710,12 @@ impl Control {
         if hold_on {
             for m in s.hold.expired(now, s.config.publish_hold) {
                 add(&s.cluster.hold_expired, 1);
-                let (slot, held) = (m.slot, m.held_at.map_or(Duration::ZERO, |t| now - t));
+                let (slot, held) = (
+                    m.slot,
+                    m.held_at
+                        .get()
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+                );
                 m.finish(&s, Err(Error::OwnerUnreachable { slot, held }));
             }
         }

@@ -59,7 +59,7 @@ pub(crate) struct Hold {
 }
 
 fn cost(msg: &PubMsg) -> usize {
-    msg.data.len()
+    msg.cost()
 }
 
 impl Hold {
@@ -82,7 +82,7 @@ impl Hold {
         if st.messages >= self.max_messages || st.bytes.saturating_add(c) > self.max_bytes {
             return Offer::Full(msg);
         }
-        msg.held_at.get_or_insert_with(Instant::now);
+        msg.held_at.get_or_now();
         st.messages += 1;
         st.bytes += c;
         let slot = msg.slot;
@@ -182,7 +182,11 @@ impl Hold {
             if e.gate.is_some() {
                 continue;
             }
-            let old = |m: &PubMsg| m.held_at.is_some_and(|t| now.duration_since(t) >= hold);
+            let old = |m: &PubMsg| {
+                m.held_at
+                    .get()
+                    .is_some_and(|t| now.duration_since(t) >= hold)
+            };
             if e.queue.iter().any(old) {
                 let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.queue)
                     .into_iter()
@@ -209,7 +213,7 @@ impl Hold {
                 None => e
                     .queue
                     .iter()
-                    .filter_map(|m| m.held_at)
+                    .filter_map(|m| m.held_at.get())
                     .min()
                     .map(|t| t + hold),
             })

@@ -81,6 +81,7 @@ mod gate;
 mod hold;
 mod inflight;
 mod metrics;
+mod outcome;
 mod publish;
 mod resubscribe;
 mod service;
@@ -295,8 +296,11 @@ impl ClusterPubSub {
     /// ([`Error::Cluster`] past the redirect or retry bounds,
     /// [`Error::OwnerUnreachable`] past the publish hold,
     /// [`Error::HoldFull`]; with a zero hold, a connection error as it
-    /// happened). It runs on an I/O or the control thread; keep
-    /// it short.
+    /// happened). It runs on an I/O thread, the control thread, or this
+    /// one (when the outcome is known before `publish_then` returns: a
+    /// reply faster than the rest of the call, or a failure at once); keep
+    /// it short. `f` is boxed: one allocation per call, none when it
+    /// captures nothing.
     pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
     where
         F: FnOnce(Result<i64, Error>) + Send + 'static,
@@ -304,13 +308,20 @@ impl ClusterPubSub {
         if let Err(e) = self.check_open() {
             return f(Err(e));
         }
-        let msg = publish::message(&self.shared, channel, payload, Some(Box::new(f)));
+        // Boxed: one allocation per call unless `f` captures nothing.
+        self.publish_done(channel, payload, publish::Done::Call(Box::new(f)));
+    }
+
+    fn publish_done(&self, channel: &[u8], payload: &[u8], done: publish::Done) {
+        let msg = publish::message(&self.shared, channel, payload, Some(done));
         add(&self.shared.counters.published, 1);
         publish::send(&self.shared, msg, None, false);
     }
 
     /// Publishes and waits for the outcome (see
-    /// [`PubSub::publish_then`](crate::PubSub::publish_then)).
+    /// [`PubSub::publish_then`](crate::PubSub::publish_then)). Allocates
+    /// nothing in steady state (the wait reuses a cell of the calling
+    /// thread).
     ///
     /// # Errors
     ///
@@ -321,11 +332,12 @@ impl ClusterPubSub {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<i64, Error> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.publish_then(channel, payload, move |r| {
-            let _ = tx.send(r);
-        });
-        rx.recv_timeout(timeout)
+        self.check_open()?;
+        let waiter = publish::Waiter::current();
+        let round = waiter.begin();
+        self.publish_done(channel, payload, publish::Done::Wait(waiter.clone(), round));
+        waiter
+            .wait(round, timeout)
             .unwrap_or(Err(Error::WaitTimeout { after: timeout }))
     }
 

@@ -29,42 +29,68 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::cluster::hold::Offer;
+use crate::cluster::inflight::Completed;
+pub(crate) use crate::cluster::outcome::{Done, Stamp, Waiter};
 use crate::cluster::shared::{Retry, Shared};
-use crate::engine::{Engine, PublishOptions, TokenSink};
+use crate::engine::{Engine, TokenSink};
 use crate::error::Error;
 use crate::metrics::add;
 
-/// Called with a publish's outcome.
-pub(crate) type Done = Box<dyn FnOnce(Result<i64, Error>) + Send>;
-
-/// A publish in flight: the server's channel name and the payload in one
-/// buffer (empty once the outcome is known), its slot, and how often it was
-/// redirected or retried.
+/// A publish in flight: its whole command, encoded (`SPUBLISH name
+/// payload` in RESP, in one buffer; empty once the outcome is known), where
+/// the server's channel name lies in it, its slot, and how often it was
+/// redirected or retried. A redirect or retry sends the same bytes again.
 pub(crate) struct PubMsg {
     pub(crate) data: Vec<u8>,
-    pub(crate) wire_len: usize,
+    /// The server's channel name: `data[wire_at..wire_at + wire_len]`.
+    pub(crate) wire_at: u32,
+    pub(crate) wire_len: u32,
+    /// The payload's length (what the hold counts is name plus payload;
+    /// past 4 GiB, 4 GiB).
+    pub(crate) payload_len: u32,
+    /// An in-flight index reserved for its next send (see
+    /// [`super::inflight`]); given back if it finishes unsent.
+    pub(crate) token: Option<u32>,
     pub(crate) slot: u16,
     pub(crate) redirects: u32,
     pub(crate) retries: u32,
-    pub(crate) first: Instant,
+    /// When its first `TRYAGAIN`/`CLUSTERDOWN` (or no-owner) retry began:
+    /// the start of its retry window (set then, so a publish that is never
+    /// refused reads no clock).
+    pub(crate) first: Stamp,
     /// Publish order (per instance): held publishes leave in this order.
     pub(crate) seq: u64,
     /// When it was first held.
-    pub(crate) held_at: Option<Instant>,
+    pub(crate) held_at: Stamp,
     pub(crate) done: Option<Done>,
 }
 
 impl PubMsg {
+    /// The server's channel name.
+    pub(crate) fn wire(&self) -> &[u8] {
+        let at = self.wire_at as usize;
+        self.data
+            .get(at..at + self.wire_len as usize)
+            .unwrap_or_default()
+    }
+
+    /// What the publish hold counts: name plus payload bytes.
+    pub(crate) fn cost(&self) -> usize {
+        self.wire_len as usize + self.payload_len as usize
+    }
+
     pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
+        if let Some(token) = self.token.take() {
+            shared.inflight.release(token);
+        }
         if r.is_err() {
             add(&shared.cluster.publish_failed, 1);
             add(&shared.counters.publish_errors, 1);
         }
         if let Some(done) = self.done.take() {
-            done(r);
+            done.run(r);
         }
     }
 
@@ -84,6 +110,7 @@ impl PubMsg {
 /// `None` (held instead while the slot holds publishes, or has no owner
 /// and the hold is on); `asking` sends `ASKING` first on the same
 /// connection.
+#[inline]
 pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>>, asking: bool) {
     if let Some(e) = engine {
         return submit(shared, msg, &e, asking);
@@ -158,40 +185,34 @@ fn fail_full(shared: &Shared, msg: PubMsg) {
 /// Writes `msg` to `engine`'s connection. It waits in the in-flight table
 /// for its reply (see [`super::inflight`]); the engine hands the reply back
 /// with its index, to [`Shared`]'s [`TokenSink`].
-pub(crate) fn submit(shared: &Arc<Shared>, msg: PubMsg, engine: &Engine, asking: bool) {
-    let options = if shared.sharded() {
-        PublishOptions::sharded()
-    } else {
-        PublishOptions::classic()
-    };
+#[inline]
+pub(crate) fn submit(shared: &Arc<Shared>, mut msg: PubMsg, engine: &Engine, asking: bool) {
     if asking {
         engine.command_then(0, [&b"ASKING"[..]], |_| {});
     }
-    // The bytes are encoded from a copy: the message itself may be taken
-    // (by its reply) as soon as it is in the table. Taken out of the
-    // thread's slot, so a failure completing at once (and sending the
-    // message again from here) finds its own.
-    let mut bytes = SCRATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    bytes.clear();
-    bytes.extend_from_slice(&msg.data);
-    let wire_len = msg.wire_len.min(bytes.len());
-    match shared.inflight.insert(msg) {
-        Ok(token) => {
-            let (wire, payload) = bytes.split_at(wire_len);
-            engine.publish_token(wire, payload, options, shared.clone(), token);
-        }
-        Err(msg) => msg.fail(shared, "too many publishes in flight".into()),
-    }
-    if bytes.capacity() <= 64 * 1024 {
-        SCRATCH.with(|b| *b.borrow_mut() = bytes); // else: not pinned
+    let Some(token) = msg.token.take().or_else(|| shared.inflight.reserve()) else {
+        return msg.fail(shared, "too many publishes in flight".into());
+    };
+    // Copied from the message's own buffer: the entry is only reserved, so
+    // a reply (or a failure at once) that comes before `fill` waits there
+    // for this thread, and the bytes are not taken from under it.
+    engine.publish_encoded_token(msg.wire(), &msg.data, shared.clone(), token);
+    if let Some((msg, r)) = shared.inflight.fill(token, msg) {
+        on_reply(shared, msg, r);
     }
 }
 
 impl TokenSink for Shared {
     fn complete(self: Arc<Self>, token: u32, result: Result<i64, Error>) {
-        // An ordinary reply is final: the buffer goes back to the pool.
-        if let Some(msg) = self.inflight.remove(token, result.is_ok()) {
-            on_reply(&self, msg, result);
+        match self.inflight.complete(token, result) {
+            // An ordinary reply is final: nothing else to do with it.
+            Completed::Ok(done, n) => {
+                if let Some(done) = done {
+                    done.run(Ok(n));
+                }
+            }
+            Completed::Err(msg, e) => on_reply(&self, msg, Err(e)),
+            Completed::Kept => {}
         }
     }
 }
@@ -242,36 +263,48 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
     shared.post(|inbox| inbox.retries.push(retry));
 }
 
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Builds a message for `channel` (user name) and `payload`: the server
-/// name and the payload in one buffer from the pool (allocated only while
-/// the pool has none).
+/// Builds a message for `channel` (user name) and `payload`: its whole
+/// command encoded in one buffer from the pool (allocated only while the
+/// pool has none).
+#[inline]
 pub(crate) fn message(
     shared: &Shared,
     channel: &[u8],
     payload: &[u8],
     done: Option<Done>,
 ) -> PubMsg {
-    let mut data = shared.inflight.buffer();
+    let (mut data, token) = shared.inflight.start();
+    let p = shared.parts.partition_of(channel);
+    let head = shared.wire_head(p);
+    let wire_len = head.len() + channel.len();
     // A new buffer is rounded up, so one reused for a slightly longer
     // channel or payload need not grow.
-    data.reserve((channel.len() + payload.len() + 32).next_power_of_two());
-    shared.wire_into(channel, &mut data);
-    let wire_len = data.len();
-    data.extend_from_slice(payload);
-    let slot = shared.parts.slot(shared.parts.partition_of(channel));
+    data.reserve((wire_len + payload.len() + 64).next_power_of_two());
+    data.extend_from_slice(if shared.sharded() {
+        b"*3\r\n$8\r\nSPUBLISH\r\n"
+    } else {
+        b"*3\r\n$7\r\nPUBLISH\r\n"
+    });
+    resp::encode_bulk_header(&mut data, wire_len);
+    let wire_at = data.len();
+    data.extend_from_slice(head);
+    data.extend_from_slice(channel);
+    data.extend_from_slice(b"\r\n");
+    resp::encode_bulk(&mut data, payload);
     PubMsg {
         data,
-        wire_len,
-        slot,
+        // A name past 4 GiB is refused by every server; it routes as
+        // empty (to the first connection) and the server says why.
+        wire_at: u32::try_from(wire_at).unwrap_or(0),
+        wire_len: u32::try_from(wire_len).unwrap_or(0),
+        payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        token,
+        slot: shared.parts.slot(p),
         redirects: 0,
         retries: 0,
-        first: Instant::now(),
+        first: Stamp::UNSET,
         seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
-        held_at: None,
+        held_at: Stamp::UNSET,
         done,
     }
 }

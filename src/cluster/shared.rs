@@ -176,6 +176,9 @@ pub(crate) struct Shared {
     /// What every placement shares (registry, queues, counters, waits and
     /// refusals); its waits are also woken on topology changes.
     pub(crate) front: Front,
+    /// Per partition, what precedes a channel in its server name
+    /// (`<prefix>{TAG}.`; empty in classic mode): see [`wire_heads`].
+    pub(crate) heads: Vec<Box<[u8]>>,
     pub(crate) cluster: ClusterCounters,
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
@@ -198,6 +201,21 @@ pub(crate) struct Shared {
     pub(crate) inflight: InFlight,
     /// This instance's id in gate markers.
     pub(crate) instance: u64,
+}
+
+/// What precedes a channel of each partition in its server name, worked
+/// out once, so a publish writes its name in two copies (no hashing of the
+/// tag table, no pieces).
+pub(crate) fn wire_heads(mode: Mode, parts: &Partitions) -> Vec<Box<[u8]>> {
+    (0..parts.count())
+        .map(|p| {
+            let mut head = Vec::new();
+            if !matches!(mode, Mode::Classic) {
+                parts.redis_channel_at(p, b"", &mut head);
+            }
+            head.into_boxed_slice()
+        })
+        .collect()
 }
 
 /// Salt so the classic-mode connection choice is independent of workers.
@@ -241,6 +259,12 @@ impl Shared {
             Mode::Classic => out.extend_from_slice(channel),
             Mode::Sharded | Mode::PerPartition => self.parts.redis_channel_into(channel, out),
         }
+    }
+
+    /// What precedes a channel of partition `p` (which must be
+    /// `parts.partition_of(channel)`) in its server name.
+    pub(crate) fn wire_head(&self, p: u32) -> &[u8] {
+        self.heads.get(p as usize).map_or(&[][..], |h| &h[..])
     }
 
     /// Whether commands use `SSUBSCRIBE`/`SPUBLISH`.

@@ -399,17 +399,24 @@ impl Engine {
         let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
     }
 
-    /// Publishes; the outcome goes to `sink` with `token` (no allocation:
-    /// for callers that keep their own table of publishes in flight).
-    pub(crate) fn publish_token(
+    /// Sends `encoded`, one whole `PUBLISH`/`SPUBLISH` command already in
+    /// RESP (its reply is one integer), on the connection `channel` (its
+    /// server name) maps to; the outcome goes to `sink` with `token`. Copied
+    /// into the connection's staging buffer as it is, with no allocation:
+    /// for callers that keep their own table of publishes in flight, and
+    /// the command's bytes with it (for a retry).
+    pub(crate) fn publish_encoded_token(
         &self,
         channel: &[u8],
-        payload: &[u8],
-        options: PublishOptions,
+        encoded: &[u8],
         sink: Arc<dyn TokenSink>,
         token: u32,
     ) {
-        let _ = self.submit_publish(channel, payload, options, Completion::Token(sink, token));
+        let conn = self.route_channel(channel);
+        let request = Request::single(Completion::Token(sink, token));
+        if let Err((req, e)) = conn.submit(|buf| buf.extend_from_slice(encoded), request) {
+            req.user.fail(e);
+        }
     }
 
     fn submit_publish(
