@@ -89,6 +89,78 @@ pub enum PubSub<'a> {
 /// reply, not an event).
 pub fn classify<'a>(frame: &Frame<'a>) -> Option<PubSub<'a>> {
     let agg = frame.as_aggregate()?;
+    if !matches!(agg.kind(), AggregateKind::Push | AggregateKind::Array) {
+        return None;
+    }
+    classify_common(agg.body, agg.len).or_else(|| classify_general(frame))
+}
+
+/// The frames a subscriber sees most (`message` and `smessage` with two
+/// bulk strings, `subscribe` and `ssubscribe` confirmations with a bulk
+/// string and an integer), read straight from the aggregate's validated
+/// bytes: three length headers, no frame built per element. Anything else
+/// (other kinds, attributes, streamed strings, other headers) is `None`
+/// and goes the general way, which gives these shapes the same answer.
+#[inline]
+fn classify_common(body: &[u8], len: usize) -> Option<PubSub<'_>> {
+    if len != 3 {
+        return None;
+    }
+    let (kind, at) = bulk_at(body, 0)?;
+    let event = match Kind::of(kind)? {
+        Kind::Message => {
+            let (channel, at) = bulk_at(body, at)?;
+            let (payload, _) = bulk_at(body, at)?;
+            PubSub::Message { channel, payload }
+        }
+        Kind::SMessage => {
+            let (channel, at) = bulk_at(body, at)?;
+            let (payload, _) = bulk_at(body, at)?;
+            PubSub::SMessage { channel, payload }
+        }
+        Kind::Subscribe => {
+            let (channel, at) = bulk_at(body, at)?;
+            PubSub::Subscribe {
+                channel,
+                count: int_at(body, at)?,
+            }
+        }
+        Kind::SSubscribe => {
+            let (channel, at) = bulk_at(body, at)?;
+            PubSub::SSubscribe {
+                channel,
+                count: int_at(body, at)?,
+            }
+        }
+        _ => return None,
+    };
+    Some(event)
+}
+
+/// A `$len\r\n…\r\n` bulk string at `pos` of validated bytes, and where the
+/// next element starts.
+#[inline(always)]
+fn bulk_at(buf: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    if buf.get(pos) != Some(&b'$') {
+        return None;
+    }
+    let (len, after) = crate::read::digits_crlf(buf, pos + 1)?;
+    let end = after.checked_add(usize::try_from(len).ok()?)?;
+    Some((buf.get(after..end)?, end.checked_add(2)?))
+}
+
+/// A `:n\r\n` integer at `pos` of validated bytes.
+#[inline(always)]
+fn int_at(buf: &[u8], pos: usize) -> Option<i64> {
+    if buf.get(pos) != Some(&b':') {
+        return None;
+    }
+    crate::read::int_crlf(buf, pos + 1).map(|(n, _)| n)
+}
+
+/// [`classify`] for every shape, element by element.
+fn classify_general<'a>(frame: &Frame<'a>) -> Option<PubSub<'a>> {
+    let agg = frame.as_aggregate()?;
     let is_push = match agg.kind() {
         AggregateKind::Push => true,
         AggregateKind::Array => false,
@@ -203,5 +275,102 @@ fn optional<'a>(f: Frame<'a>) -> Option<Option<&'a [u8]>> {
     match f {
         Frame::Null => Some(None),
         f => string(f).map(Some),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{parse, Limits, Status};
+    use alloc::format;
+    use alloc::string::String;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// One element as the wire may carry it.
+    fn element(text: &[u8], form: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        match form % 4 {
+            // A bulk string, the usual form.
+            0 | 1 => {
+                out.extend_from_slice(format!("${}\r\n", text.len()).as_bytes());
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\r\n");
+            }
+            // A simple string (no CR or LF inside).
+            2 if !text.contains(&b'\r') && !text.contains(&b'\n') => {
+                out.push(b'+');
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\r\n");
+            }
+            // A streamed string in one chunk, or an attribute first.
+            2 => {
+                out.extend_from_slice(format!("$?\r\n;{}\r\n", text.len()).as_bytes());
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\r\n;0\r\n");
+            }
+            _ => {
+                out.extend_from_slice(b"|1\r\n+k\r\n+v\r\n");
+                out.extend_from_slice(format!("${}\r\n", text.len()).as_bytes());
+                out.extend_from_slice(text);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Wherever the fast reading answers, it gives the general answer;
+        /// and for the common shapes written the common way, it answers.
+        #[test]
+        fn the_common_shapes_read_fast_read_the_same(
+            kind in prop::sample::select(vec![
+                &b"message"[..], b"smessage", b"subscribe", b"ssubscribe", b"MESSAGE",
+                b"SSubscribe", b"pmessage", b"unsubscribe", b"pong", b"invalidate",
+            ]),
+            channel in prop::collection::vec(any::<u8>(), 0..24),
+            payload in prop::collection::vec(any::<u8>(), 0..64),
+            count in prop_oneof![Just(1i64), Just(-3), any::<i64>()],
+            forms in prop::collection::vec(0u8..8, 3),
+            push in any::<bool>(),
+            extra in 0usize..2,
+        ) {
+            let n = 3 + extra;
+            let mut wire = format!("{}{n}\r\n", if push { '>' } else { '*' }).into_bytes();
+            wire.extend(element(kind, forms[0]));
+            wire.extend(element(&channel, forms[1]));
+            let third_is_int = forms[2] % 2 == 0 && !kind.eq_ignore_ascii_case(b"message")
+                && !kind.eq_ignore_ascii_case(b"smessage");
+            if third_is_int {
+                wire.extend(format!(":{count}\r\n").into_bytes());
+            } else {
+                wire.extend(element(&payload, forms[2]));
+            }
+            for _ in 0..extra {
+                wire.extend(element(b"more", 0));
+            }
+            let Ok(Status::Complete(p)) = parse(&wire, &Limits::default()) else {
+                panic!("not a frame: {:?}", String::from_utf8_lossy(&wire));
+            };
+            let agg = p.frame.as_aggregate().unwrap();
+            let general = classify_general(&p.frame);
+            let fast = classify_common(agg.body, agg.len);
+            if let Some(f) = fast {
+                prop_assert_eq!(Some(f), general);
+            }
+            prop_assert_eq!(classify(&p.frame), general);
+            let plain = forms.iter().all(|f| f % 4 < 2);
+            let common = [&b"message"[..], b"smessage", b"subscribe", b"ssubscribe"]
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(kind));
+            let shape_ok = kind.eq_ignore_ascii_case(b"message") || kind.eq_ignore_ascii_case(b"smessage")
+                || third_is_int;
+            if plain && common && shape_ok && extra == 0 && (!third_is_int || count.unsigned_abs() < 10u64.pow(17)) {
+                prop_assert!(fast.is_some(), "the common shape went the general way");
+            }
+        }
     }
 }
