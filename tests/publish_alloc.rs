@@ -106,6 +106,20 @@ fn cluster_publish_all(ps: &PubSub, channels: &[Vec<u8>], n: usize, payload: &[u
     assert!(r.is_ok(), "end marker: {r:?}");
 }
 
+/// A cluster instance on `cluster` whose control thread does no periodic
+/// work (a topology poll, liveness probes allocate; none of it may fall
+/// into a measured window).
+fn quiet_cluster_pubsub(cluster: &Cluster) -> PubSub {
+    PubSub::builder()
+        .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
+        .workers(1)
+        .handler(|_: &[u8], _: &[u8]| {})
+        .poll_interval(Duration::from_secs(3600))
+        .probe_interval(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -115,16 +129,7 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         .collect();
     for kind in kinds() {
         let cluster = Cluster::start(kind, 1, 0).unwrap();
-        let ps = PubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .workers(1)
-            .handler(|_: &[u8], _: &[u8]| {})
-            // The control thread's periodic work (a topology poll, liveness
-            // probes) allocates; none of it may fall into the window.
-            .poll_interval(Duration::from_secs(3600))
-            .probe_interval(Duration::ZERO)
-            .build()
-            .unwrap();
+        let ps = quiet_cluster_pubsub(&cluster);
         const N: usize = 20_000;
         // Warm up: buffers and the pool of message buffers grow to their
         // working size. The pool keeps one buffer per publish in flight at
@@ -181,14 +186,7 @@ fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state()
         .collect();
     for kind in kinds() {
         let cluster = Cluster::start(kind, 1, 0).unwrap();
-        let ps = PubSub::builder()
-            .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-            .workers(1)
-            .handler(|_: &[u8], _: &[u8]| {})
-            .poll_interval(Duration::from_secs(3600))
-            .probe_interval(Duration::ZERO)
-            .build()
-            .unwrap();
+        let ps = quiet_cluster_pubsub(&cluster);
         const WAITS: usize = 2_000;
         const THENS: u64 = 20_000;
         let then_all = |n: u64| {

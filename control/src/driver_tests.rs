@@ -6,52 +6,18 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use shardcore::Partitions;
-use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
+use topology::SlotMap;
+
+use crate::test_maps::{addr, drain, map};
 
 use crate::{
     Command, Config, ConnId, Core, FetchError, ProbeReply, ResubscribeSplit, SubscribeReply, Time,
 };
 
-fn addr(host: &str) -> NodeAddr {
-    NodeAddr {
-        host: host.into(),
-        port: 7000,
-    }
-}
-
-fn primary(id: &str, host: &str) -> Shard {
-    Shard {
-        primary: Node {
-            id: id.into(),
-            addr: Some(addr(host)),
-            hostname: None,
-            tls_port: None,
-            role: Role::Primary,
-            health: Health::Online,
-            replication_offset: None,
-        },
-        replicas: Vec::new(),
-    }
-}
-
-/// `(id, host, first slot, last slot)` per shard.
-fn map(shards: &[(&str, &str, u16, u16)]) -> SlotMap {
-    let mut m = SlotMap::new();
-    for &(id, host, a, b) in shards {
-        let i = m.push_shard(primary(id, host));
-        m.assign(a..=b, i);
-    }
-    m
-}
-
 fn config() -> Config {
     let mut c = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
     c.ping_interval = Duration::from_secs(5);
     c
-}
-
-fn drain(core: &mut Core) -> Vec<Command> {
-    core::iter::from_fn(|| core.poll_command()).collect()
 }
 
 fn ms(n: u64) -> Time {

@@ -63,6 +63,8 @@ pub mod sim;
 mod stats;
 mod subscribe;
 #[cfg(test)]
+mod test_maps;
+#[cfg(test)]
 mod tests;
 mod time;
 

@@ -5,44 +5,15 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::time::Duration;
 
+use crate::test_maps::{addr, drain, map};
 use shardcore::Partitions;
-use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
 use crate::{Command, Config, ConfigError, ConnId, Core, FetchError, SubscribeReply, Time};
-
-fn addr(host: &str) -> NodeAddr {
-    NodeAddr {
-        host: host.into(),
-        port: 7000,
-    }
-}
-
-fn one_node_map() -> SlotMap {
-    let mut map = SlotMap::new();
-    let i = map.push_shard(Shard {
-        primary: Node {
-            id: "a".into(),
-            addr: Some(addr("n0")),
-            hostname: None,
-            tls_port: None,
-            role: Role::Primary,
-            health: Health::Online,
-            replication_offset: None,
-        },
-        replicas: Vec::new(),
-    });
-    map.assign(0..=16383, i);
-    map
-}
 
 fn config(batch: usize) -> Config {
     let mut c = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
     c.batch = batch;
     c
-}
-
-fn drain(core: &mut Core) -> Vec<Command> {
-    core::iter::from_fn(|| core.poll_command()).collect()
 }
 
 /// A core with one node and its connection up.
@@ -51,7 +22,7 @@ fn up(batch: usize) -> (Core, ConnId) {
     let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
         panic!("no fetch first")
     };
-    core.handle_topology(Time(1), id, Ok(one_node_map()));
+    core.handle_topology(Time(1), id, Ok(map(&[("a", "n0", 0, 16383)])));
     let Some(Command::Open { conn, .. }) = core.poll_command() else {
         panic!("no open")
     };
@@ -142,7 +113,7 @@ fn a_late_topology_reply_is_ignored() {
     assert_eq!(deadline, Time::ZERO + Duration::from_secs(2));
     core.handle_timeout(deadline);
     assert!(drain(&mut core).is_empty(), "a retry waits for the backoff");
-    core.handle_topology(deadline, id, Ok(one_node_map()));
+    core.handle_topology(deadline, id, Ok(map(&[("a", "n0", 0, 16383)])));
     assert!(drain(&mut core).is_empty(), "the timed-out request's reply");
     assert!(core.layout().nodes().is_empty());
     let next = core.poll_timeout().unwrap();

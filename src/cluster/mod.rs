@@ -100,6 +100,7 @@ pub use metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyError
 
 use crate::error::Error;
 use crate::metrics::add;
+use crate::pubsub::front::{Front, Placement};
 #[allow(unused_imports)]
 use crate::pubsub::{Event, Handler};
 use crate::workers::Pool;
@@ -194,82 +195,6 @@ impl ClusterPubSub {
             s.active
                 .sleep_until(deadline.min(now + Duration::from_millis(20)));
         }
-    }
-
-    fn check_open(&self) -> Result<(), Error> {
-        if self.shut.load(Ordering::Acquire) {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn set_wanted<I>(&self, channels: I, want: bool) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.check_open()?;
-        let s = &self.shared;
-        s.front
-            .set_wanted(channels, want, |c| s.lane_of(c), |l| s.mark_dirty(l));
-        Ok(())
-    }
-
-    /// Asks for these channels. Returns at once; the subscribe commands
-    /// leave from the control thread, batched per partition. Use
-    /// [`PubSub::wait_active`](crate::PubSub::wait_active) to learn when they are confirmed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] after shutdown.
-    pub fn subscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.set_wanted(channels, true)
-    }
-
-    /// Gives these channels up (returns at once).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] after shutdown.
-    pub fn unsubscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.set_wanted(channels, false)
-    }
-
-    /// Whether the server has confirmed the channel's subscription on a
-    /// connection that is up.
-    pub fn is_active(&self, channel: &[u8]) -> bool {
-        self.shared.is_active(channel)
-    }
-
-    /// Blocks until every channel in `channels` is active, or `timeout`
-    /// passes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WaitTimeout`] when some channel is still not active at the
-    /// deadline, [`Error::Shutdown`] after shutdown.
-    pub fn wait_active<C: AsRef<[u8]>>(
-        &self,
-        channels: &[C],
-        timeout: Duration,
-    ) -> Result<(), Error> {
-        let s = &self.shared;
-        s.front.wait_active(
-            channels,
-            timeout,
-            || self.check_open(),
-            |c| s.is_active(c),
-            |c| s.lane_of(c),
-        )
     }
 
     /// Publishes `payload` to `channel`, fire-and-forget: `SPUBLISH` of the
@@ -384,6 +309,32 @@ impl ClusterPubSub {
         self.pool.shutdown();
         *self.shared.routes.write() = shared::Routes::empty();
         self.shared.active.wake();
+    }
+}
+
+impl Placement for ClusterPubSub {
+    fn front(&self) -> &Front {
+        &self.shared.front
+    }
+
+    fn lane_of(&self, channel: &[u8]) -> usize {
+        self.shared.lane_of(channel)
+    }
+
+    fn mark_dirty(&self, lane: usize) {
+        self.shared.mark_dirty(lane);
+    }
+
+    fn is_active(&self, channel: &[u8]) -> bool {
+        self.shared.is_active(channel)
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.shut.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
     }
 }
 

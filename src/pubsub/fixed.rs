@@ -12,6 +12,7 @@ use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
 use crate::pubsub::envelope;
+use crate::pubsub::front::{Front, Placement};
 use crate::pubsub::routing;
 use crate::pubsub::shared::Shared;
 use crate::workers::{now_us, Pool};
@@ -41,8 +42,23 @@ thread_local! {
     static ENVELOPE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Fixed {
-    /// Settings for a new instance.
+impl Placement for Fixed {
+    fn front(&self) -> &Front {
+        &self.shared.front
+    }
+
+    fn lane_of(&self, channel: &[u8]) -> usize {
+        self.shared.routing.lane_of(channel)
+    }
+
+    fn mark_dirty(&self, lane: usize) {
+        self.shared.mark_dirty(lane);
+    }
+
+    fn is_active(&self, channel: &[u8]) -> bool {
+        self.shared.is_active(channel)
+    }
+
     fn check_open(&self) -> Result<(), Error> {
         if self.shut.load(Ordering::Acquire) {
             Err(Error::Shutdown)
@@ -50,84 +66,9 @@ impl Fixed {
             Ok(())
         }
     }
+}
 
-    fn set_wanted<I>(&self, channels: I, want: bool) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.check_open()?;
-        let s = &self.shared;
-        s.front.set_wanted(
-            channels,
-            want,
-            |c| s.routing.lane_of(c),
-            |l| s.mark_dirty(l),
-        );
-        Ok(())
-    }
-
-    /// Asks for these channels. Returns at once; the subscribe commands
-    /// leave from the control thread, batched with other calls. Use
-    /// [`PubSub::wait_active`] to learn when they are confirmed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] after shutdown.
-    pub(crate) fn subscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.set_wanted(channels, true)
-    }
-
-    /// Gives these channels up. Returns at once, like
-    /// [`PubSub::subscribe`]; messages already received may still reach the
-    /// handler.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] after shutdown.
-    pub(crate) fn unsubscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.set_wanted(channels, false)
-    }
-
-    /// Whether the server has confirmed the channel's subscription on a
-    /// connection that is still up.
-    pub(crate) fn is_active(&self, channel: &[u8]) -> bool {
-        self.shared.is_active(channel)
-    }
-
-    /// Blocks until every channel in `channels` is active (confirmed), or
-    /// `timeout` passes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WaitTimeout`] when some channel is still not active at the
-    /// deadline (for example one that was never subscribed),
-    /// [`Error::SubscribeRefused`] for a channel the server refused
-    /// (naming it and the server's reason), [`Error::Shutdown`] after
-    /// shutdown.
-    pub(crate) fn wait_active<C: AsRef<[u8]>>(
-        &self,
-        channels: &[C],
-        timeout: Duration,
-    ) -> Result<(), Error> {
-        let s = &self.shared;
-        s.front.wait_active(
-            channels,
-            timeout,
-            || self.check_open(),
-            |c| s.is_active(c),
-            |c| s.routing.lane_of(c),
-        )
-    }
-
+impl Fixed {
     /// Publishes `payload` to `channel` on its shard, fire-and-forget
     /// (with the envelope when it is on). Allocates nothing in steady
     /// state.

@@ -17,6 +17,57 @@ use crate::pubsub::refusal::{Refusals, Targets};
 use crate::pubsub::registry::Registry;
 use crate::workers::Queue;
 
+/// What a placement tells the front: how a channel maps to a lane, how the
+/// control thread hears of a lane with work, whether a channel's
+/// subscription is confirmed on a connection that is up, and whether the
+/// instance is still open. Subscribing and waiting are written once, over
+/// it ([`set_wanted`], [`wait_active`]).
+pub(crate) trait Placement {
+    fn front(&self) -> &Front;
+    fn lane_of(&self, channel: &[u8]) -> usize;
+    fn mark_dirty(&self, lane: usize);
+    fn is_active(&self, channel: &[u8]) -> bool;
+    fn check_open(&self) -> Result<(), Error>;
+}
+
+/// Marks `channels` wanted (or not) on placement `p`; the subscribe or
+/// unsubscribe commands leave from its control thread.
+///
+/// # Errors
+///
+/// [`Error::Shutdown`] after shutdown.
+pub(crate) fn set_wanted<P, I>(p: &P, channels: I, want: bool) -> Result<(), Error>
+where
+    P: Placement,
+    I: IntoIterator,
+    I::Item: AsRef<[u8]>,
+{
+    p.check_open()?;
+    p.front()
+        .set_wanted(channels, want, |c| p.lane_of(c), |l| p.mark_dirty(l));
+    Ok(())
+}
+
+/// Blocks until every channel is active on placement `p`, one is refused,
+/// it shuts down or `timeout` passes.
+///
+/// # Errors
+///
+/// As [`PubSub::wait_active`](crate::PubSub::wait_active).
+pub(crate) fn wait_active<P: Placement, C: AsRef<[u8]>>(
+    p: &P,
+    channels: &[C],
+    timeout: Duration,
+) -> Result<(), Error> {
+    p.front().wait_active(
+        channels,
+        timeout,
+        || p.check_open(),
+        |c| p.is_active(c),
+        |c| p.lane_of(c),
+    )
+}
+
 pub(crate) struct Front {
     pub(crate) registry: Registry,
     pub(crate) queues: Vec<Arc<Queue>>,

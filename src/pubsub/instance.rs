@@ -6,6 +6,7 @@ use crate::cluster::{ClusterMetrics, ClusterPubSub};
 use crate::engine::{Engine, PublishOptions, Runtime};
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::pubsub::front::{self, Placement};
 use crate::pubsub::{Fixed, PubSubBuilder};
 
 /// Subscriptions, publishing and delivery on one server, N client-side
@@ -72,7 +73,7 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        on_placement!(self, p => p.subscribe(channels))
+        on_placement!(self, p => front::set_wanted(p, channels, true))
     }
 
     /// Gives these channels up. Returns at once, like
@@ -87,7 +88,7 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        on_placement!(self, p => p.unsubscribe(channels))
+        on_placement!(self, p => front::set_wanted(p, channels, false))
     }
 
     /// Whether the server has confirmed the channel's subscription on a
@@ -111,7 +112,7 @@ impl PubSub {
         channels: &[C],
         timeout: Duration,
     ) -> Result<(), Error> {
-        on_placement!(self, p => p.wait_active(channels, timeout))
+        on_placement!(self, p => front::wait_active(p, channels, timeout))
     }
 
     /// Publishes `payload` to `channel`, fire-and-forget: on its shard's
