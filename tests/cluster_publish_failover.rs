@@ -242,31 +242,41 @@ fn bounded(kind: ServerKind) {
         .map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("an outcome"))
         .collect();
     outcomes.sort_by_key(|o| o.0);
+    // Which ten are held follows the order the publishes reached the hold,
+    // not their numbers: those written before the kill was noticed fail
+    // later (on the I/O thread, when the connection breaks) than those
+    // refused at submission. Exactly ten of each, whichever they are.
+    let (mut expired, mut full) = (Vec::new(), Vec::new());
     for (i, at, r) in &outcomes {
-        if *i < 10 {
-            assert!(
-                matches!(r, Err(Error::OwnerUnreachable { held, .. })
-                    if *held >= Duration::from_millis(300)),
-                "{kind:?}: publish {i}: {r:?} after {at:?}"
-            );
-            assert!(
-                *at >= Duration::from_millis(300) && *at < Duration::from_millis(1500),
-                "{kind:?}: publish {i} failed after {at:?}"
-            );
-        } else {
-            assert!(
-                matches!(r, Err(Error::HoldFull { messages: 10, .. })),
-                "{kind:?}: publish {i}: {r:?}"
-            );
-            assert!(*at < Duration::from_millis(300), "{kind:?}: {at:?}");
+        match r {
+            Err(Error::OwnerUnreachable { held, .. }) => {
+                assert!(
+                    *held >= Duration::from_millis(300),
+                    "{kind:?}: publish {i}: {r:?}"
+                );
+                assert!(
+                    *at >= Duration::from_millis(300) && *at < Duration::from_millis(1500),
+                    "{kind:?}: publish {i} failed after {at:?}"
+                );
+                expired.push(*at);
+            }
+            Err(Error::HoldFull { messages: 10, .. }) => {
+                assert!(*at < Duration::from_millis(300), "{kind:?}: {at:?}");
+                full.push(*i);
+            }
+            other => panic!("{kind:?}: publish {i}: {other:?} after {at:?}"),
         }
     }
-    let failed_at: Vec<Duration> = outcomes.iter().take(10).map(|o| o.1).collect();
+    assert_eq!(
+        (expired.len(), full.len()),
+        (10, 10),
+        "{kind:?}: {outcomes:?}"
+    );
+    let failed_at = expired;
     eprintln!(
-        "{kind:?}: held publishes failed after {:?}..{:?}: {}",
+        "{kind:?}: held publishes failed after {:?}..{:?}; refused at once: {full:?}",
         failed_at.iter().min(),
         failed_at.iter().max(),
-        outcomes[0].2.as_ref().unwrap_err()
     );
     let m = held.cluster_metrics().unwrap();
     assert_eq!((m.holds.expired, m.holds.full), (10, 10), "{m:?}");
