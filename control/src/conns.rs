@@ -339,6 +339,17 @@ impl Core {
         self.heard(conn, now);
     }
 
+    /// Connection `index` of primary `node` (node-grouped and classic:
+    /// `0..multiplier`; per-partition: the partition number), if open.
+    pub fn node_conn(&self, node: &NodeKey, index: usize) -> Option<ConnId> {
+        self.nodes.get(node)?.get(&index).copied()
+    }
+
+    /// Whether `conn` is up (reported up, not closed or down since).
+    pub fn is_conn_up(&self, conn: ConnId) -> bool {
+        self.is_up(conn)
+    }
+
     /// The primary connection `conn` goes to (`None` once it is closed).
     pub fn node_of(&self, conn: ConnId) -> Option<&NodeKey> {
         self.conns.get(&conn).map(|c| &c.node)

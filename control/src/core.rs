@@ -76,6 +76,8 @@ pub struct Core {
     /// The latest time seen (timers are never armed before it).
     pub(crate) now: Time,
     pub(crate) counters: Counters,
+    /// Bumped whenever `map` is replaced (every fetch, probe or adopted id).
+    pub(crate) map_epoch: u64,
 }
 
 /// One partition (lane) and its wanted channels.
@@ -221,6 +223,7 @@ impl Core {
             stale_rounds: 0,
             now,
             counters: Counters::default(),
+            map_epoch: 0,
         };
         core.fetch.next = Some(now);
         core.handle_timeout(now);
@@ -335,6 +338,20 @@ impl Core {
     /// The current layout (partition → node).
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The slot map the layout comes from, with what probes and adopted
+    /// node ids added (the driver routes publishes by it).
+    pub fn map(&self) -> &SlotMap {
+        &self.map
+    }
+
+    /// A number that changes whenever [`map`](Core::map) is replaced:
+    /// after every fetch that gave a map (even an unchanged one), a probe
+    /// that found an owner, or a node id learnt. A driver compares it with
+    /// the last one it saw to know when to reroute.
+    pub fn map_epoch(&self) -> u64 {
+        self.map_epoch
     }
 
     /// Every input starts here: time moves to `now` and what is due by

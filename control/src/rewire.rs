@@ -89,6 +89,24 @@ impl Core {
         }
     }
 
+    /// A publish got `TRYAGAIN` or `CLUSTERDOWN` (a slot in migration, or
+    /// the cluster failing over): a fetch within the degraded-mode delay,
+    /// counted as [`Rebuilds::retry`](crate::Rebuilds::retry); a burst of
+    /// them costs one.
+    pub fn handle_degraded(&mut self, now: Time) {
+        self.tick(now);
+        self.request_refresh(now, self.cfg.degraded_retry, Trigger::Retry);
+    }
+
+    /// A node dropped a channel the driver keeps on it for itself (a
+    /// service channel in a slot it owned): the slot left the node, by a
+    /// failover or a migration. A fetch starts now, counted as
+    /// [`Rebuilds::sunsubscribe`](crate::Rebuilds::sunsubscribe).
+    pub fn handle_slot_lost(&mut self, now: Time) {
+        self.tick(now);
+        self.request_refresh(now, Duration::ZERO, Trigger::Sunsubscribe);
+    }
+
     /// Asks for a refresh `delay` from now (no sooner than
     /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
     /// the last start); starts it now when due and none is in flight.
@@ -169,6 +187,7 @@ impl Core {
         self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
         self.map = map;
+        self.map_epoch += 1;
         self.run_plan(&plan, new, now);
         self.send_probes(now);
     }
@@ -209,6 +228,7 @@ impl Core {
         if changed {
             self.layout = self.layout_for(&map);
             self.map = map;
+            self.map_epoch += 1;
         }
     }
 

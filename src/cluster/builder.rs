@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use control::Time;
 use parking_lot::RwLock;
 use shardcore::Partitions;
-use topology::{Layout, SlotMap};
 
-use crate::cluster::control::Control;
+use crate::cluster::driver::Driver;
 use crate::cluster::hold::Hold;
 use crate::cluster::inflight::InFlight;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
@@ -348,9 +348,9 @@ pub(crate) fn build(
             common.active_events,
         ),
         cluster: ClusterCounters::default(),
+        core_stats: Default::default(),
         routes: RwLock::new(Routes::empty()),
         lane_conn: RwLock::new(vec![None; lanes]),
-        lane_lost: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
         mail: Mailbox::new(lanes),
         seed_error: Default::default(),
         closing: AtomicBool::new(false),
@@ -359,29 +359,22 @@ pub(crate) fn build(
         inflight: InFlight::default(),
         instance: crate::cluster::instance_seed(),
     });
-    let empty = SlotMap::new();
-    let control = Control {
+    let core = control::Core::new(core_config(&shared, &node, seed_addrs), Time::ZERO)
+        .map_err(|e| Error::Config(format!("cluster control: {e}").into()))?;
+    let control = Driver {
         s: shared.clone(),
         node,
-        seeds: seed_addrs,
+        core,
+        origin: Instant::now(),
         command: None,
-        layout: Layout::compute(&empty, &shared.parts),
-        map: empty,
+        routes_epoch: 0,
+        map_seen: false,
         publ: Default::default(),
-        groups: Default::default(),
-        by_id: Default::default(),
-        lane_at: vec![None; lanes],
+        fetch_engines: Default::default(),
+        subs: Default::default(),
+        services: Default::default(),
         node_numbers: Default::default(),
-        classic_node: None,
-        next_id: 0,
-        next_poll: Instant::now() + c.poll_interval,
-        next_rebuild: None,
-        stale_rounds: 0,
         delayed: Vec::new(),
-        change_at: None,
-        last_restore_check: None,
-        probes: Default::default(),
-        next_probe: Instant::now(),
         next_token: 0,
         gates: Default::default(),
         retiring: Vec::new(),
@@ -400,4 +393,45 @@ pub(crate) fn build(
     let ps = ClusterPubSub::new(shared, runtime, pool, handle);
     ps.wait_started(Duration::from_secs(10))?;
     Ok(ps)
+}
+
+/// The control core's settings for this instance.
+fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> control::Config {
+    let seeds = seeds
+        .into_iter()
+        .map(|a| topology::NodeAddr {
+            host: a.ip().to_string(),
+            port: a.port(),
+        })
+        .collect();
+    let cfg = &shared.config;
+    let mut k = control::Config::new(shared.parts.clone(), seeds);
+    k.mode = match cfg.mode {
+        Mode::Sharded => control::Mode::NodeGrouped,
+        Mode::PerPartition => control::Mode::PerPartition,
+        Mode::Classic => control::Mode::Classic,
+    };
+    k.multiplier = cfg.multiplier as u32;
+    k.batch = cfg.batch;
+    k.workers = cfg.resubscribe_workers;
+    k.split = match cfg.split {
+        ResubscribeSplit::Partitions => control::ResubscribeSplit::Partitions,
+        ResubscribeSplit::Channels => control::ResubscribeSplit::Channels,
+    };
+    k.poll_interval = cfg.poll_interval;
+    k.degraded_retry = cfg.degraded_retry;
+    k.retry_max = node.backoff.1.max(cfg.degraded_retry);
+    k.reconnect_base = node.backoff.0;
+    // Connect and handshake, with a margin for a busy I/O thread.
+    k.connect_timeout = node.connect_timeout + Duration::from_secs(1);
+    // A fetch may open a connection and takes two round trips.
+    k.fetch_timeout = node.connect_timeout + Duration::from_secs(2);
+    let reply = if node.request_timeout.is_zero() {
+        Duration::from_secs(5)
+    } else {
+        node.request_timeout
+    };
+    k.reply_timeout = reply;
+    k.ping_interval = cfg.probe_interval;
+    k
 }

@@ -1,6 +1,8 @@
-//! The subscribe engines' observer: runs on the I/O threads, classifies
-//! each push, hands messages to the workers without blocking, and turns a
-//! server-initiated `sunsubscribe` of a wanted channel into a rebuild.
+//! The observer of one subscribe connection: runs on an I/O thread,
+//! classifies each push, hands messages to the workers without blocking,
+//! and reports what the control core must hear (up, down, a
+//! server-initiated `sunsubscribe`, a dropped service channel) through the
+//! control thread's inbox.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,24 +10,24 @@ use std::sync::Arc;
 use resp::{Parsed, PubSub};
 
 use crate::cluster::service;
-use crate::cluster::shared::{ConnState, Shared, Trigger};
+use crate::cluster::shared::{ConnState, Shared};
 use crate::conn::Protocol;
 use crate::error::Error;
 use crate::metrics::add;
 use crate::observer::{ConnInfo, Observer};
 use crate::pubsub::registry::{ACTIVE, SENT, WANT};
 
-/// Observer of one subscribe engine (one node, or one partition in
-/// per-partition mode); `conns[i]` is the engine's connection `i`.
+/// Observer of one subscribe connection (its engine has one).
 pub(crate) struct SubObserver {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) conns: Vec<Arc<ConnState>>,
-    /// Set when the server drops this node's service channel.
+    pub(crate) state: Arc<ConnState>,
+    /// Set when the server drops this connection's service channel (one
+    /// report per loss; the control thread clears it when it resends).
     pub(crate) service_lost: Arc<AtomicBool>,
 }
 
 impl SubObserver {
-    fn deliver(&self, state: &ConnState, wire: &[u8], payload: &[u8]) {
+    fn deliver(&self, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
             if let Some(token) = crate::cluster::gate::parse_marker(s.instance, payload) {
@@ -36,9 +38,9 @@ impl SubObserver {
         let Some((_, channel)) = s.user_of(wire) else {
             return; // not one of ours (another app's channel on a shared node)
         };
-        state.received.fetch_add(1, Ordering::Relaxed);
+        self.state.received.fetch_add(1, Ordering::Relaxed);
         if !s.front.deliver(channel, payload, 0) {
-            state.dropped.fetch_add(1, Ordering::Relaxed);
+            self.state.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -56,14 +58,16 @@ impl SubObserver {
 
     /// A `sunsubscribe` push: our own unsubscribes remove the channel from
     /// the registry first, so a wanted, sent channel here means the server
-    /// dropped it (its slot moved away).
-    fn unsubscribed(&self, state: &Arc<ConnState>, wire: &[u8]) {
+    /// dropped it (its slot moved away). It stops being active at once;
+    /// the core decides where it goes and whether it gets a gap.
+    fn unsubscribed(&self, wire: &[u8]) {
         let s = &self.shared;
+        let conn = self.state.id;
         if service::is_service(wire) {
             // The node lost the service channel's slot: a failover or a
-            // migration. Rebuild now (publish routes too).
+            // migration. The core refreshes now (publish routes too).
             if !self.service_lost.swap(true, Ordering::AcqRel) {
-                s.request_rebuild(Trigger::Sunsubscribe);
+                s.post(|inbox| inbox.services_lost.push(conn));
             }
             return;
         }
@@ -78,7 +82,7 @@ impl SubObserver {
             .read()
             .get(lane)
             .and_then(Option::as_ref)
-            .is_some_and(|now| !Arc::ptr_eq(now, state));
+            .is_some_and(|now| !Arc::ptr_eq(now, &self.state));
         if moved_on {
             return;
         }
@@ -93,13 +97,8 @@ impl SubObserver {
             None => false,
         };
         if lost {
-            let first = s
-                .lane_lost
-                .get(lane)
-                .is_some_and(|f| !f.swap(true, Ordering::AcqRel));
-            if first {
-                s.request_rebuild(Trigger::Sunsubscribe);
-            }
+            let name: Box<[u8]> = channel.into();
+            s.post(|inbox| inbox.sunsubscribed.push((conn, name)));
         }
     }
 }
@@ -109,21 +108,18 @@ impl Observer for SubObserver {
         self.on_classified_push(conn, push, resp::classify(&push.frame).as_ref());
     }
 
-    fn on_classified_push(&self, conn: &ConnInfo, _push: &Parsed<'_>, class: Option<&PubSub<'_>>) {
-        let Some(state) = self.conns.get(conn.index) else {
-            return;
-        };
-        state.rx.fetch_add(1, Ordering::Relaxed);
+    fn on_classified_push(&self, _conn: &ConnInfo, _push: &Parsed<'_>, class: Option<&PubSub<'_>>) {
+        self.state.rx.fetch_add(1, Ordering::Relaxed);
         match class.copied() {
             Some(PubSub::Message { channel, payload })
-            | Some(PubSub::SMessage { channel, payload }) => self.deliver(state, channel, payload),
+            | Some(PubSub::SMessage { channel, payload }) => self.deliver(channel, payload),
             Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {
                 self.confirmed(channel)
             }
             Some(PubSub::SUnsubscribe {
                 channel: Some(channel),
                 ..
-            }) => self.unsubscribed(state, channel),
+            }) => self.unsubscribed(channel),
             _ => {}
         }
     }
@@ -135,20 +131,14 @@ impl Observer for SubObserver {
         }
     }
 
-    fn on_connected(&self, conn: &ConnInfo, _protocol: Protocol, _fell_back: bool) {
-        let Some(state) = self.conns.get(conn.index) else {
-            return;
-        };
-        state.connects.fetch_add(1, Ordering::Relaxed);
-        let id = state.id;
-        self.shared.post(|inbox| inbox.connected.push(id));
+    fn on_connected(&self, _conn: &ConnInfo, _protocol: Protocol, _fell_back: bool) {
+        self.state.connects.fetch_add(1, Ordering::Relaxed);
+        let id = self.state.id;
+        self.shared.post(|inbox| inbox.ups.push(id));
     }
 
     fn on_disconnected(&self, conn: &ConnInfo, error: &Error) {
-        let Some(state) = self.conns.get(conn.index) else {
-            return;
-        };
-        let was_ready = state.ready.swap(false, Ordering::AcqRel);
+        let was_ready = self.state.ready.swap(false, Ordering::AcqRel);
         if matches!(error, Error::Shutdown) {
             return;
         }
@@ -157,11 +147,18 @@ impl Observer for SubObserver {
         }
         if was_ready {
             log::warn!(
-                "cluster subscribe connection {} to {} lost ({error}); checking the topology",
-                conn.index,
+                "cluster subscribe connection {} to {} lost ({error})",
+                self.state.id,
                 conn.addr
             );
-            self.shared.request_rebuild(Trigger::Disconnect);
+        } else {
+            log::info!(
+                "cluster subscribe connection {} to {} failed ({error})",
+                self.state.id,
+                conn.addr
+            );
         }
+        let id = self.state.id;
+        self.shared.post(|inbox| inbox.downs.push(id));
     }
 }

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cluster::control::Control;
+use crate::cluster::driver::Driver;
 use crate::cluster::hold::GATE_TIMEOUT;
 use crate::cluster::service::service_name;
 use crate::engine::Engine;
@@ -51,7 +51,7 @@ pub(crate) fn parse_marker(instance: u64, payload: &[u8]) -> Option<u64> {
     token.parse().ok()
 }
 
-impl Control {
+impl Driver {
     /// Closes a gate for slots leaving `old` for `new_addr`; the caller
     /// gates the slots with the returned token and then calls
     /// [`Control::send_barrier`].
@@ -109,8 +109,8 @@ impl Control {
             g.marker_due = Some(now + MARKER_EVERY);
             let Some(slot) = g
                 .new_addr
-                .and_then(|a| self.groups.get(&(a, None)))
-                .and_then(|grp| grp.service)
+                .and_then(|a| self.services.get(&a))
+                .map(|sv| sv.slot)
             else {
                 continue; // no service channel there yet: next round
             };

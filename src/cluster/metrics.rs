@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::cluster::shared::{Shared, Stage, Trigger};
+use crate::cluster::shared::{Shared, Stage};
 use crate::metrics::Metrics;
 
 /// Topology rebuilds, by what triggered them.
@@ -136,13 +136,14 @@ pub struct ClusterMetrics {
 pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
     let c = &s.cluster;
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let r = |t: Trigger| g(&c.rebuilds[t as usize]);
     let e = |st: Stage| g(&c.errors[st as usize]);
+    let core = *s.core_stats.lock();
     let mut m = s.counters.snapshot(false);
     m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
     m.channels = s.registry.len() as u64;
     m.received = g(&c.retired_received);
     m.dropped.queue_full = g(&c.retired_dropped);
+    m.probe_restarts += core.ping_restarts;
     {
         let conns = s.lane_conn.read();
         let mut seen = std::collections::BTreeSet::new();
@@ -153,33 +154,33 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
             }
         }
     }
-    let restores = g(&c.restores);
-    let us = |v: u64| (restores > 0).then(|| Duration::from_micros(v));
+    let r = core.rebuilds;
+    let t = core.topology_errors;
     ClusterMetrics {
         pubsub: m,
         rebuilds: RebuildCounts {
-            startup: r(Trigger::Startup),
-            poll: r(Trigger::Poll),
-            sunsubscribe: r(Trigger::Sunsubscribe),
-            moved: r(Trigger::Moved),
-            disconnect: r(Trigger::Disconnect),
-            subscribe_error: r(Trigger::SubscribeError),
-            retry: r(Trigger::Retry),
-            manual: r(Trigger::Manual),
+            startup: r.startup,
+            poll: r.poll,
+            sunsubscribe: r.sunsubscribe,
+            moved: r.moved,
+            disconnect: r.disconnect,
+            subscribe_error: r.subscribe_error,
+            retry: r.retry,
+            manual: r.manual,
         },
         topology_errors: TopologyErrors {
             version: e(Stage::Version),
-            fetch: e(Stage::Fetch),
-            parse: e(Stage::Parse),
-            probe: e(Stage::Probe),
-            connect: e(Stage::Connect),
+            fetch: t.fetch,
+            parse: t.parse,
+            probe: t.probe,
+            connect: t.connect + e(Stage::Connect),
         },
-        unknown_slot_owners: g(&c.unknown_owners),
-        last_restore: us(g(&c.restore_last_us)),
-        max_restore: us(g(&c.restore_max_us)),
-        restores,
-        moved_partitions: g(&c.moved_partitions),
-        subscribe_errors: g(&c.subscribe_errors),
+        unknown_slot_owners: core.unknown_slot_owners,
+        last_restore: core.last_restore,
+        max_restore: core.max_restore,
+        restores: core.restores,
+        moved_partitions: core.moved_partitions,
+        subscribe_errors: core.subscribe_errors,
         redirects: Redirects {
             moved: g(&c.moved),
             ask: g(&c.ask),
@@ -200,6 +201,6 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
             }
         },
         nodes: c.nodes.load(Ordering::Relaxed),
-        subscribe_connections: c.subscribe_connections.load(Ordering::Relaxed),
+        subscribe_connections: core.subscribe_connections,
     }
 }

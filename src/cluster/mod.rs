@@ -75,15 +75,15 @@
 //! ```
 
 pub(crate) mod builder;
-mod control;
+mod commands;
 mod dispatch;
+mod driver;
 mod gate;
 mod hold;
 mod inflight;
 mod metrics;
 mod outcome;
 mod publish;
-mod resubscribe;
 mod service;
 mod shared;
 mod topo;
@@ -104,7 +104,7 @@ use crate::pubsub::front::{Front, Placement};
 #[allow(unused_imports)]
 use crate::pubsub::{Event, Handler};
 use crate::workers::Pool;
-use shared::{Shared, Trigger};
+use shared::Shared;
 
 /// The cluster placement behind a [`PubSub`](crate::PubSub):
 /// subscriptions, publishing and delivery over a Redis or Valkey Cluster.
@@ -281,7 +281,7 @@ impl ClusterPubSub {
 
     /// Asks for a topology rebuild now (counted as manual).
     pub fn refresh(&self) {
-        self.shared.request_rebuild(Trigger::Manual);
+        self.shared.request_refresh();
     }
 
     /// The runtime whose I/O threads serve every node connection.

@@ -15,10 +15,10 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use control::ConnId;
 use topology::SlotMap;
 
-use crate::cluster::control::Control;
-use crate::cluster::shared::Trigger;
+use crate::cluster::driver::Driver;
 use crate::cluster::topo::resolve;
 use crate::conn::{ReplyKind, SubscribeKind};
 use crate::error::Error;
@@ -26,9 +26,20 @@ use crate::error::Error;
 /// Every service channel's name starts so (then `{key}` of its slot).
 pub(crate) const SERVICE_PREFIX: &[u8] = b"__shardsub:route:{";
 
-/// Rebuilds in a row that may see a dropped service channel's slot still
-/// on its node before it is subscribed there again.
+/// Maps in a row that may show a dropped service channel's slot still on
+/// its node before it is subscribed there again.
 const STALE_ROUNDS: u32 = 5;
+
+/// The service channel kept on one node.
+#[derive(Debug)]
+pub(crate) struct Service {
+    /// Its slot (one the node owned when it was sent).
+    pub(crate) slot: u16,
+    /// The connection it was sent on (the node's connection 0).
+    pub(crate) conn: ConnId,
+    /// Maps since it was dropped that still showed its slot on the node.
+    pub(crate) stale: u32,
+}
 
 /// The service channel of `slot`.
 pub(crate) fn service_name(slot: u16) -> Vec<u8> {
@@ -50,80 +61,91 @@ fn owner_addr(map: &SlotMap, slot: u16) -> Option<SocketAddr> {
     map.owner(slot)?.primary.addr.as_ref().and_then(resolve)
 }
 
-impl Control {
-    /// Whether the node dropped our service channel (not yet restored).
-    pub(crate) fn service_lost(&self, addr: SocketAddr) -> bool {
-        self.groups
-            .get(&(addr, None))
-            .is_some_and(|g| g.service_lost.load(Ordering::Acquire))
-    }
+/// The first slot `addr` owns in `map`.
+fn first_slot_of(map: &SlotMap, addr: SocketAddr) -> Option<u16> {
+    map.ranges()
+        .into_iter()
+        .filter_map(|(r, owner)| Some((*r.start(), owner?)))
+        .find(|&(_, i)| {
+            map.shards()
+                .get(i)
+                .and_then(|sh| sh.primary.addr.as_ref())
+                .and_then(resolve)
+                == Some(addr)
+        })
+        .map(|(slot, _)| slot)
+}
 
-    /// Keeps one service channel per node group in a slot the node owns.
-    /// Returns true while one was dropped and the map does not show why.
-    pub(crate) fn ensure_services(&mut self, map: &SlotMap) -> bool {
-        let mut degraded = false;
-        let keys: Vec<_> = self
-            .groups
-            .keys()
-            .filter(|k| k.1.is_none())
-            .copied()
+impl Driver {
+    /// Keeps one service channel per node, on its connection 0, in a slot
+    /// the node owns (`map_changed`: a new map arrived, which counts a
+    /// stale round for a dropped one whose slot it still shows there).
+    pub(crate) fn ensure_services(&mut self, map_changed: bool) {
+        let nodes: Vec<(topology::NodeKey, SocketAddr)> = self
+            .core
+            .layout()
+            .nodes()
+            .iter()
+            .filter_map(|n| Some((n.key.clone(), resolve(&n.key.addr)?)))
             .collect();
-        for key in keys {
-            let Some(g) = self.groups.get_mut(&key) else {
+        self.services
+            .retain(|a, _| nodes.iter().any(|(_, addr)| addr == a));
+        for (key, addr) in nodes {
+            let Some(conn) = self.core.node_conn(&key, 0) else {
                 continue;
             };
-            let lost = g.service_lost.load(Ordering::Acquire);
-            let owned = g
-                .service
-                .filter(|&slot| owner_addr(map, slot) == Some(key.0));
-            let slot = match (owned, lost) {
-                (Some(_), false) => continue,
-                (Some(slot), true) => {
-                    g.service_stale += 1;
-                    if g.service_stale < STALE_ROUNDS {
-                        degraded = true;
+            if !self.core.is_conn_up(conn) {
+                continue;
+            }
+            let Some(lost) = self
+                .subs
+                .get(&conn)
+                .map(|c| c.service_lost.load(Ordering::Acquire))
+            else {
+                continue;
+            };
+            let map = self.core.map();
+            let current = self.services.get_mut(&addr).filter(|sv| sv.conn == conn);
+            let owned = current
+                .as_ref()
+                .map(|sv| sv.slot)
+                .filter(|&slot| owner_addr(map, slot) == Some(addr));
+            let slot = match (owned, lost, current) {
+                (Some(_), false, _) => continue,
+                (Some(slot), true, Some(sv)) => {
+                    sv.stale += u32::from(map_changed);
+                    if sv.stale < STALE_ROUNDS {
                         continue;
                     }
                     slot
                 }
-                (None, _) => {
-                    let first = map
-                        .ranges()
-                        .into_iter()
-                        .filter_map(|(r, owner)| Some((*r.start(), owner?)))
-                        .find(|&(_, i)| {
-                            map.shards()
-                                .get(i)
-                                .and_then(|sh| sh.primary.addr.as_ref())
-                                .and_then(resolve)
-                                == Some(key.0)
-                        });
-                    match first {
-                        Some((slot, _)) => slot,
-                        None => continue, // owns nothing: the group closes
-                    }
-                }
+                _ => match first_slot_of(map, addr) {
+                    Some(slot) => slot,
+                    None => continue, // owns nothing: its connections close
+                },
             };
-            g.service = Some(slot);
-            g.service_stale = 0;
-            g.service_lost.store(false, Ordering::Release);
-            self.send_service(key);
+            self.services.insert(
+                addr,
+                Service {
+                    slot,
+                    conn,
+                    stale: 0,
+                },
+            );
+            self.send_service(conn, slot);
         }
-        degraded
     }
 
-    /// Sends the service `SSUBSCRIBE` of group `key` on its connection 0
-    /// (if that is not up, its reconnect sends it).
-    pub(crate) fn send_service(&mut self, key: (SocketAddr, Option<u32>)) {
-        let Some(g) = self.groups.get(&key) else {
+    /// Sends the service `SSUBSCRIBE` of `slot` on `conn`.
+    fn send_service(&mut self, conn: ConnId, slot: u16) {
+        let Some(c) = self.subs.get(&conn) else {
             return;
         };
-        let Some(slot) = g.service else { return };
-        let engine = g.engine.clone();
-        let lost = g.service_lost.clone();
+        c.service_lost.store(false, Ordering::Release);
+        let lost = c.service_lost.clone();
         let name = service_name(slot);
         let s = self.s.clone();
-        let r = engine.submit_to_then(
+        let r = c.engine.submit_to_then(
             0,
             0,
             |buf| resp::encode_command_with(buf, b"SSUBSCRIBE", &[&name]),
@@ -134,14 +156,26 @@ impl Control {
             move |r| {
                 if let Err(Error::Reply { addr, message }) = r {
                     log::info!("service channel refused by {addr}: {message}; refreshing");
-                    lost.store(true, Ordering::Release);
-                    s.request_rebuild(Trigger::SubscribeError);
+                    if !lost.swap(true, Ordering::AcqRel) {
+                        s.post(|inbox| inbox.services_lost.push(conn));
+                    }
                 }
             },
         );
         if let Err(e) = r {
             log::debug!("service channel not sent ({e}); the reconnect will send it");
         }
+    }
+
+    /// The server dropped (or refused) the service channel on `conn`: the
+    /// node's slots moved; the core rereads the map now.
+    pub(crate) fn on_service_lost(&mut self, conn: ConnId) {
+        if !self.subs.contains_key(&conn) {
+            return;
+        }
+        let now = self.now();
+        self.core.handle_slot_lost(now);
+        self.drain();
     }
 }
 

@@ -16,7 +16,6 @@ use crate::engine::Engine;
 use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
 use crate::pubsub::registry::ACTIVE;
-use crate::pubsub::ChannelList;
 
 /// Fixed settings.
 #[derive(Clone, Debug)]
@@ -34,41 +33,26 @@ pub(crate) struct Config {
     pub(crate) publish_hold: Duration,
 }
 
-/// What made the control thread rebuild the topology.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Trigger {
-    Startup = 0,
-    Poll = 1,
-    Sunsubscribe = 2,
-    Moved = 3,
-    Disconnect = 4,
-    SubscribeError = 5,
-    Retry = 6,
-    Manual = 7,
-}
-
-pub(crate) const TRIGGERS: usize = 8;
-
-/// Where a topology step failed.
+/// Where a topology step failed that the control core does not see (it
+/// counts fetch, parse, probe and connect failures itself).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
+    /// `INFO server` (the version that chooses the topology command).
     Version = 0,
-    Fetch = 1,
-    Parse = 2,
-    Probe = 3,
-    Connect = 4,
+    /// A publish connection to a primary could not be opened.
+    Connect = 1,
 }
 
-pub(crate) const STAGES: usize = 5;
+pub(crate) const STAGES: usize = 2;
 
 /// One subscribe connection, as every thread sees it.
 #[derive(Debug)]
 pub(crate) struct ConnState {
-    pub(crate) id: u64,
+    pub(crate) id: control::ConnId,
     /// Pushes and probe replies seen: the liveness probe's sign of life.
     pub(crate) rx: AtomicU64,
-    /// Set by the control thread once the connection's lanes have been
-    /// (re)sent; cleared by the observer when it drops.
+    /// Set by the control thread when the connection came up (its lanes
+    /// are resubscribed then); cleared by the observer when it drops.
     pub(crate) ready: AtomicBool,
     pub(crate) connects: AtomicU64,
     pub(crate) received: AtomicU64,
@@ -109,10 +93,37 @@ pub(crate) struct Retry {
     pub(crate) message: Arc<str>,
 }
 
-/// The control thread's inbox.
+/// One step of a topology fetch, answered.
+pub(crate) struct Fetched {
+    /// The core's request.
+    pub(crate) id: u64,
+    pub(crate) addr: std::net::SocketAddr,
+    /// `None`: the `INFO server` reply; else the topology command's.
+    pub(crate) command: Option<topology::TopologyCommand>,
+    pub(crate) reply: Result<resp::Value, crate::Error>,
+}
+
+/// The control thread's inbox: what the I/O threads, the application and
+/// the publish path report, each turned into an input of the control core
+/// (or of the publish side) in the next round.
 #[derive(Default)]
 pub(crate) struct Inbox {
-    pub(crate) connected: Vec<u64>,
+    /// Subscribe connections that came up.
+    pub(crate) ups: Vec<control::ConnId>,
+    /// Subscribe connections that went down (or never came up).
+    pub(crate) downs: Vec<control::ConnId>,
+    /// Replies to subscribe commands, per connection in the order sent.
+    pub(crate) replies: Vec<(control::ConnId, control::SubscribeReply)>,
+    /// Server-initiated `sunsubscribe` of a wanted channel (user name).
+    pub(crate) sunsubscribed: Vec<(control::ConnId, Box<[u8]>)>,
+    /// Liveness `PING`s answered.
+    pub(crate) pongs: Vec<control::ConnId>,
+    /// Connections whose service channel the server dropped.
+    pub(crate) services_lost: Vec<control::ConnId>,
+    /// Topology fetch steps answered.
+    pub(crate) fetched: Vec<Fetched>,
+    /// Slot probes answered.
+    pub(crate) probed: Vec<(u64, control::ProbeReply)>,
     pub(crate) dirty: Vec<usize>,
     pub(crate) retries: Vec<Retry>,
     /// Route barriers: token, and whether the old route answered.
@@ -121,19 +132,30 @@ pub(crate) struct Inbox {
     pub(crate) markers: Vec<u64>,
     /// A slot started holding publishes.
     pub(crate) held: bool,
-    /// Subscribe commands the server refused for another reason than
-    /// routing (an ACL denial, say).
-    pub(crate) refused: Vec<Refusal>,
-    pub(crate) rebuild: Option<Trigger>,
+    /// The application asked for a topology reread.
+    pub(crate) refresh: bool,
     pub(crate) stop: bool,
 }
 
-/// A subscribe command of `names` (one lane) on connection `at`, refused.
-pub(crate) struct Refusal {
-    pub(crate) at: (crate::cluster::control::GroupKey, usize),
-    pub(crate) lane: usize,
-    pub(crate) names: Arc<ChannelList>,
-    pub(crate) message: Arc<str>,
+impl Inbox {
+    /// Whether anything waits to be handled.
+    pub(crate) fn has_work(&self) -> bool {
+        !(self.ups.is_empty()
+            && self.downs.is_empty()
+            && self.replies.is_empty()
+            && self.sunsubscribed.is_empty()
+            && self.pongs.is_empty()
+            && self.services_lost.is_empty()
+            && self.fetched.is_empty()
+            && self.probed.is_empty()
+            && self.dirty.is_empty()
+            && self.retries.is_empty()
+            && self.barriers.is_empty()
+            && self.markers.is_empty())
+            || self.held
+            || self.refresh
+            || self.stop
+    }
 }
 
 impl DirtyLanes for Inbox {
@@ -145,12 +167,9 @@ impl DirtyLanes for Inbox {
 /// Cluster counters (relaxed atomics).
 #[derive(Default)]
 pub(crate) struct ClusterCounters {
-    pub(crate) rebuilds: [AtomicU64; TRIGGERS],
     pub(crate) errors: [AtomicU64; STAGES],
+    /// Partitions with no known owner (the core's figure, for the start).
     pub(crate) unknown_owners: AtomicU64,
-    pub(crate) restore_last_us: AtomicU64,
-    pub(crate) restore_max_us: AtomicU64,
-    pub(crate) restores: AtomicU64,
     pub(crate) moved: AtomicU64,
     pub(crate) ask: AtomicU64,
     pub(crate) try_again: AtomicU64,
@@ -161,10 +180,7 @@ pub(crate) struct ClusterCounters {
     pub(crate) hold_full: AtomicU64,
     pub(crate) gates: AtomicU64,
     pub(crate) gate_timeouts: AtomicU64,
-    pub(crate) moved_partitions: AtomicU64,
-    pub(crate) subscribe_errors: AtomicU64,
     pub(crate) nodes: AtomicUsize,
-    pub(crate) subscribe_connections: AtomicUsize,
     /// Received and dropped counts of closed subscribe connections.
     pub(crate) retired_received: AtomicU64,
     pub(crate) retired_dropped: AtomicU64,
@@ -180,11 +196,11 @@ pub(crate) struct Shared {
     /// (`<prefix>{TAG}.`; empty in classic mode): see [`wire_heads`].
     pub(crate) heads: Vec<Box<[u8]>>,
     pub(crate) cluster: ClusterCounters,
+    /// The control core's counters, as of its last round.
+    pub(crate) core_stats: parking_lot::Mutex<control::Stats>,
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
-    /// Per lane: the server dropped a wanted subscription (slot moved).
-    pub(crate) lane_lost: Vec<AtomicBool>,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
     /// Why the last seed could not be asked for the topology (its
@@ -228,6 +244,11 @@ impl Shared {
             Mode::Classic => config.multiplier,
             Mode::Sharded | Mode::PerPartition => parts.count() as usize,
         }
+    }
+
+    /// Number of lanes of this instance.
+    pub(crate) fn lanes_len(&self) -> usize {
+        Shared::lanes(&self.config, &self.parts)
     }
 
     /// The lane of a user channel.
@@ -280,12 +301,10 @@ impl Shared {
         self.mail.mark_dirty(lane);
     }
 
-    /// Asks the control thread for a topology rebuild (the first trigger
-    /// of a burst is the one counted).
-    pub(crate) fn request_rebuild(&self, trigger: Trigger) {
-        self.post(|inbox| {
-            inbox.rebuild.get_or_insert(trigger);
-        });
+    /// Asks the control thread for a topology reread (the application's
+    /// `refresh`).
+    pub(crate) fn request_refresh(&self) {
+        self.post(|inbox| inbox.refresh = true);
     }
 
     /// Whether a channel's subscription is confirmed on a live connection.

@@ -1,38 +1,31 @@
-//! Following the cluster: fetch the slot map (`INFO server` once for the
-//! version, then `CLUSTER SHARDS` or `CLUSTER SLOTS`), probe slots with no
-//! known owner, compute the partition layout, and rewire: publish routes,
-//! subscribe connections, moved partitions (with gap events).
+//! Following the cluster on the publish side: the control core's slot map
+//! becomes publish routes (with gates where a slot's route moves), one
+//! publish connection per primary; topology replies are parsed here; and
+//! after every round the shared state (which connection carries each
+//! lane, the core's counters) is brought in line with the core.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use resp::Value;
-use topology::{Layout, NodeAddr, ParseOptions, SlotMap};
+use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 
 use crate::cluster::builder::Mode;
-use crate::cluster::control::{Control, GroupKey};
-use crate::cluster::shared::{Routes, Stage, Trigger, NONE};
+use crate::cluster::driver::Driver;
+use crate::cluster::shared::{Routes, Stage, NONE};
 use crate::conn::Role;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
-
-/// How long one topology command may take.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-/// Most slots probed per rebuild.
-const MAX_PROBES: usize = 16;
-/// Rebuilds in a row that may leave a lost lane in place before it is
-/// resubscribed where the map says it lives.
-const STALE_ROUNDS: u32 = 5;
 
 /// A node address as a socket address.
 pub(crate) fn resolve(addr: &NodeAddr) -> Option<SocketAddr> {
     addr.to_string().to_socket_addrs().ok()?.next()
 }
 
-fn text(v: &Value) -> Option<&[u8]> {
+pub(crate) fn text(v: &Value) -> Option<&[u8]> {
     match v {
         Value::Bulk(b) | Value::Simple(b) => Some(b),
         Value::Verbatim { text, .. } => Some(text),
@@ -41,7 +34,7 @@ fn text(v: &Value) -> Option<&[u8]> {
     }
 }
 
-impl Control {
+impl Driver {
     /// The publish (and topology command) engine of a node, opened on
     /// first use.
     pub(crate) fn publish_engine(&mut self, addr: SocketAddr) -> Result<Arc<Engine>, Error> {
@@ -111,167 +104,77 @@ impl Control {
             .map(|(a, _)| *a)
     }
 
-    /// Runs `args` on `engine` and waits (bounded).
-    fn ask(engine: &Engine, args: &[&[u8]]) -> Result<Value, Error> {
-        engine
-            .command_pending(0, args.iter().copied())
-            .wait_timeout(COMMAND_TIMEOUT)
-    }
-
-    /// The slot map as `engine` (at `addr`) sees it.
-    fn fetch_from(&mut self, engine: &Engine, addr: SocketAddr) -> Result<SlotMap, Stage> {
-        let command = match self.command {
-            Some(c) => c,
-            None => {
-                let info = Self::ask(engine, &[b"INFO", b"server"]).map_err(|_| Stage::Version)?;
-                let version = text(&info)
-                    .and_then(topology::parse_info_version)
-                    .ok_or(Stage::Version)?;
-                let c = topology::choose_command(version);
-                log::info!("cluster: {version:?} at {addr}: using {}", c.name());
-                self.command = Some(c);
-                c
-            }
-        };
-        let reply = Self::ask(engine, &command.args()).map_err(|_| Stage::Fetch)?;
-        let mut bytes = Vec::new();
-        resp::encode_value(&mut bytes, &reply);
-        let host = addr.ip().to_string();
-        let options = ParseOptions {
-            asked_host: Some(&host),
-            prefer_hostname: false,
-        };
-        let map = topology::parse_topology_bytes(command, &bytes, &options).map_err(|e| {
-            log::warn!("cluster: cannot parse {} from {addr}: {e}", command.name());
-            Stage::Parse
-        })?;
-        if map.shards().is_empty() {
-            return Err(Stage::Fetch);
-        }
-        Ok(map)
-    }
-
-    /// Asks the known primaries in turn, then the seeds.
-    fn fetch_map(&mut self) -> Result<SlotMap, Stage> {
-        let mut last = Stage::Fetch;
-        let mut known: Vec<(SocketAddr, Arc<Engine>)> =
-            self.publ.iter().map(|(a, e)| (*a, e.clone())).collect();
-        // A node that dropped our service channel knows its slots moved.
-        known.sort_by_key(|(a, _)| !self.service_lost(*a));
-        for (addr, engine) in known {
-            if !engine_up(&engine) {
-                continue;
-            }
-            match self.fetch_from(&engine, addr) {
-                Ok(m) => return Ok(m),
-                Err(stage) => {
-                    add(&self.s.cluster.errors[stage as usize], 1);
-                    last = stage;
-                }
-            }
-        }
-        for addr in self.seeds.clone() {
-            let engine = match self.node.engine(addr, Role::Command, 1).build() {
-                Ok(e) => e,
-                Err(e) => {
-                    log::warn!("cluster: cannot ask seed {addr} for the topology: {e}");
-                    *self.s.seed_error.lock() = Some(e);
-                    add(&self.s.cluster.errors[Stage::Connect as usize], 1);
-                    last = Stage::Connect;
-                    continue;
-                }
-            };
-            let r = self.fetch_from(&engine, addr);
-            engine.shutdown();
-            match r {
-                Ok(m) => return Ok(m),
-                Err(stage) => {
-                    add(&self.s.cluster.errors[stage as usize], 1);
-                    last = stage;
-                }
-            }
-        }
-        Err(last)
-    }
-
-    /// A throwaway `GET` of a key in each unowned slot, to learn its owner
-    /// from the `MOVED` reply (or from the node answering it).
-    fn probe(&mut self, map: &mut SlotMap, slots: &[u16]) {
-        let engines: Vec<(SocketAddr, Arc<Engine>)> = self
-            .publ
-            .iter()
-            .filter(|(_, e)| engine_up(e))
-            .map(|(a, e)| (*a, e.clone()))
-            .collect();
-        let Some((addr, engine)) = engines.first().cloned() else {
-            return;
-        };
-        for &slot in slots.iter().take(MAX_PROBES) {
-            let key = topology::probe_key_for_slot(slot);
-            match Self::ask(&engine, &[b"GET", &key]) {
-                Ok(_) => map.apply_moved(
-                    slot,
-                    NodeAddr {
-                        host: addr.ip().to_string(),
-                        port: addr.port(),
-                    },
-                ),
-                Err(Error::Reply { message, .. }) => {
-                    let host = addr.ip().to_string();
-                    match topology::parse_cluster_error(message.as_bytes(), Some(&host)) {
-                        Some(topology::ClusterError::Moved {
-                            slot: s,
-                            addr: Some(a),
-                        }) => map.apply_moved(s, a),
-                        _ => add(&self.s.cluster.errors[Stage::Probe as usize], 1),
-                    }
-                }
-                Err(_) => add(&self.s.cluster.errors[Stage::Probe as usize], 1),
-            }
-        }
-    }
-
-    /// Rebuilds the layout and rewires what changed.
-    pub(crate) fn rebuild(&mut self, trigger: Trigger) {
+    /// Brings everything outside the core in line with it, after a round:
+    /// publish routes when its map changed, the service channels, which
+    /// connection carries each lane, and its counters.
+    pub(crate) fn sync(&mut self) {
         let s = self.s.clone();
-        add(&s.cluster.rebuilds[trigger as usize], 1);
-        let started = Instant::now();
-        self.next_poll = started + s.config.poll_interval;
-        let mut map = match self.fetch_map() {
-            Ok(m) => m,
-            Err(stage) => {
-                log::warn!("cluster: topology refresh failed at {stage:?}; retrying");
-                self.schedule_retry();
-                return;
+        self.sync_routes();
+        let map_changed = std::mem::take(&mut self.map_seen);
+        if self.mode() == Mode::Sharded {
+            self.ensure_services(map_changed);
+        }
+        let lanes = s.lanes_len();
+        let mut changed = false;
+        {
+            let current = s.lane_conn.read();
+            for lane in 0..lanes {
+                let want = self.lane_state(lane);
+                let have = current.get(lane).cloned().flatten();
+                let same = match (&want, &have) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    changed = true;
+                    break;
+                }
             }
-        };
-        self.ensure_publish_engines(&map);
-        let first = Layout::compute(&map, &s.parts);
-        let probe = first.slots_to_probe();
-        let layout = if probe.is_empty() {
-            first
-        } else {
-            self.probe(&mut map, &probe);
-            self.ensure_publish_engines(&map);
-            Layout::compute(&map, &s.parts)
-        };
+        }
+        if changed {
+            let mut current = s.lane_conn.write();
+            for lane in 0..lanes {
+                if let Some(slot) = current.get_mut(lane) {
+                    *slot = self.lane_state(lane);
+                }
+            }
+        }
+        let stats = self.core.stats();
         s.cluster
             .unknown_owners
-            .store(layout.unresolved().len() as u64, Ordering::Relaxed);
-        self.set_routes(&map);
-        let mut degraded = !layout.unresolved().is_empty();
-        match self.mode() {
-            Mode::Classic => degraded |= self.rewire_classic(&layout),
-            Mode::Sharded | Mode::PerPartition => degraded |= self.rewire_sharded(&layout),
+            .store(stats.unknown_slot_owners, Ordering::Relaxed);
+        *s.core_stats.lock() = stats;
+        if map_changed || changed {
+            s.active.wake();
         }
-        if self.mode() == Mode::Sharded {
-            degraded |= self.ensure_services(&map);
+    }
+
+    /// Publish routes from the core's map when it changed since the last
+    /// look (publish connections to new primaries first); notes for
+    /// [`Driver::sync`] that a map arrived.
+    pub(crate) fn sync_routes(&mut self) {
+        let epoch = self.core.map_epoch();
+        if epoch != self.routes_epoch {
+            self.routes_epoch = epoch;
+            self.map_seen = true;
+            let map = self.core.map().clone();
+            self.ensure_publish_engines(&map);
+            self.set_routes(&map);
+            self.retire_publishers(&map);
+            self.s.active.wake();
         }
-        self.map = map;
-        self.layout = layout;
-        // Primaries that own nothing any more keep no publish connection.
-        let owners: std::collections::BTreeSet<SocketAddr> = self
-            .map
+    }
+
+    /// The connection that carries `lane` in the core's layout.
+    fn lane_state(&self, lane: usize) -> Option<Arc<crate::cluster::shared::ConnState>> {
+        let conn = self.core.conn_of(lane as u32)?;
+        self.subs.get(&conn).map(|c| c.state.clone())
+    }
+
+    /// Primaries that own nothing any more keep no publish connection.
+    fn retire_publishers(&mut self, map: &SlotMap) {
+        let owners: std::collections::BTreeSet<SocketAddr> = map
             .shards()
             .iter()
             .filter_map(|sh| sh.primary.addr.as_ref().and_then(resolve))
@@ -291,25 +194,15 @@ impl Control {
                 }
             }
         }
-        s.cluster.nodes.store(self.publ.len(), Ordering::Relaxed);
-        if degraded {
-            self.schedule_retry();
-        } else {
-            self.stale_rounds = 0;
-        }
-        log::debug!(
-            "cluster: rebuild ({trigger:?}) took {:?}",
-            started.elapsed()
-        );
-        s.active.wake();
+        self.s
+            .cluster
+            .nodes
+            .store(self.publ.len(), Ordering::Relaxed);
     }
 
-    pub(crate) fn schedule_retry(&mut self) {
-        let at = Instant::now() + self.s.config.degraded_retry;
-        match self.next_rebuild {
-            Some((t, _)) if t <= at => {}
-            _ => self.next_rebuild = Some((at, Trigger::Retry)),
-        }
+    /// The mode.
+    pub(crate) fn mode(&self) -> Mode {
+        self.s.config.mode
     }
 
     /// Opens publish engines to every primary with an address.
@@ -387,176 +280,29 @@ impl Control {
             self.send_barrier(&old, token);
         }
     }
-
-    /// Sharded modes: open what `plan_rewire(old, new)` opens, then
-    /// reconcile every partition with the new layout (a partition whose
-    /// connection differs from where the layout puts it is moved: the
-    /// plan's moves, and any left behind by a connection that could not be
-    /// opened earlier), then close what the plan closes. Returns true while
-    /// degraded (a connection could not be opened, or lost lanes stayed).
-    fn rewire_sharded(&mut self, layout: &Layout) -> bool {
-        let s = self.s.clone();
-        let per_partition = matches!(self.mode(), Mode::PerPartition);
-        let mult = s.config.multiplier;
-        let plan = topology::plan_rewire(&self.layout, layout);
-        let mut degraded = false;
-        if !per_partition {
-            // Every node of the new layout needs a group: the plan's new
-            // ones, and any whose opening failed before.
-            let nodes: Vec<SocketAddr> = layout
-                .nodes()
-                .iter()
-                .filter_map(|n| resolve(&n.key.addr))
-                .collect();
-            for addr in nodes {
-                if let Err(e) = self.open_group((addr, None), mult) {
-                    log::warn!("cluster: cannot open subscribe connections to {addr}: {e}");
-                    add(&s.cluster.errors[Stage::Connect as usize], 1);
-                    degraded = true;
-                }
-            }
-        }
-        let mut now_ready: std::collections::BTreeMap<(GroupKey, usize), Vec<usize>> =
-            Default::default();
-        let mut moved = 0u64;
-        for p in 0..layout.partition_count() {
-            let lane = p as usize;
-            let addr = layout.node_of(p).and_then(|k| resolve(&k.addr));
-            let target = addr.map(|a| {
-                if per_partition {
-                    ((a, Some(p)), 0)
-                } else {
-                    ((a, None), lane % mult)
-                }
-            });
-            let current = self.lane_at.get(lane).copied().flatten();
-            if current == target && target.is_some_and(|t| self.groups.contains_key(&t.0)) {
-                continue;
-            }
-            moved += u64::from(target.is_some());
-            if per_partition {
-                if let Some((old, _)) = current {
-                    self.close_group(&old);
-                }
-            }
-            let Some(at) = target else {
-                self.assign(lane, None); // unowned: counted, probed, retried
-                continue;
-            };
-            if per_partition {
-                if let Err(e) = self.open_group(at.0, 1) {
-                    log::warn!(
-                        "cluster: cannot connect partition {p} to {:?}: {e}",
-                        at.0 .0
-                    );
-                    add(&s.cluster.errors[Stage::Connect as usize], 1);
-                }
-            }
-            if !self.groups.contains_key(&at.0) {
-                self.assign(lane, None);
-                degraded = true;
-                continue;
-            }
-            self.assign(lane, Some(at));
-            if self.groups[&at.0].conns[at.1].ready.load(Ordering::Acquire) {
-                now_ready.entry(at).or_default().push(lane);
-            }
-        }
-        add(&s.cluster.moved_partitions, moved);
-        // Lanes the server dropped that did not move: the map we read may
-        // be stale; retry a few times, then resubscribe where they are.
-        let lost: Vec<usize> = (0..s.lane_lost.len())
-            .filter(|&l| s.lane_lost[l].load(Ordering::Acquire))
-            .filter(|&l| !now_ready.values().any(|v| v.contains(&l)))
-            .collect();
-        if !lost.is_empty() {
-            self.stale_rounds += 1;
-            if self.stale_rounds >= STALE_ROUNDS {
-                for l in lost {
-                    if let Some(at) = self.lane_at.get(l).copied().flatten() {
-                        now_ready.entry(at).or_default().push(l);
-                    }
-                }
-                self.stale_rounds = 0;
-            } else {
-                degraded = true;
-            }
-        }
-        for (at, lanes) in now_ready {
-            self.resubscribe(at, &lanes);
-        }
-        if !per_partition {
-            // Nodes that own no partition any more (the plan's `close`, and
-            // any group left from an earlier failed round).
-            let keep: std::collections::BTreeSet<SocketAddr> = layout
-                .nodes()
-                .iter()
-                .filter_map(|n| resolve(&n.key.addr))
-                .collect();
-            let gone: Vec<GroupKey> = self
-                .groups
-                .keys()
-                .filter(|k| !keep.contains(&k.0))
-                .copied()
-                .collect();
-            for key in gone {
-                self.close_group(&key);
-            }
-        }
-        if !plan.is_empty() {
-            log::info!(
-                "cluster: rewire: {} nodes opened, {} closed, {} partitions moved, {} unowned",
-                plan.open.len(),
-                plan.close.len(),
-                plan.resubscribe.len(),
-                plan.unowned.len()
-            );
-        }
-        // Any lane without a ready connection keeps the fast retry going.
-        degraded |= self.lane_at.iter().any(|a| match a {
-            Some(at) => !self.groups.get(&at.0).is_some_and(|g| {
-                g.conns.get(at.1).is_some_and(|c| {
-                    c.ready.load(Ordering::Acquire) || c.connects.load(Ordering::Relaxed) == 0
-                })
-            }),
-            None => true,
-        });
-        degraded
-    }
-
-    /// Classic mode: every lane on one node; move them all when that node
-    /// stops being a primary.
-    fn rewire_classic(&mut self, layout: &Layout) -> bool {
-        let current = self.classic_node;
-        let primaries: Vec<SocketAddr> = layout
-            .nodes()
-            .iter()
-            .filter_map(|n| resolve(&n.key.addr))
-            .collect();
-        if current.is_some_and(|c| primaries.contains(&c)) {
-            return false;
-        }
-        let Some(&target) = primaries.first() else {
-            return true;
-        };
-        let mult = self.s.config.multiplier;
-        if let Err(e) = self.open_group((target, None), mult) {
-            log::warn!("cluster: cannot open classic subscribe connections to {target}: {e}");
-            return true;
-        }
-        for lane in 0..self.lane_at.len() {
-            self.assign(lane, Some(((target, None), lane % mult)));
-        }
-        if let Some(old) = current {
-            self.close_group(&(old, None));
-        }
-        self.classic_node = Some(target);
-        false
-    }
 }
 
-fn engine_up(e: &Engine) -> bool {
-    e.is_connection_up(0, 0)
+/// The slot map in a topology command's reply from `addr`.
+pub(crate) fn parse_map(
+    command: TopologyCommand,
+    reply: &Value,
+    addr: SocketAddr,
+) -> Result<SlotMap, control::FetchError> {
+    let mut bytes = Vec::new();
+    resp::encode_value(&mut bytes, reply);
+    let host = addr.ip().to_string();
+    let options = ParseOptions {
+        asked_host: Some(&host),
+        prefer_hostname: false,
+    };
+    let map = topology::parse_topology_bytes(command, &bytes, &options).map_err(|e| {
+        log::warn!("cluster: cannot parse {} from {addr}: {e}", command.name());
+        control::FetchError::BadReply
+    })?;
+    if map.shards().is_empty() {
+        return Err(control::FetchError::BadReply);
+    }
+    Ok(map)
 }
 
 #[cfg(test)]

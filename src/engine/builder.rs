@@ -239,6 +239,20 @@ impl Builder {
     /// when it refuses another handshake step, [`Error::Runtime`] when the OS
     /// refuses a poller or an I/O thread. Nothing is left running.
     pub fn build(self) -> Result<Engine, Error> {
+        self.start(true)
+    }
+
+    /// [`Builder::build`] without waiting for the first handshakes: the
+    /// engine returns at once, its connections report through the
+    /// observer (`on_connected`, or `on_disconnected` when the first
+    /// attempt fails; then the connection stays closed), and requests
+    /// submitted meanwhile wait for the connection (or fail with its
+    /// error). For control loops that must not block.
+    pub(crate) fn build_detached(self) -> Result<Engine, Error> {
+        self.start(false)
+    }
+
+    fn start(self, wait: bool) -> Result<Engine, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
         if self.addrs.is_empty() {
             return config("no server address given (use Builder::address)");
@@ -309,6 +323,7 @@ impl Builder {
             runtime,
             seed,
             self.shutdown_timeout,
+            wait,
         )
     }
 }

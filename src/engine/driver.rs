@@ -352,11 +352,14 @@ impl Driver {
         }
         match self.phase {
             Phase::Backoff { until } => {
-                if notified {
-                    self.drain_staging(now);
-                }
+                // Connect first: what was staged before the first connect
+                // (a detached engine takes requests at once) goes into the
+                // new connection instead of failing.
                 if now >= until && !self.shutting_down {
                     self.start_connect(registry, now);
+                }
+                if notified {
+                    self.drain_staging(now);
                 }
             }
             Phase::Connecting { deadline } => {

@@ -114,6 +114,7 @@ impl Engine {
         runtime: (Runtime, bool),
         seed: u64,
         shutdown_timeout: Duration,
+        wait: bool,
     ) -> Result<Engine, Error> {
         let (runtime, shared_runtime) = runtime;
         let now = Instant::now();
@@ -194,6 +195,9 @@ impl Engine {
         // Each connection reports its first handshake (or why it failed)
         // within the connect timeout; the margin covers a busy thread.
         let limit = settings.connect_timeout + Duration::from_secs(1);
+        if !wait {
+            return Ok(engine);
+        }
         for p in initial {
             if let Err(e) = p.wait_timeout(limit) {
                 engine.shutdown();

@@ -161,3 +161,23 @@ fn runtime_slots(runtime: &Runtime) -> usize {
         .map(|n| runtime.thread(n).slots.lock().handed_out())
         .sum()
 }
+
+#[test]
+fn a_detached_engine_takes_requests_before_it_is_connected() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let engine = Engine::builder()
+            .address(server.addr().to_string())
+            .io_threads(1)
+            .build_detached()
+            .unwrap();
+        let reply = engine
+            .command_pending(0, [&b"PING"[..]])
+            .wait_timeout(BOUND);
+        assert!(
+            matches!(&reply, Ok(Value::Simple(p)) if p == b"PONG"),
+            "{kind:?}: {reply:?}"
+        );
+        engine.shutdown();
+    }
+}

@@ -1,0 +1,400 @@
+//! Carrying out the control core's commands: each becomes a non-blocking
+//! call on a connection (or a gap or refusal for the workers), whose answer
+//! comes back through the inbox as the core's next input.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use control::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
+use topology::NodeKey;
+
+use crate::cluster::dispatch::SubObserver;
+use crate::cluster::driver::{Driver, SubConn};
+use crate::cluster::shared::{ConnState, Fetched};
+use crate::cluster::topo::resolve;
+use crate::conn::{ReplyKind, Role, SubscribeKind};
+use crate::error::Error;
+use crate::metrics::add;
+use crate::pubsub::registry::ACTIVE;
+use crate::pubsub::ChannelList;
+
+impl Driver {
+    /// After an input: publish routes follow a new map first (so publishes
+    /// move before the subscribe side rewires), the core's counters are
+    /// published, then every command the core has is carried out, in
+    /// order.
+    pub(crate) fn drain(&mut self) {
+        self.sync_routes();
+        *self.s.core_stats.lock() = self.core.stats();
+        while let Some(cmd) = self.core.poll_command() {
+            self.execute(cmd);
+        }
+    }
+
+    fn execute(&mut self, cmd: Command) {
+        match cmd {
+            Command::Open { conn, node } => self.open(conn, &node),
+            Command::Close { conn } => {
+                if let Some(c) = self.subs.remove(&conn) {
+                    self.retire(c);
+                }
+            }
+            Command::Ping { conn } => self.ping(conn),
+            Command::Subscribe { conn, channels, .. } => self.subscribe(conn, &channels),
+            Command::Unsubscribe { conn, channels, .. } => self.unsubscribe(conn, &channels),
+            Command::Gap {
+                partition,
+                channels,
+            } => self.gap(partition, channels),
+            Command::Refused {
+                channel, message, ..
+            } => {
+                let s = &self.s;
+                let lane = s.lane_of(&channel);
+                let message: Arc<str> = message.into();
+                s.refusals
+                    .refuse(&s.refusal_targets(), lane, &channel, &message);
+            }
+            Command::FetchTopology { id, node } => self.start_fetch(id, &node),
+            Command::ProbeSlot { id, slot, node } => self.probe(id, slot, &node),
+        }
+    }
+
+    /// Opens subscribe connection `conn` to `node` without waiting: it
+    /// reports up or down through its observer.
+    fn open(&mut self, conn: ConnId, node: &NodeKey) {
+        let Some(addr) = resolve(&node.addr) else {
+            log::warn!("cluster: cannot resolve {}", node.addr);
+            self.s.post(|inbox| inbox.downs.push(conn));
+            return;
+        };
+        let state = Arc::new(ConnState {
+            id: conn,
+            rx: Default::default(),
+            ready: Default::default(),
+            connects: Default::default(),
+            received: Default::default(),
+            dropped: Default::default(),
+        });
+        let service_lost = Arc::new(AtomicBool::new(false));
+        let observer = Arc::new(SubObserver {
+            shared: self.s.clone(),
+            state: state.clone(),
+            service_lost: service_lost.clone(),
+        });
+        let engine = self
+            .node
+            .engine(addr, Role::Subscribe, 1)
+            .observer(observer)
+            .build_detached();
+        let engine = match engine {
+            Ok(e) => Arc::new(e),
+            Err(e) => {
+                log::warn!("cluster: cannot open a subscribe connection to {addr}: {e}");
+                self.s.post(|inbox| inbox.downs.push(conn));
+                return;
+            }
+        };
+        let next = self.node_numbers.len();
+        self.node_numbers.entry(addr).or_insert(next);
+        self.subs.insert(
+            conn,
+            SubConn {
+                engine,
+                state,
+                service_lost,
+                rx_seen: 0,
+            },
+        );
+    }
+
+    fn ping(&mut self, conn: ConnId) {
+        let Some(c) = self.subs.get(&conn) else {
+            return;
+        };
+        let s = self.s.clone();
+        let r = c.engine.submit_to_then(
+            0,
+            0,
+            |buf| resp::encode_command(buf, [b"PING"]),
+            ReplyKind::Single,
+            move |r| {
+                if r.is_ok() {
+                    s.post(|inbox| inbox.pongs.push(conn));
+                }
+            },
+        );
+        if r.is_ok() {
+            add(&self.s.counters.probes_sent, 1);
+        }
+    }
+
+    fn commands(&self) -> (&'static [u8], &'static [u8], SubscribeKind) {
+        if self.s.sharded() {
+            (b"SSUBSCRIBE", b"SUNSUBSCRIBE", SubscribeKind::Shard)
+        } else {
+            (b"SUBSCRIBE", b"UNSUBSCRIBE", SubscribeKind::Channel)
+        }
+    }
+
+    /// Encodes `cmd` with the wire names of `names` into `self.enc`.
+    fn encode(&mut self, cmd: &[u8], names: &[Channel]) {
+        self.enc.clear();
+        resp::encode_command_header(&mut self.enc, names.len() + 1);
+        resp::encode_bulk(&mut self.enc, cmd);
+        for n in names {
+            self.name.clear();
+            self.s.wire_into(n, &mut self.name);
+            resp::encode_bulk(&mut self.enc, &self.name);
+        }
+    }
+
+    /// A subscribe command; its reply goes back to the core (a connection
+    /// that fails instead reports down, which the core hears).
+    fn subscribe(&mut self, conn: ConnId, channels: &[Channel]) {
+        let (cmd, _, kind) = self.commands();
+        self.encode(cmd, channels);
+        let Some(c) = self.subs.get(&conn) else {
+            return;
+        };
+        add(&self.s.counters.subscribe_commands, 1);
+        let s = self.s.clone();
+        let enc = &self.enc;
+        let r = c.engine.submit_to_then(
+            0,
+            0,
+            |buf| buf.extend_from_slice(enc),
+            ReplyKind::Subscribe {
+                kind,
+                confirmations: channels.len() as u32,
+            },
+            move |r| {
+                let reply = match r {
+                    Ok(_) => SubscribeReply::Ok,
+                    Err(Error::Reply { addr, message }) => {
+                        let host = addr.ip().to_string();
+                        match topology::parse_cluster_error(message.as_bytes(), Some(&host)) {
+                            Some(e) => {
+                                log::info!("subscribe redirected by {addr}: {message}");
+                                SubscribeReply::Routing(e)
+                            }
+                            None => {
+                                log::warn!("subscribe refused by {addr}: {message}");
+                                SubscribeReply::Refused(message.as_ref().into())
+                            }
+                        }
+                    }
+                    // The connection broke: its down report follows.
+                    Err(_) => return,
+                };
+                s.post(|inbox| inbox.replies.push((conn, reply)));
+            },
+        );
+        if let Err(e) = r {
+            log::debug!("subscribe not sent on {conn} ({e}); its down report follows");
+        }
+    }
+
+    fn unsubscribe(&mut self, conn: ConnId, channels: &[Channel]) {
+        let (_, cmd, _) = self.commands();
+        self.encode(cmd, channels);
+        resp::encode_command(&mut self.enc, [b"PING"]);
+        let Some(c) = self.subs.get(&conn) else {
+            return;
+        };
+        add(&self.s.counters.unsubscribe_commands, 1);
+        let enc = &self.enc;
+        let r = c
+            .engine
+            .submit_to(0, 0, |buf| buf.extend_from_slice(enc), ReplyKind::Single);
+        if let Err(e) = r {
+            log::debug!("unsubscribe not sent on {conn} ({e})");
+        }
+    }
+
+    /// Channels that may have lost messages: no longer active, and a gap
+    /// event per worker (before their resubscribe, which the core sends
+    /// next).
+    fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
+        let s = self.s.clone();
+        let server = self
+            .core
+            .layout()
+            .node_of(partition)
+            .and_then(|k| resolve(&k.addr))
+            .and_then(|a| self.node_numbers.get(&a).copied())
+            .unwrap_or(0);
+        let workers = s.queues.len().max(1);
+        let mut per_worker = vec![ChannelList::default(); workers];
+        for name in &channels {
+            let lane = s.lane_of(name);
+            if let Some(mut l) = s.registry.lane(lane) {
+                if let Some(f) = l.map.get_mut(&name[..]) {
+                    *f &= !ACTIVE;
+                }
+            }
+            let w = shardcore::worker_of(name, workers as u32) as usize;
+            if let Some(g) = per_worker.get_mut(w) {
+                g.push(name);
+            }
+        }
+        add(&s.counters.gap_channels, channels.len() as u64);
+        for (q, g) in s.queues.iter().zip(per_worker) {
+            if !g.is_empty() {
+                add(&s.counters.gaps, 1);
+                q.push_gap(server, g);
+            }
+        }
+    }
+
+    /// A topology fetch from `node`: on its publish connection when it has
+    /// one that is up, else on a connection opened for this fetch.
+    fn start_fetch(&mut self, id: u64, node: &topology::NodeAddr) {
+        let Some(addr) = resolve(node) else {
+            self.fetch_failed(id, FetchError::Unreachable);
+            return;
+        };
+        let known = self
+            .publ
+            .get(&addr)
+            .filter(|e| e.is_connection_up(0, 0))
+            .cloned();
+        let engine = match known {
+            Some(e) => e,
+            None => match self.node.engine(addr, Role::Command, 1).build_detached() {
+                Ok(e) => {
+                    let e = Arc::new(e);
+                    self.fetch_engines.insert(id, e.clone());
+                    e
+                }
+                Err(e) => {
+                    log::warn!("cluster: cannot ask {addr} for the topology: {e}");
+                    self.fetch_failed(id, FetchError::Unreachable);
+                    return;
+                }
+            },
+        };
+        self.fetch_step(id, addr, &engine);
+    }
+
+    /// Sends the next request of fetch `id`: `INFO server` while no node's
+    /// version chose the command, else the topology command.
+    fn fetch_step(&self, id: u64, addr: std::net::SocketAddr, engine: &crate::engine::Engine) {
+        let s = self.s.clone();
+        let command = self.command;
+        let post = move |reply| {
+            s.post(|inbox| {
+                inbox.fetched.push(Fetched {
+                    id,
+                    addr,
+                    command,
+                    reply,
+                })
+            })
+        };
+        match command {
+            None => engine.command_then(0, [&b"INFO"[..], b"server"], post),
+            Some(c) => engine.command_then(0, c.args(), post),
+        }
+    }
+
+    /// A fetch that gave no map: the core hears why (at once, as the next
+    /// input).
+    fn fetch_failed(&mut self, id: u64, why: FetchError) {
+        if let Some(e) = self.fetch_engines.remove(&id) {
+            e.shutdown();
+        }
+        let now = self.now();
+        self.core.handle_topology(now, id, Err(why));
+    }
+
+    /// A step of a topology fetch answered.
+    pub(crate) fn on_fetched(&mut self, f: Fetched) {
+        let Fetched {
+            id,
+            addr,
+            command,
+            reply,
+        } = f;
+        let value = match reply {
+            Ok(v) => v,
+            Err(e) => {
+                if command.is_none() {
+                    add(
+                        &self.s.cluster.errors[crate::cluster::shared::Stage::Version as usize],
+                        1,
+                    );
+                }
+                log::warn!("cluster: topology request to {addr} failed: {e}");
+                if self.fetch_engines.contains_key(&id) {
+                    // What a failed start reports.
+                    *self.s.seed_error.lock() = Some(e);
+                }
+                self.fetch_failed(id, FetchError::Unreachable);
+                return self.drain();
+            }
+        };
+        let Some(command) = command else {
+            let version = crate::cluster::topo::text(&value).and_then(topology::parse_info_version);
+            let Some(version) = version else {
+                add(
+                    &self.s.cluster.errors[crate::cluster::shared::Stage::Version as usize],
+                    1,
+                );
+                self.fetch_failed(id, FetchError::BadReply);
+                return self.drain();
+            };
+            let c = topology::choose_command(version);
+            log::info!("cluster: {version:?} at {addr}: using {}", c.name());
+            self.command = Some(c);
+            let engine = self
+                .fetch_engines
+                .get(&id)
+                .or_else(|| self.publ.get(&addr))
+                .cloned();
+            match engine {
+                Some(e) => self.fetch_step(id, addr, &e),
+                None => {
+                    self.fetch_failed(id, FetchError::Unreachable);
+                    self.drain();
+                }
+            }
+            return;
+        };
+        if let Some(e) = self.fetch_engines.remove(&id) {
+            e.shutdown();
+        }
+        let result = crate::cluster::topo::parse_map(command, &value, addr);
+        let now = self.now();
+        self.core.handle_topology(now, id, result);
+        self.drain();
+    }
+
+    /// A `GET` of a key in `slot` on `node`, to learn the slot's owner.
+    fn probe(&mut self, id: u64, slot: u16, node: &topology::NodeAddr) {
+        let engine = resolve(node).and_then(|a| self.publish_engine(a).ok());
+        let Some(engine) = engine else {
+            self.s
+                .post(|inbox| inbox.probed.push((id, ProbeReply::Failed)));
+            return;
+        };
+        let s = self.s.clone();
+        let key = topology::probe_key_for_slot(slot);
+        engine.command_then(0, [&b"GET"[..], &key], move |r| {
+            let reply = match r {
+                Ok(_) => ProbeReply::Served,
+                Err(Error::Reply { addr, message }) => {
+                    let host = addr.ip().to_string();
+                    match topology::parse_cluster_error(message.as_bytes(), Some(&host)) {
+                        Some(topology::ClusterError::Moved { addr: Some(a), .. }) => {
+                            ProbeReply::Moved(a)
+                        }
+                        _ => ProbeReply::Failed,
+                    }
+                }
+                Err(_) => ProbeReply::Failed,
+            };
+            s.post(|inbox| inbox.probed.push((id, reply)));
+        });
+    }
+}

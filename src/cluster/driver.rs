@@ -1,0 +1,456 @@
+//! The cluster control thread: the driver of the sans-IO control core
+//! ([`control::Core`]) and the publish side's background work.
+//!
+//! Each round takes the inbox (what the subscribe connections, the
+//! application and the publish path reported), feeds every report to the
+//! core as an input with the current time, carries out the core's commands
+//! in order (`commands`), then brings the publish routes, the service
+//! channels and the shared state in line with the core (`sync`), and
+//! sleeps until the next report or the earliest of the core's timeout, a
+//! delayed publish retry, a route gate or a held publish. Nothing here
+//! waits for a server: every request is sent with a callback that posts
+//! its answer to the inbox.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use control::{ConnId, Core, Time};
+use topology::TopologyCommand;
+
+use crate::cluster::builder::NodeSettings;
+use crate::cluster::gate::Gate;
+use crate::cluster::publish::{self, PubMsg};
+use crate::cluster::service::Service;
+use crate::cluster::shared::{ConnState, Inbox, Retry, Shared};
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::metrics::add;
+use crate::pubsub::registry::Settled;
+
+/// One subscribe connection the core opened: its engine (one connection)
+/// and its shared state.
+pub(crate) struct SubConn {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) service_lost: Arc<std::sync::atomic::AtomicBool>,
+    /// `state.rx` when the core last heard of activity on it.
+    pub(crate) rx_seen: u64,
+}
+
+pub(crate) struct Driver {
+    pub(crate) s: Arc<Shared>,
+    pub(crate) node: NodeSettings,
+    pub(crate) core: Core,
+    /// The instant the core's time counts from.
+    pub(crate) origin: Instant,
+    /// The topology command, once a node's version chose it.
+    pub(crate) command: Option<TopologyCommand>,
+    /// The core's map epoch the publish routes were last set from.
+    pub(crate) routes_epoch: u64,
+    /// A map arrived since the last `sync`.
+    pub(crate) map_seen: bool,
+    /// Publish (and topology command) engines, one per primary.
+    pub(crate) publ: BTreeMap<SocketAddr, Arc<Engine>>,
+    /// Engines opened to ask a seed for the topology, by fetch id.
+    pub(crate) fetch_engines: HashMap<u64, Arc<Engine>>,
+    /// Subscribe connections by the core's id.
+    pub(crate) subs: HashMap<ConnId, SubConn>,
+    /// The service channel kept on each node (node-grouped mode).
+    pub(crate) services: BTreeMap<SocketAddr, Service>,
+    /// Node numbers for gap events, in the order nodes were first seen.
+    pub(crate) node_numbers: BTreeMap<SocketAddr, usize>,
+    pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
+    /// The next route barrier's token.
+    pub(crate) next_token: u64,
+    /// Closed route gates by token.
+    pub(crate) gates: HashMap<u64, Gate>,
+    /// Publish engines of former primaries, kept until their gates open.
+    pub(crate) retiring: Vec<Arc<Engine>>,
+    pub(crate) enc: Vec<u8>,
+    pub(crate) name: Vec<u8>,
+}
+
+impl Driver {
+    /// The core's time for `t`.
+    pub(crate) fn time(&self, t: Instant) -> Time {
+        Time::ZERO + t.saturating_duration_since(self.origin)
+    }
+
+    /// The core's time now.
+    pub(crate) fn now(&self) -> Time {
+        self.time(Instant::now())
+    }
+
+    /// The instant of the core's time `t`.
+    fn instant(&self, t: Time) -> Instant {
+        self.origin + t.since(Time::ZERO)
+    }
+
+    /// Runs until the inbox says stop.
+    pub(crate) fn run(mut self) {
+        self.drain();
+        self.sync();
+        loop {
+            let wake = self.next_wake(Instant::now());
+            let inbox = {
+                let mut inbox = self.s.mail.inbox.lock();
+                while !inbox.has_work() {
+                    if self.s.mail.cond.wait_until(&mut inbox, wake).timed_out() {
+                        break;
+                    }
+                }
+                std::mem::take(&mut *inbox)
+            };
+            if inbox.stop {
+                return self.close_all();
+            }
+            self.round(inbox);
+        }
+    }
+
+    /// When the loop must look again without a report.
+    fn next_wake(&self, now: Instant) -> Instant {
+        let mut wake = now + Duration::from_secs(3600);
+        if let Some(t) = self.core.poll_timeout() {
+            wake = wake.min(self.instant(t));
+        }
+        if let Some(t) = self.delayed.iter().map(|d| d.0).min() {
+            wake = wake.min(t);
+        }
+        if let Some(t) = self.next_gate_deadline() {
+            wake = wake.min(t);
+        }
+        if self.s.hold.busy() {
+            // Held publishes: look for a reachable owner often.
+            wake = wake.min(now + Duration::from_millis(5));
+            if let Some(t) = self.s.hold.next_deadline(self.s.config.publish_hold) {
+                wake = wake.min(t);
+            }
+        }
+        wake
+    }
+
+    /// One round: every report as an input, the due timers, then the sync.
+    fn round(&mut self, inbox: Inbox) {
+        let Inbox {
+            ups,
+            downs,
+            replies,
+            sunsubscribed,
+            pongs,
+            services_lost,
+            fetched,
+            probed,
+            dirty,
+            retries,
+            barriers,
+            markers,
+            refresh,
+            ..
+        } = inbox;
+        for conn in ups {
+            self.on_up(conn);
+        }
+        for conn in downs {
+            self.on_down(conn);
+        }
+        for (conn, reply) in replies {
+            let now = self.now();
+            self.core.handle_subscribe_reply(now, conn, reply);
+            self.drain();
+        }
+        for (conn, channel) in sunsubscribed {
+            let now = self.now();
+            self.core.handle_sunsubscribe(now, conn, &channel);
+            self.drain();
+        }
+        for conn in pongs {
+            let now = self.now();
+            self.core.handle_pong(now, conn);
+            self.drain();
+        }
+        for conn in services_lost {
+            self.on_service_lost(conn);
+        }
+        for f in fetched {
+            self.on_fetched(f);
+        }
+        for (id, reply) in probed {
+            let now = self.now();
+            self.core.handle_probe(now, id, reply);
+            self.drain();
+        }
+        if refresh {
+            let now = self.now();
+            self.core.handle_refresh(now);
+            self.drain();
+        }
+        for lane in dirty {
+            self.flush_lane(lane);
+        }
+        for r in retries {
+            self.retry(r);
+        }
+        // After the retries: redirected publishes that were in flight on
+        // the old route go out before the gate opens.
+        for (token, ok) in barriers {
+            self.on_barrier(token, ok);
+        }
+        for token in markers {
+            self.on_marker(token);
+        }
+        let now = Instant::now();
+        if self
+            .core
+            .poll_timeout()
+            .is_some_and(|t| self.instant(t) <= now)
+        {
+            self.report_activity();
+            let t = self.time(now);
+            self.core.handle_timeout(t);
+            self.drain();
+        }
+        self.sync();
+        if !self.gates.is_empty() {
+            self.service_gates(Instant::now());
+        }
+        let now = Instant::now();
+        let due: Vec<PubMsg> = {
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+                .into_iter()
+                .partition(|d| d.0 <= now);
+            self.delayed = later;
+            due.into_iter().map(|d| *d.1).collect()
+        };
+        for msg in due {
+            publish::send(&self.s, msg, None, false);
+        }
+        if self.s.hold.busy() {
+            self.service_hold(Instant::now());
+        }
+    }
+
+    /// Connections that delivered something since the core last heard:
+    /// they are alive and need no liveness `PING`.
+    fn report_activity(&mut self) {
+        let now = self.now();
+        for (&id, c) in self.subs.iter_mut() {
+            let rx = c.state.rx.load(Ordering::Relaxed);
+            if rx != c.rx_seen {
+                c.rx_seen = rx;
+                self.core.handle_activity(now, id);
+            }
+        }
+    }
+
+    fn on_up(&mut self, conn: ConnId) {
+        let Some(c) = self.subs.get(&conn) else {
+            return; // closed meanwhile
+        };
+        c.state.ready.store(true, Ordering::Release);
+        let now = self.now();
+        self.core.handle_conn_up(now, conn);
+        self.drain();
+        self.s.active.wake();
+    }
+
+    /// A subscribe connection went down: its engine is closed (the core
+    /// opens a new connection when it sees fit), then the core hears it.
+    pub(crate) fn on_down(&mut self, conn: ConnId) {
+        if let Some(c) = self.subs.remove(&conn) {
+            if c.state.connects.load(Ordering::Relaxed) > 0 {
+                add(&self.s.counters.reconnects, 1);
+            }
+            self.retire(c);
+        }
+        let now = self.now();
+        self.core.handle_conn_down(now, conn);
+        self.drain();
+    }
+
+    /// Closes a subscribe connection's engine, keeping its counts.
+    pub(crate) fn retire(&mut self, c: SubConn) {
+        let cc = &self.s.cluster;
+        add(
+            &cc.retired_received,
+            c.state.received.load(Ordering::Relaxed),
+        );
+        add(&cc.retired_dropped, c.state.dropped.load(Ordering::Relaxed));
+        c.state.ready.store(false, Ordering::Release);
+        c.engine.shutdown();
+    }
+
+    /// Sends what changed in one lane since the last look: newly wanted
+    /// channels to the core as wanted, given-up ones as unwanted.
+    fn flush_lane(&mut self, lane: usize) {
+        let s = self.s.clone();
+        if let Some(flag) = s.mail.lane_dirty.get(lane) {
+            flag.store(false, Ordering::Release);
+        }
+        let (mut want, mut unwant, mut reactivated) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let Some(mut l) = s.registry.lane(lane) else {
+                return;
+            };
+            for name in std::mem::take(&mut l.dirty) {
+                match l.settle(&name, true) {
+                    Settled::Subscribe => want.push(name),
+                    Settled::Unsubscribe => unwant.push(name),
+                    // Asked for again before its unsubscribe left: the
+                    // subscription never lapsed.
+                    Settled::Kept { reactivated: true } if s.active_events => {
+                        reactivated.push(name)
+                    }
+                    Settled::Kept { .. } | Settled::Nothing => {}
+                }
+            }
+        }
+        for name in reactivated {
+            s.front.push_active(&name);
+        }
+        let now = self.now();
+        if !unwant.is_empty() {
+            self.core.handle_unwant(now, unwant.iter().map(|n| &n[..]));
+            self.drain();
+        }
+        if !want.is_empty() {
+            self.core.handle_want(now, want.iter().map(|n| &n[..]));
+            self.drain();
+        }
+    }
+
+    /// A publish the server redirected or refused for now.
+    fn retry(&mut self, r: Retry) {
+        let Retry {
+            msg,
+            error,
+            message,
+        } = r;
+        let mut msg = *msg;
+        let cfg = &self.s.config;
+        let ask = matches!(error, topology::ClusterError::Ask { .. });
+        match error {
+            topology::ClusterError::Moved { slot, addr }
+            | topology::ClusterError::Ask { slot, addr } => {
+                msg.redirects += 1;
+                if msg.redirects > cfg.max_redirects {
+                    let n = msg.redirects - 1;
+                    return msg.fail(&self.s, format!("{n} redirects, last: {message}"));
+                }
+                let Some(node) = addr else {
+                    return msg.fail(
+                        &self.s,
+                        format!("redirect without a usable address: {message}"),
+                    );
+                };
+                let Some(to) = crate::cluster::topo::resolve(&node) else {
+                    return msg.fail(
+                        &self.s,
+                        format!("redirect without a usable address: {message}"),
+                    );
+                };
+                let engine = match self.publish_engine(to) {
+                    Ok(e) => e,
+                    Err(e) => return msg.fail(&self.s, format!("{message}; cannot connect: {e}")),
+                };
+                if !ask {
+                    self.route_slot(slot, to);
+                    // The core rereads the map unless it already says so.
+                    let now = self.now();
+                    self.core.handle_redirect(now, slot, node);
+                    self.drain();
+                }
+                publish::send(&self.s, msg, Some(engine), ask);
+            }
+            topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
+                msg.retries += 1;
+                if msg.first.get_or_now().elapsed() >= cfg.retry_window {
+                    let n = msg.retries;
+                    return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
+                }
+                // A refresh within the degraded-mode delay (coalesced, so a
+                // burst of refusals costs one).
+                let now = self.now();
+                self.core.handle_degraded(now);
+                self.drain();
+                let exp = msg.retries.min(6);
+                let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
+                self.delayed.push((Instant::now() + delay, Box::new(msg)));
+            }
+        }
+    }
+
+    /// Held publishes: sends what a reachable owner can take (oldest
+    /// first), fails what was held too long.
+    fn service_hold(&mut self, now: Instant) {
+        let s = self.s.clone();
+        let hold_on = !s.config.publish_hold.is_zero();
+        for slot in s.hold.releasable() {
+            // Bounded: publishes keep joining while a batch is written.
+            for _ in 0..64 {
+                let engine = s.routes.read().engine_of(slot);
+                let engine = engine.filter(|e| !hold_on || e.is_connection_up(0, 0));
+                let Some(engine) = engine else {
+                    if !hold_on {
+                        // A gate opened on a slot with no owner and no hold:
+                        // the no-owner retry path.
+                        while let Some(batch) = s.hold.take(slot) {
+                            for m in batch {
+                                let retry = Retry {
+                                    msg: Box::new(m),
+                                    error: topology::ClusterError::ClusterDown,
+                                    message: "no known owner for the slot".into(),
+                                };
+                                self.retry(retry);
+                            }
+                        }
+                    }
+                    break;
+                };
+                let Some(batch) = s.hold.take(slot) else {
+                    break;
+                };
+                for m in batch {
+                    publish::submit(&s, m, &engine, false);
+                }
+            }
+        }
+        if hold_on {
+            for m in s.hold.expired(now, s.config.publish_hold) {
+                add(&s.cluster.hold_expired, 1);
+                let (slot, held) = (
+                    m.slot,
+                    m.held_at
+                        .get()
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+                );
+                m.finish(&s, Err(Error::OwnerUnreachable { slot, held }));
+            }
+        }
+    }
+
+    fn close_all(&mut self) {
+        for (_, c) in std::mem::take(&mut self.subs) {
+            self.retire(c);
+        }
+        for (_, e) in std::mem::take(&mut self.fetch_engines) {
+            e.shutdown();
+        }
+        for msg in std::mem::take(&mut self.delayed) {
+            msg.1.finish(&self.s, Err(Error::Shutdown));
+        }
+        for msg in self.s.hold.drain() {
+            msg.finish(&self.s, Err(Error::Shutdown));
+        }
+        for (_, e) in std::mem::take(&mut self.publ) {
+            e.shutdown();
+        }
+        self.gates.clear();
+        for e in std::mem::take(&mut self.retiring) {
+            e.shutdown();
+        }
+    }
+}
