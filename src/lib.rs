@@ -124,6 +124,7 @@ pub mod metrics;
 pub mod observer;
 pub mod pubsub;
 mod threads;
+mod url;
 mod workers;
 
 pub use conn::Protocol;
@@ -131,5 +132,5 @@ pub use engine::{Builder, Engine, Pending, PublishOptions, Runtime, Stats};
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};
-pub use pubsub::{ChannelList, Handler, PubSub, PubSubBuilder};
+pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;
