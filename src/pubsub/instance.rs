@@ -227,6 +227,18 @@ impl PubSub {
         }
     }
 
+    /// Appends the metrics to `out` in the Prometheus text exposition
+    /// format: [`Metrics::to_prometheus`], and on a cluster
+    /// [`ClusterMetrics::to_prometheus`] (the same families, and the
+    /// cluster's). Serve `out` with the content type `text/plain;
+    /// version=0.0.4` (`examples/metrics_http.rs` does, on `/metrics`).
+    pub fn render_prometheus(&self, out: &mut String) {
+        match &self.placed {
+            Placed::Fixed(p) => p.metrics().to_prometheus(out),
+            Placed::Cluster(p) => p.metrics().to_prometheus(out),
+        }
+    }
+
     /// The runtime whose I/O threads serve this instance (pass it to other
     /// builders to share them).
     pub fn runtime(&self) -> Runtime {
