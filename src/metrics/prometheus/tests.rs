@@ -6,12 +6,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::cluster::ClusterMetrics;
 use crate::metrics::{Histogram, Metrics};
 
-/// A family seen by the checker: its type and samples (name with sorted
+/// Label names and values, in order.
+type Labels = Vec<(String, String)>;
+
+/// A family seen by the checker: its type and samples (name, sorted
 /// labels, value).
 #[derive(Debug, Default)]
 struct Family {
     kind: String,
-    samples: Vec<(String, Vec<(String, String)>, f64)>,
+    samples: Vec<(String, Labels, f64)>,
 }
 
 fn valid_name(n: &str, colon: bool) -> bool {
@@ -31,7 +34,7 @@ fn parse_value(v: &str) -> Result<f64, String> {
 }
 
 /// `{a="x",b="y"}` after a name: the labels and the rest of the line.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
     let Some(mut rest) = s.strip_prefix('{') else {
         return Ok((Vec::new(), s));
     };
@@ -157,7 +160,7 @@ fn check(text: &str) -> Result<BTreeMap<String, Family>, String> {
             if !belongs {
                 return Err(err(format!("a sample outside its family ({fam_name})")));
             }
-            if fam.kind == "counter" && !(value >= 0.0) {
+            if fam.kind == "counter" && (value.is_nan() || value < 0.0) {
                 return Err(err("a negative counter".into()));
             }
             labels.sort();
