@@ -11,8 +11,11 @@
 //! [`PubSub`] is the type applications use. Its builder chooses the
 //! placement: one server, N client-side shards
 //! ([`PubSubBuilder::address`]), or a Redis/Valkey Cluster
-//! ([`PubSubBuilder::seed`]); everything else (handler, events, metrics,
-//! errors, options) is the same in each.
+//! ([`PubSubBuilder::seed`]), also by URL ([`PubSubBuilder::url`]:
+//! `redis://user:password@host:port`, `?cluster=true` for a seed);
+//! everything else (handler, events, metrics, errors, options) is the same
+//! in each. [`PubSub::render_prometheus`] writes the metrics in the
+//! Prometheus text format.
 //!
 //! ```text
 //!  subscribe / unsubscribe / wait_active        publish

@@ -26,8 +26,8 @@ pub(crate) const DEFAULT_PORT: u16 = 6379;
 /// Longest URL accepted (a URL is configuration, not data).
 const MAX_LEN: usize = 4096;
 
-/// What a URL says.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a URL says (its `Debug` hides the password).
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ServerUrl {
     /// `host:port`, or `[v6]:port`, for the resolver.
     pub(crate) addr: String,
@@ -37,6 +37,20 @@ pub(crate) struct ServerUrl {
     pub(crate) password: Option<Vec<u8>>,
     /// `?cluster=true`: a cluster seed.
     pub(crate) cluster: bool,
+}
+
+impl std::fmt::Debug for ServerUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerUrl")
+            .field("addr", &self.addr)
+            .field(
+                "username",
+                &self.username.as_deref().map(String::from_utf8_lossy),
+            )
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("cluster", &self.cluster)
+            .finish()
+    }
 }
 
 /// Reads `url`.
@@ -262,13 +276,22 @@ pub(crate) fn redacted(url: &str) -> String {
 }
 
 /// The credentials one URL gave, kept until `build` weighs them against
-/// the setters and the other URLs.
-#[derive(Clone, Debug)]
+/// the setters and the other URLs (its `Debug` shows only the redacted
+/// URL).
+#[derive(Clone)]
 pub(crate) struct UrlCredentials {
     /// The URL, [`redacted`].
     pub(crate) shown: String,
     pub(crate) username: Option<Vec<u8>>,
     pub(crate) password: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for UrlCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlCredentials")
+            .field("shown", &self.shown)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The settings a builder's `url` calls left behind: credentials to merge

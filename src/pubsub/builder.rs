@@ -246,7 +246,10 @@ impl PubSubBuilder {
         self
     }
 
-    /// The handler (required).
+    /// The handler (required): a type implementing [`Handler`], a closure
+    /// with its parameter types written out (`|channel: &[u8], payload:
+    /// &[u8]| …`), or [`handler_fn`](crate::handler_fn)`(|channel, payload|
+    /// …)`, which infers them.
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.common.handler = Some(Arc::new(handler));
         self

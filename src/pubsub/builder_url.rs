@@ -3,49 +3,51 @@
 
 use crate::pubsub::PubSubBuilder;
 
-/// Configuration by URL. A URL is another way to call
-/// [`PubSubBuilder::address`] or [`PubSubBuilder::seed`] (and
-/// [`PubSubBuilder::username`] / [`PubSubBuilder::password`]); it mixes
-/// with them freely:
-///
-/// - `redis://host:port` or `valkey://host:port` (port 6379 when left out)
-///   adds a server, in call order with `address`: several URLs are several
-///   client-side shards.
-/// - `…?cluster=true` adds a cluster seed instead, like `seed`. Servers and
-///   seeds together are refused by `build`, however they were given.
-/// - `user:password@` or `:password@` (the default user) set the
-///   credentials, percent-decoded (`%40` for `@`). They are one set for
-///   the whole instance: URLs without credentials use the ones given
-///   elsewhere, and a URL whose user name or password differs from another
-///   URL's or from the setter's fails `build` with [`Error::Config`]
-///   naming both (the password shown as `***`).
-/// - IPv6 addresses in brackets (`redis://[::1]:6379`); a database path of
-///   `/0` or none (Pub/Sub ignores databases and a cluster has only
-///   database 0, so any other index is refused rather than ignored).
-/// - `rediss://` and `valkeys://` are refused: TLS is not built yet.
-///
-/// A URL that cannot be read fails `build` with [`Error::Config`] saying
-/// why (setters cannot fail, so the error waits for `build`).
-///
-/// ```no_run
-/// use shardsub::PubSub;
-/// let shards = PubSub::builder()
-///     .urls(["redis://:s3cret@10.0.0.1:6379", "redis://:s3cret@10.0.0.2:6379"])
-///     .handler(shardsub::handler_fn(|channel, payload| {
-///         println!("{}: {} bytes", String::from_utf8_lossy(channel), payload.len());
-///     }))
-///     .build()?;
-/// let cluster = PubSub::builder()
-///     .url("valkey://app:s3cret@node-1:7000?cluster=true")
-///     .handler(shardsub::handler_fn(|_, _| {}))
-///     .build()?;
-/// # Ok::<(), shardsub::Error>(())
-/// ```
-///
-/// [`Error::Config`]: crate::Error::Config
+/// Configuration by URL (see [`PubSubBuilder::url`]).
 impl PubSubBuilder {
     /// Adds a server, or with `?cluster=true` a cluster seed, from a URL
-    /// (`redis://user:password@host:port/0?cluster=true`; see above).
+    /// (`redis://user:password@host:port/0?cluster=true`). A URL is another
+    /// way to call [`PubSubBuilder::address`] or [`PubSubBuilder::seed`] (and
+    /// [`PubSubBuilder::username`] / [`PubSubBuilder::password`]); it mixes
+    /// with them freely:
+    ///
+    /// - `redis://host:port` or `valkey://host:port` (port 6379 when left out)
+    ///   adds a server, in call order with `address`: several URLs are several
+    ///   client-side shards.
+    /// - `…?cluster=true` adds a cluster seed instead, like `seed`. Servers and
+    ///   seeds together are refused by `build`, however they were given.
+    /// - `user:password@` or `:password@` (the default user) set the
+    ///   credentials, percent-decoded (`%40` for `@`). They are one set for
+    ///   the whole instance: URLs without credentials use the ones given
+    ///   elsewhere, and a URL whose user name or password differs from another
+    ///   URL's or from the setter's fails `build` with [`Error::Config`]
+    ///   naming both (the password shown as `***`).
+    /// - IPv6 addresses in brackets (`redis://[::1]:6379`); a database path of
+    ///   `/0` or none (Pub/Sub ignores databases and a cluster has only
+    ///   database 0, so any other index is refused rather than ignored).
+    /// - `rediss://` and `valkeys://` are refused: TLS is not built yet.
+    ///   So are other schemes, query options other than `cluster`, and
+    ///   fragments, rather than ignored.
+    ///
+    /// A URL that cannot be read fails `build` with [`Error::Config`] saying
+    /// why (setters cannot fail, so the error waits for `build`).
+    ///
+    /// ```no_run
+    /// use shardsub::PubSub;
+    /// let shards = PubSub::builder()
+    ///     .urls(["redis://:s3cret@10.0.0.1:6379", "redis://:s3cret@10.0.0.2:6379"])
+    ///     .handler(shardsub::handler_fn(|channel, payload| {
+    ///         println!("{}: {} bytes", String::from_utf8_lossy(channel), payload.len());
+    ///     }))
+    ///     .build()?;
+    /// let cluster = PubSub::builder()
+    ///     .url("valkey://app:s3cret@node-1:7000?cluster=true")
+    ///     .handler(shardsub::handler_fn(|_, _| {}))
+    ///     .build()?;
+    /// # Ok::<(), shardsub::Error>(())
+    /// ```
+    ///
+    /// [`Error::Config`]: crate::Error::Config
     pub fn url(mut self, url: &str) -> Self {
         if let Some(u) = self.urls.read(url) {
             if u.cluster {

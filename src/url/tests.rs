@@ -164,6 +164,13 @@ fn errors_and_redaction_never_show_the_password() {
     assert_eq!(redacted("redis://app:pw@h:1/0"), "redis://app:***@h:1/0");
     assert_eq!(redacted("redis://h:1"), "redis://h:1");
     assert_eq!(redacted("pw@h:1"), "<6 bytes, no scheme>");
+    let debug = format!("{:?}", ok("redis://app:hunter2@h"));
+    assert!(
+        debug.contains("\"app\"") && !debug.contains("hunter2"),
+        "{debug}"
+    );
+    let debug = format!("{:?}", settings(&["redis://app:hunter2@h"]));
+    assert!(!debug.contains("hunter2"), "{debug}");
 }
 
 proptest! {
