@@ -132,7 +132,7 @@ fn run(what: String, servers: &Servers, secs: f64, rate: f64) -> Row {
             continue;
         }
         for _ in 0..(allowed - published).min(256) {
-            if publ.publish(&chans[i], &PAYLOAD).is_err() {
+            if publ.publish(&chans[i], PAYLOAD).is_err() {
                 continue 'outer;
             }
             i = (i + 1) % CHANNELS;

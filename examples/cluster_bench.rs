@@ -115,7 +115,7 @@ fn run_cpu(kind: ServerKind, messages: u64) {
             let mut sent = 0u64;
             while sent < messages && start.elapsed() < Duration::from_secs(120) {
                 for c in chans.iter().cycle().take(5000) {
-                    ps.publish(c, &payload).unwrap();
+                    ps.publish(c, payload).unwrap();
                 }
                 sent += 5000;
                 let wait = Instant::now();
@@ -281,7 +281,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
         for c in chans.iter().cycle().take(messages as usize) {
             let d = done.clone();
-            ps.publish_then(c, &payload, move |_| {
+            ps.publish_then(c, payload, move |_| {
                 d.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -301,7 +301,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         // last reply awaited through one acknowledged publish after them.
         let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
         for c in chans.iter().cycle().take(messages as usize) {
-            ps.publish(c, &payload).expect("publish");
+            ps.publish(c, payload).expect("publish");
         }
         let end = ps.publish_wait(b"end", b"end", Duration::from_secs(60));
         end.expect("end marker");
@@ -408,7 +408,7 @@ fn run_publish_instr(kind: ServerKind, messages: u64) {
         .expect("cluster pubsub");
     let cluster_round = |n: usize| {
         for c in chans.iter().cycle().take(n) {
-            ps.publish(c, &payload).expect("publish");
+            ps.publish(c, payload).expect("publish");
         }
         let end = ps.publish_wait(b"end", b"end", Duration::from_secs(600));
         end.expect("cluster end marker");

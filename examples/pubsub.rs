@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     for _ in 0..10 {
         for c in &channels {
-            ps.publish(c.as_bytes(), &payload)?;
+            ps.publish(c.as_bytes(), payload)?;
         }
     }
 

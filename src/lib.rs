@@ -11,8 +11,11 @@
 //! [`PubSub`] is the type applications use. Its builder chooses the
 //! placement: one server, N client-side shards
 //! ([`PubSubBuilder::address`]), or a Redis/Valkey Cluster
-//! ([`PubSubBuilder::seed`]); everything else (handler, events, metrics,
-//! errors, options) is the same in each.
+//! ([`PubSubBuilder::seed`]), also by URL ([`PubSubBuilder::url`]:
+//! `redis://user:password@host:port`, `?cluster=true` for a seed);
+//! everything else (handler, events, metrics, errors, options) is the same
+//! in each. [`PubSub::render_prometheus`] writes the metrics in the
+//! Prometheus text format.
 //!
 //! ```text
 //!  subscribe / unsubscribe / wait_active        publish
@@ -124,6 +127,7 @@ pub mod metrics;
 pub mod observer;
 pub mod pubsub;
 mod threads;
+mod url;
 mod workers;
 
 pub use conn::Protocol;
@@ -131,5 +135,5 @@ pub use engine::{Builder, Engine, Pending, PublishOptions, Runtime, Stats};
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};
-pub use pubsub::{ChannelList, Handler, PubSub, PubSubBuilder};
+pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;

@@ -144,7 +144,7 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         }
         let before = GLOBAL.allocations();
         for c in channels.iter().cycle().take(N) {
-            ps.publish(c, &payload).unwrap();
+            ps.publish(c, payload).unwrap();
         }
         let after = GLOBAL.allocations();
         // The replies (matched on the I/O thread) are counted too.
@@ -192,7 +192,7 @@ fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state()
         let then_all = |n: u64| {
             let target = THEN_OK.load(Ordering::Relaxed) + n;
             for c in channels.iter().cycle().take(n as usize) {
-                ps.publish_then(c, &payload, |r| {
+                ps.publish_then(c, payload, |r| {
                     if r.is_ok() {
                         THEN_OK.fetch_add(1, Ordering::Relaxed);
                     }
@@ -212,13 +212,13 @@ fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state()
         then_all(THENS);
         then_all(THENS);
         for c in channels.iter().cycle().take(WAITS) {
-            ps.publish_wait(c, &payload, Duration::from_secs(10))
+            ps.publish_wait(c, payload, Duration::from_secs(10))
                 .unwrap();
         }
 
         let before = GLOBAL.allocations();
         for c in channels.iter().cycle().take(WAITS) {
-            let r = ps.publish_wait(c, &payload, Duration::from_secs(10));
+            let r = ps.publish_wait(c, payload, Duration::from_secs(10));
             assert!(r.is_ok(), "{kind:?}: {r:?}");
         }
         let waits = GLOBAL.allocations() - before;

@@ -27,7 +27,7 @@ fn round_trip(ps: &PubSub, seen: &AtomicU64, chans: &[Vec<u8>], rounds: usize) {
     let payload = [b'p'; 256];
     for _ in 0..rounds {
         for c in chans {
-            ps.publish(c, &payload).unwrap();
+            ps.publish(c, payload).unwrap();
         }
     }
     let deadline = std::time::Instant::now() + BOUND;

@@ -9,6 +9,7 @@ use crate::engine::shared::Counters;
 use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
+use crate::url::UrlSettings;
 
 /// Settings for an [`Engine`]; start with [`Engine::builder`].
 ///
@@ -35,6 +36,7 @@ pub struct Builder {
     limits: resp::Limits,
     role: Role,
     max_buffered: usize,
+    urls: UrlSettings,
 }
 
 impl Default for Builder {
@@ -58,6 +60,7 @@ impl Default for Builder {
             limits: resp::Limits::default(),
             role: Role::Command,
             max_buffered: 4 << 20,
+            urls: UrlSettings::default(),
         }
     }
 }
@@ -89,6 +92,28 @@ impl Builder {
         S: Into<String>,
     {
         self.addrs.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a server from a URL, `redis://user:password@host:port` or
+    /// `valkey://…` (the forms, and how URL credentials combine with
+    /// [`Builder::username`] and [`Builder::password`], are those of
+    /// [`PubSubBuilder::url`](crate::PubSubBuilder::url)). An engine does
+    /// not follow a cluster: `?cluster=true` is refused (use a
+    /// [`PubSub`](crate::PubSub) for that). A URL that cannot be read fails
+    /// [`Builder::build`] with [`Error::Config`].
+    pub fn url(mut self, url: &str) -> Self {
+        if let Some(u) = self.urls.read(url) {
+            if u.cluster {
+                self.urls.errors.push(format!(
+                    "URL {}: an Engine does not follow a cluster (cluster=true); \
+                     use PubSub::builder().url(..)",
+                    crate::url::redacted(url)
+                ));
+            } else {
+                self.addrs.push(u.addr);
+            }
+        }
         self
     }
 
@@ -232,7 +257,8 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for invalid settings, [`Error::Resolve`] for an
+    /// [`Error::Config`] for invalid settings (a URL that cannot be read or
+    /// whose credentials contradict the others included), [`Error::Resolve`] for an
     /// address that does not resolve, [`Error::Connect`] or
     /// [`Error::ConnectTimeout`] when a server cannot be reached,
     /// [`Error::Auth`] when it refuses the credentials, [`Error::Handshake`]
@@ -252,8 +278,14 @@ impl Builder {
         self.start(false)
     }
 
-    fn start(self, wait: bool) -> Result<Engine, Error> {
+    fn start(mut self, wait: bool) -> Result<Engine, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
+        if let Err(e) = self
+            .urls
+            .merge("Builder", &mut self.username, &mut self.password)
+        {
+            return config(&e);
+        }
         if self.addrs.is_empty() {
             return config("no server address given (use Builder::address)");
         }

@@ -12,6 +12,11 @@ const SUB_BITS: u32 = 3;
 const SUB: u64 = 1 << SUB_BITS;
 /// Enough for values up to 2^64 µs.
 const BUCKETS: usize = (LINEAR + (64 - 4) * SUB) as usize;
+/// Export bounds: 2^4 µs (16 µs) up to 2^24 µs (about 16.8 s), each a
+/// bucket edge, so the count below each is exact.
+const FIRST_BOUND_EXP: u32 = 4;
+/// How many export bounds.
+pub(crate) const LAG_BOUNDS: usize = 21;
 
 /// Quantiles of the end-to-end lag histogram at one moment (log-linear
 /// buckets: a quantile is reported as its bucket's upper bound, at most
@@ -29,6 +34,24 @@ pub struct LagSnapshot {
     pub p999: Duration,
     /// Largest value recorded (exact).
     pub max: Duration,
+    /// Sum of the values recorded (microsecond resolution).
+    pub sum: Duration,
+    /// Values below each export bound (see [`LagSnapshot::buckets`]).
+    below: [u64; LAG_BOUNDS],
+}
+
+impl LagSnapshot {
+    /// Cumulative counts at fixed bounds, for exporters: `(bound, values
+    /// below it)` for bounds 16 µs, 32 µs, … doubling up to 2^24 µs (about
+    /// 16.8 s); `count` is the total, above every bound. Exact (every
+    /// bound is a bucket edge of the histogram; values are kept in whole
+    /// microseconds, so "below" and "at most" differ by under 1 µs).
+    pub fn buckets(&self) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        self.below
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (Duration::from_micros(1 << (FIRST_BOUND_EXP + i as u32)), n))
+    }
 }
 
 /// Counts of values per bucket.
@@ -36,6 +59,7 @@ pub(crate) struct Histogram {
     buckets: Box<[AtomicU64]>,
     count: AtomicU64,
     max: AtomicU64,
+    sum: AtomicU64,
 }
 
 impl Default for Histogram {
@@ -44,6 +68,7 @@ impl Default for Histogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
             max: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
         }
     }
 }
@@ -77,6 +102,7 @@ impl Histogram {
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.max.fetch_max(us, Ordering::Relaxed);
+        self.sum.fetch_add(us, Ordering::Relaxed);
     }
 
     /// The quantiles now.
@@ -102,8 +128,15 @@ impl Histogram {
             }
             Duration::from_micros(max)
         };
+        let mut below = [0u64; LAG_BOUNDS];
+        for (i, b) in below.iter_mut().enumerate() {
+            let first_above = bucket_of(1 << (FIRST_BOUND_EXP + i as u32));
+            *b = counts.iter().take(first_above).sum();
+        }
         LagSnapshot {
             count: total,
+            sum: Duration::from_micros(self.sum.load(Ordering::Relaxed)),
+            below,
             p50: quantile(0.50),
             p99: quantile(0.99),
             p999: quantile(0.999),
@@ -145,5 +178,36 @@ mod tests {
         let p99 = s.p99.as_micros() as u64;
         assert!((990..=1000).contains(&p99), "{s:?}");
         assert!(s.p999 <= s.max);
+        assert_eq!(s.sum, Duration::from_micros(500_500));
+    }
+
+    #[test]
+    fn export_buckets_count_the_values_below_each_bound_exactly() {
+        let h = Histogram::default();
+        // On both sides of every bound, and past the last one.
+        let mut values = vec![0, 1, 15, 16, 17, 20_000_000, u64::MAX / 4];
+        for k in 4..=24u32 {
+            values.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
+        }
+        for &v in &values {
+            h.record_us(v);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.buckets().count(), LAG_BOUNDS);
+        let mut last = 0;
+        for (bound, n) in s.buckets() {
+            let want = values
+                .iter()
+                .filter(|&&v| u128::from(v) < bound.as_micros())
+                .count();
+            assert_eq!(n, want as u64, "below {bound:?}");
+            assert!(n >= last);
+            last = n;
+        }
+        assert_eq!(
+            s.buckets().last().map(|b| b.0),
+            Some(Duration::from_micros(1 << 24))
+        );
+        assert_eq!(s.count, values.len() as u64);
     }
 }

@@ -5,6 +5,7 @@
 //! its delivered count once per drained batch), and never take a lock.
 
 mod histogram;
+mod prometheus;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

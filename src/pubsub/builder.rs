@@ -25,6 +25,7 @@ use crate::pubsub::routing::{Routing, ShardRouting};
 use crate::pubsub::shared::{Config, ConnSlot, Shared, PROBE_PREFIX};
 use crate::pubsub::{Fixed, Handler, PubSub};
 use crate::threads;
+use crate::url::UrlSettings;
 use crate::workers::Pool;
 
 /// Settings for a [`PubSub`]; start with [`PubSub::builder`].
@@ -32,7 +33,8 @@ use crate::workers::Pool;
 /// The placement is chosen here: [`PubSubBuilder::address`] (one server,
 /// or N client-side shards when called N times) or
 /// [`PubSubBuilder::seed`] (a Redis/Valkey Cluster, found from its
-/// seeds). Every other setting means the same in every placement, except
+/// seeds), or by URL ([`PubSubBuilder::url`]: `redis://…` adds a server,
+/// `redis://…?cluster=true` a seed). Every other setting means the same in every placement, except
 /// the few that say they apply to one placement only; `build` refuses
 /// those in another placement rather than ignore them. Switching a
 /// deployment from shards to a cluster is a change of addresses to seeds.
@@ -55,6 +57,8 @@ pub struct PubSubBuilder {
     /// `build` against the placement).
     pub(crate) fixed_only: Vec<&'static str>,
     pub(crate) cluster_only: Vec<&'static str>,
+    /// What `url` calls left: credentials to merge, refusals.
+    pub(crate) urls: UrlSettings,
 }
 
 /// The settings every placement shares (`None`: the placement's default).
@@ -127,6 +131,7 @@ impl Default for PubSubBuilder {
             cluster: ClusterSettings::default(),
             fixed_only: Vec::new(),
             cluster_only: Vec::new(),
+            urls: UrlSettings::default(),
         }
     }
 }
@@ -241,7 +246,10 @@ impl PubSubBuilder {
         self
     }
 
-    /// The handler (required).
+    /// The handler (required): a type implementing [`Handler`], a closure
+    /// with its parameter types written out (`|channel: &[u8], payload:
+    /// &[u8]| …`), or [`handler_fn`](crate::handler_fn)`(|channel, payload|
+    /// …)`, which infers them.
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.common.handler = Some(Arc::new(handler));
         self
@@ -334,14 +342,22 @@ impl PubSubBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for invalid settings (no placement or two, no
-    /// handler, a zero count, a setting of another placement),
+    /// handler, a zero count, a setting of another placement, a URL that
+    /// cannot be read or whose credentials contradict others),
     /// [`Error::Resolve`] for an address that does not resolve,
     /// [`Error::Runtime`] when the OS refuses a thread; otherwise what
     /// starting the placement returns (connection and handshake errors;
     /// on a cluster also [`Error::Cluster`] when no seed gave a usable slot
     /// map). Nothing is left running.
-    pub fn build(self) -> Result<PubSub, Error> {
+    pub fn build(mut self) -> Result<PubSub, Error> {
         let config = |what: String| Err(Error::Config(what.into()));
+        let c = &mut self.common;
+        if let Err(e) = self
+            .urls
+            .merge("PubSubBuilder", &mut c.username, &mut c.password)
+        {
+            return config(e);
+        }
         let c = &self.common;
         if c.handler.is_none() {
             return config("no handler given (use PubSubBuilder::handler)".into());

@@ -17,7 +17,12 @@
 /// and counted as delivered; the worker goes on.
 ///
 /// Any `Fn(&[u8], &[u8]) + Send + Sync + 'static` closure is a handler that
-/// ignores events.
+/// ignores events. Passed straight to
+/// [`PubSubBuilder::handler`](crate::PubSubBuilder::handler), a closure needs
+/// its parameter types written out (`|channel: &[u8], payload: &[u8]|`):
+/// Rust infers a closure's parameters only from an `Fn` bound, and the
+/// setter's bound is `Handler`, which structs implement too. Wrap it in
+/// [`handler_fn`] to have them inferred (and to add an event closure).
 pub trait Handler: Send + Sync + 'static {
     /// A message published to `channel` (the envelope, if on, is already
     /// stripped from `payload`). Both borrow a buffer that is reused.
@@ -35,6 +40,73 @@ where
 {
     fn on_message(&self, channel: &[u8], payload: &[u8]) {
         self(channel, payload);
+    }
+}
+
+/// A [`Handler`] made of closures whose parameter types are inferred:
+/// `handler_fn(|channel, payload| …)`, and optionally
+/// `.on_event(|event| …)` (events are ignored otherwise).
+///
+/// ```
+/// use shardsub::{handler_fn, Event};
+/// let handler = handler_fn(|channel, payload| {
+///     println!("{}: {} bytes", String::from_utf8_lossy(channel), payload.len());
+/// })
+/// .on_event(|event| {
+///     if let Event::Gap { channels, .. } = event {
+///         println!("{} channels may have lost messages", channels.len());
+///     }
+/// });
+/// # let _ = shardsub::PubSub::builder().handler(handler);
+/// ```
+pub fn handler_fn<M>(on_message: M) -> FnHandler<M, fn(Event<'_>)>
+where
+    M: Fn(&[u8], &[u8]) + Send + Sync + 'static,
+{
+    FnHandler {
+        on_message,
+        on_event: |_| {},
+    }
+}
+
+/// The handler [`handler_fn`] makes: a message closure and an event
+/// closure.
+#[derive(Clone)]
+pub struct FnHandler<M, E> {
+    on_message: M,
+    on_event: E,
+}
+
+impl<M, E> FnHandler<M, E> {
+    /// Handles events with `on_event` (replacing the one given before).
+    pub fn on_event<E2>(self, on_event: E2) -> FnHandler<M, E2>
+    where
+        E2: Fn(Event<'_>) + Send + Sync + 'static,
+    {
+        FnHandler {
+            on_message: self.on_message,
+            on_event,
+        }
+    }
+}
+
+impl<M, E> std::fmt::Debug for FnHandler<M, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnHandler").finish_non_exhaustive()
+    }
+}
+
+impl<M, E> Handler for FnHandler<M, E>
+where
+    M: Fn(&[u8], &[u8]) + Send + Sync + 'static,
+    E: Fn(Event<'_>) + Send + Sync + 'static,
+{
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        (self.on_message)(channel, payload);
+    }
+
+    fn on_event(&self, event: Event<'_>) {
+        (self.on_event)(event);
     }
 }
 

@@ -115,7 +115,8 @@ impl PubSub {
         on_placement!(self, p => front::wait_active(p, channels, timeout))
     }
 
-    /// Publishes `payload` to `channel`, fire-and-forget: on its shard's
+    /// Publishes `payload` to `channel` (anything that is bytes: `&str`,
+    /// `String`, `&[u8]`, `Vec<u8>`, `b"…"`), fire-and-forget: on its shard's
     /// server, or with `SPUBLISH` to its slot's owner on a cluster
     /// (following redirects in the background). Allocates nothing in
     /// steady state.
@@ -126,17 +127,23 @@ impl PubSub {
     /// reconnecting. Both: [`Error::Shutdown`] after shutdown. On a
     /// cluster, a publish that fails later is counted in
     /// [`ClusterMetrics::publish_failed`].
-    pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+    pub fn publish(
+        &self,
+        channel: impl AsRef<[u8]>,
+        payload: impl AsRef<[u8]>,
+    ) -> Result<(), Error> {
+        let (channel, payload) = (channel.as_ref(), payload.as_ref());
         on_placement!(self, p => p.publish(channel, payload))
     }
 
     /// Publishes and runs `f` with the outcome (the number of receivers,
     /// or why it failed), on an I/O thread or at once on this one. Keep `f`
     /// short; never block in it.
-    pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
+    pub fn publish_then<F>(&self, channel: impl AsRef<[u8]>, payload: impl AsRef<[u8]>, f: F)
     where
         F: FnOnce(Result<i64, Error>) + Send + 'static,
     {
+        let (channel, payload) = (channel.as_ref(), payload.as_ref());
         on_placement!(self, p => p.publish_then(channel, payload, f))
     }
 
@@ -150,10 +157,11 @@ impl PubSub {
     /// [`Error::WaitTimeout`] when `timeout` passed first.
     pub fn publish_wait(
         &self,
-        channel: &[u8],
-        payload: &[u8],
+        channel: impl AsRef<[u8]>,
+        payload: impl AsRef<[u8]>,
         timeout: Duration,
     ) -> Result<i64, Error> {
+        let (channel, payload) = (channel.as_ref(), payload.as_ref());
         on_placement!(self, p => p.publish_wait(channel, payload, timeout))
     }
 
@@ -216,6 +224,18 @@ impl PubSub {
         match &self.placed {
             Placed::Fixed(_) => None,
             Placed::Cluster(p) => Some(p.metrics()),
+        }
+    }
+
+    /// Appends the metrics to `out` in the Prometheus text exposition
+    /// format: [`Metrics::to_prometheus`], and on a cluster
+    /// [`ClusterMetrics::to_prometheus`] (the same families, and the
+    /// cluster's). Serve `out` with the content type `text/plain;
+    /// version=0.0.4` (`examples/metrics_http.rs` does, on `/metrics`).
+    pub fn render_prometheus(&self, out: &mut String) {
+        match &self.placed {
+            Placed::Fixed(p) => p.metrics().to_prometheus(out),
+            Placed::Cluster(p) => p.metrics().to_prometheus(out),
         }
     }
 

@@ -49,6 +49,7 @@ pub(crate) mod active;
 #[cfg(test)]
 mod alloc_count;
 pub(crate) mod builder;
+mod builder_url;
 mod control;
 mod dispatch;
 pub mod envelope;
@@ -64,5 +65,5 @@ mod shared;
 
 pub use builder::PubSubBuilder;
 pub(crate) use fixed::Fixed;
-pub use handler::{ChannelList, Event, Handler};
+pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler};
 pub use instance::PubSub;
