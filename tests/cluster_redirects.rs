@@ -151,12 +151,25 @@ fn redirects(kind: ServerKind) {
         "{kind:?}: route not updated"
     );
 
-    for (mode, _, other) in &others {
+    for (mode, h, other) in &others {
         let ledger = if *mode == Mode::Classic {
             &ledger_c
         } else {
             &ledger_a
         };
+        if *mode == Mode::PerPartition {
+            // Its partition moves with a gap: publish once it is
+            // subscribed on the new owner (what was published before is
+            // inside the signalled window, and the round's last message
+            // would never come).
+            testkit::wait_for("the moved partition's gap", Duration::from_secs(10), || {
+                Ok(h.gap_channels.lock().contains(&on_a).then_some(()))
+            })
+            .unwrap_or_else(|e| panic!("{kind:?} {mode:?}: {e}"));
+        }
+        other
+            .wait_active(&[&on_a], Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{kind:?} {mode:?}: {e}"));
         accounted::round(ledger, &*accounted::via_cluster(other.clone()));
         accounted::settle_and_check(
             ledger,

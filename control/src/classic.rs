@@ -25,6 +25,21 @@ impl Core {
     pub fn lane_of(&self, channel: &[u8]) -> u32 {
         match self.cfg.mode {
             Mode::Classic => classic_lane(channel, self.cfg.multiplier),
+            Mode::Fixed => {
+                let servers = self.cfg.seeds.len() as u32;
+                let server = if servers <= 1 {
+                    0
+                } else {
+                    shardcore::shard_of(channel, servers)
+                };
+                let mult = self.cfg.multiplier.max(1);
+                let index = if mult <= 1 {
+                    0
+                } else {
+                    classic_lane(channel, mult)
+                };
+                server * mult + index
+            }
             Mode::NodeGrouped | Mode::PerPartition => self.cfg.partitions.partition_of(channel),
         }
     }
@@ -34,6 +49,13 @@ impl Core {
     pub(crate) fn lane_slots(config: &crate::Config) -> Vec<u16> {
         match config.mode {
             Mode::Classic => alloc::vec![0; config.multiplier.max(1) as usize],
+            // Server `i` "owns" slot `i` of the fixed map (`fixed_map`).
+            Mode::Fixed => {
+                let mult = config.multiplier.max(1) as usize;
+                (0..config.seeds.len() * mult)
+                    .map(|l| (l / mult) as u16)
+                    .collect()
+            }
             Mode::NodeGrouped | Mode::PerPartition => config.partitions.slots().to_vec(),
         }
     }
@@ -43,6 +65,7 @@ impl Core {
     /// it still is one, else the first by key.
     pub(crate) fn layout_for(&self, map: &SlotMap) -> Layout {
         if self.cfg.mode != Mode::Classic {
+            // Fixed: `map` is `fixed_map`, whose slot `i` is server `i`'s.
             return Layout::for_slots(map, &self.slots);
         }
         let real = Layout::for_slots(map, self.cfg.partitions.slots());
@@ -69,6 +92,30 @@ impl Core {
         }
         Layout::for_slots(&one, &self.slots)
     }
+}
+
+/// The fixed placement's map: server `i` (node id `i`, zero-padded so
+/// the ids sort in server order) owns slot `i`.
+pub(crate) fn fixed_map(servers: &[topology::NodeAddr]) -> SlotMap {
+    let mut map = SlotMap::new();
+    for (i, addr) in servers.iter().enumerate() {
+        let shard = topology::Shard {
+            primary: topology::Node {
+                id: alloc::format!("{i:05}"),
+                addr: Some(addr.clone()),
+                hostname: None,
+                tls_port: None,
+                role: topology::Role::Primary,
+                health: topology::Health::Online,
+                replication_offset: None,
+            },
+            replicas: Vec::new(),
+        };
+        if let Some(index) = map.push_shard(shard) {
+            map.assign(i as u16..=i as u16, Some(index));
+        }
+    }
+    map
 }
 
 #[cfg(test)]

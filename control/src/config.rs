@@ -49,9 +49,11 @@ pub struct Config {
     /// First reconnect delay (doubles per failure up to `retry_max`).
     pub reconnect_base: Duration,
     /// A connection silent this long gets a liveness `PING`; one that does
-    /// not answer within `reply_timeout` is closed and reopened (zero: no
+    /// not answer within `ping_timeout` is closed and reopened (zero: no
     /// pings).
     pub ping_interval: Duration,
+    /// How long a liveness `PING` may take.
+    pub ping_timeout: Duration,
     /// Refreshes in a row that may leave a lost partition (its channels
     /// dropped by the server, its node unchanged in the map) in place
     /// before it is resubscribed where the map says it lives.
@@ -63,7 +65,7 @@ pub struct Config {
 impl Config {
     /// Defaults: node-grouped, 1 connection per node, batch 512, 1 worker
     /// (partition-grouped split), 30 s poll,
-    /// 100 ms degraded retry, 2 s timeouts, 30 s pings, 5 stale rounds,
+    /// 100 ms degraded retry, 2 s timeouts (pings too), 30 s pings, 5 stale rounds,
     /// 16 probes.
     pub fn new(partitions: Partitions, seeds: Vec<NodeAddr>) -> Config {
         Config {
@@ -81,6 +83,7 @@ impl Config {
             fetch_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             reply_timeout: Duration::from_secs(2),
+            ping_timeout: Duration::from_secs(2),
             reconnect_base: Duration::from_millis(50),
             ping_interval: Duration::from_secs(30),
             stale_rounds: 5,
@@ -106,12 +109,16 @@ impl Config {
         if self.workers == 0 {
             return Err(ConfigError::ZeroWorkers);
         }
+        if self.mode == Mode::Fixed && self.seeds.len() > usize::from(shardcore::SLOT_COUNT) {
+            return Err(ConfigError::TooManyServers);
+        }
         let delays = [
             self.min_refresh_gap,
             self.degraded_retry,
             self.fetch_timeout,
             self.connect_timeout,
             self.reply_timeout,
+            self.ping_timeout,
             self.reconnect_base,
             self.poll_interval,
         ];
@@ -142,6 +149,18 @@ pub enum Mode {
     /// `partition` is the lane and `slot` 0 (no slot constraint); no slot
     /// is probed.
     Classic,
+    /// Fixed servers (one server, or N client-side shards): the
+    /// [`Config::seeds`] are the servers, never asked for a slot map; each
+    /// gets `multiplier` connections. A channel's lane is its server
+    /// ([`shardcore::shard_of`] over the servers) times `multiplier` plus
+    /// its hash lane among the server's connections
+    /// ([`Core::lane_of`](crate::Core::lane_of)); lane `l` rides on
+    /// connection `l % multiplier` of server `l / multiplier`. The driver
+    /// sends `SUBSCRIBE` / `UNSUBSCRIBE` (whose `slot` is the server
+    /// number). No fetch, probe or stale-map round ever runs; a connection
+    /// that goes down is reopened after its backoff, its channels resent
+    /// with a gap first.
+    Fixed,
 }
 
 /// How a resubscribe divides a connection's channels into `SSUBSCRIBE`s
@@ -171,6 +190,8 @@ pub enum ConfigError {
     ZeroWorkers,
     /// A delay or timeout is 0 (the core would spin).
     ZeroDelay,
+    /// [`Mode::Fixed`] with more servers than there are hash slots.
+    TooManyServers,
 }
 
 impl fmt::Display for ConfigError {
@@ -181,6 +202,7 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroBatch => "subscribe batch size must be at least 1",
             ConfigError::ZeroWorkers => "resubscribe workers must be at least 1",
             ConfigError::ZeroDelay => "refresh delays must not be zero",
+            ConfigError::TooManyServers => "more fixed servers than hash slots (16384)",
         })
     }
 }

@@ -169,7 +169,7 @@ impl Core {
     /// The index of partition `p`'s connection among its node's.
     pub(crate) fn index_of(&self, p: u32) -> usize {
         match self.cfg.mode {
-            Mode::NodeGrouped => p as usize % self.cfg.multiplier.max(1) as usize,
+            Mode::NodeGrouped | Mode::Fixed => p as usize % self.cfg.multiplier.max(1) as usize,
             Mode::PerPartition | Mode::Classic => p as usize,
         }
     }
@@ -212,7 +212,7 @@ impl Core {
             return;
         }
         let n = match self.cfg.mode {
-            Mode::NodeGrouped | Mode::Classic => self.cfg.multiplier as usize,
+            Mode::NodeGrouped | Mode::Classic | Mode::Fixed => self.cfg.multiplier as usize,
             Mode::PerPartition => 0, // opened per partition
         };
         let ids = (0..n)
@@ -304,7 +304,7 @@ impl Core {
             ConnState::Up => {
                 let reply = c.pending.front().map(|p| p.sent + self.cfg.reply_timeout);
                 let ping = match c.ping {
-                    Some(sent) => Some(sent + self.cfg.reply_timeout),
+                    Some(sent) => Some(sent + self.cfg.ping_timeout),
                     None if self.cfg.ping_interval.is_zero() => None,
                     None => Some(c.last_rx + self.cfg.ping_interval),
                 };
@@ -319,7 +319,8 @@ impl Core {
     /// Whether an up connection's subscribe or ping is overdue at `now`.
     fn overdue(&self, c: &Conn, now: Time) -> bool {
         let late = |sent: Time| sent + self.cfg.reply_timeout <= now;
-        c.pending.front().is_some_and(|p| late(p.sent)) || c.ping.is_some_and(late)
+        let ping_late = |sent: Time| sent + self.cfg.ping_timeout <= now;
+        c.pending.front().is_some_and(|p| late(p.sent)) || c.ping.is_some_and(ping_late)
     }
 
     /// The `PING` sent on `conn` was answered.
@@ -390,7 +391,7 @@ impl Core {
             } else if c.state != ConnState::Up || self.overdue(c, now) {
                 // No answer in time: presume it dead.
                 if c.ping
-                    .is_some_and(|sent| sent + self.cfg.reply_timeout <= now)
+                    .is_some_and(|sent| sent + self.cfg.ping_timeout <= now)
                 {
                     self.counters.stats.ping_restarts += 1;
                 }

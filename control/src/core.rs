@@ -225,7 +225,13 @@ impl Core {
             counters: Counters::default(),
             map_epoch: 0,
         };
-        core.fetch.next = Some(now);
+        if core.cfg.mode == crate::Mode::Fixed {
+            // The servers are the map: open them at once, never fetch.
+            let map = crate::classic::fixed_map(&core.cfg.seeds);
+            core.apply_map(map, now);
+        } else {
+            core.fetch.next = Some(now);
+        }
         core.handle_timeout(now);
         Ok(core)
     }
@@ -244,7 +250,8 @@ impl Core {
     /// latest `now` given, once the commands are drained (`None` when
     /// nothing is scheduled).
     pub fn poll_timeout(&self) -> Option<Time> {
-        let mut t = Some(self.next_poll);
+        let fixed = self.cfg.mode == crate::Mode::Fixed;
+        let mut t = (!fixed).then_some(self.next_poll);
         let mut take = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
         match self.fetch.in_flight {
             Some((_, deadline)) => take(deadline),

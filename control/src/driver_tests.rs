@@ -364,3 +364,31 @@ fn classic_lanes_ride_one_primary_and_move_together() {
     assert_eq!((opens, closes), (2, 2), "{cmds:?}");
     assert_eq!(core.stats().moved_partitions, 2);
 }
+
+#[test]
+fn degraded_and_slot_lost_inputs_fetch_as_retry_and_sunsubscribe_and_maps_bump_the_epoch() {
+    let (mut core, _) = one_node();
+    let epoch = core.map_epoch();
+    assert!(epoch >= 1, "the first map counts");
+    core.handle_slot_lost(ms(100));
+    let cmds = drain(&mut core);
+    assert_eq!(fetches(&cmds), 1, "at once: {cmds:?}");
+    assert_eq!(core.stats().rebuilds.sunsubscribe, 1);
+    let Some(Command::FetchTopology { id, .. }) = cmds.into_iter().next() else {
+        panic!("a fetch")
+    };
+    core.handle_topology(ms(101), id, Ok(map(&[("a", "n0", 0, 16383)])));
+    drain(&mut core);
+    assert_eq!(core.map_epoch(), epoch + 1, "an unchanged map still counts");
+    core.handle_degraded(ms(200));
+    assert_eq!(
+        fetches(&drain(&mut core)),
+        0,
+        "not before the degraded delay"
+    );
+    let t = core.poll_timeout().unwrap();
+    assert!(t <= ms(200) + core.config().degraded_retry, "{t}");
+    core.handle_timeout(t);
+    assert_eq!(fetches(&drain(&mut core)), 1);
+    assert_eq!(core.stats().rebuilds.retry, 1);
+}

@@ -58,6 +58,8 @@ mod conns;
 mod core;
 #[cfg(test)]
 mod driver_tests;
+#[cfg(test)]
+mod fixed_tests;
 mod rewire;
 pub mod sim;
 mod stats;

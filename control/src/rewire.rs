@@ -111,6 +111,9 @@ impl Core {
     /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
     /// the last start); starts it now when due and none is in flight.
     pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration, why: Trigger) {
+        if self.cfg.mode == Mode::Fixed {
+            return; // fixed servers: nothing to reread
+        }
         let mut at = (now + delay).max(self.fetch.hold_until);
         if let Some(last) = self.fetch.last_start {
             at = at.max(last + self.cfg.min_refresh_gap);
@@ -182,7 +185,7 @@ impl Core {
     }
 
     /// Rewires from the current layout to the one of `map`.
-    fn apply_map(&mut self, map: SlotMap, now: Time) {
+    pub(crate) fn apply_map(&mut self, map: SlotMap, now: Time) {
         let new = self.layout_for(&map);
         self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
@@ -333,8 +336,9 @@ impl Core {
 
     /// Probes slots with no known owner (at most `max_probes` in flight).
     fn send_probes(&mut self, now: Time) {
-        if self.cfg.mode == Mode::Classic {
-            return; // any primary serves classic subscriptions
+        if matches!(self.cfg.mode, Mode::Classic | Mode::Fixed) {
+            // Any primary serves classic subscriptions; fixed servers own
+            // every lane they have.
         }
         let Some(node) = self.candidates().into_iter().next() else {
             return;

@@ -81,6 +81,29 @@ pub(crate) struct NodeSettings {
 }
 
 impl NodeSettings {
+    /// The settings `common` gives, with the placement's defaults for the
+    /// connect timeout and the longest reconnect delay.
+    pub(crate) fn new(
+        common: &Common,
+        runtime: &Runtime,
+        connect_timeout: Duration,
+        backoff_max: Duration,
+    ) -> NodeSettings {
+        NodeSettings {
+            protocol: common.protocol,
+            username: common.username.clone(),
+            password: common.password.clone(),
+            client_name: common.client_name.clone(),
+            request_timeout: common.request_timeout.unwrap_or(Duration::from_secs(5)),
+            connect_timeout: common.connect_timeout.unwrap_or(connect_timeout),
+            backoff: common
+                .backoff
+                .unwrap_or((Duration::from_millis(50), backoff_max)),
+            flush_delay: common.flush_delay.unwrap_or(Duration::from_micros(100)),
+            runtime: Some(runtime.clone()),
+        }
+    }
+
     pub(crate) fn engine(&self, addr: SocketAddr, role: Role, conns: usize) -> Builder {
         let name: &[u8] = match (&self.client_name, role) {
             (Some(name), _) => name,
@@ -306,19 +329,12 @@ pub(crate) fn build(
         usize::MAX,
         &counters,
     )?;
-    let node = NodeSettings {
-        protocol: common.protocol,
-        username: common.username.clone(),
-        password: common.password.clone(),
-        client_name: common.client_name.clone(),
-        request_timeout: common.request_timeout.unwrap_or(Duration::from_secs(5)),
-        connect_timeout: common.connect_timeout.unwrap_or(Duration::from_secs(1)),
-        backoff: common
-            .backoff
-            .unwrap_or((Duration::from_millis(50), Duration::from_secs(2))),
-        flush_delay: common.flush_delay.unwrap_or(Duration::from_micros(100)),
-        runtime: Some(runtime.clone()),
-    };
+    let node = NodeSettings::new(
+        &common,
+        &runtime,
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+    );
     let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
     let cfg = Config {
         mode: c.mode,
@@ -332,7 +348,58 @@ pub(crate) fn build(
         degraded_retry: c.degraded_retry,
         probe_interval: common.probe_interval,
         publish_hold: c.publish_hold,
+        fixed_servers: 0,
+        envelope: false,
+        coalesce: Duration::ZERO,
     };
+    let hold = Hold::new(c.hold_messages, c.hold_bytes);
+    let parts_for = Parts {
+        parts,
+        active_wait: ActiveWait::new(false, Duration::from_millis(50)),
+        name: "shardsub-cluster-control",
+    };
+    let ps = start(
+        cfg,
+        parts_for,
+        node,
+        &common,
+        seed_addrs,
+        (runtime, pool),
+        hold,
+        counters,
+    )?;
+    ps.wait_started(Duration::from_secs(10))?;
+    Ok(ps)
+}
+
+/// What differs between the placements when the subscribe side starts.
+pub(crate) struct Parts {
+    pub(crate) parts: Partitions,
+    pub(crate) active_wait: ActiveWait,
+    /// The control thread's name.
+    pub(crate) name: &'static str,
+}
+
+/// Starts the subscribe side (and a cluster's publish side) of an
+/// instance: the shared state, the control core on `servers` (the seeds,
+/// or a fixed placement's servers), and the control thread that drives
+/// it. On an error nothing is left running (the pool is stopped).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    cfg: Config,
+    p: Parts,
+    node: NodeSettings,
+    common: &Common,
+    servers: Vec<SocketAddr>,
+    (runtime, pool): (Runtime, Pool),
+    hold: Hold,
+    counters: Arc<Counters>,
+) -> Result<ClusterPubSub, Error> {
+    let Parts {
+        parts,
+        active_wait,
+        name,
+    } = p;
     let lanes = Shared::lanes(&cfg, &parts);
     let seed = crate::cluster::instance_seed();
     let heads = crate::cluster::shared::wire_heads(cfg.mode, &parts);
@@ -344,7 +411,7 @@ pub(crate) fn build(
             Registry::new(lanes, seed),
             pool.queues().to_vec(),
             counters,
-            ActiveWait::new(false, Duration::from_millis(50)),
+            active_wait,
             common.active_events,
         ),
         cluster: ClusterCounters::default(),
@@ -354,13 +421,18 @@ pub(crate) fn build(
         mail: Mailbox::new(lanes),
         seed_error: Default::default(),
         closing: AtomicBool::new(false),
-        hold: Hold::new(c.hold_messages, c.hold_bytes),
+        hold,
         next_seq: AtomicU64::new(0),
         inflight: InFlight::default(),
         instance: crate::cluster::instance_seed(),
     });
-    let core = control::Core::new(core_config(&shared, &node, seed_addrs), Time::ZERO)
-        .map_err(|e| Error::Config(format!("cluster control: {e}").into()))?;
+    let core = match control::Core::new(core_config(&shared, &node, servers), Time::ZERO) {
+        Ok(core) => core,
+        Err(e) => {
+            pool.shutdown();
+            return Err(Error::Config(format!("control: {e}").into()));
+        }
+    };
     let control = Driver {
         s: shared.clone(),
         node,
@@ -382,17 +454,15 @@ pub(crate) fn build(
         name: Vec::new(),
     };
     let panics = shared.counters.thread_panics.clone();
-    let handle = threads::spawn("shardsub-cluster-control".into(), panics, move || {
-        control.run()
-    })
-    .map_err(|e| {
-        pool.shutdown();
-        Error::runtime("control thread", &e)
-    });
-    let handle = handle?;
-    let ps = ClusterPubSub::new(shared, runtime, pool, handle);
-    ps.wait_started(Duration::from_secs(10))?;
-    Ok(ps)
+    let handle = threads::spawn(name.into(), panics, move || control.run());
+    let handle = match handle {
+        Ok(h) => h,
+        Err(e) => {
+            pool.shutdown();
+            return Err(Error::runtime("control thread", &e));
+        }
+    };
+    Ok(ClusterPubSub::new(shared, runtime, pool, handle))
 }
 
 /// The control core's settings for this instance.
@@ -407,6 +477,7 @@ fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> 
     let cfg = &shared.config;
     let mut k = control::Config::new(shared.parts.clone(), seeds);
     k.mode = match cfg.mode {
+        _ if cfg.fixed_servers > 0 => control::Mode::Fixed,
         Mode::Sharded => control::Mode::NodeGrouped,
         Mode::PerPartition => control::Mode::PerPartition,
         Mode::Classic => control::Mode::Classic,
@@ -433,5 +504,10 @@ fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> 
     };
     k.reply_timeout = reply;
     k.ping_interval = cfg.probe_interval;
+    // The probe interval bounds the probe too (a black-holed connection
+    // is restarted within two intervals of silence).
+    if !cfg.probe_interval.is_zero() {
+        k.ping_timeout = cfg.probe_interval;
+    }
     k
 }

@@ -32,6 +32,7 @@ impl Driver {
     }
 
     fn execute(&mut self, cmd: Command) {
+        log::trace!("control {:?}: {cmd}", self.s.config.mode);
         match cmd {
             Command::Open { conn, node } => self.open(conn, &node),
             Command::Close { conn } => {
@@ -75,6 +76,7 @@ impl Driver {
             connects: Default::default(),
             received: Default::default(),
             dropped: Default::default(),
+            unenveloped: Default::default(),
         });
         let service_lost = Arc::new(AtomicBool::new(false));
         let observer = Arc::new(SubObserver {
@@ -82,9 +84,12 @@ impl Driver {
             state: state.clone(),
             service_lost: service_lost.clone(),
         });
+        // Resubscribing 1M channels stages ~30 MB of commands at once: let
+        // it through instead of applying backpressure.
         let engine = self
             .node
             .engine(addr, Role::Subscribe, 1)
+            .max_buffered_bytes(64 << 20)
             .observer(observer)
             .build_detached();
         let engine = match engine {
@@ -204,9 +209,12 @@ impl Driver {
         };
         add(&self.s.counters.unsubscribe_commands, 1);
         let enc = &self.enc;
-        let r = c
-            .engine
-            .submit_to(0, 0, |buf| buf.extend_from_slice(enc), ReplyKind::Single);
+        let r = c.engine.submit_to(
+            0,
+            0,
+            |buf| buf.extend_from_slice(enc),
+            ReplyKind::Unsubscribe,
+        );
         if let Err(e) = r {
             log::debug!("unsubscribe not sent on {conn} ({e})");
         }
@@ -217,13 +225,15 @@ impl Driver {
     /// next).
     fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
         let s = self.s.clone();
-        let server = self
-            .core
-            .layout()
-            .node_of(partition)
-            .and_then(|k| resolve(&k.addr))
-            .and_then(|a| self.node_numbers.get(&a).copied())
-            .unwrap_or(0);
+        let node = self.core.layout().node_of(partition);
+        let server = if s.fixed() {
+            // Fixed servers: the node id is the server's number.
+            node.and_then(|k| k.id.parse().ok())
+        } else {
+            node.and_then(|k| resolve(&k.addr))
+                .and_then(|a| self.node_numbers.get(&a).copied())
+        }
+        .unwrap_or(0);
         let workers = s.queues.len().max(1);
         let mut per_worker = vec![ChannelList::default(); workers];
         for name in &channels {

@@ -39,7 +39,18 @@ impl SubObserver {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
-        if !s.front.deliver(channel, payload, 0) {
+        let (sent_us, payload) = if s.config.envelope {
+            match crate::pubsub::envelope::decode(payload) {
+                Some((t, p)) => (t.max(1), p),
+                None => {
+                    self.state.unenveloped.fetch_add(1, Ordering::Relaxed);
+                    (0, payload)
+                }
+            }
+        } else {
+            (0, payload)
+        };
+        if !s.front.deliver(channel, payload, sent_us) {
             self.state.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -141,9 +152,6 @@ impl Observer for SubObserver {
         let was_ready = self.state.ready.swap(false, Ordering::AcqRel);
         if matches!(error, Error::Shutdown) {
             return;
-        }
-        if matches!(error, Error::Timeout { .. }) {
-            add(&self.shared.counters.probe_restarts, 1);
         }
         if was_ready {
             log::warn!(

@@ -107,8 +107,29 @@ impl Driver {
             if inbox.stop {
                 return self.close_all();
             }
+            let inbox = self.coalesce(inbox);
             self.round(inbox);
         }
+    }
+
+    /// Subscribe calls close in time share commands: when a round has
+    /// nothing but newly dirty lanes, waits up to the coalescing delay for
+    /// more (fixed placements' `subscribe_delay`; zero on a cluster).
+    fn coalesce(&self, mut inbox: Inbox) -> Inbox {
+        let delay = self.s.config.coalesce;
+        let only_dirty = !inbox.dirty.is_empty() && inbox.quiet_but_dirty();
+        if delay.is_zero() || !only_dirty {
+            return inbox;
+        }
+        let until = Instant::now() + delay;
+        let mut more = self.s.mail.inbox.lock();
+        while !more.stop
+            && more.ups.is_empty()
+            && more.downs.is_empty()
+            && !self.s.mail.cond.wait_until(&mut more, until).timed_out()
+        {}
+        inbox.dirty.append(&mut more.dirty);
+        inbox
     }
 
     /// When the loop must look again without a report.
@@ -135,6 +156,16 @@ impl Driver {
 
     /// One round: every report as an input, the due timers, then the sync.
     fn round(&mut self, inbox: Inbox) {
+        log::trace!(
+            "control {:?}: up {:?} down {:?} replies {:?} dropped {} fetched {} probed {:?}",
+            self.s.config.mode,
+            inbox.ups,
+            inbox.downs,
+            inbox.replies,
+            inbox.sunsubscribed.len(),
+            inbox.fetched.len(),
+            inbox.probed
+        );
         let Inbox {
             ups,
             downs,
@@ -279,6 +310,10 @@ impl Driver {
             c.state.received.load(Ordering::Relaxed),
         );
         add(&cc.retired_dropped, c.state.dropped.load(Ordering::Relaxed));
+        add(
+            &cc.retired_unenveloped,
+            c.state.unenveloped.load(Ordering::Relaxed),
+        );
         c.state.ready.store(false, Ordering::Release);
         c.engine.shutdown();
     }

@@ -138,12 +138,14 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let e = |st: Stage| g(&c.errors[st as usize]);
     let core = *s.core_stats.lock();
-    let mut m = s.counters.snapshot(false);
+    let mut m = s.counters.snapshot(s.config.envelope);
     m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
     m.channels = s.registry.len() as u64;
     m.received = g(&c.retired_received);
     m.dropped.queue_full = g(&c.retired_dropped);
+    m.unenveloped = g(&c.retired_unenveloped);
     m.probe_restarts += core.ping_restarts;
+    m.subscribe_errors += core.subscribe_errors;
     {
         let conns = s.lane_conn.read();
         let mut seen = std::collections::BTreeSet::new();
@@ -151,6 +153,7 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
             if seen.insert(c.id) {
                 m.received += c.received.load(Ordering::Relaxed);
                 m.dropped.queue_full += c.dropped.load(Ordering::Relaxed);
+                m.unenveloped += c.unenveloped.load(Ordering::Relaxed);
             }
         }
     }

@@ -79,13 +79,13 @@ mod commands;
 mod dispatch;
 mod driver;
 mod gate;
-mod hold;
+pub(crate) mod hold;
 mod inflight;
 mod metrics;
 mod outcome;
 mod publish;
 mod service;
-mod shared;
+pub(crate) mod shared;
 mod topo;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,7 +109,7 @@ use shared::Shared;
 /// The cluster placement behind a [`PubSub`](crate::PubSub):
 /// subscriptions, publishing and delivery over a Redis or Valkey Cluster.
 pub(crate) struct ClusterPubSub {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     runtime: crate::Runtime,
     pool: Pool,
     control: Mutex<Option<JoinHandle<()>>>,
@@ -292,6 +292,26 @@ impl ClusterPubSub {
     /// A snapshot of the counters.
     pub fn metrics(&self) -> ClusterMetrics {
         metrics::snapshot(&self.shared)
+    }
+
+    /// The delivery counters alone (what a fixed placement reports),
+    /// with the subscribe connections up per server.
+    pub(crate) fn subscriber_metrics(&self) -> crate::Metrics {
+        let s = &self.shared;
+        let mut m = metrics::snapshot(s).pubsub;
+        if s.fixed() {
+            let per = s.config.multiplier.max(1);
+            let mut up = vec![0usize; s.config.fixed_servers];
+            for (lane, c) in s.lane_conn.read().iter().enumerate() {
+                if c.as_ref().is_some_and(|c| c.ready.load(Ordering::Acquire)) {
+                    if let Some(n) = up.get_mut(lane / per) {
+                        *n += 1;
+                    }
+                }
+            }
+            m.active_connections = up;
+        }
+        m
     }
 
     /// Stops everything: the control thread and every node connection,

@@ -90,6 +90,7 @@ impl Driver {
             .collect();
         self.services
             .retain(|a, _| nodes.iter().any(|(_, addr)| addr == a));
+        let mut stale = false;
         for (key, addr) in nodes {
             let Some(conn) = self.core.node_conn(&key, 0) else {
                 continue;
@@ -115,6 +116,7 @@ impl Driver {
                 (Some(slot), true, Some(sv)) => {
                     sv.stale += u32::from(map_changed);
                     if sv.stale < STALE_ROUNDS {
+                        stale = true;
                         continue;
                     }
                     slot
@@ -133,6 +135,13 @@ impl Driver {
                 },
             );
             self.send_service(conn, slot);
+        }
+        if stale && map_changed {
+            // The node said its slot left; the map we read does not show
+            // it yet: read again soon (one request per map).
+            let now = self.now();
+            self.core.handle_degraded(now);
+            self.drain();
         }
     }
 

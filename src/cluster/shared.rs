@@ -31,6 +31,15 @@ pub(crate) struct Config {
     pub(crate) degraded_retry: Duration,
     pub(crate) probe_interval: Duration,
     pub(crate) publish_hold: Duration,
+    /// Fixed placements (one server or N shards): the number of servers,
+    /// with `mode` [`Mode::Classic`] (plain names, `SUBSCRIBE`) and
+    /// `multiplier` connections per server; 0 on a cluster.
+    pub(crate) fixed_servers: usize,
+    /// Fixed placements: payloads carry the envelope (lag measured).
+    pub(crate) envelope: bool,
+    /// How long the control thread waits for more subscribe calls to
+    /// share commands with (fixed placements' `subscribe_delay`).
+    pub(crate) coalesce: Duration,
 }
 
 /// Where a topology step failed that the control core does not see (it
@@ -57,6 +66,8 @@ pub(crate) struct ConnState {
     pub(crate) connects: AtomicU64,
     pub(crate) received: AtomicU64,
     pub(crate) dropped: AtomicU64,
+    /// Messages without the envelope where one was expected.
+    pub(crate) unenveloped: AtomicU64,
 }
 
 /// Where publishes go: slot → index into `engines` (`NONE` for unknown).
@@ -140,7 +151,12 @@ pub(crate) struct Inbox {
 impl Inbox {
     /// Whether anything waits to be handled.
     pub(crate) fn has_work(&self) -> bool {
-        !(self.ups.is_empty()
+        !self.dirty.is_empty() || !self.quiet_but_dirty()
+    }
+
+    /// Whether nothing but dirty lanes (if any) waits.
+    pub(crate) fn quiet_but_dirty(&self) -> bool {
+        self.ups.is_empty()
             && self.downs.is_empty()
             && self.replies.is_empty()
             && self.sunsubscribed.is_empty()
@@ -148,13 +164,12 @@ impl Inbox {
             && self.services_lost.is_empty()
             && self.fetched.is_empty()
             && self.probed.is_empty()
-            && self.dirty.is_empty()
             && self.retries.is_empty()
             && self.barriers.is_empty()
-            && self.markers.is_empty())
-            || self.held
-            || self.refresh
-            || self.stop
+            && self.markers.is_empty()
+            && !self.held
+            && !self.refresh
+            && !self.stop
     }
 }
 
@@ -184,6 +199,7 @@ pub(crate) struct ClusterCounters {
     /// Received and dropped counts of closed subscribe connections.
     pub(crate) retired_received: AtomicU64,
     pub(crate) retired_dropped: AtomicU64,
+    pub(crate) retired_unenveloped: AtomicU64,
 }
 
 pub(crate) struct Shared {
@@ -241,7 +257,7 @@ impl Shared {
     /// Number of lanes: one per partition, or one per connection (classic).
     pub(crate) fn lanes(config: &Config, parts: &Partitions) -> usize {
         match config.mode {
-            Mode::Classic => config.multiplier,
+            Mode::Classic => config.multiplier * config.fixed_servers.max(1),
             Mode::Sharded | Mode::PerPartition => parts.count() as usize,
         }
     }
@@ -255,12 +271,32 @@ impl Shared {
     pub(crate) fn lane_of(&self, channel: &[u8]) -> usize {
         match self.config.mode {
             Mode::Classic => {
-                let h = (shardcore::channel_hash(channel) ^ CONN_SALT)
-                    .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                ((u128::from(h) * self.config.multiplier as u128) >> 64) as usize
+                let mult = self.config.multiplier.max(1);
+                let index = if mult == 1 {
+                    0
+                } else {
+                    let h = (shardcore::channel_hash(channel) ^ CONN_SALT)
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                    ((u128::from(h) * mult as u128) >> 64) as usize
+                };
+                self.server_of(channel) * mult + index
             }
             Mode::Sharded | Mode::PerPartition => self.parts.partition_of(channel) as usize,
         }
+    }
+
+    /// The server of a channel in a fixed placement
+    /// ([`shardcore::shard_of`]; 0 with one server or on a cluster).
+    pub(crate) fn server_of(&self, channel: &[u8]) -> usize {
+        match self.config.fixed_servers {
+            0 | 1 => 0,
+            n => shardcore::shard_of(channel, n as u32) as usize,
+        }
+    }
+
+    /// Whether this is a fixed placement (servers, not a cluster).
+    pub(crate) fn fixed(&self) -> bool {
+        self.config.fixed_servers > 0
     }
 
     /// The lane and user channel of a channel name as the server sent it.

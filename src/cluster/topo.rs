@@ -155,6 +155,11 @@ impl Driver {
     /// [`Driver::sync`] that a map arrived.
     pub(crate) fn sync_routes(&mut self) {
         let epoch = self.core.map_epoch();
+        if epoch != self.routes_epoch && self.s.fixed() {
+            // Fixed servers publish on their own engine.
+            self.routes_epoch = epoch;
+            self.map_seen = true;
+        }
         if epoch != self.routes_epoch {
             self.routes_epoch = epoch;
             self.map_seen = true;

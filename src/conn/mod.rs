@@ -91,6 +91,12 @@ pub enum ReplyKind {
         /// Confirmations still expected (at least 1).
         confirmations: u32,
     },
+    /// `(S|P)UNSUBSCRIBE` followed by a `PING`, sent as one request: its
+    /// confirmations are pushes, so the `PING`'s reply finishes it. An
+    /// error reply before that one (the unsubscribe refused: `MOVED` for a
+    /// slot the node no longer owns, say) is passed over, so the queue
+    /// stays in step.
+    Unsubscribe,
 }
 
 /// A request handed to the core: the caller's token and how its reply comes.
@@ -847,6 +853,15 @@ impl<T> Connection<T> {
                     class,
                     completes: None,
                 });
+            }
+            let refused_unsubscribe =
+                matches!(
+                    st.pending.front().map(|r| &r.kind),
+                    Some(ReplyKind::Unsubscribe)
+                ) && matches!(parsed.frame, Frame::Error(_) | Frame::BlobError(_));
+            if refused_unsubscribe {
+                log::debug!("an unsubscribe was refused: {:?}", parsed.frame);
+                continue;
             }
             match st.pending.pop_front() {
                 Some(r) => {

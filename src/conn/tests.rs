@@ -886,3 +886,31 @@ fn one_read_takes_at_most_max_read_bytes() {
     assert_eq!(n, MAX_READ);
     assert_eq!(drain(&mut c), vec![]);
 }
+
+#[test]
+fn an_unsubscribe_refused_before_its_ping_keeps_the_queue_in_step() {
+    // SUNSUBSCRIBE of a slot the node lost is answered `MOVED` (not a
+    // push); the PING after it still answers the request, and nothing
+    // is left over to desynchronise the connection.
+    let mk = || {
+        let (mut c, t0) = ready(ConnConfig {
+            role: Role::Subscribe,
+            ..config()
+        });
+        let mut bytes = cmd(&["SUNSUBSCRIBE", "{a}.x"]);
+        bytes.extend(cmd(&["PING"]));
+        let unsub = Request {
+            user: 1,
+            kind: ReplyKind::Unsubscribe,
+        };
+        c.send_encoded(&bytes, [unsub], t0);
+        send(&mut c, &["PING"], 2, t0);
+        c
+    };
+    let stream: &[u8] = b"-MOVED 5 127.0.0.1:7001\r\n+PONG\r\n+PONG\r\n";
+    let want = vec![
+        Ev::Reply(1, Value::Simple(b"PONG".to_vec())),
+        Ev::Reply(2, Value::Simple(b"PONG".to_vec())),
+    ];
+    check_all_splits(&mk, stream, &want, Instant::now());
+}

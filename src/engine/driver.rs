@@ -433,19 +433,6 @@ impl Driver {
         }
     }
 
-    /// Drops an open (or connecting) connection and reconnects it after the
-    /// usual backoff, as if it had broken.
-    pub(crate) fn restart(&mut self, registry: &Registry, now: Instant) {
-        if self.shutting_down || !matches!(self.phase, Phase::Open | Phase::Connecting { .. }) {
-            return;
-        }
-        let err = Error::ConnectionLost {
-            addr: self.addr(),
-            reason: crate::conn::ConnError::Aborted,
-        };
-        self.teardown(registry, err, now);
-    }
-
     /// Ends the connection now: everything pending fails with `Shutdown`.
     pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
         self.shutting_down = true;

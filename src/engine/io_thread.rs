@@ -183,11 +183,6 @@ impl IoThread {
                     done,
                 });
             }
-            Control::Restart(slot) => {
-                if let Some(Some(d)) = self.drivers.get_mut(slot) {
-                    d.restart(registry, now);
-                }
-            }
             Control::Stop => self.stopping = true,
             #[cfg(test)]
             Control::Panic => panic!("I/O thread panic provoked by a test"),

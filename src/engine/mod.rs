@@ -534,15 +534,6 @@ impl Engine {
         self.conn_at(server, index).is_ok_and(ConnShared::is_up)
     }
 
-    /// Seam for the Pub/Sub layer (liveness probe): drops connection
-    /// `index` of server `server` and reconnects it, as if it had broken
-    /// (its pending requests fail with [`Error::ConnectionLost`]).
-    pub(crate) fn restart_connection(&self, server: usize, index: usize) {
-        if let Ok(conn) = self.conn_at(server, index) {
-            conn.thread.send_control(Control::Restart(conn.local));
-        }
-    }
-
     /// Makes the I/O thread of this engine's first connection panic (for
     /// the tests of panic reporting).
     #[cfg(test)]

@@ -152,8 +152,6 @@ pub(crate) enum Control {
         deadline: Instant,
         done: Arc<Latch>,
     },
-    /// Drop this connection (by its slot) and reconnect it.
-    Restart(usize),
     /// The runtime is gone: stop once the connections still shutting down
     /// are done.
     Stop,
@@ -223,7 +221,7 @@ pub(crate) fn settle_unserved(c: Control) {
             }
         }
         Control::Shutdown { done, .. } => done.count_down(),
-        Control::Restart(_) | Control::Stop => {}
+        Control::Stop => {}
         #[cfg(test)]
         Control::Panic => {}
     }

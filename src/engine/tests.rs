@@ -40,7 +40,7 @@ fn pubsub_metrics_count_its_engines_thread_panics() {
             .build()
             .unwrap();
         assert_eq!(ps.metrics().thread_panics, 0);
-        ps.subscribe_engine().panic_io_thread();
+        ps.publisher().unwrap().panic_io_thread();
         testkit::wait_for("the panic counted", BOUND, || {
             Ok((ps.metrics().thread_panics == 1).then_some(()))
         })

@@ -4,27 +4,18 @@
 //! (`cluster::builder`); every other setter is here, once, for every
 //! placement.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
-use crate::cluster::builder::ClusterSettings;
+use crate::cluster;
+use crate::cluster::builder::{ClusterSettings, NodeSettings, Parts};
+use crate::cluster::hold::Hold;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
-use crate::pubsub::control::Control;
-use crate::pubsub::dispatch::Dispatcher;
-use crate::pubsub::front::Front;
-use crate::pubsub::mailbox::Mailbox;
-use crate::pubsub::registry::Registry;
-use crate::pubsub::routing::{Routing, ShardRouting};
-use crate::pubsub::shared::{Config, ConnSlot, Shared, PROBE_PREFIX};
 use crate::pubsub::{Fixed, Handler, PubSub};
-use crate::threads;
 use crate::url::UrlSettings;
 use crate::workers::Pool;
 
@@ -434,8 +425,9 @@ fn engine(
     b
 }
 
-/// Starts one server or N shards: workers, both engines, the control
-/// thread.
+/// Starts one server or N shards: the workers, the publish engine, then
+/// the subscribe side on the control core in its fixed mode (the servers
+/// are its nodes; it opens their subscribe connections without waiting).
 fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<Fixed, Error> {
     if f.publish_connections == 0 {
         return Err(Error::Config(
@@ -447,72 +439,14 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
     };
     let workers = common.workers();
     let per_server = common.subscribe_connections.unwrap_or(2);
-    let servers = addrs.len();
+    let servers = resolve_all(addrs)?;
     let counters = Arc::new(Counters::default());
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
     let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
-    let seed = instance_seed();
-    let routing = ShardRouting {
-        servers,
-        per_server,
-    };
-    let lanes = routing.lanes();
-    let conns = (0..servers * per_server)
-        .map(|c| {
-            let (server, index) = (c / per_server, c % per_server);
-            let mut name = PROBE_PREFIX.to_vec();
-            name.extend_from_slice(format!("{seed:016x}:{server}:{index}").as_bytes());
-            ConnSlot {
-                server,
-                index,
-                probe_channel: name.into(),
-                ready: AtomicBool::new(false),
-                rx: AtomicU64::new(0),
-                received: AtomicU64::new(0),
-                dropped: AtomicU64::new(0),
-                unenveloped: AtomicU64::new(0),
-                connects: AtomicU64::new(0),
-            }
-        })
-        .collect();
-    let shared = Arc::new(Shared {
-        config: Config {
-            servers,
-            per_server,
-            batch: common.batch_size,
-            coalesce: f.subscribe_delay,
-            probe_interval: common.probe_interval,
-            envelope: f.envelope,
-        },
-        front: Front::new(
-            Registry::new(lanes, seed),
-            pool.queues().to_vec(),
-            counters,
-            ActiveWait::new(true, Duration::from_millis(100)),
-            common.active_events,
-        ),
-        routing: Box::new(routing),
-        conns,
-        mail: Mailbox::new(lanes),
-    });
-    let observer = Arc::new(Dispatcher {
-        shared: shared.clone(),
-    });
-    // Resubscribing 1M channels stages ~30 MB of SUBSCRIBE commands at
-    // once; let it through instead of applying publish backpressure.
-    let sub = match engine(common, addrs, &runtime, Role::Subscribe, per_server)
-        .max_buffered_bytes(64 << 20)
-        .observer(observer)
-        .build()
-    {
-        Ok(e) => Arc::new(e),
-        Err(e) => {
-            pool.shutdown();
-            return Err(e);
-        }
-    };
+    // The publish engine first: a server that refuses the credentials or
+    // cannot be reached fails the build here, before anything else runs.
     let publ = match engine(
         common,
         addrs,
@@ -524,47 +458,72 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
     {
         Ok(e) => Arc::new(e),
         Err(e) => {
-            sub.shutdown();
             pool.shutdown();
             return Err(e);
         }
     };
-    let control = Control::new(shared.clone(), sub.clone(), publ.clone());
-    let handle = threads::spawn(
-        "shardsub-pubsub-control".into(),
-        shared.counters.thread_panics.clone(),
-        move || control.run(),
+    let node = NodeSettings::new(
+        common,
+        &runtime,
+        Duration::from_secs(2),
+        Duration::from_secs(5),
     );
-    let handle = match handle {
-        Ok(h) => h,
-        Err(e) => {
-            sub.shutdown();
-            publ.shutdown();
-            pool.shutdown();
-            return Err(Error::runtime("control thread", &e));
-        }
+    let cfg = cluster::shared::Config {
+        mode: cluster::Mode::Classic,
+        multiplier: per_server,
+        batch: common.batch_size,
+        poll_interval: Duration::from_secs(3600),
+        split: cluster::ResubscribeSplit::Partitions,
+        resubscribe_workers: 1,
+        max_redirects: 0,
+        retry_window: Duration::ZERO,
+        degraded_retry: Duration::from_millis(100),
+        probe_interval: common.probe_interval,
+        publish_hold: Duration::ZERO,
+        fixed_servers: servers.len(),
+        envelope: f.envelope,
+        coalesce: f.subscribe_delay,
     };
-    Ok(Fixed {
-        shared,
-        sub,
-        publ,
-        pool,
-        control: Mutex::new(Some(handle)),
-        shut: AtomicBool::new(false),
-    })
+    let parts = Parts {
+        parts: shardcore::Partitions::new(1)
+            .map_err(|e| Error::Config(format!("partitions: {e}").into()))?,
+        active_wait: ActiveWait::new(true, Duration::from_millis(100)),
+        name: "shardsub-pubsub-control",
+    };
+    let sub = cluster::builder::start(
+        cfg,
+        parts,
+        node,
+        common,
+        servers,
+        (runtime, pool),
+        Hold::new(0, 0),
+        counters,
+    );
+    match sub {
+        Ok(sub) => Ok(Fixed { sub, publ }),
+        Err(e) => {
+            publ.shutdown();
+            Err(e)
+        }
+    }
 }
 
-/// A seed that differs between instances (probe channel names, hash seeds).
-fn instance_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut k = t ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^ (k >> 33)
+/// Every address resolved (the first address of each).
+fn resolve_all(addrs: &[String]) -> Result<Vec<std::net::SocketAddr>, Error> {
+    addrs
+        .iter()
+        .map(|a| {
+            let err = |reason: String| Error::Resolve {
+                addr: a.as_str().into(),
+                reason: reason.into(),
+            };
+            std::net::ToSocketAddrs::to_socket_addrs(a)
+                .map_err(|e| err(e.to_string()))?
+                .next()
+                .ok_or_else(|| err("no address found".into()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,39 +1,33 @@
 //! One server or N client-side shards: the fixed placements' instance.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
+use crate::cluster::ClusterPubSub;
 use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
 use crate::pubsub::envelope;
 use crate::pubsub::front::{Front, Placement};
-use crate::pubsub::routing;
-use crate::pubsub::shared::Shared;
-use crate::workers::{now_us, Pool};
+use crate::workers::now_us;
 
-/// The fixed placements (one server, or N client-side shards) behind a
-/// [`PubSub`](crate::PubSub).
+/// One server or N client-side shards: a publish engine over the servers,
+/// and the subscribe side every placement shares (the control core in its
+/// fixed mode, driven by the same control thread as a cluster's).
 pub(crate) struct Fixed {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) sub: Arc<Engine>,
+    /// The subscribe side: registry, workers, control core and thread,
+    /// subscribe connections.
+    pub(crate) sub: ClusterPubSub,
     pub(crate) publ: Arc<Engine>,
-    pub(crate) pool: Pool,
-    pub(crate) control: Mutex<Option<JoinHandle<()>>>,
-    pub(crate) shut: AtomicBool,
 }
 
 impl std::fmt::Debug for Fixed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fixed")
-            .field("servers", &self.sub.servers())
-            .field("config", &self.shared.config)
-            .field("workers", &self.shared.queues.len())
+            .field("servers", &self.publ.servers())
+            .field("config", &self.sub.shared.config)
+            .field("workers", &self.sub.shared.queues.len())
             .finish_non_exhaustive()
     }
 }
@@ -44,27 +38,23 @@ thread_local! {
 
 impl Placement for Fixed {
     fn front(&self) -> &Front {
-        &self.shared.front
+        self.sub.front()
     }
 
     fn lane_of(&self, channel: &[u8]) -> usize {
-        self.shared.routing.lane_of(channel)
+        self.sub.lane_of(channel)
     }
 
     fn mark_dirty(&self, lane: usize) {
-        self.shared.mark_dirty(lane);
+        self.sub.mark_dirty(lane);
     }
 
     fn is_active(&self, channel: &[u8]) -> bool {
-        self.shared.is_active(channel)
+        self.sub.is_active(channel)
     }
 
     fn check_open(&self) -> Result<(), Error> {
-        if self.shut.load(Ordering::Acquire) {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
+        self.sub.check_open()
     }
 }
 
@@ -78,7 +68,7 @@ impl Fixed {
     /// [`Error::NotConnected`] while the channel's server is reconnecting,
     /// [`Error::Shutdown`] after shutdown.
     pub(crate) fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
-        let r = if self.shared.config.envelope {
+        let r = if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
@@ -88,7 +78,7 @@ impl Fixed {
         } else {
             self.publ.publish(channel, payload)
         };
-        let c = &self.shared.counters;
+        let c = &self.sub.shared.counters;
         match &r {
             Ok(()) => add(&c.published, 1),
             Err(_) => add(&c.publish_errors, 1),
@@ -102,16 +92,16 @@ impl Fixed {
     where
         F: FnOnce(Result<i64, Error>) + Send + 'static,
     {
-        let counters = self.shared.counters.clone();
+        let counters = self.sub.shared.counters.clone();
         let f = move |r: Result<i64, Error>| {
             if r.is_err() {
                 add(&counters.publish_errors, 1);
             }
             f(r)
         };
-        add(&self.shared.counters.published, 1);
+        add(&self.sub.shared.counters.published, 1);
         let options = PublishOptions::classic();
-        if self.shared.config.envelope {
+        if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
@@ -131,7 +121,7 @@ impl Fixed {
         timeout: Duration,
     ) -> Result<i64, Error> {
         let options = PublishOptions::classic();
-        let pending = if self.shared.config.envelope {
+        let pending = if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
@@ -142,7 +132,7 @@ impl Fixed {
             self.publ.publish_pending(channel, payload, options)
         };
         let r = pending.wait_timeout(timeout);
-        let c = &self.shared.counters;
+        let c = &self.sub.shared.counters;
         match &r {
             Ok(_) => add(&c.published, 1),
             Err(_) => add(&c.publish_errors, 1),
@@ -157,59 +147,19 @@ impl Fixed {
 
     /// Index of the server (builder order) that owns `channel`.
     pub(crate) fn server_of(&self, channel: &[u8]) -> usize {
-        routing::ShardRouting {
-            servers: self.shared.config.servers,
-            per_server: 1,
-        }
-        .server_of(channel)
+        self.sub.shared.server_of(channel)
     }
 
-    /// A snapshot of the counters, queue depths and lag quantiles.
     pub(crate) fn metrics(&self) -> Metrics {
-        let s = &self.shared;
-        let mut m = s.counters.snapshot(s.config.envelope);
-        for c in &s.conns {
-            m.received += c.received.load(Ordering::Relaxed);
-            m.dropped.queue_full += c.dropped.load(Ordering::Relaxed);
-            m.unenveloped += c.unenveloped.load(Ordering::Relaxed);
-        }
-        m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
-        m.channels = s.registry.len() as u64;
-        m.active_connections = (0..s.config.servers)
-            .map(|server| {
-                (0..s.config.per_server)
-                    .filter(|&i| self.sub.is_connection_up(server, i))
-                    .count()
-            })
-            .collect();
-        m
+        self.sub.subscriber_metrics()
     }
 
-    /// The subscribe engine (for the tests of panic reporting).
-    #[cfg(test)]
-    pub(crate) fn subscribe_engine(&self) -> &Engine {
-        &self.sub
-    }
-
-    /// Stops everything: the control thread, the subscribe connections,
-    /// the workers (messages still queued are dropped and counted), then
-    /// the publish engine (pending publishes get its shutdown grace).
-    /// Idempotent; also run on drop. Do not call it from a handler.
     pub(crate) fn shutdown(&self) {
-        if self.shut.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.shared.post(|inbox| inbox.stop = true);
-        // The subscribe engine first: a control thread waiting to stage a
-        // command then gets `Shutdown` instead of waiting for room.
         self.sub.shutdown();
-        if let Some(h) = self.control.lock().take() {
-            crate::threads::join(h, &self.shared.counters.thread_panics);
-        }
-        self.pool.shutdown();
         self.publ.shutdown();
-        self.shared.active.arm();
-        self.shared.active.wake();
+        let active = &self.sub.shared.active;
+        active.arm();
+        active.wake();
     }
 }
 

@@ -248,15 +248,6 @@ impl PubSub {
         }
     }
 
-    /// The subscribe engine of servers (for the tests of panic reporting).
-    #[cfg(test)]
-    pub(crate) fn subscribe_engine(&self) -> &Engine {
-        match &self.placed {
-            Placed::Fixed(p) => p.subscribe_engine(),
-            Placed::Cluster(_) => panic!("no subscribe engine on a cluster"),
-        }
-    }
-
     /// Stops: the control thread, every connection, then the workers
     /// (messages still queued are counted as dropped at shutdown).
     /// Idempotent; also run on drop.

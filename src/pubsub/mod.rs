@@ -50,8 +50,6 @@ pub(crate) mod active;
 mod alloc_count;
 pub(crate) mod builder;
 mod builder_url;
-mod control;
-mod dispatch;
 pub mod envelope;
 mod fixed;
 pub(crate) mod front;
@@ -60,8 +58,6 @@ mod instance;
 pub(crate) mod mailbox;
 pub(crate) mod refusal;
 pub(crate) mod registry;
-mod routing;
-mod shared;
 
 pub use builder::PubSubBuilder;
 pub(crate) use fixed::Fixed;

@@ -1,7 +1,8 @@
-//! Subscriptions the server refused (an ACL denial, say), shared by both
-//! modes: a refused command of several channels is sent again in halves
-//! ([`halves`]) until each refused channel stands alone; that one is
-//! marked refused in the registry and recorded here ([`Refusals::refuse`]),
+//! Subscriptions the server refused (an ACL denial, say), shared by every
+//! placement: the control core sends a refused command of several
+//! channels again in halves until each refused channel stands alone; that
+//! one is marked refused in the registry and recorded here
+//! ([`Refusals::refuse`]),
 //! its worker hears of it, and `wait_active` fails with the server's text
 //! ([`Refusals::error`]).
 
@@ -14,7 +15,6 @@ use crate::error::Error;
 use crate::metrics::{add, Counters};
 use crate::pubsub::active::ActiveWait;
 use crate::pubsub::registry::{Registry, REFUSED};
-use crate::pubsub::ChannelList;
 use crate::workers::Queue;
 
 /// The server's text for each refused channel. An entry is read only
@@ -72,38 +72,5 @@ impl Refusals {
             channel: channel.into(),
             message,
         })
-    }
-}
-
-/// The two halves a refused command's still-waiting channels are sent
-/// again as (an empty half is left out).
-pub(crate) fn halves<'a>(waiting: &'a [&'a [u8]]) -> impl Iterator<Item = &'a [&'a [u8]]> {
-    let (a, b) = waiting.split_at(waiting.len().div_ceil(2));
-    [a, b].into_iter().filter(|h| !h.is_empty())
-}
-
-/// The names of one command, packed (kept with it so that a refusal can
-/// be isolated).
-pub(crate) fn channel_list<N: AsRef<[u8]>>(names: &[N]) -> ChannelList {
-    let mut list = ChannelList::default();
-    for n in names {
-        list.push(n.as_ref());
-    }
-    list
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn halves_split_evenly_and_skip_empty_ones() {
-        let names: Vec<&[u8]> = vec![b"a", b"b", b"c"];
-        let h: Vec<_> = halves(&names).collect();
-        assert_eq!(h, [&names[..2], &names[2..]]);
-        let one: Vec<&[u8]> = vec![b"a"];
-        assert_eq!(halves(&one).count(), 1);
-        assert_eq!(halves(&[]).count(), 0);
-        assert_eq!(channel_list(&names).len(), 3);
     }
 }

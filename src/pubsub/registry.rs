@@ -22,8 +22,6 @@ use std::hash::{BuildHasher, Hasher};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::pubsub::ChannelList;
-
 /// The application wants the channel.
 pub(crate) const WANT: u8 = 1;
 /// A subscribe for it was the last command sent on the live connection.
@@ -139,33 +137,6 @@ impl Lane {
         true
     }
 
-    /// Readies the lane to be sent again on a new connection: forgets the
-    /// channels no longer wanted and marks the rest sent. Returns, per
-    /// worker (of `workers`), the channels that had been sent before: their
-    /// subscription had a gap.
-    pub(crate) fn resend_all(&mut self, workers: usize) -> Vec<ChannelList> {
-        let mut gaps: Vec<ChannelList> = vec![ChannelList::default(); workers];
-        self.map.retain(|name, f| {
-            if *f & WANT == 0 {
-                return false;
-            }
-            if *f & REFUSED != 0 {
-                return true; // refused: not resent, nothing to signal
-            }
-            if *f & SENT != 0 {
-                let w = shardcore::worker_of(name, workers as u32) as usize;
-                if let Some(g) = gaps.get_mut(w) {
-                    g.push(name);
-                }
-            }
-            // Resent: its confirmation tells the application, not a
-            // take-back.
-            *f = (*f & QUEUED) | WANT | SENT;
-            true
-        });
-        gaps
-    }
-
     /// Takes a channel off the dirty list's flags (clears `QUEUED`) and
     /// says what it needs on a connection that is up (`ready`) or not:
     /// a subscribe (now marked `SENT`), an unsubscribe, or nothing. A
@@ -269,12 +240,6 @@ impl Registry {
         }
     }
 
-    /// Whether a refused subscribe for `channel` can be retried in a
-    /// smaller command: still wanted, sent, not confirmed, not refused.
-    pub(crate) fn awaits_confirmation(&self, lane: usize, channel: &[u8]) -> bool {
-        self.flags(lane, channel) & (WANT | SENT | ACTIVE | REFUSED) == WANT | SENT
-    }
-
     /// The channel's flags (0 when unknown).
     pub(crate) fn flags(&self, lane: usize, channel: &[u8]) -> u8 {
         self.lane(lane)
@@ -340,15 +305,9 @@ mod tests {
             .unwrap()
             .map
             .insert((*b"b").into(), WANT | SENT | ACTIVE);
-        assert!(r.awaits_confirmation(0, b"a"));
-        assert!(!r.awaits_confirmation(0, b"b"));
         assert!(r.refuse(0, b"a"));
         assert!(!r.refuse(0, b"a"), "once");
         assert!(!r.refuse(0, b"b"), "confirmed channels are not refused");
-        assert_eq!(r.flags(0, b"a"), WANT | REFUSED);
-        // A reconnect resends b only, and signals no gap for a.
-        let gaps = r.lane(0).unwrap().resend_all(1);
-        assert_eq!(gaps[0].iter().collect::<Vec<_>>(), [&b"b"[..]]);
         assert_eq!(r.flags(0, b"a"), WANT | REFUSED);
         // Subscribing again retries it.
         assert!(r.set_wanted(0, b"a", true));
@@ -379,13 +338,10 @@ mod tests {
     #[test]
     fn only_a_take_back_reactivates_a_confirmed_channel() {
         let r = Registry::new(1, 7);
-        // Queued, then resent by a reconnect and confirmed before the
-        // control thread looks: its confirmation was the news.
+        // Sent and confirmed: its confirmation was the news.
         assert!(r.set_wanted(0, b"a", true));
-        r.lane(0).unwrap().resend_all(1);
+        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Subscribe);
         assert!(r.confirm(0, b"a"));
-        let kept = r.lane(0).unwrap().settle(b"a", true);
-        assert_eq!(kept, Settled::Kept { reactivated: false });
         // Given up and asked for again before the control thread looks:
         // the subscription never lapsed; it is active again, once.
         assert!(r.set_wanted(0, b"a", false));
@@ -394,23 +350,6 @@ mod tests {
         assert_eq!(kept, Settled::Kept { reactivated: true });
         let kept = r.lane(0).unwrap().settle(b"a", true);
         assert_eq!(kept, Settled::Kept { reactivated: false });
-    }
-
-    #[test]
-    fn resend_all_reports_sent_channels_as_gaps_and_drops_unwanted() {
-        let r = Registry::new(1, 7);
-        let mut l = r.lane(0).expect("lane 0");
-        l.set_wanted(b"sent", true);
-        assert_eq!(l.settle(b"sent", true), Settled::Subscribe);
-        l.set_wanted(b"new", true);
-        l.set_wanted(b"gone", true);
-        assert_eq!(l.settle(b"gone", true), Settled::Subscribe);
-        l.set_wanted(b"gone", false);
-        let gaps = l.resend_all(1);
-        let gap: Vec<&[u8]> = gaps.iter().flat_map(|g| g.iter()).collect();
-        assert_eq!(gap, vec![&b"sent"[..]]);
-        assert_eq!(l.map.len(), 2);
-        assert!(l.map.values().all(|f| f & (WANT | SENT) == WANT | SENT));
     }
 
     #[test]

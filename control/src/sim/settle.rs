@@ -82,6 +82,8 @@ impl Sim {
             Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
             Mode::PerPartition => self.parts.slots().len(),
             Mode::Classic => cfg.multiplier as usize,
+            // Not simulated: fixed servers have no cluster to follow.
+            Mode::Fixed => cfg.seeds.len() * cfg.multiplier as usize,
         };
         let open = self.cluster.conns.len();
         if open > most {
