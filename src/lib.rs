@@ -18,20 +18,33 @@
 //! Prometheus text format.
 //!
 //! ```text
-//!  subscribe / unsubscribe / wait_active        publish
-//!          │                                       │
-//!          ▼                                       ▼
-//!  front (pubsub::front): registry of wanted    placement: channel → lane → node
-//!  channels per lane, worker queues,            (shard_of for servers; partition
-//!  refusals, active waits ── one for all        → slot → owner for a cluster) and
-//!          │ dirty lanes                        the name on the wire
-//!          ▼                                       │
-//!  control (per placement today: servers'       │
-//!  control thread, or the cluster's topology    │
-//!  tracker: rewire, resubscribe by partition,   │
-//!  gap events, probes)                          │
-//!          │ subscribe commands                    │ SPUBLISH / PUBLISH
-//!          ▼                                       ▼
+//!  subscribe / unsubscribe / wait_active              publish(ch, payload)
+//!          │                                                  │
+//!          ▼                                                  ▼
+//!  front (pubsub::front): the registry of wanted     placement: channel → lane
+//!  channels per lane, worker queues, refusals,       → node, and its wire name
+//!  active waits (one for every placement)            (servers: shard_of → server;
+//!          │ dirty lanes (mailbox)                    cluster: partition → slot →
+//!          ▼                                          owner from the core's map)
+//!  control core (shardsub-control, sans-IO):                 │
+//!   handle_want / unwant / conn_up / down /                  │
+//!   subscribe_reply / sunsubscribe / pong /                  │
+//!   topology / probe / redirect / timeout(now)               │
+//!   ─► poll_command: Open, Close, Subscribe,                 │
+//!      Unsubscribe, Gap, Refused, Ping,                      │
+//!      FetchTopology, ProbeSlot; poll_timeout                │
+//!   (modes: fixed servers, node-grouped cluster,             │
+//!    per-partition, classic; one implementation of           │
+//!    rewire = topology::plan_rewire, resubscribe by          │
+//!    partition, gaps, refusal bisection, backoff, pings)     │
+//!          │ commands                  ▲ inputs              │
+//!          ▼                           │                     │
+//!  driver: the one control thread per instance (cluster::    │
+//!   driver) carries each command out with a non-blocking     │
+//!   call (a callback posts the answer back as an input),     │
+//!   and moves the publish routes with the core's map         │
+//!          │ SUBSCRIBE / SSUBSCRIBE ...                      │ PUBLISH / SPUBLISH
+//!          ▼                                                 ▼
 //!  engines: pipelined connections (conn, sans-IO) on the Runtime's I/O
 //!  threads (one mio::Poll per core, shared by every connection of every
 //!  placement and, when given the same Runtime, by several instances)

@@ -9,7 +9,10 @@ use topology::{ClusterError, NodeAddr, NodeKey};
 /// A channel name as the application gave it (without the partition tag;
 /// the driver builds the wire name with
 /// [`Partitions::redis_channel_into`](shardcore::Partitions::redis_channel_into)).
-pub type Channel = Box<[u8]>;
+/// Shared: the wanted set, the subscribes awaiting replies and the
+/// commands given out hold the same allocation (a clone is a reference
+/// count, not a copy of the name).
+pub type Channel = alloc::sync::Arc<[u8]>;
 
 /// One subscribe connection. Every [`Command::Open`] names a fresh id: a
 /// reconnect is a new connection, so a late reply or push for an old one

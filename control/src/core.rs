@@ -276,21 +276,31 @@ impl Core {
     /// alone; a refused one is tried again).
     pub fn handle_want<'a>(&mut self, now: Time, channels: impl IntoIterator<Item = &'a [u8]>) {
         self.tick(now);
-        let mut touched = Vec::new();
+        let mut fresh: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
         for name in channels {
             let p = self.lane_of(name);
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
-            let chan = part.channels.entry(name.into()).or_default();
+            let key: Channel = match part.channels.get_key_value(name) {
+                Some((k, _)) => k.clone(),
+                None => {
+                    let k: Channel = name.into();
+                    part.channels.insert(k.clone(), Chan::default());
+                    k
+                }
+            };
+            let Some(chan) = part.channels.get_mut(name) else {
+                continue;
+            };
             if chan.sub == Sub::Refused {
                 chan.sub = Sub::Idle;
             }
             if chan.sub == Sub::Idle {
-                touched.push(p);
+                fresh.entry(p).or_default().push(key);
             }
         }
-        self.flush(&touched, false, now);
+        self.subscribe_fresh(fresh, now);
     }
 
     /// The application no longer wants `channels`: each is unsubscribed

@@ -33,6 +33,45 @@ impl Core {
         }
     }
 
+    /// Newly wanted (idle) channels of some partitions, sent where their
+    /// connection is up and their partition is not lost (the others go with
+    /// the partition's next resubscribe). Only these channels are looked
+    /// at: a want costs what it names, not what its partition holds.
+    pub(crate) fn subscribe_fresh(&mut self, fresh: BTreeMap<u32, Vec<Channel>>, now: Time) {
+        let mut by_conn: BTreeMap<ConnId, Vec<(u32, Vec<Channel>)>> = BTreeMap::new();
+        for (p, names) in fresh {
+            if self.parts.get(p as usize).is_none_or(|x| x.lost) {
+                continue;
+            }
+            let Some(conn) = self.conn_of(p).filter(|&c| self.is_up(c)) else {
+                continue;
+            };
+            let Some(part) = self.parts.get_mut(p as usize) else {
+                continue;
+            };
+            let mut gaps = Vec::new();
+            for name in &names {
+                if let Some(chan) = part.channels.get_mut(name) {
+                    if core::mem::take(&mut chan.gap) {
+                        gaps.push(name.clone());
+                    }
+                }
+            }
+            if !gaps.is_empty() {
+                self.emit(Command::Gap {
+                    partition: p,
+                    channels: gaps,
+                });
+            }
+            by_conn.entry(conn).or_default().push((p, names));
+        }
+        for (conn, groups) in by_conn {
+            for (p, channels) in self.plan_commands(&groups) {
+                self.send_subscribe(conn, p, channels, now);
+            }
+        }
+    }
+
     /// One connection's resubscribe: gap events for what broke, then whole
     /// partitions through shardcore's planner.
     fn resubscribe(&mut self, conn: ConnId, ps: &[u32], now: Time) {
@@ -144,8 +183,9 @@ impl Core {
         // A reply still due for them speaks of the subscription undone here:
         // it must not confirm a later subscribe of the same channel.
         if let Some(c) = self.conns.get_mut(&conn) {
+            let gone: alloc::collections::BTreeSet<&Channel> = names.iter().collect();
             for pending in &mut c.pending {
-                pending.channels.retain(|n| !names.contains(n));
+                pending.channels.retain(|n| !gone.contains(n));
             }
         }
         let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);

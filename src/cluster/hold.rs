@@ -27,8 +27,10 @@ pub(crate) const GATE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What became of a message offered to the hold.
 pub(crate) enum Offer {
-    /// Kept; its outcome comes later.
-    Held,
+    /// Kept; its outcome comes later. A full hold keeps the oldest
+    /// publishes by publish order: these newer ones made room and must
+    /// fail (empty, and unallocated, unless the hold was full).
+    Held(Vec<PubMsg>),
     /// Its slot holds nothing: send it.
     Free(PubMsg),
     /// The hold is at its limit: fail it.
@@ -47,6 +49,10 @@ struct State {
     slots: HashMap<u16, Entry>,
     messages: usize,
     bytes: usize,
+    /// At least the highest publish number held (exact after a full
+    /// hold's search): most refusals when full are of the newest publish,
+    /// decided without a search.
+    newest: u64,
 }
 
 /// Held publishes of every slot.
@@ -77,11 +83,57 @@ impl Hold {
         self.entries.load(Ordering::Acquire) > 0
     }
 
+    fn fits(&self, st: &State, c: usize) -> bool {
+        st.messages < self.max_messages && st.bytes.saturating_add(c) <= self.max_bytes
+    }
+
+    /// Room for a publish of cost `c` and number `seq` in a full hold:
+    /// held publishes newer than it leave, newest first, until it fits.
+    /// `None` (nothing removed) when it cannot fit that way.
+    fn make_room(&self, st: &mut State, seq: u64, c: usize) -> Option<Vec<PubMsg>> {
+        if seq >= st.newest || c > self.max_bytes || self.max_messages == 0 {
+            return None;
+        }
+        // Which to remove, newest first, without touching anything yet.
+        let mut newer: Vec<(u64, u16, usize)> = st
+            .slots
+            .iter()
+            .flat_map(|(&slot, e)| e.queue.iter().map(move |m| (m.seq, slot, cost(m))))
+            .filter(|&(s, _, _)| s > seq)
+            .collect();
+        newer.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let (mut messages, mut bytes, mut take) = (st.messages, st.bytes, 0);
+        while messages >= self.max_messages || bytes.saturating_add(c) > self.max_bytes {
+            let &(_, _, mc) = newer.get(take)?;
+            messages -= 1;
+            bytes -= mc;
+            take += 1;
+        }
+        let mut out = Vec::with_capacity(take);
+        for &(s, slot, _) in &newer[..take] {
+            if let Some(e) = st.slots.get_mut(&slot) {
+                if let Some(i) = e.queue.iter().position(|m| m.seq == s) {
+                    out.push(e.queue.swap_remove(i));
+                }
+            }
+        }
+        st.messages -= out.len();
+        st.bytes -= out.iter().map(cost).sum::<usize>();
+        st.newest = newer.get(take).map_or(seq, |n| n.0.max(seq));
+        Some(out)
+    }
+
     fn push(&self, st: &mut State, mut msg: PubMsg) -> Offer {
         let c = cost(&msg);
-        if st.messages >= self.max_messages || st.bytes.saturating_add(c) > self.max_bytes {
-            return Offer::Full(msg);
-        }
+        let evicted = if self.fits(st, c) {
+            Vec::new()
+        } else {
+            match self.make_room(st, msg.seq, c) {
+                Some(out) => out,
+                None => return Offer::Full(msg),
+            }
+        };
+        st.newest = st.newest.max(msg.seq);
         msg.held_at.get_or_now();
         st.messages += 1;
         st.bytes += c;
@@ -98,7 +150,7 @@ impl Hold {
         if st.slots.len() != before {
             self.entries.store(st.slots.len(), Ordering::Release);
         }
-        Offer::Held
+        Offer::Held(evicted)
     }
 
     /// Joins the slot's entry if it has one.
@@ -234,5 +286,83 @@ impl Hold {
     pub(crate) fn size(&self) -> (usize, usize) {
         let st = self.state.lock();
         (st.messages, st.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::publish::Stamp;
+
+    fn msg(seq: u64, slot: u16) -> PubMsg {
+        PubMsg {
+            data: Vec::new(),
+            wire_at: 0,
+            wire_len: 1,
+            payload_len: 9,
+            token: None,
+            slot,
+            redirects: 0,
+            retries: 0,
+            first: Stamp::UNSET,
+            seq,
+            held_at: Stamp::UNSET,
+            done: None,
+        }
+    }
+
+    fn held(offer: (Offer, bool)) -> Vec<u64> {
+        match offer.0 {
+            Offer::Held(evicted) => evicted.iter().map(|m| m.seq).collect(),
+            Offer::Full(m) => panic!("{} refused", m.seq),
+            Offer::Free(m) => panic!("{} free", m.seq),
+        }
+    }
+
+    #[test]
+    fn a_full_hold_keeps_the_oldest_publishes_whatever_order_they_arrive_in() {
+        // Room for 3: publishes 5, 6, 7 (refused at submission) arrive
+        // before 2 and 3 (written before the failure was noticed, failed
+        // later by their connection).
+        let h = Hold::new(3, 1 << 20);
+        for seq in [5, 6, 7] {
+            assert!(held(h.hold(msg(seq, 1))).is_empty());
+        }
+        assert_eq!(held(h.hold(msg(2, 1))), vec![7], "the newest makes room");
+        assert_eq!(held(h.hold(msg(3, 2))), vec![6]);
+        // A newer one than all held is refused itself.
+        match h.hold(msg(8, 1)).0 {
+            Offer::Full(m) => assert_eq!(m.seq, 8),
+            _ => panic!("8 must be refused"),
+        }
+        assert_eq!(h.size().0, 3);
+        let mut all: Vec<u64> = [1u16, 2]
+            .into_iter()
+            .flat_map(|s| h.take(s).unwrap_or_default())
+            .map(|m| m.seq)
+            .collect();
+        all.sort();
+        assert_eq!(all, vec![2, 3, 5], "the first three by publish order");
+        assert_eq!(h.size(), (0, 0));
+    }
+
+    #[test]
+    fn bytes_count_too_and_a_large_old_publish_evicts_as_many_newer_as_it_needs() {
+        // Each message costs 10 bytes; room for 30.
+        let h = Hold::new(100, 30);
+        for seq in [10, 11, 12] {
+            assert!(held(h.hold(msg(seq, 3))).is_empty());
+        }
+        let mut big = msg(1, 3);
+        big.payload_len = 19; // costs 20
+        assert_eq!(held(h.hold(big)), vec![12, 11]);
+        assert_eq!(h.size(), (2, 30));
+        let mut huge = msg(0, 3);
+        huge.payload_len = 40; // more than the whole hold
+        match h.hold(huge).0 {
+            Offer::Full(m) => assert_eq!(m.seq, 0),
+            _ => panic!("a publish larger than the hold is refused"),
+        }
+        assert_eq!(h.size(), (2, 30), "nothing evicted for it");
     }
 }

@@ -3,22 +3,34 @@
 //!
 //! A [`PubSub`](crate::PubSub) placed on a cluster (built with
 //! [`PubSubBuilder::seed`](crate::PubSubBuilder::seed)) owns one publish
-//! connection and one subscribe engine (one connection per
-//! [`PubSubBuilder::subscribe_connections`](crate::PubSubBuilder::subscribe_connections))
-//! per primary, all on its runtime's I/O threads, a control thread, and
-//! the same worker pool, [`Handler`] and [`Event::Gap`] as on servers:
+//! connection per primary and the subscribe connections the control core
+//! asks for (one per
+//! [`PubSubBuilder::subscribe_connections`](crate::PubSubBuilder::subscribe_connections)
+//! per primary, node-grouped), all on its runtime's I/O threads, one
+//! control thread, and the same worker pool, [`Handler`] and
+//! [`Event::Gap`] as on servers:
 //!
 //! ```text
 //! publish(ch) ─► partition p ─► "{tag_p}.ch" ─► slot ─► owner's pipelined conn ─► SPUBLISH
-//!                                   MOVED/ASK/TRYAGAIN/CLUSTERDOWN ─► control: reroute, retry (bounded)
-//! subscribe(ch) ─► registry lane p (one per partition) ─► control ─► SSUBSCRIBE (one partition, ≤512)
-//!                                                          on the conn of p's primary
-//! control: seeds ─► INFO server ─► CLUSTER SHARDS|SLOTS ─► SlotMap ─► probe GET for unowned slots
-//!          ─► Layout ─► plan_rewire ─► open conns ─► resubscribe moved partitions (gap events) ─► close
+//!                       MOVED/ASK/TRYAGAIN/CLUSTERDOWN ─► driver: reroute, retry (bounded), tell the core
+//! subscribe(ch) ─► registry lane p ─► core.handle_want ─► Subscribe (one partition, ≤512)
+//!                                                      ─► driver: SSUBSCRIBE on the conn of p's primary
+//! core: FetchTopology ─► driver: INFO server, CLUSTER SHARDS|SLOTS (non-blocking) ─► handle_topology
+//!       ─► Layout ─► plan_rewire ─► Open / Unsubscribe / Gap / Subscribe / Close; ProbeSlot for
+//!       unowned slots; pings for silent connections
 //! triggers: start, poll (30 s), server sunsubscribe of a wanted channel or of a node's
 //!           service channel, MOVED, a lost subscribe conn, a refused SSUBSCRIBE;
-//!           while degraded, retry every 200 ms
+//!           while degraded, retry every 200 ms (doubling while fetches fail)
 //! ```
+//!
+//! The control thread is the driver of the sans-IO [`control::Core`]
+//! (`driver.rs`, `commands.rs`): it feeds each report of a connection, the
+//! application or the publish path to the core with the time, carries out
+//! the core's commands with non-blocking calls whose answers come back as
+//! inputs, and keeps the publish side (routes from the core's map, route
+//! gates, the hold, the service channels) beside it. The same driver, with
+//! the core in its fixed mode, serves one server and N client-side shards:
+//! there is one control loop in the crate.
 //!
 //! - A channel `ch` lives in partition `partition_of(ch)`, under the
 //!   server name `{TAG}.ch` ([`shardcore::Partitions::redis_channel_into`]);
@@ -26,16 +38,18 @@
 //! - Each `SSUBSCRIBE` carries channels of one partition only (one slot):
 //!   a mix would be refused with `CROSSSLOT`.
 //! - After a reconnect or a rewire, channels are restored partition by
-//!   partition through [`shardcore::plan_resubscribe`], and the handler gets
-//!   [`Event::Gap`] for exactly the channels that were moved or lost
-//!   (`server` is the new node's number, in the order nodes were first seen).
+//!   partition through [`shardcore::plan_resubscribe`] (by the core), and the
+//!   handler gets [`Event::Gap`] for exactly the channels that were moved or
+//!   lost (`server` is the new node's number, in the order nodes were first
+//!   seen).
 //! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
 //!
 //! - Failovers reach publish-only instances too: in [`Mode::Sharded`] each
 //!   instance subscribes, on every primary's subscribe connection, one
 //!   service channel in a slot that primary owns. A demoted primary pushes
-//!   `sunsubscribe` for it, and the rebuild runs at once (asking that node
-//!   first), instead of at the next poll: a replica accepts `SPUBLISH`
+//!   `sunsubscribe` for it, and a topology fetch runs at once (again soon
+//!   while the map still shows the slot there), instead of at the next
+//!   poll: a replica accepts `SPUBLISH`
 //!   without `MOVED` and forwards it, so nothing else would tell.
 //! - When a slot's publish route moves, its publishes are held until the
 //!   old route has answered a `PING` sent after them; when the old node is
@@ -51,9 +65,10 @@
 //!   the limit at once with [`Error::HoldFull`]. One whose connection broke
 //!   before its reply is sent again, so it may arrive twice.
 //!
-//! - An idle subscribe connection gets a `PING` every
-//!   [`PubSubBuilder::probe_interval`](crate::PubSubBuilder::probe_interval); one that does not answer is
-//!   restarted and resubscribed (with gap events).
+//! - An idle subscribe connection gets a `PING` after
+//!   [`PubSubBuilder::probe_interval`](crate::PubSubBuilder::probe_interval) of silence; one that does not
+//!   answer within another interval is closed, reopened and resubscribed
+//!   (with gap events).
 //!
 //! What it does not do: the envelope (lag histogram) of servers,
 //! subscriptions on replicas, patterns; the service channel (failover

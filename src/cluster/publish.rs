@@ -121,7 +121,13 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
     let routes = shared.routes.read_recursive();
     let msg = if shared.hold.busy() {
         match shared.hold.offer(msg) {
-            Offer::Held => return,
+            Offer::Held(evicted) => {
+                drop(routes);
+                for m in evicted {
+                    fail_full(shared, m);
+                }
+                return;
+            }
             Offer::Full(m) => {
                 drop(routes);
                 return fail_full(shared, m);
@@ -158,10 +164,13 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
 /// Holds a publish whose owner is unreachable.
 fn hold(shared: &Arc<Shared>, msg: PubMsg) {
     match shared.hold.hold(msg) {
-        (Offer::Held, new) => {
+        (Offer::Held(evicted), new) => {
             add(&shared.cluster.held, 1);
             if new {
                 shared.post(|inbox| inbox.held = true);
+            }
+            for m in evicted {
+                fail_full(shared, m);
             }
         }
         (Offer::Full(m) | Offer::Free(m), _) => fail_full(shared, m),

@@ -1,15 +1,20 @@
 //! Pub/Sub at scale on one server or on N client-side shards.
 //!
-//! [`PubSub`] owns two engines (pipelined publish connections, and
-//! subscribe connections), a control thread and a pool of worker threads:
+//! [`PubSub`] on servers owns a publish engine (pipelined connections),
+//! subscribe connections, one control thread and a pool of worker threads.
+//! The control thread drives the same sans-IO control core as a cluster's
+//! ([`control::Core`] in its fixed mode: the servers are its nodes), so the
+//! two placements share every subscribe, resubscribe, gap, refusal and
+//! liveness decision:
 //!
 //! ```text
 //! subscribe()/unsubscribe() ─► registry (wanted state per channel, by lane)
 //!                                 │ dirty lanes
 //!                                 ▼
-//!                           control thread ── SUBSCRIBE ≤512 ─► subscribe conns
-//!                           (resubscribe + gap, probe)            │ pushes
-//!                                                                 ▼
+//!                   control thread: core ─► commands ── SUBSCRIBE ≤512 ─► subscribe conns
+//!                   (resubscribe + gap, refusals, PING)      ▲ replies,     │ pushes
+//!                                                            └─ up / down ◄─┤
+//!                                                                           ▼
 //!   handler ◄── worker w ◄── bounded queue w ◄── worker_of(channel) ◄── I/O thread
 //! ```
 //!
@@ -24,9 +29,10 @@
 //!   never blocks.
 //! - After a reconnect every wanted channel is resubscribed and the handler
 //!   gets [`Event::Gap`] naming the channels that may have lost messages.
-//! - An idle subscribe connection publishes to its own service channel
-//!   every [`PubSubBuilder::probe_interval`]; if that does not come back in
-//!   time, the connection is restarted.
+//! - An idle subscribe connection gets a `PING` after
+//!   [`PubSubBuilder::probe_interval`] of silence; one that does not answer
+//!   within another interval is closed and reopened (a gap for its
+//!   channels).
 //!
 //! What it does not do: patterns, Redis Cluster (see the cluster mode),
 //! persistence or redelivery (Pub/Sub is at most once; gaps are signalled).
