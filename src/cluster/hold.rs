@@ -101,7 +101,7 @@ impl Hold {
             .flat_map(|(&slot, e)| e.queue.iter().map(move |m| (m.seq, slot, cost(m))))
             .filter(|&(s, _, _)| s > seq)
             .collect();
-        newer.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        newer.sort_unstable_by_key(|n| core::cmp::Reverse(n.0));
         let (mut messages, mut bytes, mut take) = (st.messages, st.bytes, 0);
         while messages >= self.max_messages || bytes.saturating_add(c) > self.max_bytes {
             let &(_, _, mc) = newer.get(take)?;
