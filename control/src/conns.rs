@@ -66,9 +66,18 @@ impl Core {
         let Some(part) = self.parts.get_mut(pending.partition as usize) else {
             return;
         };
-        if reply != SubscribeReply::Ok {
-            self.counters.stats.subscribe_errors += 1;
+        if reply == SubscribeReply::Ok {
+            // One lookup per channel: those still sent on `conn` are in.
+            for name in &pending.channels {
+                if let Some(chan) = part.channels.get_mut(name) {
+                    if chan.sub == Sub::Sent(conn) {
+                        chan.sub = Sub::Active(conn);
+                    }
+                }
+            }
+            return;
         }
+        self.counters.stats.subscribe_errors += 1;
         let single = pending.carried == 1;
         let still: Vec<Channel> = pending
             .channels
@@ -80,13 +89,7 @@ impl Core {
             })
             .collect();
         match reply {
-            SubscribeReply::Ok => {
-                for name in &still {
-                    if let Some(chan) = part.channels.get_mut(name) {
-                        chan.sub = Sub::Active(conn);
-                    }
-                }
-            }
+            SubscribeReply::Ok => {}
             SubscribeReply::Refused(message) => {
                 if single {
                     for name in &still {

@@ -282,23 +282,25 @@ impl Core {
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
-            let key: Channel = match part.channels.get_key_value(name) {
-                Some((k, _)) => k.clone(),
+            // Two lookups for a new channel, one for a known one.
+            let key = match part.channels.get_key_value(name) {
+                Some((k, c)) if matches!(c.sub, Sub::Idle | Sub::Refused) => {
+                    let k = k.clone();
+                    if c.sub == Sub::Refused {
+                        if let Some(c) = part.channels.get_mut(name) {
+                            c.sub = Sub::Idle;
+                        }
+                    }
+                    k
+                }
+                Some(_) => continue, // already sent or confirmed
                 None => {
                     let k: Channel = name.into();
                     part.channels.insert(k.clone(), Chan::default());
                     k
                 }
             };
-            let Some(chan) = part.channels.get_mut(name) else {
-                continue;
-            };
-            if chan.sub == Sub::Refused {
-                chan.sub = Sub::Idle;
-            }
-            if chan.sub == Sub::Idle {
-                fresh.entry(p).or_default().push(key);
-            }
+            fresh.entry(p).or_default().push(key);
         }
         self.subscribe_fresh(fresh, now);
     }
