@@ -37,6 +37,9 @@ pub struct Builder {
     role: Role,
     max_buffered: usize,
     urls: UrlSettings,
+    /// A connection whose first attempt fails keeps trying (see
+    /// `start_degraded`).
+    degraded: bool,
 }
 
 impl Default for Builder {
@@ -61,6 +64,7 @@ impl Default for Builder {
             role: Role::Command,
             max_buffered: 4 << 20,
             urls: UrlSettings::default(),
+            degraded: false,
         }
     }
 }
@@ -268,6 +272,18 @@ impl Builder {
         self.start(true)
     }
 
+    /// Lets `build` succeed while some servers cannot be reached: a
+    /// connection whose first attempt fails to connect (refused, timed out,
+    /// unresolvable at connect time) reports it through the observer and
+    /// keeps reconnecting with the usual backoff, and its submissions get
+    /// [`Error::NotConnected`] meanwhile. A server that answers but refuses
+    /// the handshake ([`Error::Auth`], [`Error::Handshake`]) still fails
+    /// `build`: it would go on refusing.
+    pub(crate) fn start_degraded(mut self, on: bool) -> Self {
+        self.degraded = on;
+        self
+    }
+
     /// [`Builder::build`] without waiting for the first handshakes: the
     /// engine returns at once, its connections report through the
     /// observer (`on_connected`, or `on_disconnected` when the first
@@ -335,6 +351,7 @@ impl Builder {
             backoff_max: self.backoff.1,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
             counters: Counters::default(),
+            degraded: self.degraded,
         });
         let runtime = match self.runtime {
             Some(r) => (r, true),

@@ -497,7 +497,8 @@ impl Driver {
             }
             Counters::add(&self.counters().failed, failed);
         }
-        let give_up = self.initial.is_some() || self.shutting_down;
+        let retry_first = self.settings.degraded;
+        let give_up = (self.initial.is_some() && !retry_first) || self.shutting_down;
         {
             let mut staging = self.shared.staging.lock();
             let state = if matches!(error, Error::RuntimeStopped) {
@@ -523,10 +524,12 @@ impl Driver {
         self.settings
             .observer
             .on_disconnected(&self.shared.info, &error);
-        if let Some(initial) = self.initial.take() {
-            initial.complete(Err(error));
-            self.phase = Phase::Closed;
-        } else if self.shutting_down {
+        let first = self.initial.take();
+        let failed_first = first.is_some();
+        if let Some(initial) = first {
+            initial.complete(Err(error.clone()));
+        }
+        if self.shutting_down || (failed_first && !retry_first) {
             self.phase = Phase::Closed;
         } else {
             let delay = self.backoff.next_delay_after(now);

@@ -44,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) backoff_max: Duration,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) counters: Counters,
+    /// A failed first attempt does not end the connection (it reconnects).
+    pub(crate) degraded: bool,
 }
 
 /// How to publish one message.
@@ -199,9 +201,20 @@ impl Engine {
             return Ok(engine);
         }
         for p in initial {
-            if let Err(e) = p.wait_timeout(limit) {
-                engine.shutdown();
-                return Err(e);
+            match p.wait_timeout(limit) {
+                Ok(()) => {}
+                // Degraded start: unreachable is fine (it keeps trying);
+                // refused credentials or handshake are not.
+                Err(e)
+                    if settings.degraded
+                        && !matches!(e, Error::Auth { .. } | Error::Handshake { .. }) =>
+                {
+                    log::warn!("starting without a connection ({e}); it keeps trying");
+                }
+                Err(e) => {
+                    engine.shutdown();
+                    return Err(e);
+                }
             }
         }
         Ok(engine)

@@ -88,6 +88,7 @@ pub(crate) struct FixedSettings {
     pub(crate) publish_connections: usize,
     pub(crate) subscribe_delay: Duration,
     pub(crate) envelope: bool,
+    pub(crate) require_all: bool,
 }
 
 impl Default for PubSubBuilder {
@@ -118,6 +119,7 @@ impl Default for PubSubBuilder {
                 publish_connections: 1,
                 subscribe_delay: Duration::from_micros(500),
                 envelope: false,
+                require_all: false,
             },
             cluster: ClusterSettings::default(),
             fixed_only: Vec::new(),
@@ -229,6 +231,22 @@ impl PubSubBuilder {
         self.fixed_only("envelope")
     }
 
+    /// Whether `build` fails when a server cannot be reached (default
+    /// false: it starts degraded). Servers only.
+    ///
+    /// Degraded, an unreachable server's connections keep trying with the
+    /// reconnect backoff: its channels become active, with the usual
+    /// events, once it comes up, [`Metrics::active_connections`](crate::Metrics::active_connections)
+    /// shows which servers are connected, and a `publish` to one of its
+    /// channels fails meanwhile with [`Error::NotConnected`]. A server
+    /// that answers but refuses the credentials or the handshake fails
+    /// `build` either way. (A cluster starts as soon as a seed gives a
+    /// slot map; its unreachable primaries are followed the same way.)
+    pub fn require_all_servers(mut self, on: bool) -> Self {
+        self.fixed.require_all = on;
+        self.fixed_only("require_all_servers")
+    }
+
     /// Send [`Event::Active`](crate::pubsub::Event::Active) to the handler
     /// for every confirmed channel: after its first subscribe, and after
     /// every resubscribe that followed a gap (default off).
@@ -337,9 +355,12 @@ impl PubSubBuilder {
     /// cannot be read or whose credentials contradict others),
     /// [`Error::Resolve`] for an address that does not resolve,
     /// [`Error::Runtime`] when the OS refuses a thread; otherwise what
-    /// starting the placement returns (connection and handshake errors;
-    /// on a cluster also [`Error::Cluster`] when no seed gave a usable slot
-    /// map). Nothing is left running.
+    /// starting the placement returns: [`Error::Auth`] / [`Error::Handshake`]
+    /// when a server refuses the credentials; on servers with
+    /// [`PubSubBuilder::require_all_servers`], the connection error of one
+    /// that cannot be reached (by default they start degraded); on a
+    /// cluster [`Error::Cluster`] when no seed gave a usable slot map.
+    /// Nothing is left running.
     pub fn build(mut self) -> Result<PubSub, Error> {
         let config = |what: String| Err(Error::Config(what.into()));
         let c = &mut self.common;
@@ -445,8 +466,9 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
     let runtime =
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
     let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
-    // The publish engine first: a server that refuses the credentials or
-    // cannot be reached fails the build here, before anything else runs.
+    // The publish engine first: a server that refuses the credentials (or,
+    // with `require_all_servers`, one that cannot be reached) fails the
+    // build here, before anything else runs.
     let publ = match engine(
         common,
         addrs,
@@ -454,6 +476,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         Role::Command,
         f.publish_connections,
     )
+    .start_degraded(!f.require_all)
     .build()
     {
         Ok(e) => Arc::new(e),

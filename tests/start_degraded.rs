@@ -1,0 +1,87 @@
+//! Servers start degraded: `build` succeeds while one of two shards is
+//! down, the live shard's channels deliver every message, the down one's
+//! channels are not active and their publishes fail at once, and once the
+//! server is back its channels become active and deliver too; with
+//! `require_all_servers` the same build fails with the connection error.
+
+mod accounted;
+mod pubsub_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accounted::Accounted;
+use shardsub::{Error, PubSub};
+use testkit::accounting::Ledger;
+use testkit::Server;
+
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
+    for kind in testkit::kinds() {
+        let a = Server::start(kind).expect("server a");
+        let mut b = Server::start(kind).expect("server b");
+        let addrs = [a.addr().to_string(), b.addr().to_string()];
+        b.stop();
+        let strict = PubSub::builder()
+            .addresses(addrs.clone())
+            .require_all_servers(true)
+            .connect_timeout(Duration::from_millis(500))
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build();
+        assert!(
+            matches!(
+                strict,
+                Err(Error::Connect { .. } | Error::ConnectTimeout { .. })
+            ),
+            "{kind:?}: {strict:?}"
+        );
+
+        let names: Vec<Vec<u8>> = (0..200).map(|i| format!("deg:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&names));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .addresses(addrs.clone())
+                .subscribe_connections(1)
+                .workers(2)
+                .connect_timeout(Duration::from_millis(500))
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{kind:?}: degraded start refused: {e}")),
+        );
+        let (on_a, on_b): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) =
+            names.iter().partition(|n| ps.server_of(n) == Some(0));
+        assert!(!on_a.is_empty() && !on_b.is_empty());
+        ps.subscribe(&names).unwrap();
+        ps.wait_active(&on_a, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the live shard: {e}"));
+        assert!(on_b.iter().all(|n| !ps.is_active(n)), "{kind:?}");
+        assert_eq!(ps.metrics().active_connections, vec![1, 0], "{kind:?}");
+        let r = ps.publish(on_b[0], b"x");
+        assert!(
+            matches!(r, Err(Error::NotConnected { .. })),
+            "{kind:?}: {r:?}"
+        );
+
+        b.restart().expect("server b back on its port");
+        ps.wait_active(&on_b, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the shard that came up: {e}"));
+        // A channel outside the ledger on the same shard: its publish
+        // succeeds once the publish connection is back.
+        let probe = (0..)
+            .map(|i| format!("deg:probe:{i}").into_bytes())
+            .find(|n| ps.server_of(n) == Some(1))
+            .unwrap();
+        testkit::wait_for("the publish connection back", BOUND, || {
+            Ok(ps.publish_wait(&probe, b"p", BOUND).is_ok().then_some(()))
+        })
+        .unwrap();
+        assert_eq!(ps.metrics().active_connections, vec![1, 1], "{kind:?}");
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} degraded"));
+        ps.shutdown();
+    }
+}
