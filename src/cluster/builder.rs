@@ -441,6 +441,7 @@ pub(crate) fn start(
         command: None,
         routes_epoch: 0,
         map_seen: false,
+        services_due: false,
         publ: Default::default(),
         fetch_engines: Default::default(),
         subs: Default::default(),

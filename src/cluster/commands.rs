@@ -375,9 +375,7 @@ impl Driver {
             e.shutdown();
         }
         let result = crate::cluster::topo::parse_map(command, &value, addr);
-        let now = self.now();
-        self.core.handle_topology(now, id, result);
-        self.drain();
+        self.input(|core, now| core.handle_topology(now, id, result));
     }
 
     /// A `GET` of a key in `slot` on `node`, to learn the slot's owner.

@@ -52,6 +52,9 @@ pub(crate) struct Driver {
     pub(crate) routes_epoch: u64,
     /// A map arrived since the last `sync`.
     pub(crate) map_seen: bool,
+    /// A subscribe connection came up or lost its service channel since
+    /// the last `sync` (the service channels need a look).
+    pub(crate) services_due: bool,
     /// Publish (and topology command) engines, one per primary.
     pub(crate) publ: BTreeMap<SocketAddr, Arc<Engine>>,
     /// Engines opened to ask a seed for the topology, by fetch id.
@@ -82,6 +85,14 @@ impl Driver {
     /// The core's time now.
     pub(crate) fn now(&self) -> Time {
         self.time(Instant::now())
+    }
+
+    /// Feeds the core one input at the current time, then carries out the
+    /// commands it gave.
+    pub(crate) fn input(&mut self, f: impl FnOnce(&mut Core, Time)) {
+        let now = self.now();
+        f(&mut self.core, now);
+        self.drain();
     }
 
     /// The instant of the core's time `t`.
@@ -189,19 +200,13 @@ impl Driver {
             self.on_down(conn);
         }
         for (conn, reply) in replies {
-            let now = self.now();
-            self.core.handle_subscribe_reply(now, conn, reply);
-            self.drain();
+            self.input(|core, now| core.handle_subscribe_reply(now, conn, reply));
         }
         for (conn, channel) in sunsubscribed {
-            let now = self.now();
-            self.core.handle_sunsubscribe(now, conn, &channel);
-            self.drain();
+            self.input(|core, now| core.handle_sunsubscribe(now, conn, &channel));
         }
         for conn in pongs {
-            let now = self.now();
-            self.core.handle_pong(now, conn);
-            self.drain();
+            self.input(|core, now| core.handle_pong(now, conn));
         }
         for conn in services_lost {
             self.on_service_lost(conn);
@@ -210,14 +215,10 @@ impl Driver {
             self.on_fetched(f);
         }
         for (id, reply) in probed {
-            let now = self.now();
-            self.core.handle_probe(now, id, reply);
-            self.drain();
+            self.input(|core, now| core.handle_probe(now, id, reply));
         }
         if refresh {
-            let now = self.now();
-            self.core.handle_refresh(now);
-            self.drain();
+            self.input(|core, now| core.handle_refresh(now));
         }
         for lane in dirty {
             self.flush_lane(lane);
@@ -282,9 +283,8 @@ impl Driver {
             return; // closed meanwhile
         };
         c.state.ready.store(true, Ordering::Release);
-        let now = self.now();
-        self.core.handle_conn_up(now, conn);
-        self.drain();
+        self.services_due = true;
+        self.input(|core, now| core.handle_conn_up(now, conn));
         self.s.active.wake();
     }
 
@@ -297,9 +297,7 @@ impl Driver {
             }
             self.retire(c);
         }
-        let now = self.now();
-        self.core.handle_conn_down(now, conn);
-        self.drain();
+        self.input(|core, now| core.handle_conn_down(now, conn));
     }
 
     /// Closes a subscribe connection's engine, keeping its counts.
@@ -346,14 +344,11 @@ impl Driver {
         for name in reactivated {
             s.front.push_active(&name);
         }
-        let now = self.now();
         if !unwant.is_empty() {
-            self.core.handle_unwant(now, unwant.iter().map(|n| &n[..]));
-            self.drain();
+            self.input(|core, now| core.handle_unwant(now, unwant.iter().map(|n| &n[..])));
         }
         if !want.is_empty() {
-            self.core.handle_want(now, want.iter().map(|n| &n[..]));
-            self.drain();
+            self.input(|core, now| core.handle_want(now, want.iter().map(|n| &n[..])));
         }
     }
 
@@ -394,9 +389,7 @@ impl Driver {
                 if !ask {
                     self.route_slot(slot, to);
                     // The core rereads the map unless it already says so.
-                    let now = self.now();
-                    self.core.handle_redirect(now, slot, node);
-                    self.drain();
+                    self.input(|core, now| core.handle_redirect(now, slot, node));
                 }
                 publish::send(&self.s, msg, Some(engine), ask);
             }
@@ -408,9 +401,7 @@ impl Driver {
                 }
                 // A refresh within the degraded-mode delay (coalesced, so a
                 // burst of refusals costs one).
-                let now = self.now();
-                self.core.handle_degraded(now);
-                self.drain();
+                self.input(|core, now| core.handle_degraded(now));
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
                 self.delayed.push((Instant::now() + delay, Box::new(msg)));

@@ -139,9 +139,7 @@ impl Driver {
         if stale && map_changed {
             // The node said its slot left; the map we read does not show
             // it yet: read again soon (one request per map).
-            let now = self.now();
-            self.core.handle_degraded(now);
-            self.drain();
+            self.input(|core, now| core.handle_degraded(now));
         }
     }
 
@@ -182,9 +180,8 @@ impl Driver {
         if !self.subs.contains_key(&conn) {
             return;
         }
-        let now = self.now();
-        self.core.handle_slot_lost(now);
-        self.drain();
+        self.services_due = true;
+        self.input(|core, now| core.handle_slot_lost(now));
     }
 }
 

@@ -111,7 +111,10 @@ impl Driver {
         let s = self.s.clone();
         self.sync_routes();
         let map_changed = std::mem::take(&mut self.map_seen);
-        if self.mode() == Mode::Sharded {
+        // Only a new map, a connection up or a dropped service channel
+        // change what the service channels need.
+        let due = std::mem::take(&mut self.services_due) || map_changed;
+        if self.mode() == Mode::Sharded && due {
             self.ensure_services(map_changed);
         }
         let lanes = s.lanes_len();

@@ -9,7 +9,6 @@ use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
 use crate::pubsub::envelope;
-use crate::pubsub::front::{Front, Placement};
 use crate::workers::now_us;
 
 /// One server or N client-side shards: a publish engine over the servers,
@@ -34,28 +33,6 @@ impl std::fmt::Debug for Fixed {
 
 thread_local! {
     static ENVELOPE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-impl Placement for Fixed {
-    fn front(&self) -> &Front {
-        self.sub.front()
-    }
-
-    fn lane_of(&self, channel: &[u8]) -> usize {
-        self.sub.lane_of(channel)
-    }
-
-    fn mark_dirty(&self, lane: usize) {
-        self.sub.mark_dirty(lane);
-    }
-
-    fn is_active(&self, channel: &[u8]) -> bool {
-        self.sub.is_active(channel)
-    }
-
-    fn check_open(&self) -> Result<(), Error> {
-        self.sub.check_open()
-    }
 }
 
 impl Fixed {

@@ -60,6 +60,14 @@ impl PubSub {
         }
     }
 
+    /// The subscribe side, the same in every placement.
+    fn subscriber(&self) -> &ClusterPubSub {
+        match &self.placed {
+            Placed::Fixed(p) => &p.sub,
+            Placed::Cluster(p) => p,
+        }
+    }
+
     /// Asks for these channels. Returns at once; the subscribe commands
     /// leave from the control thread, batched with other calls (by
     /// partition on a cluster). Use [`PubSub::wait_active`] to learn when
@@ -73,7 +81,7 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        on_placement!(self, p => front::set_wanted(p, channels, true))
+        front::set_wanted(self.subscriber(), channels, true)
     }
 
     /// Gives these channels up. Returns at once, like
@@ -88,13 +96,13 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        on_placement!(self, p => front::set_wanted(p, channels, false))
+        front::set_wanted(self.subscriber(), channels, false)
     }
 
     /// Whether the server has confirmed the channel's subscription on a
     /// connection that is still up.
     pub fn is_active(&self, channel: &[u8]) -> bool {
-        on_placement!(self, p => p.is_active(channel))
+        self.subscriber().is_active(channel)
     }
 
     /// Blocks until every channel in `channels` is active (confirmed), or
@@ -112,7 +120,7 @@ impl PubSub {
         channels: &[C],
         timeout: Duration,
     ) -> Result<(), Error> {
-        on_placement!(self, p => front::wait_active(p, channels, timeout))
+        front::wait_active(self.subscriber(), channels, timeout)
     }
 
     /// Publishes `payload` to `channel` (anything that is bytes: `&str`,
