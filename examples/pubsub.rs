@@ -36,7 +36,8 @@ impl Handler for App {
             // A connection was lost and these channels resubscribed: a real
             // application would reload their recent history here.
             self.gaps.fetch_add(1, Ordering::Relaxed);
-            eprintln!("gap on server {server}: {} channels", channels.len());
+            let server = server.map_or("no server".to_string(), |a| a.to_string());
+            eprintln!("gap on {server}: {} channels", channels.len());
         }
     }
 }

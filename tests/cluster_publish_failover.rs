@@ -238,6 +238,13 @@ fn bounded(kind: ServerKind) {
             let _ = tx.send((i, t0.elapsed(), r));
         });
     }
+    // A fire-and-forget publish past the cap is refused to the caller,
+    // as a publish to a server that is down is (one error contract).
+    let r = held.publish(&dead, b"past the cap");
+    assert!(
+        matches!(r, Err(Error::HoldFull { messages: 10, .. })),
+        "{kind:?}: {r:?}"
+    );
     let mut outcomes: Vec<(u64, Duration, Result<i64, Error>)> = (0..20)
         .map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("an outcome"))
         .collect();
@@ -279,7 +286,7 @@ fn bounded(kind: ServerKind) {
         failed_at.iter().max(),
     );
     let m = held.cluster_metrics().unwrap();
-    assert_eq!((m.holds.expired, m.holds.full), (10, 10), "{m:?}");
+    assert_eq!((m.holds.expired, m.holds.full), (10, 11), "{m:?}");
     assert_eq!(m.holds.messages, 0, "{m:?}");
     // The other masters still take publishes.
     let r = held.publish_wait(&alive, b"x", Duration::from_secs(2));
@@ -300,6 +307,12 @@ fn bounded(kind: ServerKind) {
     eprintln!(
         "{kind:?}: zero hold fails after {took:?}: {}",
         r.unwrap_err()
+    );
+    // Fire-and-forget, with no hold: the caller learns of it at once.
+    let r = zero.publish(&dead, b"y");
+    assert!(
+        matches!(r, Err(Error::NotConnected { addr }) if Some(a) == cluster.index_of_addr(addr)),
+        "{kind:?}: {r:?}"
     );
 }
 

@@ -446,7 +446,7 @@ pub(crate) fn start(
         fetch_engines: Default::default(),
         subs: Default::default(),
         services: Default::default(),
-        node_numbers: Default::default(),
+        gaps: Vec::new(),
         delayed: Vec::new(),
         next_token: 0,
         gates: Default::default(),

@@ -29,10 +29,17 @@ impl Driver {
         while let Some(cmd) = self.core.poll_command() {
             self.execute(cmd);
         }
+        self.flush_gaps();
     }
 
     fn execute(&mut self, cmd: Command) {
         log::trace!("control {:?}: {cmd}", self.s.config.mode);
+        // Gaps gathered so far reach the workers before anything else
+        // happens: before the resubscribe that follows them, so every
+        // message after it comes after its gap.
+        if !matches!(cmd, Command::Gap { .. }) {
+            self.flush_gaps();
+        }
         match cmd {
             Command::Open { conn, node } => self.open(conn, &node),
             Command::Close { conn } => {
@@ -100,8 +107,6 @@ impl Driver {
                 return;
             }
         };
-        let next = self.node_numbers.len();
-        self.node_numbers.entry(addr).or_insert(next);
         self.subs.insert(
             conn,
             SubConn {
@@ -220,22 +225,28 @@ impl Driver {
         }
     }
 
-    /// Channels that may have lost messages: no longer active, and a gap
-    /// event per worker (before their resubscribe, which the core sends
-    /// next).
+    /// Channels that may have lost messages: no longer active at once, and
+    /// named in the gap events [`Driver::flush_gaps`] sends (the core
+    /// sends a connection's gaps, every partition of it, before its
+    /// resubscribe: gathered, one incident is one event per worker and
+    /// server, not one per partition).
     fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
         let s = self.s.clone();
-        let node = self.core.layout().node_of(partition);
-        let server = if s.fixed() {
-            // Fixed servers: the node id is the server's number.
-            node.and_then(|k| k.id.parse().ok())
-        } else {
-            node.and_then(|k| resolve(&k.addr))
-                .and_then(|a| self.node_numbers.get(&a).copied())
-        }
-        .unwrap_or(0);
+        let server = self
+            .core
+            .layout()
+            .node_of(partition)
+            .and_then(|k| resolve(&k.addr));
         let workers = s.queues.len().max(1);
-        let mut per_worker = vec![ChannelList::default(); workers];
+        let at = match self.gaps.iter().position(|(a, _)| *a == server) {
+            Some(at) => at,
+            None => {
+                self.gaps
+                    .push((server, vec![ChannelList::default(); workers]));
+                self.gaps.len() - 1
+            }
+        };
+        let per_worker = &mut self.gaps[at].1;
         for name in &channels {
             let lane = s.lane_of(name);
             if let Some(mut l) = s.registry.lane(lane) {
@@ -249,10 +260,17 @@ impl Driver {
             }
         }
         add(&s.counters.gap_channels, channels.len() as u64);
-        for (q, g) in s.queues.iter().zip(per_worker) {
-            if !g.is_empty() {
-                add(&s.counters.gaps, 1);
-                q.push_gap(server, g);
+    }
+
+    /// Sends the gathered gap events: per server, one per worker that has
+    /// channels in it.
+    pub(crate) fn flush_gaps(&mut self) {
+        for (server, per_worker) in std::mem::take(&mut self.gaps) {
+            for (q, g) in self.s.queues.iter().zip(per_worker) {
+                if !g.is_empty() {
+                    add(&self.s.counters.gaps, 1);
+                    q.push_gap(server, g);
+                }
             }
         }
     }

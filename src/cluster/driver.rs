@@ -29,6 +29,7 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
 use crate::pubsub::registry::Settled;
+use crate::pubsub::ChannelList;
 
 /// One subscribe connection the core opened: its engine (one connection)
 /// and its shared state.
@@ -63,8 +64,10 @@ pub(crate) struct Driver {
     pub(crate) subs: HashMap<ConnId, SubConn>,
     /// The service channel kept on each node (node-grouped mode).
     pub(crate) services: BTreeMap<SocketAddr, Service>,
-    /// Node numbers for gap events, in the order nodes were first seen.
-    pub(crate) node_numbers: BTreeMap<SocketAddr, usize>,
+    /// Gap events gathered from consecutive gap commands, per server (in
+    /// the order first named) and worker: one incident, one event per
+    /// worker (see `Driver::gap`).
+    pub(crate) gaps: Vec<(Option<SocketAddr>, Vec<ChannelList>)>,
     pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
     /// The next route barrier's token.
     pub(crate) next_token: u64,
@@ -258,7 +261,7 @@ impl Driver {
             due.into_iter().map(|d| *d.1).collect()
         };
         for msg in due {
-            publish::send(&self.s, msg, None, false);
+            let _ = publish::send(&self.s, msg, None, false);
         }
         if self.s.hold.busy() {
             self.service_hold(Instant::now());
@@ -391,7 +394,7 @@ impl Driver {
                     // The core rereads the map unless it already says so.
                     self.input(|core, now| core.handle_redirect(now, slot, node));
                 }
-                publish::send(&self.s, msg, Some(engine), ask);
+                let _ = publish::send(&self.s, msg, Some(engine), ask);
             }
             topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
                 msg.retries += 1;
@@ -440,7 +443,7 @@ impl Driver {
                     break;
                 };
                 for m in batch {
-                    publish::submit(&s, m, &engine, false);
+                    let _ = publish::submit(&s, m, &engine, false);
                 }
             }
         }

@@ -222,13 +222,19 @@ impl ClusterPubSub {
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`] after shutdown.
+    /// What is known before it returns, when the publish was not taken:
+    /// [`Error::HoldFull`] (the owner unreachable and the hold at its
+    /// cap), [`Error::NotConnected`] (the owner's connection down, with a
+    /// zero [`publish_hold`](crate::PubSubBuilder::publish_hold)),
+    /// [`Error::Shutdown`] after shutdown. `Ok` means sent or held.
     pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
         self.check_open()?;
         let msg = publish::message(&self.shared, channel, payload, None);
-        add(&self.shared.counters.published, 1);
-        publish::send(&self.shared, msg, None, false);
-        Ok(())
+        let r = publish::send(&self.shared, msg, None, false);
+        if r.is_ok() {
+            add(&self.shared.counters.published, 1);
+        }
+        r
     }
 
     /// [`PubSub::publish`](crate::PubSub::publish) with a callback: `f` gets the number of
@@ -255,7 +261,8 @@ impl ClusterPubSub {
     fn publish_done(&self, channel: &[u8], payload: &[u8], done: publish::Done) {
         let msg = publish::message(&self.shared, channel, payload, Some(done));
         add(&self.shared.counters.published, 1);
-        publish::send(&self.shared, msg, None, false);
+        // A failure at once has reached `done` already.
+        let _ = publish::send(&self.shared, msg, None, false);
     }
 
     /// Publishes and waits for the outcome (see

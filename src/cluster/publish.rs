@@ -94,6 +94,23 @@ impl PubMsg {
         }
     }
 
+    /// Finishes it with `e`, and returns `e` (see [`send`]).
+    pub(crate) fn finish_with(self, shared: &Shared, e: Error) -> Result<(), Error> {
+        self.finish(shared, Err(e.clone()));
+        Err(e)
+    }
+
+    /// Finishes it with `r`; an error is returned too (see [`send`]).
+    fn finish_result(self, shared: &Shared, r: Result<i64, Error>) -> Result<(), Error> {
+        match r {
+            Ok(n) => {
+                self.finish(shared, Ok(n));
+                Ok(())
+            }
+            Err(e) => self.finish_with(shared, e),
+        }
+    }
+
     pub(crate) fn fail(self, shared: &Shared, reason: String) {
         let slot = self.slot;
         self.finish(
@@ -110,8 +127,20 @@ impl PubMsg {
 /// `None` (held instead while the slot holds publishes, or has no owner
 /// and the hold is on); `asking` sends `ASKING` first on the same
 /// connection.
+///
+/// # Errors
+///
+/// The error `msg` was finished with during this call, when it was not
+/// taken at all (the hold full, the owner's connection down with no hold):
+/// what a fire-and-forget publish returns. `Ok` when it was sent, held, or
+/// handed to the control thread, or finished some other way.
 #[inline]
-pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>>, asking: bool) {
+pub(crate) fn send(
+    shared: &Arc<Shared>,
+    msg: PubMsg,
+    engine: Option<Arc<Engine>>,
+    asking: bool,
+) -> Result<(), Error> {
     if let Some(e) = engine {
         return submit(shared, msg, &e, asking);
     }
@@ -124,9 +153,9 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
             Offer::Held(evicted) => {
                 drop(routes);
                 for m in evicted {
-                    fail_full(shared, m);
+                    let _ = fail_full(shared, m);
                 }
-                return;
+                return Ok(());
             }
             Offer::Full(m) => {
                 drop(routes);
@@ -141,11 +170,11 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
         Some(e) => submit(shared, msg, e, false),
         None if shared.closing.load(Ordering::Acquire) => {
             drop(routes);
-            msg.finish(shared, Err(Error::Shutdown));
+            msg.finish_with(shared, Error::Shutdown)
         }
         None if !shared.config.publish_hold.is_zero() => {
             drop(routes);
-            hold(shared, msg);
+            hold(shared, msg)
         }
         None => {
             drop(routes);
@@ -157,12 +186,17 @@ pub(crate) fn send(shared: &Arc<Shared>, msg: PubMsg, engine: Option<Arc<Engine>
                 message: "no known owner for the slot".into(),
             };
             shared.post(|inbox| inbox.retries.push(retry));
+            Ok(())
         }
     }
 }
 
 /// Holds a publish whose owner is unreachable.
-fn hold(shared: &Arc<Shared>, msg: PubMsg) {
+///
+/// # Errors
+///
+/// [`Error::HoldFull`] when the hold had no room for it (it is finished).
+fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
     match shared.hold.hold(msg) {
         (Offer::Held(evicted), new) => {
             add(&shared.cluster.held, 1);
@@ -170,44 +204,64 @@ fn hold(shared: &Arc<Shared>, msg: PubMsg) {
                 shared.post(|inbox| inbox.held = true);
             }
             for m in evicted {
-                fail_full(shared, m);
+                let _ = fail_full(shared, m);
             }
+            Ok(())
         }
         (Offer::Full(m) | Offer::Free(m), _) => fail_full(shared, m),
     }
 }
 
-fn fail_full(shared: &Shared, msg: PubMsg) {
+/// Finishes `msg` with [`Error::HoldFull`], and returns that error.
+fn fail_full(shared: &Shared, msg: PubMsg) -> Result<(), Error> {
     add(&shared.cluster.hold_full, 1);
     let h = &shared.hold;
     let (slot, messages, bytes) = (msg.slot, h.max_messages, h.max_bytes);
-    msg.finish(
+    msg.finish_with(
         shared,
-        Err(Error::HoldFull {
+        Error::HoldFull {
             slot,
             messages,
             bytes,
-        }),
-    );
+        },
+    )
 }
 
 /// Writes `msg` to `engine`'s connection. It waits in the in-flight table
 /// for its reply (see [`super::inflight`]); the engine hands the reply back
 /// with its index, to [`Shared`]'s [`TokenSink`].
+///
+/// # Errors
+///
+/// As [`send`].
 #[inline]
-pub(crate) fn submit(shared: &Arc<Shared>, mut msg: PubMsg, engine: &Engine, asking: bool) {
+pub(crate) fn submit(
+    shared: &Arc<Shared>,
+    mut msg: PubMsg,
+    engine: &Engine,
+    asking: bool,
+) -> Result<(), Error> {
     if asking {
         engine.command_then(0, [&b"ASKING"[..]], |_| {});
     }
     let Some(token) = msg.token.take().or_else(|| shared.inflight.reserve()) else {
-        return msg.fail(shared, "too many publishes in flight".into());
+        let slot = msg.slot;
+        let reason = "too many publishes in flight";
+        return msg.finish_with(
+            shared,
+            Error::Cluster {
+                slot,
+                reason: reason.into(),
+            },
+        );
     };
     // Copied from the message's own buffer: the entry is only reserved, so
     // a reply (or a failure at once) that comes before `fill` waits there
     // for this thread, and the bytes are not taken from under it.
     engine.publish_encoded_token(msg.wire(), &msg.data, shared.clone(), token);
-    if let Some((msg, r)) = shared.inflight.fill(token, msg) {
-        on_reply(shared, msg, r);
+    match shared.inflight.fill(token, msg) {
+        Some((msg, r)) => on_reply(shared, msg, r),
+        None => Ok(()),
     }
 }
 
@@ -220,7 +274,9 @@ impl TokenSink for Shared {
                     done.run(Ok(n));
                 }
             }
-            Completed::Err(msg, e) => on_reply(&self, msg, Err(e)),
+            Completed::Err(msg, e) => {
+                let _ = on_reply(&self, msg, Err(e));
+            }
             Completed::Kept => {}
         }
     }
@@ -228,7 +284,11 @@ impl TokenSink for Shared {
 
 /// A publish's reply, on the I/O thread (or the caller's, when it could not
 /// be sent): cluster errors go to the control thread, the rest finish it.
-fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
+///
+/// # Errors
+///
+/// The error it finished `msg` with (see [`send`]).
+fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Result<(), Error> {
     // A node engine closed by a rewire while this publish was on its way:
     // send it again wherever the slot lives now.
     let closing = shared.closing.load(Ordering::Acquire);
@@ -248,11 +308,11 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
         return hold(shared, msg);
     }
     let Err(Error::Reply { addr, message }) = &r else {
-        return msg.finish(shared, r);
+        return msg.finish_result(shared, r);
     };
     let host = addr.ip().to_string();
     let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
-        return msg.finish(shared, r);
+        return msg.finish_result(shared, r);
     };
     let c = &shared.cluster;
     add(
@@ -270,6 +330,7 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) {
         message: message.clone(),
     };
     shared.post(|inbox| inbox.retries.push(retry));
+    Ok(())
 }
 
 /// Builds a message for `channel` (user name) and `payload`: its whole

@@ -36,10 +36,13 @@ impl Dropped {
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
-    /// Messages handed to [`PubSub::publish`](crate::PubSub::publish) and
-    /// accepted by the publish engine.
+    /// Publishes taken (see [`PubSub::publish`](crate::PubSub::publish):
+    /// sent or, on a cluster, held).
     pub published: u64,
-    /// Publishes refused at once (server reconnecting, shutdown).
+    /// Publishes that failed: refused at once (an `Err` from
+    /// [`PubSub::publish`](crate::PubSub::publish)), or failed after they
+    /// were taken, where the outcome is known (every outcome of
+    /// `publish_then`/`publish_wait`; on a cluster, every publish).
     pub publish_errors: u64,
     /// Messages received from the servers (service probes excluded).
     pub received: u64,

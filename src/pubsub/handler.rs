@@ -123,12 +123,17 @@ pub enum Event<'a> {
         /// The channel.
         channel: &'a [u8],
     },
-    /// A subscribe connection was lost and re-established, and these
-    /// channels (the ones of this worker) were subscribed again. Messages
-    /// published to them in between may be lost: recover from history.
+    /// These channels (the ones of this worker) may have lost messages: a
+    /// subscribe connection was lost, a liveness ping went unanswered, or
+    /// their slot moved; they are being subscribed again (where they live
+    /// now). Messages published to them in between may be lost: recover
+    /// from history. One incident gives one event per worker, naming every
+    /// channel it touched there (several when it touched several servers).
     Gap {
-        /// Index of the server (builder order) whose connection was lost.
-        server: usize,
+        /// The address of the server the channels were subscribed on (a
+        /// cluster node, or one of the servers), or `None` when they had
+        /// none (their slot had no owner).
+        server: Option<std::net::SocketAddr>,
         /// The resubscribed channels handled by this worker.
         channels: &'a ChannelList,
     },

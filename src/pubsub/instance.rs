@@ -129,12 +129,29 @@ impl PubSub {
     /// (following redirects in the background). Allocates nothing in
     /// steady state.
     ///
+    /// One contract in every placement: `Ok` means the publish was taken
+    /// (written to its connection's next batch, or, on a cluster, held for
+    /// an owner that cannot be reached now: see
+    /// [`PubSubBuilder::publish_hold`]); `Err` means it was not, and
+    /// nothing of it will reach a server. A publish taken and failing
+    /// later (its connection broke, its hold expired, redirects ran out)
+    /// is counted in [`Metrics::publish_errors`]; use
+    /// [`PubSub::publish_then`] or [`PubSub::publish_wait`] to learn each
+    /// outcome.
+    ///
+    /// It can block only while its connection has
+    /// [`Builder::max_buffered_bytes`](crate::Builder::max_buffered_bytes)
+    /// queued (backpressure), for at most the request timeout.
+    ///
     /// # Errors
     ///
-    /// Servers: [`Error::NotConnected`] while the channel's server is
-    /// reconnecting. Both: [`Error::Shutdown`] after shutdown. On a
-    /// cluster, a publish that fails later is counted in
-    /// [`ClusterMetrics::publish_failed`].
+    /// - [`Error::NotConnected`] while the channel's server (on a cluster,
+    ///   its slot's owner, when the publish hold is zero) is not connected;
+    /// - [`Error::HoldFull`] (cluster) when the owner cannot be reached and
+    ///   the hold is at its cap;
+    /// - [`Error::Backpressure`] when the connection stayed full for the
+    ///   request timeout;
+    /// - [`Error::Shutdown`] after shutdown.
     pub fn publish(
         &self,
         channel: impl AsRef<[u8]>,

@@ -51,7 +51,7 @@ enum Item {
     Active { buf: Vec<u8> },
     /// Channels resubscribed after a loss.
     Gap {
-        server: usize,
+        server: Option<std::net::SocketAddr>,
         channels: ChannelList,
     },
     /// A channel's subscription was refused (`buf` holds its name).
@@ -260,7 +260,7 @@ impl Queue {
     }
 
     /// Queues a gap event (never dropped while open).
-    pub(crate) fn push_gap(&self, server: usize, channels: ChannelList) {
+    pub(crate) fn push_gap(&self, server: Option<std::net::SocketAddr>, channels: ChannelList) {
         let mut g = self.inner.lock();
         if g.closed {
             return;
