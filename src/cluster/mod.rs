@@ -40,8 +40,8 @@
 //! - After a reconnect or a rewire, channels are restored partition by
 //!   partition through [`shardcore::plan_resubscribe`] (by the core), and the
 //!   handler gets [`Event::Gap`] for exactly the channels that were moved or
-//!   lost (`server` is the new node's number, in the order nodes were first
-//!   seen).
+//!   lost (`server` is the address of the node they were on; one incident,
+//!   one event per worker).
 //! - [`Mode::PerPartition`] and [`Mode::Classic`] exist for comparison.
 //!
 //! - Failovers reach publish-only instances too: in [`Mode::Sharded`] each
@@ -96,6 +96,7 @@ mod driver;
 mod gate;
 pub(crate) mod hold;
 mod inflight;
+mod keyed;
 mod metrics;
 mod outcome;
 mod publish;
@@ -119,6 +120,7 @@ use crate::pubsub::front::{Front, Placement};
 #[allow(unused_imports)]
 use crate::pubsub::{Event, Handler};
 use crate::workers::Pool;
+use resp::Value;
 use shared::Shared;
 
 /// The cluster placement behind a [`PubSub`](crate::PubSub):
@@ -286,6 +288,13 @@ impl ClusterPubSub {
         waiter
             .wait(round, timeout)
             .unwrap_or(Err(Error::WaitTimeout { after: timeout }))
+    }
+
+    /// Any command, sent to the owner of `key`'s slot (see
+    /// [`PubSub::command`](crate::PubSub::command)).
+    pub(crate) fn command(&self, key: &[u8], args: &[Vec<u8>]) -> Result<Value, Error> {
+        self.check_open()?;
+        keyed::command(&self.shared, key, args)
     }
 
     /// The name the server knows `channel` by (`{TAG}.channel` in the

@@ -122,6 +122,12 @@ impl Fixed {
         &self.publ
     }
 
+    /// Any command, on the server that holds `key` (the shard a channel
+    /// of that name lives on), waited for up to the request timeout.
+    pub(crate) fn command(&self, key: &[u8], args: &[Vec<u8>]) -> Result<resp::Value, Error> {
+        self.publ.command_pending(self.server_of(key), args).wait()
+    }
+
     /// Index of the server (builder order) that owns `channel`.
     pub(crate) fn server_of(&self, channel: &[u8]) -> usize {
         self.sub.shared.server_of(channel)

@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pubsub::front::{self, Placement};
 use crate::pubsub::{Fixed, PubSubBuilder};
+use resp::Value;
 
 /// Subscriptions, publishing and delivery on one server, N client-side
 /// shards or a Redis/Valkey Cluster (the placement, chosen by
@@ -188,6 +189,61 @@ impl PubSub {
     ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
         on_placement!(self, p => p.publish_wait(channel, payload, timeout))
+    }
+
+    /// Runs any command on the server that holds `key`, and returns its
+    /// reply: for history, presence or any other data kept beside the
+    /// channels, with no second client.
+    ///
+    /// - One server: that server.
+    /// - N shards: the server a channel named `key` lives on
+    ///   (`shard_of(key, N)`, as [`PubSub::server_of`]), so a key named
+    ///   after a channel is kept with its messages.
+    /// - A cluster: the owner of `key`'s slot (hash tags apply), following
+    ///   `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` within
+    ///   [`PubSubBuilder::max_redirects`] and
+    ///   [`PubSubBuilder::retry_window`]. To keep a key in a channel's
+    ///   slot, give it the channel's partition tag: with
+    ///   [`PubSub::server_channel`] = `{TAG}.ch`, a key `{TAG}.history:ch`
+    ///   is in the same slot.
+    ///
+    /// It blocks the calling thread: up to the request timeout for the
+    /// reply (per redirect on a cluster), and on a cluster up to the retry
+    /// window while the slot has no reachable owner. The command goes over
+    /// the publish connection, pipelined with publishes; keep blocking
+    /// commands (`BLPOP`, `XREAD BLOCK`) off it, since replies come in
+    /// order.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), shardsub::Error> {
+    /// # let ps = shardsub::PubSub::builder().address("127.0.0.1:6379")
+    /// #     .handler(shardsub::handler_fn(|_, _| {})).build()?;
+    /// ps.command("presence:room:42", ["SADD", "presence:room:42", "user:7"])?;
+    /// let members = ps.command("presence:room:42", ["SMEMBERS", "presence:room:42"])?;
+    /// # let _ = members;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The server's error reply ([`Error::Reply`]), the connection's
+    /// ([`Error::NotConnected`], [`Error::Timeout`], …),
+    /// [`Error::Cluster`] on a cluster when no owner answered in time or
+    /// the redirects ran out, [`Error::Shutdown`] after shutdown.
+    pub fn command<I>(&self, key: impl AsRef<[u8]>, args: I) -> Result<Value, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.as_ref().to_vec()).collect();
+        if args.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a command needs at least its name".into(),
+            ));
+        }
+        let key = key.as_ref();
+        on_placement!(self, p => p.command(key, &args))
     }
 
     /// The channel's name on the wire: itself on servers and in classic

@@ -1,0 +1,128 @@
+//! Plain commands on a cluster, routed by key: to the owner of the key's
+//! slot over that primary's publish connection, following `MOVED`, `ASK`,
+//! `TRYAGAIN` and `CLUSTERDOWN` within the publish path's bounds
+//! ([`PubSubBuilder::max_redirects`](crate::PubSubBuilder::max_redirects),
+//! [`PubSubBuilder::retry_window`](crate::PubSubBuilder::retry_window)).
+//!
+//! It runs on the caller's thread and blocks (the I/O threads never wait
+//! for a route): each attempt up to the request timeout, a wait for a
+//! route or a retry up to the retry window.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use resp::Value;
+use topology::ClusterError;
+
+use crate::cluster::shared::Shared;
+use crate::engine::Engine;
+use crate::error::Error;
+
+/// How long to wait between looks at the routes while a slot has no owner
+/// or a `MOVED` target is not yet a route.
+const ROUTE_POLL: Duration = Duration::from_millis(10);
+
+/// Sends `args` to the owner of `key`'s slot and returns its reply.
+///
+/// # Errors
+///
+/// The reply's or the connection's error; [`Error::Cluster`] when the slot
+/// has no reachable owner within the retry window, or the redirects ran
+/// out.
+pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Result<Value, Error> {
+    let slot = shardcore::key_slot(key);
+    let fail = |reason: String| Error::Cluster {
+        slot,
+        reason: reason.into(),
+    };
+    let window = shared.config.retry_window;
+    let mut started_waiting: Option<Instant> = None;
+    let mut redirects = 0u32;
+    // Where the next attempt goes: the slot's route, or the node a
+    // redirect named (with `ASKING` first for `ASK`); the routes follow a
+    // `MOVED` only after the refresh it asks for.
+    let mut redirected: Option<(Arc<Engine>, bool)> = None;
+    loop {
+        let engine = match redirected.take() {
+            Some((e, ask)) => {
+                if ask {
+                    e.command_then(0, [&b"ASKING"[..]], |_| {});
+                }
+                Some(e)
+            }
+            None => shared.routes.read().engine_of(slot),
+        };
+        let Some(engine) = engine else {
+            if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Error::Shutdown);
+            }
+            shared.request_refresh();
+            let since = *started_waiting.get_or_insert_with(Instant::now);
+            if since.elapsed() >= window {
+                return Err(fail(format!("no known owner within {window:?}")));
+            }
+            std::thread::sleep(ROUTE_POLL);
+            continue;
+        };
+        let r = engine.command_pending(0, args).wait();
+        let Err(Error::Reply { addr, message }) = &r else {
+            return r;
+        };
+        let host = addr.ip().to_string();
+        let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
+            return r;
+        };
+        let ask = matches!(error, ClusterError::Ask { .. });
+        match error {
+            ClusterError::Moved { addr: to, .. } | ClusterError::Ask { addr: to, .. } => {
+                redirects += 1;
+                if redirects > shared.config.max_redirects {
+                    return Err(fail(format!("more than {redirects} redirects: {message}")));
+                }
+                if !ask {
+                    shared.request_refresh();
+                }
+                // An unknown endpoint (`?:port`): the refreshed routes say.
+                let Some(to) = to else {
+                    std::thread::sleep(ROUTE_POLL);
+                    continue;
+                };
+                match wait_for_engine(shared, &to, window) {
+                    Some(e) => redirected = Some((e, ask)),
+                    None => return Err(fail(format!("{message}: no connection to {to}"))),
+                }
+            }
+            ClusterError::TryAgain | ClusterError::ClusterDown => {
+                let since = *started_waiting.get_or_insert_with(Instant::now);
+                if since.elapsed() >= window {
+                    return r;
+                }
+                std::thread::sleep(ROUTE_POLL * 5);
+            }
+        }
+    }
+}
+
+/// A publish engine of the primary at `to` (`host:port`), once the routes
+/// have one; `None` after `window`.
+fn wait_for_engine(
+    shared: &Shared,
+    to: &topology::NodeAddr,
+    window: Duration,
+) -> Option<Arc<Engine>> {
+    let want = crate::cluster::topo::resolve(to)?;
+    let deadline = Instant::now() + window;
+    loop {
+        let found = shared
+            .routes
+            .read()
+            .engines
+            .iter()
+            .find(|e| e.servers().first() == Some(&want))
+            .cloned();
+        if found.is_some() || Instant::now() >= deadline {
+            return found;
+        }
+        std::thread::sleep(ROUTE_POLL);
+    }
+}
