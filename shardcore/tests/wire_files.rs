@@ -1,0 +1,94 @@
+//! The wire format's exported files (`shardcore/wire/`, described in
+//! `WIRE_FORMAT.md`) are what the code computes: the tag table of every
+//! power-of-two partition count up to 4096, and the test vectors other
+//! implementations check themselves against. A file that differs fails
+//! here; `SHARDSUB_BLESS=1 cargo test -p shardsub-shardcore --test
+//! wire_files` rewrites them (which must only ever happen for a new file:
+//! a changed table would move live channels).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use shardcore::{channel_hash, key_slot, shard_of, worker_of, Partitions};
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wire")
+}
+
+/// `partition<TAB>slot<TAB>tag`, one line per partition, after a header.
+fn table(p: u32) -> String {
+    let parts = Partitions::new(p).expect("count in range");
+    let mut out = format!("# shardsub partition tags, P = {p}: partition, slot, tag\n");
+    for k in 0..p {
+        let tag = String::from_utf8_lossy(parts.tag(k));
+        let _ = writeln!(out, "{k}\t{}\t{tag}", parts.slot(k));
+    }
+    out
+}
+
+/// Channel names and what every implementation must compute for them.
+fn vectors() -> String {
+    let mut out = String::from(
+        "# shardsub wire vectors: channel (hex), channel_hash (hex), partition of 128, \
+         server name in 128 partitions (hex), its key slot, shard of 3, shard of 10, worker of 4\n",
+    );
+    let parts = Partitions::new(128).expect("128");
+    let mut names: Vec<Vec<u8>> = vec![b"".to_vec(), b"a".to_vec(), b"news".to_vec()];
+    names.extend((0..40).map(|i| format!("room:{i}").into_bytes()));
+    names.push(b"{braces}.in.name".to_vec());
+    names.push("çà unicode ✓".as_bytes().to_vec());
+    names.push((0u8..=255).collect());
+    for n in names {
+        let wire = parts.redis_channel(&n);
+        let _ = writeln!(
+            out,
+            "{}\t{:016x}\t{}\t{}\t{}\t{}\t{}\t{}",
+            hex(&n),
+            channel_hash(&n),
+            parts.partition_of(&n),
+            hex(&wire),
+            key_slot(&wire),
+            shard_of(&n, 3),
+            shard_of(&n, 10),
+            worker_of(&n, 4),
+        );
+    }
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().fold(String::new(), |mut s, x| {
+        let _ = write!(s, "{x:02x}");
+        s
+    })
+}
+
+fn check(name: &str, want: &str) {
+    let path = dir().join(name);
+    if std::env::var_os("SHARDSUB_BLESS").is_some() {
+        std::fs::create_dir_all(dir()).expect("wire dir");
+        std::fs::write(&path, want).expect("write");
+        return;
+    }
+    let got = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (SHARDSUB_BLESS=1 writes it)", path.display()));
+    assert!(
+        got == want,
+        "{} differs from what the code computes",
+        path.display()
+    );
+}
+
+#[test]
+fn the_exported_tag_tables_are_the_code_s() {
+    let mut p = 1;
+    while p <= 4096 {
+        check(&format!("tags-{p}.tsv"), &table(p));
+        p *= 2;
+    }
+}
+
+#[test]
+fn the_exported_vectors_are_the_code_s() {
+    check("vectors.tsv", &vectors());
+}
