@@ -426,6 +426,7 @@ pub(crate) fn start(
         inflight: InFlight::default(),
         instance: crate::cluster::instance_seed(),
     });
+    crate::pubsub::leaving::install(&shared);
     let core = match control::Core::new(core_config(&shared, &node, servers), Time::ZERO) {
         Ok(core) => core,
         Err(e) => {
@@ -447,6 +448,7 @@ pub(crate) fn start(
         subs: Default::default(),
         services: Default::default(),
         gaps: Vec::new(),
+        fence_busy: false,
         delayed: Vec::new(),
         next_token: 0,
         gates: Default::default(),

@@ -25,9 +25,11 @@ use crate::cluster::gate::Gate;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::service::Service;
 use crate::cluster::shared::{ConnState, Inbox, Retry, Shared};
+use crate::conn::ReplyKind;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
+use crate::pubsub::leaving::Fence;
 use crate::pubsub::registry::Settled;
 use crate::pubsub::ChannelList;
 
@@ -68,6 +70,8 @@ pub(crate) struct Driver {
     /// the order first named) and worker: one incident, one event per
     /// worker (see `Driver::gap`).
     pub(crate) gaps: Vec<(Option<SocketAddr>, Vec<ChannelList>)>,
+    /// A fence is in flight (see [`crate::pubsub::leaving`]).
+    pub(crate) fence_busy: bool,
     pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
     /// The next route barrier's token.
     pub(crate) next_token: u64,
@@ -109,6 +113,10 @@ impl Driver {
         self.sync();
         loop {
             let wake = self.next_wake(Instant::now());
+            // Before the inbox is taken: every leave counted here has its
+            // registry change in this inbox or an earlier one, so its
+            // unsubscribe is sent before this round's fence.
+            let leaves = self.s.leaving.requested();
             let inbox = {
                 let mut inbox = self.s.mail.inbox.lock();
                 while !inbox.has_work() {
@@ -122,7 +130,11 @@ impl Driver {
                 return self.close_all();
             }
             let inbox = self.coalesce(inbox);
+            if inbox.fence_done {
+                self.fence_busy = false;
+            }
             self.round(inbox);
+            self.fence(leaves);
         }
     }
 
@@ -301,6 +313,33 @@ impl Driver {
             self.retire(c);
         }
         self.input(|core, now| core.handle_conn_down(now, conn));
+    }
+
+    /// Starts a fence for the leaves up to `upto` when some are incomplete
+    /// and none is in flight (see [`crate::pubsub::leaving`]): a `PING` on
+    /// every subscribe connection that is up, after this round's
+    /// unsubscribes.
+    fn fence(&mut self, upto: u64) {
+        if self.fence_busy || upto <= self.s.leaving.done() {
+            return;
+        }
+        self.fence_busy = true;
+        let fence = Fence::new(upto, &self.s);
+        for c in self.subs.values() {
+            if !c.engine.is_connection_up(0, 0) {
+                continue; // nothing more comes from it
+            }
+            fence.add_ping();
+            let f = fence.clone();
+            let _ = c.engine.submit_to_then(
+                0,
+                0,
+                |buf| resp::encode_command(buf, [b"PING"]),
+                ReplyKind::Single,
+                move |_| f.ping_done(),
+            );
+        }
+        fence.ping_done();
     }
 
     /// Closes a subscribe connection's engine, keeping its counts.

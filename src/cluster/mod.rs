@@ -387,6 +387,10 @@ impl Placement for ClusterPubSub {
             Ok(())
         }
     }
+
+    fn request_fence(&self) {
+        self.shared.post(|inbox| inbox.fence = true);
+    }
 }
 
 impl Drop for ClusterPubSub {

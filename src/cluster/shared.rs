@@ -145,16 +145,21 @@ pub(crate) struct Inbox {
     pub(crate) held: bool,
     /// The application asked for a topology reread.
     pub(crate) refresh: bool,
+    /// An unsubscribe (or `wait_inactive`) wants a fence.
+    pub(crate) fence: bool,
+    /// The fence in flight completed.
+    pub(crate) fence_done: bool,
     pub(crate) stop: bool,
 }
 
 impl Inbox {
     /// Whether anything waits to be handled.
     pub(crate) fn has_work(&self) -> bool {
-        !self.dirty.is_empty() || !self.quiet_but_dirty()
+        !self.dirty.is_empty() || !self.quiet_but_dirty() || self.fence || self.fence_done
     }
 
-    /// Whether nothing but dirty lanes (if any) waits.
+    /// Whether nothing but dirty lanes (if any) waits (a fence request
+    /// aside: unsubscribes coalesce as subscribes do).
     pub(crate) fn quiet_but_dirty(&self) -> bool {
         self.ups.is_empty()
             && self.downs.is_empty()

@@ -48,6 +48,10 @@ pub struct Metrics {
     pub received: u64,
     /// Messages handed to the handler.
     pub delivered: u64,
+    /// Messages received for channels given up, after
+    /// [`PubSub::unsubscribe`](crate::PubSub::unsubscribe) returned, and
+    /// passed over (never handed to the handler).
+    pub unwanted: u64,
     /// Messages dropped, by reason.
     pub dropped: Dropped,
     /// Messages waiting in each worker's queue now.
@@ -99,6 +103,7 @@ pub(crate) struct Counters {
     pub(crate) published: AtomicU64,
     pub(crate) publish_errors: AtomicU64,
     pub(crate) delivered: AtomicU64,
+    pub(crate) unwanted: AtomicU64,
     pub(crate) dropped_shutdown: AtomicU64,
     pub(crate) subscribe_commands: AtomicU64,
     pub(crate) unsubscribe_commands: AtomicU64,
@@ -137,6 +142,7 @@ impl Counters {
             publish_errors: g(&self.publish_errors),
             received: 0,
             delivered: g(&self.delivered),
+            unwanted: g(&self.unwanted),
             dropped: Dropped {
                 queue_full: 0,
                 shutdown: g(&self.dropped_shutdown),

@@ -100,13 +100,13 @@ impl Metrics {
         o.single(
             "shardsub_published_total",
             c,
-            "Messages accepted by publish.",
+            "Publishes taken (sent, or held on a cluster).",
             m.published,
         );
         o.single(
             "shardsub_publish_errors_total",
             c,
-            "Publishes refused at once (server reconnecting, shutdown).",
+            "Publishes that failed, at once or later where the outcome is known.",
             m.publish_errors,
         );
         o.single(
@@ -120,6 +120,12 @@ impl Metrics {
             c,
             "Messages handed to the handler.",
             m.delivered,
+        );
+        o.single(
+            "shardsub_unwanted_messages_total",
+            c,
+            "Messages of channels given up, received after unsubscribe and passed over.",
+            m.unwanted,
         );
         o.labelled(
             "shardsub_dropped_messages_total",

@@ -28,6 +28,8 @@ pub(crate) trait Placement {
     fn mark_dirty(&self, lane: usize);
     fn is_active(&self, channel: &[u8]) -> bool;
     fn check_open(&self) -> Result<(), Error>;
+    /// Asks the control thread for a fence (see [`crate::pubsub::leaving`]).
+    fn request_fence(&self);
 }
 
 /// Marks `channels` wanted (or not) on placement `p`; the subscribe or
@@ -45,7 +47,46 @@ where
     p.check_open()?;
     p.front()
         .set_wanted(channels, want, |c| p.lane_of(c), |l| p.mark_dirty(l));
+    if !want {
+        // After the registry changed: a fence that counts this leave
+        // begins after the control thread has seen the change.
+        p.front().leaving.request();
+        p.request_fence();
+    }
     Ok(())
+}
+
+/// Blocks until the servers have stopped sending `channels` (given up
+/// before) and every message of theirs already received has been passed
+/// over, it shuts down, or `timeout` passes.
+///
+/// # Errors
+///
+/// As [`PubSub::wait_inactive`](crate::PubSub::wait_inactive).
+pub(crate) fn wait_inactive<P: Placement, C: AsRef<[u8]>>(
+    p: &P,
+    channels: &[C],
+    timeout: Duration,
+) -> Result<(), Error> {
+    p.check_open()?;
+    let f = p.front();
+    for c in channels {
+        let c = c.as_ref();
+        if f.registry.flags(p.lane_of(c), c) & crate::pubsub::registry::WANT != 0 {
+            let name = String::from_utf8_lossy(c);
+            return Err(Error::InvalidArgument(
+                format!("channel {name:?} is subscribed (unsubscribe it first)").into(),
+            ));
+        }
+    }
+    let target = f.leaving.requested();
+    p.request_fence();
+    let deadline = std::time::Instant::now() + timeout;
+    if f.leaving.wait(target, deadline, || p.check_open().is_ok()) {
+        return Ok(());
+    }
+    p.check_open()?;
+    Err(Error::WaitTimeout { after: timeout })
 }
 
 /// Blocks until every channel is active on placement `p`, one is refused,
@@ -81,6 +122,8 @@ pub(crate) struct Front {
     /// Whether confirmations become [`Event::Active`](crate::pubsub::Event)
     /// events for the handler.
     pub(crate) active_events: bool,
+    /// Channels given up whose last messages may still be on their way.
+    pub(crate) leaving: Arc<crate::pubsub::leaving::Leaving>,
 }
 
 /// Channels per chunk of a large subscribe call: each chunk is sorted by
@@ -102,6 +145,7 @@ impl Front {
             active,
             refusals: Refusals::default(),
             active_events,
+            leaving: Arc::default(),
         }
     }
 

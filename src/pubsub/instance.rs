@@ -86,8 +86,12 @@ impl PubSub {
     }
 
     /// Gives these channels up. Returns at once, like
-    /// [`PubSub::subscribe`]; messages already received may still reach the
-    /// handler.
+    /// [`PubSub::subscribe`], and from then on no message of theirs reaches
+    /// the handler (those already received are passed over, and counted in
+    /// [`Metrics::unwanted`]) unless they are subscribed again. The
+    /// unsubscribe commands leave from the control thread;
+    /// [`PubSub::wait_inactive`] learns when the servers have stopped
+    /// sending them.
     ///
     /// # Errors
     ///
@@ -98,6 +102,25 @@ impl PubSub {
         I::Item: AsRef<[u8]>,
     {
         front::set_wanted(self.subscriber(), channels, false)
+    }
+
+    /// Blocks until the servers have stopped sending `channels` (given up
+    /// with [`PubSub::unsubscribe`] before) and every message of theirs
+    /// already received has been passed over, or `timeout` passes: the
+    /// unsubscribe is confirmed (a connection that broke meanwhile counts,
+    /// since the server forgot its subscriptions).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a channel that is subscribed (wanted)
+    /// now, [`Error::WaitTimeout`] at the deadline, [`Error::Shutdown`]
+    /// after shutdown.
+    pub fn wait_inactive<C: AsRef<[u8]>>(
+        &self,
+        channels: &[C],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        front::wait_inactive(self.subscriber(), channels, timeout)
     }
 
     /// Whether the server has confirmed the channel's subscription on a

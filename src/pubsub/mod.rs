@@ -61,6 +61,7 @@ mod fixed;
 pub(crate) mod front;
 mod handler;
 mod instance;
+pub(crate) mod leaving;
 pub(crate) mod mailbox;
 pub(crate) mod refusal;
 pub(crate) mod registry;

@@ -64,6 +64,14 @@ enum Item {
         channels: ChannelList,
         messages: u64,
     },
+    /// Run by the worker in order with the messages (a fence's marker).
+    Marker(Box<dyn FnOnce() + Send>),
+}
+
+/// Asked by a worker before it hands a message to the handler: false
+/// passes the message over (its channel was given up).
+pub(crate) trait Passes: Send + Sync {
+    fn passes(&self, channel: &[u8]) -> bool;
 }
 
 /// Channels dropped since the worker last took its queue.
@@ -115,6 +123,8 @@ pub(crate) struct Queue {
     closed: AtomicBool,
     /// A deferred push found the worker waiting.
     wake_due: AtomicBool,
+    /// Set once, after the instance is built: see [`Passes`].
+    filter: std::sync::OnceLock<Arc<dyn Passes>>,
 }
 
 impl Queue {
@@ -141,7 +151,13 @@ impl Queue {
             capacity,
             closed: AtomicBool::new(false),
             wake_due: AtomicBool::new(false),
+            filter: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what the worker asks before handing a message on (once).
+    pub(crate) fn set_filter(&self, f: Arc<dyn Passes>) {
+        let _ = self.filter.set(f);
     }
 
     /// Queues an item; wakes a waiting worker now, or (`defer`) leaves
@@ -273,6 +289,21 @@ impl Queue {
         }
     }
 
+    /// Queues `f`, run by the worker after every item queued before it
+    /// (never dropped while open; dropped unrun once closed).
+    pub(crate) fn push_marker(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut g = self.inner.lock();
+        if g.closed {
+            return;
+        }
+        g.items.push_back(Item::Marker(f));
+        let wake = g.waiting;
+        drop(g);
+        if wake {
+            self.cond.notify_one();
+        }
+    }
+
     /// Messages waiting now.
     pub(crate) fn depth(&self) -> usize {
         self.inner.lock().messages
@@ -383,7 +414,7 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 local.push_back(dropped);
             }
         }
-        let (mut delivered, mut dropped) = (0u64, 0u64);
+        let (mut delivered, mut dropped, mut unwanted) = (0u64, 0u64, 0u64);
         for item in local.drain(..) {
             if q.closed.load(Ordering::Relaxed) {
                 dropped += u64::from(matches!(item, Item::Message { .. }));
@@ -395,12 +426,17 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                     channel_len,
                     sent_us,
                 } => {
-                    if *sent_us != 0 {
-                        counters.lag.record_us(now_us().saturating_sub(*sent_us));
-                    }
-                    delivered += 1;
                     let (channel, payload) = buf.split_at((*channel_len).min(buf.len()));
-                    catch_unwind(AssertUnwindSafe(|| handler.on_message(channel, payload)))
+                    if q.filter.get().is_some_and(|f| !f.passes(channel)) {
+                        unwanted += 1;
+                        Ok(())
+                    } else {
+                        if *sent_us != 0 {
+                            counters.lag.record_us(now_us().saturating_sub(*sent_us));
+                        }
+                        delivered += 1;
+                        catch_unwind(AssertUnwindSafe(|| handler.on_message(channel, payload)))
+                    }
                 }
                 Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
                     handler.on_event(Event::Active { channel: buf })
@@ -423,6 +459,7 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                         messages: *messages,
                     })
                 })),
+                Item::Marker(_) => Ok(()),
             };
             if let Err(payload) = outcome {
                 log::error!(
@@ -436,11 +473,13 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 {
                     spent.push(buf)
                 }
+                Item::Marker(f) => f(),
                 _ => {}
             }
         }
         add(&counters.delivered, delivered);
         add(&counters.dropped_shutdown, dropped);
+        add(&counters.unwanted, unwanted);
     }
 }
 

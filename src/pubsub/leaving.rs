@@ -1,0 +1,175 @@
+//! Channels given up: no message of a channel reaches the handler once
+//! [`PubSub::unsubscribe`](crate::PubSub::unsubscribe) has returned, and
+//! [`PubSub::wait_inactive`](crate::PubSub::wait_inactive) learns when the
+//! servers have stopped sending them.
+//!
+//! Every unsubscribe call counts one leave (`requested`). While some leave
+//! is not yet complete, each worker looks a message's channel up in the
+//! registry before handing it on, and passes over those no longer wanted
+//! (counted in [`Metrics::unwanted`](crate::Metrics::unwanted)); otherwise
+//! it looks nothing up.
+//!
+//! A leave completes with a fence, which the control thread starts after
+//! the round that sent its unsubscribes: a `PING` on every subscribe
+//! connection that is up (its reply comes after every message the server
+//! sent before the unsubscribe), then, once every `PING` has been answered
+//! or has failed, a marker through every worker queue (behind every
+//! message those connections delivered). When every worker has passed the
+//! marker, the leaves counted before the fence began are complete. One
+//! fence is in flight at a time; leaves counted meanwhile wait for the
+//! next.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::cluster::shared::Shared;
+use crate::pubsub::registry::WANT;
+use crate::workers::{Passes, Queue};
+
+/// Leaves asked for and completed.
+#[derive(Default)]
+pub(crate) struct Leaving {
+    requested: AtomicU64,
+    done: AtomicU64,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl Leaving {
+    /// Counts an unsubscribe call; returns the count to wait for.
+    pub(crate) fn request(&self) -> u64 {
+        self.requested.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Leaves asked for so far.
+    pub(crate) fn requested(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// Leaves known complete.
+    pub(crate) fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Whether workers must look messages up (a leave is incomplete).
+    pub(crate) fn filtering(&self) -> bool {
+        self.requested() > self.done()
+    }
+
+    /// The leaves up to `upto` are complete.
+    fn complete(&self, upto: u64) {
+        self.done.fetch_max(upto, Ordering::AcqRel);
+        let _g = self.lock.lock();
+        self.cond.notify_all();
+    }
+
+    /// Waits until the leaves up to `target` are complete, `open` fails,
+    /// or `deadline` passes; true when they are.
+    pub(crate) fn wait(&self, target: u64, deadline: Instant, open: impl Fn() -> bool) -> bool {
+        let mut g = self.lock.lock();
+        loop {
+            if self.done() >= target {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline || !open() {
+                return false;
+            }
+            // Woken by `complete`; shutdown is looked at every 50 ms.
+            let until = deadline.min(now + Duration::from_millis(50));
+            self.cond.wait_until(&mut g, until);
+        }
+    }
+}
+
+/// One fence in flight: `PING`s unanswered, then workers yet to pass its
+/// marker.
+pub(crate) struct Fence {
+    upto: u64,
+    pings: AtomicUsize,
+    workers: AtomicUsize,
+    shared: Weak<Shared>,
+}
+
+impl Fence {
+    /// A fence for the leaves up to `upto`, holding one `PING` slot for the
+    /// starter (released by [`Fence::ping_done`] once every `PING` is
+    /// submitted, so none completes it early).
+    pub(crate) fn new(upto: u64, shared: &Arc<Shared>) -> Arc<Fence> {
+        Arc::new(Fence {
+            upto,
+            pings: AtomicUsize::new(1),
+            workers: AtomicUsize::new(shared.queues.len()),
+            shared: Arc::downgrade(shared),
+        })
+    }
+
+    /// One more `PING` to wait for.
+    pub(crate) fn add_ping(&self) {
+        self.pings.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A `PING` answered or failed (or the starter done): after the last,
+    /// the marker goes through every worker queue.
+    pub(crate) fn ping_done(self: &Arc<Self>) {
+        if self.pings.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        if s.queues.is_empty() {
+            return self.finish(&s);
+        }
+        for q in &s.queues {
+            let f = self.clone();
+            q.push_marker(Box::new(move || f.worker_passed()));
+        }
+    }
+
+    fn worker_passed(&self) {
+        if self.workers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(s) = self.shared.upgrade() {
+                self.finish(&s);
+            }
+        }
+    }
+
+    fn finish(&self, s: &Shared) {
+        s.leaving.complete(self.upto);
+        s.post(|inbox| inbox.fence_done = true);
+    }
+}
+
+/// What the workers ask before handing a message on: while a leave is
+/// incomplete, whether its channel is still wanted.
+pub(crate) struct WantedFilter {
+    pub(crate) leaving: Arc<Leaving>,
+    pub(crate) shared: Weak<Shared>,
+}
+
+impl Passes for WantedFilter {
+    fn passes(&self, channel: &[u8]) -> bool {
+        if !self.leaving.filtering() {
+            return true;
+        }
+        match self.shared.upgrade() {
+            Some(s) => s.registry.flags(s.lane_of(channel), channel) & WANT != 0,
+            None => true,
+        }
+    }
+}
+
+/// Installs the filter on every worker queue of `shared`.
+pub(crate) fn install(shared: &Arc<Shared>) {
+    let f: Arc<dyn Passes> = Arc::new(WantedFilter {
+        leaving: shared.leaving.clone(),
+        shared: Arc::downgrade(shared),
+    });
+    for q in &shared.queues {
+        Queue::set_filter(q, f.clone());
+    }
+}
