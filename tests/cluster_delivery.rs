@@ -292,3 +292,32 @@ fn active_events_follow_the_first_subscribe_and_every_resubscribe() {
         }
     }
 }
+
+/// The envelope on a cluster, as on servers: payloads arrive without the
+/// header (the accounting stamps check out), and the lag is measured.
+#[test]
+fn the_envelope_measures_lag_on_a_cluster() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0).expect("cluster");
+        let chans = channels(300, "env");
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            builder(&cluster, handler.clone())
+                .envelope(true)
+                .build()
+                .unwrap(),
+        );
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        publish_and_check(&ps, &ledger, 3, &format!("{kind:?} envelope"));
+        let m = ps.metrics();
+        let lag = m.lag.unwrap_or_else(|| panic!("{kind:?}: no lag: {m:?}"));
+        assert_eq!(lag.count, 900, "{kind:?}: {lag:?}");
+        assert!(
+            lag.p50 <= lag.p99 && lag.max < Duration::from_secs(10),
+            "{lag:?}"
+        );
+        assert_eq!(m.unenveloped, 0, "{kind:?}");
+    }
+}

@@ -349,8 +349,8 @@ pub(crate) fn build(
         probe_interval: common.probe_interval,
         publish_hold: c.publish_hold,
         fixed_servers: 0,
-        envelope: false,
-        coalesce: Duration::ZERO,
+        envelope: common.envelope,
+        coalesce: common.subscribe_delay.unwrap_or(Duration::ZERO),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes);
     let parts_for = Parts {

@@ -360,7 +360,14 @@ pub(crate) fn message(
     data.extend_from_slice(head);
     data.extend_from_slice(channel);
     data.extend_from_slice(b"\r\n");
-    resp::encode_bulk(&mut data, payload);
+    if shared.config.envelope {
+        let env = crate::pubsub::envelope::HEADER_LEN;
+        resp::encode_bulk_header(&mut data, env + payload.len());
+        crate::pubsub::envelope::encode_into(&mut data, payload, crate::workers::now_us());
+        data.extend_from_slice(b"\r\n");
+    } else {
+        resp::encode_bulk(&mut data, payload);
+    }
     PubMsg {
         data,
         // A name past 4 GiB is refused by every server; it routes as

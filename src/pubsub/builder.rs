@@ -32,11 +32,12 @@ use crate::workers::Pool;
 ///
 /// Defaults, every placement: one worker per core with 4096-message
 /// queues, batches of 512 channels, a 30 s probe interval, no active
-/// events, RESP3, a 5 s request timeout, a 100 µs publish flush delay.
-/// Servers: 2 subscribe connections and 1 publish connection per server,
-/// a 500 µs subscribe delay, no envelope, a 2 s connect timeout, reconnects
-/// from 50 ms up to 5 s. A cluster: 1 subscribe connection per primary, a
-/// 1 s connect timeout, reconnects from 50 ms up to 2 s, and the cluster
+/// events, no envelope, RESP3, a 5 s request timeout, a 100 µs publish
+/// flush delay. Servers: 2 subscribe connections and 1 publish connection
+/// per server, a 500 µs subscribe delay, a 2 s connect timeout, reconnects
+/// from 50 ms up to 5 s. A cluster: 1 subscribe connection per primary, no
+/// subscribe delay, a 1 s connect timeout, reconnects from 50 ms up to 2 s,
+/// and the cluster
 /// settings (see [`PubSubBuilder::partitions`] and the setters after it).
 pub struct PubSubBuilder {
     pub(crate) servers: Vec<String>,
@@ -72,6 +73,9 @@ pub(crate) struct Common {
     pub(crate) flush_delay: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) subscribe_connections: Option<usize>,
+    /// `None`: the placement's default (servers 500 µs, a cluster 0).
+    pub(crate) subscribe_delay: Option<Duration>,
+    pub(crate) envelope: bool,
 }
 
 impl Common {
@@ -86,8 +90,6 @@ impl Common {
 #[derive(Clone, Debug)]
 pub(crate) struct FixedSettings {
     pub(crate) publish_connections: usize,
-    pub(crate) subscribe_delay: Duration,
-    pub(crate) envelope: bool,
     pub(crate) require_all: bool,
 }
 
@@ -114,11 +116,11 @@ impl Default for PubSubBuilder {
                 flush_delay: None,
                 request_timeout: None,
                 subscribe_connections: None,
+                subscribe_delay: None,
+                envelope: false,
             },
             fixed: FixedSettings {
                 publish_connections: 1,
-                subscribe_delay: Duration::from_micros(500),
-                envelope: false,
                 require_all: false,
             },
             cluster: ClusterSettings::default(),
@@ -207,10 +209,11 @@ impl PubSubBuilder {
     }
 
     /// How long subscribe and unsubscribe calls may wait for others so they
-    /// share commands (default 500 µs; zero sends at once). Servers only.
+    /// share commands (default 500 µs on servers; 0 on a cluster, where
+    /// commands are grouped by partition anyway; zero sends at once).
     pub fn subscribe_delay(mut self, d: Duration) -> Self {
-        self.fixed.subscribe_delay = d;
-        self.fixed_only("subscribe_delay")
+        self.common.subscribe_delay = Some(d);
+        self
     }
 
     /// How long a subscribe connection may stay silent before it probes
@@ -225,10 +228,11 @@ impl PubSubBuilder {
 
     /// Prefix each published payload with a 12-byte header carrying the
     /// publish time, strip it on receipt, and keep a lag histogram
-    /// (default off). Publishers and subscribers must agree. Servers only.
+    /// (default off; the format is in `WIRE_FORMAT.md`). Publishers and
+    /// subscribers must agree.
     pub fn envelope(mut self, on: bool) -> Self {
-        self.fixed.envelope = on;
-        self.fixed_only("envelope")
+        self.common.envelope = on;
+        self
     }
 
     /// Whether `build` fails when a server cannot be reached (default
@@ -504,8 +508,8 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         probe_interval: common.probe_interval,
         publish_hold: Duration::ZERO,
         fixed_servers: servers.len(),
-        envelope: f.envelope,
-        coalesce: f.subscribe_delay,
+        envelope: common.envelope,
+        coalesce: common.subscribe_delay.unwrap_or(Duration::from_micros(500)),
     };
     let parts = Parts {
         parts: shardcore::Partitions::new(1)
@@ -567,8 +571,11 @@ mod tests {
         assert!(refused(both).starts_with("both server addresses and cluster seeds"));
         let b = PubSub::builder().address("127.0.0.1:1").partitions(64);
         assert_eq!(refused(b), "partitions applies to a cluster (seeds) only");
-        let b = PubSub::builder().seed("127.0.0.1:1").envelope(true);
-        assert_eq!(refused(b), "envelope applies to servers (addresses) only");
+        let b = PubSub::builder().seed("127.0.0.1:1").publish_connections(2);
+        assert_eq!(
+            refused(b),
+            "publish_connections applies to servers (addresses) only"
+        );
         let b = PubSub::builder().seed("127.0.0.1:1").username("app");
         assert_eq!(refused(b), "a username needs a password");
         let b = PubSub::builder()
