@@ -1,8 +1,11 @@
 //! Completions: how a reply reaches whoever asked for it.
 
 use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -13,7 +16,8 @@ use crate::error::Error;
 type Callback<T> = Box<dyn FnOnce(Result<T, Error>) + Send + 'static>;
 
 enum State<T> {
-    Waiting,
+    /// Not complete; the waker of the task that polled last, if any.
+    Waiting(Option<Waker>),
     Callback(Callback<T>),
     Done(Result<T, Error>),
     Taken,
@@ -28,20 +32,24 @@ pub(crate) struct Slot<T> {
 impl<T> Slot<T> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Slot {
-            state: Mutex::new(State::Waiting),
+            state: Mutex::new(State::Waiting(None)),
             cond: Condvar::new(),
         })
     }
 
-    /// Delivers the result: wakes a waiter or runs the callback (on this
-    /// thread, outside the lock). A second result is ignored.
+    /// Delivers the result: wakes a waiter (a thread, and the task that
+    /// polled last) or runs the callback (on this thread, outside the
+    /// lock). A second result is ignored.
     pub(crate) fn complete(&self, result: Result<T, Error>) {
         let mut state = self.state.lock();
         match std::mem::replace(&mut *state, State::Taken) {
-            State::Waiting => {
+            State::Waiting(waker) => {
                 *state = State::Done(result);
                 drop(state);
                 self.cond.notify_all();
+                if let Some(w) = waker {
+                    w.wake();
+                }
             }
             State::Callback(f) => {
                 drop(state);
@@ -53,7 +61,13 @@ impl<T> Slot<T> {
 }
 
 /// The outcome of a request that is in flight: wait for it (with or without
-/// a timeout), poll it, or hand it a callback.
+/// a timeout), poll it, `.await` it, or hand it a callback.
+///
+/// It is a [`Future`] on any executor (no runtime is needed or assumed):
+/// polling stores the task's [`Waker`] (the last poller's, so it may move
+/// between tasks) and the I/O thread wakes it when the outcome is known.
+/// Polling never blocks. Poll it again after it returned
+/// [`Poll::Ready`] and it answers [`Error::InvalidArgument`].
 ///
 /// A request always completes: with its reply, or with an error when its
 /// connection fails, its request timeout passes, or the engine shuts down.
@@ -158,8 +172,38 @@ impl<T: Send + 'static> Pending<T> {
                 drop(state);
                 f(r);
             }
-            State::Waiting => *state = State::Callback(Box::new(f)),
+            State::Waiting(_) => *state = State::Callback(Box::new(f)),
             other => *state = other,
+        }
+    }
+}
+
+impl<T> Future for Pending<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.slot.state.lock();
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Done(r) => Poll::Ready(r),
+            State::Waiting(Some(w)) if w.will_wake(cx.waker()) => {
+                *state = State::Waiting(Some(w));
+                Poll::Pending
+            }
+            State::Waiting(_) => {
+                // Replaced under the lock the completion takes: a result
+                // that comes after this wakes the new waker.
+                *state = State::Waiting(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+            // `then` consumed the handle, so a callback cannot be here;
+            // kept for completeness.
+            other @ State::Callback(_) => {
+                *state = other;
+                Poll::Pending
+            }
+            State::Taken => Poll::Ready(Err(Error::InvalidArgument(
+                "Pending polled again after it completed".into(),
+            ))),
         }
     }
 }
@@ -285,5 +329,98 @@ mod tests {
         slot.complete(Err(Error::Shutdown));
         assert!(p.is_done());
         assert!(matches!(p.try_take(), Some(Err(Error::Shutdown))));
+    }
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct CountWake(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for CountWake {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fn counting() -> (Arc<CountWake>, Waker) {
+        let c = Arc::new(CountWake::default());
+        (c.clone(), Waker::from(c))
+    }
+    fn wakes(c: &CountWake) -> usize {
+        c.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn poll_wakes_once_on_completion_and_then_is_ready() {
+        let (mut p, slot) = Pending::<i64>::new();
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut p).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut p).poll(&mut cx).is_pending());
+        assert_eq!(wakes(&count), 0);
+        slot.complete(Ok(7));
+        assert_eq!(wakes(&count), 1);
+        slot.complete(Ok(8)); // ignored, no second wake
+        assert_eq!(wakes(&count), 1);
+        assert!(matches!(Pin::new(&mut p).poll(&mut cx), Poll::Ready(Ok(7))));
+        assert!(matches!(
+            Pin::new(&mut p).poll(&mut cx),
+            Poll::Ready(Err(Error::InvalidArgument(_)))
+        ));
+    }
+
+    #[test]
+    fn the_last_poller_is_woken_when_the_future_moves_between_tasks() {
+        let (mut p, slot) = Pending::<i64>::new();
+        let (first, w1) = counting();
+        let (second, w2) = counting();
+        assert!(Pin::new(&mut p)
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
+        assert!(Pin::new(&mut p)
+            .poll(&mut Context::from_waker(&w2))
+            .is_pending());
+        slot.complete(Err(Error::Shutdown));
+        assert_eq!((wakes(&first), wakes(&second)), (0, 1));
+        let r = Pin::new(&mut p).poll(&mut Context::from_waker(&w2));
+        assert!(matches!(r, Poll::Ready(Err(Error::Shutdown))), "{r:?}");
+    }
+
+    #[test]
+    fn a_ready_pending_needs_no_wake() {
+        let mut p = Pending::ready(Ok(3));
+        let (count, waker) = counting();
+        let r = Pin::new(&mut p).poll(&mut Context::from_waker(&waker));
+        assert!(matches!(r, Poll::Ready(Ok(3))));
+        assert_eq!(wakes(&count), 0);
+    }
+
+    /// A waker that unparks the thread that polls.
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    #[test]
+    fn no_wakeup_is_lost_when_completion_races_the_poll() {
+        // Each round completes from another thread while this one polls;
+        // this thread sleeps only on park (woken by the waker), with a
+        // 10 s bound per round: a lost wake-up shows as a timeout.
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        for round in 0..2000i64 {
+            let (mut p, slot) = Pending::<i64>::new();
+            let t = std::thread::spawn(move || slot.complete(Ok(round)));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let got = loop {
+                if let Poll::Ready(r) = Pin::new(&mut p).poll(&mut cx) {
+                    break r;
+                }
+                let now = Instant::now();
+                assert!(now < deadline, "round {round}: wake-up lost");
+                std::thread::park_timeout(deadline - now);
+            };
+            assert_eq!(got.unwrap(), round);
+            t.join().unwrap();
+        }
     }
 }
