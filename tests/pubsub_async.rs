@@ -170,6 +170,8 @@ fn publish_and_receive(builder: PubSubBuilder, what: &str) {
         assert_eq!(within(BOUND, what, rx.recv()).await, None, "{what}");
         let r = ps.active(&chans[..1]).await;
         assert!(matches!(r, Err(shardsub::Error::Shutdown)), "{what}: {r:?}");
+        let r = within(BOUND, what, ps.publish_pending(&chans[0], b"late")).await;
+        assert!(matches!(r, Err(shardsub::Error::Shutdown)), "{what}: {r:?}");
     });
 }
 

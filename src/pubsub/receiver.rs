@@ -173,6 +173,21 @@ pub struct ReceiverHandler {
 
 /// The reading half of [`receiver`]: one async task (or thread) takes
 /// [`Delivery`] items from it in order.
+///
+/// One queue for the whole instance: a channel's messages come from one
+/// worker, in order, so they stay in order here; different channels
+/// interleave. When the queue holds its `capacity` of messages, a new
+/// message is dropped and its channel noted; a [`Delivery::Dropped`]
+/// naming every such channel once comes next, before any item queued
+/// after the drops (or, when the reader empties the queue first, as the
+/// next item), so no loss is silent and the event is in order. Events do
+/// not count against the bound and are never dropped (they are few: one
+/// per confirmation, gap, refusal or run of drops).
+///
+/// Reading never blocks: [`Receiver::recv`] awaits, [`Receiver::poll_recv`]
+/// stores the waker, [`Receiver::try_recv`] returns at once. Messages are
+/// copied into owned bytes (an allocation per message, unlike a
+/// [`Handler`] that reads the borrowed buffers).
 pub struct Receiver {
     queue: Arc<Queue>,
 }
@@ -196,8 +211,8 @@ impl std::fmt::Debug for Receiver {
 
 /// A handler and the receiver it feeds, through one queue of `capacity`
 /// messages (at least 1). Build the instance with the handler, then read
-/// the receiver from an async task; see the [module docs](self) for the
-/// order and drop rules.
+/// the receiver from an async task; [`Receiver`] says how order and drops
+/// work.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), shardsub::Error> {
