@@ -302,3 +302,51 @@ fn a_full_receiver_signals_the_loss_in_order() {
         ps.shutdown();
     }
 }
+
+#[test]
+fn a_refused_channel_fails_its_active_future_and_reaches_the_receiver() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        // User `app` may use the library's service channels and ok:*.
+        let acl: [&[u8]; 9] = [
+            b"ACL",
+            b"SETUSER",
+            b"app",
+            b"on",
+            b">secret",
+            b"+@all",
+            b"resetchannels",
+            b"&__shardsub:*",
+            b"&ok:*",
+        ];
+        server.cmd(&acl).unwrap();
+        let (builder, mut rx) = PubSub::builder()
+            .address(server.addr().to_string())
+            .username("app")
+            .password("secret")
+            .workers(1)
+            .receiver(64);
+        let ps = builder.build().unwrap();
+        let what = format!("{kind:?}");
+        let (ok, no) = (b"ok:1".to_vec(), b"no:1".to_vec());
+        multi_thread().block_on(async {
+            // Polled before the subscribe: the refusal must wake it.
+            let mut refused = std::pin::pin!(ps.active(&[&no]));
+            assert!(futures_poll_once(refused.as_mut()).await.is_none());
+            ps.subscribe([&ok, &no]).unwrap();
+            within(BOUND, &what, ps.active(&[&ok])).await.unwrap();
+            let r = within(BOUND, &what, refused).await;
+            accounted::assert_refused(r, &no, &what);
+            // The handler's event, through the receiver.
+            let d = within(BOUND, &what, rx.recv()).await;
+            match d {
+                Some(Delivery::Refused { channel, message }) => {
+                    assert_eq!(channel, no, "{what}");
+                    assert!(message.starts_with("NOPERM"), "{what}: {message}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        });
+        ps.shutdown();
+    }
+}
