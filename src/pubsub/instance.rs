@@ -329,5 +329,9 @@ impl PubSub {
 fn assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<PubSub>();
+    is::<Active<'static>>();
+    is::<Pending<i64>>();
+    is::<crate::pubsub::Receiver>();
+    is::<crate::pubsub::ReceiverHandler>();
     let _ = PublishOptions::classic;
 }
