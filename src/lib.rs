@@ -53,6 +53,43 @@
 //!  worker_of(channel) ─► bounded queue ─► Handler (messages, gaps, drops, in order)
 //! ```
 //!
+//! # Async
+//!
+//! No runtime is needed or pulled in: the futures are plain
+//! [`std::future::Future`]s woken through their [`Waker`](std::task::Waker),
+//! so they run on any executor, and the library never calls `block_on`.
+//!
+//! - [`Pending`] (any request's outcome) is a future:
+//!   [`PubSub::publish_pending`]`(ch, payload).await` gives the receiver
+//!   count, in every placement.
+//! - [`PubSub::active`]`(&channels).await` is the awaitable
+//!   [`PubSub::wait_active`] (ready when confirmed, or with a refusal or
+//!   shutdown; it has no deadline of its own, so wrap it in the executor's
+//!   timeout).
+//! - [`pubsub::receiver`] (or [`PubSubBuilder::receiver`]) gives a handler
+//!   and a [`pubsub::Receiver`]: one bounded queue that an async task reads
+//!   with `recv().await` (or `poll_recv`, `try_recv`). When it is full a
+//!   message is dropped and a [`pubsub::Delivery::Dropped`] naming its
+//!   channel comes before that channel's next message: never silent.
+//! - [`PubSub::shutdown_pending`]`().await` shuts down on a helper thread
+//!   the library starts, so no executor thread waits for the joins.
+//!
+//! Which calls can block, and for how long (the rest return at once):
+//!
+//! | call | blocks | at most |
+//! | --- | --- | --- |
+//! | `publish`, `publish_then`, `publish_pending` (the call, not the await) | only while the connection buffers [`Builder::max_buffered_bytes`] (backpressure) | the request timeout ([`PubSubBuilder::request_timeout`], 5 s) |
+//! | `wait_active`, `publish_wait`, `Pending::wait_timeout` | always | the timeout passed |
+//! | `Pending::wait` | always | about the request timeout |
+//! | `PubSubBuilder::build` | connecting | the connect timeout per attempt (2 s) |
+//! | `shutdown`, and dropping the last `PubSub` | joins the threads | the shutdown timeout (2 s) plus 5 s margin, plus a handler call still running |
+//!
+//! On tokio: build in `spawn_blocking` (or before serving), `.await` the
+//! rest, await `shutdown_pending` before the last handle drops, and keep
+//! `wait_active`/`publish_wait` for threads of your own.
+//! `examples/tokio_server.rs` is a TCP line server written so (its smoke
+//! test is `tests/tokio_example_smoke.rs`).
+//!
 //! # Engine data flow
 //!
 //! ```text

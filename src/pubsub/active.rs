@@ -1,7 +1,8 @@
 //! Waiting for subscriptions to be confirmed: the `wait_active` loop and
 //! its wake-up gate, shared by [`crate::PubSub`] and the cluster mode.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -22,6 +23,11 @@ pub(crate) struct ActiveWait {
     arming: bool,
     /// The longest a waiter sleeps before it looks again.
     poll: Duration,
+    /// Tasks awaiting an [`Active`](crate::pubsub::Active) future, by
+    /// registration: taken (and woken) by the next wake-up, so a future
+    /// registers again on every poll.
+    tasks: Mutex<Vec<(u64, Waker)>>,
+    next_task: AtomicU64,
 }
 
 impl ActiveWait {
@@ -35,6 +41,40 @@ impl ActiveWait {
             armed: AtomicBool::new(false),
             arming,
             poll,
+            tasks: Mutex::new(Vec::new()),
+            next_task: AtomicU64::new(0),
+        }
+    }
+
+    /// Registers (or refreshes) a task's waker before it looks, so the
+    /// next wake-up reaches it; `id` is the future's registration, made on
+    /// its first call. A registered task counts as a waiter until
+    /// [`ActiveWait::unregister`].
+    pub(crate) fn register(&self, id: &mut Option<u64>, waker: &Waker) {
+        let id = *id.get_or_insert_with(|| {
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            self.next_task.fetch_add(1, Ordering::Relaxed)
+        });
+        let mut tasks = self.tasks.lock();
+        match tasks.iter_mut().find(|(t, _)| *t == id) {
+            Some((_, w)) if w.will_wake(waker) => {}
+            Some((_, w)) => w.clone_from(waker),
+            None => tasks.push((id, waker.clone())),
+        }
+        drop(tasks);
+        // Arm after registering, before looking: a confirmation from now
+        // on wakes the task.
+        if self.arming {
+            self.arm();
+        }
+    }
+
+    /// Ends a registration made by [`ActiveWait::register`] (the future
+    /// finished or was dropped).
+    pub(crate) fn unregister(&self, id: &mut Option<u64>) {
+        if let Some(id) = id.take() {
+            self.tasks.lock().retain(|(t, _)| *t != id);
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -51,6 +91,10 @@ impl ActiveWait {
         {
             *self.gate.lock() += 1;
             self.cond.notify_all();
+            let tasks = std::mem::take(&mut *self.tasks.lock());
+            for (_, w) in tasks {
+                w.wake();
+            }
         }
     }
 
@@ -200,5 +244,48 @@ mod tests {
         }
         assert!(t.is_finished(), "waiter not woken within 5 s");
         assert!(t.join().expect("waiter thread").is_ok());
+    }
+
+    #[derive(Default)]
+    struct CountWake(AtomicUsize);
+    impl std::task::Wake for CountWake {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_registered_task_is_woken_once_per_registration_and_unregisters() {
+        let w = ActiveWait::new(true, Duration::from_secs(10));
+        let (c1, c2) = (
+            std::sync::Arc::new(CountWake::default()),
+            std::sync::Arc::new(CountWake::default()),
+        );
+        let (w1, w2) = (Waker::from(c1.clone()), Waker::from(c2.clone()));
+        let mut id = None;
+        w.register(&mut id, &w1);
+        // Polled again from another task: only the new waker is kept.
+        w.register(&mut id, &w2);
+        assert_eq!(w.waiters.load(Ordering::SeqCst), 1);
+        w.wake();
+        assert_eq!(
+            (c1.0.load(Ordering::SeqCst), c2.0.load(Ordering::SeqCst)),
+            (0, 1)
+        );
+        // Taken by that wake: the next one needs a new registration (and,
+        // with arming, the arm that comes with it).
+        w.wake();
+        assert_eq!(c2.0.load(Ordering::SeqCst), 1);
+        w.register(&mut id, &w2);
+        w.wake();
+        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+        w.register(&mut id, &w2);
+        w.unregister(&mut id);
+        assert_eq!(id, None);
+        assert_eq!(w.waiters.load(Ordering::SeqCst), 0);
+        assert!(w.tasks.lock().is_empty());
+        w.arm();
+        w.wake();
+        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
     }
 }

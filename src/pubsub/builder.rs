@@ -268,6 +268,15 @@ impl PubSubBuilder {
         self
     }
 
+    /// Delivers to a [`Receiver`](crate::pubsub::Receiver) an async task
+    /// reads, through one queue of `capacity` messages: sets the handler
+    /// to [`receiver`](crate::pubsub::receiver)'s and returns the
+    /// receiver with the builder.
+    pub fn receiver(self, capacity: usize) -> (Self, crate::pubsub::Receiver) {
+        let (handler, rx) = crate::pubsub::receiver(capacity);
+        (self.handler(handler), rx)
+    }
+
     /// The handler, already shared.
     pub fn handler_arc(mut self, handler: Arc<dyn Handler>) -> Self {
         self.common.handler = Some(handler);

@@ -1,13 +1,14 @@
 //! [`PubSub`]: the one public type, whatever the placement.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster::{ClusterMetrics, ClusterPubSub};
-use crate::engine::{Engine, PublishOptions, Runtime};
+use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::pubsub::front::{self, Placement};
-use crate::pubsub::{Fixed, PubSubBuilder};
+use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
 use resp::Value;
 
 /// Subscriptions, publishing and delivery on one server, N client-side
@@ -147,6 +148,26 @@ impl PubSub {
         front::wait_active(self.subscriber(), channels, timeout)
     }
 
+    /// The awaitable form of [`PubSub::wait_active`]: a future, for any
+    /// executor, that is ready once every channel in `channels` is active,
+    /// or with the first refusal, or at shutdown. It has no deadline:
+    /// wrap it in the executor's timeout. Never blocks.
+    ///
+    /// ```no_run
+    /// # async fn f(ps: &shardsub::PubSub) -> Result<(), shardsub::Error> {
+    /// ps.subscribe(["news"])?;
+    /// ps.active(&["news"]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SubscribeRefused`] for a channel the server refused,
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn active<C: AsRef<[u8]>>(&self, channels: &[C]) -> Active<'_> {
+        Active::new(self.subscriber(), channels)
+    }
+
     /// Publishes `payload` to `channel` (anything that is bytes: `&str`,
     /// `String`, `&[u8]`, `Vec<u8>`, `b"…"`), fire-and-forget: on its shard's
     /// server, or with `SPUBLISH` to its slot's owner on a cluster
@@ -194,6 +215,31 @@ impl PubSub {
     {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
         on_placement!(self, p => p.publish_then(channel, payload, f))
+    }
+
+    /// Publishes and returns a handle to the outcome, the number of
+    /// receivers (on a cluster, those on the slot's owner): `.await` it on
+    /// any executor, or wait on it. The same path as
+    /// [`PubSub::publish_then`], in every placement.
+    ///
+    /// The call itself returns at once, except when the channel's
+    /// connection already buffers its limit of unsent bytes (the server is
+    /// not keeping up): then it waits for room, at most the request
+    /// timeout ([`PubSubBuilder::request_timeout`], 5 s by default), and
+    /// the handle fails with [`Error::Backpressure`] if none came.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSub::publish_wait`], less
+    /// [`Error::WaitTimeout`].
+    pub fn publish_pending(
+        &self,
+        channel: impl AsRef<[u8]>,
+        payload: impl AsRef<[u8]>,
+    ) -> Pending<i64> {
+        let (pending, slot) = Pending::new();
+        self.publish_then(channel, payload, move |r| slot.complete(r));
+        pending
     }
 
     /// Publishes and waits for the outcome: the number of receivers (on a
@@ -358,11 +404,30 @@ impl PubSub {
     pub fn shutdown(&self) {
         on_placement!(self, p => p.shutdown())
     }
+
+    /// The awaitable form of [`PubSub::shutdown`]: runs it on a helper
+    /// thread the library starts (so no executor thread blocks on the
+    /// joins) and completes the handle when it has finished. Shutdown
+    /// takes about the shutdown timeout at most (replies still awaited),
+    /// plus a handler call still running.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: [`Error::Runtime`] when the OS refused the
+    /// helper thread (nothing was shut down; dropping the last handle
+    /// still shuts down).
+    pub fn shutdown_pending(self: &Arc<Self>) -> Pending<()> {
+        awaiting::shutdown_pending(self)
+    }
 }
 
 #[allow(dead_code)]
 fn assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<PubSub>();
+    is::<Active<'static>>();
+    is::<Pending<i64>>();
+    is::<crate::pubsub::Receiver>();
+    is::<crate::pubsub::ReceiverHandler>();
     let _ = PublishOptions::classic;
 }

@@ -54,6 +54,7 @@
 pub(crate) mod active;
 #[cfg(test)]
 mod alloc_count;
+mod awaiting;
 pub(crate) mod builder;
 mod builder_url;
 pub mod envelope;
@@ -63,10 +64,13 @@ mod handler;
 mod instance;
 pub(crate) mod leaving;
 pub(crate) mod mailbox;
+mod receiver;
 pub(crate) mod refusal;
 pub(crate) mod registry;
 
+pub use awaiting::Active;
 pub use builder::PubSubBuilder;
 pub(crate) use fixed::Fixed;
 pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler};
 pub use instance::PubSub;
+pub use receiver::{receiver, Delivery, Receiver, ReceiverHandler};

@@ -1,0 +1,115 @@
+//! The awaitable forms of [`PubSub::wait_active`](crate::PubSub::wait_active)
+//! and of shutdown: futures for any executor, woken by the same wake-ups
+//! that end a blocked `wait_active`, with no thread and no timer of their
+//! own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crate::cluster::ClusterPubSub;
+use crate::engine::Pending;
+use crate::error::Error;
+use crate::pubsub::front::Placement;
+use crate::pubsub::PubSub;
+
+/// The future [`PubSub::active`](crate::PubSub::active) returns: ready once
+/// every channel it names is active (confirmed on a connection that is
+/// up), or with the first refusal, or at shutdown.
+///
+/// It has no deadline of its own (the library has no timer): wrap it in
+/// the executor's timeout (`tokio::time::timeout`, say) when a channel may
+/// never become active. Polling never blocks; a confirmation, a
+/// refusal, a connection coming up, a topology change or shutdown wakes
+/// the task that polled last.
+#[must_use = "futures do nothing unless polled"]
+pub struct Active<'a> {
+    sub: &'a ClusterPubSub,
+    channels: Vec<Vec<u8>>,
+    /// Channels before this one are known to be active.
+    next: usize,
+    /// The waker registration, from the first poll that found work left.
+    registration: Option<u64>,
+}
+
+impl std::fmt::Debug for Active<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Active")
+            .field("channels", &self.channels.len())
+            .field("active", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Active<'a> {
+    pub(crate) fn new<C: AsRef<[u8]>>(sub: &'a ClusterPubSub, channels: &[C]) -> Self {
+        Active {
+            sub,
+            channels: channels.iter().map(|c| c.as_ref().to_vec()).collect(),
+            next: 0,
+            registration: None,
+        }
+    }
+
+    /// One look, after the waker is registered (so a change after the look
+    /// wakes the task).
+    fn look(&mut self) -> Poll<Result<(), Error>> {
+        let p = self.sub;
+        if let Err(e) = p.check_open() {
+            return Poll::Ready(Err(e));
+        }
+        while self.channels.get(self.next).is_some_and(|c| p.is_active(c)) {
+            self.next += 1;
+        }
+        match self.channels.get(self.next) {
+            None => Poll::Ready(Ok(())),
+            Some(c) => match p.front().refusal(p.lane_of(c), c) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl Future for Active<'_> {
+    type Output = Result<(), Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let wait = &this.sub.front().active;
+        wait.register(&mut this.registration, cx.waker());
+        let r = this.look();
+        if r.is_ready() {
+            wait.unregister(&mut this.registration);
+        }
+        r
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.sub.front().active.unregister(&mut self.registration);
+    }
+}
+
+/// Runs [`PubSub::shutdown`] on a helper thread and completes the returned
+/// handle when it has finished.
+pub(crate) fn shutdown_pending(ps: &Arc<PubSub>) -> Pending<()> {
+    let (pending, slot) = Pending::new();
+    let ps2 = ps.clone();
+    let spawned = std::thread::Builder::new()
+        .name("shardsub-shutdown".into())
+        .spawn(move || {
+            ps2.shutdown();
+            slot.complete(Ok(()));
+        });
+    match spawned {
+        Ok(_) => pending,
+        Err(e) => {
+            let (pending, slot) = Pending::new();
+            slot.complete(Err(Error::runtime("shutdown thread", &e)));
+            pending
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Receiving from async code: a [`Handler`] that moves every message and
+//! event into one bounded queue, and the [`Receiver`] an async task reads
+//! it from (`recv().await`, `poll_recv`, `try_recv`). Std only: a mutex
+//! and the reader's [`Waker`]; no runtime.
+//!
+//! ```text
+//! worker 0 ─┐
+//! worker 1 ─┼─► ReceiverHandler ─► one bounded queue ─► Receiver::recv().await
+//! worker W ─┘   (copies bytes)      (drop and signal)
+//! ```
+//!
+//! One queue for the whole instance: a channel's messages come from one
+//! worker, in order, so they stay in order in the queue; different
+//! channels interleave. When the queue holds `capacity` messages, a new
+//! message is dropped and its channel noted; a [`Delivery::Dropped`]
+//! naming every such channel once comes next, before any item queued
+//! after the drops (and before anything else when the reader has emptied
+//! the queue), so no loss is silent and the event is in order. Events
+//! do not count against the bound and are never dropped (they are few:
+//! one per confirmation, gap, refusal, or run of drops).
+
+use std::collections::{HashSet, VecDeque};
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+
+use crate::pubsub::{ChannelList, Event, Handler};
+
+/// One item a [`Receiver`] gives: a message, or an [`Event`] in owned form.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// A message (the envelope, if on, already stripped).
+    Message {
+        /// The channel.
+        channel: Vec<u8>,
+        /// The payload.
+        payload: Vec<u8>,
+    },
+    /// As [`Event::Active`].
+    Active {
+        /// The channel.
+        channel: Vec<u8>,
+    },
+    /// As [`Event::Gap`].
+    Gap {
+        /// The address of the server the channels were subscribed on, or
+        /// `None` when they had none (see [`Event::Gap`]).
+        server: Option<std::net::SocketAddr>,
+        /// The resubscribed channels.
+        channels: ChannelList,
+    },
+    /// As [`Event::Refused`].
+    Refused {
+        /// The channel.
+        channel: Vec<u8>,
+        /// The server's error text.
+        message: String,
+    },
+    /// Messages of these channels were dropped: by this receiver's full
+    /// queue, or by a full worker queue ([`Event::Dropped`]). It comes
+    /// after every item queued before the drops and before any later
+    /// message of these channels.
+    Dropped {
+        /// The channels that lost messages, each once.
+        channels: ChannelList,
+        /// How many messages were dropped in all.
+        messages: u64,
+    },
+}
+
+impl Delivery {
+    /// The event, borrowed, as a [`Handler`] would get it (`None` for a
+    /// message).
+    pub fn event(&self) -> Option<Event<'_>> {
+        Some(match self {
+            Delivery::Message { .. } => return None,
+            Delivery::Active { channel } => Event::Active { channel },
+            Delivery::Gap { server, channels } => Event::Gap {
+                server: *server,
+                channels,
+            },
+            Delivery::Refused { channel, message } => Event::Refused { channel, message },
+            Delivery::Dropped { channels, messages } => Event::Dropped {
+                channels,
+                messages: *messages,
+            },
+        })
+    }
+}
+
+/// Channels dropped since the last item was queued.
+#[derive(Default)]
+struct Drops {
+    channels: ChannelList,
+    seen: HashSet<Vec<u8>>,
+    messages: u64,
+}
+
+impl Drops {
+    fn note(&mut self, channel: &[u8]) {
+        self.messages += 1;
+        if self.seen.insert(channel.to_vec()) {
+            self.channels.push(channel);
+        }
+    }
+
+    fn take(&mut self) -> Option<Delivery> {
+        if self.messages == 0 {
+            return None;
+        }
+        self.seen.clear();
+        Some(Delivery::Dropped {
+            channels: std::mem::take(&mut self.channels),
+            messages: std::mem::take(&mut self.messages),
+        })
+    }
+}
+
+struct Inner {
+    items: VecDeque<Delivery>,
+    /// Messages in `items` (what the bound counts).
+    messages: usize,
+    drops: Drops,
+    /// Messages this receiver dropped, in all.
+    dropped: u64,
+    /// The task that found the queue empty.
+    waker: Option<Waker>,
+    /// The handler is gone (every instance using it shut down).
+    closed: bool,
+    /// The receiver is gone: nothing is queued any more.
+    unread: bool,
+}
+
+struct Queue {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+impl Queue {
+    /// Queues `item` (a message when `channel` is given), first the
+    /// pending drop event; wakes the reader.
+    fn push(&self, item: impl FnOnce() -> Delivery, channel: Option<&[u8]>) {
+        let mut g = self.inner.lock();
+        if g.unread {
+            return;
+        }
+        if let Some(c) = channel.filter(|_| g.messages >= self.capacity) {
+            g.drops.note(c);
+            g.dropped += 1;
+            return;
+        }
+        if let Some(d) = g.drops.take() {
+            g.items.push_back(d);
+        }
+        g.items.push_back(item());
+        g.messages += usize::from(channel.is_some());
+        let waker = g.waker.take();
+        drop(g);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// The [`Handler`] half of [`receiver`]: give it to
+/// [`PubSubBuilder::handler`](crate::PubSubBuilder::handler). Its calls
+/// copy the bytes and take one short lock; they never block on the reader.
+pub struct ReceiverHandler {
+    queue: Arc<Queue>,
+}
+
+/// The reading half of [`receiver`]: one async task (or thread) takes
+/// [`Delivery`] items from it in order.
+///
+/// One queue for the whole instance: a channel's messages come from one
+/// worker, in order, so they stay in order here; different channels
+/// interleave. When the queue holds its `capacity` of messages, a new
+/// message is dropped and its channel noted; a [`Delivery::Dropped`]
+/// naming every such channel once comes next, before any item queued
+/// after the drops (or, when the reader empties the queue first, as the
+/// next item), so no loss is silent and the event is in order. Events do
+/// not count against the bound and are never dropped (they are few: one
+/// per confirmation, gap, refusal or run of drops).
+///
+/// Reading never blocks: [`Receiver::recv`] awaits, [`Receiver::poll_recv`]
+/// stores the waker, [`Receiver::try_recv`] returns at once. Messages are
+/// copied into owned bytes (an allocation per message, unlike a
+/// [`Handler`] that reads the borrowed buffers).
+pub struct Receiver {
+    queue: Arc<Queue>,
+}
+
+impl std::fmt::Debug for ReceiverHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiverHandler")
+            .field("capacity", &self.queue.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("capacity", &self.queue.capacity)
+            .field("queued", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handler and the receiver it feeds, through one queue of `capacity`
+/// messages (at least 1). Build the instance with the handler, then read
+/// the receiver from an async task; [`Receiver`] says how order and drops
+/// work.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), shardsub::Error> {
+/// use shardsub::pubsub::{receiver, Delivery};
+/// let (handler, mut rx) = receiver(1024);
+/// let ps = shardsub::PubSub::builder()
+///     .address("127.0.0.1:6379")
+///     .handler(handler)
+///     .build()?;
+/// ps.subscribe(["news"])?;
+/// ps.active(&["news"]).await?;
+/// ps.publish_pending("news", "hello").await?;
+/// while let Some(d) = rx.recv().await {
+///     if let Delivery::Message { channel, payload } = d {
+///         println!("{}: {} bytes", String::from_utf8_lossy(&channel), payload.len());
+///         break;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub fn receiver(capacity: usize) -> (ReceiverHandler, Receiver) {
+    let capacity = capacity.max(1);
+    let queue = Arc::new(Queue {
+        inner: Mutex::new(Inner {
+            items: VecDeque::new(),
+            messages: 0,
+            drops: Drops::default(),
+            dropped: 0,
+            waker: None,
+            closed: false,
+            unread: false,
+        }),
+        capacity,
+    });
+    (
+        ReceiverHandler {
+            queue: queue.clone(),
+        },
+        Receiver { queue },
+    )
+}
+
+impl Handler for ReceiverHandler {
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        self.queue.push(
+            || Delivery::Message {
+                channel: channel.to_vec(),
+                payload: payload.to_vec(),
+            },
+            Some(channel),
+        );
+    }
+
+    fn on_event(&self, event: Event<'_>) {
+        let d = match event {
+            Event::Active { channel } => Delivery::Active {
+                channel: channel.to_vec(),
+            },
+            Event::Gap { server, channels } => Delivery::Gap {
+                server,
+                channels: channels.clone(),
+            },
+            Event::Refused { channel, message } => Delivery::Refused {
+                channel: channel.to_vec(),
+                message: message.to_owned(),
+            },
+            Event::Dropped { channels, messages } => Delivery::Dropped {
+                channels: channels.clone(),
+                messages,
+            },
+        };
+        self.queue.push(|| d, None);
+    }
+}
+
+impl Drop for ReceiverHandler {
+    fn drop(&mut self) {
+        let mut g = self.queue.inner.lock();
+        g.closed = true;
+        let waker = g.waker.take();
+        drop(g);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl Receiver {
+    /// The next item, or `None` once the queue is empty and the handler is
+    /// gone (every instance using it was shut down and dropped it).
+    /// Cancel-safe: an item is only taken when it is returned.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// The next item if there is one (`Ready(Some)`), `Ready(None)` once
+    /// the queue is empty and the handler is gone, otherwise `Pending`
+    /// with `cx`'s waker stored (the last poller's), woken by the next
+    /// item.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        let mut g = self.queue.inner.lock();
+        if let Some(d) = Self::pop(&mut g) {
+            return Poll::Ready(Some(d));
+        }
+        if g.closed {
+            return Poll::Ready(None);
+        }
+        match &mut g.waker {
+            Some(w) => w.clone_from(cx.waker()),
+            none => *none = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The next item, if one is queued now.
+    pub fn try_recv(&mut self) -> Option<Delivery> {
+        Self::pop(&mut self.queue.inner.lock())
+    }
+
+    /// True once the handler is gone and nothing is left to read.
+    pub fn is_closed(&self) -> bool {
+        let g = self.queue.inner.lock();
+        g.closed && g.items.is_empty() && g.drops.messages == 0
+    }
+
+    /// Messages queued now.
+    pub fn len(&self) -> usize {
+        self.queue.inner.lock().messages
+    }
+
+    /// True when no message is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Messages this receiver's full queue dropped so far (worker-queue
+    /// drops are counted in [`Metrics::dropped`](crate::Metrics::dropped)).
+    pub fn dropped(&self) -> u64 {
+        self.queue.inner.lock().dropped
+    }
+
+    fn pop(g: &mut Inner) -> Option<Delivery> {
+        match g.items.pop_front() {
+            Some(d) => {
+                if matches!(d, Delivery::Message { .. }) {
+                    g.messages -= 1;
+                }
+                Some(d)
+            }
+            // Drops after the last queued item: the event comes now.
+            None => g.drops.take(),
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let mut g = self.queue.inner.lock();
+        g.unread = true;
+        g.items.clear();
+        g.messages = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests;
