@@ -113,18 +113,20 @@ impl Driver {
         self.sync();
         loop {
             let wake = self.next_wake(Instant::now());
-            // Before the inbox is taken: every leave counted here has its
-            // registry change in this inbox or an earlier one, so its
-            // unsubscribe is sent before this round's fence.
-            let leaves = self.s.leaving.requested();
-            let inbox = {
+            let (inbox, leaves) = {
                 let mut inbox = self.s.mail.inbox.lock();
                 while !inbox.has_work() {
                     if self.s.mail.cond.wait_until(&mut inbox, wake).timed_out() {
                         break;
                     }
                 }
-                std::mem::take(&mut *inbox)
+                // Read just before the inbox is taken: every leave counted
+                // here had its registry change (and dirty lane) posted
+                // before, to this inbox or an earlier one, so its
+                // unsubscribe is sent before this round's fence; a leave
+                // counted later posts its own fence request.
+                let leaves = self.s.leaving.requested();
+                (std::mem::take(&mut *inbox), leaves)
             };
             if inbox.stop {
                 return self.close_all();
