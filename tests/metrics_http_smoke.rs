@@ -4,43 +4,13 @@
 //! format, with the messages it published delivered and timed in the lag
 //! histogram, then exits cleanly.
 
+mod examples_support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn example_binary() -> PathBuf {
-    // As in fanout_smoke: examples live next to <target>/<profile>/deps;
-    // build this one here (a no-op when fresh) so an old binary never
-    // stands in for the code under test.
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let target_dir = profile_dir.parent().unwrap();
-    let mut build = Command::new(env!("CARGO"));
-    build
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "shardsub",
-            "--example",
-            "metrics_http",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().unwrap().success(),
-        "building metrics_http failed"
-    );
-    let bin = profile_dir.join("examples").join("metrics_http");
-    assert!(bin.exists(), "{} missing", bin.display());
-    bin
-}
 
 /// Runs the example on `server` with `--once`, scrapes it, and returns
 /// the response (head and body), or what it printed when it stopped
@@ -94,7 +64,7 @@ fn value(body: &str, name: &str) -> f64 {
 
 #[test]
 fn the_metrics_example_serves_one_scrape_on_real_servers() {
-    let bin = example_binary();
+    let bin = examples_support::example_binary("metrics_http");
     for kind in testkit::kinds() {
         let server = testkit::Server::start(kind).unwrap();
         let plain = server.addr().to_string();

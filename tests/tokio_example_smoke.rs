@@ -5,6 +5,8 @@
 //! message acknowledged and received, in order per channel, nothing
 //! dropped or lost silently, and every channel's last message seen.
 
+mod examples_support;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,38 +15,6 @@ use testkit::{kinds, Cluster, Server, Servers};
 
 const CHANNELS: u64 = 16;
 const MESSAGES: u64 = 200;
-
-fn example_binary() -> PathBuf {
-    // As in fanout_smoke: examples live next to <target>/<profile>/deps;
-    // build this one here (a no-op when fresh) so an old binary never
-    // stands in for the code under test.
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let target_dir = profile_dir.parent().unwrap();
-    let mut build = Command::new(env!("CARGO"));
-    build
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "shardsub",
-            "--example",
-            "tokio_server",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().unwrap().success(),
-        "building tokio_server failed"
-    );
-    let bin = profile_dir.join("examples").join("tokio_server");
-    assert!(bin.exists(), "{} missing", bin.display());
-    bin
-}
 
 /// Runs the example with `args` and checks its `result:` line.
 fn run_and_check(bin: &PathBuf, args: &[String], what: &str) {
@@ -91,7 +61,7 @@ fn run_and_check(bin: &PathBuf, args: &[String], what: &str) {
 
 #[test]
 fn tokio_example_publishes_and_receives_through_the_async_api() {
-    let bin = example_binary();
+    let bin = examples_support::example_binary("tokio_server");
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
         let args = ["--server".to_string(), server.addr().to_string()];
