@@ -53,6 +53,18 @@ pub enum Error {
         /// The socket error's text.
         reason: Arc<str>,
     },
+    /// TLS with the server failed (the `tls` feature): its certificate is
+    /// not trusted or not for the name asked (SNI), it wants a client
+    /// certificate that was not given or refuses it, the server does not
+    /// speak TLS on this port, or a record did not decrypt. The reason is
+    /// rustls'. Fix the TLS settings (`TlsConfig`) or
+    /// the server's; retrying will not help.
+    Tls {
+        /// The server.
+        addr: SocketAddr,
+        /// What rustls (or the server's alert) said.
+        reason: Arc<str>,
+    },
     /// Connecting (TCP and handshake) took longer than the connect timeout.
     ConnectTimeout {
         /// The server.
@@ -256,6 +268,11 @@ impl fmt::Display for Error {
             Error::Connect { addr, reason, .. } => write!(
                 f,
                 "cannot connect to {addr}: {reason} (is the server running and listening there?)"
+            ),
+            Error::Tls { addr, reason } => write!(
+                f,
+                "TLS with {addr} failed: {reason} (check the CA roots, the server name \
+                 and the client certificate, and that the port speaks TLS)"
             ),
             Error::ConnectTimeout { addr, after } => {
                 write!(f, "connecting to {addr} took longer than {after:?}")

@@ -72,6 +72,8 @@ pub(crate) struct Common {
     pub(crate) flush_delay: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) subscribe_connections: Option<usize>,
+    /// TLS for every connection (always `None` without the `tls` feature).
+    pub(crate) tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Common {
@@ -114,6 +116,7 @@ impl Default for PubSubBuilder {
                 flush_delay: None,
                 request_timeout: None,
                 subscribe_connections: None,
+                tls: None,
             },
             fixed: FixedSettings {
                 publish_connections: 1,
@@ -370,6 +373,11 @@ impl PubSubBuilder {
         {
             return config(e);
         }
+        let tls = self.urls.wants_tls();
+        match tls.and_then(|from_url| crate::tls::prepare(c.tls.take(), from_url)) {
+            Ok(tls) => c.tls = tls,
+            Err(e) => return config(e),
+        }
         let c = &self.common;
         if c.handler.is_none() {
             return config("no handler given (use PubSubBuilder::handler)".into());
@@ -427,7 +435,8 @@ fn engine(
         .connections_per_server(per_server)
         .protocol(common.protocol)
         .connect_timeout(common.connect_timeout.unwrap_or(Duration::from_secs(2)))
-        .reconnect_backoff(backoff.0, backoff.1);
+        .reconnect_backoff(backoff.0, backoff.1)
+        .tls_option(common.tls.clone());
     if let Some(p) = &common.password {
         b = b.password(p);
     }
