@@ -105,11 +105,12 @@ impl Builder {
     }
 
     /// Adds a server from a URL, `redis://user:password@host:port` or
-    /// `valkey://…`, or with the `tls` feature `rediss://…` / `valkeys://…`
-    /// (TLS for every server of this builder; see [`PubSubBuilder::url`]
-    /// for how it combines with a given TLS config) (the forms, and how URL credentials combine with
-    /// [`Builder::username`] and [`Builder::password`], are those of
-    /// [`PubSubBuilder::url`](crate::PubSubBuilder::url)). An engine does
+    /// `valkey://…`; with the `tls` feature also `rediss://…` or
+    /// `valkeys://…`, which turn TLS on for every server of this builder.
+    /// The forms, how URL credentials combine with [`Builder::username`]
+    /// and [`Builder::password`], and how a TLS URL combines with a given
+    /// TLS config are those of
+    /// [`PubSubBuilder::url`](crate::PubSubBuilder::url). An engine does
     /// not follow a cluster: `?cluster=true` is refused (use a
     /// [`PubSub`](crate::PubSub) for that). A URL that cannot be read fails
     /// [`Builder::build`] with [`Error::Config`].

@@ -29,7 +29,7 @@ impl PubSubBuilder {
     /// - `rediss://` and `valkeys://` ask for TLS (the `tls` cargo feature;
     ///   without it they are refused with a sentence saying to enable it):
     ///   TLS then applies to every connection of the instance, with the
-    ///   config given to [`PubSubBuilder::tls`] or else
+    ///   config given to `PubSubBuilder::tls` or else
     ///   `TlsConfig::system_roots`. TLS
     ///   is one setting per instance, so mixing `rediss://` and `redis://`
     ///   URLs fails `build`. Other schemes, query options other than `cluster`, and
