@@ -128,11 +128,13 @@ impl Driver {
             Phase::Open => {
                 let core = self.core.as_ref()?;
                 let deadline = core.poll_deadline();
-                let flush = if self.write_interest {
-                    None // waiting for WRITABLE, not for a time
-                } else {
-                    core.poll_flush_at()
-                };
+                // Waiting for WRITABLE, or for the TLS handshake (rustls
+                // holds what it took until then; the server's handshake
+                // messages arrive as reads, and each is followed by a
+                // write turn): not for a time.
+                let waiting = self.write_interest
+                    || self.socket.as_ref().is_some_and(Transport::is_handshaking);
+                let flush = if waiting { None } else { core.poll_flush_at() };
                 match (flush, deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
