@@ -326,7 +326,11 @@ impl Server {
                 .arg(CLUSTER_NODE_TIMEOUT_MS.to_string());
         }
         if let Some(tls) = &self.tls {
-            command.args(tls.args(self.tls_port, self.cluster));
+            let bus = self
+                .cluster
+                .then(|| self.port.checked_add(10_000))
+                .flatten();
+            command.args(tls.args(self.tls_port, bus));
         }
         command.args(&self.args).current_dir(dir);
         command

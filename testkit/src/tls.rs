@@ -46,10 +46,11 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
-    /// The server arguments for these files on `port` (with `cluster`,
-    /// the cluster bus and replication use TLS too, and the cluster reports
-    /// its TLS ports).
-    pub(crate) fn args(&self, port: u16, cluster: bool) -> Vec<String> {
+    /// The server arguments for these files on `port`. With `cluster` the
+    /// cluster bus and replication use TLS too (`CLUSTER SHARDS` then names
+    /// both ports), and the bus stays on `bus_port` (the plain port +
+    /// 10000, checked free; by default it would follow the TLS port).
+    pub(crate) fn args(&self, port: u16, cluster: Option<u16>) -> Vec<String> {
         let path = |p: &PathBuf| p.to_string_lossy().into_owned();
         let mut args = vec![
             "--tls-port".to_string(),
@@ -63,10 +64,11 @@ impl TlsFiles {
             "--tls-auth-clients".into(),
             self.auth_clients.arg().into(),
         ];
-        if cluster {
+        if let Some(bus_port) = cluster {
             for opt in ["--tls-cluster", "--tls-replication"] {
                 args.extend([opt.to_string(), "yes".to_string()]);
             }
+            args.extend(["--cluster-port".to_string(), bus_port.to_string()]);
         }
         args
     }

@@ -45,7 +45,7 @@ fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
 
 fn leaf(
     names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
+    usage: &[ExtendedKeyUsagePurpose],
     ca: &(rcgen::Certificate, KeyPair),
 ) -> (String, String) {
     let key = KeyPair::generate().expect("leaf key");
@@ -55,7 +55,7 @@ fn leaf(
     params
         .distinguished_name
         .push(DnType::CommonName, "shardsub test");
-    params.extended_key_usages = vec![usage];
+    params.extended_key_usages = usage.to_vec();
     let cert = params.signed_by(&key, &ca.0, &ca.1).expect("leaf");
     (cert.pem(), key.serialize_pem())
 }
@@ -74,12 +74,16 @@ impl Pki {
         let authority = ca("shardsub test CA");
         let (server_cert, server_key) = leaf(
             &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
+            // Cluster nodes also show it as clients of each other's bus.
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
             &authority,
         );
         let (client_cert_pem, client_key_pem) = leaf(
             &["shardsub-client"],
-            ExtendedKeyUsagePurpose::ClientAuth,
+            &[ExtendedKeyUsagePurpose::ClientAuth],
             &authority,
         );
         let ca_pem = authority.0.pem();

@@ -132,13 +132,14 @@ pub fn run() -> Result<(), String> {
         )
     });
     report.step("tls tests (nextest, redis; --features tls)", || {
-        // The unit tests (URLs, config) and tests/tls.rs against a Redis
-        // listening for TLS; the bundled Valkey has no TLS (the test says so).
+        // The unit tests (URLs, config) and tests/tls*.rs against Redis
+        // listening for TLS; the bundled Valkey has no TLS (a test says so).
         let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
         run::status(
             cargo()
                 .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
-                .args(["--lib", "--test", "tls", "--no-fail-fast"])
+                .args(["--lib", "--test", "tls", "--test", "tls_cluster"])
+                .arg("--no-fail-fast")
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
         )?;
