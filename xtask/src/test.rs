@@ -138,7 +138,15 @@ pub fn run() -> Result<(), String> {
         run::status(
             cargo()
                 .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
-                .args(["--lib", "--test", "tls", "--test", "tls_cluster"])
+                .args([
+                    "--lib",
+                    "--test",
+                    "tls",
+                    "--test",
+                    "tls_cluster",
+                    "--test",
+                    "tls_alloc",
+                ])
                 .arg("--no-fail-fast")
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
