@@ -3,7 +3,8 @@
 //! commands and publishes, Pub/Sub delivery on one server and on N shards
 //! (counted by the accounting checker), client certificates, the errors a
 //! wrong CA, a wrong name or a plain port give (clear and bounded), and
-//! `rediss://` URLs.
+//! `rediss://` URLs with ACL credentials (and a wrong password's
+//! `Error::Auth`) inside TLS.
 //!
 //! Redis only: the Valkey binary installed here is built without TLS
 //! (`tls_unavailable_on_valkey` checks that this is still so).
@@ -300,17 +301,33 @@ fn rediss_urls_select_tls() {
     let pki = Pki::new("url");
     let server = pki.redis(TlsAuthClients::No);
     let port = server.tls_addr().unwrap().port();
-    let url = format!("rediss://127.0.0.1:{port}");
-    let e = Engine::builder()
-        .url(&url)
-        .tls(TlsConfig::ca_pem(&pki.ca_pem))
-        .build()
+    // Credentials travel inside TLS (HELLO 3 AUTH, or AUTH on RESP2).
+    server
+        .cmd_str(&[
+            "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all",
+        ])
         .unwrap();
-    assert_eq!(
-        e.command(["PING"]).unwrap(),
-        Value::Simple(b"PONG".to_vec())
+    let url = format!("rediss://app:s3cret@127.0.0.1:{port}");
+    for protocol in [Protocol::Resp3, Protocol::Resp2] {
+        let e = Engine::builder()
+            .url(&url)
+            .protocol(protocol)
+            .tls(TlsConfig::ca_pem(&pki.ca_pem))
+            .build()
+            .unwrap();
+        let who = e.command(["ACL", "WHOAMI"]).unwrap();
+        assert_eq!(who, Value::Bulk(b"app".to_vec()), "{protocol:?}");
+        e.shutdown();
+    }
+    let wrong = Engine::builder()
+        .url(&format!("rediss://app:wrong@127.0.0.1:{port}"))
+        .tls(TlsConfig::ca_pem(&pki.ca_pem))
+        .build();
+    assert!(
+        matches!(wrong, Err(Error::Auth { .. })),
+        "{:?}",
+        wrong.map(|_| ())
     );
-    e.shutdown();
     // Without a config the URL trusts the system's roots, which do not
     // know this test CA: TLS was selected, and said why it failed.
     let e = refused(
@@ -332,6 +349,7 @@ fn rediss_urls_select_tls() {
         PubSub::builder()
             .url(&url)
             .tls(TlsConfig::ca_pem(&pki.ca_pem))
+            .client_name("tls-pubsub")
             .require_all_servers(true)
             .io_threads(1)
             .handler_arc(handler.clone())

@@ -488,21 +488,20 @@ impl Driver {
     /// The connection is over: fail everything on it, then reconnect later
     /// (or stop for good).
     fn teardown(&mut self, registry: &Registry, error: Error, now: Instant) {
-        // A TLS handshake that never finished is the likelier story than a
-        // slow server: a port that does not speak TLS waits silently.
+        // Connected, but the TLS handshake never finished: the likelier
+        // story than a slow server is a port that does not speak TLS (it
+        // waits silently for the end of what it takes for a command).
+        let handshaking = matches!(self.phase, Phase::Open)
+            && self.socket.as_ref().is_some_and(Transport::is_handshaking);
         let error = match error {
-            Error::ConnectTimeout { addr, after }
-                if self.socket.as_ref().is_some_and(Transport::is_handshaking) =>
-            {
-                Error::Tls {
-                    addr,
-                    reason: format!(
-                        "no TLS handshake within the connect timeout ({after:?}): \
+            Error::ConnectTimeout { addr, after } if handshaking => Error::Tls {
+                addr,
+                reason: format!(
+                    "no TLS handshake within the connect timeout ({after:?}): \
                          does this port speak TLS?"
-                    )
-                    .into(),
-                }
-            }
+                )
+                .into(),
+            },
             other => other,
         };
         if let Some(mut socket) = self.socket.take() {
