@@ -387,7 +387,17 @@ mod tests {
             misuse.to_string(),
             "invalid argument: server index 3 out of range (2 servers)"
         );
-        for e in [config, runtime, misuse] {
+        let tls = Error::Tls {
+            addr: "127.0.0.1:6380".parse().unwrap(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(
+            tls.to_string(),
+            "TLS with 127.0.0.1:6380 failed: invalid peer certificate: UnknownIssuer \
+             (check the CA roots, the server name and the client certificate, and that \
+             the port speaks TLS)"
+        );
+        for e in [config, runtime, misuse, tls] {
             assert!(!e.is_transient(), "{e:?} is not a connection's failure");
         }
     }
