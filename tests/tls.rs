@@ -121,6 +121,35 @@ fn engine_commands_and_publishes_over_tls() {
 }
 
 #[test]
+fn a_full_socket_waits_for_writable_and_resumes_over_tls() {
+    if !redis_here() {
+        return;
+    }
+    let pki = Pki::new("blocked");
+    let server = pki.redis(TlsAuthClients::No);
+    let e = engine(&Pki::addr(&server), TlsConfig::ca_pem(&pki.ca_pem)).unwrap();
+    assert_eq!(
+        e.command(["PING"]).unwrap(),
+        Value::Simple(b"PONG".to_vec())
+    );
+    // The server reads nothing for a second: 24 MiB of publishes cannot
+    // all fit in the socket buffers, so TLS records wait for WRITABLE.
+    let mut sleeper = server.connect().unwrap();
+    sleeper.send(&[b"DEBUG", b"SLEEP", b"1"]).unwrap();
+    let payload = vec![b'p'; 1024];
+    let pending: Vec<_> = (0..24 * 1024)
+        .map(|_| e.publish_pending(b"full", &payload, PublishOptions::classic()))
+        .collect();
+    for p in pending {
+        assert_eq!(p.wait().unwrap(), 0);
+    }
+    assert_eq!(sleeper.read_value().unwrap(), Value::Simple(b"OK".to_vec()));
+    let s = e.stats();
+    assert!(s.write_would_block >= 1, "{s:?}");
+    assert_eq!(s.failed, 0, "{s:?}");
+}
+
+#[test]
 fn pubsub_delivers_over_tls_on_one_server_and_on_shards() {
     if !redis_here() {
         return;
