@@ -53,6 +53,18 @@ pub enum Error {
         /// The socket error's text.
         reason: Arc<str>,
     },
+    /// TLS with the server failed (the `tls` feature): its certificate is
+    /// not trusted or not for the name asked (SNI), it wants a client
+    /// certificate that was not given or refuses it, the server does not
+    /// speak TLS on this port, or a record did not decrypt. The reason is
+    /// rustls'. Fix the TLS settings (`TlsConfig`) or
+    /// the server's; retrying will not help.
+    Tls {
+        /// The server.
+        addr: SocketAddr,
+        /// What rustls (or the server's alert) said.
+        reason: Arc<str>,
+    },
     /// Connecting (TCP and handshake) took longer than the connect timeout.
     ConnectTimeout {
         /// The server.
@@ -257,6 +269,11 @@ impl fmt::Display for Error {
                 f,
                 "cannot connect to {addr}: {reason} (is the server running and listening there?)"
             ),
+            Error::Tls { addr, reason } => write!(
+                f,
+                "TLS with {addr} failed: {reason} (check the CA roots, the server name \
+                 and the client certificate, and that the port speaks TLS)"
+            ),
             Error::ConnectTimeout { addr, after } => {
                 write!(f, "connecting to {addr} took longer than {after:?}")
             }
@@ -370,7 +387,17 @@ mod tests {
             misuse.to_string(),
             "invalid argument: server index 3 out of range (2 servers)"
         );
-        for e in [config, runtime, misuse] {
+        let tls = Error::Tls {
+            addr: "127.0.0.1:6380".parse().unwrap(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(
+            tls.to_string(),
+            "TLS with 127.0.0.1:6380 failed: invalid peer certificate: UnknownIssuer \
+             (check the CA roots, the server name and the client certificate, and that \
+             the port speaks TLS)"
+        );
+        for e in [config, runtime, misuse, tls] {
             assert!(!e.is_transient(), "{e:?} is not a connection's failure");
         }
     }

@@ -177,6 +177,7 @@ pub mod metrics;
 pub mod observer;
 pub mod pubsub;
 mod threads;
+mod tls;
 mod url;
 mod workers;
 
@@ -187,3 +188,5 @@ pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};
 pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;
+#[cfg(feature = "tls")]
+pub use tls::TlsConfig;

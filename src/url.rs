@@ -6,8 +6,9 @@
 //! Pure: no I/O, no allocation beyond the parts it returns, never a panic
 //! (a proptest feeds it arbitrary strings). What it accepts:
 //!
-//! - schemes `redis` and `valkey` (any case); `rediss` and `valkeys` are
-//!   recognised and refused until TLS is built;
+//! - schemes `redis` and `valkey` (any case); `rediss` and `valkeys` ask
+//!   for TLS: taken with the `tls` cargo feature, refused with a sentence
+//!   saying to enable it without;
 //! - `user:password@`, `:password@` (the default user), both
 //!   percent-decoded; a user name without a password is refused;
 //! - a host name, an IPv4 address or a bracketed IPv6 address
@@ -37,6 +38,8 @@ pub(crate) struct ServerUrl {
     pub(crate) password: Option<Vec<u8>>,
     /// `?cluster=true`: a cluster seed.
     pub(crate) cluster: bool,
+    /// `rediss://` or `valkeys://` (only with the `tls` feature).
+    pub(crate) tls: bool,
 }
 
 impl std::fmt::Debug for ServerUrl {
@@ -49,6 +52,7 @@ impl std::fmt::Debug for ServerUrl {
             )
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("cluster", &self.cluster)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -69,11 +73,13 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err("no scheme (write redis://host:port or valkey://host:port)".into());
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "redis" | "valkey" => {}
+    let tls = match scheme.to_ascii_lowercase().as_str() {
+        "redis" | "valkey" => false,
+        "rediss" | "valkeys" if cfg!(feature = "tls") => true,
         "rediss" | "valkeys" => {
             return Err(format!(
-                "{scheme}:// asks for TLS, which is not built yet (use redis:// or valkey://)"
+                "{scheme}:// asks for TLS, which this build leaves out: enable \
+                 shardsub's `tls` cargo feature (or use redis:// or valkey://)"
             ))
         }
         "unix" | "redis+unix" | "valkey+unix" => {
@@ -86,7 +92,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
                 "unknown scheme {scheme:?} (use redis:// or valkey://)"
             ))
         }
-    }
+    };
     if let Some(at) = rest.rfind('@') {
         if rest.get(..at).is_some_and(|u| u.contains(['/', '?', '#'])) {
             return Err(
@@ -128,6 +134,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
         username,
         password,
         cluster,
+        tls,
     })
 }
 
@@ -300,6 +307,10 @@ impl std::fmt::Debug for UrlCredentials {
 pub(crate) struct UrlSettings {
     pub(crate) credentials: Vec<UrlCredentials>,
     pub(crate) errors: Vec<String>,
+    /// The first `rediss://` / `valkeys://` URL read ([`redacted`]).
+    pub(crate) tls_url: Option<String>,
+    /// The first plain `redis://` / `valkey://` URL read ([`redacted`]).
+    pub(crate) plain_url: Option<String>,
 }
 
 impl UrlSettings {
@@ -308,6 +319,12 @@ impl UrlSettings {
     pub(crate) fn read(&mut self, url: &str) -> Option<ServerUrl> {
         match parse(url) {
             Ok(u) => {
+                let first = if u.tls {
+                    &mut self.tls_url
+                } else {
+                    &mut self.plain_url
+                };
+                first.get_or_insert_with(|| redacted(url));
                 if u.username.is_some() || u.password.is_some() {
                     self.credentials.push(UrlCredentials {
                         shown: redacted(url),
@@ -321,6 +338,23 @@ impl UrlSettings {
                 self.errors.push(format!("URL {}: {e}", redacted(url)));
                 None
             }
+        }
+    }
+
+    /// Whether the URLs ask for TLS: TLS is one setting for every
+    /// connection of a builder, so a `rediss://` and a `redis://` URL in
+    /// the same builder are an error naming both.
+    ///
+    /// # Errors
+    ///
+    /// The two URLs that disagree.
+    pub(crate) fn wants_tls(&self) -> Result<bool, String> {
+        match (&self.tls_url, &self.plain_url) {
+            (Some(t), Some(p)) => Err(format!(
+                "URL {t} asks for TLS and URL {p} does not (TLS is one setting for \
+                 every connection of a builder)"
+            )),
+            (t, _) => Ok(t.is_some()),
         }
     }
 

@@ -1,7 +1,8 @@
 //! The topology reply parsers on arbitrary RESP: `CLUSTER SLOTS`,
 //! `CLUSTER SHARDS`, the version parsers and the redirect parser.
 //!
-//! Input: one flags byte (bit 1: an asked host, bit 2: prefer host names),
+//! Input: one flags byte (bit 1: an asked host, bit 2: prefer host names,
+//! bit 3: prefer TLS ports),
 //! one RESP frame, then optional bytes that pick a partition count and a
 //! `MOVED` to apply.
 //!
@@ -32,6 +33,7 @@ pub fn check(data: &[u8]) {
     let options = ParseOptions {
         asked_host,
         prefer_hostname: flags & 4 != 0,
+        prefer_tls_port: flags & 8 != 0,
     };
     let commands = [
         TopologyCommand::ClusterSlots,

@@ -78,6 +78,8 @@ pub(crate) struct NodeSettings {
     /// The instance's runtime: every node engine's connections run on its
     /// threads (set when the instance is built).
     pub(crate) runtime: Option<Runtime>,
+    /// TLS for every node connection (publish, subscribe, topology).
+    pub(crate) tls: Option<crate::tls::TlsConfig>,
 }
 
 impl NodeSettings {
@@ -101,6 +103,7 @@ impl NodeSettings {
                 .unwrap_or((Duration::from_millis(50), backoff_max)),
             flush_delay: common.flush_delay.unwrap_or(Duration::from_micros(100)),
             runtime: Some(runtime.clone()),
+            tls: common.tls.clone(),
         }
     }
 
@@ -118,7 +121,8 @@ impl NodeSettings {
             .client_name(name)
             .flush_delay(self.flush_delay)
             .connect_timeout(self.connect_timeout)
-            .reconnect_backoff(self.backoff.0, self.backoff.1);
+            .reconnect_backoff(self.backoff.0, self.backoff.1)
+            .tls_option(self.tls.clone());
         if let Some(r) = &self.runtime {
             b = b.runtime(r);
         }

@@ -392,7 +392,8 @@ impl Driver {
         if let Some(e) = self.fetch_engines.remove(&id) {
             e.shutdown();
         }
-        let result = crate::cluster::topo::parse_map(command, &value, addr);
+        let tls = self.node.tls.is_some();
+        let result = crate::cluster::topo::parse_map(command, &value, addr, tls);
         self.input(|core, now| core.handle_topology(now, id, result));
     }
 

@@ -290,11 +290,14 @@ impl Driver {
     }
 }
 
-/// The slot map in a topology command's reply from `addr`.
+/// The slot map in a topology command's reply from `addr`. With `tls`,
+/// nodes that list a `tls-port` as well as a `port` are reached on the
+/// TLS one.
 pub(crate) fn parse_map(
     command: TopologyCommand,
     reply: &Value,
     addr: SocketAddr,
+    tls: bool,
 ) -> Result<SlotMap, control::FetchError> {
     let mut bytes = Vec::new();
     resp::encode_value(&mut bytes, reply);
@@ -302,6 +305,7 @@ pub(crate) fn parse_map(
     let options = ParseOptions {
         asked_host: Some(&host),
         prefer_hostname: false,
+        prefer_tls_port: tls,
     };
     let map = topology::parse_topology_bytes(command, &bytes, &options).map_err(|e| {
         log::warn!("cluster: cannot parse {} from {addr}: {e}", command.name());

@@ -9,6 +9,7 @@ use crate::engine::shared::Counters;
 use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
+use crate::tls::TlsConfig;
 use crate::url::UrlSettings;
 
 /// Settings for an [`Engine`]; start with [`Engine::builder`].
@@ -37,6 +38,8 @@ pub struct Builder {
     role: Role,
     max_buffered: usize,
     urls: UrlSettings,
+    /// TLS for every connection (always `None` without the `tls` feature).
+    tls: Option<TlsConfig>,
     /// A connection whose first attempt fails keeps trying (see
     /// `start_degraded`).
     degraded: bool,
@@ -64,6 +67,7 @@ impl Default for Builder {
             role: Role::Command,
             max_buffered: 4 << 20,
             urls: UrlSettings::default(),
+            tls: None,
             degraded: false,
         }
     }
@@ -77,6 +81,7 @@ impl std::fmt::Debug for Builder {
             .field("connections_per_server", &self.connections_per_server)
             .field("flush_delay", &self.flush_delay)
             .field("protocol", &self.protocol)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -100,9 +105,12 @@ impl Builder {
     }
 
     /// Adds a server from a URL, `redis://user:password@host:port` or
-    /// `valkey://…` (the forms, and how URL credentials combine with
-    /// [`Builder::username`] and [`Builder::password`], are those of
-    /// [`PubSubBuilder::url`](crate::PubSubBuilder::url)). An engine does
+    /// `valkey://…`; with the `tls` feature also `rediss://…` or
+    /// `valkeys://…`, which turn TLS on for every server of this builder.
+    /// The forms, how URL credentials combine with [`Builder::username`]
+    /// and [`Builder::password`], and how a TLS URL combines with a given
+    /// TLS config are those of
+    /// [`PubSubBuilder::url`](crate::PubSubBuilder::url). An engine does
     /// not follow a cluster: `?cluster=true` is refused (use a
     /// [`PubSub`](crate::PubSub) for that). A URL that cannot be read fails
     /// [`Builder::build`] with [`Error::Config`].
@@ -256,6 +264,22 @@ impl Builder {
         self
     }
 
+    /// Connects every server over TLS with these settings (the `tls`
+    /// cargo feature). The server name checked is each address's host
+    /// unless [`TlsConfig::server_name`] sets one. Without this call, a
+    /// `rediss://` URL uses [`TlsConfig::system_roots`].
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, config: TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Sets or clears TLS (the layers above pass their setting on).
+    pub(crate) fn tls_option(mut self, config: Option<TlsConfig>) -> Self {
+        self.tls = config;
+        self
+    }
+
     /// Validates the settings, starts the I/O threads and connects to every
     /// server (handshake included).
     ///
@@ -266,7 +290,9 @@ impl Builder {
     /// address that does not resolve, [`Error::Connect`] or
     /// [`Error::ConnectTimeout`] when a server cannot be reached,
     /// [`Error::Auth`] when it refuses the credentials, [`Error::Handshake`]
-    /// when it refuses another handshake step, [`Error::Runtime`] when the OS
+    /// when it refuses another handshake step, [`Error::Tls`] when TLS with
+    /// it fails (certificate not trusted or not for the name, client
+    /// certificate missing or refused), [`Error::Runtime`] when the OS
     /// refuses a poller or an I/O thread. Nothing is left running.
     pub fn build(self) -> Result<Engine, Error> {
         self.start(true)
@@ -322,9 +348,17 @@ impl Builder {
         if self.connect_timeout.is_zero() {
             return config("connect_timeout must be above zero");
         }
-        let mut addrs: Vec<SocketAddr> = Vec::with_capacity(self.addrs.len());
-        for a in &self.addrs {
-            addrs.push(resolve(a)?);
+        let tls = match self.urls.wants_tls() {
+            Ok(from_url) => crate::tls::prepare(self.tls.take(), from_url),
+            Err(e) => Err(e),
+        };
+        let tls = match tls.and_then(|t| crate::tls::targets(t.as_ref(), &self.addrs)) {
+            Ok(t) => t,
+            Err(e) => return config(&e),
+        };
+        let mut addrs = Vec::with_capacity(self.addrs.len());
+        for (a, tls) in self.addrs.iter().zip(tls) {
+            addrs.push((resolve(a)?, tls));
         }
         let total = addrs.len() * self.connections_per_server;
         let seed = self.seed.unwrap_or_else(|| {

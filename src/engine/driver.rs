@@ -2,7 +2,7 @@
 //! the connect / reconnect life cycle.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,8 +14,10 @@ use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Backoff;
 use crate::engine::pending::{Completion, Slot};
 use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
+use crate::engine::transport::Transport;
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::tls::TlsTarget;
 
 /// Reads per readiness event before other connections get a turn (each at
 /// most 1 MiB, so a turn is bounded however fast the socket fills).
@@ -39,7 +41,9 @@ pub(crate) struct Driver {
     token: Token,
     phase: Phase,
     core: Option<Connection<Completion>>,
-    socket: Option<TcpStream>,
+    socket: Option<Transport>,
+    /// TLS for this server (`None`: plain TCP).
+    tls: Option<Arc<TlsTarget>>,
     write_interest: bool,
     /// The last write found the socket full: no write until a WRITABLE
     /// event (edge-triggered, so one comes once there is room).
@@ -60,6 +64,7 @@ impl Driver {
         token: Token,
         seed: u64,
         initial: Arc<Slot<()>>,
+        tls: Option<Arc<TlsTarget>>,
         now: Instant,
     ) -> Self {
         let backoff = Backoff::new(settings.backoff_base, settings.backoff_max, seed);
@@ -70,6 +75,7 @@ impl Driver {
             phase: Phase::Backoff { until: now },
             core: None,
             socket: None,
+            tls,
             write_interest: false,
             write_blocked: false,
             spare_buf: Vec::new(),
@@ -102,6 +108,7 @@ impl Driver {
                     && core.pending_len() == 0
                     && core.unsent_len() == 0
                     && self.shared.staging.lock().requests.is_empty()
+                    && !self.socket.as_ref().is_some_and(Transport::has_output)
             }
             _ => false,
         }
@@ -121,11 +128,13 @@ impl Driver {
             Phase::Open => {
                 let core = self.core.as_ref()?;
                 let deadline = core.poll_deadline();
-                let flush = if self.write_interest {
-                    None // waiting for WRITABLE, not for a time
-                } else {
-                    core.poll_flush_at()
-                };
+                // Waiting for WRITABLE, or for the TLS handshake (rustls
+                // holds what it took until then; the server's handshake
+                // messages arrive as reads, and each is followed by a
+                // write turn): not for a time.
+                let waiting = self.write_interest
+                    || self.socket.as_ref().is_some_and(Transport::is_handshaking);
+                let flush = if waiting { None } else { core.poll_flush_at() };
                 match (flush, deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -142,12 +151,22 @@ impl Driver {
 
     fn start_connect(&mut self, registry: &Registry, now: Instant) {
         let addr = self.addr();
-        let mut socket = match TcpStream::connect(addr) {
+        let socket = match TcpStream::connect(addr) {
             Ok(s) => s,
             Err(e) => return self.teardown(registry, connect_error(addr, &e), now),
         };
+        let mut socket = match Transport::new(socket, self.tls.as_deref()) {
+            Ok(s) => s,
+            Err(reason) => {
+                let err = Error::Tls {
+                    addr,
+                    reason: reason.into(),
+                };
+                return self.teardown(registry, err, now);
+            }
+        };
         if let Err(e) = registry.register(
-            &mut socket,
+            socket.tcp_mut(),
             self.token,
             Interest::READABLE | Interest::WRITABLE,
         ) {
@@ -182,7 +201,9 @@ impl Driver {
             self.write_blocked = false;
         }
         if let Phase::Connecting { .. } = self.phase {
-            let Some(socket) = &self.socket else { return };
+            let Some(socket) = self.socket.as_ref().map(Transport::tcp) else {
+                return;
+            };
             let addr = self.addr();
             if let Ok(Some(e)) | Err(e) = socket.take_error() {
                 return self.teardown(registry, connect_error(addr, &e), now);
@@ -220,7 +241,7 @@ impl Driver {
                 // reply is incomplete) hold within one read.
                 now = Instant::now();
             }
-            match core.read_from(socket, now) {
+            match socket.read_into(core, now) {
                 Ok(0) => {
                     core.handle_eof(now);
                     break;
@@ -241,6 +262,14 @@ impl Driver {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
+                    if let Some(reason) = socket.take_tls_error() {
+                        let addr = self.shared.info.addr;
+                        let err = Error::Tls {
+                            addr,
+                            reason: reason.into(),
+                        };
+                        return self.teardown(registry, err, now);
+                    }
                     core.handle_io_error(e.kind(), now);
                     break;
                 }
@@ -303,33 +332,13 @@ impl Driver {
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
         };
-        let mut blocked = false;
-        let (mut writes, mut bytes) = (0u64, 0u64);
-        while let Some(out) = core.poll_transmit(now) {
-            match socket.write(out) {
-                Ok(0) => {
-                    core.handle_io_error(io::ErrorKind::WriteZero, now);
-                    break;
-                }
-                Ok(n) => {
-                    writes += 1;
-                    bytes += n as u64;
-                    core.advance_transmit(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    Counters::add(&self.settings.counters.write_would_block, 1);
-                    blocked = true;
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    core.handle_io_error(e.kind(), now);
-                    break;
-                }
-            }
+        let done = socket.write_from(core, now);
+        let blocked = done.blocked;
+        if blocked {
+            Counters::add(&self.settings.counters.write_would_block, 1);
         }
-        Counters::add(&self.settings.counters.writes, writes);
-        Counters::add(&self.settings.counters.bytes_written, bytes);
+        Counters::add(&self.settings.counters.writes, done.writes);
+        Counters::add(&self.settings.counters.bytes_written, done.bytes);
         self.write_blocked = blocked;
         if blocked != self.write_interest {
             let interest = if blocked {
@@ -337,7 +346,7 @@ impl Driver {
             } else {
                 Interest::READABLE
             };
-            if let Err(e) = registry.reregister(socket, self.token, interest) {
+            if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, interest) {
                 core.handle_io_error(e.kind(), now);
             }
             self.write_interest = blocked;
@@ -479,8 +488,25 @@ impl Driver {
     /// The connection is over: fail everything on it, then reconnect later
     /// (or stop for good).
     fn teardown(&mut self, registry: &Registry, error: Error, now: Instant) {
+        // Connected, but the TLS handshake never finished: the likelier
+        // story than a slow server is a port that does not speak TLS (it
+        // waits silently for the end of what it takes for a command).
+        let handshaking = matches!(self.phase, Phase::Open)
+            && self.socket.as_ref().is_some_and(Transport::is_handshaking);
+        let error = match error {
+            Error::ConnectTimeout { addr, after } if handshaking => Error::Tls {
+                addr,
+                reason: format!(
+                    "no TLS handshake within the connect timeout ({after:?}): \
+                         does this port speak TLS?"
+                )
+                .into(),
+            },
+            other => other,
+        };
         if let Some(mut socket) = self.socket.take() {
-            let _ = registry.deregister(&mut socket);
+            socket.close();
+            let _ = registry.deregister(socket.tcp_mut());
         }
         self.more_to_read = false;
         self.write_interest = false;

@@ -9,6 +9,7 @@ mod runtime;
 mod shared;
 #[cfg(test)]
 mod tests;
+pub(crate) mod transport;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -28,6 +29,7 @@ pub use shared::Stats;
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
+use crate::tls::TlsTarget;
 use driver::Driver;
 pub(crate) use pending::TokenSink;
 use pending::{Completion, Slot};
@@ -111,7 +113,7 @@ impl Engine {
 
     fn start(
         settings: Arc<Settings>,
-        addrs: &[SocketAddr],
+        addrs: &[(SocketAddr, Option<Arc<TlsTarget>>)],
         per_server: usize,
         runtime: (Runtime, bool),
         seed: u64,
@@ -124,7 +126,8 @@ impl Engine {
         let mut servers = Vec::with_capacity(addrs.len());
         let mut initial = Vec::new();
         let mut global = 0usize;
-        for (server, &addr) in addrs.iter().enumerate() {
+        for (server, (addr, tls)) in addrs.iter().enumerate() {
+            let addr = *addr;
             let mut conns = Vec::with_capacity(per_server);
             for index in 0..per_server {
                 let thread = match runtime.pick() {
@@ -165,6 +168,7 @@ impl Engine {
                     Token(local + 1),
                     conn_seed,
                     slot,
+                    tls.clone(),
                     now,
                 );
                 match placed.iter_mut().find(|(t, _)| Arc::ptr_eq(t, &thread)) {

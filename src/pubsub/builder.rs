@@ -76,6 +76,8 @@ pub(crate) struct Common {
     /// `None`: the placement's default (servers 500 µs, a cluster 0).
     pub(crate) subscribe_delay: Option<Duration>,
     pub(crate) envelope: bool,
+    /// TLS for every connection (always `None` without the `tls` feature).
+    pub(crate) tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Common {
@@ -118,6 +120,7 @@ impl Default for PubSubBuilder {
                 subscribe_connections: None,
                 subscribe_delay: None,
                 envelope: false,
+                tls: None,
             },
             fixed: FixedSettings {
                 publish_connections: 1,
@@ -383,6 +386,11 @@ impl PubSubBuilder {
         {
             return config(e);
         }
+        let tls = self.urls.wants_tls();
+        match tls.and_then(|from_url| crate::tls::prepare(c.tls.take(), from_url)) {
+            Ok(tls) => c.tls = tls,
+            Err(e) => return config(e),
+        }
         let c = &self.common;
         if c.handler.is_none() {
             return config("no handler given (use PubSubBuilder::handler)".into());
@@ -440,7 +448,8 @@ fn engine(
         .connections_per_server(per_server)
         .protocol(common.protocol)
         .connect_timeout(common.connect_timeout.unwrap_or(Duration::from_secs(2)))
-        .reconnect_backoff(backoff.0, backoff.1);
+        .reconnect_backoff(backoff.0, backoff.1)
+        .tls_option(common.tls.clone());
     if let Some(p) = &common.password {
         b = b.password(p);
     }

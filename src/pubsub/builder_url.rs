@@ -1,5 +1,6 @@
 //! [`PubSubBuilder::url`]: the placement and credentials from URLs users
-//! already know (parsed by `crate::url`).
+//! already know (parsed by `crate::url`), and TLS (`PubSubBuilder::tls`,
+//! the `tls` feature).
 
 use crate::pubsub::PubSubBuilder;
 
@@ -25,9 +26,14 @@ impl PubSubBuilder {
     /// - IPv6 addresses in brackets (`redis://[::1]:6379`); a database path of
     ///   `/0` or none (Pub/Sub ignores databases and a cluster has only
     ///   database 0, so any other index is refused rather than ignored).
-    /// - `rediss://` and `valkeys://` are refused: TLS is not built yet.
-    ///   So are other schemes, query options other than `cluster`, and
-    ///   fragments, rather than ignored.
+    /// - `rediss://` and `valkeys://` ask for TLS (the `tls` cargo feature;
+    ///   without it they are refused with a sentence saying to enable it):
+    ///   TLS then applies to every connection of the instance, with the
+    ///   config given to `PubSubBuilder::tls` or else
+    ///   `TlsConfig::system_roots`. TLS
+    ///   is one setting per instance, so mixing `rediss://` and `redis://`
+    ///   URLs fails `build`. Other schemes, query options other than `cluster`, and
+    ///   fragments, are refused rather than ignored.
     ///
     /// A URL that cannot be read fails `build` with [`Error::Config`] saying
     /// why (setters cannot fail, so the error waits for `build`).
@@ -67,6 +73,25 @@ impl PubSubBuilder {
     {
         urls.into_iter().fold(self, |b, u| b.url(u.as_ref()))
     }
+
+    /// Connects over TLS with these settings (the `tls` cargo feature):
+    /// every connection of the instance, publish and subscribe, on every
+    /// server, or on every cluster node (the topology fetches included).
+    /// The server name checked is each address's host (for cluster nodes
+    /// the address the cluster reports) unless
+    /// [`TlsConfig::server_name`](crate::TlsConfig::server_name) sets one.
+    /// Without this call, `rediss://` URLs use
+    /// [`TlsConfig::system_roots`](crate::TlsConfig::system_roots).
+    ///
+    /// A TLS failure is [`Error::Tls`](crate::Error::Tls) (on servers
+    /// with [`PubSubBuilder::require_all_servers`], from `build`; by
+    /// default a server that cannot be reached starts degraded and keeps
+    /// retrying, and the failure reaches the observer).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.common.tls = Some(config);
+        self
+    }
 }
 
 #[cfg(test)]
@@ -95,11 +120,19 @@ mod tests {
         let both = PubSub::builder().seed("a:1").url("redis://b:2");
         assert!(refused(both).starts_with("both server addresses and cluster seeds"));
         let tls = PubSub::builder().url("rediss://:pw@a:1");
+        #[cfg(not(feature = "tls"))]
         assert_eq!(
             refused(tls),
-            "URL rediss://:***@a:1: rediss:// asks for TLS, which is not built yet \
-             (use redis:// or valkey://)"
+            "URL rediss://:***@a:1: rediss:// asks for TLS, which this build leaves \
+             out: enable shardsub's `tls` cargo feature (or use redis:// or valkey://)"
         );
+        #[cfg(feature = "tls")]
+        assert_eq!(tls.servers, ["a:1"]);
+        let mixed = PubSub::builder().url("redis://a:1").url("rediss://b:1");
+        #[cfg(feature = "tls")]
+        assert!(refused(mixed).starts_with("URL rediss://b:1 asks for TLS and URL redis://a:1"));
+        #[cfg(not(feature = "tls"))]
+        assert!(refused(mixed).starts_with("URL rediss://b:1: rediss:// asks for TLS"));
         let db = PubSub::builder().url("redis://a:1/2");
         assert!(refused(db).starts_with("URL redis://a:1/2: database 2: only database 0"));
         let clash = PubSub::builder().url("redis://:one@a:1").password("two");

@@ -92,14 +92,6 @@ fn accepted_forms() {
 #[test]
 fn refused_forms_say_why() {
     let cases: &[(&str, &str)] = &[
-        (
-            "rediss://h:1",
-            "rediss:// asks for TLS, which is not built yet",
-        ),
-        (
-            "valkeys://h:1",
-            "valkeys:// asks for TLS, which is not built yet",
-        ),
         ("http://h:1", "unknown scheme \"http\""),
         ("unix:///tmp/redis.sock", "Unix sockets"),
         ("h:6379", "no scheme"),
@@ -265,9 +257,50 @@ fn credentials_merge_with_the_setters_and_conflicts_name_both() {
         "{e}"
     );
     // A URL that could not be read is the first error.
-    let e = merged(&["redis://a", "rediss://:pw@b"], None, None).unwrap_err();
+    let e = merged(&["redis://a", "http://:pw@b"], None, None).unwrap_err();
     assert!(
-        e.starts_with("URL rediss://:***@b: rediss:// asks for TLS"),
+        e.starts_with("URL http://:***@b: unknown scheme \"http\""),
         "{e}"
+    );
+}
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_urls_say_to_enable_the_feature() {
+    for (url, scheme) in [("rediss://h:1", "rediss"), ("VALKEYS://h:1", "VALKEYS")] {
+        let e = refused(url);
+        assert_eq!(
+            e,
+            format!(
+                "{scheme}:// asks for TLS, which this build leaves out: enable \
+                 shardsub's `tls` cargo feature (or use redis:// or valkey://)"
+            ),
+            "{url}"
+        );
+    }
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_urls_select_tls() {
+    for url in [
+        "rediss://h:1",
+        "valkeys://:pw@h:1",
+        "RedisS://h:1?cluster=true",
+    ] {
+        let u = ok(url);
+        assert!(u.tls, "{url}");
+        assert_eq!(u.addr, "h:1", "{url}");
+    }
+    assert!(!ok("redis://h:1").tls);
+    let mut urls = UrlSettings::default();
+    urls.read("rediss://a:1");
+    urls.read("valkeys://b:1");
+    assert_eq!(urls.wants_tls(), Ok(true));
+    urls.read("redis://:pw@c:1");
+    assert_eq!(
+        urls.wants_tls().unwrap_err(),
+        "URL rediss://a:1 asks for TLS and URL redis://:***@c:1 does not (TLS is one \
+         setting for every connection of a builder)"
     );
 }

@@ -10,7 +10,7 @@ use crate::cluster_view::{
 };
 use crate::process::{self, wait_for, TempDir};
 use crate::values::{expect_text, info_field, int, items, text};
-use crate::{redis_cli, Error, Server, ServerKind, Value};
+use crate::{redis_cli, Error, Server, ServerKind, TlsFiles, Value};
 
 /// An inclusive range of hash slots.
 pub type SlotRange = RangeInclusive<u16>;
@@ -67,6 +67,33 @@ impl Cluster {
     /// Start errors of the nodes, [`Error::Cluster`] when creation fails
     /// (with redis-cli's output), [`Error::Timeout`] when it does not settle.
     pub fn start(kind: ServerKind, masters: usize, replicas: usize) -> Result<Cluster, Error> {
+        Cluster::start_with(kind, masters, replicas, None)
+    }
+
+    /// [`Cluster::start`] with every node also listening for TLS with
+    /// `tls` ([`ServerBuilder::tls`](crate::ServerBuilder::tls)), the
+    /// cluster bus and replication over TLS (`tls-cluster yes`,
+    /// `tls-replication yes`). Setup still goes through the plain ports;
+    /// clients under test use [`Cluster::tls_seed_addrs`]. Redis only here.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::start`].
+    pub fn start_tls(
+        kind: ServerKind,
+        masters: usize,
+        replicas: usize,
+        tls: TlsFiles,
+    ) -> Result<Cluster, Error> {
+        Cluster::start_with(kind, masters, replicas, Some(tls))
+    }
+
+    fn start_with(
+        kind: ServerKind,
+        masters: usize,
+        replicas: usize,
+        tls: Option<TlsFiles>,
+    ) -> Result<Cluster, Error> {
         if masters == 0 || masters > SLOT_COUNT as usize {
             return Err(Error::Cluster(format!(
                 "cannot split slots over {masters} masters"
@@ -74,7 +101,14 @@ impl Cluster {
         }
         let total = masters * (1 + replicas);
         let nodes = (0..total)
-            .map(|_| Server::builder(kind).cluster(true).start())
+            .map(|_| {
+                let b = Server::builder(kind).cluster(true);
+                match &tls {
+                    Some(files) => b.tls(files.clone()),
+                    None => b,
+                }
+                .start()
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let ids = nodes.iter().map(my_id).collect::<Result<Vec<_>, _>>()?;
         let mut cluster = Cluster {
@@ -201,6 +235,18 @@ impl Cluster {
             .into_iter()
             .chain(rest)
             .map(|i| self.nodes[i].addr())
+            .collect()
+    }
+
+    /// The TLS addresses of all live nodes, masters first (for a cluster
+    /// from [`Cluster::start_tls`]; empty otherwise).
+    pub fn tls_seed_addrs(&self) -> Vec<SocketAddr> {
+        let masters = self.masters();
+        let rest = self.replicas();
+        masters
+            .into_iter()
+            .chain(rest)
+            .filter_map(|i| self.nodes[i].tls_addr())
             .collect()
     }
 

@@ -13,6 +13,9 @@
 //!   server will not send (hostile input, exact interleavings).
 //! - [`FaultProxy`]: a TCP proxy in front of a real server that can cut,
 //!   delay or black-hole the traffic.
+//! - [`TlsFiles`]: a server that also listens for TLS
+//!   ([`ServerBuilder::tls`], Redis only here: the bundled Valkey has no
+//!   TLS).
 //! - [`Client`]: a small blocking RESP client.
 //! - [`alloc::CountingAlloc`]: a counting global allocator for tests that
 //!   prove a path allocates nothing.
@@ -52,6 +55,7 @@ mod process;
 mod proxy;
 mod server;
 mod servers;
+mod tls;
 pub mod values;
 
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};
@@ -66,6 +70,7 @@ pub use process::{wait_for, STOP_GRACE};
 pub use proxy::{FaultProxy, ProxyStats};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;
+pub use tls::{TlsAuthClients, TlsFiles};
 
 /// The owned reply tree (re-exported from the `resp` crate).
 pub use resp::Value;

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::process::{self, TempDir};
+use crate::tls::TlsFiles;
 use crate::values::{info_field, text};
 use crate::{Client, Error, ServerKind, Value};
 
@@ -26,9 +27,18 @@ pub struct ServerBuilder {
     cluster: bool,
     port: Option<u16>,
     start_timeout: Duration,
+    tls: Option<TlsFiles>,
 }
 
 impl ServerBuilder {
+    /// Also listens for TLS, on a second free port ([`Server::tls_addr`]),
+    /// with these files. The plain port stays open for testkit's own
+    /// client.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
     /// Appends one command-line argument (`--maxclients`, `100`, …).
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
@@ -80,6 +90,8 @@ impl ServerBuilder {
             pid: 0,
             client: Mutex::new(None),
             dir: TempDir::new(self.kind.name())?,
+            tls: self.tls,
+            tls_port: 0,
         };
         let mut attempt = 1;
         loop {
@@ -87,6 +99,9 @@ impl ServerBuilder {
                 Some(port) => port,
                 None => process::free_port(server.cluster)?,
             };
+            if server.tls.is_some() {
+                server.tls_port = process::free_port(false)?;
+            }
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e)
@@ -121,6 +136,9 @@ pub struct Server {
     pid: u32,
     client: Mutex<Option<Client>>,
     dir: TempDir,
+    tls: Option<TlsFiles>,
+    /// The TLS port (0 without TLS).
+    tls_port: u16,
 }
 
 impl Server {
@@ -141,12 +159,21 @@ impl Server {
             cluster: false,
             port: None,
             start_timeout: START_TIMEOUT,
+            tls: None,
         }
     }
 
     /// `127.0.0.1:port`.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `127.0.0.1:tls-port` for a server started with
+    /// [`ServerBuilder::tls`], else `None`.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls
+            .is_some()
+            .then(|| SocketAddr::from((Ipv4Addr::LOCALHOST, self.tls_port)))
     }
 
     /// The port it listens on.
@@ -297,6 +324,13 @@ impl Server {
                 .arg(dir.join("nodes.conf"))
                 .arg("--cluster-node-timeout")
                 .arg(CLUSTER_NODE_TIMEOUT_MS.to_string());
+        }
+        if let Some(tls) = &self.tls {
+            let bus = self
+                .cluster
+                .then(|| self.port.checked_add(10_000))
+                .flatten();
+            command.args(tls.args(self.tls_port, bus));
         }
         command.args(&self.args).current_dir(dir);
         command

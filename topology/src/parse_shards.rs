@@ -20,7 +20,8 @@ const CMD: TopologyCommand = TopologyCommand::ClusterShards;
 /// (`online`, `fail`/`failed`, `loading`). Unknown keys are ignored. The
 /// address is the host name when [`ParseOptions::prefer_hostname`] is set and
 /// one is announced, else `endpoint` (or `ip` when there is none); `?` means
-/// unknown, `""` the asked host. Without a `port`, `tls-port` is the port.
+/// unknown, `""` the asked host. Without a `port`, `tls-port` is the port;
+/// with both, `tls-port` when [`ParseOptions::prefer_tls_port`] is set.
 ///
 /// A shard whose nodes include no primary leaves its slots without owner.
 /// A failed primary still owns its slots; its [`Health`] says it failed.
@@ -145,9 +146,12 @@ fn parse_node(f: &Frame<'_>, options: &ParseOptions<'_>) -> Result<Node, (Field,
     }
     let id = id.ok_or((Field::Id, Problem::Missing))?;
     let role = role.ok_or((Field::Role, Problem::Missing))?;
-    let port_no = port_no
-        .or(tls_port)
-        .ok_or((Field::Port, Problem::Missing))?;
+    let port_no = if options.prefer_tls_port {
+        tls_port.or(port_no)
+    } else {
+        port_no.or(tls_port)
+    }
+    .ok_or((Field::Port, Problem::Missing))?;
     let endpoint = endpoint.or(ip).ok_or((Field::Ip, Problem::Missing))?;
     Ok(Node {
         id: id.into(),

@@ -21,6 +21,11 @@ pub struct ParseOptions<'a> {
     /// Connect by announced host name where a node reports a non-empty one
     /// (`cluster-announce-hostname`), instead of its IP or preferred endpoint.
     pub prefer_hostname: bool,
+    /// Connect to a node's `tls-port` where `CLUSTER SHARDS` names both a
+    /// `port` and a `tls-port` (a TLS client of a node that also listens
+    /// in plaintext); without it the `port` is used. `CLUSTER SLOTS` and
+    /// redirects already name the port for the asking connection's kind.
+    pub prefer_tls_port: bool,
 }
 
 impl ParseOptions<'_> {

@@ -291,6 +291,7 @@ fn endpoints_empty_unknown_and_hostnames() {
     let opts = ParseOptions {
         asked_host: Some("seed.example"),
         prefer_hostname: true,
+        prefer_tls_port: false,
     };
     let asked = parse(SLOTS, &reply, &opts).unwrap();
     assert_eq!(
@@ -457,5 +458,37 @@ fn several_primaries_in_one_shard_pick_the_healthiest() {
         let m = parse(SHARDS, &reply, &ParseOptions::default()).unwrap();
         assert_eq!(m.owner(0).unwrap().primary.id, want, "case {n}");
         assert_eq!(m.shards().len(), 1, "case {n}");
+    }
+}
+
+#[test]
+fn a_node_with_both_ports_is_reached_on_the_one_asked_for() {
+    let node = |id: &str, role: &str| {
+        map(vec![
+            ("id", b(id)),
+            ("port", i(7000)),
+            ("tls-port", i(7443)),
+            ("ip", b("10.0.0.1")),
+            ("role", b(role)),
+            ("health", b("online")),
+        ])
+    };
+    let reply = arr(vec![map(vec![
+        ("slots", arr(vec![i(0), i(16383)])),
+        (
+            "nodes",
+            arr(vec![node("a", "master"), node("r", "replica")]),
+        ),
+    ])]);
+    for (prefer_tls_port, port) in [(false, 7000), (true, 7443)] {
+        let opts = ParseOptions {
+            prefer_tls_port,
+            ..ParseOptions::default()
+        };
+        let m = parse(SHARDS, &reply, &opts).unwrap();
+        let owner = m.owner(0).unwrap();
+        assert_eq!(owner.primary.addr.as_ref().unwrap().port, port);
+        assert_eq!(owner.replicas[0].addr.as_ref().unwrap().port, port);
+        assert_eq!(owner.primary.tls_port, Some(7443));
     }
 }

@@ -25,6 +25,7 @@ fn fetch(node: &Server, cmd: TopologyCommand, resp3: bool) -> SlotMap {
     let opts = ParseOptions {
         asked_host: Some(&host),
         prefer_hostname: false,
+        prefer_tls_port: false,
     };
     parse_topology_bytes(cmd, &buf, &opts).unwrap_or_else(|e| panic!("{e}"))
 }

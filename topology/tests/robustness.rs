@@ -30,6 +30,7 @@ fn exercise(bytes: &[u8]) {
             let opts = ParseOptions {
                 asked_host: Some("h"),
                 prefer_hostname,
+                prefer_tls_port: prefer_hostname,
             };
             match parse_topology_bytes(cmd, bytes, &opts) {
                 Ok(map) => {

@@ -107,6 +107,21 @@ pub fn run() -> Result<(), String> {
             "warnings",
         ]))
     });
+    // TLS is an opt-in feature of the root package: the default build
+    // above leaves it out, so its code gets its own lint, tests and docs.
+    report.step("clippy (tls feature)", || {
+        run::status(cargo().args([
+            "clippy",
+            "-p",
+            "shardsub",
+            "--features",
+            "tls",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    });
     report.step("tests (nextest, redis+valkey)", || {
         let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
         run::status(
@@ -114,6 +129,32 @@ pub fn run() -> Result<(), String> {
                 .args(["nextest", "run", "--workspace", "--no-fail-fast"])
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )
+    });
+    report.step("tls tests (nextest, redis; --features tls)", || {
+        // The unit tests (URLs, config) and tests/tls*.rs against Redis
+        // listening for TLS; the bundled Valkey has no TLS (a test says so).
+        let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
+        run::status(
+            cargo()
+                .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
+                .args([
+                    "--lib",
+                    "--test",
+                    "tls",
+                    "--test",
+                    "tls_cluster",
+                    "--test",
+                    "tls_alloc",
+                ])
+                .arg("--no-fail-fast")
+                .args(["--tool-config-file", &config])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )?;
+        run::status(
+            cargo()
+                .args(["test", "--doc", "-p", "shardsub", "--features", "tls"])
+                .args(["--", "tls", "Tls"]),
         )
     });
     report.step("doc tests", || {
@@ -127,6 +168,11 @@ pub fn run() -> Result<(), String> {
         run::status(
             cargo()
                 .args(["doc", "--no-deps", "--workspace"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )?;
+        run::status(
+            cargo()
+                .args(["doc", "--no-deps", "-p", "shardsub", "--features", "tls"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
         )
     });
