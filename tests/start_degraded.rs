@@ -3,6 +3,9 @@
 //! channels are not active and their publishes fail at once, and once the
 //! server is back its channels become active and deliver too; with
 //! `require_all_servers` the same build fails with the connection error.
+//! A cluster starts the same way with one primary down: its channels wait,
+//! the metrics say it has no subscribe connection, and once it is back
+//! every channel is active and delivers.
 
 mod accounted;
 mod pubsub_support;
@@ -13,7 +16,7 @@ use std::time::Duration;
 use accounted::Accounted;
 use shardsub::{Error, PubSub};
 use testkit::accounting::Ledger;
-use testkit::Server;
+use testkit::{Cluster, Server};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -82,6 +85,48 @@ fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
         assert_eq!(ps.metrics().active_connections, vec![1, 1], "{kind:?}");
         accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
         accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} degraded"));
+        ps.shutdown();
+    }
+}
+
+#[test]
+fn a_cluster_with_a_primary_down_at_build_starts_and_joins_it_when_it_comes_up() {
+    for kind in testkit::kinds() {
+        let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
+        let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
+        let down = cluster.masters()[2];
+        cluster.node_mut(down).expect("node").kill();
+        let names: Vec<Vec<u8>> = (0..300).map(|i| format!("cdeg:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&names));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .seeds(seeds)
+                .workers(2)
+                .connect_timeout(Duration::from_millis(500))
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{kind:?}: degraded start refused: {e}")),
+        );
+        let parts = ps.partitions().expect("a cluster").clone();
+        let on_down: Vec<&Vec<u8>> = names
+            .iter()
+            .filter(|n| cluster.owner_of_slot(parts.slot(parts.partition_of(n))) == Some(down))
+            .collect();
+        assert!(!on_down.is_empty(), "{kind:?}");
+        ps.subscribe(&names).unwrap();
+        // While it is down its channels wait, and the metrics say so.
+        let m = ps.cluster_metrics().expect("a cluster");
+        assert!(m.subscribe_connections < 3, "{kind:?}: {m:?}");
+        assert!(on_down.iter().all(|n| !ps.is_active(n)), "{kind:?}");
+        cluster.restart_node(down).expect("the primary back");
+        ps.wait_active(&names, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{kind:?}: after the primary came back: {e}"));
+        let m = ps.cluster_metrics().expect("a cluster");
+        assert_eq!(m.subscribe_connections, 3, "{kind:?}: {m:?}");
+        accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} cluster degraded"));
         ps.shutdown();
     }
 }
