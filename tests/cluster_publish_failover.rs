@@ -210,19 +210,20 @@ fn channel_on(cluster: &Cluster, ps: &PubSub, node: usize, prefix: &str) -> Vec<
 /// hold fails at once, as before.
 fn bounded(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
-    let build = |hold: Duration| {
+    let build = |hold: Duration, cap: usize| {
         PubSub::builder()
             .seeds(seeds(&cluster))
             .handler(|_: &[u8], _: &[u8]| {})
             .workers(1)
             .publish_hold(hold)
-            .publish_hold_limit(10, 1 << 20)
+            .publish_hold_limit(cap, 1 << 20)
             .retry_window(Duration::from_millis(200))
             .build()
             .expect("publisher")
     };
-    let held = build(Duration::from_millis(300));
-    let zero = build(Duration::ZERO);
+    let held = build(Duration::from_millis(300), 10);
+    let zero = build(Duration::ZERO, 10);
+    let capped = build(Duration::from_secs(30), 1);
     let [a, b, _] = cluster.masters()[..] else {
         panic!("3 masters")
     };
@@ -238,13 +239,6 @@ fn bounded(kind: ServerKind) {
             let _ = tx.send((i, t0.elapsed(), r));
         });
     }
-    // A fire-and-forget publish past the cap is refused to the caller,
-    // as a publish to a server that is down is (one error contract).
-    let r = held.publish(&dead, b"past the cap");
-    assert!(
-        matches!(r, Err(Error::HoldFull { messages: 10, .. })),
-        "{kind:?}: {r:?}"
-    );
     let mut outcomes: Vec<(u64, Duration, Result<i64, Error>)> = (0..20)
         .map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("an outcome"))
         .collect();
@@ -286,7 +280,7 @@ fn bounded(kind: ServerKind) {
         failed_at.iter().max(),
     );
     let m = held.cluster_metrics().unwrap();
-    assert_eq!((m.holds.expired, m.holds.full), (10, 11), "{m:?}");
+    assert_eq!((m.holds.expired, m.holds.full), (10, 10), "{m:?}");
     assert_eq!(m.holds.messages, 0, "{m:?}");
     // The other masters still take publishes.
     let r = held.publish_wait(&alive, b"x", Duration::from_secs(2));
@@ -307,6 +301,27 @@ fn bounded(kind: ServerKind) {
     eprintln!(
         "{kind:?}: zero hold fails after {took:?}: {}",
         r.unwrap_err()
+    );
+    // Fire-and-forget past the cap: refused to the caller, as a publish to
+    // a server that is down is (one error contract). One publish fills
+    // the cap of one; once it is held, the next is refused.
+    let (tx, rx) = std::sync::mpsc::channel();
+    capped.publish_then(&dead, b"held", move |r| {
+        let _ = tx.send(r);
+    });
+    testkit::wait_for("one publish held", Duration::from_secs(10), || {
+        let m = capped.cluster_metrics().unwrap();
+        Ok((m.holds.messages == 1).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    let r = capped.publish(&dead, b"past the cap");
+    assert!(
+        matches!(r, Err(Error::HoldFull { messages: 1, .. })),
+        "{kind:?}: {r:?}"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "{kind:?}: the held one is still held"
     );
     // Fire-and-forget, with no hold: the caller learns of it at once.
     let r = zero.publish(&dead, b"y");
