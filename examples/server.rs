@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardsub::{handler_fn, PubSub};
+use shardsub::PubSub;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::args()
@@ -20,15 +20,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seen = next.clone();
     let ps = PubSub::builder()
         .url(&url)
-        .handler(handler_fn(move |channel, payload| {
+        .on_message(move |channel, payload| {
             let mut next = seen.lock().unwrap();
-            let n = next
-                .entry(String::from_utf8_lossy(channel).into())
-                .or_default();
+            let key = String::from_utf8_lossy(channel).into_owned();
+            let n = next.entry(key).or_default();
             if payload == n.to_string().as_bytes() {
                 *n += 1;
             }
-        }))
+        })
         .build()?;
 
     let channels: Vec<String> = (0..100).map(|i| format!("room:{i}")).collect();

@@ -10,29 +10,30 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardsub::{handler_fn, Event, PubSub};
+use shardsub::{Event, PubSub};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let urls: Vec<String> = std::env::args().skip(1).collect();
     let next: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let seen = next.clone();
-    let handler = handler_fn(move |channel, payload| {
-        let mut next = seen.lock().unwrap();
-        let n = next
-            .entry(String::from_utf8_lossy(channel).into())
-            .or_default();
-        if payload == n.to_string().as_bytes() {
-            *n += 1;
-        }
-    })
-    .on_event(|event| {
-        // A server's connection was lost: these channels may have missed
-        // messages (reload their history here).
-        if let Event::Gap { server, channels } = event {
-            eprintln!("gap on {server:?}: {} channels", channels.len());
-        }
-    });
-    let ps = PubSub::builder().urls(&urls).handler(handler).build()?;
+    let ps = PubSub::builder()
+        .urls(&urls)
+        .on_message(move |channel, payload| {
+            let mut next = seen.lock().unwrap();
+            let key = String::from_utf8_lossy(channel).into_owned();
+            let n = next.entry(key).or_default();
+            if payload == n.to_string().as_bytes() {
+                *n += 1;
+            }
+        })
+        .on_event(|event| {
+            // A server's connection was lost: these channels may have
+            // missed messages (reload their history here).
+            if let Event::Gap { server, channels } = event {
+                eprintln!("gap on {server:?}: {} channels", channels.len());
+            }
+        })
+        .build()?;
 
     let channels: Vec<String> = (0..300).map(|i| format!("room:{i}")).collect();
     ps.subscribe(&channels)?;

@@ -15,7 +15,7 @@ use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::metrics::Counters;
 use crate::pubsub::active::ActiveWait;
-use crate::pubsub::{Fixed, Handler, PubSub};
+use crate::pubsub::{Event, Fixed, Handler, PubSub};
 use crate::url::UrlSettings;
 use crate::workers::Pool;
 
@@ -51,6 +51,33 @@ pub struct PubSubBuilder {
     pub(crate) cluster_only: Vec<&'static str>,
     /// What `url` calls left: credentials to merge, refusals.
     pub(crate) urls: UrlSettings,
+    /// [`PubSubBuilder::on_message`] and [`PubSubBuilder::on_event`].
+    pub(crate) closures: Closures,
+}
+
+type MessageFn = Box<dyn Fn(&[u8], &[u8]) + Send + Sync>;
+type EventFn = Box<dyn Fn(Event<'_>) + Send + Sync>;
+
+/// The handler closures given to the builder, made into a handler by
+/// `build`.
+#[derive(Default)]
+pub(crate) struct Closures {
+    message: Option<MessageFn>,
+    event: Option<EventFn>,
+}
+
+impl Handler for Closures {
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        if let Some(f) = &self.message {
+            f(channel, payload);
+        }
+    }
+
+    fn on_event(&self, event: Event<'_>) {
+        if let Some(f) = &self.event {
+            f(event);
+        }
+    }
 }
 
 /// The settings every placement shares (`None`: the placement's default).
@@ -130,6 +157,7 @@ impl Default for PubSubBuilder {
             fixed_only: Vec::new(),
             cluster_only: Vec::new(),
             urls: UrlSettings::default(),
+            closures: Closures::default(),
         }
     }
 }
@@ -271,6 +299,28 @@ impl PubSubBuilder {
         self
     }
 
+    /// Handles messages with a closure whose parameter types are inferred
+    /// (`.on_message(|channel, payload| …)`): the handler, instead of
+    /// [`PubSubBuilder::handler`]. Add [`PubSubBuilder::on_event`] for
+    /// events (ignored otherwise).
+    pub fn on_message<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&[u8], &[u8]) + Send + Sync + 'static,
+    {
+        self.closures.message = Some(Box::new(f));
+        self
+    }
+
+    /// Handles events with a closure (`.on_event(|event| …)`), beside
+    /// [`PubSubBuilder::on_message`].
+    pub fn on_event<F>(mut self, f: F) -> Self
+    where
+        F: Fn(Event<'_>) + Send + Sync + 'static,
+    {
+        self.closures.event = Some(Box::new(f));
+        self
+    }
+
     /// Delivers to a [`Receiver`](crate::pubsub::Receiver) an async task
     /// reads, through one queue of `capacity` messages: sets the handler
     /// to [`receiver`](crate::pubsub::receiver)'s and returns the
@@ -391,9 +441,20 @@ impl PubSubBuilder {
             Ok(tls) => c.tls = tls,
             Err(e) => return config(e),
         }
+        let closures = std::mem::take(&mut self.closures);
+        match (&closures.message, &closures.event, &self.common.handler) {
+            (None, None, _) => {}
+            (_, _, Some(_)) => {
+                return config("both a handler and on_message/on_event given; choose one".into())
+            }
+            (None, Some(_), None) => {
+                return config("on_event needs on_message (or a handler)".into())
+            }
+            (Some(_), _, None) => self.common.handler = Some(Arc::new(closures)),
+        }
         let c = &self.common;
         if c.handler.is_none() {
-            return config("no handler given (use PubSubBuilder::handler)".into());
+            return config("no handler given (use PubSubBuilder::handler or on_message)".into());
         }
         if c.queue_capacity == 0 || c.batch_size == 0 || c.workers == Some(0) {
             return config("workers, queue_capacity and batch_size must be at least 1".into());
@@ -602,5 +663,12 @@ mod tests {
         assert_eq!(refused(b), "subscribe_connections must be at least 1");
         let b = PubSub::builder().address("127.0.0.1:1");
         assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("no handler")));
+        let b = PubSub::builder().address("127.0.0.1:1").on_event(|_| {});
+        assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("on_event needs")));
+        let b = PubSub::builder()
+            .address("127.0.0.1:1")
+            .on_message(|_, _| {})
+            .handler(|_: &[u8], _: &[u8]| {});
+        assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("both a handler")));
     }
 }
