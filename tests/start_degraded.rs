@@ -5,7 +5,8 @@
 //! `require_all_servers` the same build fails with the connection error.
 //! A cluster starts the same way with one primary down: its channels wait,
 //! the metrics say it has no subscribe connection, and once it is back
-//! every channel is active and delivers.
+//! every channel is active and delivers; with `require_all_servers` that
+//! build fails, naming the primary.
 
 mod accounted;
 mod pubsub_support;
@@ -96,6 +97,21 @@ fn a_cluster_with_a_primary_down_at_build_starts_and_joins_it_when_it_comes_up()
         let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
         let down = cluster.masters()[2];
         cluster.node_mut(down).expect("node").kill();
+        let down_addr = cluster.node(down).addr().to_string();
+        let strict = PubSub::builder()
+            .seeds(seeds.clone())
+            .require_all_servers(true)
+            .connect_timeout(Duration::from_millis(500))
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build();
+        match &strict {
+            Err(Error::Cluster { reason, .. }) if reason.contains(&down_addr) => {}
+            Ok(ps) => panic!(
+                "{kind:?}: require_all_servers built: {:?}",
+                ps.cluster_metrics()
+            ),
+            other => panic!("{kind:?}: require_all_servers: {other:?}"),
+        }
         let names: Vec<Vec<u8>> = (0..300).map(|i| format!("cdeg:{i}").into_bytes()).collect();
         let ledger = Arc::new(Ledger::new(&names));
         let handler = Accounted::new(&ledger, "sub");

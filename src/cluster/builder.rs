@@ -373,6 +373,10 @@ pub(crate) fn build(
         counters,
     )?;
     ps.wait_started(Duration::from_secs(10))?;
+    if common.require_all {
+        let connect = common.connect_timeout.unwrap_or(Duration::from_secs(1));
+        ps.wait_all_primaries(connect * 2)?;
+    }
     Ok(ps)
 }
 

@@ -172,6 +172,43 @@ impl ClusterPubSub {
     }
 
     /// Waits for the first topology (publish routes known).
+    /// Waits until every primary of the map has its publish connection
+    /// up (`require_all_servers`); shuts down and fails otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] naming a primary that was not reached in time.
+    pub(crate) fn wait_all_primaries(&self, timeout: Duration) -> Result<(), Error> {
+        let s = &self.shared;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let down: Option<(u16, std::net::SocketAddr)> = {
+                let routes = s.routes.read();
+                routes.owner.iter().enumerate().find_map(|(slot, &o)| {
+                    let e = routes.engines.get(usize::from(o))?;
+                    let addr = *e.servers().first()?;
+                    (!e.is_connection_up(0, 0)).then_some((slot as u16, addr))
+                })
+            };
+            let Some((slot, addr)) = down else {
+                return Ok(());
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                self.shutdown();
+                return Err(Error::Cluster {
+                    slot,
+                    reason: format!(
+                        "primary {addr} not reached within {timeout:?} (require_all_servers)"
+                    )
+                    .into(),
+                });
+            }
+            s.active
+                .sleep_until(deadline.min(now + Duration::from_millis(20)));
+        }
+    }
+
     fn wait_started(&self, timeout: Duration) -> Result<(), Error> {
         let s = &self.shared;
         let deadline = Instant::now() + timeout;

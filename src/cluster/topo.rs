@@ -36,7 +36,10 @@ pub(crate) fn text(v: &Value) -> Option<&[u8]> {
 
 impl Driver {
     /// The publish (and topology command) engine of a node, opened on
-    /// first use.
+    /// first use without waiting for it (the control thread never waits
+    /// for a server): publishes routed to a primary that is down meet
+    /// its connection's `NotConnected`, and are held or refused as the
+    /// publish hold says.
     pub(crate) fn publish_engine(&mut self, addr: SocketAddr) -> Result<Arc<Engine>, Error> {
         if let Some(e) = self.publ.get(&addr) {
             return Ok(e.clone());
@@ -44,7 +47,10 @@ impl Driver {
         let e = Arc::new(
             self.node
                 .engine(addr, Role::Command, 1)
-                .build()
+                // Keeps trying after a failed first attempt (a detached
+                // engine otherwise stays closed).
+                .start_degraded(true)
+                .build_detached()
                 .inspect_err(|_| {
                     add(&self.s.cluster.errors[Stage::Connect as usize], 1);
                 })?,

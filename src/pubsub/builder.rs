@@ -103,6 +103,8 @@ pub(crate) struct Common {
     /// `None`: the placement's default (servers 500 µs, a cluster 0).
     pub(crate) subscribe_delay: Option<Duration>,
     pub(crate) envelope: bool,
+    /// `build` fails when a server or primary cannot be reached.
+    pub(crate) require_all: bool,
     /// TLS for every connection (always `None` without the `tls` feature).
     pub(crate) tls: Option<crate::tls::TlsConfig>,
 }
@@ -119,7 +121,6 @@ impl Common {
 #[derive(Clone, Debug)]
 pub(crate) struct FixedSettings {
     pub(crate) publish_connections: usize,
-    pub(crate) require_all: bool,
 }
 
 impl Default for PubSubBuilder {
@@ -147,11 +148,11 @@ impl Default for PubSubBuilder {
                 subscribe_connections: None,
                 subscribe_delay: None,
                 envelope: false,
+                require_all: false,
                 tls: None,
             },
             fixed: FixedSettings {
                 publish_connections: 1,
-                require_all: false,
             },
             cluster: ClusterSettings::default(),
             fixed_only: Vec::new(),
@@ -266,8 +267,9 @@ impl PubSubBuilder {
         self
     }
 
-    /// Whether `build` fails when a server cannot be reached (default
-    /// false: it starts degraded). Servers only.
+    /// Whether `build` fails when a server (on a cluster: a primary of the
+    /// first slot map) cannot be reached within the connect timeout
+    /// (default false: it starts degraded).
     ///
     /// Degraded, an unreachable server's connections keep trying with the
     /// reconnect backoff: its channels become active, with the usual
@@ -275,11 +277,13 @@ impl PubSubBuilder {
     /// shows which servers are connected, and a `publish` to one of its
     /// channels fails meanwhile with [`Error::NotConnected`]. A server
     /// that answers but refuses the credentials or the handshake fails
-    /// `build` either way. (A cluster starts as soon as a seed gives a
-    /// slot map; its unreachable primaries are followed the same way.)
+    /// `build` either way. A cluster starts degraded as soon as a seed
+    /// gives a slot map; its unreachable primaries are followed the same
+    /// way ([`ClusterMetrics::subscribe_connections`](crate::cluster::ClusterMetrics::subscribe_connections)
+    /// counts the subscribe connections up).
     pub fn require_all_servers(mut self, on: bool) -> Self {
-        self.fixed.require_all = on;
-        self.fixed_only("require_all_servers")
+        self.common.require_all = on;
+        self
     }
 
     /// Send [`Event::Active`](crate::pubsub::Event::Active) to the handler
@@ -559,7 +563,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         Role::Command,
         f.publish_connections,
     )
-    .start_degraded(!f.require_all)
+    .start_degraded(!common.require_all)
     .build()
     {
         Ok(e) => Arc::new(e),
