@@ -295,6 +295,8 @@ impl Core {
         c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
         c.ping = None;
+        let node = c.node.clone();
+        self.avoid_replica(&node);
         self.break_channels(conn);
         self.request_refresh(now, delay, Trigger::Disconnect);
     }

@@ -60,6 +60,9 @@ mod core;
 mod driver_tests;
 #[cfg(test)]
 mod fixed_tests;
+#[cfg(test)]
+mod replica_tests;
+mod replicas;
 mod rewire;
 pub mod sim;
 mod stats;

@@ -1,0 +1,332 @@
+//! Subscribing on replicas: which node serves each shard, and how the core
+//! follows a serving replica that fails, is promoted or changes shard.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use shardcore::Partitions;
+use topology::{Health, Node, NodeKey, Role, Shard, SlotMap};
+
+use crate::test_maps::addr;
+use crate::{Command, Config, ConfigError, ConnId, Core, Mode, SubscribeReply, Time};
+
+fn node(id: &str, role: Role, health: Health) -> Node {
+    Node {
+        id: id.into(),
+        addr: Some(addr(id)),
+        hostname: None,
+        tls_port: None,
+        role,
+        health,
+        replication_offset: None,
+    }
+}
+
+fn key(id: &str) -> NodeKey {
+    NodeKey {
+        id: id.into(),
+        addr: addr(id),
+    }
+}
+
+/// Two shards, `(primary, [(replica, health)])`: the first owns slots
+/// 0..=8191, the second the rest. Node ids double as host names.
+fn map2(a: (&str, &[(&str, Health)]), b: (&str, &[(&str, Health)])) -> SlotMap {
+    let mut m = SlotMap::new();
+    for ((p, reps), range) in [(a, 0..=8191u16), (b, 8192..=16383)] {
+        let shard = Shard {
+            primary: node(p, Role::Primary, Health::Online),
+            replicas: reps
+                .iter()
+                .map(|&(r, h)| node(r, Role::Replica, h))
+                .collect(),
+        };
+        let i = m.push_shard(shard);
+        m.assign(range, i);
+    }
+    m
+}
+
+const ON: Health = Health::Online;
+
+/// A core in replica mode whose connections come up and whose subscribes
+/// are confirmed as soon as they are sent.
+struct Rig {
+    core: Core,
+    t: u64,
+    /// Open connections and their nodes.
+    conns: BTreeMap<ConnId, NodeKey>,
+    fetch: Option<u64>,
+}
+
+impl Rig {
+    fn new(seed: u64) -> Rig {
+        let mut cfg = Config::new(Partitions::new(16).unwrap(), vec![addr("seed")]);
+        cfg.replicas = Some(seed);
+        let core = Core::new(cfg, Time::ZERO).unwrap();
+        let mut rig = Rig {
+            core,
+            t: 0,
+            conns: BTreeMap::new(),
+            fetch: None,
+        };
+        rig.settle();
+        rig
+    }
+
+    fn now(&mut self) -> Time {
+        self.t += 1_000_000_000; // past every gap and backoff
+        Time(self.t)
+    }
+
+    /// Carries out every command (and what it leads to); returns them.
+    fn settle(&mut self) -> Vec<Command> {
+        let mut seen = Vec::new();
+        while let Some(c) = self.core.poll_command() {
+            match &c {
+                Command::Open { conn, node } => {
+                    self.conns.insert(*conn, node.clone());
+                    let t = Time(self.t);
+                    self.core.handle_conn_up(t, *conn);
+                }
+                Command::Close { conn } => {
+                    self.conns.remove(conn);
+                }
+                Command::Subscribe { conn, .. } => {
+                    let t = Time(self.t);
+                    self.core
+                        .handle_subscribe_reply(t, *conn, SubscribeReply::Ok);
+                }
+                Command::FetchTopology { id, .. } => self.fetch = Some(*id),
+                _ => {}
+            }
+            seen.push(c);
+        }
+        seen
+    }
+
+    /// A refresh answered with `map`; the commands it led to.
+    fn apply(&mut self, map: SlotMap) -> Vec<Command> {
+        let now = self.now();
+        if self.fetch.is_none() {
+            self.core.handle_refresh(now);
+            self.settle();
+        }
+        let id = self.fetch.take().expect("a fetch in flight");
+        self.core.handle_topology(now, id, Ok(map));
+        self.settle()
+    }
+
+    fn want(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let names: Vec<Vec<u8>> = (0..n)
+            .map(|i| alloc::format!("c{i}").into_bytes())
+            .collect();
+        let now = self.now();
+        self.core.handle_want(now, names.iter().map(Vec::as_slice));
+        self.settle();
+        assert!(self.core.is_settled());
+        names
+    }
+
+    /// The node each open connection goes to.
+    fn nodes(&self) -> BTreeSet<String> {
+        self.conns.values().map(|k| k.id.clone()).collect()
+    }
+
+    /// The node `channel` is confirmed on.
+    fn served_by(&self, channel: &[u8]) -> String {
+        let conn = self.core.subscribed_on(channel).expect("active");
+        self.conns.get(&conn).expect("open").id.clone()
+    }
+}
+
+/// Channels named by gap events, and by subscribes, in `cmds`.
+fn gapped(cmds: &[Command]) -> BTreeSet<Vec<u8>> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Gap { channels, .. } => Some(channels.iter().map(|c| c.to_vec())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Which shard (0: first half of the slots) `channel` lives in.
+fn shard_of(channel: &[u8]) -> usize {
+    let parts = Partitions::new(16).unwrap();
+    usize::from(parts.slot(parts.partition_of(channel)) >= 8192)
+}
+
+#[test]
+fn each_shard_is_served_by_a_replica_not_its_primary() {
+    let mut rig = Rig::new(7);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)])));
+    assert_eq!(rig.nodes(), ["ra", "rb"].map(String::from).into());
+    let names = rig.want(64);
+    for n in &names {
+        let want = if shard_of(n) == 0 { "ra" } else { "rb" };
+        assert_eq!(rig.served_by(n), want);
+    }
+}
+
+#[test]
+fn seeds_spread_instances_over_a_shards_replicas() {
+    let m = || map2(("pa", &[("r1", ON), ("r2", ON), ("r3", ON)]), ("pb", &[]));
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for seed in 0..300 {
+        let mut rig = Rig::new(seed);
+        rig.apply(m());
+        let chosen: Vec<String> = rig.nodes().into_iter().filter(|n| n != "pb").collect();
+        assert_eq!(chosen.len(), 1, "one replica of shard a: {chosen:?}");
+        *counts.entry(chosen[0].clone()).or_default() += 1;
+        // The same seed chooses the same replica every time.
+        let mut again = Rig::new(seed);
+        again.apply(m());
+        assert_eq!(again.nodes(), rig.nodes());
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(
+        counts.values().all(|&n| (60..=140).contains(&n)),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn a_shard_without_a_usable_replica_is_served_by_its_primary() {
+    let mut rig = Rig::new(1);
+    let failed = [("ra", Health::Failed), ("ra2", Health::Loading)];
+    rig.apply(map2(("pa", &failed), ("pb", &[])));
+    assert_eq!(rig.nodes(), ["pa", "pb"].map(String::from).into());
+    let names = rig.want(32);
+    // The replica recovers: the shard moves to it, with a gap for exactly
+    // its channels.
+    let cmds = rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
+    let expect: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    assert_eq!(gapped(&cmds), expect);
+    assert_eq!(rig.nodes(), ["pb", "ra"].map(String::from).into());
+    assert!(rig.core.is_settled());
+}
+
+#[test]
+fn a_replica_moved_to_another_shard_rewires_its_old_shard_with_gaps() {
+    // Redis sends no `sunsubscribe` when `CLUSTER REPLICATE` re-points a
+    // replica: the next map is all the core learns.
+    let mut rig = Rig::new(3);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)])));
+    let names = rig.want(64);
+    let cmds = rig.apply(map2(("pa", &[]), ("pb", &[("ra", ON), ("rb", ON)])));
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    assert!(!a.is_empty());
+    assert_eq!(gapped(&cmds), a, "a gap for shard a's channels only");
+    // Shard a falls back to its primary; shard b stays on rb (its
+    // replica did not change), and ra now serves nothing.
+    assert_eq!(rig.nodes(), ["pa", "rb"].map(String::from).into());
+    for n in &names {
+        let want = if shard_of(n) == 0 { "pa" } else { "rb" };
+        assert_eq!(rig.served_by(n), want);
+    }
+    let gap_at = cmds.iter().position(|c| matches!(c, Command::Gap { .. }));
+    let sub_at = cmds
+        .iter()
+        .rposition(|c| matches!(c, Command::Subscribe { .. }));
+    assert!(gap_at < sub_at, "gaps before the resubscribes: {cmds:?}");
+}
+
+#[test]
+fn a_failed_replica_connection_moves_its_shard_without_waiting_for_the_map() {
+    let mut rig = Rig::new(5);
+    let m = || map2(("pa", &[("r1", ON), ("r2", ON)]), ("pb", &[]));
+    rig.apply(m());
+    let names = rig.want(32);
+    let a: Vec<Vec<u8>> = names.into_iter().filter(|n| shard_of(n) == 0).collect();
+    let first = rig.served_by(&a[0]);
+    let conn = rig.core.subscribed_on(&a[0]).unwrap();
+    let now = rig.now();
+    rig.core.handle_conn_down(now, conn);
+    rig.conns.remove(&conn);
+    rig.settle();
+    // The map still says the replica is online (the cluster has not
+    // marked it failed yet): the shard moves to the other replica anyway.
+    let cmds = rig.apply(m());
+    let other = if first == "r1" { "r2" } else { "r1" };
+    let expect: BTreeSet<Vec<u8>> = a.iter().cloned().collect();
+    assert_eq!(gapped(&cmds), expect, "a gap before each resubscribe");
+    for n in &a {
+        assert_eq!(rig.served_by(n), other);
+    }
+    assert!(!rig.nodes().contains(&first), "{:?}", rig.nodes());
+    // It stays there when the failed one is listed healthy again.
+    let cmds = rig.apply(m());
+    assert!(
+        !cmds.iter().any(|c| matches!(c, Command::Subscribe { .. })),
+        "{cmds:?}"
+    );
+}
+
+#[test]
+fn a_promoted_replica_hands_its_shard_to_a_replica() {
+    let mut rig = Rig::new(9);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
+    let names = rig.want(32);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    // `ra` promoted, the old primary not back yet: `ra` serves as primary,
+    // its subscriptions untouched (Redis keeps them across a promotion).
+    let cmds = rig.apply(map2(("ra", &[("pa", Health::Failed)]), ("pb", &[])));
+    assert!(gapped(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(rig.served_by(a.first().unwrap()), "ra");
+    // The old primary is back as a replica: the shard moves to it.
+    let cmds = rig.apply(map2(("ra", &[("pa", ON)]), ("pb", &[])));
+    assert_eq!(gapped(&cmds), a);
+    for n in &a {
+        assert_eq!(rig.served_by(n), "pa");
+    }
+}
+
+#[test]
+fn a_replica_joining_does_not_move_a_served_shard() {
+    for seed in 0..20 {
+        let mut rig = Rig::new(seed);
+        rig.apply(map2(("pa", &[("r1", ON)]), ("pb", &[])));
+        rig.want(16);
+        let cmds = rig.apply(map2(("pa", &[("r1", ON), ("r2", ON)]), ("pb", &[])));
+        assert!(gapped(&cmds).is_empty(), "seed {seed}: {cmds:?}");
+        assert!(rig.nodes().contains("r1"));
+    }
+}
+
+#[test]
+fn replicas_need_sharded_mode() {
+    for mode in [Mode::Classic, Mode::Fixed] {
+        let mut cfg = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
+        cfg.mode = mode;
+        cfg.replicas = Some(0);
+        assert_eq!(
+            Core::new(cfg, Time::ZERO).err(),
+            Some(ConfigError::ReplicasMode)
+        );
+    }
+    let mut cfg = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
+    cfg.mode = Mode::PerPartition;
+    cfg.replicas = Some(0);
+    assert!(Core::new(cfg, Time::ZERO).is_ok());
+}
+
+#[test]
+fn replicas_off_keeps_primaries() {
+    let mut cfg = Config::new(Partitions::new(16).unwrap(), vec![addr("seed")]);
+    cfg.replicas = None;
+    let mut core = Core::new(cfg, Time::ZERO).unwrap();
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch first")
+    };
+    core.handle_topology(Time(1), id, Ok(map2(("pa", &[("ra", ON)]), ("pb", &[]))));
+    let opened: BTreeSet<NodeKey> = core::iter::from_fn(|| core.poll_command())
+        .filter_map(|c| match c {
+            Command::Open { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(opened, [key("pa"), key("pb")].into());
+}

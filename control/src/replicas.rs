@@ -1,0 +1,139 @@
+//! Subscribing on replicas ([`Config::replicas`](crate::Config::replicas)):
+//! which node serves each shard's subscriptions.
+//!
+//! A replica receives every `SPUBLISH` of its shard (the primary propagates
+//! it) and accepts `SSUBSCRIBE` for the shard's slots without `READONLY`;
+//! for a slot of another shard it answers `-MOVED`. So the layout the core
+//! rewires by is the slot map with each shard's primary replaced by its
+//! *serving node*: the replica chosen here, or the primary while the shard
+//! has no usable replica. Everything else (connections per node, rewire
+//! plans, gaps) follows from that layout unchanged: a serving replica that
+//! fails, is promoted, or is re-pointed to another shard changes the
+//! layout at the next map, and the partitions it served move, with a gap.
+//!
+//! What the servers do (Redis 7.0.15, Valkey 9.1, observed): a replica
+//! re-pointed with `CLUSTER REPLICATE` keeps its shard subscribers on Redis
+//! without any push (they silently receive nothing more) and pushes
+//! `sunsubscribe` on Valkey; a promoted replica keeps them on Redis and
+//! pushes `sunsubscribe` on Valkey; a demoted primary pushes `sunsubscribe`
+//! on both. The map (a poll, or a refresh some other trigger starts) is
+//! what catches the silent case.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use topology::{Health, Node, NodeKey, Shard, SlotMap};
+
+use crate::core::Core;
+
+impl Core {
+    /// `map` with each shard's primary replaced by the node that serves
+    /// its subscriptions, or `None` when subscribing on replicas is off.
+    pub(crate) fn serving_map(&self, map: &SlotMap) -> Option<SlotMap> {
+        let seed = self.cfg.replicas?;
+        let current = self.current_servers(map);
+        let mut out = SlotMap::new();
+        let mut index = Vec::with_capacity(map.shards().len());
+        for (i, shard) in map.shards().iter().enumerate() {
+            let keep = current.get(&i);
+            let chosen = self.choose(shard, keep, seed).cloned();
+            let mut serving = shard.clone();
+            if let Some(node) = chosen {
+                serving.primary = node;
+            }
+            index.push(out.push_shard(serving));
+        }
+        for (range, owner) in map.ranges() {
+            out.assign(range, owner.and_then(|i| index.get(i).copied().flatten()));
+        }
+        Some(out)
+    }
+
+    /// The replica that serves `shard`: `keep` (the one serving it now)
+    /// while it is still usable, else the usable replica that ranks
+    /// highest for `seed`; `None` (the primary serves) when none is usable.
+    fn choose<'a>(&self, shard: &'a Shard, keep: Option<&NodeKey>, seed: u64) -> Option<&'a Node> {
+        let usable = shard.replicas.iter().filter(|r| self.usable(r));
+        if let Some(k) = keep {
+            let same = |r: &&Node| r.id == k.id && r.addr.as_ref() == Some(&k.addr);
+            if let Some(r) = usable.clone().find(same) {
+                return Some(r);
+            }
+        }
+        usable.max_by_key(|r| (rank(seed, r), r.id.as_bytes()))
+    }
+
+    /// Whether replica `r` can serve: an address, not failed or loading,
+    /// and its connection has not failed lately.
+    fn usable(&self, r: &Node) -> bool {
+        let Some(addr) = &r.addr else {
+            return false;
+        };
+        if !matches!(r.health, Health::Online | Health::Unknown) {
+            return false;
+        }
+        let key = NodeKey {
+            id: r.id.clone(),
+            addr: addr.clone(),
+        };
+        self.avoid.get(&key).is_none_or(|&until| until <= self.now)
+    }
+
+    /// For each shard index of `map`, the replica that serves one of its
+    /// partitions in the current layout, if one does.
+    fn current_servers(&self, map: &SlotMap) -> BTreeMap<usize, NodeKey> {
+        let mut out = BTreeMap::new();
+        for (p, &slot) in (0u32..).zip(&self.slots) {
+            let Some(i) = map.owner_index(slot) else {
+                continue;
+            };
+            if out.contains_key(&i) {
+                continue;
+            }
+            let Some(key) = self.layout.node_of(p) else {
+                continue;
+            };
+            let replica_of_it = map.shards().get(i).is_some_and(|s| {
+                s.replicas
+                    .iter()
+                    .any(|r| r.id == key.id && r.addr.as_ref() == Some(&key.addr))
+            });
+            if replica_of_it {
+                out.insert(i, key.clone());
+            }
+        }
+        out
+    }
+
+    /// A connection to `node` failed: in replica mode it is not chosen
+    /// again as a serving replica for a poll interval (its shard moves to
+    /// another replica, or the primary, at the next map; stickiness keeps
+    /// it there after).
+    pub(crate) fn avoid_replica(&mut self, node: &NodeKey) {
+        if self.cfg.replicas.is_none() {
+            return;
+        }
+        let now = self.now;
+        self.avoid.retain(|_, until| *until > now);
+        self.avoid
+            .insert(node.clone(), now + self.cfg.poll_interval);
+    }
+}
+
+/// The rendezvous weight of replica `r` for `seed` (FNV-1a over the seed
+/// and the node id, then a final mix): each instance ranks a shard's
+/// replicas in its own order, and a replica joining or leaving moves only
+/// the instances that rank it first.
+fn rank(seed: u64, r: &Node) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in seed.to_le_bytes().iter().chain(r.id.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // splitmix64's finaliser: FNV's low bits alone mix poorly.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
