@@ -196,17 +196,40 @@ fn seeds_spread_instances_over_a_shards_replicas() {
 #[test]
 fn a_shard_without_a_usable_replica_is_served_by_its_primary() {
     let mut rig = Rig::new(1);
-    let failed = [("ra", Health::Failed), ("ra2", Health::Loading)];
+    let failed = [("ra", Health::Failed)];
     rig.apply(map2(("pa", &failed), ("pb", &[])));
     assert_eq!(rig.nodes(), ["pa", "pb"].map(String::from).into());
     let names = rig.want(32);
-    // The replica recovers: the shard moves to it, with a gap for exactly
-    // its channels.
-    let cmds = rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
-    let expect: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
-    assert_eq!(gapped(&cmds), expect);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    // The replica recovers: the primary keeps the shard while its
+    // subscriptions are live (the replica may lag behind it: moving now
+    // could deliver a message twice).
+    let healthy = || map2(("pa", &[("ra", ON)]), ("pb", &[]));
+    let cmds = rig.apply(healthy());
+    assert!(gapped(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(rig.served_by(a.first().unwrap()), "pa");
+    // Once they break (the primary's connection drops), the shard moves
+    // to the replica, with a gap for exactly its channels.
+    let conn = rig.core.subscribed_on(a.first().unwrap()).unwrap();
+    let now = rig.now();
+    rig.core.handle_conn_down(now, conn);
+    rig.conns.remove(&conn);
+    rig.settle();
+    let cmds = rig.apply(healthy());
+    assert_eq!(gapped(&cmds), a);
     assert_eq!(rig.nodes(), ["pb", "ra"].map(String::from).into());
-    assert!(rig.core.is_settled());
+    for n in &a {
+        assert_eq!(rig.served_by(n), "ra");
+    }
+}
+
+#[test]
+fn a_loading_replica_serves() {
+    // Redis 7.0 reports a replica that never got a write as `loading`; a
+    // loading replica accepts SSUBSCRIBE and delivers once loaded.
+    let mut rig = Rig::new(1);
+    rig.apply(map2(("pa", &[("ra", Health::Loading)]), ("pb", &[])));
+    assert_eq!(rig.nodes(), ["pb", "ra"].map(String::from).into());
 }
 
 #[test]
@@ -266,17 +289,31 @@ fn a_failed_replica_connection_moves_its_shard_without_waiting_for_the_map() {
 }
 
 #[test]
-fn a_promoted_replica_hands_its_shard_to_a_replica() {
+fn a_promoted_replica_keeps_its_shard_while_its_subscriptions_live() {
     let mut rig = Rig::new(9);
     rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
     let names = rig.want(32);
     let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
-    // `ra` promoted, the old primary not back yet: `ra` serves as primary,
-    // its subscriptions untouched (Redis keeps them across a promotion).
-    let cmds = rig.apply(map2(("ra", &[("pa", Health::Failed)]), ("pb", &[])));
-    assert!(gapped(&cmds).is_empty(), "{cmds:?}");
-    assert_eq!(rig.served_by(a.first().unwrap()), "ra");
-    // The old primary is back as a replica: the shard moves to it.
+    // `ra` promoted (Redis keeps its subscribers across a promotion), the
+    // old primary failed, then back as a replica: `ra` keeps serving.
+    for m in [
+        map2(("ra", &[("pa", Health::Failed)]), ("pb", &[])),
+        map2(("ra", &[("pa", ON)]), ("pb", &[])),
+    ] {
+        let cmds = rig.apply(m);
+        assert!(gapped(&cmds).is_empty(), "{cmds:?}");
+        for n in &a {
+            assert_eq!(rig.served_by(n), "ra");
+        }
+    }
+    // Valkey drops them on promotion (`sunsubscribe`): then the shard
+    // moves to its replica, with a gap for each channel.
+    let now = rig.now();
+    for n in &a {
+        let conn = rig.core.subscribed_on(n).unwrap();
+        rig.core.handle_sunsubscribe(now, conn, n);
+    }
+    rig.settle();
     let cmds = rig.apply(map2(("ra", &[("pa", ON)]), ("pb", &[])));
     assert_eq!(gapped(&cmds), a);
     for n in &a {

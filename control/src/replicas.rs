@@ -35,8 +35,8 @@ impl Core {
         let mut out = SlotMap::new();
         let mut index = Vec::with_capacity(map.shards().len());
         for (i, shard) in map.shards().iter().enumerate() {
-            let keep = current.get(&i);
-            let chosen = self.choose(shard, keep, seed).cloned();
+            let now = current.get(&i).map(|(k, live)| (k, *live));
+            let chosen = self.choose(shard, now, seed).cloned();
             let mut serving = shard.clone();
             if let Some(node) = chosen {
                 serving.primary = node;
@@ -49,27 +49,48 @@ impl Core {
         Some(out)
     }
 
-    /// The replica that serves `shard`: `keep` (the one serving it now)
-    /// while it is still usable, else the usable replica that ranks
-    /// highest for `seed`; `None` (the primary serves) when none is usable.
-    fn choose<'a>(&self, shard: &'a Shard, keep: Option<&NodeKey>, seed: u64) -> Option<&'a Node> {
+    /// The replica that serves `shard` (`None`: its primary serves), given
+    /// the node that serves it now and whether subscriptions are live
+    /// there.
+    ///
+    /// A shard only moves between two of its own nodes while nothing is
+    /// subscribed on the one it leaves: the same message reaches the
+    /// primary first and each replica a replication lag later, so leaving a
+    /// node that is ahead for one that is behind, with subscriptions live,
+    /// could deliver a message twice. So: the current replica serves while
+    /// it stays usable; the primary keeps serving (after a promotion or a
+    /// fallback) while its subscriptions are live; otherwise the usable
+    /// replica that ranks highest for `seed` serves, or the primary when
+    /// there is none.
+    fn choose<'a>(
+        &self,
+        shard: &'a Shard,
+        current: Option<(&NodeKey, bool)>,
+        seed: u64,
+    ) -> Option<&'a Node> {
         let usable = shard.replicas.iter().filter(|r| self.usable(r));
-        if let Some(k) = keep {
-            let same = |r: &&Node| r.id == k.id && r.addr.as_ref() == Some(&k.addr);
-            if let Some(r) = usable.clone().find(same) {
+        if let Some((k, live)) = current {
+            let same = |n: &Node| n.id == k.id && n.addr.as_ref() == Some(&k.addr);
+            if let Some(r) = usable.clone().find(|r| same(r)) {
                 return Some(r);
+            }
+            if live && same(&shard.primary) {
+                return None;
             }
         }
         usable.max_by_key(|r| (rank(seed, r), r.id.as_bytes()))
     }
 
-    /// Whether replica `r` can serve: an address, not failed or loading,
-    /// and its connection has not failed lately.
+    /// Whether replica `r` can serve: an address, not failed, and its
+    /// connection has not failed lately. A `loading` replica can: it
+    /// accepts `SSUBSCRIBE` and delivers what it buffered once loaded
+    /// (Redis 7.0 also reports a replica that never received a write as
+    /// `loading`).
     fn usable(&self, r: &Node) -> bool {
         let Some(addr) = &r.addr else {
             return false;
         };
-        if !matches!(r.health, Health::Online | Health::Unknown) {
+        if r.health == Health::Failed {
             return false;
         }
         let key = NodeKey {
@@ -79,27 +100,33 @@ impl Core {
         self.avoid.get(&key).is_none_or(|&until| until <= self.now)
     }
 
-    /// For each shard index of `map`, the replica that serves one of its
-    /// partitions in the current layout, if one does.
-    fn current_servers(&self, map: &SlotMap) -> BTreeMap<usize, NodeKey> {
-        let mut out = BTreeMap::new();
+    /// For each shard index of `map`, the node of that shard (primary or
+    /// replica) that serves one of its partitions in the current layout,
+    /// and whether any channel of those partitions is subscribed (or being
+    /// subscribed) there.
+    fn current_servers(&self, map: &SlotMap) -> BTreeMap<usize, (NodeKey, bool)> {
+        let mut out: BTreeMap<usize, (NodeKey, bool)> = BTreeMap::new();
         for (p, &slot) in (0u32..).zip(&self.slots) {
             let Some(i) = map.owner_index(slot) else {
                 continue;
             };
-            if out.contains_key(&i) {
-                continue;
-            }
             let Some(key) = self.layout.node_of(p) else {
                 continue;
             };
-            let replica_of_it = map.shards().get(i).is_some_and(|s| {
-                s.replicas
-                    .iter()
-                    .any(|r| r.id == key.id && r.addr.as_ref() == Some(&key.addr))
+            let live = self
+                .parts
+                .get(p as usize)
+                .is_some_and(|part| part.channels.values().any(|c| c.sub.conn().is_some()));
+            if let Some((k, l)) = out.get_mut(&i) {
+                *l |= live && k == key;
+                continue;
+            }
+            let member = map.shards().get(i).is_some_and(|s| {
+                let at = |n: &Node| n.id == key.id && n.addr.as_ref() == Some(&key.addr);
+                at(&s.primary) || s.replicas.iter().any(at)
             });
-            if replica_of_it {
-                out.insert(i, key.clone());
+            if member {
+                out.insert(i, (key.clone(), live));
             }
         }
         out

@@ -150,6 +150,10 @@ pub(crate) struct ClusterSettings {
     pub(crate) publish_hold: Duration,
     pub(crate) hold_messages: usize,
     pub(crate) hold_bytes: usize,
+    /// Subscribe on replicas, and the seed that ranks them (`None`: one
+    /// per instance).
+    pub(crate) replicas: bool,
+    pub(crate) replica_seed: Option<u64>,
 }
 
 impl Default for ClusterSettings {
@@ -166,6 +170,8 @@ impl Default for ClusterSettings {
             publish_hold: Duration::from_secs(5),
             hold_messages: 100_000,
             hold_bytes: 64 << 20,
+            replicas: false,
+            replica_seed: None,
         }
     }
 }
@@ -276,6 +282,44 @@ impl PubSubBuilder {
         self.cluster.hold_bytes = bytes;
         self.cluster_only("publish_hold_limit")
     }
+
+    /// Subscribes on replicas (default off): each shard's subscribe
+    /// connection goes to one of its healthy replicas instead of its
+    /// primary, which then carries only publishes and replication, and the
+    /// delivery load of a shard spreads over its replicas across a fleet
+    /// (each instance ranks a shard's replicas by its own seed,
+    /// [`PubSubBuilder::replica_seed`]). A shard with no healthy replica
+    /// is served by its primary until one is back. Sharded modes only
+    /// ([`Mode::Sharded`], [`Mode::PerPartition`]): `build` refuses it
+    /// with [`Mode::Classic`].
+    ///
+    /// The guarantees stay those of primaries: a serving replica that
+    /// fails, is promoted, or is re-pointed to another shard
+    /// (`CLUSTER REPLICATE`) moves its partitions to another node, with a
+    /// gap event for each of their channels before the messages that
+    /// follow. Redis 7.0 tells its subscribers nothing when a replica
+    /// changes shard (they silently stop receiving): that is found at the
+    /// next slot map, which a poll ([`PubSubBuilder::poll_interval`]) or
+    /// any other trigger reads, and the gap covers the time since. A
+    /// replica whose connection fails is not chosen again for a poll
+    /// interval (the shard moves at once, without waiting for the cluster
+    /// to mark it failed). Costs: one more hop of replication lag on
+    /// delivery, and a gap for a shard's channels whenever its serving
+    /// replica changes.
+    pub fn subscribe_on_replicas(mut self, on: bool) -> Self {
+        self.cluster.replicas = on;
+        self.cluster_only("subscribe_on_replicas")
+    }
+
+    /// The seed that ranks each shard's replicas for this instance when
+    /// [`PubSubBuilder::subscribe_on_replicas`] is on (default: one drawn
+    /// per instance, so a fleet spreads over the replicas). Instances with
+    /// the same seed choose the same replicas. `build` refuses it without
+    /// `subscribe_on_replicas(true)`.
+    pub fn replica_seed(mut self, seed: u64) -> Self {
+        self.cluster.replica_seed = Some(seed);
+        self.cluster_only("replica_seed")
+    }
 }
 
 /// Starts a cluster instance on `seeds` (the caller checked the settings
@@ -301,6 +345,14 @@ pub(crate) fn build(
     }
     if c.poll_interval.is_zero() || c.degraded_retry.is_zero() {
         return config("poll_interval and degraded_retry must be above zero");
+    }
+    if c.replicas && c.mode == Mode::Classic {
+        return config(
+            "subscribe_on_replicas applies to sharded modes (Sharded, PerPartition) only",
+        );
+    }
+    if c.replica_seed.is_some() && !c.replicas {
+        return config("replica_seed needs subscribe_on_replicas(true)");
     }
     let parts = Partitions::new(c.partitions)
         .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
@@ -351,6 +403,9 @@ pub(crate) fn build(
         fixed_servers: 0,
         envelope: false,
         coalesce: Duration::ZERO,
+        replicas: c
+            .replicas
+            .then(|| c.replica_seed.unwrap_or_else(crate::cluster::instance_seed)),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes);
     let parts_for = Parts {
@@ -504,6 +559,7 @@ fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> 
         node.request_timeout
     };
     k.reply_timeout = reply;
+    k.replicas = cfg.replicas;
     k.ping_interval = cfg.probe_interval;
     // The probe interval bounds the probe too (a black-holed connection
     // is restarted within two intervals of silence).

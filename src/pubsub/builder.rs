@@ -506,6 +506,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         fixed_servers: servers.len(),
         envelope: f.envelope,
         coalesce: f.subscribe_delay,
+        replicas: None,
     };
     let parts = Parts {
         parts: shardcore::Partitions::new(1)
