@@ -367,3 +367,31 @@ fn replicas_off_keeps_primaries() {
         .collect();
     assert_eq!(opened, [key("pa"), key("pb")].into());
 }
+
+#[test]
+fn per_partition_connections_go_to_the_serving_replica() {
+    let mut cfg = Config::new(Partitions::new(16).unwrap(), vec![addr("seed")]);
+    cfg.mode = Mode::PerPartition;
+    cfg.replicas = Some(2);
+    let mut core = Core::new(cfg, Time::ZERO).unwrap();
+    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+        panic!("no fetch first")
+    };
+    let m = map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)]));
+    core.handle_topology(Time(1), id, Ok(m));
+    core.handle_want(
+        Time(2),
+        (0..64)
+            .map(|i| alloc::format!("c{i}").into_bytes())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(Vec::as_slice),
+    );
+    let opened: BTreeSet<NodeKey> = core::iter::from_fn(|| core.poll_command())
+        .filter_map(|c| match c {
+            Command::Open { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(opened, [key("ra"), key("rb")].into());
+}

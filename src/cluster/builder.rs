@@ -284,28 +284,32 @@ impl PubSubBuilder {
     }
 
     /// Subscribes on replicas (default off): each shard's subscribe
-    /// connection goes to one of its healthy replicas instead of its
-    /// primary, which then carries only publishes and replication, and the
-    /// delivery load of a shard spreads over its replicas across a fleet
-    /// (each instance ranks a shard's replicas by its own seed,
-    /// [`PubSubBuilder::replica_seed`]). A shard with no healthy replica
-    /// is served by its primary until one is back. Sharded modes only
-    /// ([`Mode::Sharded`], [`Mode::PerPartition`]): `build` refuses it
-    /// with [`Mode::Classic`].
+    /// connection goes to one of its replicas instead of its primary,
+    /// which then carries only publishes and replication, and across a
+    /// fleet the delivery load of a shard spreads over its replicas (each
+    /// instance ranks them by its own seed, [`PubSubBuilder::replica_seed`],
+    /// and keeps the one it chose while it stays a usable replica of that
+    /// shard). A shard with no usable replica (none listed, failed, or its
+    /// connection failed within the last poll interval) is served by its
+    /// primary. Sharded modes only ([`Mode::Sharded`],
+    /// [`Mode::PerPartition`]): `build` refuses it with [`Mode::Classic`].
     ///
     /// The guarantees stay those of primaries: a serving replica that
-    /// fails, is promoted, or is re-pointed to another shard
+    /// dies, is marked failed, or is re-pointed to another shard
     /// (`CLUSTER REPLICATE`) moves its partitions to another node, with a
     /// gap event for each of their channels before the messages that
-    /// follow. Redis 7.0 tells its subscribers nothing when a replica
-    /// changes shard (they silently stop receiving): that is found at the
-    /// next slot map, which a poll ([`PubSubBuilder::poll_interval`]) or
-    /// any other trigger reads, and the gap covers the time since. A
-    /// replica whose connection fails is not chosen again for a poll
-    /// interval (the shard moves at once, without waiting for the cluster
-    /// to mark it failed). Costs: one more hop of replication lag on
-    /// delivery, and a gap for a shard's channels whenever its serving
-    /// replica changes.
+    /// follow. Redis 7.0 tells a re-pointed replica's subscribers nothing
+    /// (they silently stop receiving): that is found at the next slot map,
+    /// which a poll ([`PubSubBuilder::poll_interval`]) or any other trigger
+    /// reads, and the gap covers the time since; Valkey pushes
+    /// `sunsubscribe` and the move is at once. A shard never moves between
+    /// two of its own nodes while its subscriptions are live (a replica
+    /// lags its primary, so leaving a node that is ahead could deliver a
+    /// message twice): a promoted replica whose subscribers survive (Redis)
+    /// goes on serving as primary, and a shard that fell back to its primary
+    /// returns to a replica once its subscriptions break (a reconnect, a
+    /// failover). Costs: a replication lag on delivery, and a gap for a
+    /// shard's channels whenever its serving node has to change.
     pub fn subscribe_on_replicas(mut self, on: bool) -> Self {
         self.cluster.replicas = on;
         self.cluster_only("subscribe_on_replicas")
