@@ -136,16 +136,16 @@ fn expect_subscribers(
 }
 
 /// Writes a key on every master and waits until every node's
-/// `CLUSTER SLOTS` lists every replica: Redis 7.0 leaves out a replica
-/// that has not received a byte of replication yet (a fresh cluster's).
-fn replicas_listed(cluster: &Cluster) {
+/// `CLUSTER SLOTS` lists a replica for `want` slot ranges: Redis 7.0
+/// leaves out a replica that has not received a byte of replication yet
+/// (a fresh cluster's, a just demoted primary's).
+fn replicas_listed(cluster: &Cluster, want: usize) {
     for m in cluster.masters() {
         let slot = *cluster.slots_of(m)[0].start();
         let key = topology::probe_key_for_slot(slot);
         cluster.node(m).cmd(&[b"SET", &key, b"1"]).expect("SET");
     }
-    let want = cluster.masters().len();
-    testkit::wait_for("every replica in CLUSTER SLOTS", BOUND, || {
+    testkit::wait_for("replicas in CLUSTER SLOTS", BOUND, || {
         for i in cluster.live() {
             let v = cluster.node(i).cmd(&[b"CLUSTER", b"SLOTS"])?;
             let ranges = testkit::values::items(&v).unwrap_or_default();
@@ -164,7 +164,7 @@ fn replicas_listed(cluster: &Cluster) {
 
 fn replicas(kind: ServerKind) {
     let mut cluster = Cluster::start(kind, 3, 1).expect("cluster");
-    replicas_listed(&cluster);
+    replicas_listed(&cluster, 3);
     let chans = channels(600, "r");
     let ledger = Arc::new(Ledger::new(&chans));
     let handler = Accounted::new(&ledger, "sub");
@@ -236,6 +236,15 @@ fn replicas(kind: ServerKind) {
     match kind {
         ServerKind::Redis => {
             cluster.failover(rc).expect("failover");
+            // Once the map lists rc's replicas, and two polls after that,
+            // the shard must still be on rc.
+            replicas_listed(&cluster, 1);
+            let polls = ps.cluster_metrics().unwrap().rebuilds.poll;
+            testkit::wait_for("two more polls", BOUND, || {
+                let now = ps.cluster_metrics().unwrap().rebuilds.poll;
+                Ok((now >= polls + 2).then_some(()))
+            })
+            .expect("polls");
             expect_subscribers(kind, promoted, &cluster, &[ma, mb, rc], &[]);
             ledger
                 .wait_fresh(ledger.elapsed(), RECOVERY)
