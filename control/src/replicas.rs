@@ -25,6 +25,7 @@ use alloc::vec::Vec;
 use topology::{Health, Node, NodeKey, Shard, SlotMap};
 
 use crate::core::Core;
+use crate::time::Time;
 
 impl Core {
     /// `map` with each shard's primary replaced by the node that serves
@@ -130,6 +131,57 @@ impl Core {
             }
         }
         out
+    }
+
+    /// Replica mode: the partitions whose slot changed primary since the
+    /// last map while the node serving them stays. It may have followed
+    /// another primary and its slot migrated there since, or been promoted
+    /// after it moved: two maps cannot tell those (Redis re-points a
+    /// replica without a word, and its old subscriptions come back to life
+    /// once it serves their slot again, after a silent gap) from a plain
+    /// promotion or a failover of its primary. So its connection is
+    /// restarted ([`Core::restart_conns_of`]): a gap for each channel,
+    /// spare after a plain failover, never a silent loss.
+    pub(crate) fn stale_on_replicas(&self, map: &SlotMap, new: &topology::Layout) -> Vec<u32> {
+        if self.cfg.replicas.is_none() {
+            return Vec::new();
+        }
+        (0u32..)
+            .zip(&self.slots)
+            .filter(|&(p, &slot)| {
+                let (Some(old), Some(now)) = (
+                    self.map.owner(slot).map(|s| &s.primary),
+                    map.owner(slot).map(|s| &s.primary),
+                ) else {
+                    return false;
+                };
+                let serving = self.layout.node_of(p);
+                !old.id.is_empty()
+                    && old.id != now.id
+                    && serving.is_some()
+                    && serving == new.node_of(p)
+            })
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// Restarts the connections that carry `parts` (up ones): the server
+    /// drops every subscription on them, their channels get a gap and are
+    /// subscribed again after the reconnect, or wherever the next map
+    /// places them (nothing is live there any more, so the shard may move
+    /// to a replica). A repeated
+    /// `SSUBSCRIBE` on the same connection would race the server's pushes
+    /// about the old subscription.
+    pub(crate) fn restart_conns_of(&mut self, parts: &[u32], now: Time) {
+        let conns: alloc::collections::BTreeSet<crate::ConnId> = parts
+            .iter()
+            .filter_map(|&p| self.conn_of(p))
+            .filter(|&c| self.is_up(c))
+            .collect();
+        for conn in conns {
+            self.emit(crate::Command::Close { conn });
+            self.conn_down(conn, now, false);
+        }
     }
 
     /// A connection to `node` failed: in replica mode it is not chosen

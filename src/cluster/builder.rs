@@ -302,14 +302,19 @@ impl PubSubBuilder {
     /// (they silently stop receiving): that is found at the next slot map,
     /// which a poll ([`PubSubBuilder::poll_interval`]) or any other trigger
     /// reads, and the gap covers the time since; Valkey pushes
-    /// `sunsubscribe` and the move is at once. A shard never moves between
-    /// two of its own nodes while its subscriptions are live (a replica
-    /// lags its primary, so leaving a node that is ahead could deliver a
-    /// message twice): a promoted replica whose subscribers survive (Redis)
-    /// goes on serving as primary, and a shard that fell back to its primary
-    /// returns to a replica once its subscriptions break (a reconnect, a
-    /// failover). Costs: a replication lag on delivery, and a gap for a
-    /// shard's channels whenever its serving node has to change.
+    /// `sunsubscribe` and the move is at once. A slot that changes primary
+    /// under its serving node (a promotion, a failover of its primary)
+    /// restarts that connection, with a gap: two maps cannot tell it from
+    /// a replica that moved and whose slots followed it.
+    ///
+    /// A shard never moves between two of its own nodes while its
+    /// subscriptions are live (a replica lags its primary, so leaving a
+    /// node that is ahead could deliver a message twice): a shard that
+    /// fell back to its primary returns to a replica once its
+    /// subscriptions break. On Redis, a replica re-pointed away and back
+    /// between two map reads loses messages in between unseen. Costs: a
+    /// replication lag on delivery, and a gap for a shard's channels
+    /// whenever its serving node has to change.
     pub fn subscribe_on_replicas(mut self, on: bool) -> Self {
         self.cluster.replicas = on;
         self.cluster_only("subscribe_on_replicas")
