@@ -99,6 +99,7 @@ mod inflight;
 mod metrics;
 mod outcome;
 mod publish;
+mod replica_opts;
 mod service;
 pub(crate) mod shared;
 mod topo;
