@@ -425,3 +425,40 @@ fn per_partition_connections_go_to_the_serving_replica() {
         .collect();
     assert_eq!(opened, [key("ra"), key("rb")].into());
 }
+
+#[test]
+fn a_replica_whose_old_slots_followed_it_hands_them_over_with_gaps() {
+    // Redis: `ra` re-pointed to `pb` (no word to its subscribers), then
+    // shard a's slots migrate to `pb`: the next map shows `ra` a replica
+    // of the shard that owns them again, and its old subscriptions revive
+    // after a silent gap.
+    let mut rig = Rig::new(4);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)])));
+    let names = rig.want(64);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    let on_ra = rig.core.subscribed_on(a.first().unwrap()).unwrap();
+    let mut m = SlotMap::new();
+    let shard = Shard {
+        primary: node("pb", Role::Primary, ON),
+        replicas: vec![node("ra", Role::Replica, ON), node("rb", Role::Replica, ON)],
+    };
+    let i = m.push_shard(shard);
+    m.assign(0..=16383, i);
+    // The merged shard stays on `rb`, which served the slots that kept
+    // their primary; shard a's channels move there, each after a gap.
+    let cmds = rig.apply(m);
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Close { conn } if *conn == on_ra)),
+        "{cmds:?}"
+    );
+    assert_eq!(
+        gapped(&cmds),
+        a,
+        "a gap for each channel that was on ra, no other"
+    );
+    assert!(rig.core.is_settled());
+    for n in &names {
+        assert_eq!(rig.served_by(n), "rb");
+    }
+}

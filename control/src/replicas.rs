@@ -104,30 +104,42 @@ impl Core {
     /// For each shard index of `map`, the node of that shard (primary or
     /// replica) that serves one of its partitions in the current layout,
     /// and whether any channel of those partitions is subscribed (or being
-    /// subscribed) there.
+    /// subscribed) there. Partitions whose slot kept its primary count
+    /// first: when two shards merge, the node that served the slots that
+    /// stayed keeps them (the other's may be stale, see
+    /// `stale_on_replicas`).
     fn current_servers(&self, map: &SlotMap) -> BTreeMap<usize, (NodeKey, bool)> {
         let mut out: BTreeMap<usize, (NodeKey, bool)> = BTreeMap::new();
-        for (p, &slot) in (0u32..).zip(&self.slots) {
-            let Some(i) = map.owner_index(slot) else {
-                continue;
-            };
-            let Some(key) = self.layout.node_of(p) else {
-                continue;
-            };
-            let live = self
-                .parts
-                .get(p as usize)
-                .is_some_and(|part| part.channels.values().any(|c| c.sub.conn().is_some()));
-            if let Some((k, l)) = out.get_mut(&i) {
-                *l |= live && k == key;
-                continue;
-            }
-            let member = map.shards().get(i).is_some_and(|s| {
-                let at = |n: &Node| n.id == key.id && n.addr.as_ref() == Some(&key.addr);
-                at(&s.primary) || s.replicas.iter().any(at)
-            });
-            if member {
-                out.insert(i, (key.clone(), live));
+        let kept = |slot: u16| {
+            let old = self.map.owner(slot).map(|s| &s.primary.id);
+            old.is_some() && old == map.owner(slot).map(|s| &s.primary.id)
+        };
+        for first in [true, false] {
+            for (p, &slot) in (0u32..).zip(&self.slots) {
+                if first && !kept(slot) {
+                    continue;
+                }
+                let Some(i) = map.owner_index(slot) else {
+                    continue;
+                };
+                let Some(key) = self.layout.node_of(p) else {
+                    continue;
+                };
+                let live = self
+                    .parts
+                    .get(p as usize)
+                    .is_some_and(|part| part.channels.values().any(|c| c.sub.conn().is_some()));
+                if let Some((k, l)) = out.get_mut(&i) {
+                    *l |= live && k == key;
+                    continue;
+                }
+                let member = map.shards().get(i).is_some_and(|s| {
+                    let at = |n: &Node| n.id == key.id && n.addr.as_ref() == Some(&key.addr);
+                    at(&s.primary) || s.replicas.iter().any(at)
+                });
+                if member {
+                    out.insert(i, (key.clone(), live));
+                }
             }
         }
         out
