@@ -17,7 +17,10 @@
 //! `sunsubscribe` on Valkey; a promoted replica keeps them on Redis and
 //! pushes `sunsubscribe` on Valkey; a demoted primary pushes `sunsubscribe`
 //! on both. The map (a poll, or a refresh some other trigger starts) is
-//! what catches the silent case.
+//! what catches the silent case. A shard with wanted channels never moves
+//! to another of its replicas (see `Core::choose`: a lagging replica could
+//! deliver a message twice); when its replica cannot serve, its primary
+//! does.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -51,18 +54,20 @@ impl Core {
     }
 
     /// The replica that serves `shard` (`None`: its primary serves), given
-    /// the node that serves it now and whether subscriptions are live
-    /// there.
+    /// the node of the shard that serves it now and whether the
+    /// application wants channels of it there.
     ///
-    /// A shard only moves between two of its own nodes while nothing is
-    /// subscribed on the one it leaves: the same message reaches the
-    /// primary first and each replica a replication lag later, so leaving a
-    /// node that is ahead for one that is behind, with subscriptions live,
-    /// could deliver a message twice. So: the current replica serves while
-    /// it stays usable; the primary keeps serving (after a promotion or a
-    /// fallback) while its subscriptions are live; otherwise the usable
-    /// replica that ranks highest for `seed` serves, or the primary when
-    /// there is none.
+    /// A shard with wanted channels never moves to another replica of its
+    /// own: the same message reaches the primary first and each replica a
+    /// replication lag later (seconds, for a replica resyncing after a
+    /// failover), so leaving a node for a replica that is behind it could
+    /// deliver messages twice, even with the old subscriptions closed
+    /// first. The primary is never behind. So: the current replica serves
+    /// while it stays usable; when it cannot (failed, its connection
+    /// failed, promoted), the primary serves, and keeps the shard while it
+    /// has wanted channels. A shard with none, or whose node left it (a
+    /// replica re-pointed to another shard, gone from the map), goes to
+    /// the usable replica that ranks highest for `seed`, or the primary.
     fn choose<'a>(
         &self,
         shard: &'a Shard,
@@ -70,12 +75,12 @@ impl Core {
         seed: u64,
     ) -> Option<&'a Node> {
         let usable = shard.replicas.iter().filter(|r| self.usable(r));
-        if let Some((k, live)) = current {
+        if let Some((k, busy)) = current {
             let same = |n: &Node| n.id == k.id && n.addr.as_ref() == Some(&k.addr);
             if let Some(r) = usable.clone().find(|r| same(r)) {
                 return Some(r);
             }
-            if live && same(&shard.primary) {
+            if busy {
                 return None;
             }
         }
@@ -103,8 +108,8 @@ impl Core {
 
     /// For each shard index of `map`, the node of that shard (primary or
     /// replica) that serves one of its partitions in the current layout,
-    /// and whether any channel of those partitions is subscribed (or being
-    /// subscribed) there. Partitions whose slot kept its primary count
+    /// and whether the application wants channels of those partitions
+    /// there. Partitions whose slot kept its primary count
     /// first: when two shards merge, the node that served the slots that
     /// stayed keeps them (the other's may be stale, see
     /// `stale_on_replicas`).
@@ -128,7 +133,7 @@ impl Core {
                 let live = self
                     .parts
                     .get(p as usize)
-                    .is_some_and(|part| part.channels.values().any(|c| c.sub.conn().is_some()));
+                    .is_some_and(|part| !part.channels.is_empty());
                 if let Some((k, l)) = out.get_mut(&i) {
                     *l |= live && k == key;
                     continue;
@@ -153,7 +158,8 @@ impl Core {
     /// once it serves their slot again, after a silent gap) from a plain
     /// promotion or a failover of its primary. So its connection is
     /// restarted ([`Core::restart_conns_of`]): a gap for each channel,
-    /// spare after a plain failover, never a silent loss.
+    /// spare after a plain failover, never a silent loss (and the shard
+    /// stays on that node, or its primary: see `Core::choose`).
     pub(crate) fn stale_on_replicas(&self, map: &SlotMap, new: &topology::Layout) -> Vec<u32> {
         if self.cfg.replicas.is_none() {
             return Vec::new();
@@ -179,9 +185,8 @@ impl Core {
 
     /// Restarts the connections that carry `parts` (up ones): the server
     /// drops every subscription on them, their channels get a gap and are
-    /// subscribed again after the reconnect, or wherever the next map
-    /// places them (nothing is live there any more, so the shard may move
-    /// to a replica). A repeated
+    /// subscribed again after the reconnect (on that node, or its
+    /// shard's primary). A repeated
     /// `SSUBSCRIBE` on the same connection would race the server's pushes
     /// about the old subscription.
     pub(crate) fn restart_conns_of(&mut self, parts: &[u32], now: Time) {

@@ -33,12 +33,13 @@ impl PubSubBuilder {
     /// restarts that connection, with a gap: two maps cannot tell it from
     /// a replica that moved and whose slots followed it.
     ///
-    /// A shard never moves between two of its own nodes while its
-    /// subscriptions are live (a replica lags its primary, so leaving a
-    /// node that is ahead could deliver a message twice): a shard that
-    /// fell back to its primary returns to a replica once its
-    /// subscriptions break. On Redis, a replica re-pointed away and back
-    /// between two map reads loses messages in between unseen. Costs: a
+    /// A shard with wanted channels never moves to another of its own
+    /// replicas (one that lags the node left, by seconds while it resyncs
+    /// after a failover, would deliver messages twice): when its replica
+    /// cannot serve, its primary does, and keeps it while it has wanted
+    /// channels, so the spread narrows after failures until instances
+    /// restart. On Redis, a replica re-pointed away and back between two
+    /// map reads loses messages in between unseen. Costs: a
     /// replication lag on delivery, and a gap for a shard's channels
     /// whenever its serving node has to change.
     pub fn subscribe_on_replicas(mut self, on: bool) -> Self {
