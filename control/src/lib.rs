@@ -64,6 +64,8 @@ mod driver_tests;
 #[cfg(test)]
 mod fixed_tests;
 #[cfg(test)]
+mod replica_move_tests;
+#[cfg(test)]
 mod replica_tests;
 mod replicas;
 mod rewire;
