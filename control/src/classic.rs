@@ -65,6 +65,10 @@ impl Core {
     /// it still is one, else the first by key.
     pub(crate) fn layout_for(&self, map: &SlotMap) -> Layout {
         if self.cfg.mode != Mode::Classic {
+            // Replica mode: the nodes that serve each shard.
+            if let Some(serving) = self.serving_map(map) {
+                return Layout::for_slots(&serving, &self.slots);
+            }
             // Fixed: `map` is `fixed_map`, whose slot `i` is server `i`'s.
             return Layout::for_slots(map, &self.slots);
         }

@@ -60,6 +60,15 @@ pub struct Config {
     pub stale_rounds: u32,
     /// Most probes in flight.
     pub max_probes: usize,
+    /// Subscribe on replicas (node-grouped and per-partition modes):
+    /// `Some(seed)` places each shard's subscriptions on one of its
+    /// healthy replicas instead of its primary, falling back to the
+    /// primary while it has none. The replica is kept while it stays a
+    /// healthy replica of that shard; otherwise one is chosen by a
+    /// rendezvous hash of `seed` and the replicas' ids, so instances with
+    /// different seeds spread over a shard's replicas. `None` (the
+    /// default): primaries only.
+    pub replicas: Option<u64>,
 }
 
 impl Config {
@@ -88,6 +97,7 @@ impl Config {
             ping_interval: Duration::from_secs(30),
             stale_rounds: 5,
             max_probes: 16,
+            replicas: None,
         }
     }
 
@@ -108,6 +118,9 @@ impl Config {
         }
         if self.workers == 0 {
             return Err(ConfigError::ZeroWorkers);
+        }
+        if self.replicas.is_some() && matches!(self.mode, Mode::Classic | Mode::Fixed) {
+            return Err(ConfigError::ReplicasMode);
         }
         if self.mode == Mode::Fixed && self.seeds.len() > usize::from(shardcore::SLOT_COUNT) {
             return Err(ConfigError::TooManyServers);
@@ -192,6 +205,9 @@ pub enum ConfigError {
     ZeroDelay,
     /// [`Mode::Fixed`] with more servers than there are hash slots.
     TooManyServers,
+    /// [`Config::replicas`] with [`Mode::Classic`] or [`Mode::Fixed`]
+    /// (only sharded subscriptions are placed on replicas).
+    ReplicasMode,
 }
 
 impl fmt::Display for ConfigError {
@@ -203,6 +219,9 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroWorkers => "resubscribe workers must be at least 1",
             ConfigError::ZeroDelay => "refresh delays must not be zero",
             ConfigError::TooManyServers => "more fixed servers than hash slots (16384)",
+            ConfigError::ReplicasMode => {
+                "subscribing on replicas needs sharded (node-grouped or per-partition) mode"
+            }
         })
     }
 }

@@ -276,6 +276,12 @@ impl Core {
     /// failed over; after the degraded delay when it never came up: the
     /// map may name a node that is gone).
     fn conn_failed(&mut self, conn: ConnId, now: Time) {
+        self.conn_down(conn, now, true);
+    }
+
+    /// `conn` is down (see [`Core::conn_failed`]); `avoid`: a serving
+    /// replica is not chosen again for a poll interval (replica mode).
+    pub(crate) fn conn_down(&mut self, conn: ConnId, now: Time, avoid: bool) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -295,6 +301,10 @@ impl Core {
         c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
         c.ping = None;
+        let node = c.node.clone();
+        if avoid {
+            self.avoid_replica(&node);
+        }
         self.break_channels(conn);
         self.request_refresh(now, delay, Trigger::Disconnect);
     }

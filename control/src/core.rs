@@ -78,6 +78,9 @@ pub struct Core {
     pub(crate) counters: Counters,
     /// Bumped whenever `map` is replaced (every fetch, probe or adopted id).
     pub(crate) map_epoch: u64,
+    /// Replica mode: replicas whose connection failed, not chosen to serve
+    /// a shard before the time given.
+    pub(crate) avoid: BTreeMap<NodeKey, Time>,
 }
 
 /// One partition (lane) and its wanted channels.
@@ -224,6 +227,7 @@ impl Core {
             now,
             counters: Counters::default(),
             map_epoch: 0,
+            avoid: BTreeMap::new(),
         };
         if core.cfg.mode == crate::Mode::Fixed {
             // The servers are the map: open them at once, never fetch.

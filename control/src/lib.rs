@@ -31,6 +31,9 @@
 //! primary). It does not cover the publish side (routes, gates, held
 //! publishes, the service channel, publish redirect counts); the engine
 //! keeps those.
+//! With [`Config::replicas`] each shard's connections go to one of its
+//! replicas (the primary while it has none usable): the layout is then
+//! partition → serving node, and everything above follows it.
 //! A node first learnt from a `MOVED` (no id yet) keeps its connections
 //! when a later map names it with an id at the same address.
 //!
@@ -60,6 +63,11 @@ mod core;
 mod driver_tests;
 #[cfg(test)]
 mod fixed_tests;
+#[cfg(test)]
+mod replica_move_tests;
+#[cfg(test)]
+mod replica_tests;
+mod replicas;
 mod rewire;
 pub mod sim;
 mod stats;

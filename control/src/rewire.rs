@@ -189,9 +189,11 @@ impl Core {
         let new = self.layout_for(&map);
         self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
+        let stale = self.stale_on_replicas(&map, &new);
         self.map = map;
         self.map_epoch += 1;
         self.run_plan(&plan, new, now);
+        self.restart_conns_of(&stale, now);
         self.send_probes(now);
     }
 

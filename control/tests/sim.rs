@@ -3,7 +3,8 @@
 //! - `CONTROL_SIM_SEED=<n>` reruns one seed (the sweep then stays out of
 //!   the way); add `CONTROL_SIM_TRACE=1` to print every event and command.
 //! - `CONTROL_SIM_RUNS=<n>` sets how many schedules the sweep runs
-//!   (10,000 by default).
+//!   (10,000 by default; the replica sweep runs a fifth of it).
+//! - `CONTROL_SIM_REPLICA_SEED=<n>` reruns one replica schedule.
 
 use std::time::Instant;
 
@@ -47,6 +48,33 @@ fn ten_thousand_seeded_schedules_keep_every_promise() {
     assert!(total.redirects > n / 10, "{total:?}");
     assert!(total.probes > n / 100, "{total:?}");
     assert!(total.activity > n / 10, "{total:?}");
+}
+
+#[test]
+fn replica_schedules_keep_every_promise() {
+    if let Some(seed) = env("CONTROL_SIM_REPLICA_SEED") {
+        let s = Schedule::random_replicas(seed);
+        eprintln!("{s:?}");
+        run(&s);
+        return;
+    }
+    if env("CONTROL_SIM_SEED").is_some() {
+        return;
+    }
+    let started = Instant::now();
+    let mut total = Outcome::default();
+    let n = env("CONTROL_SIM_RUNS").map_or(2_000, |r| r / 5);
+    for seed in 0..n {
+        let o = run(&Schedule::random_replicas(seed));
+        total.gaps += o.gaps;
+        total.redirects += o.redirects;
+        total.subscribes += o.subscribes;
+    }
+    eprintln!(
+        "{n} replica schedules in {:?}: {total:?}",
+        started.elapsed()
+    );
+    assert!(total.gaps > n, "{total:?}");
 }
 
 #[test]

@@ -154,6 +154,10 @@ pub(crate) struct ClusterSettings {
     pub(crate) publish_hold: Duration,
     pub(crate) hold_messages: usize,
     pub(crate) hold_bytes: usize,
+    /// Subscribe on replicas, and the seed that ranks them (`None`: one
+    /// per instance).
+    pub(crate) replicas: bool,
+    pub(crate) replica_seed: Option<u64>,
 }
 
 impl Default for ClusterSettings {
@@ -170,6 +174,8 @@ impl Default for ClusterSettings {
             publish_hold: Duration::from_secs(5),
             hold_messages: 100_000,
             hold_bytes: 64 << 20,
+            replicas: false,
+            replica_seed: None,
         }
     }
 }
@@ -306,6 +312,14 @@ pub(crate) fn build(
     if c.poll_interval.is_zero() || c.degraded_retry.is_zero() {
         return config("poll_interval and degraded_retry must be above zero");
     }
+    if c.replicas && c.mode == Mode::Classic {
+        return config(
+            "subscribe_on_replicas applies to sharded modes (Sharded, PerPartition) only",
+        );
+    }
+    if c.replica_seed.is_some() && !c.replicas {
+        return config("replica_seed needs subscribe_on_replicas(true)");
+    }
     let parts = Partitions::new(c.partitions)
         .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
     let mut seed_addrs = Vec::with_capacity(seeds.len());
@@ -355,6 +369,9 @@ pub(crate) fn build(
         fixed_servers: 0,
         envelope: common.envelope,
         coalesce: common.subscribe_delay.unwrap_or(Duration::ZERO),
+        replicas: c
+            .replicas
+            .then(|| c.replica_seed.unwrap_or_else(crate::cluster::instance_seed)),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes);
     let parts_for = Parts {
@@ -514,6 +531,7 @@ fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> 
         node.request_timeout
     };
     k.reply_timeout = reply;
+    k.replicas = cfg.replicas;
     k.ping_interval = cfg.probe_interval;
     // The probe interval bounds the probe too (a black-holed connection
     // is restarted within two intervals of silence).

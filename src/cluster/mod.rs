@@ -100,6 +100,7 @@ mod keyed;
 mod metrics;
 mod outcome;
 mod publish;
+mod replica_opts;
 mod service;
 pub(crate) mod shared;
 mod topo;

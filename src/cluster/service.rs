@@ -1,6 +1,7 @@
 //! The service channel: in node-grouped mode every instance, also one
-//! that subscribes to nothing, keeps one `SSUBSCRIBE` per primary, on its
-//! subscribe connection, to a channel in a slot that primary owns. When the
+//! that subscribes to nothing, keeps one `SSUBSCRIBE` per primary (per
+//! serving replica when subscribing on replicas), on its subscribe
+//! connection, to a channel in a slot that node's shard owns. When the
 //! node loses that slot (a failover demotes it, or the slot migrates) the
 //! server pushes `sunsubscribe` for it, which triggers a rebuild at once:
 //! a publish-only instance learns of a failover without waiting for the
@@ -56,23 +57,25 @@ pub(crate) fn is_service(wire: &[u8]) -> bool {
     wire.starts_with(SERVICE_PREFIX)
 }
 
-/// The primary that owns `slot` in `map`.
-fn owner_addr(map: &SlotMap, slot: u16) -> Option<SocketAddr> {
-    map.owner(slot)?.primary.addr.as_ref().and_then(resolve)
+/// Whether `addr` is the node of `shard` that can serve its channels: its
+/// primary, or one of its replicas (subscribing on replicas).
+fn in_shard(shard: &topology::Shard, addr: SocketAddr) -> bool {
+    let at = |n: &topology::Node| n.addr.as_ref().and_then(resolve) == Some(addr);
+    at(&shard.primary) || shard.replicas.iter().any(at)
 }
 
-/// The first slot `addr` owns in `map`.
+/// Whether the shard that owns `slot` in `map` has `addr` as its primary
+/// or a replica (either serves the slot's channels).
+fn serves(map: &SlotMap, slot: u16, addr: SocketAddr) -> bool {
+    map.owner(slot).is_some_and(|sh| in_shard(sh, addr))
+}
+
+/// The first slot `addr` serves in `map` (as primary or replica).
 fn first_slot_of(map: &SlotMap, addr: SocketAddr) -> Option<u16> {
     map.ranges()
         .into_iter()
         .filter_map(|(r, owner)| Some((*r.start(), owner?)))
-        .find(|&(_, i)| {
-            map.shards()
-                .get(i)
-                .and_then(|sh| sh.primary.addr.as_ref())
-                .and_then(resolve)
-                == Some(addr)
-        })
+        .find(|&(_, i)| map.shards().get(i).is_some_and(|sh| in_shard(sh, addr)))
         .map(|(slot, _)| slot)
 }
 
@@ -110,7 +113,7 @@ impl Driver {
             let owned = current
                 .as_ref()
                 .map(|sv| sv.slot)
-                .filter(|&slot| owner_addr(map, slot) == Some(addr));
+                .filter(|&slot| serves(map, slot, addr));
             let slot = match (owned, lost, current) {
                 (Some(_), false, _) => continue,
                 (Some(slot), true, Some(sv)) => {

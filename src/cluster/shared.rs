@@ -40,6 +40,9 @@ pub(crate) struct Config {
     /// How long the control thread waits for more subscribe calls to
     /// share commands with (fixed placements' `subscribe_delay`).
     pub(crate) coalesce: Duration,
+    /// Subscribe on replicas: the seed that ranks each shard's replicas
+    /// for this instance (`None`: primaries only).
+    pub(crate) replicas: Option<u64>,
 }
 
 /// Where a topology step failed that the control core does not see (it

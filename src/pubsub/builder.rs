@@ -593,6 +593,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         fixed_servers: servers.len(),
         envelope: common.envelope,
         coalesce: common.subscribe_delay.unwrap_or(Duration::from_micros(500)),
+        replicas: None,
     };
     let parts = Parts {
         parts: shardcore::Partitions::new(1)

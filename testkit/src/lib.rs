@@ -47,6 +47,7 @@ pub mod alloc;
 mod client;
 mod cluster;
 mod cluster_ops;
+mod cluster_replicas;
 mod cluster_view;
 mod error;
 mod fake;

@@ -84,6 +84,11 @@ impl Checker {
         self.needs_gap.insert(channel.clone());
     }
 
+    /// Whether a loss of `channel` still waits for its gap.
+    pub fn owes_gap(&self, channel: &Channel) -> bool {
+        self.needs_gap.contains(channel)
+    }
+
     /// The application stopped wanting `channel`: nothing is owed for it.
     pub fn unwanted(&mut self, channel: &Channel) {
         self.needs_gap.remove(channel);

@@ -117,6 +117,17 @@ impl Cluster {
         (o != NONE).then_some(usize::from(o))
     }
 
+    /// Whether `node` serves the shard channels of primary `owner`'s
+    /// slots: it is `owner`, or a live replica of it (a replica accepts
+    /// `SSUBSCRIBE` for its primary's slots and gets every `SPUBLISH`).
+    pub fn serves(&self, node: usize, owner: usize) -> bool {
+        node == owner
+            || self
+                .nodes
+                .get(node)
+                .is_some_and(|n| n.alive && n.replica_of == Some(owner))
+    }
+
     /// Live primaries, by index.
     pub fn primaries(&self) -> Vec<usize> {
         (0..self.nodes.len())
@@ -138,7 +149,17 @@ impl Cluster {
         }
         self.changed();
         match old {
-            Some(old) if Some(old) != to => self.drop_slot(old, slot, slot_of),
+            Some(old) if Some(old) != to => {
+                // The old owner and its replicas drop the slot's channels.
+                let mut out = self.drop_slot(old, slot, &slot_of);
+                let replicas: Vec<usize> = (0..self.nodes.len())
+                    .filter(|&r| r != old && self.serves(r, old))
+                    .collect();
+                for r in replicas {
+                    out.extend(self.drop_slot(r, slot, &slot_of));
+                }
+                out
+            }
             _ => Vec::new(),
         }
     }
@@ -206,7 +227,7 @@ impl Cluster {
             .collect()
     }
 
-    fn changed(&mut self) {
+    pub(crate) fn changed(&mut self) {
         self.version += 1;
     }
 

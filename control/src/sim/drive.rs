@@ -117,6 +117,10 @@ pub struct Sim {
     /// commands are checked: a ping due at that very time goes first).
     heard_now: Vec<ConnId>,
     pub(crate) activity: u64,
+    /// Valkey's pushes on a promotion and a re-point ([`Schedule::valkey`]).
+    pub(crate) valkey: bool,
+    /// Replicas a `Replicate` fault moved (each moves once).
+    pub(crate) repointed: BTreeSet<usize>,
     /// Print every event and command (set by `CONTROL_SIM_TRACE`).
     pub trace: bool,
 }
@@ -154,6 +158,9 @@ impl Sim {
         if s.split_channels {
             cfg.split = crate::config::ResubscribeSplit::Channels;
         }
+        if s.replicas {
+            cfg.replicas = Some(s.seed);
+        }
         let batch = cfg.batch;
         let core = Core::new(cfg, Time::ZERO).unwrap_or_else(|e| panic!("sim config: {e}"));
         let names: Vec<Channel> = (0..s.channels.max(1))
@@ -190,6 +197,8 @@ impl Sim {
             heard: BTreeMap::new(),
             heard_now: Vec::new(),
             activity: 0,
+            valkey: s.valkey,
+            repointed: BTreeSet::new(),
             trace: std::env::var_os("CONTROL_SIM_TRACE").is_some(),
             names,
         };

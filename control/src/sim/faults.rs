@@ -67,6 +67,63 @@ impl Sim {
         Some(r)
     }
 
+    /// A live replica (pick `node`) follows another primary (pick `to`):
+    /// its subscriptions of slots it no longer serves end, with a push on
+    /// Valkey; on Redis they stay but deliver nothing (a loss the core
+    /// must find in the map).
+    /// Each replica moves once a run: one that moved back to its old
+    /// primary between two map reads would be invisible on Redis (its old
+    /// subscriptions come back to life), which no client can detect.
+    fn replicate(&mut self, node: u32, to: u32) {
+        let replicas: Vec<usize> = (0..self.cluster.nodes.len())
+            .filter(|&i| self.cluster.nodes[i].alive && self.cluster.nodes[i].replica_of.is_some())
+            .filter(|i| !self.repointed.contains(i))
+            .collect();
+        let Some(&r) = replicas.get(node as usize % replicas.len().max(1)) else {
+            return;
+        };
+        let old = self.cluster.nodes[r].replica_of;
+        let prims: Vec<usize> = self
+            .cluster
+            .primaries()
+            .into_iter()
+            .filter(|&p| Some(p) != old)
+            .collect();
+        let Some(&m) = prims.get(to as usize % prims.len().max(1)) else {
+            return;
+        };
+        self.cluster.nodes[r].replica_of = Some(m);
+        self.repointed.insert(r);
+        self.cluster.changed();
+        let parts = self.parts.clone();
+        let gone: Vec<(ConnId, Channel)> = self
+            .cluster
+            .conns
+            .iter()
+            .filter(|(_, c)| c.node == r)
+            .flat_map(|(id, c)| c.subs.iter().map(move |ch| (*id, ch.clone())))
+            .filter(|(_, ch)| {
+                let slot = shardcore::key_slot(&parts.redis_channel(ch));
+                self.cluster.owner(slot) != Some(m)
+            })
+            .collect();
+        if self.valkey {
+            for (id, ch) in &gone {
+                if let Some(c) = self.cluster.conns.get_mut(id) {
+                    c.subs.remove(ch);
+                }
+            }
+            self.pushes(gone);
+        } else {
+            // Redis: the subscriptions stay on the server and deliver
+            // nothing while it serves other slots (again, if it serves
+            // theirs later): a loss, owed a gap, that only the map shows.
+            for (conn, ch) in gone {
+                self.broke(conn, &ch);
+            }
+        }
+    }
+
     /// Whether `node` may die: the last live seed stays (with every seed
     /// gone, no client could find the cluster).
     fn may_die(&self, node: usize) -> bool {
@@ -133,9 +190,13 @@ impl Sim {
             }
             Fault::Failover { node } => {
                 let Some(x) = pick(&prims, node) else { return };
-                if self.promote(x).is_some() {
-                    // The demoted primary drops every shard channel.
+                if let Some(r) = self.promote(x) {
+                    // The demoted primary drops every shard channel (and
+                    // on Valkey the promoted replica too).
                     self.storm(x);
+                    if self.valkey {
+                        self.storm(r);
+                    }
                 }
             }
             Fault::Storm { node } => {
@@ -150,7 +211,14 @@ impl Sim {
                 let Some(k) = pick(&alive, node).filter(|&k| self.may_die(k)) else {
                     return;
                 };
-                if self.cluster.nodes[k].replica_of.is_none() && self.promote(k).is_none() {
+                let promoted = match self.cluster.nodes[k].replica_of {
+                    None => self.promote(k),
+                    Some(_) => None,
+                };
+                if let Some(r) = promoted.filter(|_| self.valkey) {
+                    self.storm(r);
+                }
+                if self.cluster.nodes[k].replica_of.is_none() && promoted.is_none() {
                     let Some(&other) = prims.iter().find(|&&p| p != k) else {
                         return; // the last primary stays
                     };
@@ -237,6 +305,7 @@ impl Sim {
                     self.chatter(id, 8);
                 }
             }
+            Fault::Replicate { node, to } => self.replicate(node, to),
             Fault::Toggle { channel } => self.toggle(channel, 1),
             Fault::Burst { channel } => self.toggle(channel, 12),
         }

@@ -16,9 +16,11 @@
 //!
 //! 1. after the last fault and [`Schedule::settle`] of virtual time, every
 //!    wanted channel is subscribed exactly once, on a connection to the
-//!    live primary that owns its slot (classic mode: on the one live
-//!    primary every lane rides), nothing unwanted stays subscribed,
-//!    every refused (ACL) channel was reported and none is subscribed;
+//!    live primary that owns its slot (subscribing on replicas: to a live
+//!    node of that primary's shard; classic mode: on the one live primary
+//!    every lane rides), nothing unwanted stays subscribed, no wanted
+//!    channel still owes the gap of a loss, every refused (ACL) channel
+//!    was reported and none is subscribed;
 //! 2. every resubscribe of a channel whose subscription the server dropped
 //!    comes after a gap for it, and no gap names a channel with no
 //!    subscribe sent since its previous gap (a first subscribe is no gap);
@@ -36,7 +38,9 @@
 //!    a run with gaps measured a restore.
 //!
 //! Schedules mix the layouts (node-grouped, per-partition, classic), the
-//! resubscribe splits and 1 to 4 workers.
+//! resubscribe splits and 1 to 4 workers;
+//! [`Schedule::random_replicas`] subscribes on replicas, with Redis's or
+//! Valkey's pushes and replicas re-pointed to other primaries.
 
 pub mod check;
 pub mod cluster;

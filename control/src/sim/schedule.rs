@@ -88,6 +88,19 @@ pub enum Fault {
         /// Channel pick.
         channel: u32,
     },
+    /// Replica `node` follows primary `to` (`CLUSTER REPLICATE`): on Redis
+    /// its subscribers of the old shard's channels silently stop
+    /// receiving, on Valkey they get `sunsubscribe`
+    /// ([`Schedule::valkey`]). Only in [`Schedule::random_replicas`]
+    /// (which has no [`Fault::RemoveNode`]), each replica at most once a
+    /// run: a replica back on its old primary between two map reads would
+    /// be invisible on Redis.
+    Replicate {
+        /// Replica pick.
+        node: u32,
+        /// Primary pick.
+        to: u32,
+    },
     /// Messages arrive on connection `conn` every 5 s for 40 s
     /// ([`handle_activity`](crate::Core::handle_activity)): it must not be
     /// pinged meanwhile.
@@ -124,6 +137,13 @@ pub struct Schedule {
     /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](crate::Mode), over
     /// `multiplier` lanes) instead of a sharded one.
     pub classic: bool,
+    /// Subscribe on replicas ([`Config::replicas`](crate::Config::replicas),
+    /// seeded with the schedule's seed).
+    pub replicas: bool,
+    /// Valkey's pushes: a promoted replica, and one re-pointed to another
+    /// primary, push `sunsubscribe` for its shard channels (Redis keeps
+    /// them on a promotion and drops them silently on a re-point).
+    pub valkey: bool,
     /// Faults with their times.
     pub faults: Vec<(Time, Fault)>,
     /// Virtual time allowed after the last fault for everything to settle.
@@ -150,6 +170,29 @@ impl Schedule {
         s
     }
 
+    /// A random schedule from `seed` that subscribes on replicas: as
+    /// [`Schedule::random`] (sharded modes only), with Redis or Valkey
+    /// pushes and up to 3 replica re-points, from a third stream.
+    pub fn random_replicas(seed: u64) -> Schedule {
+        let mut s = Schedule::random(seed);
+        let mut r = Rng::new(seed ^ 0x5eed_0003_c0de_0003);
+        s.classic = false;
+        s.replicas = true;
+        // A removed primary's replicas follow another primary, possibly
+        // the one a re-pointed replica left: see `Fault::Replicate`.
+        s.faults
+            .retain(|f| !matches!(f.1, Fault::RemoveNode { .. }));
+        s.valkey = r.chance(50);
+        for _ in 0..r.below(4) {
+            let at = Time::from_millis(r.below(3000));
+            let node = r.next_u64() as u32;
+            let to = r.next_u64() as u32;
+            s.faults.push((at, Fault::Replicate { node, to }));
+        }
+        s.faults.sort_by_key(|f| f.0);
+        s
+    }
+
     fn random_v1(seed: u64) -> Schedule {
         let mut r = Rng::new(seed);
         let up_to = r.below(12) + 1;
@@ -171,6 +214,8 @@ impl Schedule {
             workers: 1,
             split_channels: false,
             classic: false,
+            replicas: false,
+            valkey: false,
             faults,
             settle: Duration::from_secs(45),
         }

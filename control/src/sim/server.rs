@@ -56,6 +56,7 @@ impl Sim {
                     false => self.cluster.owner(slot),
                 };
                 let moving = moving.filter(|_| !self.cluster.classic);
+                let on_replicas = self.core.config().replicas.is_some();
                 let reply = match (owner, moving) {
                     (Some(o), Some(from)) if from == node => {
                         SubscribeReply::Routing(ClusterError::Ask {
@@ -67,7 +68,9 @@ impl Sim {
                         SubscribeReply::Routing(ClusterError::TryAgain)
                     }
                     _ => match owner {
-                        Some(o) if o == node => {
+                        // A replica serves its primary's slots (only
+                        // replica runs send it any).
+                        Some(o) if o == node || (on_replicas && self.cluster.serves(node, o)) => {
                             if channels.iter().any(|c| self.acl.contains(c)) {
                                 SubscribeReply::Refused(
                                     "NOPERM no permissions to access a channel".into(),

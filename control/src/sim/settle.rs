@@ -33,6 +33,11 @@ impl Sim {
                 }
                 continue;
             }
+            if self.check.owes_gap(ch) {
+                self.check.fail(&alloc::format!(
+                    "{name} lost with no gap by the end (silently)"
+                ));
+            }
             let [conn] = conns[..] else {
                 self.check
                     .fail(&alloc::format!("{name} wanted, subscribed on {conns:?}"));
@@ -51,7 +56,16 @@ impl Sim {
                 }
                 continue;
             }
-            if node.is_none() || node != self.cluster.owner(slot) {
+            // On replicas: on any live node of the owner's shard (a
+            // promoted or fallback primary keeps serving while its
+            // subscriptions live).
+            let replicas = self.core.config().replicas.is_some();
+            let owner = self.cluster.owner(slot);
+            let serves = match (node, owner) {
+                (Some(n), Some(o)) if replicas => self.cluster.serves(n, o),
+                (n, o) => n.is_some() && n == o,
+            };
+            if !serves {
                 self.check.fail(&alloc::format!(
                     "{name} on {conn} (node {node:?}), owner of slot {slot} is {:?}",
                     self.cluster.owner(slot)
@@ -77,6 +91,11 @@ impl Sim {
             .iter()
             .filter_map(|&s| self.cluster.owner(s))
             .collect();
+        let on_replicas = self.core.config().replicas.is_some();
+        let serving = |n: usize| {
+            owners.contains(&n)
+                || (on_replicas && owners.iter().any(|&o| self.cluster.serves(n, o)))
+        };
         let cfg = self.core.config();
         let most = match cfg.mode {
             Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
@@ -90,12 +109,7 @@ impl Sim {
             self.check
                 .fail(&alloc::format!("{open} connections open, {most} needed"));
         }
-        if let Some((id, c)) = self
-            .cluster
-            .conns
-            .iter()
-            .find(|(_, c)| !owners.contains(&c.node))
-        {
+        if let Some((id, c)) = self.cluster.conns.iter().find(|(_, c)| !serving(c.node)) {
             let n = c.node;
             self.check.fail(&alloc::format!(
                 "{id} open to node {n}, which owns no partition"

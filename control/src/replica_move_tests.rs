@@ -1,0 +1,186 @@
+//! Subscribing on replicas: how the core follows a serving replica that
+//! fails, is promoted or changes shard (the rig and the placement tests
+//! are in `replica_tests`).
+
+use alloc::collections::BTreeSet;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use topology::{Health, Role, Shard, SlotMap};
+
+use crate::replica_tests::{gapped, map2, node, shard_of, Rig, ON};
+use crate::Command;
+
+#[test]
+fn a_replica_moved_to_another_shard_rewires_its_old_shard_with_gaps() {
+    // Redis sends no `sunsubscribe` when `CLUSTER REPLICATE` re-points a
+    // replica: the next map is all the core learns.
+    let mut rig = Rig::new(3);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)])));
+    let names = rig.want(64);
+    let cmds = rig.apply(map2(("pa", &[]), ("pb", &[("ra", ON), ("rb", ON)])));
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    assert!(!a.is_empty());
+    assert_eq!(gapped(&cmds), a, "a gap for shard a's channels only");
+    // Shard a falls back to its primary; shard b stays on rb (its
+    // replica did not change), and ra now serves nothing.
+    assert_eq!(rig.nodes(), ["pa", "rb"].map(String::from).into());
+    for n in &names {
+        let want = if shard_of(n) == 0 { "pa" } else { "rb" };
+        assert_eq!(rig.served_by(n), want);
+    }
+    let gap_at = cmds.iter().position(|c| matches!(c, Command::Gap { .. }));
+    let sub_at = cmds
+        .iter()
+        .rposition(|c| matches!(c, Command::Subscribe { .. }));
+    assert!(gap_at < sub_at, "gaps before the resubscribes: {cmds:?}");
+}
+
+#[test]
+fn a_failed_replica_connection_moves_its_shard_to_the_primary_without_waiting_for_the_map() {
+    let mut rig = Rig::new(5);
+    let m = || map2(("pa", &[("r1", ON), ("r2", ON)]), ("pb", &[]));
+    rig.apply(m());
+    let names = rig.want(32);
+    let a: Vec<Vec<u8>> = names.into_iter().filter(|n| shard_of(n) == 0).collect();
+    let first = rig.served_by(&a[0]);
+    let conn = rig.core.subscribed_on(&a[0]).unwrap();
+    let now = rig.now();
+    rig.core.handle_conn_down(now, conn);
+    rig.conns.remove(&conn);
+    rig.settle();
+    // The map still says the replica is online (the cluster has not
+    // marked it failed yet): the shard moves anyway, to the primary (the
+    // other replica might lag the failed one: messages twice).
+    let cmds = rig.apply(m());
+    let expect: BTreeSet<Vec<u8>> = a.iter().cloned().collect();
+    assert_eq!(gapped(&cmds), expect, "a gap before each resubscribe");
+    for n in &a {
+        assert_eq!(rig.served_by(n), "pa");
+    }
+    assert!(!rig.nodes().contains(&first), "{:?}", rig.nodes());
+    // It stays there when the failed one is listed healthy again.
+    let cmds = rig.apply(m());
+    assert!(
+        !cmds.iter().any(|c| matches!(c, Command::Subscribe { .. })),
+        "{cmds:?}"
+    );
+}
+
+#[test]
+fn a_slot_that_changes_primary_under_its_serving_node_restarts_its_connection() {
+    // `ra` is promoted: two maps cannot tell that from `ra` having
+    // followed another primary that the slots then migrated to (Redis
+    // tells its subscribers nothing, and they come back to life once it
+    // serves those slots again), so its connection restarts: a gap for
+    // each channel, never a silent loss.
+    let mut rig = Rig::new(9);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
+    let names = rig.want(32);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    let conn = rig.core.subscribed_on(a.first().unwrap()).unwrap();
+    let promoted = || map2(("ra", &[("pa", Health::Failed)]), ("pb", &[]));
+    let cmds = rig.apply(promoted());
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Close { conn: c } if *c == conn)),
+        "{cmds:?}"
+    );
+    rig.conns.remove(&conn);
+    // The reconnect resubscribes there (no replica to move to), each
+    // channel after its gap.
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let t = rig.core.poll_timeout().unwrap();
+        rig.t = rig.t.max(t.0);
+        rig.core.handle_timeout(t);
+        seen.extend(rig.settle());
+        if rig.core.is_settled() {
+            break;
+        }
+    }
+    assert_eq!(gapped(&seen), a);
+    for n in &a {
+        assert_eq!(rig.served_by(n), "ra");
+    }
+    // With its subscriptions live again, the old primary back as a
+    // replica does not move it.
+    let cmds = rig.apply(map2(("ra", &[("pa", ON)]), ("pb", &[])));
+    assert!(gapped(&cmds).is_empty(), "{cmds:?}");
+}
+
+#[test]
+fn a_promoted_replica_that_lost_its_subscriptions_serves_as_primary() {
+    // Valkey drops them on promotion (`sunsubscribe`): they are subscribed
+    // again there, each after a gap; the old primary, back as a replica
+    // (and behind, resyncing), does not get the shard.
+    let mut rig = Rig::new(9);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[])));
+    let names = rig.want(32);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    let now = rig.now();
+    for n in &a {
+        let conn = rig.core.subscribed_on(n).unwrap();
+        rig.core.handle_sunsubscribe(now, conn, n);
+    }
+    rig.settle();
+    // The map shows the promotion; the dropped channels are subscribed
+    // again once a few maps agree they live there (stale rounds).
+    let promoted = || map2(("ra", &[("pa", ON)]), ("pb", &[]));
+    let mut seen = rig.apply(promoted());
+    for _ in 0..20 {
+        if rig.core.is_settled() {
+            break;
+        }
+        if rig.fetch.is_some() {
+            seen.extend(rig.apply(promoted()));
+            continue;
+        }
+        let t = rig.core.poll_timeout().unwrap();
+        rig.t = rig.t.max(t.0);
+        rig.core.handle_timeout(t);
+        seen.extend(rig.settle());
+    }
+    assert_eq!(gapped(&seen), a);
+    for n in &a {
+        assert_eq!(rig.served_by(n), "ra");
+    }
+}
+
+#[test]
+fn a_replica_whose_old_slots_followed_it_hands_them_over_with_gaps() {
+    // Redis: `ra` re-pointed to `pb` (no word to its subscribers), then
+    // shard a's slots migrate to `pb`: the next map shows `ra` a replica
+    // of the shard that owns them again, and its old subscriptions revive
+    // after a silent gap.
+    let mut rig = Rig::new(4);
+    rig.apply(map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)])));
+    let names = rig.want(64);
+    let a: BTreeSet<Vec<u8>> = names.iter().filter(|n| shard_of(n) == 0).cloned().collect();
+    let on_ra = rig.core.subscribed_on(a.first().unwrap()).unwrap();
+    let mut m = SlotMap::new();
+    let shard = Shard {
+        primary: node("pb", Role::Primary, ON),
+        replicas: vec![node("ra", Role::Replica, ON), node("rb", Role::Replica, ON)],
+    };
+    let i = m.push_shard(shard);
+    m.assign(0..=16383, i);
+    // The merged shard stays on `rb`, which served the slots that kept
+    // their primary; shard a's channels move there, each after a gap.
+    let cmds = rig.apply(m);
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Close { conn } if *conn == on_ra)),
+        "{cmds:?}"
+    );
+    assert_eq!(
+        gapped(&cmds),
+        a,
+        "a gap for each channel that was on ra, no other"
+    );
+    assert!(rig.core.is_settled());
+    for n in &names {
+        assert_eq!(rig.served_by(n), "rb");
+    }
+}
