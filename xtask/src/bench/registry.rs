@@ -1,0 +1,539 @@
+//! Every generated table of BENCHMARKS.md: its name, what builds it, what
+//! measures it, how long that takes here, and how the output becomes
+//! Markdown. Each estimate is the measured (or, where marked, the
+//! expected) wall time of the measuring steps on the shared 2-core machine,
+//! not counting builds; `cargo xtask bench --list` prints them.
+
+/// The program a command runs.
+#[derive(Clone, Debug)]
+pub enum Program {
+    /// `cargo`, as the one running xtask.
+    Cargo,
+    /// A file under the target directory (`release/examples/…`).
+    Target(&'static str),
+    /// A file under the workspace root (`benches/peers/callgrind.sh`).
+    Script(&'static str),
+    /// `valgrind --tool=callgrind --callgrind-out-file=<target>/xtask-bench/<out>
+    /// <target>/<binary> …`.
+    Callgrind {
+        out: String,
+        binary: &'static str,
+        extra: &'static [&'static str],
+    },
+}
+
+/// One command line with its extra environment.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    pub program: Program,
+    pub args: Vec<String>,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Cmd {
+    fn new(program: Program, args: &[&str]) -> Self {
+        Self {
+            program,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+        }
+    }
+
+    fn env(mut self, key: &'static str, value: &str) -> Self {
+        self.env.push((key, value.into()));
+        self
+    }
+}
+
+fn cargo(args: &[&str]) -> Cmd {
+    Cmd::new(Program::Cargo, args)
+}
+
+/// A measuring command; its label (if any) goes above its tables.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub label: Option<String>,
+    pub cmd: Cmd,
+}
+
+fn step(label: &str, cmd: Cmd) -> Step {
+    Step {
+        label: (!label.is_empty()).then(|| label.to_string()),
+        cmd,
+    }
+}
+
+/// How a table is made from the steps.
+#[derive(Clone, Debug)]
+pub enum Render {
+    /// The Markdown tables the steps print (runs of lines starting with
+    /// `|`). Consecutive unlabelled tables with the same header are merged.
+    Tables,
+    /// Criterion's median for each `(benchmark id, what it measures)`,
+    /// read from `<target>/criterion/<id>/new/estimates.json`.
+    Criterion(&'static [(&'static str, &'static str)]),
+    /// Instructions per delivered message from callgrind totals at two
+    /// round counts (`examples/subscribe_cost.rs`).
+    SubscribeCost,
+}
+
+/// One table.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub name: &'static str,
+    /// The BENCHMARKS.md section the table belongs to.
+    pub section: &'static str,
+    /// Expected seconds of the measuring steps (builds excluded).
+    pub estimate_s: u32,
+    /// Whether `estimate_s` was measured here (`true`) or is expected from
+    /// the sample sizes and earlier hand runs.
+    pub measured: bool,
+    /// Whether the steps start Redis and Valkey (installed first).
+    pub servers: bool,
+    pub build: Vec<Cmd>,
+    pub steps: Vec<Step>,
+    pub render: Render,
+}
+
+const SERVERS: [(&str, &str); 2] = [("redis", "Redis"), ("valkey", "Valkey")];
+
+/// Rounds of `subscribe_cost` for its two callgrind runs.
+pub const COST_ROUNDS: [u32; 2] = [20, 120];
+
+const SHARDCORE: &[(&str, &str)] = &[
+    (
+        "key_slot/16B",
+        "CRC16 (slice-by-16) of a 16-byte key, no tag",
+    ),
+    ("key_slot/64B", "64-byte key, no tag"),
+    (
+        "key_slot/64B_tagged",
+        "64-byte key whose `{…}` tag is 12 bytes",
+    ),
+    (
+        "channel/channel_hash/25B",
+        "FNV-1a 64 + fmix64 of a 25-byte channel",
+    ),
+    ("channel/partition_of/P1024", "channel → partition"),
+    (
+        "channel/worker_of/16",
+        "channel → dispatch worker (hash + jump hash)",
+    ),
+    (
+        "channel/redis_channel_into/P1024",
+        "channel → partition → `{TAG}.channel` into a caller's buffer, no allocation",
+    ),
+    (
+        "channel/redis_channel_into/P1000",
+        "same, runtime-computed (non-power-of-two) table",
+    ),
+    (
+        "channel/partitions_new/P1000",
+        "building a non-power-of-two table at run time",
+    ),
+    (
+        "plan/1M_channels/P1024/6_nodes/16_workers",
+        "planning SSUBSCRIBEs for 1M channels already grouped by partition",
+    ),
+    (
+        "plan/group_then_plan/1M_channels",
+        "hashing 1M channels into partitions, grouping, then planning",
+    ),
+];
+
+/// Expected seconds of every build the entries need, from a clean target
+/// directory (the root crate's release examples and benches, and the
+/// peers crate); nothing when they are up to date.
+pub const BUILDS_ESTIMATE_S: u32 = 480;
+
+/// Every table, in BENCHMARKS.md order.
+pub fn all() -> Vec<Entry> {
+    let peers = ["--manifest-path", "benches/peers/Cargo.toml"];
+    let mut out = vec![Entry {
+        name: "shardcore",
+        section: "shardcore",
+        estimate_s: 75,
+        measured: true,
+        servers: false,
+        build: vec![cargo(&[
+            "bench",
+            "-p",
+            "shardsub-shardcore",
+            "--bench",
+            "shardcore",
+            "--no-run",
+        ])],
+        steps: vec![step(
+            "",
+            cargo(&[
+                "bench",
+                "-p",
+                "shardsub-shardcore",
+                "--bench",
+                "shardcore",
+                "--",
+                "--warm-up-time",
+                "1",
+                "--measurement-time",
+                "3",
+            ]),
+        )],
+        render: Render::Criterion(SHARDCORE),
+    }];
+    out.push(Entry {
+        name: "sequential",
+        section: "engine: flush delay vs sequential callers",
+        estimate_s: 60,
+        measured: false,
+        servers: true,
+        build: vec![cargo(&[
+            "bench",
+            "-p",
+            "shardsub",
+            "--bench",
+            "sequential",
+            "--no-run",
+        ])],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                step(
+                    label,
+                    cargo(&[
+                        "bench",
+                        "-p",
+                        "shardsub",
+                        "--bench",
+                        "sequential",
+                        "--",
+                        "table",
+                    ])
+                    .env("SHARDSUB_SERVERS", kind),
+                )
+            })
+            .collect(),
+        render: Render::Tables,
+    });
+    let mut load = Vec::new();
+    for (kind, _) in SERVERS {
+        for (threads, delay) in [("1", "0"), ("1", "100"), ("8", "100")] {
+            let mut args = vec!["--threads", threads, "--flush-delay-us", delay];
+            if kind == "valkey" {
+                args.push("--valkey");
+            }
+            load.push(step(
+                "",
+                Cmd::new(Program::Target("release/examples/publish_load"), &args)
+                    .env("SHARDSUB_BENCH_MARKDOWN", "1"),
+            ));
+        }
+    }
+    out.push(Entry {
+        name: "publish_load",
+        section: "engine: fire-and-forget publishing",
+        estimate_s: 40,
+        measured: false,
+        servers: true,
+        build: vec![cargo(&["build", "--release", "--example", "publish_load"])],
+        steps: load,
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "publish_peers",
+        section: "Publish vs peers",
+        estimate_s: 150,
+        measured: false,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "publish_cmp",
+        ])],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                step(
+                    label,
+                    cargo(&[
+                        "run",
+                        "--release",
+                        peers[0],
+                        peers[1],
+                        "--bin",
+                        "publish_cmp",
+                        "--",
+                        "--kinds",
+                        kind,
+                    ]),
+                )
+            })
+            .collect(),
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "parser",
+        section: "Parser",
+        estimate_s: 200,
+        measured: false,
+        servers: false,
+        build: vec![cargo(&[
+            "bench", peers[0], peers[1], "--bench", "parsers", "--no-run",
+        ])],
+        steps: vec![
+            step(
+                "",
+                cargo(&["bench", peers[0], peers[1], "--bench", "parsers"]),
+            ),
+            step(
+                "",
+                cargo(&[
+                    "run",
+                    "--release",
+                    peers[0],
+                    peers[1],
+                    "--bin",
+                    "table",
+                    "--",
+                    "{peers_target}/criterion",
+                ]),
+            ),
+        ],
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "parser_instructions",
+        section: "Parser (instructions per frame)",
+        estimate_s: 200,
+        measured: false,
+        servers: false,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "once",
+        ])],
+        steps: [
+            "push_10k_smessage_256B",
+            "array_100x1KiB",
+            "cluster_slots_redis7",
+            "cluster_slots_valkey9",
+        ]
+        .iter()
+        .flat_map(|stream| {
+            ["whole", "chunked_1460"].map(|mode| {
+                step(
+                    &format!("`{stream}`, {mode}:"),
+                    Cmd::new(
+                        Program::Script("benches/peers/callgrind.sh"),
+                        &[stream, mode],
+                    ),
+                )
+            })
+        })
+        .collect(),
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "subscribe_cost",
+        section: "Pub/Sub: subscriber instructions per delivered message",
+        estimate_s: 60,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            "--example",
+            "subscribe_cost",
+        ])],
+        steps: SERVERS
+            .iter()
+            .flat_map(|(kind, _)| {
+                COST_ROUNDS.map(|rounds| {
+                    let rounds = rounds.to_string();
+                    let mut args = vec!["--rounds", rounds.as_str()];
+                    if *kind == "valkey" {
+                        args.push("--valkey");
+                    }
+                    let program = Program::Callgrind {
+                        out: format!("subscribe_cost.{kind}.{rounds}.out"),
+                        binary: "release/examples/subscribe_cost",
+                        extra: &[],
+                    };
+                    step(kind, Cmd::new(program, &args))
+                })
+            })
+            .collect(),
+        render: Render::SubscribeCost,
+    });
+    out.extend(pubsub_and_cluster());
+    out
+}
+
+fn pubsub_and_cluster() -> Vec<Entry> {
+    let bench = |name: &str| cargo(&["bench", "-p", "shardsub", "--bench", name, "--no-run"]);
+    let cluster_build = cargo(&["build", "--release", "--example", "cluster_bench"]);
+    let cluster = |label: &str, args: &[&str]| {
+        step(
+            label,
+            Cmd::new(Program::Target("release/examples/cluster_bench"), args),
+        )
+    };
+    vec![
+        Entry {
+            name: "pubsub_throughput",
+            section: "Pub/Sub: throughput",
+            estimate_s: 90,
+            measured: false,
+            servers: true,
+            build: vec![bench("pubsub_throughput")],
+            steps: vec![step(
+                "",
+                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_throughput"])
+                    .env("PUBSUB_BENCH_SECS", "3"),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "pubsub_peers",
+            section: "Pub/Sub: subscriber vs the redis crate",
+            estimate_s: 60,
+            measured: false,
+            servers: true,
+            build: vec![cargo(&[
+                "build",
+                "--release",
+                "--manifest-path",
+                "benches/peers/Cargo.toml",
+                "--bin",
+                "pubsub_cmp",
+            ])],
+            steps: vec![step(
+                "",
+                cargo(&[
+                    "run",
+                    "--release",
+                    "--manifest-path",
+                    "benches/peers/Cargo.toml",
+                    "--bin",
+                    "pubsub_cmp",
+                ]),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "pubsub_1m_channels",
+            section: "Pub/Sub: 1M channels on one server",
+            estimate_s: 60,
+            measured: false,
+            servers: true,
+            build: vec![bench("pubsub_subscribe")],
+            steps: vec![step(
+                "",
+                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_subscribe"]),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_cpu",
+            section: "Cluster: server CPU, sharded vs classic",
+            estimate_s: 120,
+            measured: false,
+            servers: true,
+            build: vec![cluster_build.clone()],
+            steps: vec![
+                cluster("Redis:", &["cpu", "redis", "400000"]),
+                cluster("Valkey:", &["cpu", "valkey", "400000"]),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_resubscribe",
+            section: "Cluster: SSUBSCRIBE per master after a storm",
+            estimate_s: 30,
+            measured: false,
+            servers: true,
+            build: vec![cluster_build.clone()],
+            steps: vec![
+                cluster("", &["resubscribe", "redis", "4", "5000"]),
+                cluster("", &["resubscribe", "valkey", "4", "5000"]),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_publish_cost",
+            section: "Cluster: client cost of a redirect-safe publish",
+            estimate_s: 60,
+            measured: false,
+            servers: true,
+            build: vec![cluster_build],
+            steps: vec![
+                cluster("", &["publish-cost", "redis", "1000000"]),
+                cluster("", &["publish-cost", "valkey", "1000000"]),
+            ],
+            render: Render::Tables,
+        },
+    ]
+}
+
+/// The entries named in `--only a,b` (every entry when `None`).
+///
+/// # Errors
+///
+/// A name that is no entry's.
+pub fn select(only: Option<&str>) -> Result<Vec<Entry>, String> {
+    let all = all();
+    let Some(list) = only else { return Ok(all) };
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match all.iter().find(|e| e.name == name) {
+            Some(e) if !out.iter().any(|o: &Entry| o.name == name) => out.push(e.clone()),
+            Some(_) => {}
+            None => {
+                let names: Vec<&str> = all.iter().map(|e| e.name).collect();
+                return Err(format!(
+                    "no table named {name:?}; tables: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("--only needs at least one table name".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_selectable() {
+        let all = all();
+        for (i, e) in all.iter().enumerate() {
+            assert!(
+                all[i + 1..].iter().all(|o| o.name != e.name),
+                "{} twice",
+                e.name
+            );
+            assert!(!e.steps.is_empty(), "{} has no steps", e.name);
+        }
+        let two = select(Some("subscribe_cost, shardcore,shardcore")).unwrap();
+        let names: Vec<&str> = two.iter().map(|e| e.name).collect();
+        assert_eq!(names, ["subscribe_cost", "shardcore"]);
+        assert!(select(Some("nope")).unwrap_err().contains("nope"));
+        assert!(select(Some(",")).is_err());
+        assert_eq!(select(None).unwrap().len(), all.len());
+    }
+
+    #[test]
+    fn the_whole_run_fits_in_the_budget() {
+        let total: u32 = all().iter().map(|e| e.estimate_s).sum::<u32>() + BUILDS_ESTIMATE_S;
+        assert!(total <= 30 * 60, "estimates add up to {total} s");
+    }
+}
