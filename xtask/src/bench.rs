@@ -24,7 +24,7 @@ use crate::install;
 use crate::run::root;
 use registry::{Entry, Render};
 
-pub const USAGE: &str = "\
+pub const USAGE: &str = "  \
   bench [--only NAME[,NAME]] [--list] [--dry-run] [--lock FILE] [--note TEXT]
             rerun the tables of BENCHMARKS.md (all, or the named ones) and
             rewrite them between their markers; --list: names and time
@@ -106,7 +106,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         return Ok(());
     }
-    let env = prepare(&entries)?;
+    let prepared = prepare(&entries)?;
+    let commit = machine::commit();
     let total = Instant::now();
     let mut failed = Vec::new();
     let mut times = Vec::new();
@@ -115,7 +116,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "\nxtask: === bench {} (estimate {} s)",
             e.name, e.estimate_s
         );
-        match table(&ctx, &env, e, o.note.as_deref()) {
+        match table(&ctx, &prepared, e, &commit, o.note.as_deref()) {
             Ok((text, secs)) => {
                 let tables = [(e.name.to_string(), text)];
                 doc = markers::replace(&doc, &known, &tables).map_err(|err| err.to_string())?;
@@ -168,11 +169,17 @@ fn list(entries: &[Entry]) {
 }
 
 /// Servers and valgrind, installed when missing; the environment that
-/// points the steps at the servers.
-fn prepare(entries: &[Entry]) -> Result<Vec<(&'static str, String)>, String> {
+/// points the steps at the servers, and their versions.
+fn prepare(entries: &[Entry]) -> Result<Prepared, String> {
     let mut env = Vec::new();
+    let mut servers = String::new();
     if entries.iter().any(|e| e.servers) {
-        env = install::servers()?.env();
+        let tools = install::servers()?;
+        env = tools.env();
+        servers = machine::server_versions(&[
+            ("Redis", &tools.redis_server),
+            ("Valkey", &tools.valkey_server),
+        ]);
     }
     let callgrind = entries.iter().any(|e| {
         e.steps.iter().any(|s| {
@@ -185,17 +192,26 @@ fn prepare(entries: &[Entry]) -> Result<Vec<(&'static str, String)>, String> {
     if callgrind {
         install::apt_tool("valgrind", "valgrind")?;
     }
-    Ok(env)
+    Ok(Prepared { env, servers })
+}
+
+/// What [`prepare`] found.
+struct Prepared {
+    env: Vec<(&'static str, String)>,
+    /// `Redis 7.0.15, Valkey 9.1.2`, or empty when no table starts servers.
+    servers: String,
 }
 
 /// Builds, measures and renders one table: its Markdown (heading line
 /// included) and the seconds its steps took.
 fn table(
     ctx: &exec::Context,
-    env: &[(&'static str, String)],
+    prepared: &Prepared,
     e: &Entry,
+    commit: &str,
     note: Option<&str>,
 ) -> Result<(String, f64), String> {
+    let env = &prepared.env;
     for cmd in &e.build {
         ctx.build(cmd, env)?;
     }
@@ -226,8 +242,9 @@ fn table(
     }
     let heading = machine::Heading {
         date,
-        commit: machine::commit(),
+        commit: commit.into(),
         machine: machine::machine(),
+        servers: e.servers.then(|| prepared.servers.clone()),
         load_start,
         load_end,
         note,

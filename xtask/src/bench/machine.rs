@@ -19,7 +19,8 @@ pub fn utc_now() -> String {
 }
 
 /// `git rev-parse --short HEAD`, with `+dirty` when tracked files differ
-/// from it (untracked files do not count).
+/// from it (untracked files and BENCHMARKS.md itself, which this command
+/// rewrites, do not count).
 pub fn commit() -> String {
     let git = |args: &[&str]| {
         let mut command = Command::new("git");
@@ -29,8 +30,15 @@ pub fn commit() -> String {
     let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown commit".into();
     };
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|s| !s.trim().is_empty());
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude)BENCHMARKS.md",
+    ])
+    .is_some_and(|s| !s.trim().is_empty());
     format!("{}{}", head.trim(), if dirty { "+dirty" } else { "" })
 }
 
@@ -69,11 +77,30 @@ fn mem_total_kib(meminfo: &str) -> Option<u64> {
         .ok()
 }
 
+/// `Redis 7.0.15, Valkey 9.1.2` from each binary's `--version`.
+pub fn server_versions(binaries: &[(&str, &std::path::Path)]) -> String {
+    let versions: Vec<String> = binaries
+        .iter()
+        .map(|(name, path)| {
+            let out = run::output(Command::new(path).arg("--version")).unwrap_or_default();
+            format!("{name} {}", version_of(&out).unwrap_or("?"))
+        })
+        .collect();
+    versions.join(", ")
+}
+
+/// The `7.0.15` of `Redis server v=7.0.15 sha=…`.
+fn version_of(text: &str) -> Option<&str> {
+    text.split_whitespace().find_map(|w| w.strip_prefix("v="))
+}
+
 /// What the heading line says about one table's run.
 pub struct Heading {
     pub date: String,
     pub commit: String,
     pub machine: String,
+    /// The servers' versions, for tables that start servers.
+    pub servers: Option<String>,
     pub load_start: Option<f64>,
     pub load_end: Option<f64>,
     /// Free text appended to the load average (`--note`).
@@ -90,12 +117,17 @@ impl Heading {
             .note
             .as_deref()
             .map_or(String::new(), |n| format!(" ({n})"));
+        let servers = self
+            .servers
+            .as_deref()
+            .map_or(String::new(), |s| format!(" · {s}"));
         format!(
-            "_Generated {} · commit `{}` · {} · load average {} → {}{} · {:.0} s · \
+            "_Generated {} · commit `{}` · {}{} · load average {} → {}{} · {:.0} s · \
              reproduce: `cargo xtask bench --only {}`_",
             self.date,
             self.commit,
             self.machine,
+            servers,
             load(self.load_start),
             load(self.load_end),
             note,
@@ -121,6 +153,8 @@ mod tests {
             Some(8_152_132)
         );
         assert_eq!(cpu_model("flags: x\n"), None);
+        assert_eq!(version_of("Redis server v=7.0.15 sha=0:0"), Some("7.0.15"));
+        assert_eq!(version_of("nothing"), None);
     }
 
     #[test]
@@ -129,6 +163,7 @@ mod tests {
             date: "2026-12-01 18:00 UTC".into(),
             commit: "abc1234+dirty".into(),
             machine: "2 CPUs (X), 7.8 GiB RAM".into(),
+            servers: Some("Redis 7.0.15, Valkey 9.1.2".into()),
             load_start: Some(1.5),
             load_end: None,
             note: Some("other builds running".into()),
@@ -139,7 +174,7 @@ mod tests {
         assert_eq!(
             line,
             "_Generated 2026-12-01 18:00 UTC · commit `abc1234+dirty` · 2 CPUs (X), 7.8 GiB RAM · \
-             load average 1.50 → ? (other builds running) · 61 s · \
+             Redis 7.0.15, Valkey 9.1.2 · load average 1.50 → ? (other builds running) · 61 s · \
              reproduce: `cargo xtask bench --only shardcore`_"
         );
     }

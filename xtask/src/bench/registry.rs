@@ -133,7 +133,7 @@ const SHARDCORE: &[(&str, &str)] = &[
     ),
     (
         "plan/1M_channels/P1024/6_nodes/16_workers",
-        "planning SSUBSCRIBEs for 1M channels already grouped by partition",
+        "planning SSUBSCRIBEs for 1M channels already grouped by partition (borrows slices: cost is per partition, not per channel)",
     ),
     (
         "plan/group_then_plan/1M_channels",
@@ -152,7 +152,7 @@ pub fn all() -> Vec<Entry> {
     let mut out = vec![Entry {
         name: "shardcore",
         section: "shardcore",
-        estimate_s: 75,
+        estimate_s: 60,
         measured: true,
         servers: false,
         build: vec![cargo(&[
@@ -341,7 +341,7 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "subscribe_cost",
         section: "Pub/Sub: subscriber instructions per delivered message",
-        estimate_s: 60,
+        estimate_s: 15,
         measured: true,
         servers: true,
         build: vec![cargo(&[
@@ -454,13 +454,13 @@ fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "cluster_resubscribe",
             section: "Cluster: SSUBSCRIBE per master after a storm",
-            estimate_s: 30,
-            measured: false,
+            estimate_s: 10,
+            measured: true,
             servers: true,
             build: vec![cluster_build.clone()],
             steps: vec![
-                cluster("", &["resubscribe", "redis", "4", "5000"]),
-                cluster("", &["resubscribe", "valkey", "4", "5000"]),
+                cluster("Redis:", &["resubscribe", "redis", "4", "5000"]),
+                cluster("Valkey:", &["resubscribe", "valkey", "4", "5000"]),
             ],
             render: Render::Tables,
         },
@@ -472,8 +472,8 @@ fn pubsub_and_cluster() -> Vec<Entry> {
             servers: true,
             build: vec![cluster_build],
             steps: vec![
-                cluster("", &["publish-cost", "redis", "1000000"]),
-                cluster("", &["publish-cost", "valkey", "1000000"]),
+                cluster("Redis:", &["publish-cost", "redis", "1000000"]),
+                cluster("Valkey:", &["publish-cost", "valkey", "1000000"]),
             ],
             render: Render::Tables,
         },
