@@ -152,7 +152,7 @@ pub fn all() -> Vec<Entry> {
     let mut out = vec![Entry {
         name: "shardcore",
         section: "shardcore",
-        estimate_s: 60,
+        estimate_s: 65,
         measured: true,
         servers: false,
         build: vec![cargo(&[
@@ -231,8 +231,8 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "publish_load",
         section: "engine: fire-and-forget publishing",
-        estimate_s: 40,
-        measured: false,
+        estimate_s: 25,
+        measured: true,
         servers: true,
         build: vec![cargo(&["build", "--release", "--example", "publish_load"])],
         steps: load,
@@ -341,7 +341,7 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "subscribe_cost",
         section: "Pub/Sub: subscriber instructions per delivered message",
-        estimate_s: 15,
+        estimate_s: 20,
         measured: true,
         servers: true,
         build: vec![cargo(&[
@@ -467,8 +467,8 @@ fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "cluster_publish_cost",
             section: "Cluster: client cost of a redirect-safe publish",
-            estimate_s: 60,
-            measured: false,
+            estimate_s: 30,
+            measured: true,
             servers: true,
             build: vec![cluster_build],
             steps: vec![
@@ -529,6 +529,67 @@ mod tests {
         assert!(select(Some("nope")).unwrap_err().contains("nope"));
         assert!(select(Some(",")).is_err());
         assert_eq!(select(None).unwrap().len(), all.len());
+    }
+
+    /// The value after `flag` in a command's arguments.
+    fn value<'a>(cmd: &'a Cmd, flag: &str) -> Option<&'a str> {
+        let at = cmd.args.iter().position(|a| a == flag)?;
+        cmd.args.get(at + 1).map(String::as_str)
+    }
+
+    #[test]
+    fn every_command_names_a_target_that_exists() {
+        let root = crate::run::root();
+        let exists = |paths: &[String]| paths.iter().any(|p| root.join(p).is_file());
+        for e in all() {
+            let cmds = e.build.iter().chain(e.steps.iter().map(|s| &s.cmd));
+            for cmd in cmds {
+                if let Some(name) = value(cmd, "--example") {
+                    assert!(
+                        exists(&[format!("examples/{name}.rs")]),
+                        "{}: {name}",
+                        e.name
+                    );
+                }
+                if let Some(name) = value(cmd, "--bench") {
+                    let places = ["benches", "shardcore/benches", "benches/peers/benches"];
+                    let paths: Vec<String> =
+                        places.iter().map(|d| format!("{d}/{name}.rs")).collect();
+                    assert!(exists(&paths), "{}: bench {name}", e.name);
+                }
+                if let Some(name) = value(cmd, "--bin") {
+                    let dir = "benches/peers/src/bin";
+                    let paths = [format!("{dir}/{name}.rs"), format!("{dir}/{name}/main.rs")];
+                    assert!(exists(&paths), "{}: bin {name}", e.name);
+                }
+                if let Program::Target(path) | Program::Callgrind { binary: path, .. } =
+                    &cmd.program
+                {
+                    let name = path.rsplit('/').next().unwrap_or(path);
+                    assert!(
+                        e.build.iter().any(|b| value(b, "--example") == Some(name)),
+                        "{}: {path} is not built by the entry",
+                        e.name
+                    );
+                }
+                if let Program::Script(path) = &cmd.program {
+                    assert!(root.join(path).is_file(), "{}: {path}", e.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn benchmarks_md_marks_every_table_once() {
+        let path = crate::run::root().join("BENCHMARKS.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let names: Vec<&str> = all().iter().map(|e| e.name).collect();
+        let regions = super::super::markers::regions(&doc, &names).unwrap();
+        let marked: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            marked, names,
+            "BENCHMARKS.md order and registry order differ"
+        );
     }
 
     #[test]
