@@ -32,7 +32,7 @@ pub const USAGE: &str = "  \
             each measuring step under `flock -x FILE`; --note: added to the
             heading's load-average field";
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Options {
     only: Option<String>,
     list: bool,
@@ -252,4 +252,65 @@ fn table(
         name: e.name.into(),
     };
     Ok((format!("\n{}\n\n{body}\n", heading.line()), seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry::{Cmd, Program, Step};
+    use super::*;
+
+    fn entry(script: &str) -> Entry {
+        Entry {
+            name: "t",
+            section: "test",
+            estimate_s: 1,
+            measured: false,
+            servers: false,
+            build: Vec::new(),
+            steps: vec![Step {
+                label: Some("Label:".into()),
+                cmd: Cmd {
+                    program: Program::Script("/bin/sh"),
+                    args: vec!["-c".into(), script.into()],
+                    env: Vec::new(),
+                },
+            }],
+            render: Render::Tables,
+        }
+    }
+
+    fn prepared() -> Prepared {
+        Prepared {
+            env: Vec::new(),
+            servers: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_table_gets_its_heading_and_a_failing_step_is_named() {
+        let ctx = exec::Context::new(None);
+        let (text, _) = table(&ctx, &prepared(), &entry("echo '| a |'"), "c0ffee", None).unwrap();
+        assert!(text.starts_with("\n_Generated "), "{text}");
+        assert!(text.contains("commit `c0ffee`"), "{text}");
+        assert!(
+            text.contains("`cargo xtask bench --only t`_\n\nLabel:\n\n| a |\n"),
+            "{text}"
+        );
+        let err = table(&ctx, &prepared(), &entry("exit 3"), "c0ffee", None).unwrap_err();
+        assert!(err.starts_with("step 1: "), "{err}");
+        let err = table(&ctx, &prepared(), &entry("echo no table"), "c0ffee", None).unwrap_err();
+        assert!(err.contains("no Markdown table"), "{err}");
+    }
+
+    #[test]
+    fn arguments() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = parse(&args(&["--only", "a,b", "--dry-run", "--lock", "/tmp/l"])).unwrap();
+        assert_eq!(o.only.as_deref(), Some("a,b"));
+        assert!(o.dry_run && !o.list);
+        assert!(parse(&args(&["--only"]))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse(&args(&["--bogus"])).unwrap_err().contains("--bogus"));
+    }
 }

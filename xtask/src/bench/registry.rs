@@ -95,6 +95,8 @@ pub struct Entry {
     pub render: Render,
 }
 
+mod pubsub;
+
 const SERVERS: [(&str, &str); 2] = [("redis", "Redis"), ("valkey", "Valkey")];
 
 /// Rounds of `subscribe_cost` for its two callgrind runs.
@@ -370,114 +372,8 @@ pub fn all() -> Vec<Entry> {
             .collect(),
         render: Render::SubscribeCost,
     });
-    out.extend(pubsub_and_cluster());
+    out.extend(pubsub::pubsub_and_cluster());
     out
-}
-
-fn pubsub_and_cluster() -> Vec<Entry> {
-    let bench = |name: &str| cargo(&["bench", "-p", "shardsub", "--bench", name, "--no-run"]);
-    let cluster_build = cargo(&["build", "--release", "--example", "cluster_bench"]);
-    let cluster = |label: &str, args: &[&str]| {
-        step(
-            label,
-            Cmd::new(Program::Target("release/examples/cluster_bench"), args),
-        )
-    };
-    vec![
-        Entry {
-            name: "pubsub_throughput",
-            section: "Pub/Sub: throughput",
-            estimate_s: 90,
-            measured: false,
-            servers: true,
-            build: vec![bench("pubsub_throughput")],
-            steps: vec![step(
-                "",
-                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_throughput"])
-                    .env("PUBSUB_BENCH_SECS", "3"),
-            )],
-            render: Render::Tables,
-        },
-        Entry {
-            name: "pubsub_peers",
-            section: "Pub/Sub: subscriber vs the redis crate",
-            estimate_s: 60,
-            measured: false,
-            servers: true,
-            build: vec![cargo(&[
-                "build",
-                "--release",
-                "--manifest-path",
-                "benches/peers/Cargo.toml",
-                "--bin",
-                "pubsub_cmp",
-            ])],
-            steps: vec![step(
-                "",
-                cargo(&[
-                    "run",
-                    "--release",
-                    "--manifest-path",
-                    "benches/peers/Cargo.toml",
-                    "--bin",
-                    "pubsub_cmp",
-                ]),
-            )],
-            render: Render::Tables,
-        },
-        Entry {
-            name: "pubsub_1m_channels",
-            section: "Pub/Sub: 1M channels on one server",
-            estimate_s: 60,
-            measured: false,
-            servers: true,
-            build: vec![bench("pubsub_subscribe")],
-            steps: vec![step(
-                "",
-                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_subscribe"]),
-            )],
-            render: Render::Tables,
-        },
-        Entry {
-            name: "cluster_cpu",
-            section: "Cluster: server CPU, sharded vs classic",
-            estimate_s: 120,
-            measured: false,
-            servers: true,
-            build: vec![cluster_build.clone()],
-            steps: vec![
-                cluster("Redis:", &["cpu", "redis", "400000"]),
-                cluster("Valkey:", &["cpu", "valkey", "400000"]),
-            ],
-            render: Render::Tables,
-        },
-        Entry {
-            name: "cluster_resubscribe",
-            section: "Cluster: SSUBSCRIBE per master after a storm",
-            estimate_s: 10,
-            measured: true,
-            servers: true,
-            build: vec![cluster_build.clone()],
-            steps: vec![
-                cluster("Redis:", &["resubscribe", "redis", "4", "5000"]),
-                cluster("Valkey:", &["resubscribe", "valkey", "4", "5000"]),
-            ],
-            render: Render::Tables,
-        },
-        Entry {
-            name: "cluster_publish_cost",
-            section: "Cluster: client cost of a redirect-safe publish",
-            estimate_s: 30,
-            measured: true,
-            servers: true,
-            build: vec![cluster_build],
-            steps: vec![
-                cluster("Redis:", &["publish-cost", "redis", "1000000"]),
-                cluster("Valkey:", &["publish-cost", "valkey", "1000000"]),
-            ],
-            render: Render::Tables,
-        },
-    ]
 }
 
 /// The entries named in `--only a,b` (every entry when `None`).
@@ -509,92 +405,4 @@ pub fn select(only: Option<&str>) -> Result<Vec<Entry>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_unique_and_selectable() {
-        let all = all();
-        for (i, e) in all.iter().enumerate() {
-            assert!(
-                all[i + 1..].iter().all(|o| o.name != e.name),
-                "{} twice",
-                e.name
-            );
-            assert!(!e.steps.is_empty(), "{} has no steps", e.name);
-        }
-        let two = select(Some("subscribe_cost, shardcore,shardcore")).unwrap();
-        let names: Vec<&str> = two.iter().map(|e| e.name).collect();
-        assert_eq!(names, ["subscribe_cost", "shardcore"]);
-        assert!(select(Some("nope")).unwrap_err().contains("nope"));
-        assert!(select(Some(",")).is_err());
-        assert_eq!(select(None).unwrap().len(), all.len());
-    }
-
-    /// The value after `flag` in a command's arguments.
-    fn value<'a>(cmd: &'a Cmd, flag: &str) -> Option<&'a str> {
-        let at = cmd.args.iter().position(|a| a == flag)?;
-        cmd.args.get(at + 1).map(String::as_str)
-    }
-
-    #[test]
-    fn every_command_names_a_target_that_exists() {
-        let root = crate::run::root();
-        let exists = |paths: &[String]| paths.iter().any(|p| root.join(p).is_file());
-        for e in all() {
-            let cmds = e.build.iter().chain(e.steps.iter().map(|s| &s.cmd));
-            for cmd in cmds {
-                if let Some(name) = value(cmd, "--example") {
-                    assert!(
-                        exists(&[format!("examples/{name}.rs")]),
-                        "{}: {name}",
-                        e.name
-                    );
-                }
-                if let Some(name) = value(cmd, "--bench") {
-                    let places = ["benches", "shardcore/benches", "benches/peers/benches"];
-                    let paths: Vec<String> =
-                        places.iter().map(|d| format!("{d}/{name}.rs")).collect();
-                    assert!(exists(&paths), "{}: bench {name}", e.name);
-                }
-                if let Some(name) = value(cmd, "--bin") {
-                    let dir = "benches/peers/src/bin";
-                    let paths = [format!("{dir}/{name}.rs"), format!("{dir}/{name}/main.rs")];
-                    assert!(exists(&paths), "{}: bin {name}", e.name);
-                }
-                if let Program::Target(path) | Program::Callgrind { binary: path, .. } =
-                    &cmd.program
-                {
-                    let name = path.rsplit('/').next().unwrap_or(path);
-                    assert!(
-                        e.build.iter().any(|b| value(b, "--example") == Some(name)),
-                        "{}: {path} is not built by the entry",
-                        e.name
-                    );
-                }
-                if let Program::Script(path) = &cmd.program {
-                    assert!(root.join(path).is_file(), "{}: {path}", e.name);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn benchmarks_md_marks_every_table_once() {
-        let path = crate::run::root().join("BENCHMARKS.md");
-        let doc = std::fs::read_to_string(&path).unwrap();
-        let names: Vec<&str> = all().iter().map(|e| e.name).collect();
-        let regions = super::super::markers::regions(&doc, &names).unwrap();
-        let marked: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(
-            marked, names,
-            "BENCHMARKS.md order and registry order differ"
-        );
-    }
-
-    #[test]
-    fn the_whole_run_fits_in_the_budget() {
-        let total: u32 = all().iter().map(|e| e.estimate_s).sum::<u32>() + BUILDS_ESTIMATE_S;
-        assert!(total <= 30 * 60, "estimates add up to {total} s");
-    }
-}
+mod tests;
