@@ -185,8 +185,8 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "sequential",
         section: "engine: flush delay vs sequential callers",
-        estimate_s: 60,
-        measured: false,
+        estimate_s: 10,
+        measured: true,
         servers: true,
         build: vec![cargo(&[
             "bench",
@@ -200,7 +200,7 @@ pub fn all() -> Vec<Entry> {
             .iter()
             .map(|(kind, label)| {
                 step(
-                    label,
+                    &format!("{label}:"),
                     cargo(&[
                         "bench",
                         "-p",
@@ -258,7 +258,7 @@ pub fn all() -> Vec<Entry> {
             .iter()
             .map(|(kind, label)| {
                 step(
-                    label,
+                    &format!("{label}:"),
                     cargo(&[
                         "run",
                         "--release",
