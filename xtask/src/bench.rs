@@ -215,8 +215,12 @@ fn table(
     for cmd in &e.build {
         ctx.build(cmd, env)?;
     }
+    // The scratch folder holds only this command's callgrind files: empty
+    // it, so a table never reads a file from an earlier run.
+    let _ = std::fs::remove_dir_all(ctx.scratch());
     std::fs::create_dir_all(ctx.scratch())
         .map_err(|err| format!("create {}: {err}", ctx.scratch().display()))?;
+    let started = std::time::SystemTime::now();
     let limit = std::time::Duration::from_secs(u64::from(e.estimate_s) * 4 + 300);
     let date = machine::utc_now();
     let load_start = machine::load_average();
@@ -232,7 +236,9 @@ fn table(
     let load_end = machine::load_average();
     let body = match &e.render {
         Render::Tables => render::tables(&outputs)?,
-        Render::Criterion(rows) => render::criterion(rows, &ctx.target().join("criterion"))?,
+        Render::Criterion(rows) => {
+            render::criterion(rows, &ctx.target().join("criterion"), started)?
+        }
         Render::SubscribeCost => render::subscribe_cost(&ctx.scratch())?,
     };
     let mut note = note.map(str::to_string);

@@ -2,6 +2,7 @@
 //! between a table's markers.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use super::registry::COST_ROUNDS;
 
@@ -116,17 +117,30 @@ pub fn duration(ns: f64) -> String {
     format!("{value:.decimals$} {unit}")
 }
 
-/// The shardcore table from criterion's results under `criterion`.
+/// The shardcore table from criterion's results under `criterion`,
+/// written since `since`.
 ///
 /// # Errors
 ///
-/// A benchmark whose estimates are missing or unreadable.
-pub fn criterion(rows: &[(&str, &str)], criterion: &Path) -> Result<String, String> {
+/// A benchmark whose estimates are missing, unreadable, or older than
+/// `since` (left by an earlier run: this one did not measure it).
+pub fn criterion(
+    rows: &[(&str, &str)],
+    criterion: &Path,
+    since: SystemTime,
+) -> Result<String, String> {
     let mut out = String::from("| bench | median time | what it measures |\n|---|---:|---|\n");
     for (id, what) in rows {
         let path = criterion.join(criterion_dir(id)).join("new/estimates.json");
         let json = std::fs::read_to_string(&path)
             .map_err(|e| format!("criterion result {}: {e}", path.display()))?;
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified());
+        if modified.map_or(true, |m| m < since) {
+            return Err(format!(
+                "criterion result {} is not from this run (was `{id}` measured?)",
+                path.display()
+            ));
+        }
         let ns = median_ns(&json).ok_or_else(|| format!("no median in {}", path.display()))?;
         out.push_str(&format!("| `{id}` | {} | {what} |\n", duration(ns)));
     }
@@ -225,6 +239,30 @@ mod tests {
         assert_eq!(duration(36.71), "36.7 ns");
         assert_eq!(duration(8_600.0), "8.60 µs");
         assert_eq!(duration(103_000_000.0), "103 ms");
+    }
+
+    #[test]
+    fn criterion_results_must_be_from_this_run() {
+        let dir = std::env::temp_dir().join(format!("xtask-criterion-{}", std::process::id()));
+        let file = dir.join("g/f_x/new");
+        std::fs::create_dir_all(&file).unwrap();
+        std::fs::write(
+            file.join("estimates.json"),
+            r#"{"median":{"point_estimate":1500.0}}"#,
+        )
+        .unwrap();
+        let rows = [("g/f/x", "what")];
+        let before = SystemTime::now() - std::time::Duration::from_secs(60);
+        assert_eq!(
+            criterion(&rows, &dir, before).unwrap(),
+            "| bench | median time | what it measures |\n|---|---:|---|\n| `g/f/x` | 1.50 µs | what |\n"
+        );
+        let after = SystemTime::now() + std::time::Duration::from_secs(60);
+        let err = criterion(&rows, &dir, after).unwrap_err();
+        assert!(err.contains("not from this run"), "{err}");
+        let err = criterion(&[("g/missing", "m")], &dir, before).unwrap_err();
+        assert!(err.contains("g/missing"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
