@@ -230,7 +230,9 @@ fn table(
         let stdout = ctx
             .measure(&s.cmd, env, limit)
             .map_err(|err| format!("step {}: {err}", index + 1))?;
-        outputs.push((s.label.clone(), stdout));
+        if s.prints_table {
+            outputs.push((s.label.clone(), stdout));
+        }
     }
     let seconds = start.elapsed().as_secs_f64();
     let load_end = machine::load_average();
@@ -280,6 +282,7 @@ mod tests {
                     args: vec!["-c".into(), script.into()],
                     env: Vec::new(),
                 },
+                prints_table: true,
             }],
             render: Render::Tables,
         }

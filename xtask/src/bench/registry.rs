@@ -54,12 +54,25 @@ fn cargo(args: &[&str]) -> Cmd {
 pub struct Step {
     pub label: Option<String>,
     pub cmd: Cmd,
+    /// Whether [`Render::Tables`] reads a table from its stdout.
+    pub prints_table: bool,
 }
 
 fn step(label: &str, cmd: Cmd) -> Step {
     Step {
         label: (!label.is_empty()).then(|| label.to_string()),
         cmd,
+        prints_table: true,
+    }
+}
+
+/// A measuring step whose output is not a table (criterion runs whose
+/// results a later step reads).
+fn measure_only(cmd: Cmd) -> Step {
+    Step {
+        label: None,
+        cmd,
+        prints_table: false,
     }
 }
 
@@ -285,10 +298,7 @@ pub fn all() -> Vec<Entry> {
             "bench", peers[0], peers[1], "--bench", "parsers", "--no-run",
         ])],
         steps: vec![
-            step(
-                "",
-                cargo(&["bench", peers[0], peers[1], "--bench", "parsers"]),
-            ),
+            measure_only(cargo(&["bench", peers[0], peers[1], "--bench", "parsers"])),
             step(
                 "",
                 cargo(&[
