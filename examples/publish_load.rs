@@ -13,6 +13,10 @@
 //! Without `--addr` it starts its own server (Redis, or Valkey with
 //! `--valkey`) through testkit. Client CPU comes from `/proc/self/stat`
 //! (user + system time of the whole process, server excluded).
+//!
+//! With `SHARDSUB_BENCH_MARKDOWN=1` the result is also printed as a
+//! Markdown table of one row (`cargo xtask bench --only publish_load`
+//! collects the rows of its runs into the BENCHMARKS.md table).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,6 +78,12 @@ fn main() {
             .map(|s| s.addr().to_string())
             .unwrap_or_default()
     });
+    // The server column of the Markdown row.
+    let label = match (&server, kind) {
+        (None, _) => addr.clone(),
+        (Some(_), testkit::ServerKind::Redis) => "Redis".to_string(),
+        (Some(_), _) => "Valkey".to_string(),
+    };
     let engine = Arc::new(
         Engine::builder()
             .address(addr)
@@ -130,5 +140,23 @@ fn main() {
         (s.requests - s0.requests) as f64 / writes.max(1) as f64,
         s.error_replies - s0.error_replies,
     );
+    if std::env::var("SHARDSUB_BENCH_MARKDOWN").is_ok_and(|v| v == "1") {
+        let delay = if delay_us == 0 {
+            "off".to_string()
+        } else {
+            format!("{delay_us} µs")
+        };
+        println!(
+            "| server | publishers | flush delay | messages | msg/s | client CPU s / 1M msgs | publishes / write |"
+        );
+        println!("|---|---|---|---:|---:|---:|---:|");
+        println!(
+            "| {label} | {threads}{} | {delay} | {total} | {:.0} | {:.2} | {:.0} |",
+            if wait { " sequential" } else { "" },
+            total as f64 / elapsed,
+            cpu / (total as f64 / 1e6),
+            (s.requests - s0.requests) as f64 / writes.max(1) as f64,
+        );
+    }
     engine.shutdown();
 }

@@ -89,6 +89,16 @@ pub fn cargo_tool(sub: &str, package: &str) -> Result<(), String> {
     run::status(cargo().args(["install", package, "--locked"]))
 }
 
+/// The apt `package` unless `binary --version` runs; says which.
+pub fn apt_tool(binary: &str, package: &str) -> Result<(), String> {
+    if succeeds(Command::new(binary).arg("--version")) {
+        println!("xtask: {binary} found, nothing to install");
+        return Ok(());
+    }
+    println!("xtask: installing {binary} (apt package {package}): not found");
+    apt_install(&[package])
+}
+
 /// `apt-get install -y`, with `apt-get update` once and a retry on failure.
 fn apt_install(packages: &[&str]) -> Result<(), String> {
     let apt = |args: &[&str]| {

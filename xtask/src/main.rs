@@ -1,6 +1,7 @@
-//! `cargo xtask demo | test | chaos | install | fuzz`: the project's two-command
+//! `cargo xtask demo | test | chaos | bench | install | fuzz`: the project's
 //! entry points. Each installs what is missing first and says so.
 
+mod bench;
 mod chaos;
 mod demo;
 mod install;
@@ -22,6 +23,7 @@ commands:
             the chaos suite (tests/chaos.rs) in release mode: N minutes of
             seeded faults per server (default 1), then the per-fault tables
             (also written as Markdown to FILE, default target/chaos-report.md)
+{BENCH}
   install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
   fuzz [SECS]  run every fuzz target for SECS seconds (default 20)
 
@@ -30,22 +32,27 @@ environment:
   XTASK_FUZZ_SECS=20              fuzz smoke time per target in `test`
   XTASK_SKIP=fuzz,benches         test steps to skip (fmt, clippy, tests, doc, benches, fuzz)";
 
+fn usage() -> String {
+    USAGE.replace("{BENCH}", bench::USAGE)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(&args[1..]),
         Some("test") => test::run(),
         Some("chaos") => chaos::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("install") => install::all().map(|_| ()),
         Some("fuzz") => {
             let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
             test::fuzz_only(secs)
         }
         Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
+            println!("{}", usage());
             Ok(())
         }
-        other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+        other => Err(format!("unknown command {other:?}\n\n{}", usage())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,424 @@
+//! Every generated table of BENCHMARKS.md: its name, what builds it, what
+//! measures it, how long that takes here, and how the output becomes
+//! Markdown. Each estimate is the measured (or, where marked, the
+//! expected) wall time of the measuring steps on the shared 2-core machine,
+//! not counting builds; `cargo xtask bench --list` prints them.
+
+/// The program a command runs.
+#[derive(Clone, Debug)]
+pub enum Program {
+    /// `cargo`, as the one running xtask.
+    Cargo,
+    /// A file under the target directory (`release/examples/…`).
+    Target(&'static str),
+    /// A file under the workspace root (`benches/peers/callgrind.sh`).
+    Script(&'static str),
+    /// `valgrind --tool=callgrind --callgrind-out-file=<target>/xtask-bench/<out>
+    /// <target>/<binary> …`.
+    Callgrind {
+        out: String,
+        binary: &'static str,
+        extra: &'static [&'static str],
+    },
+}
+
+/// One command line with its extra environment.
+#[derive(Clone, Debug)]
+pub struct Cmd {
+    pub program: Program,
+    pub args: Vec<String>,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Cmd {
+    fn new(program: Program, args: &[&str]) -> Self {
+        Self {
+            program,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+        }
+    }
+
+    fn env(mut self, key: &'static str, value: &str) -> Self {
+        self.env.push((key, value.into()));
+        self
+    }
+}
+
+fn cargo(args: &[&str]) -> Cmd {
+    Cmd::new(Program::Cargo, args)
+}
+
+/// A measuring command; its label (if any) goes above its tables.
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub label: Option<String>,
+    pub cmd: Cmd,
+    /// Whether [`Render::Tables`] reads a table from its stdout.
+    pub prints_table: bool,
+}
+
+fn step(label: &str, cmd: Cmd) -> Step {
+    Step {
+        label: (!label.is_empty()).then(|| label.to_string()),
+        cmd,
+        prints_table: true,
+    }
+}
+
+/// A measuring step whose output is not a table (criterion runs whose
+/// results a later step reads).
+fn measure_only(cmd: Cmd) -> Step {
+    Step {
+        label: None,
+        cmd,
+        prints_table: false,
+    }
+}
+
+/// How a table is made from the steps.
+#[derive(Clone, Debug)]
+pub enum Render {
+    /// The Markdown tables the steps print (runs of lines starting with
+    /// `|`). Consecutive unlabelled tables with the same header are merged.
+    Tables,
+    /// Criterion's median for each `(benchmark id, what it measures)`,
+    /// read from `<target>/criterion/<id>/new/estimates.json`.
+    Criterion(&'static [(&'static str, &'static str)]),
+    /// Instructions per delivered message from callgrind totals at two
+    /// round counts (`examples/subscribe_cost.rs`).
+    SubscribeCost,
+}
+
+/// One table.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub name: &'static str,
+    /// The BENCHMARKS.md section the table belongs to.
+    pub section: &'static str,
+    /// Expected seconds of the measuring steps (builds excluded).
+    pub estimate_s: u32,
+    /// Whether `estimate_s` was measured here (`true`) or is expected from
+    /// the sample sizes and earlier hand runs.
+    pub measured: bool,
+    /// Whether the steps start Redis and Valkey (installed first).
+    pub servers: bool,
+    pub build: Vec<Cmd>,
+    pub steps: Vec<Step>,
+    pub render: Render,
+}
+
+mod pubsub;
+
+const SERVERS: [(&str, &str); 2] = [("redis", "Redis"), ("valkey", "Valkey")];
+
+/// Rounds of `subscribe_cost` for its two callgrind runs.
+pub const COST_ROUNDS: [u32; 2] = [20, 120];
+
+const SHARDCORE: &[(&str, &str)] = &[
+    (
+        "key_slot/16B",
+        "CRC16 (slice-by-16) of a 16-byte key, no tag",
+    ),
+    ("key_slot/64B", "64-byte key, no tag"),
+    (
+        "key_slot/64B_tagged",
+        "64-byte key whose `{…}` tag is 12 bytes",
+    ),
+    (
+        "channel/channel_hash/25B",
+        "FNV-1a 64 + fmix64 of a 25-byte channel",
+    ),
+    ("channel/partition_of/P1024", "channel → partition"),
+    (
+        "channel/worker_of/16",
+        "channel → dispatch worker (hash + jump hash)",
+    ),
+    (
+        "channel/redis_channel_into/P1024",
+        "channel → partition → `{TAG}.channel` into a caller's buffer, no allocation",
+    ),
+    (
+        "channel/redis_channel_into/P1000",
+        "same, runtime-computed (non-power-of-two) table",
+    ),
+    (
+        "channel/partitions_new/P1000",
+        "building a non-power-of-two table at run time",
+    ),
+    (
+        "plan/1M_channels/P1024/6_nodes/16_workers",
+        "planning SSUBSCRIBEs for 1M channels already grouped by partition (borrows slices: cost is per partition, not per channel)",
+    ),
+    (
+        "plan/group_then_plan/1M_channels",
+        "hashing 1M channels into partitions, grouping, then planning",
+    ),
+];
+
+/// Expected seconds of every build the entries need, from a clean target
+/// directory; nothing when they are up to date. Measured at load average
+/// 5-7: the peers crate 5 min 13 s (release) + 4 min 28 s (its bench
+/// profile, criterion on top), the root crate's release examples 2 min
+/// 50 s and its benches 33 s.
+pub const BUILDS_ESTIMATE_S: u32 = 840;
+
+/// Every table, in BENCHMARKS.md order.
+pub fn all() -> Vec<Entry> {
+    let peers = ["--manifest-path", "benches/peers/Cargo.toml"];
+    let mut out = vec![Entry {
+        name: "shardcore",
+        section: "shardcore",
+        estimate_s: 65,
+        measured: true,
+        servers: false,
+        build: vec![cargo(&[
+            "bench",
+            "-p",
+            "shardsub-shardcore",
+            "--bench",
+            "shardcore",
+            "--no-run",
+        ])],
+        steps: vec![step(
+            "",
+            cargo(&[
+                "bench",
+                "-p",
+                "shardsub-shardcore",
+                "--bench",
+                "shardcore",
+                "--",
+                "--warm-up-time",
+                "1",
+                "--measurement-time",
+                "3",
+            ]),
+        )],
+        render: Render::Criterion(SHARDCORE),
+    }];
+    out.push(Entry {
+        name: "sequential",
+        section: "engine: flush delay vs sequential callers",
+        estimate_s: 10,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[
+            "bench",
+            "-p",
+            "shardsub",
+            "--bench",
+            "sequential",
+            "--no-run",
+        ])],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                step(
+                    &format!("{label}:"),
+                    cargo(&[
+                        "bench",
+                        "-p",
+                        "shardsub",
+                        "--bench",
+                        "sequential",
+                        "--",
+                        "table",
+                    ])
+                    .env("SHARDSUB_SERVERS", kind),
+                )
+            })
+            .collect(),
+        render: Render::Tables,
+    });
+    let mut load = Vec::new();
+    for (kind, _) in SERVERS {
+        for (threads, delay) in [("1", "0"), ("1", "100"), ("8", "100")] {
+            let mut args = vec!["--threads", threads, "--flush-delay-us", delay];
+            if kind == "valkey" {
+                args.push("--valkey");
+            }
+            load.push(step(
+                "",
+                Cmd::new(Program::Target("release/examples/publish_load"), &args)
+                    .env("SHARDSUB_BENCH_MARKDOWN", "1"),
+            ));
+        }
+    }
+    out.push(Entry {
+        name: "publish_load",
+        section: "engine: fire-and-forget publishing",
+        estimate_s: 25,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&["build", "--release", "--example", "publish_load"])],
+        steps: load,
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "publish_peers",
+        section: "Publish vs peers",
+        estimate_s: 150,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "publish_cmp",
+        ])],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                step(
+                    &format!("{label}:"),
+                    cargo(&[
+                        "run",
+                        "--release",
+                        peers[0],
+                        peers[1],
+                        "--bin",
+                        "publish_cmp",
+                        "--",
+                        "--kinds",
+                        kind,
+                        // Half the hand run's 1,000,000 per run, to keep
+                        // the whole regeneration under 30 minutes.
+                        "--messages",
+                        "500000",
+                    ]),
+                )
+            })
+            .collect(),
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "parser",
+        section: "Parser",
+        estimate_s: 190,
+        measured: true,
+        servers: false,
+        build: vec![cargo(&[
+            "bench", peers[0], peers[1], "--bench", "parsers", "--no-run",
+        ])],
+        steps: vec![
+            measure_only(cargo(&["bench", peers[0], peers[1], "--bench", "parsers"])),
+            step(
+                "",
+                cargo(&[
+                    "run",
+                    "--release",
+                    peers[0],
+                    peers[1],
+                    "--bin",
+                    "table",
+                    "--",
+                    "{peers_target}/criterion",
+                ]),
+            ),
+        ],
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "parser_instructions",
+        section: "Parser (instructions per frame)",
+        estimate_s: 110,
+        measured: true,
+        servers: false,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "once",
+        ])],
+        steps: [
+            "push_10k_smessage_256B",
+            "array_100x1KiB",
+            "cluster_slots_redis7",
+            "cluster_slots_valkey9",
+        ]
+        .iter()
+        .flat_map(|stream| {
+            ["whole", "chunked_1460"].map(|mode| {
+                step(
+                    &format!("`{stream}`, {mode}:"),
+                    Cmd::new(
+                        Program::Script("benches/peers/callgrind.sh"),
+                        &[stream, mode],
+                    ),
+                )
+            })
+        })
+        .collect(),
+        render: Render::Tables,
+    });
+    out.push(Entry {
+        name: "subscribe_cost",
+        section: "Pub/Sub: subscriber instructions per delivered message",
+        estimate_s: 20,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            "--example",
+            "subscribe_cost",
+        ])],
+        steps: SERVERS
+            .iter()
+            .flat_map(|(kind, _)| {
+                COST_ROUNDS.map(|rounds| {
+                    let rounds = rounds.to_string();
+                    let mut args = vec!["--rounds", rounds.as_str()];
+                    if *kind == "valkey" {
+                        args.push("--valkey");
+                    }
+                    let program = Program::Callgrind {
+                        out: format!("subscribe_cost.{kind}.{rounds}.out"),
+                        binary: "release/examples/subscribe_cost",
+                        extra: &[],
+                    };
+                    step(kind, Cmd::new(program, &args))
+                })
+            })
+            .collect(),
+        render: Render::SubscribeCost,
+    });
+    out.extend(pubsub::pubsub_and_cluster());
+    out
+}
+
+/// The entries named in `--only a,b` (every entry when `None`).
+///
+/// # Errors
+///
+/// A name that is no entry's.
+pub fn select(only: Option<&str>) -> Result<Vec<Entry>, String> {
+    let all = all();
+    let Some(list) = only else { return Ok(all) };
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match all.iter().find(|e| e.name == name) {
+            Some(e) if !out.iter().any(|o: &Entry| o.name == name) => out.push(e.clone()),
+            Some(_) => {}
+            None => {
+                let names: Vec<&str> = all.iter().map(|e| e.name).collect();
+                return Err(format!(
+                    "no table named {name:?}; tables: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("--only needs at least one table name".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

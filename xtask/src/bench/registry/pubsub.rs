@@ -1,0 +1,111 @@
+//! The Pub/Sub and cluster tables of the registry.
+
+use super::{cargo, step, Cmd, Entry, Program, Render};
+
+/// Pub/Sub throughput, the subscriber peer comparison, 1M channels, and the
+/// three `examples/cluster_bench.rs` tables.
+pub fn pubsub_and_cluster() -> Vec<Entry> {
+    let bench = |name: &str| cargo(&["bench", "-p", "shardsub", "--bench", name, "--no-run"]);
+    let cluster_build = cargo(&["build", "--release", "--example", "cluster_bench"]);
+    let cluster = |label: &str, args: &[&str]| {
+        step(
+            label,
+            Cmd::new(Program::Target("release/examples/cluster_bench"), args),
+        )
+    };
+    vec![
+        Entry {
+            name: "pubsub_throughput",
+            section: "Pub/Sub: throughput",
+            estimate_s: 40,
+            measured: true,
+            servers: true,
+            build: vec![bench("pubsub_throughput")],
+            steps: vec![step(
+                "",
+                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_throughput"])
+                    .env("PUBSUB_BENCH_SECS", "3"),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "pubsub_peers",
+            section: "Pub/Sub: subscriber vs the redis crate",
+            estimate_s: 35,
+            measured: true,
+            servers: true,
+            build: vec![cargo(&[
+                "build",
+                "--release",
+                "--manifest-path",
+                "benches/peers/Cargo.toml",
+                "--bin",
+                "pubsub_cmp",
+            ])],
+            steps: vec![step(
+                "",
+                cargo(&[
+                    "run",
+                    "--release",
+                    "--manifest-path",
+                    "benches/peers/Cargo.toml",
+                    "--bin",
+                    "pubsub_cmp",
+                ]),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "pubsub_1m_channels",
+            section: "Pub/Sub: 1M channels on one server",
+            estimate_s: 45,
+            measured: true,
+            servers: true,
+            build: vec![bench("pubsub_subscribe")],
+            steps: vec![step(
+                "",
+                cargo(&["bench", "-p", "shardsub", "--bench", "pubsub_subscribe"]),
+            )],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_cpu",
+            section: "Cluster: server CPU, sharded vs classic",
+            estimate_s: 60,
+            measured: true,
+            servers: true,
+            build: vec![cluster_build.clone()],
+            steps: vec![
+                cluster("Redis:", &["cpu", "redis", "400000"]),
+                cluster("Valkey:", &["cpu", "valkey", "400000"]),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_resubscribe",
+            section: "Cluster: SSUBSCRIBE per master after a storm",
+            estimate_s: 10,
+            measured: true,
+            servers: true,
+            build: vec![cluster_build.clone()],
+            steps: vec![
+                cluster("Redis:", &["resubscribe", "redis", "4", "5000"]),
+                cluster("Valkey:", &["resubscribe", "valkey", "4", "5000"]),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_publish_cost",
+            section: "Cluster: client cost of a redirect-safe publish",
+            estimate_s: 30,
+            measured: true,
+            servers: true,
+            build: vec![cluster_build],
+            steps: vec![
+                cluster("Redis:", &["publish-cost", "redis", "1000000"]),
+                cluster("Valkey:", &["publish-cost", "valkey", "1000000"]),
+            ],
+            render: Render::Tables,
+        },
+    ]
+}

@@ -1,0 +1,86 @@
+//! The registry against the repository: names, targets, markers, budget.
+
+use super::*;
+
+#[test]
+fn names_are_unique_and_selectable() {
+    let all = all();
+    for (i, e) in all.iter().enumerate() {
+        assert!(
+            all[i + 1..].iter().all(|o| o.name != e.name),
+            "{} twice",
+            e.name
+        );
+        assert!(!e.steps.is_empty(), "{} has no steps", e.name);
+    }
+    let two = select(Some("subscribe_cost, shardcore,shardcore")).unwrap();
+    let names: Vec<&str> = two.iter().map(|e| e.name).collect();
+    assert_eq!(names, ["subscribe_cost", "shardcore"]);
+    assert!(select(Some("nope")).unwrap_err().contains("nope"));
+    assert!(select(Some(",")).is_err());
+    assert_eq!(select(None).unwrap().len(), all.len());
+}
+
+/// The value after `flag` in a command's arguments.
+fn value<'a>(cmd: &'a Cmd, flag: &str) -> Option<&'a str> {
+    let at = cmd.args.iter().position(|a| a == flag)?;
+    cmd.args.get(at + 1).map(String::as_str)
+}
+
+#[test]
+fn every_command_names_a_target_that_exists() {
+    let root = crate::run::root();
+    let exists = |paths: &[String]| paths.iter().any(|p| root.join(p).is_file());
+    for e in all() {
+        let cmds = e.build.iter().chain(e.steps.iter().map(|s| &s.cmd));
+        for cmd in cmds {
+            if let Some(name) = value(cmd, "--example") {
+                assert!(
+                    exists(&[format!("examples/{name}.rs")]),
+                    "{}: {name}",
+                    e.name
+                );
+            }
+            if let Some(name) = value(cmd, "--bench") {
+                let places = ["benches", "shardcore/benches", "benches/peers/benches"];
+                let paths: Vec<String> = places.iter().map(|d| format!("{d}/{name}.rs")).collect();
+                assert!(exists(&paths), "{}: bench {name}", e.name);
+            }
+            if let Some(name) = value(cmd, "--bin") {
+                let dir = "benches/peers/src/bin";
+                let paths = [format!("{dir}/{name}.rs"), format!("{dir}/{name}/main.rs")];
+                assert!(exists(&paths), "{}: bin {name}", e.name);
+            }
+            if let Program::Target(path) | Program::Callgrind { binary: path, .. } = &cmd.program {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                assert!(
+                    e.build.iter().any(|b| value(b, "--example") == Some(name)),
+                    "{}: {path} is not built by the entry",
+                    e.name
+                );
+            }
+            if let Program::Script(path) = &cmd.program {
+                assert!(root.join(path).is_file(), "{}: {path}", e.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn benchmarks_md_marks_every_table_once() {
+    let path = crate::run::root().join("BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let names: Vec<&str> = all().iter().map(|e| e.name).collect();
+    let regions = super::super::markers::regions(&doc, &names).unwrap();
+    let marked: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        marked, names,
+        "BENCHMARKS.md order and registry order differ"
+    );
+}
+
+#[test]
+fn the_whole_run_fits_in_the_budget() {
+    let total: u32 = all().iter().map(|e| e.estimate_s).sum::<u32>() + BUILDS_ESTIMATE_S;
+    assert!(total <= 30 * 60, "estimates add up to {total} s");
+}
