@@ -472,7 +472,7 @@ pub(crate) fn start(
         fetch_engines: Default::default(),
         subs: Default::default(),
         services: Default::default(),
-        gaps: Vec::new(),
+        gaps_queued: false,
         fence_busy: false,
         delayed: Vec::new(),
         next_token: 0,

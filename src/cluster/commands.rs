@@ -225,11 +225,12 @@ impl Driver {
         }
     }
 
-    /// Channels that may have lost messages: no longer active at once, and
-    /// named in the gap events [`Driver::flush_gaps`] sends (the core
-    /// sends a connection's gaps, every partition of it, before its
-    /// resubscribe: gathered, one incident is one event per worker and
-    /// server, not one per partition).
+    /// Channels that may have lost messages: no longer active, and a gap
+    /// event per worker queued now, at the point the core decided it (a
+    /// message queued later is after it; one queued earlier, before). The
+    /// wake is deferred to [`Driver::flush_gaps`], so the workers usually
+    /// find an incident's events (one per partition) together and merge
+    /// them (see `workers::merge`).
     fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
         let s = self.s.clone();
         let server = self
@@ -238,15 +239,7 @@ impl Driver {
             .node_of(partition)
             .and_then(|k| resolve(&k.addr));
         let workers = s.queues.len().max(1);
-        let at = match self.gaps.iter().position(|(a, _)| *a == server) {
-            Some(at) => at,
-            None => {
-                self.gaps
-                    .push((server, vec![ChannelList::default(); workers]));
-                self.gaps.len() - 1
-            }
-        };
-        let per_worker = &mut self.gaps[at].1;
+        let mut per_worker = vec![ChannelList::default(); workers];
         for name in &channels {
             let lane = s.lane_of(name);
             if let Some(mut l) = s.registry.lane(lane) {
@@ -260,17 +253,19 @@ impl Driver {
             }
         }
         add(&s.counters.gap_channels, channels.len() as u64);
+        for (q, g) in s.queues.iter().zip(per_worker) {
+            if !g.is_empty() {
+                q.push_gap(server, g, true);
+                self.gaps_queued = true;
+            }
+        }
     }
 
-    /// Sends the gathered gap events: per server, one per worker that has
-    /// channels in it.
+    /// Wakes the workers for the gap events queued since the last flush.
     pub(crate) fn flush_gaps(&mut self) {
-        for (server, per_worker) in std::mem::take(&mut self.gaps) {
-            for (q, g) in self.s.queues.iter().zip(per_worker) {
-                if !g.is_empty() {
-                    add(&self.s.counters.gaps, 1);
-                    q.push_gap(server, g);
-                }
+        if std::mem::take(&mut self.gaps_queued) {
+            for q in &self.s.queues {
+                q.wake_deferred();
             }
         }
     }

@@ -31,7 +31,6 @@ use crate::error::Error;
 use crate::metrics::add;
 use crate::pubsub::leaving::Fence;
 use crate::pubsub::registry::Settled;
-use crate::pubsub::ChannelList;
 
 /// One subscribe connection the core opened: its engine (one connection)
 /// and its shared state.
@@ -66,10 +65,8 @@ pub(crate) struct Driver {
     pub(crate) subs: HashMap<ConnId, SubConn>,
     /// The service channel kept on each node (node-grouped mode).
     pub(crate) services: BTreeMap<SocketAddr, Service>,
-    /// Gap events gathered from consecutive gap commands, per server (in
-    /// the order first named) and worker: one incident, one event per
-    /// worker (see `Driver::gap`).
-    pub(crate) gaps: Vec<(Option<SocketAddr>, Vec<ChannelList>)>,
+    /// Gap events were queued with their wake deferred (see `Driver::gap`).
+    pub(crate) gaps_queued: bool,
     /// A fence is in flight (see [`crate::pubsub::leaving`]).
     pub(crate) fence_busy: bool,
     pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,

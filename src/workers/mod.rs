@@ -30,6 +30,8 @@ use crate::metrics::{add, Counters};
 use crate::pubsub::{ChannelList, Event, Handler};
 use crate::threads::{self, PanicCount};
 
+mod merge;
+
 /// Buffers larger than this are freed instead of reused, so one huge
 /// message does not pin its memory forever.
 const KEEP_BUFFER: usize = 64 * 1024;
@@ -275,8 +277,14 @@ impl Queue {
         );
     }
 
-    /// Queues a gap event (never dropped while open).
-    pub(crate) fn push_gap(&self, server: Option<std::net::SocketAddr>, channels: ChannelList) {
+    /// Queues a gap event (never dropped while open); `defer` leaves the
+    /// wake to the next [`Queue::wake_deferred`].
+    pub(crate) fn push_gap(
+        &self,
+        server: Option<std::net::SocketAddr>,
+        channels: ChannelList,
+        defer: bool,
+    ) {
         let mut g = self.inner.lock();
         if g.closed {
             return;
@@ -285,7 +293,11 @@ impl Queue {
         let wake = g.waiting;
         drop(g);
         if wake {
-            self.cond.notify_one();
+            if defer {
+                self.wake_due.store(true, Ordering::Release);
+            } else {
+                self.cond.notify_one();
+            }
         }
     }
 
@@ -414,6 +426,7 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 local.push_back(dropped);
             }
         }
+        merge::gaps(&mut local);
         let (mut delivered, mut dropped, mut unwanted) = (0u64, 0u64, 0u64);
         for item in local.drain(..) {
             if q.closed.load(Ordering::Relaxed) {
@@ -441,12 +454,15 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
                     handler.on_event(Event::Active { channel: buf })
                 })),
-                Item::Gap { server, channels } => catch_unwind(AssertUnwindSafe(|| {
-                    handler.on_event(Event::Gap {
-                        server: *server,
-                        channels,
-                    })
-                })),
+                Item::Gap { server, channels } => {
+                    add(&counters.gaps, 1);
+                    catch_unwind(AssertUnwindSafe(|| {
+                        handler.on_event(Event::Gap {
+                            server: *server,
+                            channels,
+                        })
+                    }))
+                }
                 Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
                     handler.on_event(Event::Refused {
                         channel: buf,
