@@ -520,7 +520,9 @@ impl Run {
                 c.poll_event().map(|ev| match ev {
                     Event::Connected { .. } => Seen::Connected,
                     Event::Reply { user, reply } => Seen::Reply(user, reply.consumed),
-                    Event::Push { push, completes, .. } => Seen::Push(completes, push.consumed),
+                    Event::Push {
+                        push, completes, ..
+                    } => Seen::Push(completes, push.consumed),
                     Event::Failed { user, error } => Seen::Failed(user, error),
                     Event::Closed { error } => Seen::Closed(error),
                 })

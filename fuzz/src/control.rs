@@ -48,7 +48,7 @@ pub fn schedule(data: &[u8]) -> Schedule {
         let a = u32::from(input.u8());
         let b = u32::from(input.u8());
         let ms = u32::from(input.u8()) * 12;
-        let f = match kind % 14 {
+        let f = match kind % 15 {
             0 => Fault::Migrate {
                 partition: a,
                 to: b,
@@ -65,10 +65,21 @@ pub fn schedule(data: &[u8]) -> Schedule {
             10 => Fault::Burst { channel: a },
             11 => Fault::Storm { node: a },
             13 => Fault::Chatter { conn: a },
+            14 => Fault::Replicate { node: a, to: b },
             _ => Fault::Toggle { channel: a },
         };
         faults.push((Time::from_millis(t), f));
     }
+    // Subscribing on replicas (sharded modes only) is where replicas are
+    // re-pointed; a removed primary's replicas may follow the primary a
+    // re-pointed one left, which the simulator leaves out (as its own
+    // replica schedules do).
+    let replicas = flags & 64 != 0 && flags & 32 == 0;
+    faults.retain(|(_, f)| match f {
+        Fault::Replicate { .. } => replicas,
+        Fault::RemoveNode { .. } => !replicas,
+        _ => true,
+    });
     Schedule {
         seed,
         primaries,
@@ -80,6 +91,8 @@ pub fn schedule(data: &[u8]) -> Schedule {
         workers: 1 + u32::from((flags >> 3) & 3),
         split_channels: flags & 4 != 0,
         classic: flags & 32 != 0,
+        replicas,
+        valkey: flags & 128 != 0,
         faults,
         settle: Duration::from_secs(45),
     }
