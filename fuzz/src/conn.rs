@@ -414,7 +414,7 @@ impl Run {
         }
         // The request list is ours until the core consumes (and frees) it.
         self.held += (requests.capacity() * std::mem::size_of::<Request<u32>>()) as isize;
-        if (how >> 2) % 3 == 0 {
+        if (how >> 2).is_multiple_of(3) {
             self.call(|c, _| c.send_encoded(&bytes, requests, now));
         } else {
             // The core may keep our buffer and give back its own: count the
