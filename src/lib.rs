@@ -173,6 +173,7 @@ pub mod conn;
 pub mod display;
 mod engine;
 mod error;
+pub mod history;
 pub mod metrics;
 pub mod observer;
 pub mod pubsub;

@@ -354,6 +354,7 @@ pub(crate) fn build(
         publish_hold: c.publish_hold,
         fixed_servers: 0,
         envelope: common.envelope,
+        history: Arc::new(common.history.clone()),
         coalesce: common.subscribe_delay.unwrap_or(Duration::ZERO),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes);
@@ -373,6 +374,12 @@ pub(crate) fn build(
         counters,
     )?;
     ps.wait_started(Duration::from_secs(10))?;
+    if !common.history.is_empty() {
+        let engines = ps.shared.routes.read().engines.clone();
+        for e in &engines {
+            crate::history::script::preload(e);
+        }
+    }
     Ok(ps)
 }
 

@@ -39,6 +39,11 @@ impl SubObserver {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
+        // A recoverable channel's header (epoch, offset) comes first.
+        let payload = match s.config.history.is_empty() || s.config.history.of(channel).is_none() {
+            true => payload,
+            false => crate::history::header::decode(payload).map_or(payload, |(_, p)| p),
+        };
         let (sent_us, payload) = if s.config.envelope {
             match crate::pubsub::envelope::decode(payload) {
                 Some((t, p)) => (t.max(1), p),
