@@ -379,6 +379,12 @@ pub(crate) fn build(
         for e in &engines {
             crate::history::script::preload(e);
         }
+        let r: Arc<dyn crate::workers::Reader> = Arc::new(crate::history::recover::ClusterReader {
+            shared: Arc::downgrade(&ps.shared),
+        });
+        for q in &ps.shared.queues {
+            q.set_reader(r.clone());
+        }
     }
     Ok(ps)
 }

@@ -37,12 +37,18 @@
 //! track; a function library would have to be loaded on each node as it
 //! joins, and outlives the application's version.
 //!
-//! What is not here yet: recovering a gap automatically (a subscriber
-//! strips the header, but reads history only when asked).
+//! Subscribers strip the header and hand the position to the channel's
+//! worker, which recovers gaps by itself: see `workers::recovery` (a
+//! gap, a drop or an offset jump reads what follows the last offset
+//! delivered, and delivers it before the live messages held meanwhile;
+//! [`Event::Unrecoverable`](crate::Event::Unrecoverable) when it is gone).
+//! On a cluster the read goes to the slot's owner as the publish routes
+//! know it; a redirect fails it (the channel then gets `Unrecoverable`).
 
 pub(crate) mod fixed;
 pub mod header;
 pub(crate) mod read;
+pub(crate) mod recover;
 pub mod script;
 
 use std::time::Duration;

@@ -31,29 +31,41 @@ pub(crate) fn read(
             format!("history: the limit must be 1 to {MAX_LIMIT}").into(),
         ));
     }
+    let args = |eval| command(meta, stream, since, limit, eval);
+    let reply = match run(&args(false)) {
+        Err(Error::Reply { message, .. }) if script::is_noscript(&message) => run(&args(true))?,
+        r => r?,
+    };
+    parse(reply, since, envelope)
+}
+
+/// The read command: `EVALSHA` (or with `eval`, `EVAL`) of the read
+/// script.
+pub(crate) fn command(
+    meta: &[u8],
+    stream: &[u8],
+    since: Option<Position>,
+    limit: usize,
+    eval: bool,
+) -> Vec<Vec<u8>> {
     let (mode, from) = match since {
         Some(p) => (&b"since"[..], p.offset),
         None => (&b"last"[..], 0),
     };
-    let mut args: Vec<Vec<u8>> = vec![
-        b"EVALSHA".to_vec(),
-        READ_SHA.as_bytes().to_vec(),
+    let (name, script) = match eval {
+        true => (&b"EVAL"[..], READ.as_bytes()),
+        false => (&b"EVALSHA"[..], READ_SHA.as_bytes()),
+    };
+    vec![
+        name.to_vec(),
+        script.to_vec(),
         b"2".to_vec(),
         meta.to_vec(),
         stream.to_vec(),
         mode.to_vec(),
         from.to_string().into_bytes(),
         limit.to_string().into_bytes(),
-    ];
-    let reply = match run(&args) {
-        Err(Error::Reply { message, .. }) if script::is_noscript(&message) => {
-            args[0] = b"EVAL".to_vec();
-            args[1] = READ.as_bytes().to_vec();
-            run(&args)?
-        }
-        r => r?,
-    };
-    parse(reply, since, envelope)
+    ]
 }
 
 fn bad(what: &str) -> Error {
@@ -105,7 +117,16 @@ fn entry(v: &Value, envelope: bool) -> Option<HistoryMessage> {
     })
 }
 
-fn parse(reply: Value, since: Option<Position>, envelope: bool) -> Result<History, Error> {
+/// The read script's reply as a [`History`].
+///
+/// # Errors
+///
+/// [`Error::History`] for a reply the script does not give.
+pub(crate) fn parse(
+    reply: Value,
+    since: Option<Position>,
+    envelope: bool,
+) -> Result<History, Error> {
     let [epoch, top, entries] = array(&reply).ok_or_else(|| bad("not an array"))? else {
         return Err(bad("not three elements"));
     };

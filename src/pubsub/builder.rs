@@ -597,7 +597,21 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         crate::history::script::preload(&publ);
     }
     match sub {
-        Ok(sub) => Ok(Fixed { sub, publ }),
+        Ok(sub) => {
+            if !common.history.is_empty() {
+                let r: Arc<dyn crate::workers::Reader> =
+                    Arc::new(crate::history::recover::FixedReader {
+                        engine: Arc::downgrade(&publ),
+                        rules: sub.shared.config.history.clone(),
+                        servers: addrs.len(),
+                        envelope: common.envelope,
+                    });
+                for q in &sub.shared.queues {
+                    q.set_reader(r.clone());
+                }
+            }
+            Ok(Fixed { sub, publ })
+        }
         Err(e) => {
             publ.shutdown();
             Err(e)
