@@ -294,3 +294,36 @@ fn a_trimmed_range_or_a_new_epoch_is_unrecoverable() {
         ps.shutdown();
     }
 }
+
+#[test]
+fn a_cluster_recovers_across_a_failover_and_a_migration() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 1).expect("cluster");
+        let b = PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string()));
+        let (ps, seen) = build(b, 100_000);
+        // The slot of the first channel's partition moves; a replica of
+        // another master takes over.
+        let parts = ps.partitions().unwrap().clone();
+        let slot = parts.slot(parts.partition_of(b"room:k0"));
+        let cluster = Mutex::new(cluster);
+        let step = AtomicU64::new(0);
+        let disrupt = || {
+            let mut c = cluster.lock();
+            let from = c.owner_of_slot(slot).expect("owner");
+            let other = *c
+                .masters()
+                .iter()
+                .find(|&&m| m != from)
+                .expect("another master");
+            match step.fetch_add(1, Ordering::Relaxed) {
+                0 => c.migrate_slots(slot..=slot, from, other).expect("migrate"),
+                _ => {
+                    let replica = c.replicas_of(other)[0];
+                    c.failover(replica).expect("failover");
+                }
+            }
+        };
+        let what = format!("{kind:?} cluster failover and migration");
+        kill_while_publishing(ps, seen, disrupt, 2, &what);
+    }
+}

@@ -16,9 +16,14 @@ use crate::workers::Reader;
 
 type Done = Box<dyn FnOnce(Result<History, Error>) + Send>;
 
+/// What to do with a read that failed on its first try (a cluster's:
+/// follow the slot on a helper thread); `None` finishes it with the error.
+type Fallback = Option<Box<dyn FnOnce(Args, Done) + Send>>;
+
 /// Sends the read to `engine`'s server `server`: `EVALSHA`, and `EVAL`
-/// after a `NOSCRIPT`; `done` gets the parsed outcome.
-fn send(engine: Weak<Engine>, server: usize, args: Args, done: Done) {
+/// after a `NOSCRIPT`; `done` gets the parsed outcome, unless it failed
+/// and `fallback` takes it over.
+fn send(engine: Weak<Engine>, server: usize, args: Args, done: Done, fallback: Fallback) {
     let Some(e) = engine.upgrade() else {
         return done(Err(Error::Shutdown));
     };
@@ -31,7 +36,13 @@ fn send(engine: Weak<Engine>, server: usize, args: Args, done: Done) {
     );
     e.command_then(server, command, move |r: Result<Value, Error>| match r {
         Err(Error::Reply { message, .. }) if script::is_noscript(&message) && !args.eval => {
-            send(engine, server, Args { eval: true, ..args }, done)
+            let args = Args { eval: true, ..args };
+            send(engine, server, args, done, fallback)
+        }
+        Err(e) if !matches!(e, Error::Shutdown) && fallback.is_some() => {
+            if let Some(f) = fallback {
+                f(args, done);
+            }
         }
         r => done(r.and_then(|v| read::parse(v, Some(args.since), args.envelope))),
     });
@@ -80,13 +91,15 @@ impl Reader for FixedReader {
             n => shardcore::shard_of(channel, n as u32) as usize,
         };
         let args = Args::new(channel, since, limit, self.envelope);
-        send(self.engine.clone(), server, args, done);
+        send(self.engine.clone(), server, args, done, None);
     }
 }
 
 /// A cluster: the owner of the channel's partition slot, as the publish
-/// routes know it now (a redirect fails the read: the channel then gets
-/// `Unrecoverable`).
+/// routes know it now. A read that fails there (a redirect, a connection
+/// down, no owner known) is tried again on a short-lived helper thread
+/// that follows the slot as [`PubSub::command`](crate::PubSub::command)
+/// does (redirects and the retry window); the I/O threads never wait.
 pub(crate) struct ClusterReader {
     pub(crate) shared: Weak<Shared>,
 }
@@ -106,13 +119,43 @@ impl Reader for ClusterReader {
         let mut base = Vec::new();
         s.parts.redis_channel_at(p, channel, &mut base);
         let slot = s.parts.slot(p);
-        let Some(engine) = s.routes.read().engine_of(slot) else {
-            return done(Err(Error::Cluster {
-                slot,
-                reason: "no known owner for the slot".into(),
-            }));
-        };
         let args = Args::new(&base, since, limit, s.config.envelope);
-        send(Arc::downgrade(&engine), 0, args, done);
+        let weak = self.shared.clone();
+        let fallback: Fallback = Some(Box::new(move |args, done| follow(weak, args, done)));
+        let engine = s.routes.read().engine_of(slot);
+        match engine {
+            Some(engine) => send(Arc::downgrade(&engine), 0, args, done, fallback),
+            None => follow(self.shared.clone(), args, done),
+        }
+    }
+}
+
+/// The blocking, redirect-following read, on a helper thread.
+fn follow(shared: Weak<Shared>, args: Args, done: Done) {
+    // Shared with the error path: a thread that cannot start still
+    // finishes the read (with the error).
+    let done = Arc::new(parking_lot::Mutex::new(Some(done)));
+    let finish = done.clone();
+    let spawned = std::thread::Builder::new()
+        .name("shardsub-history-read".into())
+        .spawn(move || {
+            let r = match shared.upgrade() {
+                Some(s) => {
+                    let run = |c: &[Vec<u8>]| crate::cluster::keyed::command(&s, &args.meta, c);
+                    let (since, envelope) = (Some(args.since), args.envelope);
+                    read::read(run, &args.meta, &args.stream, since, args.limit, envelope)
+                }
+                None => Err(Error::Shutdown),
+            };
+            let done = finish.lock().take();
+            if let Some(done) = done {
+                done(r);
+            }
+        });
+    if let Err(e) = spawned {
+        let done = done.lock().take();
+        if let Some(done) = done {
+            done(Err(Error::runtime("history read thread", &e)));
+        }
     }
 }
