@@ -327,3 +327,63 @@ fn a_cluster_recovers_across_a_failover_and_a_migration() {
         kill_while_publishing(ps, seen, disrupt, 2, &what);
     }
 }
+
+#[test]
+fn a_full_queue_is_refilled_from_history() {
+    for kind in testkit::kinds() {
+        let server = Server::start(kind).expect("server");
+        let gate = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Seen::default());
+        let (g, s1, s2) = (gate.clone(), seen.clone(), seen.clone());
+        let handler = handler_fn(move |c, p| {
+            // The first message waits at the gate while the queue fills.
+            let start = std::time::Instant::now();
+            while !g.load(Ordering::Acquire) && start.elapsed() < BOUND {
+                std::thread::yield_now();
+            }
+            let text = String::from_utf8_lossy(p).into_owned();
+            s1.log.lock().entry(c.to_vec()).or_default().push(text);
+        })
+        .on_event(move |e| {
+            if let Event::Dropped { .. } = e {
+                s2.gaps.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let caps = HistoryOptions {
+            max_len: 10_000,
+            max_age: Duration::from_secs(120),
+        };
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .history("room:", caps)
+            .handler(handler)
+            .workers(1)
+            .queue_capacity(8)
+            .build()
+            .expect("pubsub");
+        ps.subscribe(["room:q"]).unwrap();
+        ps.wait_active(&["room:q"], BOUND).unwrap();
+        let n = 300;
+        for i in 1..=n {
+            ps.publish("room:q", i.to_string()).unwrap();
+        }
+        ps.publish_wait("room:q", (n + 1).to_string(), BOUND)
+            .unwrap();
+        testkit::wait_for("every message received, some dropped", BOUND, || {
+            let m = ps.metrics();
+            Ok((m.received > n && m.dropped.queue_full > 0).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        // The last ones were dropped too: only the drop event can bring
+        // them back (no later live message shows a jump).
+        assert!(!log_of(&seen, "room:q").contains(&(n + 1).to_string()));
+        gate.store(true, Ordering::Release);
+        wait_log(&seen, "room:q", n as usize + 1, &format!("{kind:?}"));
+        assert_eq!(log_of(&seen, "room:q"), numbers(1, n + 1), "{kind:?}");
+        assert!(
+            seen.gaps.load(Ordering::Relaxed) > 0,
+            "{kind:?}: a drop event"
+        );
+        ps.shutdown();
+    }
+}

@@ -631,6 +631,9 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 _ => {}
             }
         }
+        if let Some(f) = q.filter.get() {
+            tracker.sweep(|ch| f.passes(ch));
+        }
         add(&counters.delivered, delivered);
         add(&counters.dropped_shutdown, dropped);
         add(&counters.unwanted, unwanted);

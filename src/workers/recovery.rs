@@ -79,9 +79,33 @@ struct Reading {
 pub(crate) struct Tracker {
     chans: HashMap<Vec<u8>, Chan>,
     next_id: u64,
+    /// The channel count at which [`Tracker::sweep`] looks again.
+    sweep_at: usize,
 }
 
+/// The fewest channels worth a sweep.
+const SWEEP_MIN: usize = 1024;
+
 impl Tracker {
+    /// Forgets channels that are no longer subscribed (`wanted` says),
+    /// once the map has doubled since the last look: with many short-lived
+    /// channels the map stays about twice the subscribed set, at an
+    /// amortised constant cost per new channel. A channel still reading
+    /// is kept until its read is back.
+    pub(crate) fn sweep(&mut self, wanted: impl Fn(&[u8]) -> bool) {
+        if self.chans.len() < self.sweep_at.max(SWEEP_MIN) {
+            return;
+        }
+        self.chans.retain(|ch, c| c.reading.is_some() || wanted(ch));
+        self.sweep_at = self.chans.len() * 2;
+    }
+
+    /// Channels tracked now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.chans.len()
+    }
+
     fn chan(&mut self, channel: &[u8]) -> &mut Chan {
         if !self.chans.contains_key(channel) {
             self.chans.insert(channel.to_vec(), Chan::default());

@@ -173,3 +173,19 @@ fn holding_is_bounded() {
     t.handle_read(b"c", id, page(2, 2, true, E), &mut out);
     assert!(out.is_empty(), "the abandoned read is ignored");
 }
+
+#[test]
+fn channels_given_up_are_forgotten_once_the_map_doubles() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    for i in 0..SWEEP_MIN * 3 {
+        let ch = format!("c{i}");
+        assert!(t.handle_message(ch.as_bytes(), at(1), b"x", &mut out));
+        // Only the last ten are still subscribed.
+        t.sweep(|c| {
+            let n: usize = std::str::from_utf8(&c[1..]).unwrap().parse().unwrap();
+            n + 10 > i
+        });
+        assert!(t.len() <= SWEEP_MIN.max(20), "{i}: {}", t.len());
+    }
+    assert!(out.is_empty());
+}
