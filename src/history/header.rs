@@ -65,6 +65,30 @@ fn number(bytes: &[u8], end: u8) -> Option<(u64, &[u8])> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn round_trips_and_never_panics(
+            epoch: u64,
+            offset: u64,
+            payload: Vec<u8>,
+            junk: Vec<u8>,
+        ) {
+            let at = Position { epoch, offset };
+            let mut out = Vec::new();
+            encode_into(&mut out, at, &payload);
+            proptest::prop_assert_eq!(decode(&out), Some((at, &payload[..])));
+            // Any bytes: a position and a suffix of them, or nothing.
+            if let Some((_, rest)) = decode(&junk) {
+                proptest::prop_assert!(junk.ends_with(rest));
+            }
+            let mut cut = junk.clone();
+            cut.splice(0..0, MAGIC);
+            if let Some((_, rest)) = decode(&cut) {
+                proptest::prop_assert!(rest.len() < cut.len());
+            }
+        }
+    }
+
     #[test]
     fn vectors() {
         let ok: &[(&[u8], u64, u64, &[u8])] = &[

@@ -43,7 +43,24 @@
 //! delivered, and delivers it before the live messages held meanwhile;
 //! [`Event::Unrecoverable`](crate::Event::Unrecoverable) when it is gone).
 //! On a cluster the read goes to the slot's owner as the publish routes
-//! know it; a redirect fails it (the channel then gets `Unrecoverable`).
+//! know it, and one that fails there follows the slot on a helper thread.
+//!
+//! Limits, by design of this first version:
+//!
+//! - Recovery starts from the first message a worker delivers for the
+//!   channel: a loss before any message was seen (a gap right after
+//!   subscribing) is reported by the `Gap` event only.
+//! - A channel holds at most 4,096 live messages while its read is out;
+//!   past that it gives up with `Unrecoverable`. The hold is per channel.
+//! - A server that lost the script (a restart, `SCRIPT FLUSH`, a new
+//!   primary) answers the first publishes `NOSCRIPT`; they are sent again
+//!   as `EVAL`, and a later publish of the same channel that got there
+//!   first runs first (offsets follow the server's order, so subscribers
+//!   still see each channel in offset order). The script is loaded on
+//!   every server (every primary) at build to keep this off the start.
+//! - Messages a [`Receiver`](crate::pubsub::Receiver)'s own queue drops
+//!   are downstream of the worker and are not recovered (its
+//!   `Delivery::Dropped` says so).
 
 pub(crate) mod fixed;
 pub mod header;
