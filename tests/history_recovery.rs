@@ -74,6 +74,16 @@ fn log_of(seen: &Seen, channel: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The metrics once `ready` holds (the workers add their counts after
+/// each batch, just after the handler returns).
+fn metrics_when(ps: &PubSub, ready: impl Fn(&shardsub::Metrics) -> bool) -> shardsub::Metrics {
+    testkit::wait_for("the metrics", BOUND, || {
+        let m = ps.metrics();
+        Ok(ready(&m).then_some(m))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", ps.metrics()))
+}
+
 fn numbers(a: u64, b: u64) -> Vec<String> {
     (a..=b).map(|i| i.to_string()).collect()
 }
@@ -152,6 +162,12 @@ fn kill_while_publishing(ps: PubSub, seen: Arc<Seen>, kill: impl Fn(), kills: u6
         seen.gaps.load(Ordering::Relaxed) > 0,
         "{what}: the kills caused gaps"
     );
+    let want = n * chans.len() as u64 + 1;
+    let m = metrics_when(&ps, |m| m.delivered >= want);
+    assert_eq!(m.unrecoverable, 0, "{what}: {m:?}");
+    // Each message delivered once: the live copies of recovered ones were
+    // passed over.
+    assert_eq!(m.delivered, want, "{what}: {m:?}");
     ps.shutdown();
 }
 
@@ -245,6 +261,11 @@ fn an_offset_jump_is_filled_from_history() {
         ps.publish_wait("room:j", "7", BOUND).unwrap();
         wait_log(&seen, "room:j", 7, &format!("{kind:?}"));
         assert_eq!(log_of(&seen, "room:j"), numbers(1, 7), "{kind:?}");
+        // 2..=4 came from history (and 5, 6 too when the read was later
+        // than their publish: their live copies were then passed over).
+        let m = metrics_when(&ps, |m| m.delivered >= 7);
+        let missed = m.recovered - m.duplicates;
+        assert_eq!((missed, m.unrecoverable), (3, 0), "{kind:?}: {m:?}");
         ps.shutdown();
     }
 }
@@ -291,6 +312,8 @@ fn a_trimmed_range_or_a_new_epoch_is_unrecoverable() {
             ["a", "!unrecoverable 1 1", "b", "c"],
             "{kind:?}"
         );
+        let m = metrics_when(&ps, |m| m.unrecoverable >= 2);
+        assert_eq!(m.unrecoverable, 2, "{kind:?}");
         ps.shutdown();
     }
 }

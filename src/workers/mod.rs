@@ -634,6 +634,10 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
         if let Some(f) = q.filter.get() {
             tracker.sweep(|ch| f.passes(ch));
         }
+        let n = tracker.take_counts();
+        add(&counters.recovered, n.recovered);
+        add(&counters.duplicates, n.duplicates);
+        add(&counters.unrecoverable, n.unrecoverable);
         add(&counters.delivered, delivered);
         add(&counters.dropped_shutdown, dropped);
         add(&counters.unwanted, unwanted);

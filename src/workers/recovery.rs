@@ -81,6 +81,19 @@ pub(crate) struct Tracker {
     next_id: u64,
     /// The channel count at which [`Tracker::sweep`] looks again.
     sweep_at: usize,
+    /// Counts since the last [`Tracker::take_counts`].
+    counts: Counts,
+}
+
+/// What the tracker did, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Messages delivered from history reads.
+    pub(crate) recovered: u64,
+    /// Messages skipped as duplicates (an offset already delivered).
+    pub(crate) duplicates: u64,
+    /// Unrecoverable events.
+    pub(crate) unrecoverable: u64,
 }
 
 /// The fewest channels worth a sweep.
@@ -100,17 +113,15 @@ impl Tracker {
         self.sweep_at = self.chans.len() * 2;
     }
 
+    /// The counts since the last call, reset.
+    pub(crate) fn take_counts(&mut self) -> Counts {
+        std::mem::take(&mut self.counts)
+    }
+
     /// Channels tracked now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.chans.len()
-    }
-
-    fn chan(&mut self, channel: &[u8]) -> &mut Chan {
-        if !self.chans.contains_key(channel) {
-            self.chans.insert(channel.to_vec(), Chan::default());
-        }
-        self.chans.get_mut(channel).expect("just inserted")
     }
 
     fn id(&mut self) -> u64 {
@@ -128,7 +139,8 @@ impl Tracker {
         out: &mut Vec<Action>,
     ) -> bool {
         let id = self.id();
-        let c = self.chan(channel);
+        let n = &mut self.counts;
+        let c = chan(&mut self.chans, channel);
         if let Some(r) = &mut c.reading {
             if r.held.len() < HOLD {
                 r.held.push_back((at, payload.to_vec()));
@@ -136,22 +148,23 @@ impl Tracker {
             }
             // Too far behind: give up on the read, deliver what is held.
             let r = c.reading.take().expect("reading");
+            n.unrecoverable += 1;
             out.push(Action::Unrecoverable {
                 since: Some(r.since),
                 now: None,
                 reason: format!("more than {HOLD} live messages came while recovering"),
             });
             c.last = None;
-            drain(c, r.held, out, || id);
+            drain(c, r.held, out, || id, n);
             return match c.reading {
                 Some(ref mut r) => {
                     r.held.push_back((at, payload.to_vec()));
                     false
                 }
-                None => step(c, at, payload, id, out),
+                None => step(c, at, payload, id, out, n),
             };
         }
-        step(c, at, payload, id, out)
+        step(c, at, payload, id, out, n)
     }
 
     /// A gap or drop named `channel`: read what may have been missed.
@@ -196,7 +209,7 @@ impl Tracker {
         match result {
             Ok(h) if h.continuous => {
                 let full = h.messages.len() >= PAGE;
-                deliver_after(&mut last, h.messages, out);
+                self.counts.recovered += deliver_after(&mut last, h.messages, out);
                 c.last = Some(last);
                 if full || r.again {
                     r.id = next;
@@ -211,6 +224,7 @@ impl Tracker {
                 }
             }
             Ok(h) => {
+                self.counts.unrecoverable += 1;
                 out.push(Action::Unrecoverable {
                     since: Some(since),
                     now: h.position,
@@ -220,13 +234,14 @@ impl Tracker {
                 });
                 let same_epoch = h.position.is_some_and(|p| p.epoch == since.epoch);
                 if same_epoch {
-                    deliver_after(&mut last, h.messages, out);
+                    self.counts.recovered += deliver_after(&mut last, h.messages, out);
                     c.last = Some(last);
                 } else {
                     c.last = None;
                 }
             }
             Err(e) => {
+                self.counts.unrecoverable += 1;
                 out.push(Action::Unrecoverable {
                     since: Some(since),
                     now: None,
@@ -234,8 +249,16 @@ impl Tracker {
                 });
             }
         }
-        drain(c, r.held, out, || next);
+        drain(c, r.held, out, || next, &mut self.counts);
     }
+}
+
+/// `channel`'s state, made on first sight.
+fn chan<'a>(chans: &'a mut HashMap<Vec<u8>, Chan>, channel: &[u8]) -> &'a mut Chan {
+    if !chans.contains_key(channel) {
+        chans.insert(channel.to_vec(), Chan::default());
+    }
+    chans.get_mut(channel).expect("just inserted")
 }
 
 /// Delivers `messages` past `last`, in order, moving `last`.
@@ -243,13 +266,16 @@ fn deliver_after(
     last: &mut Position,
     messages: Vec<crate::history::HistoryMessage>,
     out: &mut Vec<Action>,
-) {
+) -> u64 {
+    let mut n = 0;
     for m in messages {
         if m.offset > last.offset {
             last.offset = m.offset;
             out.push(Action::Deliver(m.payload));
+            n += 1;
         }
     }
+    n
 }
 
 /// Runs the held messages through [`step`] as if live; a new jump holds
@@ -259,10 +285,11 @@ fn drain(
     held: VecDeque<(Position, Vec<u8>)>,
     out: &mut Vec<Action>,
     id: impl Fn() -> u64,
+    n: &mut Counts,
 ) {
     let mut held = held.into_iter();
     for (at, payload) in held.by_ref() {
-        if step(c, at, &payload, id(), out) {
+        if step(c, at, &payload, id(), out, n) {
             out.push(Action::Deliver(payload));
         }
         if let Some(r) = &mut c.reading {
@@ -274,13 +301,23 @@ fn drain(
 
 /// A live message of a channel that is not reading: deliver, skip, or
 /// hold it behind a new read.
-fn step(c: &mut Chan, at: Position, payload: &[u8], id: u64, out: &mut Vec<Action>) -> bool {
+fn step(
+    c: &mut Chan,
+    at: Position,
+    payload: &[u8],
+    id: u64,
+    out: &mut Vec<Action>,
+    n: &mut Counts,
+) -> bool {
     match c.last {
         None => {
             c.last = Some(at);
             true
         }
-        Some(last) if at.epoch == last.epoch && at.offset <= last.offset => false,
+        Some(last) if at.epoch == last.epoch && at.offset <= last.offset => {
+            n.duplicates += 1;
+            false
+        }
         Some(last) if at.epoch == last.epoch && Some(at.offset) == last.offset.checked_add(1) => {
             c.last = Some(at);
             true

@@ -67,6 +67,9 @@ fn a_jump_reads_the_missing_range_and_delivers_it_before_the_held_ones() {
     // The read overlaps the held messages: each is delivered once.
     t.handle_read(b"c", id, page(2, 5, true, E), &mut out);
     assert_eq!(delivered(&out), ["m2", "m3", "m4", "m5"]);
+    let counts = t.take_counts();
+    assert_eq!((counts.recovered, counts.duplicates), (4, 3), "{counts:?}");
+    assert_eq!(t.take_counts(), Counts::default(), "taken");
     out.clear();
     assert!(msg(&mut t, 6, &mut out), "live again");
     assert!(!msg(&mut t, 5, &mut out));
