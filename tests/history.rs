@@ -364,3 +364,34 @@ fn a_cluster_keeps_history_in_the_channels_slot() {
         cluster_case(&cluster, Mode::Classic, &format!("{kind:?} classic"));
     }
 }
+
+#[test]
+fn a_history_publish_that_fails_later_is_counted_once() {
+    for kind in testkit::kinds() {
+        let server = Server::start(kind).expect("server");
+        let (ps, _got) = build(PubSub::builder().address(server.addr().to_string()), 10);
+        // The meta key holds a string: the script fails on the server.
+        server
+            .cmd_str(&["SET", "room:w:history-meta", "x"])
+            .unwrap();
+        ps.publish("room:w", "taken")
+            .expect("taken: the failure comes later");
+        let r = ps.publish_wait("room:w", "waited", BOUND);
+        assert!(
+            matches!(r, Err(shardsub::Error::Reply { .. })),
+            "{kind:?}: {r:?}"
+        );
+        testkit::wait_for("the errors counted", BOUND, || {
+            Ok((ps.metrics().publish_errors >= 2).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", ps.metrics()));
+        assert_eq!(ps.metrics().publish_errors, 2, "{kind:?}");
+        // Reading it says what is wrong, as an error.
+        let h = ps.history("room:w", None, 5);
+        assert!(
+            matches!(h, Err(shardsub::Error::Reply { .. })),
+            "{kind:?}: {h:?}"
+        );
+        ps.shutdown();
+    }
+}

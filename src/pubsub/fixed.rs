@@ -45,10 +45,22 @@ impl Fixed {
     /// [`Error::NotConnected`] while the channel's server is reconnecting,
     /// [`Error::Shutdown`] after shutdown.
     pub(crate) fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
-        let r = if let Some(o) = self.sub.shared.config.history.of(channel) {
+        if let Some(o) = self.sub.shared.config.history.of(channel) {
+            // Every failure, at once or later, reaches the callback (once).
             let env = self.envelope_us();
-            crate::history::fixed::publish(&self.publ, channel, payload, o, env, |_| {})
-        } else if self.sub.shared.config.envelope {
+            let counters = self.sub.shared.counters.clone();
+            let count = move |r: Result<i64, Error>| {
+                if r.is_err() {
+                    add(&counters.publish_errors, 1);
+                }
+            };
+            let r = crate::history::fixed::publish(&self.publ, channel, payload, o, env, count);
+            if r.is_ok() {
+                add(&self.sub.shared.counters.published, 1);
+            }
+            return r;
+        }
+        let r = if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();

@@ -173,7 +173,9 @@ impl PubSub {
     /// `String`, `&[u8]`, `Vec<u8>`, `b"…"`), fire-and-forget: on its shard's
     /// server, or with `SPUBLISH` to its slot's owner on a cluster
     /// (following redirects in the background). Allocates nothing in
-    /// steady state.
+    /// steady state (on servers, a recoverable channel's publish allocates
+    /// its command, kept for a `NOSCRIPT` resend: see
+    /// [`PubSubBuilder::history`]).
     ///
     /// One contract in every placement: `Ok` means the publish was taken
     /// (written to its connection's next batch, or, on a cluster, held for
