@@ -58,6 +58,10 @@
 //!   first runs first (offsets follow the server's order, so subscribers
 //!   still see each channel in offset order). The script is loaded on
 //!   every server (every primary) at build to keep this off the start.
+//! - A channel given up and subscribed again is tracked afresh once a
+//!   message of the old subscription was passed over (or its worker swept
+//!   its map); otherwise its first new message reads what was published
+//!   while it was not subscribed (up to the caps) and delivers it.
 //! - Messages a [`Receiver`](crate::pubsub::Receiver)'s own queue drops
 //!   are downstream of the worker and are not recovered (its
 //!   `Delivery::Dropped` says so).

@@ -557,6 +557,9 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                     let (channel, payload) = buf.split_at((*channel_len).min(buf.len()));
                     if q.filter.get().is_some_and(|f| !f.passes(channel)) {
                         unwanted += 1;
+                        if at.is_some() {
+                            tracker.forget(channel);
+                        }
                         Ok(())
                     } else {
                         if *sent_us != 0 {

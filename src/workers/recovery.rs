@@ -113,6 +113,11 @@ impl Tracker {
         self.sweep_at = self.chans.len() * 2;
     }
 
+    /// Forgets `channel` (given up): a later subscription starts afresh.
+    pub(crate) fn forget(&mut self, channel: &[u8]) {
+        self.chans.remove(channel);
+    }
+
     /// The counts since the last call, reset.
     pub(crate) fn take_counts(&mut self) -> Counts {
         std::mem::take(&mut self.counts)

@@ -192,3 +192,12 @@ fn channels_given_up_are_forgotten_once_the_map_doubles() {
     }
     assert!(out.is_empty());
 }
+
+#[test]
+fn a_forgotten_channel_starts_afresh() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    t.forget(b"c");
+    assert!(msg(&mut t, 9, &mut out), "no jump: nothing known before");
+    assert!(out.is_empty());
+}
