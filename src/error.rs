@@ -202,6 +202,11 @@ pub enum Error {
         /// How long the wait was.
         after: Duration,
     },
+    /// A channel's history keys hold something the history scripts did not
+    /// write (another program uses the key names, or they were edited by
+    /// hand): the text says what. Rename the channel's prefix or delete the
+    /// keys; retrying will not help.
+    History(Arc<str>),
 }
 
 impl Error {
@@ -340,6 +345,7 @@ impl fmt::Display for Error {
                 "the I/O thread serving this connection panicked and stopped \
                  (see thread_panics and the log); build a new instance",
             ),
+            Error::History(what) => write!(f, "unreadable channel history: {what}"),
             Error::WaitTimeout { after } => write!(
                 f,
                 "gave up waiting after {after:?}; the request is still in flight"

@@ -53,6 +53,16 @@
 //!  worker_of(channel) ─► bounded queue ─► Handler (messages, gaps, drops, in order)
 //! ```
 //!
+//! # Recoverable channels
+//!
+//! [`PubSubBuilder::history`] makes a prefix's channels recoverable: each
+//! publish also appends to a capped stream beside the channel, in one
+//! server-side script, and carries an epoch and offset; a worker that sees
+//! a gap, a drop or an offset jump reads the missed messages back and
+//! delivers them in order before the live ones, or reports
+//! [`Event::Unrecoverable`]. [`PubSub::history`] and [`PubSub::position`]
+//! read the stream. See [`history`].
+//!
 //! # Async
 //!
 //! No runtime is needed or pulled in: the futures are plain
@@ -173,6 +183,7 @@ pub mod conn;
 pub mod display;
 mod engine;
 mod error;
+pub mod history;
 pub mod metrics;
 pub mod observer;
 pub mod pubsub;

@@ -6,7 +6,8 @@
 //! - [`conn`]: the sans-IO connection core (`conn_core`);
 //! - [`topo`]: the `CLUSTER SLOTS` / `CLUSTER SHARDS` parsers (`topology_reply`);
 //! - [`rewire`]: layouts, the rewire plan and the resubscribe plan (`rewire_plan`);
-//! - [`control`]: the cluster control core in its simulator (`control_core`).
+//! - [`control`]: the cluster control core in its simulator (`control_core`);
+//! - [`history`]: the recoverable channels' header (`history_header`).
 //!
 //! Every target runs under [`heap::Counting`], so a check can bound the heap
 //! the code under test holds.
@@ -14,6 +15,7 @@
 pub mod conn;
 pub mod control;
 pub mod heap;
+pub mod history;
 pub mod input;
 pub mod parse;
 pub mod rewire;

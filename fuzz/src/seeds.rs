@@ -53,6 +53,11 @@ fn rewire_seeds_pass() {
 }
 
 #[test]
+fn history_seeds_pass() {
+    each_seed("history_header", 4, crate::history::check);
+}
+
+#[test]
 fn control_seeds_pass() {
     each_seed("control_core", 4, crate::control::check);
 }

@@ -368,6 +368,7 @@ pub(crate) fn build(
         publish_hold: c.publish_hold,
         fixed_servers: 0,
         envelope: common.envelope,
+        history: Arc::new(common.history.clone()),
         coalesce: common.subscribe_delay.unwrap_or(Duration::ZERO),
         replicas: c
             .replicas
@@ -393,6 +394,18 @@ pub(crate) fn build(
     if common.require_all {
         let connect = common.connect_timeout.unwrap_or(Duration::from_secs(1));
         ps.wait_all_primaries(connect * 2)?;
+    }
+    if !common.history.is_empty() {
+        let engines = ps.shared.routes.read().engines.clone();
+        for e in &engines {
+            crate::history::script::preload(e);
+        }
+        let r: Arc<dyn crate::workers::Reader> = Arc::new(crate::history::recover::ClusterReader {
+            shared: Arc::downgrade(&ps.shared),
+        });
+        for q in &ps.shared.queues {
+            q.set_reader(r.clone());
+        }
     }
     Ok(ps)
 }

@@ -39,6 +39,15 @@ impl SubObserver {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
+        // A recoverable channel's header (epoch, offset) comes first.
+        let (at, payload) =
+            match s.config.history.is_empty() || s.config.history.of(channel).is_none() {
+                true => (None, payload),
+                false => match crate::history::header::decode(payload) {
+                    Some((at, p)) => (Some(at), p),
+                    None => (None, payload),
+                },
+            };
         let (sent_us, payload) = if s.config.envelope {
             match crate::pubsub::envelope::decode(payload) {
                 Some((t, p)) => (t.max(1), p),
@@ -50,7 +59,7 @@ impl SubObserver {
         } else {
             (0, payload)
         };
-        if !s.front.deliver(channel, payload, sent_us) {
+        if !s.front.deliver(channel, payload, sent_us, at) {
             self.state.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

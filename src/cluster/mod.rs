@@ -96,7 +96,7 @@ mod driver;
 mod gate;
 pub(crate) mod hold;
 mod inflight;
-mod keyed;
+pub(crate) mod keyed;
 mod metrics;
 mod outcome;
 mod publish;

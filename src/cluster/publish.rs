@@ -310,6 +310,16 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
     let Err(Error::Reply { addr, message }) = &r else {
         return msg.finish_result(shared, r);
     };
+    // A node without the history script: the same command as `EVAL`
+    // (never answered `NOSCRIPT`, so this happens once per publish).
+    if crate::history::script::is_noscript(message) {
+        if let Some((eval, moved)) = crate::history::script::to_eval(&msg.data) {
+            let wire_at = msg.wire_at as usize + moved;
+            msg.data = eval;
+            msg.wire_at = u32::try_from(wire_at).unwrap_or(0);
+            return send(shared, msg, None, false);
+        }
+    }
     let host = addr.ip().to_string();
     let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
         return msg.finish_result(shared, r);
@@ -347,6 +357,43 @@ pub(crate) fn message(
     let p = shared.parts.partition_of(channel);
     let head = shared.wire_head(p);
     let wire_len = head.len() + channel.len();
+    if let Some(o) = shared.config.history.of(channel) {
+        // Recoverable: the publish script, its keys in the partition's
+        // slot (classic mode too), run where the publish would go.
+        let wire_at = HISTORY_KEYS.with(|k| {
+            let (base, meta, stream) = &mut *k.borrow_mut();
+            base.clear();
+            shared.parts.redis_channel_at(p, channel, base);
+            meta.clear();
+            stream.clear();
+            crate::history::keys_into(base, meta, stream);
+            base.clear();
+            base.extend_from_slice(head);
+            base.extend_from_slice(channel);
+            let ttl = crate::history::ttl_arg(o.max_age);
+            let args = crate::history::script::PublishArgs {
+                meta,
+                stream,
+                wire: base,
+                payload,
+                envelope_us: shared.config.envelope.then(crate::workers::now_us),
+                max_len: o.max_len,
+                ttl: &ttl,
+                sharded: shared.sharded(),
+            };
+            crate::history::script::encode_publish(&mut data, &args)
+        });
+        return finish_message(
+            shared,
+            data,
+            token,
+            p,
+            wire_at,
+            wire_len,
+            payload.len(),
+            done,
+        );
+    }
     // A new buffer is rounded up, so one reused for a slightly longer
     // channel or payload need not grow.
     data.reserve((wire_len + payload.len() + 64).next_power_of_two());
@@ -368,13 +415,44 @@ pub(crate) fn message(
     } else {
         resp::encode_bulk(&mut data, payload);
     }
+    finish_message(
+        shared,
+        data,
+        token,
+        p,
+        wire_at,
+        wire_len,
+        payload.len(),
+        done,
+    )
+}
+
+thread_local! {
+    /// A history publish's key names (reused: no allocation per publish).
+    static HISTORY_KEYS: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// The message around an encoded command.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn finish_message(
+    shared: &Shared,
+    data: Vec<u8>,
+    token: Option<u32>,
+    p: u32,
+    wire_at: usize,
+    wire_len: usize,
+    payload_len: usize,
+    done: Option<Done>,
+) -> PubMsg {
     PubMsg {
         data,
         // A name past 4 GiB is refused by every server; it routes as
         // empty (to the first connection) and the server says why.
         wire_at: u32::try_from(wire_at).unwrap_or(0),
         wire_len: u32::try_from(wire_len).unwrap_or(0),
-        payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        payload_len: u32::try_from(payload_len).unwrap_or(u32::MAX),
         token,
         slot: shared.parts.slot(p),
         redirects: 0,

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) fixed_servers: usize,
     /// Fixed placements: payloads carry the envelope (lag measured).
     pub(crate) envelope: bool,
+    /// The recoverable prefixes and their caps.
+    pub(crate) history: Arc<crate::history::Rules>,
     /// How long the control thread waits for more subscribe calls to
     /// share commands with (fixed placements' `subscribe_delay`).
     pub(crate) coalesce: Duration,

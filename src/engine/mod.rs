@@ -440,6 +440,37 @@ impl Engine {
         }
     }
 
+    /// Sends `encoded`, one whole command already in RESP whose reply is
+    /// an integer (a history publish script), on the connection a publish
+    /// to `channel` would take (so it keeps that channel's order), and runs
+    /// `f` with the outcome on the I/O thread.
+    ///
+    /// # Errors
+    ///
+    /// What is known at once, as [`Engine::publish`]; `f` has then run
+    /// with the same error.
+    pub(crate) fn submit_encoded_then<F>(
+        &self,
+        channel: &[u8],
+        encoded: &[u8],
+        f: F,
+    ) -> Result<(), Error>
+    where
+        F: FnOnce(Result<i64, Error>) + Send + 'static,
+    {
+        let (pending, slot) = Pending::new();
+        pending.then(f);
+        let conn = self.route_channel(channel);
+        conn.submit(
+            |buf| buf.extend_from_slice(encoded),
+            Request::single(Completion::Integer(slot)),
+        )
+        .map_err(|(req, e)| {
+            req.user.fail(e.clone());
+            e
+        })
+    }
+
     fn submit_publish(
         &self,
         channel: &[u8],

@@ -54,6 +54,15 @@ pub struct Metrics {
     pub unwanted: u64,
     /// Messages dropped, by reason.
     pub dropped: Dropped,
+    /// Messages of recoverable channels delivered from their history
+    /// after a gap, a drop or an offset jump (see
+    /// [`PubSubBuilder::history`](crate::PubSubBuilder::history)).
+    pub recovered: u64,
+    /// Messages of recoverable channels passed over because their offset
+    /// had been delivered already (a recovered one arriving live too).
+    pub duplicates: u64,
+    /// [`Event::Unrecoverable`](crate::Event::Unrecoverable) events.
+    pub unrecoverable: u64,
     /// Messages waiting in each worker's queue now.
     pub queue_depths: Vec<usize>,
     /// `SUBSCRIBE` commands sent (resubscribes included).
@@ -105,6 +114,9 @@ pub(crate) struct Counters {
     pub(crate) delivered: AtomicU64,
     pub(crate) unwanted: AtomicU64,
     pub(crate) dropped_shutdown: AtomicU64,
+    pub(crate) recovered: AtomicU64,
+    pub(crate) duplicates: AtomicU64,
+    pub(crate) unrecoverable: AtomicU64,
     pub(crate) subscribe_commands: AtomicU64,
     pub(crate) unsubscribe_commands: AtomicU64,
     pub(crate) subscribe_errors: AtomicU64,
@@ -147,6 +159,9 @@ impl Counters {
                 queue_full: 0,
                 shutdown: g(&self.dropped_shutdown),
             },
+            recovered: g(&self.recovered),
+            duplicates: g(&self.duplicates),
+            unrecoverable: g(&self.unrecoverable),
             queue_depths: Vec::new(),
             subscribe_commands: g(&self.subscribe_commands),
             unsubscribe_commands: g(&self.unsubscribe_commands),

@@ -127,6 +127,24 @@ impl Metrics {
             "Messages of channels given up, received after unsubscribe and passed over.",
             m.unwanted,
         );
+        o.single(
+            "shardsub_recovered_messages_total",
+            c,
+            "Messages of recoverable channels delivered from their history after a gap, drop or offset jump.",
+            m.recovered,
+        );
+        o.single(
+            "shardsub_duplicate_messages_total",
+            c,
+            "Messages of recoverable channels passed over as already delivered (by offset).",
+            m.duplicates,
+        );
+        o.single(
+            "shardsub_unrecoverable_total",
+            c,
+            "Unrecoverable events: a recoverable channel's missed range was gone from its history.",
+            m.unrecoverable,
+        );
         o.labelled(
             "shardsub_dropped_messages_total",
             c,

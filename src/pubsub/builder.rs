@@ -105,6 +105,11 @@ pub(crate) struct Common {
     pub(crate) envelope: bool,
     /// `build` fails when a server or primary cannot be reached.
     pub(crate) require_all: bool,
+    /// Recoverable prefixes ([`PubSubBuilder::history`]).
+    pub(crate) history: crate::history::Rules,
+    /// The first invalid [`PubSubBuilder::history`] call, reported by
+    /// `build`.
+    pub(crate) history_error: Option<Error>,
     /// TLS for every connection (always `None` without the `tls` feature).
     pub(crate) tls: Option<crate::tls::TlsConfig>,
 }
@@ -149,6 +154,8 @@ impl Default for PubSubBuilder {
                 subscribe_delay: None,
                 envelope: false,
                 require_all: false,
+                history: crate::history::Rules::default(),
+                history_error: None,
                 tls: None,
             },
             fixed: FixedSettings {
@@ -264,6 +271,43 @@ impl PubSubBuilder {
     /// subscribers must agree.
     pub fn envelope(mut self, on: bool) -> Self {
         self.common.envelope = on;
+        self
+    }
+
+    /// Makes every channel that starts with `prefix` recoverable: each
+    /// publish to it appends to a history stream capped by `options`
+    /// (length and age) and publishes, atomically, in one server-side
+    /// script on the channel's server; every message carries its epoch and
+    /// offset (stripped before the handler), and
+    /// [`PubSub::history`](crate::PubSub::history) reads what was missed.
+    /// Call it once per prefix; a channel matching several takes the
+    /// longest. Every instance of a fleet must agree (the format is in
+    /// `WIRE_FORMAT.md`; the design in [`crate::history`]).
+    ///
+    /// Such a publish costs the server an `HGET`, `HINCRBY`, `XADD` and two
+    /// `EXPIRE`s besides the publish, and keeps up to about `max_len`
+    /// messages per channel in memory for `max_age` after its last publish.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use shardsub::{history::HistoryOptions, PubSub};
+    /// let b = PubSub::builder().address("127.0.0.1:6379").history(
+    ///     "room:",
+    ///     HistoryOptions { max_len: 1000, max_age: Duration::from_secs(300) },
+    /// );
+    /// # let _ = b;
+    /// ```
+    ///
+    /// `build` fails with [`Error::Config`] for a zero cap or a prefix
+    /// given twice.
+    pub fn history(
+        mut self,
+        prefix: impl AsRef<[u8]>,
+        options: crate::history::HistoryOptions,
+    ) -> Self {
+        if let Err(e) = self.common.history.add(prefix.as_ref(), options) {
+            self.common.history_error.get_or_insert(e);
+        }
         self
     }
 
@@ -469,6 +513,9 @@ impl PubSubBuilder {
         if c.username.is_some() && c.password.is_none() {
             return config("a username needs a password".into());
         }
+        if let Some(e) = &c.history_error {
+            return Err(e.clone());
+        }
         match (self.servers.is_empty(), self.seeds.is_empty()) {
             (true, true) => config(
                 "no placement given (use PubSubBuilder::address for servers, \
@@ -592,6 +639,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         publish_hold: Duration::ZERO,
         fixed_servers: servers.len(),
         envelope: common.envelope,
+        history: Arc::new(common.history.clone()),
         coalesce: common.subscribe_delay.unwrap_or(Duration::from_micros(500)),
         replicas: None,
     };
@@ -611,8 +659,25 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         Hold::new(0, 0),
         counters,
     );
+    if !common.history.is_empty() {
+        crate::history::script::preload(&publ);
+    }
     match sub {
-        Ok(sub) => Ok(Fixed { sub, publ }),
+        Ok(sub) => {
+            if !common.history.is_empty() {
+                let r: Arc<dyn crate::workers::Reader> =
+                    Arc::new(crate::history::recover::FixedReader {
+                        engine: Arc::downgrade(&publ),
+                        rules: sub.shared.config.history.clone(),
+                        servers: addrs.len(),
+                        envelope: common.envelope,
+                    });
+                for q in &sub.shared.queues {
+                    q.set_reader(r.clone());
+                }
+            }
+            Ok(Fixed { sub, publ })
+        }
         Err(e) => {
             publ.shutdown();
             Err(e)

@@ -45,6 +45,21 @@ impl Fixed {
     /// [`Error::NotConnected`] while the channel's server is reconnecting,
     /// [`Error::Shutdown`] after shutdown.
     pub(crate) fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+        if let Some(o) = self.sub.shared.config.history.of(channel) {
+            // Every failure, at once or later, reaches the callback (once).
+            let env = self.envelope_us();
+            let counters = self.sub.shared.counters.clone();
+            let count = move |r: Result<i64, Error>| {
+                if r.is_err() {
+                    add(&counters.publish_errors, 1);
+                }
+            };
+            let r = crate::history::fixed::publish(&self.publ, channel, payload, o, env, count);
+            if r.is_ok() {
+                add(&self.sub.shared.counters.published, 1);
+            }
+            return r;
+        }
         let r = if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
@@ -78,7 +93,11 @@ impl Fixed {
         };
         add(&self.sub.shared.counters.published, 1);
         let options = PublishOptions::classic();
-        if self.sub.shared.config.envelope {
+        if let Some(o) = self.sub.shared.config.history.of(channel) {
+            let env = self.envelope_us();
+            // A failure at once has reached `f` already.
+            let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, f);
+        } else if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
@@ -98,7 +117,13 @@ impl Fixed {
         timeout: Duration,
     ) -> Result<i64, Error> {
         let options = PublishOptions::classic();
-        let pending = if self.sub.shared.config.envelope {
+        let pending = if let Some(o) = self.sub.shared.config.history.of(channel) {
+            let (pending, slot) = crate::engine::Pending::new();
+            let env = self.envelope_us();
+            let done = move |r| slot.complete(r);
+            let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, done);
+            pending
+        } else if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
@@ -115,6 +140,11 @@ impl Fixed {
             Err(_) => add(&c.publish_errors, 1),
         }
         r
+    }
+
+    /// The envelope's publish time now, when it is on.
+    fn envelope_us(&self) -> Option<u64> {
+        self.sub.shared.config.envelope.then(now_us)
     }
 
     /// The publish engine, for other commands (`command_pending`, …).

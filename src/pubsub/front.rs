@@ -162,9 +162,15 @@ impl Front {
 
     /// Hands a received message to its worker (deferred until the end of
     /// the read); false when the queue was full and it was dropped.
-    pub(crate) fn deliver(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
+    pub(crate) fn deliver(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        sent_us: u64,
+        at: Option<crate::history::Position>,
+    ) -> bool {
         self.queue_of(channel)
-            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us))
+            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us, at))
     }
 
     /// The server confirmed `channel` (of `lane`): mark it active, tell the

@@ -127,7 +127,10 @@ pub enum Event<'a> {
     /// subscribe connection was lost, a liveness ping went unanswered, or
     /// their slot moved; they are being subscribed again (where they live
     /// now). Messages published to them in between may be lost: recover
-    /// from history. One incident gives one event per worker, naming every
+    /// from history. For recoverable channels
+    /// ([`PubSubBuilder::history`](crate::PubSubBuilder::history)) the
+    /// engine does: the missed messages follow this event, in order, or an
+    /// [`Event::Unrecoverable`]. One incident gives one event per worker, naming every
     /// channel it touched there (several when it touched several servers).
     Gap {
         /// The address of the server the channels were subscribed on (a
@@ -158,6 +161,24 @@ pub enum Event<'a> {
         channels: &'a ChannelList,
         /// How many messages were dropped in all.
         messages: u64,
+    },
+    /// A recoverable channel ([`PubSubBuilder::history`](crate::PubSubBuilder::history))
+    /// lost messages that its history could not give back: the range
+    /// after `since` was trimmed or expired, a new epoch began, or the read
+    /// failed. It comes after every message delivered up to `since`;
+    /// what the history still had and the live messages follow it, in
+    /// order. (Gaps, drops and offset jumps that history could fill are
+    /// filled: their messages are delivered, once and in order, and only
+    /// the `Gap`/`Dropped` event says they were late.)
+    Unrecoverable {
+        /// The channel.
+        channel: &'a [u8],
+        /// The last position delivered before the loss.
+        since: Option<crate::history::Position>,
+        /// The channel's position in its history, when the read got one.
+        now: Option<crate::history::Position>,
+        /// Why, in words.
+        reason: &'a str,
     },
 }
 

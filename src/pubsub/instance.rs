@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::cluster::{ClusterMetrics, ClusterPubSub};
 use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
+use crate::history::{History, Position};
 use crate::metrics::Metrics;
 use crate::pubsub::front::{self, Placement};
 use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
@@ -172,7 +173,9 @@ impl PubSub {
     /// `String`, `&[u8]`, `Vec<u8>`, `b"…"`), fire-and-forget: on its shard's
     /// server, or with `SPUBLISH` to its slot's owner on a cluster
     /// (following redirects in the background). Allocates nothing in
-    /// steady state.
+    /// steady state (on servers, a recoverable channel's publish allocates
+    /// its command, kept for a `NOSCRIPT` resend: see
+    /// [`PubSubBuilder::history`]).
     ///
     /// One contract in every placement: `Ok` means the publish was taken
     /// (written to its connection's next batch, or, on a cluster, held for
@@ -313,6 +316,61 @@ impl PubSub {
         }
         let key = key.as_ref();
         on_placement!(self, p => p.command(key, &args))
+    }
+
+    /// Reads a channel's history (see [`PubSubBuilder::history`]): the
+    /// `limit` messages after `since` (in its epoch), or without `since`
+    /// the last `limit` messages, oldest first, with the channel's
+    /// position now. [`History::continuous`] says whether nothing is
+    /// missing between `since` and the first message returned: when it is
+    /// false, what was published since `since` is partly gone (trimmed by
+    /// the caps, or a new epoch began). Read again from the last offset
+    /// returned for more.
+    ///
+    /// One atomic read on the channel's server (its slot's owner on a
+    /// cluster), blocking like [`PubSub::command`]. Works for any channel;
+    /// one that never had history reads as empty, with no position.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a `limit` of 0 or past 100,000;
+    /// [`Error::History`] when the keys hold something else; otherwise as
+    /// [`PubSub::command`].
+    pub fn history(
+        &self,
+        channel: impl AsRef<[u8]>,
+        since: Option<Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        let channel = channel.as_ref();
+        let (mut meta, mut stream) = (Vec::new(), Vec::new());
+        let route: Vec<u8> = match &self.placed {
+            Placed::Fixed(_) => {
+                crate::history::keys_into(channel, &mut meta, &mut stream);
+                channel.to_vec()
+            }
+            Placed::Cluster(p) => {
+                let parts = p.partitions();
+                let mut base = Vec::new();
+                parts.redis_channel_at(parts.partition_of(channel), channel, &mut base);
+                crate::history::keys_into(&base, &mut meta, &mut stream);
+                meta.clone()
+            }
+        };
+        let envelope = self.subscriber().shared.config.envelope;
+        let run = |args: &[Vec<u8>]| on_placement!(self, p => p.command(&route, args));
+        crate::history::read::read(run, &meta, &stream, since, limit, envelope)
+    }
+
+    /// The channel's position in its history now: its epoch and last
+    /// offset, `None` when it has none (never published with history, or
+    /// expired). One read, as [`PubSub::history`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PubSub::history`].
+    pub fn position(&self, channel: impl AsRef<[u8]>) -> Result<Option<Position>, Error> {
+        Ok(self.history(channel, None, 1)?.position)
     }
 
     /// The channel's name on the wire: itself on servers and in classic

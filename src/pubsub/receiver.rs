@@ -69,6 +69,17 @@ pub enum Delivery {
         /// How many messages were dropped in all.
         messages: u64,
     },
+    /// As [`Event::Unrecoverable`].
+    Unrecoverable {
+        /// The channel.
+        channel: Vec<u8>,
+        /// The last position delivered before the loss.
+        since: Option<crate::history::Position>,
+        /// The channel's position in its history, when known.
+        now: Option<crate::history::Position>,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Delivery {
@@ -86,6 +97,17 @@ impl Delivery {
             Delivery::Dropped { channels, messages } => Event::Dropped {
                 channels,
                 messages: *messages,
+            },
+            Delivery::Unrecoverable {
+                channel,
+                since,
+                now,
+                reason,
+            } => Event::Unrecoverable {
+                channel,
+                since: *since,
+                now: *now,
+                reason,
             },
         })
     }
@@ -283,6 +305,17 @@ impl Handler for ReceiverHandler {
             Event::Dropped { channels, messages } => Delivery::Dropped {
                 channels: channels.clone(),
                 messages,
+            },
+            Event::Unrecoverable {
+                channel,
+                since,
+                now,
+                reason,
+            } => Delivery::Unrecoverable {
+                channel: channel.to_vec(),
+                since,
+                now,
+                reason: reason.to_owned(),
             },
         };
         self.queue.push(|| d, None);

@@ -91,7 +91,7 @@ fn note(item: &Item, open: &mut [Open]) {
         Item::Message {
             buf, channel_len, ..
         } => add(buf.get(..*channel_len).unwrap_or_default()),
-        Item::Active { buf } | Item::Refused { buf, .. } => add(buf),
+        Item::Active { buf } | Item::Refused { buf, .. } | Item::Recovered { buf, .. } => add(buf),
         Item::Dropped { channels, .. } => channels.iter().for_each(add),
         Item::Gap { .. } | Item::Marker(_) => {}
     }
@@ -116,6 +116,7 @@ mod tests {
             buf: channel.as_bytes().to_vec(),
             channel_len: channel.len(),
             sent_us: 0,
+            at: None,
         }
     }
 

@@ -25,7 +25,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
+mod recovery;
+
 use crate::error::Error;
+use crate::history::{History, Position};
 use crate::metrics::{add, Counters};
 use crate::pubsub::{ChannelList, Event, Handler};
 use crate::threads::{self, PanicCount};
@@ -48,6 +51,14 @@ enum Item {
         buf: Vec<u8>,
         channel_len: usize,
         sent_us: u64,
+        /// A recoverable channel's position, from the history header.
+        at: Option<Position>,
+    },
+    /// A recovery read's outcome (`buf` holds the channel's name).
+    Recovered {
+        buf: Vec<u8>,
+        id: u64,
+        result: Result<History, Error>,
     },
     /// The channel's subscription is active (`buf` holds its name).
     Active { buf: Vec<u8> },
@@ -74,6 +85,22 @@ enum Item {
 /// passes the message over (its channel was given up).
 pub(crate) trait Passes: Send + Sync {
     fn passes(&self, channel: &[u8]) -> bool;
+}
+
+/// Reads a recoverable channel's history for its worker, without blocking
+/// (see [`recovery`]).
+pub(crate) trait Reader: Send + Sync {
+    /// Whether `channel` is recoverable.
+    fn recoverable(&self, channel: &[u8]) -> bool;
+    /// Reads up to `limit` messages after `since`; `done` gets the outcome
+    /// (on another thread, or this one when it fails at once).
+    fn read(
+        &self,
+        channel: &[u8],
+        since: Position,
+        limit: usize,
+        done: Box<dyn FnOnce(Result<History, Error>) + Send>,
+    );
 }
 
 /// Channels dropped since the worker last took its queue.
@@ -127,6 +154,8 @@ pub(crate) struct Queue {
     wake_due: AtomicBool,
     /// Set once, after the instance is built: see [`Passes`].
     filter: std::sync::OnceLock<Arc<dyn Passes>>,
+    /// Set once, with recoverable channels: see [`Reader`].
+    reader: std::sync::OnceLock<Arc<dyn Reader>>,
 }
 
 impl Queue {
@@ -154,12 +183,31 @@ impl Queue {
             closed: AtomicBool::new(false),
             wake_due: AtomicBool::new(false),
             filter: std::sync::OnceLock::new(),
+            reader: std::sync::OnceLock::new(),
         }
     }
 
     /// Sets what the worker asks before handing a message on (once).
     pub(crate) fn set_filter(&self, f: Arc<dyn Passes>) {
         let _ = self.filter.set(f);
+    }
+
+    /// Sets the history reader of recoverable channels (once).
+    pub(crate) fn set_reader(&self, r: Arc<dyn Reader>) {
+        let _ = self.reader.set(r);
+    }
+
+    /// Queues a recovery read's outcome (never dropped while open).
+    fn push_recovered(&self, channel: &[u8], id: u64, result: Result<History, Error>) {
+        self.push(
+            |mut buf| {
+                buf.clear();
+                buf.extend_from_slice(channel);
+                Item::Recovered { buf, id, result }
+            },
+            None,
+            false,
+        );
     }
 
     /// Queues an item; wakes a waiting worker now, or (`defer`) leaves
@@ -200,6 +248,7 @@ impl Queue {
         channel: &'a [u8],
         payload: &'a [u8],
         sent_us: u64,
+        at: Option<Position>,
     ) -> impl FnOnce(Vec<u8>) -> Item + 'a {
         move |mut buf| {
             buf.clear();
@@ -209,6 +258,7 @@ impl Queue {
                 buf,
                 channel_len: channel.len(),
                 sent_us,
+                at,
             }
         }
     }
@@ -219,7 +269,7 @@ impl Queue {
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
         self.push(
-            Self::message(channel, payload, sent_us),
+            Self::message(channel, payload, sent_us, None),
             Some(channel),
             false,
         )
@@ -233,9 +283,10 @@ impl Queue {
         channel: &[u8],
         payload: &[u8],
         sent_us: u64,
+        at: Option<Position>,
     ) -> bool {
         self.push(
-            Self::message(channel, payload, sent_us),
+            Self::message(channel, payload, sent_us, at),
             Some(channel),
             true,
         )
@@ -405,7 +456,75 @@ pub(crate) fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
+/// Carries out the tracker's actions for `channel`, in order.
+fn carry_out(
+    q: &Arc<Queue>,
+    handler: &dyn Handler,
+    channel: &[u8],
+    out: &mut Vec<recovery::Action>,
+    delivered: &mut u64,
+) {
+    for a in out.drain(..) {
+        let outcome = match a {
+            recovery::Action::Deliver(payload) => {
+                *delivered += 1;
+                catch_unwind(AssertUnwindSafe(|| handler.on_message(channel, &payload)))
+            }
+            recovery::Action::Unrecoverable { since, now, reason } => {
+                catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Unrecoverable {
+                        channel,
+                        since,
+                        now,
+                        reason: &reason,
+                    })
+                }))
+            }
+            recovery::Action::Read { since, id } => {
+                let Some(reader) = q.reader.get() else {
+                    continue;
+                };
+                let back = Arc::downgrade(q);
+                let name = channel.to_vec();
+                let done = move |r: Result<History, Error>| {
+                    if let Some(q) = back.upgrade() {
+                        q.push_recovered(&name, id, r);
+                    }
+                };
+                reader.read(channel, since, recovery::PAGE, Box::new(done));
+                Ok(())
+            }
+        };
+        if let Err(payload) = outcome {
+            log::error!(
+                "Pub/Sub handler panicked: {}; the worker goes on",
+                threads::panic_message(&*payload)
+            );
+        }
+    }
+}
+
+/// Every recoverable channel of a gap or drop event reads what it missed.
+fn recover_gaps(
+    q: &Arc<Queue>,
+    handler: &dyn Handler,
+    tracker: &mut recovery::Tracker,
+    channels: &ChannelList,
+    out: &mut Vec<recovery::Action>,
+    delivered: &mut u64,
+) {
+    let Some(reader) = q.reader.get() else {
+        return;
+    };
+    for channel in channels.iter().filter(|c| reader.recoverable(c)) {
+        tracker.handle_gap(channel, out);
+        carry_out(q, handler, channel, out, delivered);
+    }
+}
+
+fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
+    let mut tracker = recovery::Tracker::default();
+    let mut actions: Vec<recovery::Action> = Vec::new();
     let mut local: VecDeque<Item> = VecDeque::with_capacity(q.capacity);
     let mut spent: Vec<Vec<u8>> = Vec::with_capacity(q.capacity);
     loop {
@@ -433,35 +552,66 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 dropped += u64::from(matches!(item, Item::Message { .. }));
                 continue;
             }
+            let item = match item {
+                Item::Recovered { buf, id, result } => {
+                    tracker.handle_read(&buf, id, result, &mut actions);
+                    carry_out(q, handler, &buf, &mut actions, &mut delivered);
+                    continue;
+                }
+                item => item,
+            };
             let outcome = match &item {
                 Item::Message {
                     buf,
                     channel_len,
                     sent_us,
+                    at,
                 } => {
                     let (channel, payload) = buf.split_at((*channel_len).min(buf.len()));
                     if q.filter.get().is_some_and(|f| !f.passes(channel)) {
                         unwanted += 1;
+                        if at.is_some() {
+                            tracker.forget(channel);
+                        }
                         Ok(())
                     } else {
                         if *sent_us != 0 {
                             counters.lag.record_us(now_us().saturating_sub(*sent_us));
                         }
-                        delivered += 1;
-                        catch_unwind(AssertUnwindSafe(|| handler.on_message(channel, payload)))
+                        let now = match at {
+                            Some(at) if q.reader.get().is_some() => {
+                                tracker.handle_message(channel, *at, payload, &mut actions)
+                            }
+                            _ => true,
+                        };
+                        let r = match now {
+                            true => {
+                                delivered += 1;
+                                catch_unwind(AssertUnwindSafe(|| {
+                                    handler.on_message(channel, payload)
+                                }))
+                            }
+                            false => Ok(()),
+                        };
+                        carry_out(q, handler, channel, &mut actions, &mut delivered);
+                        r
                     }
                 }
+                Item::Recovered { .. } => Ok(()), // taken above
                 Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
                     handler.on_event(Event::Active { channel: buf })
                 })),
                 Item::Gap { server, channels } => {
                     add(&counters.gaps, 1);
-                    catch_unwind(AssertUnwindSafe(|| {
+                    let r = catch_unwind(AssertUnwindSafe(|| {
                         handler.on_event(Event::Gap {
                             server: *server,
                             channels,
                         })
-                    }))
+                    }));
+                    let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
+                    recover_gaps(q, handler, t, channels, a, d);
+                    r
                 }
                 Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
                     handler.on_event(Event::Refused {
@@ -469,12 +619,17 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                         message,
                     })
                 })),
-                Item::Dropped { channels, messages } => catch_unwind(AssertUnwindSafe(|| {
-                    handler.on_event(Event::Dropped {
-                        channels,
-                        messages: *messages,
-                    })
-                })),
+                Item::Dropped { channels, messages } => {
+                    let r = catch_unwind(AssertUnwindSafe(|| {
+                        handler.on_event(Event::Dropped {
+                            channels,
+                            messages: *messages,
+                        })
+                    }));
+                    let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
+                    recover_gaps(q, handler, t, channels, a, d);
+                    r
+                }
                 Item::Marker(_) => Ok(()),
             };
             if let Err(payload) = outcome {
@@ -493,6 +648,13 @@ fn run(q: &Queue, handler: &dyn Handler, counters: &Counters) {
                 _ => {}
             }
         }
+        if let Some(f) = q.filter.get() {
+            tracker.sweep(|ch| f.passes(ch));
+        }
+        let n = tracker.take_counts();
+        add(&counters.recovered, n.recovered);
+        add(&counters.duplicates, n.duplicates);
+        add(&counters.unrecoverable, n.unrecoverable);
         add(&counters.delivered, delivered);
         add(&counters.dropped_shutdown, dropped);
         add(&counters.unwanted, unwanted);
@@ -623,7 +785,7 @@ mod tests {
         let q = &pool.queues()[0];
         for round in 1..=20 {
             for _ in 0..3 {
-                assert!(q.push_message_deferred(b"c", b"x", 0));
+                assert!(q.push_message_deferred(b"c", b"x", 0, None));
             }
             q.wake_deferred();
             let start = std::time::Instant::now();

@@ -1,0 +1,238 @@
+//! Recoverable channels: a capped history stream beside a channel, and an
+//! offset in every message.
+//!
+//! A channel that starts with a prefix given to
+//! [`PubSubBuilder::history`](crate::PubSubBuilder::history) is
+//! *recoverable*: each publish to it runs one server-side script
+//! ([`script`]) that, atomically on the channel's server (its slot's owner
+//! on a cluster),
+//!
+//! 1. reads the channel's epoch from its meta hash, and starts a new epoch
+//!    (the server's `TIME` in microseconds, and an empty stream) when the
+//!    meta key is gone (evicted, expired, flushed, a failover that lost it);
+//! 2. takes the next offset (`HINCRBY`, from 1 in each epoch);
+//! 3. appends the payload to the stream with ID `offset-0` and
+//!    `MAXLEN ~ max_len`, and refreshes both keys' `EXPIRE` (`max_age`);
+//! 4. publishes the payload with a small header, epoch and offset
+//!    ([`header`]), and returns the receiver count.
+//!
+//! ```text
+//!  publish(ch, p) ─► EVALSHA publish.lua  2  meta  stream  wire  p  max_len  max_age  [S]PUBLISH
+//!                      (NOSCRIPT: the same command as EVAL, which also caches it)
+//!  server: HGET e ─► HINCRBY o ─► XADD MAXLEN ~ ─► EXPIRE ×2 ─► [S]PUBLISH wire "\0SH1<e>.<o>\n" p
+//!  subscriber: strips the header (then the lag envelope, if on) ─► handler
+//!  PubSub::history / position ─► EVALSHA read.lua (epoch, top offset, XRANGE/XREVRANGE)
+//! ```
+//!
+//! Keys ([`keys_into`]): the channel's base name, then `:history` (the
+//! stream) or `:history-meta` (the hash: `e` epoch, `o` last offset). The
+//! base is the channel itself on servers and `{TAG}.channel` on a cluster
+//! (classic mode too), so both keys and the sharded channel share the
+//! partition's slot.
+//!
+//! Scripts rather than functions: `EVALSHA` with an `EVAL` fallback works
+//! the same on Redis 7.0 and Valkey 9.1, in every placement, and heals
+//! itself on a node that never saw the script (a new primary after a
+//! failover, a restart, `SCRIPT FLUSH`) with no per-node load step to
+//! track; a function library would have to be loaded on each node as it
+//! joins, and outlives the application's version.
+//!
+//! Subscribers strip the header and hand the position to the channel's
+//! worker, which recovers gaps by itself: see `workers::recovery` (a
+//! gap, a drop or an offset jump reads what follows the last offset
+//! delivered, and delivers it before the live messages held meanwhile;
+//! [`Event::Unrecoverable`](crate::Event::Unrecoverable) when it is gone).
+//! On a cluster the read goes to the slot's owner as the publish routes
+//! know it, and one that fails there follows the slot on a helper thread.
+//!
+//! Limits, by design of this first version:
+//!
+//! - Recovery starts from the first message a worker delivers for the
+//!   channel: a loss before any message was seen (a gap right after
+//!   subscribing) is reported by the `Gap` event only.
+//! - A channel holds at most 4,096 live messages while its read is out;
+//!   past that it gives up with `Unrecoverable`. The hold is per channel.
+//! - A server that lost the script (a restart, `SCRIPT FLUSH`, a new
+//!   primary) answers the first publishes `NOSCRIPT`; they are sent again
+//!   as `EVAL`, and a later publish of the same channel that got there
+//!   first runs first (offsets follow the server's order, so subscribers
+//!   still see each channel in offset order). The script is loaded on
+//!   every server (every primary) at build to keep this off the start.
+//! - A channel given up and subscribed again is tracked afresh once a
+//!   message of the old subscription was passed over (or its worker swept
+//!   its map); otherwise its first new message reads what was published
+//!   while it was not subscribed (up to the caps) and delivers it.
+//! - Messages a [`Receiver`](crate::pubsub::Receiver)'s own queue drops
+//!   are downstream of the worker and are not recovered (its
+//!   `Delivery::Dropped` says so).
+
+pub(crate) mod fixed;
+pub mod header;
+pub(crate) mod read;
+pub(crate) mod recover;
+pub mod script;
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Caps of a recoverable channel's history stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HistoryOptions {
+    /// About how many messages the stream keeps (`XADD MAXLEN ~`: the
+    /// server trims whole stream nodes, so it may keep up to about 100
+    /// more).
+    pub max_len: u64,
+    /// How long the history lives after the channel's last publish (both
+    /// keys' `EXPIRE`, whole seconds, rounded up). An idle channel's history
+    /// goes at once when it passes, and its next publish starts a new epoch.
+    pub max_age: Duration,
+}
+
+/// A place in a channel's history: the epoch (a new one whenever the
+/// history was lost) and the offset (1 for an epoch's first message).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The epoch: the server's time, in microseconds, when it began.
+    pub epoch: u64,
+    /// The offset within the epoch.
+    pub offset: u64,
+}
+
+/// One message read from a channel's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryMessage {
+    /// Its offset (in [`History::position`]'s epoch).
+    pub offset: u64,
+    /// The payload, as the handler would get it (the lag envelope, if on,
+    /// stripped).
+    pub payload: Vec<u8>,
+}
+
+/// What [`PubSub::history`](crate::PubSub::history) read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct History {
+    /// The channel's position now: its epoch and last offset; `None` when
+    /// it has no history (never published with history on, or expired).
+    pub position: Option<Position>,
+    /// The messages, oldest first.
+    pub messages: Vec<HistoryMessage>,
+    /// With a `since` position: whether `messages` follows it with nothing
+    /// missing (the same epoch, and the first message is the next offset,
+    /// or none was published since). Without one, whether `messages`
+    /// starts at offset 1 (the whole epoch).
+    pub continuous: bool,
+}
+
+/// The recoverable prefixes and their caps (longest prefix wins).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Rules {
+    rules: Vec<(Vec<u8>, HistoryOptions)>,
+}
+
+impl Rules {
+    /// Adds a prefix.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a zero cap, or a prefix given twice.
+    pub(crate) fn add(&mut self, prefix: &[u8], o: HistoryOptions) -> Result<(), Error> {
+        if o.max_len == 0 || o.max_age.is_zero() {
+            return Err(Error::Config(
+                "history: max_len and max_age must both be above zero".into(),
+            ));
+        }
+        if self.rules.iter().any(|(p, _)| p == prefix) {
+            return Err(Error::Config(
+                format!(
+                    "history: the prefix {:?} is given twice",
+                    String::from_utf8_lossy(prefix)
+                )
+                .into(),
+            ));
+        }
+        self.rules.push((prefix.to_vec(), o));
+        // Longest first, so the first match is the longest.
+        self.rules.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
+        Ok(())
+    }
+
+    /// Whether any channel is recoverable.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The caps of `channel`, if it is recoverable.
+    pub(crate) fn of(&self, channel: &[u8]) -> Option<&HistoryOptions> {
+        self.rules
+            .iter()
+            .find(|(p, _)| channel.starts_with(p))
+            .map(|(_, o)| o)
+    }
+}
+
+/// The stream key's suffix.
+pub const STREAM_SUFFIX: &[u8] = b":history";
+/// The meta hash key's suffix.
+pub const META_SUFFIX: &[u8] = b":history-meta";
+
+/// Appends the meta key to `meta` and the stream key to `stream`, for a
+/// channel whose base name is `base` (see the module docs).
+pub fn keys_into(base: &[u8], meta: &mut Vec<u8>, stream: &mut Vec<u8>) {
+    meta.extend_from_slice(base);
+    meta.extend_from_slice(META_SUFFIX);
+    stream.extend_from_slice(base);
+    stream.extend_from_slice(STREAM_SUFFIX);
+}
+
+/// `max_age` as `EXPIRE` seconds (rounded up, at least 1), in decimal.
+pub(crate) fn ttl_arg(max_age: Duration) -> String {
+    let s = max_age.as_secs() + u64::from(max_age.subsec_nanos() > 0);
+    s.max(1).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(n: u64) -> HistoryOptions {
+        HistoryOptions {
+            max_len: n,
+            max_age: Duration::from_millis(1500),
+        }
+    }
+
+    #[test]
+    fn longest_prefix_wins_and_bad_caps_are_refused() {
+        let mut r = Rules::default();
+        assert!(r.is_empty());
+        r.add(b"room:", caps(10)).unwrap();
+        r.add(b"room:vip:", caps(99)).unwrap();
+        assert_eq!(r.of(b"room:vip:1").map(|o| o.max_len), Some(99));
+        assert_eq!(r.of(b"room:1").map(|o| o.max_len), Some(10));
+        assert_eq!(r.of(b"news"), None);
+        assert!(matches!(r.add(b"room:", caps(1)), Err(Error::Config(_))));
+        assert!(matches!(r.add(b"x", caps(0)), Err(Error::Config(_))));
+        let zero_age = HistoryOptions {
+            max_len: 1,
+            max_age: Duration::ZERO,
+        };
+        assert!(matches!(r.add(b"y", zero_age), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn keys_and_ttl() {
+        let (mut m, mut s) = (Vec::new(), Vec::new());
+        keys_into(b"{ab}.ch", &mut m, &mut s);
+        assert_eq!(m, b"{ab}.ch:history-meta");
+        assert_eq!(s, b"{ab}.ch:history");
+        assert_eq!(
+            shardcore::key_slot(&m),
+            shardcore::key_slot(b"{ab}.ch"),
+            "the keys share the channel's slot"
+        );
+        assert_eq!(ttl_arg(Duration::from_millis(1500)), "2");
+        assert_eq!(ttl_arg(Duration::from_secs(60)), "60");
+        assert_eq!(ttl_arg(Duration::from_millis(1)), "1");
+    }
+}

@@ -1,0 +1,139 @@
+//! The server-side scripts, and the publish command that runs one.
+//!
+//! `publish.lua` appends to the stream and publishes (see the module docs
+//! of [`crate::history`]); `read.lua` returns `{epoch, last offset,
+//! entries}` in one atomic read. Both are sent as `EVALSHA` and, when a
+//! server answers `NOSCRIPT`, again as `EVAL` (which caches the script
+//! there for the next `EVALSHA`).
+
+/// The publish script. KEYS: meta, stream. ARGV: server channel, payload,
+/// max_len, max_age in seconds, `PUBLISH` or `SPUBLISH`. Returns the
+/// receiver count.
+pub const PUBLISH: &str = include_str!("publish.lua");
+/// SHA1 of [`PUBLISH`], in lowercase hex (as `SCRIPT LOAD` answers).
+pub const PUBLISH_SHA: &str = "5f33225ec684e44b21d21d88cab0afe797382cf7";
+
+/// The read script. KEYS: meta, stream. ARGV: `since` or `last`, an offset
+/// (`since`: exclusive), a count. Returns `{epoch, last offset, entries}`,
+/// with an empty epoch when the channel has no history.
+pub const READ: &str = include_str!("read.lua");
+/// SHA1 of [`READ`].
+pub const READ_SHA: &str = "c7117c8ca6e59d9e9d343cb0f652e4b1e65427a5";
+
+/// The publish command's fixed start: a 10-element array, `EVALSHA`, the
+/// SHA, the key count.
+const SHA_HEAD: &[u8] =
+    b"*10\r\n$7\r\nEVALSHA\r\n$40\r\n5f33225ec684e44b21d21d88cab0afe797382cf7\r\n$1\r\n2\r\n";
+
+/// What the publish command carries.
+pub(crate) struct PublishArgs<'a> {
+    pub(crate) meta: &'a [u8],
+    pub(crate) stream: &'a [u8],
+    /// The channel's name on the server.
+    pub(crate) wire: &'a [u8],
+    pub(crate) payload: &'a [u8],
+    /// The lag envelope's publish time, when it is on.
+    pub(crate) envelope_us: Option<u64>,
+    pub(crate) max_len: u64,
+    /// `EXPIRE` seconds, in decimal.
+    pub(crate) ttl: &'a str,
+    pub(crate) sharded: bool,
+}
+
+/// Appends the whole `EVALSHA` publish command to `out`, and returns where
+/// the server channel's name starts in it.
+pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
+    out.extend_from_slice(SHA_HEAD);
+    resp::encode_bulk(out, a.meta);
+    resp::encode_bulk(out, a.stream);
+    resp::encode_bulk_header(out, a.wire.len());
+    let wire_at = out.len();
+    out.extend_from_slice(a.wire);
+    out.extend_from_slice(b"\r\n");
+    match a.envelope_us {
+        Some(t) => {
+            let len = crate::pubsub::envelope::HEADER_LEN + a.payload.len();
+            resp::encode_bulk_header(out, len);
+            crate::pubsub::envelope::encode_into(out, a.payload, t);
+            out.extend_from_slice(b"\r\n");
+        }
+        None => resp::encode_bulk(out, a.payload),
+    }
+    resp::encode_bulk(out, a.max_len.to_string().as_bytes());
+    resp::encode_bulk(out, a.ttl.as_bytes());
+    resp::encode_bulk(
+        out,
+        if a.sharded {
+            &b"SPUBLISH"[..]
+        } else {
+            &b"PUBLISH"[..]
+        },
+    );
+    wire_at
+}
+
+/// The `EVAL` form of a publish command from [`encode_publish`], and how
+/// far every byte after the SHA moved; `None` for anything else.
+pub(crate) fn to_eval(command: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let rest = command.strip_prefix(SHA_HEAD)?;
+    let mut out = Vec::with_capacity(command.len() + PUBLISH.len());
+    out.extend_from_slice(b"*10\r\n$4\r\nEVAL\r\n");
+    resp::encode_bulk(&mut out, PUBLISH.as_bytes());
+    out.extend_from_slice(b"$1\r\n2\r\n");
+    out.extend_from_slice(rest);
+    let moved = out.len() - rest.len() - (command.len() - rest.len());
+    Some((out, moved))
+}
+
+/// Loads the publish script on `engine`'s servers, waiting for each
+/// reply: so the first publishes after start meet no `NOSCRIPT` (whose
+/// resend as `EVAL` could let a later publish of the same channel, sent
+/// while the first waits for its reply, run first). A server that cannot
+/// be reached now is passed over (it meets `NOSCRIPT` once, later).
+pub(crate) fn preload(engine: &crate::Engine) {
+    for i in 0..engine.servers().len() {
+        if let Err(e) = engine
+            .command_pending(i, [&b"SCRIPT"[..], b"LOAD", PUBLISH.as_bytes()])
+            .wait()
+        {
+            log::info!("history: the publish script is not loaded on server {i} yet ({e})");
+        }
+    }
+}
+
+/// Whether an error reply says the server lacks the script.
+pub(crate) fn is_noscript(message: &str) -> bool {
+    message.starts_with("NOSCRIPT")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_form_keeps_the_arguments_and_moves_the_name() {
+        let mut cmd = Vec::new();
+        let at = encode_publish(
+            &mut cmd,
+            &PublishArgs {
+                meta: b"m",
+                stream: b"s",
+                wire: b"{a}.ch",
+                payload: b"p",
+                envelope_us: None,
+                max_len: 100,
+                ttl: "60",
+                sharded: true,
+            },
+        );
+        assert_eq!(&cmd[at..at + 6], b"{a}.ch");
+        assert!(cmd.ends_with(b"$3\r\n100\r\n$2\r\n60\r\n$8\r\nSPUBLISH\r\n"));
+        let (eval, moved) = to_eval(&cmd).unwrap();
+        assert_eq!(&eval[at + moved..at + moved + 6], b"{a}.ch");
+        assert!(eval.starts_with(b"*10\r\n$4\r\nEVAL\r\n"));
+        assert!(eval.ends_with(&cmd[SHA_HEAD.len()..]));
+        assert_eq!(to_eval(&eval), None, "an EVAL is never rewritten again");
+        assert!(is_noscript("NOSCRIPT No matching script."));
+        assert!(!is_noscript("ERR NOSCRIPT"));
+    }
+}

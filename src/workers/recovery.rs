@@ -1,0 +1,347 @@
+//! Recovery of recoverable channels at the worker (sans-IO): the last
+//! offset seen per channel, and what to do with each message, gap and
+//! history read, in order with delivery.
+//!
+//! Fed by the worker: [`Tracker::handle_message`] for every message of a
+//! recoverable channel (with the position from its header),
+//! [`Tracker::handle_gap`] for every channel of a gap or drop event, and
+//! [`Tracker::handle_read`] with a history read's outcome. Its outputs
+//! ([`Action`]) are messages to deliver, [`Unrecoverable`] events, and
+//! reads to start; the worker carries them out in order.
+//!
+//! - An in-order message (the next offset of the same epoch, or the first
+//!   one seen) is delivered at once (no allocation); one at or below the
+//!   last offset is a duplicate and is skipped.
+//! - A jump (a later offset, or another epoch), a gap or a drop starts a
+//!   read of what follows the last offset. Until it comes back, the
+//!   channel's live messages are held (at most [`HOLD`]; past that the
+//!   channel gives up with [`Unrecoverable`] and delivers what it holds).
+//! - A continuous read is delivered, then the held messages that follow it
+//!   (duplicates skipped); a full page reads on. A read that is not
+//!   continuous (trimmed, expired, a new epoch) or that failed gives
+//!   [`Unrecoverable`], then what the same epoch still has, then the held
+//!   messages.
+//!
+//! [`Unrecoverable`]: Action::Unrecoverable
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::error::Error;
+use crate::history::{History, Position};
+
+/// The most live messages one channel holds while its read is out.
+pub(crate) const HOLD: usize = 4096;
+
+/// Messages one recovery read asks for (a full page reads on).
+pub(crate) const PAGE: usize = 1000;
+
+/// What the worker does next, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Deliver this payload of the channel.
+    Deliver(Vec<u8>),
+    /// Tell the handler the channel lost messages that history cannot give
+    /// back.
+    Unrecoverable {
+        /// The last position delivered before the loss.
+        since: Option<Position>,
+        /// The channel's position in its history, when the read got one.
+        now: Option<Position>,
+        /// Why.
+        reason: String,
+    },
+    /// Read up to [`PAGE`] messages after `since`; hand the outcome to
+    /// [`Tracker::handle_read`] with `id`.
+    Read {
+        /// Read after this position.
+        since: Position,
+        /// The read's id.
+        id: u64,
+    },
+}
+
+#[derive(Default)]
+struct Chan {
+    last: Option<Position>,
+    reading: Option<Reading>,
+}
+
+struct Reading {
+    id: u64,
+    since: Position,
+    held: VecDeque<(Position, Vec<u8>)>,
+    /// A gap came while the read was out: read once more after it.
+    again: bool,
+}
+
+/// The recovery state of one worker's recoverable channels.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    chans: HashMap<Vec<u8>, Chan>,
+    next_id: u64,
+    /// The channel count at which [`Tracker::sweep`] looks again.
+    sweep_at: usize,
+    /// Counts since the last [`Tracker::take_counts`].
+    counts: Counts,
+}
+
+/// What the tracker did, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Messages delivered from history reads.
+    pub(crate) recovered: u64,
+    /// Messages skipped as duplicates (an offset already delivered).
+    pub(crate) duplicates: u64,
+    /// Unrecoverable events.
+    pub(crate) unrecoverable: u64,
+}
+
+/// The fewest channels worth a sweep.
+const SWEEP_MIN: usize = 1024;
+
+impl Tracker {
+    /// Forgets channels that are no longer subscribed (`wanted` says),
+    /// once the map has doubled since the last look: with many short-lived
+    /// channels the map stays about twice the subscribed set, at an
+    /// amortised constant cost per new channel. A channel still reading
+    /// is kept until its read is back.
+    pub(crate) fn sweep(&mut self, wanted: impl Fn(&[u8]) -> bool) {
+        if self.chans.len() < self.sweep_at.max(SWEEP_MIN) {
+            return;
+        }
+        self.chans.retain(|ch, c| c.reading.is_some() || wanted(ch));
+        self.sweep_at = self.chans.len() * 2;
+    }
+
+    /// Forgets `channel` (given up): a later subscription starts afresh.
+    pub(crate) fn forget(&mut self, channel: &[u8]) {
+        self.chans.remove(channel);
+    }
+
+    /// The counts since the last call, reset.
+    pub(crate) fn take_counts(&mut self) -> Counts {
+        std::mem::take(&mut self.counts)
+    }
+
+    /// Channels tracked now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.chans.len()
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A message of `channel` at `at`: true to deliver `payload` now;
+    /// otherwise it was held or skipped, and `out` says what else to do.
+    pub(crate) fn handle_message(
+        &mut self,
+        channel: &[u8],
+        at: Position,
+        payload: &[u8],
+        out: &mut Vec<Action>,
+    ) -> bool {
+        let id = self.id();
+        let n = &mut self.counts;
+        let c = chan(&mut self.chans, channel);
+        if let Some(r) = &mut c.reading {
+            if r.held.len() < HOLD {
+                r.held.push_back((at, payload.to_vec()));
+                return false;
+            }
+            // Too far behind: give up on the read, deliver what is held.
+            let r = c.reading.take().expect("reading");
+            n.unrecoverable += 1;
+            out.push(Action::Unrecoverable {
+                since: Some(r.since),
+                now: None,
+                reason: format!("more than {HOLD} live messages came while recovering"),
+            });
+            c.last = None;
+            drain(c, r.held, out, || id, n);
+            return match c.reading {
+                Some(ref mut r) => {
+                    r.held.push_back((at, payload.to_vec()));
+                    false
+                }
+                None => step(c, at, payload, id, out, n),
+            };
+        }
+        step(c, at, payload, id, out, n)
+    }
+
+    /// A gap or drop named `channel`: read what may have been missed.
+    pub(crate) fn handle_gap(&mut self, channel: &[u8], out: &mut Vec<Action>) {
+        let id = self.id();
+        let Some(c) = self.chans.get_mut(channel) else {
+            return; // nothing delivered yet: nothing to recover from
+        };
+        match (&mut c.reading, c.last) {
+            (Some(r), _) => r.again = true,
+            (None, Some(since)) => {
+                c.reading = Some(Reading {
+                    id,
+                    since,
+                    held: VecDeque::new(),
+                    again: false,
+                });
+                out.push(Action::Read { since, id });
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// The outcome of read `id` of `channel`.
+    pub(crate) fn handle_read(
+        &mut self,
+        channel: &[u8],
+        id: u64,
+        result: Result<History, Error>,
+        out: &mut Vec<Action>,
+    ) {
+        let next = self.id();
+        let Some(c) = self.chans.get_mut(channel) else {
+            return;
+        };
+        if c.reading.as_ref().is_none_or(|r| r.id != id) {
+            return; // given up meanwhile
+        }
+        let mut r = c.reading.take().expect("reading");
+        let since = r.since;
+        let mut last = since;
+        match result {
+            Ok(h) if h.continuous => {
+                let full = h.messages.len() >= PAGE;
+                self.counts.recovered += deliver_after(&mut last, h.messages, out);
+                c.last = Some(last);
+                if full || r.again {
+                    r.id = next;
+                    r.since = last;
+                    r.again = false;
+                    c.reading = Some(r);
+                    out.push(Action::Read {
+                        since: last,
+                        id: next,
+                    });
+                    return;
+                }
+            }
+            Ok(h) => {
+                self.counts.unrecoverable += 1;
+                out.push(Action::Unrecoverable {
+                    since: Some(since),
+                    now: h.position,
+                    reason: "the history no longer has every message since (trimmed, \
+                             expired, or a new epoch)"
+                        .into(),
+                });
+                let same_epoch = h.position.is_some_and(|p| p.epoch == since.epoch);
+                if same_epoch {
+                    self.counts.recovered += deliver_after(&mut last, h.messages, out);
+                    c.last = Some(last);
+                } else {
+                    c.last = None;
+                }
+            }
+            Err(e) => {
+                self.counts.unrecoverable += 1;
+                out.push(Action::Unrecoverable {
+                    since: Some(since),
+                    now: None,
+                    reason: format!("the history read failed: {e}"),
+                });
+            }
+        }
+        drain(c, r.held, out, || next, &mut self.counts);
+    }
+}
+
+/// `channel`'s state, made on first sight.
+fn chan<'a>(chans: &'a mut HashMap<Vec<u8>, Chan>, channel: &[u8]) -> &'a mut Chan {
+    if !chans.contains_key(channel) {
+        chans.insert(channel.to_vec(), Chan::default());
+    }
+    chans.get_mut(channel).expect("just inserted")
+}
+
+/// Delivers `messages` past `last`, in order, moving `last`.
+fn deliver_after(
+    last: &mut Position,
+    messages: Vec<crate::history::HistoryMessage>,
+    out: &mut Vec<Action>,
+) -> u64 {
+    let mut n = 0;
+    for m in messages {
+        if m.offset > last.offset {
+            last.offset = m.offset;
+            out.push(Action::Deliver(m.payload));
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Runs the held messages through [`step`] as if live; a new jump holds
+/// the rest behind a new read.
+fn drain(
+    c: &mut Chan,
+    held: VecDeque<(Position, Vec<u8>)>,
+    out: &mut Vec<Action>,
+    id: impl Fn() -> u64,
+    n: &mut Counts,
+) {
+    let mut held = held.into_iter();
+    for (at, payload) in held.by_ref() {
+        if step(c, at, &payload, id(), out, n) {
+            out.push(Action::Deliver(payload));
+        }
+        if let Some(r) = &mut c.reading {
+            r.held.extend(held.by_ref());
+            return;
+        }
+    }
+}
+
+/// A live message of a channel that is not reading: deliver, skip, or
+/// hold it behind a new read.
+fn step(
+    c: &mut Chan,
+    at: Position,
+    payload: &[u8],
+    id: u64,
+    out: &mut Vec<Action>,
+    n: &mut Counts,
+) -> bool {
+    match c.last {
+        None => {
+            c.last = Some(at);
+            true
+        }
+        Some(last) if at.epoch == last.epoch && at.offset <= last.offset => {
+            n.duplicates += 1;
+            false
+        }
+        Some(last) if at.epoch == last.epoch && Some(at.offset) == last.offset.checked_add(1) => {
+            c.last = Some(at);
+            true
+        }
+        Some(since) => {
+            let mut held = VecDeque::new();
+            held.push_back((at, payload.to_vec()));
+            c.reading = Some(Reading {
+                id,
+                since,
+                held,
+                again: false,
+            });
+            out.push(Action::Read { since, id });
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

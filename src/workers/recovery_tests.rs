@@ -1,0 +1,203 @@
+use super::*;
+use crate::history::HistoryMessage;
+
+const E: u64 = 7;
+
+fn at(offset: u64) -> Position {
+    Position { epoch: E, offset }
+}
+
+fn msg(t: &mut Tracker, offset: u64, out: &mut Vec<Action>) -> bool {
+    t.handle_message(b"c", at(offset), format!("m{offset}").as_bytes(), out)
+}
+
+fn page(from: u64, to: u64, continuous: bool, epoch: u64) -> Result<History, Error> {
+    Ok(History {
+        position: Some(Position { epoch, offset: to }),
+        messages: (from..=to)
+            .map(|o| HistoryMessage {
+                offset: o,
+                payload: format!("m{o}").into_bytes(),
+            })
+            .collect(),
+        continuous,
+    })
+}
+
+fn delivered(out: &[Action]) -> Vec<String> {
+    out.iter()
+        .map(|a| match a {
+            Action::Deliver(p) => String::from_utf8_lossy(p).into_owned(),
+            Action::Unrecoverable { .. } => "unrecoverable".into(),
+            Action::Read { since, .. } => format!("read>{}", since.offset),
+        })
+        .collect()
+}
+
+fn read_id(out: &[Action]) -> u64 {
+    out.iter()
+        .find_map(|a| match a {
+            Action::Read { id, .. } => Some(*id),
+            _ => None,
+        })
+        .expect("a read")
+}
+
+#[test]
+fn in_order_messages_pass_and_duplicates_are_skipped() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 5, &mut out), "the first one seen anchors");
+    assert!(msg(&mut t, 6, &mut out));
+    assert!(!msg(&mut t, 6, &mut out), "duplicate");
+    assert!(!msg(&mut t, 3, &mut out), "older");
+    assert!(msg(&mut t, 7, &mut out));
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_jump_reads_the_missing_range_and_delivers_it_before_the_held_ones() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    assert!(!msg(&mut t, 4, &mut out), "a jump: held");
+    assert_eq!(delivered(&out), ["read>1"]);
+    let id = read_id(&out);
+    out.clear();
+    assert!(!msg(&mut t, 5, &mut out), "held behind the read");
+    assert!(!msg(&mut t, 4, &mut out), "a duplicate is held too");
+    // The read overlaps the held messages: each is delivered once.
+    t.handle_read(b"c", id, page(2, 5, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m2", "m3", "m4", "m5"]);
+    let counts = t.take_counts();
+    assert_eq!((counts.recovered, counts.duplicates), (4, 3), "{counts:?}");
+    assert_eq!(t.take_counts(), Counts::default(), "taken");
+    out.clear();
+    assert!(msg(&mut t, 6, &mut out), "live again");
+    assert!(!msg(&mut t, 5, &mut out));
+}
+
+#[test]
+fn a_gap_reads_from_the_last_offset_and_a_stale_read_is_ignored() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    t.handle_gap(b"c", &mut out);
+    assert!(out.is_empty(), "nothing seen: nothing to recover from");
+    assert!(msg(&mut t, 1, &mut out));
+    t.handle_gap(b"c", &mut out);
+    assert_eq!(delivered(&out), ["read>1"]);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_gap(b"c", &mut out);
+    assert!(out.is_empty(), "one read at a time");
+    t.handle_read(b"c", id + 100, page(2, 3, true, E), &mut out);
+    assert!(out.is_empty(), "not ours");
+    t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
+    // The second gap came while reading: one more read after this one.
+    assert_eq!(delivered(&out), ["m2", "m3", "read>3"]);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(4, 3, true, E), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert!(msg(&mut t, 4, &mut out));
+}
+
+#[test]
+fn a_trimmed_range_is_unrecoverable_and_what_remains_follows() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    assert!(!msg(&mut t, 9, &mut out));
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(6, 9, false, E), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable", "m6", "m7", "m8", "m9"]);
+    assert!(matches!(
+        &out[0],
+        Action::Unrecoverable { since: Some(s), now: Some(n), .. } if s.offset == 1 && n.offset == 9
+    ));
+    out.clear();
+    assert!(msg(&mut t, 10, &mut out));
+}
+
+#[test]
+fn a_new_epoch_is_unrecoverable_and_the_held_messages_follow() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 3, &mut out));
+    let fresh = Position {
+        epoch: 8,
+        offset: 1,
+    };
+    assert!(!t.handle_message(b"c", fresh, b"n1", &mut out));
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(4, 5, false, 8), &mut out);
+    // Offsets of another epoch say nothing about ours: only the held.
+    assert_eq!(delivered(&out), ["unrecoverable", "n1"]);
+    out.clear();
+    let next = Position {
+        epoch: 8,
+        offset: 2,
+    };
+    assert!(t.handle_message(b"c", next, b"n2", &mut out));
+}
+
+#[test]
+fn a_failed_read_is_unrecoverable_and_a_full_page_reads_on() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable"]);
+    out.clear();
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(2, PAGE as u64 + 1, true, E), &mut out);
+    assert_eq!(out.len(), PAGE + 1);
+    assert_eq!(delivered(&out[PAGE..]), [format!("read>{}", PAGE + 1)]);
+}
+
+#[test]
+fn holding_is_bounded() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    assert!(!msg(&mut t, 3, &mut out));
+    let id = read_id(&out);
+    out.clear();
+    for o in 4..(4 + HOLD as u64 - 1) {
+        assert!(!msg(&mut t, o, &mut out));
+    }
+    assert!(out.is_empty());
+    // One more than it can hold: give up, deliver what it held, then this.
+    let o = 3 + HOLD as u64;
+    assert!(msg(&mut t, o, &mut out));
+    assert_eq!(delivered(&out[..1]), ["unrecoverable"]);
+    assert_eq!(out.len(), 1 + HOLD);
+    out.clear();
+    t.handle_read(b"c", id, page(2, 2, true, E), &mut out);
+    assert!(out.is_empty(), "the abandoned read is ignored");
+}
+
+#[test]
+fn channels_given_up_are_forgotten_once_the_map_doubles() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    for i in 0..SWEEP_MIN * 3 {
+        let ch = format!("c{i}");
+        assert!(t.handle_message(ch.as_bytes(), at(1), b"x", &mut out));
+        // Only the last ten are still subscribed.
+        t.sweep(|c| {
+            let n: usize = std::str::from_utf8(&c[1..]).unwrap().parse().unwrap();
+            n + 10 > i
+        });
+        assert!(t.len() <= SWEEP_MIN.max(20), "{i}: {}", t.len());
+    }
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_forgotten_channel_starts_afresh() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    t.forget(b"c");
+    assert!(msg(&mut t, 9, &mut out), "no jump: nothing known before");
+    assert!(out.is_empty());
+}
