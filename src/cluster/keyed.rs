@@ -18,9 +18,14 @@ use crate::cluster::shared::Shared;
 use crate::engine::Engine;
 use crate::error::Error;
 
-/// How long to wait between looks at the routes while a slot has no owner
-/// or a `MOVED` target is not yet a route.
+/// Longest wait between looks at the routes while a slot has no owner or
+/// a `MOVED` target is not yet a route (a new map wakes the wait sooner).
 const ROUTE_POLL: Duration = Duration::from_millis(10);
+
+/// Waits for the routes to change, at most [`ROUTE_POLL`].
+fn await_routes(shared: &Shared) {
+    shared.active.sleep_until(Instant::now() + ROUTE_POLL);
+}
 
 /// Sends `args` to the owner of `key`'s slot and returns its reply.
 ///
@@ -61,7 +66,7 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
             if since.elapsed() >= window {
                 return Err(fail(format!("no known owner within {window:?}")));
             }
-            std::thread::sleep(ROUTE_POLL);
+            await_routes(shared);
             continue;
         };
         let r = engine.command_pending(0, args).wait();
@@ -84,7 +89,7 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
                 }
                 // An unknown endpoint (`?:port`): the refreshed routes say.
                 let Some(to) = to else {
-                    std::thread::sleep(ROUTE_POLL);
+                    await_routes(shared);
                     continue;
                 };
                 match wait_for_engine(shared, &to, window) {
@@ -123,6 +128,6 @@ fn wait_for_engine(
         if found.is_some() || Instant::now() >= deadline {
             return found;
         }
-        std::thread::sleep(ROUTE_POLL);
+        await_routes(shared);
     }
 }

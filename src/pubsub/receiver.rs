@@ -19,7 +19,7 @@
 //! do not count against the bound and are never dropped (they are few:
 //! one per confirmation, gap, refusal, or run of drops).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -27,6 +27,7 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 
 use crate::pubsub::{ChannelList, Event, Handler};
+use crate::workers::Drops;
 
 /// One item a [`Receiver`] gives: a message, or an [`Event`] in owned form.
 #[non_exhaustive]
@@ -113,34 +114,6 @@ impl Delivery {
     }
 }
 
-/// Channels dropped since the last item was queued.
-#[derive(Default)]
-struct Drops {
-    channels: ChannelList,
-    seen: HashSet<Vec<u8>>,
-    messages: u64,
-}
-
-impl Drops {
-    fn note(&mut self, channel: &[u8]) {
-        self.messages += 1;
-        if self.seen.insert(channel.to_vec()) {
-            self.channels.push(channel);
-        }
-    }
-
-    fn take(&mut self) -> Option<Delivery> {
-        if self.messages == 0 {
-            return None;
-        }
-        self.seen.clear();
-        Some(Delivery::Dropped {
-            channels: std::mem::take(&mut self.channels),
-            messages: std::mem::take(&mut self.messages),
-        })
-    }
-}
-
 struct Inner {
     items: VecDeque<Delivery>,
     /// Messages in `items` (what the bound counts).
@@ -174,7 +147,7 @@ impl Queue {
             g.dropped += 1;
             return;
         }
-        if let Some(d) = g.drops.take() {
+        if let Some(d) = take_drops(&mut g.drops) {
             g.items.push_back(d);
         }
         g.items.push_back(item());
@@ -397,7 +370,7 @@ impl Receiver {
                 Some(d)
             }
             // Drops after the last queued item: the event comes now.
-            None => g.drops.take(),
+            None => take_drops(&mut g.drops),
         }
     }
 }
@@ -413,3 +386,10 @@ impl Drop for Receiver {
 
 #[cfg(test)]
 mod tests;
+
+/// The drop event for the drops so far, if any (see [`Drops`]).
+fn take_drops(drops: &mut Drops) -> Option<Delivery> {
+    drops
+        .take()
+        .map(|(channels, messages)| Delivery::Dropped { channels, messages })
+}

@@ -103,34 +103,34 @@ pub(crate) trait Reader: Send + Sync {
     );
 }
 
-/// Channels dropped since the worker last took its queue.
+/// Messages dropped since the consumer last took its queue: each channel
+/// named once, in the order first dropped, and the count (a worker queue's
+/// and a [`Receiver`](crate::pubsub::Receiver)'s drop-and-signal rule).
 #[derive(Default)]
-struct Drops {
+pub(crate) struct Drops {
     channels: ChannelList,
     seen: HashSet<Vec<u8>>,
-    messages: u64,
+    pub(crate) messages: u64,
 }
 
 impl Drops {
-    fn note(&mut self, channel: &[u8]) {
+    pub(crate) fn note(&mut self, channel: &[u8]) {
         self.messages += 1;
-        if !self.seen.contains(channel) {
-            self.seen.insert(channel.to_vec());
+        if self.seen.insert(channel.to_vec()) {
             self.channels.push(channel);
         }
     }
 
-    /// The event for the drops so far, if any; starts afresh.
-    fn take(&mut self) -> Option<Item> {
+    /// The channels and the count so far, if any; starts afresh.
+    pub(crate) fn take(&mut self) -> Option<(ChannelList, u64)> {
         if self.messages == 0 {
             return None;
         }
         self.seen.clear();
-        let messages = std::mem::take(&mut self.messages);
-        Some(Item::Dropped {
-            channels: std::mem::take(&mut self.channels),
-            messages,
-        })
+        Some((
+            std::mem::take(&mut self.channels),
+            std::mem::take(&mut self.messages),
+        ))
     }
 }
 
@@ -541,8 +541,8 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
             }
             std::mem::swap(&mut g.items, &mut local);
             g.messages = 0;
-            if let Some(dropped) = g.drops.take() {
-                local.push_back(dropped);
+            if let Some((channels, messages)) = g.drops.take() {
+                local.push_back(Item::Dropped { channels, messages });
             }
         }
         merge::gaps(&mut local);
