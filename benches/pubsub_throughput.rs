@@ -1,8 +1,11 @@
 //! Pub/Sub throughput: 256-byte messages over 10,000 channels, one
 //! publisher `PubSub` and one subscriber `PubSub` in this process, on 1, 2
-//! and 4 client-side shards; plus the server-side ceiling measured in the
-//! same run with `redis-benchmark` publishing (a C load) while the same
-//! subscriber drains.
+//! and 4 client-side shards; plus a C load, `redis-benchmark` publishing
+//! while the same subscriber drains. Every row says what limits it: the
+//! busy share of the server's core (`INFO CPU` / wall time) and of the
+//! client's cores (`getrusage` / wall time), and the server-bound ceiling
+//! for that row's per-message server cost (a single-threaded server
+//! cannot deliver faster than one core / its CPU per message).
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_throughput
@@ -35,23 +38,86 @@ struct Row {
     server_cpu: f64,
     dropped: u64,
     lag: Option<shardsub::LagSnapshot>,
+    /// Busy share of every CPU of the machine over the row (`/proc/stat`).
+    machine_busy: f64,
+}
+
+/// The machine's CPUs, for the client's busy share.
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}
+
+/// Busy and total jiffies of every CPU so far (`/proc/stat`), so a row can
+/// say whether the whole machine, other processes included, was busy.
+fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The machine's busy share since `before` (from [`machine_jiffies`]).
+fn busy_since(before: (u64, u64)) -> f64 {
+    let now = machine_jiffies();
+    let total = now.1.saturating_sub(before.1);
+    now.0.saturating_sub(before.0) as f64 / total.max(1) as f64
+}
+
+/// How a row's messages were published.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    /// `redis-benchmark`, as fast as it goes.
+    C,
+    /// The closed loop: at most `WINDOW` published and not yet handled.
+    Closed,
+    /// Paced at a fixed rate.
+    Paced,
 }
 
 impl Row {
-    fn print(&self) {
+    fn print(&self, shards: usize, load: Load) {
         let per_m = |cpu: f64| cpu / (self.delivered.max(1) as f64 / 1e6);
         let lag = self.lag.map_or("-".to_string(), |l| {
             format!("{:.1} / {:.1} / {:.1}", ms(l.p50), ms(l.p99), ms(l.max))
         });
+        // Each server is one thread: its busy share is of one core (the
+        // mean over the shards); the client's is of the whole machine.
+        let server_busy = self.server_cpu / self.secs / shards as f64;
+        let client_busy = self.client_cpu / self.secs / cpus();
+        let machine_busy = self.machine_busy;
+        let ceiling = shards as f64 * 1e6 / per_m(self.server_cpu).max(1e-9);
+        let limit = if server_busy >= 0.9 {
+            "the server (its core busy)"
+        } else if machine_busy >= 0.9 {
+            "the machine (every core busy: servers, client, anything else)"
+        } else {
+            match load {
+                Load::C => "the C publisher (its connections' round trips)",
+                Load::Closed => "the window (20,000 in flight ÷ publish-to-handler time)",
+                Load::Paced => "the pacing",
+            }
+        };
         println!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.0}% | {:.0}% | {:.0}% | {:.0} | {limit} |",
             self.what,
             self.delivered,
             self.delivered as f64 / self.secs,
             per_m(self.client_cpu),
             per_m(self.server_cpu),
             self.dropped,
-            lag
+            lag,
+            server_busy * 100.0,
+            client_busy * 100.0,
+            machine_busy * 100.0,
+            ceiling,
         );
     }
 }
@@ -64,7 +130,6 @@ fn subscriber(addrs: &[String], seen: &Arc<AtomicU64>) -> PubSub {
     let s = seen.clone();
     let ps = PubSub::builder()
         .addresses(addrs.iter().cloned())
-        .subscribe_connections(2)
         .workers(2)
         .queue_capacity(1 << 16)
         .envelope(true)
@@ -112,6 +177,7 @@ fn run(what: String, servers: &Servers, secs: f64, rate: f64) -> Row {
     let chans: Vec<Vec<u8>> = (0..CHANNELS).map(channel).collect();
     let server_before: f64 = servers.iter().map(server_cpu).sum();
     let cpu_before = process_cpu();
+    let jiffies_before = machine_jiffies();
     let start = Instant::now();
     let stop = start + Duration::from_secs_f64(secs);
     let mut published = 0u64;
@@ -154,12 +220,14 @@ fn run(what: String, servers: &Servers, secs: f64, rate: f64) -> Row {
         server_cpu,
         dropped: m.dropped.total(),
         lag: m.lag,
+        machine_busy: busy_since(jiffies_before),
     }
 }
 
-/// The server ceiling: redis-benchmark publishes (pipelined, 2 clients) to
-/// random channels of the 10,000 while our subscriber drains.
-fn ceiling(kind: ServerKind, secs: f64) -> (Row, f64) {
+/// The C load: redis-benchmark publishes (pipelined, 2 clients) to random
+/// channels of the 10,000 while our subscriber drains. Not a ceiling on
+/// this machine: redis-benchmark needs a core of its own.
+fn c_load(kind: ServerKind, secs: f64) -> (Row, f64) {
     let servers = Servers::start(kind, 1).unwrap();
     let addr = servers[0].addr();
     let seen = Arc::new(AtomicU64::new(0));
@@ -168,6 +236,7 @@ fn ceiling(kind: ServerKind, secs: f64) -> (Row, f64) {
     let payload = String::from_utf8(PAYLOAD.to_vec()).unwrap();
     let server_before = server_cpu(&servers[0]);
     let cpu_before = process_cpu();
+    let jiffies_before = machine_jiffies();
     let start = Instant::now();
     let out = Command::new("timeout")
         .args([&format!("{}", (secs * 10.0) as u64 + 10), "redis-benchmark"])
@@ -199,7 +268,7 @@ fn ceiling(kind: ServerKind, secs: f64) -> (Row, f64) {
     let m = sub.metrics();
     let row = Row {
         what: format!(
-            "{} ceiling: redis-benchmark -P 32 -c 2 publishing",
+            "{} C load: redis-benchmark -P 32 -c 2 publishing",
             kind.name()
         ),
         delivered: m.delivered,
@@ -208,6 +277,7 @@ fn ceiling(kind: ServerKind, secs: f64) -> (Row, f64) {
         server_cpu: server_cpu(&servers[0]) - server_before,
         dropped: m.dropped.total(),
         lag: None,
+        machine_busy: busy_since(jiffies_before),
     };
     sub.shutdown();
     (row, rps)
@@ -225,14 +295,16 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if smoke { 0.2 } else { 3.0 });
     println!(
-        "| run | delivered | delivered/s | client CPU s per 1M | server CPU s per 1M | dropped | lag p50 / p99 / max ms |"
+        "| run | delivered | delivered/s | client CPU s per 1M | server CPU s per 1M | dropped \
+         | lag p50 / p99 / max ms | server core busy | client cores busy | machine busy \
+         | server-bound ceiling msg/s | what limits it |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---:|---:|---:|---:|---|");
     for kind in kinds() {
-        let (row, rps) = ceiling(kind, secs);
-        row.print();
+        let (row, rps) = c_load(kind, secs);
+        row.print(1, Load::C);
         println!(
-            "| {} redis-benchmark reported | {rps:.0} PUBLISH/s | | | | | |",
+            "| {} redis-benchmark reported | {rps:.0} PUBLISH/s | | | | | | | | | | |",
             kind.name()
         );
         let mut max_rate = 0.0;
@@ -244,7 +316,7 @@ fn main() {
                 secs,
                 0.0,
             );
-            row.print();
+            row.print(shards, Load::Closed);
             if shards == 1 {
                 max_rate = row.delivered as f64 / row.secs;
             }
@@ -256,6 +328,6 @@ fn main() {
             secs,
             max_rate / 2.0,
         );
-        half.print();
+        half.print(1, Load::Paced);
     }
 }

@@ -33,7 +33,7 @@ use crate::workers::Pool;
 /// Defaults, every placement: one worker per core with 4096-message
 /// queues, batches of 512 channels, a 30 s probe interval, no active
 /// events, no envelope, RESP3, a 5 s request timeout, a 100 µs publish
-/// flush delay. Servers: 2 subscribe connections and 1 publish connection
+/// flush delay. Servers: 1 subscribe connection and 1 publish connection
 /// per server, a 500 µs subscribe delay, a 2 s connect timeout, reconnects
 /// from 50 ms up to 5 s. A cluster: 1 subscribe connection per primary, no
 /// subscribe delay, a 1 s connect timeout, reconnects from 50 ms up to 2 s,
@@ -211,9 +211,20 @@ impl PubSubBuilder {
         self
     }
 
-    /// Subscribe connections per server, or per cluster primary (defaults
-    /// 2 and 1). Servers: a channel's connection is chosen by a hash of its
-    /// name. Cluster: partition `p` uses connection `p % n`.
+    /// Subscribe connections per server, or per cluster primary (default
+    /// 1 in both). Servers: a channel's connection is chosen by a hash of
+    /// its name. Cluster: partition `p` uses connection `p % n`.
+    ///
+    /// One is right for the common case: every connection is one more
+    /// stream the server writes and the client reads, so two cost the
+    /// subscriber about 1.3–1.9 times the CPU per delivered message of one
+    /// (BENCHMARKS.md, the subscriber side by side with the `redis` crate).
+    /// Raise it when one connection is the limit: a burst that would pass
+    /// the server's `client-output-buffer-limit pubsub` for one connection
+    /// (the server cuts the connection off; more connections split the
+    /// backlog), resubscribing very many channels after a reconnect (each
+    /// connection resubscribes its own share in parallel), or several
+    /// [`io_threads`](Self::io_threads) to spread the reading over.
     pub fn subscribe_connections(mut self, n: usize) -> Self {
         self.common.subscribe_connections = Some(n);
         self
@@ -593,7 +604,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         return Err(Error::Config("no handler".into()));
     };
     let workers = common.workers();
-    let per_server = common.subscribe_connections.unwrap_or(2);
+    let per_server = common.subscribe_connections.unwrap_or(1);
     let servers = resolve_all(addrs)?;
     let counters = Arc::new(Counters::default());
     let conns = addrs.len() * (per_server + f.publish_connections);

@@ -1,11 +1,15 @@
-//! Subscribers side by side: the same C publisher drives both.
+//! Subscribers side by side: the same C publisher drives each.
 //!
 //! `redis-benchmark -P 32 -c 2 -r 10000 PUBLISH bench:__rand_int__ <256 B>`
 //! publishes 256-byte messages over 10,000 channels into one server while
-//! one subscriber drains them: shardsub's `PubSub` (2 subscribe
-//! connections, 2 workers) or the `redis` crate's async Pub/Sub (one
-//! connection, tokio with 2 worker threads). Only that subscriber runs in
-//! this process, so `getrusage` gives its CPU. Every phase is bounded.
+//! one subscriber drains them. Like with like: every row names its protocol
+//! and its subscribe connections, and each peer row has a shardsub row with
+//! the same ones. shardsub's `PubSub` runs with its defaults (one subscribe
+//! connection, RESP3, 2 workers here), then with 2 subscribe connections,
+//! then on RESP2; the `redis` crate's async Pub/Sub (one connection, tokio
+//! with 2 worker threads) on RESP2 (its default) and on RESP3. Only that
+//! subscriber runs in this process, so `getrusage` gives its CPU, and its
+//! context switches (voluntary + involuntary). Every phase is bounded.
 //!
 //! ```text
 //! cd benches/peers
@@ -23,7 +27,25 @@ use testkit::{kinds, Server};
 const CHANNELS: usize = 10_000;
 const BOUND: Duration = Duration::from_secs(60);
 
-fn cpu() -> Duration {
+/// CPU time and context switches (voluntary + involuntary) of this
+/// process so far.
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    switches: u64,
+}
+
+impl std::ops::Sub for Usage {
+    type Output = Usage;
+    fn sub(self, o: Usage) -> Usage {
+        Usage {
+            cpu: self.cpu - o.cpu,
+            switches: self.switches - o.switches,
+        }
+    }
+}
+
+fn usage() -> Usage {
     // SAFETY: `usage` is a valid, writable rusage; RUSAGE_SELF is valid.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
@@ -33,7 +55,10 @@ fn cpu() -> Duration {
     let tv = |t: libc::timeval| {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
     };
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    Usage {
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+        switches: (usage.ru_nvcsw + usage.ru_nivcsw) as u64,
+    }
 }
 
 fn channel(i: usize) -> String {
@@ -105,20 +130,64 @@ fn drain(seen: &AtomicU64, n: u64) {
     }
 }
 
-fn report(kind: &str, who: &str, n: u64, seen: u64, secs: f64, cpu: Duration) {
-    println!(
-        "| {kind} | {who} | {n} | {seen} | {:.0} | {:.2} |",
-        seen as f64 / secs,
-        cpu.as_secs_f64() / (seen.max(1) as f64 / 1e6)
-    );
+/// One measured row: what ran, and what it cost.
+struct Row {
+    seen: u64,
+    secs: f64,
+    used: Usage,
+    /// Subscribe connections the server lists for this subscriber.
+    connections: usize,
 }
 
-fn shardsub_run(server: &Server, n: u64) -> (u64, f64, Duration) {
+/// Prints a row; returns its CPU seconds per million delivered.
+fn report(kind: &str, who: &str, protocol: &str, n: u64, row: &Row) -> f64 {
+    let per_m = row.seen.max(1) as f64 / 1e6;
+    let cpu = row.used.cpu.as_secs_f64() / per_m;
+    println!(
+        "| {kind} | {who} | {protocol} | {} | {n} | {} | {:.0} | {cpu:.2} | {:.0} |",
+        row.connections,
+        row.seen,
+        row.seen as f64 / row.secs,
+        row.used.switches as f64 / per_m
+    );
+    cpu
+}
+
+/// Connections the server lists with at least one channel subscribed.
+fn subscribe_connections(server: &Server) -> usize {
+    let list = server
+        .cmd(&[b"CLIENT", b"LIST"])
+        .ok()
+        .and_then(|v| testkit::values::text(&v))
+        .unwrap_or_default();
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f.starts_with("sub=") && f != "sub=0"))
+        .count()
+}
+
+/// Publishes `n` with the C publisher while `seen` counts, and measures.
+fn measure(server: &Server, seen: &AtomicU64, n: u64) -> Row {
+    wait_subscribed(server);
+    let connections = subscribe_connections(server);
+    let before = usage();
+    let start = Instant::now();
+    publish(server, n);
+    drain(seen, n);
+    Row {
+        seen: seen.load(Ordering::Relaxed),
+        secs: start.elapsed().as_secs_f64(),
+        used: usage() - before,
+        connections,
+    }
+}
+
+fn shardsub_run(server: &Server, n: u64, connections: usize, protocol: shardsub::Protocol) -> Row {
     let seen = Arc::new(AtomicU64::new(0));
     let s2 = seen.clone();
     let ps = shardsub::PubSub::builder()
         .address(server.addr().to_string())
-        .subscribe_connections(2)
+        .subscribe_connections(connections)
+        .protocol(protocol)
         .workers(2)
         .queue_capacity(1 << 16)
         .handler(move |_: &[u8], p: &[u8]| {
@@ -130,28 +199,20 @@ fn shardsub_run(server: &Server, n: u64) -> (u64, f64, Duration) {
     let chans: Vec<String> = (0..CHANNELS).map(channel).collect();
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, BOUND).unwrap();
-    wait_subscribed(server);
-    let cpu0 = cpu();
-    let start = Instant::now();
-    publish(server, n);
-    drain(&seen, n);
-    let r = (
-        seen.load(Ordering::Relaxed),
-        start.elapsed().as_secs_f64(),
-        cpu() - cpu0,
-    );
+    let row = measure(server, &seen, n);
     ps.shutdown();
-    r
+    row
 }
 
-fn redis_rs_run(server: &Server, n: u64) -> (u64, f64, Duration) {
+fn redis_rs_run(server: &Server, n: u64, resp3: bool) -> Row {
     let seen = Arc::new(AtomicU64::new(0));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let url = format!("redis://{}/", server.addr());
+    let protocol = if resp3 { "?protocol=resp3" } else { "" };
+    let url = format!("redis://{}/{protocol}", server.addr());
     let s2 = seen.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let task = rt.spawn(async move {
@@ -169,38 +230,71 @@ fn redis_rs_run(server: &Server, n: u64) -> (u64, f64, Duration) {
     ready_rx
         .recv_timeout(BOUND)
         .expect("redis crate subscribed");
-    wait_subscribed(server);
-    let cpu0 = cpu();
-    let start = Instant::now();
-    publish(server, n);
-    drain(&seen, n);
-    let r = (
-        seen.load(Ordering::Relaxed),
-        start.elapsed().as_secs_f64(),
-        cpu() - cpu0,
-    );
+    let row = measure(server, &seen, n);
     task.abort();
     rt.shutdown_timeout(Duration::from_secs(2));
-    r
+    row
 }
 
 fn main() {
+    use shardsub::Protocol::{Resp2, Resp3};
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     println!(
-        "| server | subscriber | published | delivered | delivered/s | subscriber CPU s per 1M |"
+        "| server | subscriber | protocol | subscribe connections | published | delivered \
+         | delivered/s | subscriber CPU s per 1M | context switches per 1M |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut ratios: Vec<(String, f64)> = Vec::new();
     for kind in kinds() {
         for _round in 0..2 {
-            let server = Server::start(kind).unwrap();
-            let (seen, secs, c) = shardsub_run(&server, n);
-            report(kind.name(), "shardsub PubSub", n, seen, secs, c);
-            let server = Server::start(kind).unwrap();
-            let (seen, secs, c) = redis_rs_run(&server, n);
-            report(kind.name(), "redis 1.8.1 async pubsub", n, seen, secs, c);
+            let name = kind.name();
+            let fresh = || Server::start(kind).unwrap();
+            let one = report(
+                name,
+                "shardsub PubSub (default)",
+                "RESP3",
+                n,
+                &shardsub_run(&fresh(), n, 1, Resp3),
+            );
+            report(
+                name,
+                "shardsub PubSub",
+                "RESP3",
+                n,
+                &shardsub_run(&fresh(), n, 2, Resp3),
+            );
+            let one2 = report(
+                name,
+                "shardsub PubSub",
+                "RESP2",
+                n,
+                &shardsub_run(&fresh(), n, 1, Resp2),
+            );
+            let peer2 = report(
+                name,
+                "redis 1.8.1 async pubsub (default)",
+                "RESP2",
+                n,
+                &redis_rs_run(&fresh(), n, false),
+            );
+            let peer3 = report(
+                name,
+                "redis 1.8.1 async pubsub",
+                "RESP3",
+                n,
+                &redis_rs_run(&fresh(), n, true),
+            );
+            ratios.push((format!("{name} RESP2"), one2 / peer2));
+            ratios.push((format!("{name} RESP3"), one / peer3));
         }
+    }
+    println!();
+    println!("| round | shardsub CPU / redis crate CPU, same protocol, one connection each |");
+    println!("|---|---:|");
+    for (what, r) in ratios {
+        println!("| {what} | {r:.2} |");
     }
 }

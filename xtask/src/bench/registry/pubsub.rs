@@ -31,7 +31,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "pubsub_peers",
             section: "Pub/Sub: subscriber vs the redis crate",
-            estimate_s: 35,
+            estimate_s: 90,
             measured: true,
             servers: true,
             build: vec![cargo(&[
