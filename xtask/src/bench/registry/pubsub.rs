@@ -71,13 +71,26 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "cluster_cpu",
             section: "Cluster: server CPU, sharded vs classic",
-            estimate_s: 60,
+            estimate_s: 50,
             measured: true,
             servers: true,
             build: vec![cluster_build.clone()],
             steps: vec![
                 cluster("Redis:", &["cpu", "redis", "400000"]),
                 cluster("Valkey:", &["cpu", "valkey", "400000"]),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
+            name: "cluster_cpu_per_primary",
+            section: "Cluster: server CPU at the same load per primary",
+            estimate_s: 120,
+            measured: true,
+            servers: true,
+            build: vec![cluster_build.clone()],
+            steps: vec![
+                cluster("Redis:", &["cpu-per-primary", "redis", "100000"]),
+                cluster("Valkey:", &["cpu-per-primary", "valkey", "100000"]),
             ],
             render: Render::Tables,
         },

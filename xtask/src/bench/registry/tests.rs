@@ -36,7 +36,10 @@ fn every_command_names_a_target_that_exists() {
         for cmd in cmds {
             if let Some(name) = value(cmd, "--example") {
                 assert!(
-                    exists(&[format!("examples/{name}.rs")]),
+                    exists(&[
+                        format!("examples/{name}.rs"),
+                        format!("examples/{name}/main.rs")
+                    ]),
                     "{}: {name}",
                     e.name
                 );

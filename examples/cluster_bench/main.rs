@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
+//! cargo run --release --example cluster_bench -- cpu-per-primary [redis|valkey] [messages-per-primary]
 //! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
 //! cargo run --release --example cluster_bench -- publish-cost [redis|valkey] [messages]
 //! valgrind --tool=callgrind --zero-before='*instr_begin*' --dump-after='*instr_end*' \
@@ -19,53 +20,28 @@
 //! 1,000 channels and publishes `messages` 64-byte messages over them in
 //! windows of 5,000 (it waits for delivery to catch up, so nothing drops).
 //!
+//! `cpu-per-primary`: the same, at the same load per primary: with N
+//! masters it publishes N × `messages-per-primary` messages in windows of
+//! N × 5,000, so every master sees the same batches as the one master
+//! does, and the table gives each master's messages per read and per write.
+//!
 //! `resubscribe`: `engines` instances each subscribe to `channels` channels
 //! on 6 masters with 128 partitions; `CLIENT KILL TYPE pubsub` on every
 //! master makes them all resubscribe at once. `SSUBSCRIBE` calls per master
 //! (from `INFO commandstats`) for partition-grouped vs per-channel
 //! splitting over 16 resubscribe workers.
 
+mod cpu;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardsub::cluster::{Mode, ResubscribeSplit};
+use cpu::server_cpu;
+
+use shardsub::cluster::ResubscribeSplit;
 use shardsub::PubSub;
 use testkit::{Cluster, ServerKind};
-
-fn info_f64(cluster: &Cluster, i: usize, section: &str, field: &str) -> f64 {
-    let v = cluster
-        .node(i)
-        .cmd(&[b"INFO", section.as_bytes()])
-        .expect("info");
-    let t = testkit::values::text(&v).unwrap_or_default();
-    testkit::values::info_field(&t, field)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn cpu(cluster: &Cluster) -> f64 {
-    cluster
-        .masters()
-        .iter()
-        .map(|&i| {
-            info_f64(cluster, i, "cpu", "used_cpu_sys")
-                + info_f64(cluster, i, "cpu", "used_cpu_user")
-        })
-        .sum()
-}
-
-/// Reads plus writes the masters' event loops processed (`INFO stats`).
-fn io_ops(cluster: &Cluster) -> f64 {
-    cluster
-        .masters()
-        .iter()
-        .map(|&i| {
-            info_f64(cluster, i, "stats", "total_reads_processed")
-                + info_f64(cluster, i, "stats", "total_writes_processed")
-        })
-        .sum()
-}
 
 fn ssubscribe_calls(cluster: &Cluster, i: usize) -> u64 {
     let v = cluster
@@ -85,71 +61,6 @@ fn ssubscribe_calls(cluster: &Cluster, i: usize) -> u64 {
 fn kind_arg(arg: Option<&String>) -> ServerKind {
     arg.and_then(|a| ServerKind::from_name(a))
         .unwrap_or(ServerKind::Redis)
-}
-
-fn run_cpu(kind: ServerKind, messages: u64) {
-    println!("| masters | mode | published | delivered | dropped+failed | run | server CPU s | idle CPU s (same time) | CPU s per 1M delivered | minus idle | server reads+writes per delivered |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for masters in [1usize, 3, 6] {
-        let cluster = Cluster::start(kind, masters, 0).expect("cluster");
-        for mode in [Mode::Sharded, Mode::Classic] {
-            let count = Arc::new(AtomicU64::new(0));
-            let c2 = count.clone();
-            let ps = PubSub::builder()
-                .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-                .mode(mode)
-                .workers(1)
-                .queue_capacity(65_536)
-                .handler(move |_: &[u8], _: &[u8]| {
-                    c2.fetch_add(1, Ordering::Relaxed);
-                })
-                .build()
-                .expect("cluster pubsub");
-            let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("cpu:{i}").into_bytes()).collect();
-            ps.subscribe(&chans).unwrap();
-            ps.wait_active(&chans, Duration::from_secs(20)).unwrap();
-            let payload = [b'x'; 64];
-            let before = cpu(&cluster);
-            let ops_before = io_ops(&cluster);
-            let start = Instant::now();
-            let mut sent = 0u64;
-            while sent < messages && start.elapsed() < Duration::from_secs(120) {
-                for c in chans.iter().cycle().take(5000) {
-                    ps.publish(c, payload).unwrap();
-                }
-                sent += 5000;
-                let wait = Instant::now();
-                while count.load(Ordering::Relaxed) + 5000 < sent
-                    && wait.elapsed() < Duration::from_secs(10)
-                {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            let wait = Instant::now();
-            while count.load(Ordering::Relaxed) < sent && wait.elapsed() < Duration::from_secs(10) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let delivered = count.load(Ordering::Relaxed);
-            let used = cpu(&cluster) - before;
-            let ops = io_ops(&cluster) - ops_before;
-            let elapsed = start.elapsed();
-            // Idle baseline (cron, cluster bus) over the same time, with the
-            // connections still open.
-            let idle_start = cpu(&cluster);
-            std::thread::sleep(elapsed.min(Duration::from_secs(10)));
-            let idle = (cpu(&cluster) - idle_start) * elapsed.as_secs_f64()
-                / elapsed.min(Duration::from_secs(10)).as_secs_f64().max(1e-3);
-            let m = ps.cluster_metrics().unwrap();
-            println!(
-                "| {masters} | {mode:?} | {sent} | {delivered} | {} | {elapsed:.2?} | {used:.2} | {idle:.2} | {:.2} | {:.2} | {:.3} |",
-                m.pubsub.dropped.total() + m.publish_failed,
-                used / (delivered.max(1) as f64 / 1e6),
-                (used - idle).max(0.0) / (delivered.max(1) as f64 / 1e6),
-                ops / delivered.max(1) as f64
-            );
-            ps.shutdown();
-        }
-    }
 }
 
 fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
@@ -248,7 +159,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
             .expect("engine");
         let parts = shardcore::Partitions::new(128).unwrap();
         let names: Vec<Vec<u8>> = chans.iter().map(|c| parts.redis_channel(c)).collect();
-        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
         for n in names.iter().cycle().take(messages as usize) {
             while engine
                 .publish_with(n, &payload, shardsub::PublishOptions::sharded())
@@ -260,7 +171,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         while engine.stats().replies < messages && t0.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
         if round == 1 {
             println!(
                 "| Engine::publish_with (SPUBLISH, no redirects) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
@@ -278,7 +189,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
             .handler(|_: &[u8], _: &[u8]| {})
             .build()
             .expect("cluster pubsub");
-        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
         for c in chans.iter().cycle().take(messages as usize) {
             let d = done.clone();
             ps.publish_then(c, payload, move |_| {
@@ -288,7 +199,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         while done.load(Ordering::Relaxed) < messages && t0.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
         if round == 1 {
             println!(
                 "| PubSub::publish_then (routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
@@ -299,13 +210,13 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         }
         // PubSub (cluster) fire-and-forget: the same routing, no callback; the
         // last reply awaited through one acknowledged publish after them.
-        let (c0, s0, t0) = (process_cpu(), cpu(&cluster), Instant::now());
+        let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
         for c in chans.iter().cycle().take(messages as usize) {
             ps.publish(c, payload).expect("publish");
         }
         let end = ps.publish_wait(b"end", b"end", Duration::from_secs(60));
         end.expect("end marker");
-        let (c1, s1, wall) = (process_cpu(), cpu(&cluster), t0.elapsed());
+        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
         if round == 1 {
             println!(
                 "| PubSub::publish on a cluster (fire-and-forget, routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
@@ -430,7 +341,11 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("cpu") => {
             let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(200_000);
-            run_cpu(kind, n);
+            cpu::run_fixed_total(kind, n);
+        }
+        Some("cpu-per-primary") => {
+            let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(150_000);
+            cpu::run_per_primary(kind, n);
         }
         Some("resubscribe") => {
             let e = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
@@ -449,7 +364,8 @@ fn main() {
             run_publish_instr(kind, n);
         }
         _ => eprintln!(
-            "usage: cluster_bench cpu|resubscribe|publish-cost|publish-instr [redis|valkey] [...]"
+            "usage: cluster_bench cpu|cpu-per-primary|resubscribe|publish-cost|publish-instr \
+             [redis|valkey] [...]"
         ),
     }
 }
