@@ -1,7 +1,10 @@
 //! Subscribing 1M channels on one server (time, client RSS, server memory)
 //! and recovering from `CLIENT KILL TYPE pubsub` with 1M channels
 //! subscribed (time until every channel is active again, and until every
-//! channel has delivered a message published after the kill).
+//! channel has delivered a message published after the kill). Each server
+//! first runs the same two steps as a raw pipe of `SUBSCRIBE` commands of
+//! 512 channels over 4 plain sockets (`pubsub_support/raw_pipe.rs`): the
+//! server's own limit in the same run, and the ratios to it.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-pubsub cargo bench -p shardsub --bench pubsub_subscribe
@@ -11,6 +14,8 @@
 //! `-- --test`); `SHARDSUB_SERVERS`
 //! selects server kinds. Every wait is bounded (60 s).
 
+#[path = "pubsub_support/raw_pipe.rs"]
+mod raw_pipe;
 #[path = "pubsub_support/mod.rs"]
 mod support;
 
@@ -50,8 +55,30 @@ fn main() {
     println!("| server | step | time | notes |");
     println!("|---|---|---|---|");
     for kind in kinds() {
-        let server = Server::start(kind).unwrap();
         let chans: Vec<Vec<u8>> = (0..n).map(channel).collect();
+        let name = kind.name();
+        // The server's own limit: the raw pipe on a fresh server.
+        let raw = {
+            let server = Server::start(kind).unwrap();
+            let (sub, socks) = raw_pipe::subscribe_all(server.addr(), 4, &chans, BOUND);
+            let t0 = Instant::now();
+            let _ = server.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]);
+            drop(socks);
+            let (again, _socks) = raw_pipe::subscribe_all(server.addr(), 4, &chans, BOUND);
+            let again = again.map(|_| t0.elapsed());
+            for (what, d) in [
+                ("subscribe", sub),
+                ("CLIENT KILL TYPE pubsub → resubscribed", again),
+            ] {
+                println!(
+                    "| {name} | raw pipe (the server's limit): {what} {n} channels, SUBSCRIBE of {} over 4 sockets | {} | no client library |",
+                    raw_pipe::BATCH,
+                    d.map_or("timed out".to_string(), |d| format!("{:.0} ms", ms(d)))
+                );
+            }
+            (sub, again)
+        };
+        let server = Server::start(kind).unwrap();
         let names: usize = chans.iter().map(Vec::len).sum();
         let seen = Arc::new(AtomicU64::new(0));
         let s2 = seen.clone();
@@ -79,7 +106,7 @@ fn main() {
         let rss = rss_bytes().saturating_sub(rss_before);
         let server_mem = server_memory(&server) - mem_before;
         let m = ps.metrics();
-        let name = kind.name();
+        let subscribed = active;
         println!(
             "| {name} | subscribe {n} channels: `subscribe()` returns | {:.0} ms | |",
             ms(queued)
@@ -137,6 +164,16 @@ fn main() {
             "| {name} | … and one message published to each channel after the kill delivered | {:.0} ms | ok={delivered}, dropped {} |",
             ms(all),
             m.dropped.total()
+        );
+        let ratio = |ours: Duration, theirs: Option<Duration>| {
+            theirs.map_or("-".to_string(), |t| {
+                format!("{:.2}", ours.as_secs_f64() / t.as_secs_f64().max(1e-9))
+            })
+        };
+        println!(
+            "| {name} | shardsub ÷ raw pipe: subscribe, recover after the kill | {} , {} | target ≤ 1.10 |",
+            ratio(subscribed, raw.0),
+            ratio(active, raw.1)
         );
         ps.shutdown();
     }

@@ -258,7 +258,7 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "publish_peers",
         section: "Publish vs peers",
-        estimate_s: 150,
+        estimate_s: 120,
         measured: true,
         servers: true,
         build: vec![cargo(&[

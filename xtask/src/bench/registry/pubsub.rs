@@ -58,7 +58,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "pubsub_1m_channels",
             section: "Pub/Sub: 1M channels on one server",
-            estimate_s: 45,
+            estimate_s: 55,
             measured: true,
             servers: true,
             build: vec![bench("pubsub_subscribe")],
