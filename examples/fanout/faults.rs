@@ -3,8 +3,8 @@
 //! goes on: a failover, a kill -9 (the node comes back as a replica), a
 //! storm (`CLIENT KILL TYPE pubsub` on every primary), a legacy or atomic
 //! slot migration, and a new node taking slots. For each, what it did: the
-//! partitions that moved, the gap events, how long until every engine had
-//! fresh messages on every affected partition it holds, and for the storm
+//! partitions that moved, the gap events, how long until delivery was back
+//! for every engine (see `wait_back`), and for the storm
 //! the resubscribe commands each node executed (`INFO commandstats`).
 
 use std::collections::BTreeMap;
@@ -104,6 +104,11 @@ fn one(cluster: &mut Cluster, kind: FaultKind, n: usize, cx: &Ctx<'_>) -> Result
             .collect()
     };
     let storm_before = (kind == FaultKind::Storm).then(|| counters(cluster));
+    let restores_before: Vec<u64> = cx
+        .fleet
+        .iter()
+        .map(|f| f.ps.cluster_metrics().map_or(0, |m| m.restores))
+        .collect();
     let at_s = cx.begin.elapsed().as_secs_f64();
     let ledger_from = (cx.ledger_clock)();
     let t0 = Instant::now();
@@ -119,7 +124,7 @@ fn one(cluster: &mut Cluster, kind: FaultKind, n: usize, cx: &Ctx<'_>) -> Result
     } else {
         moved.clone()
     };
-    let back_after = wait_back(cx.fleet, &affected, ok_us, t0);
+    let back_after = wait_back(cx.fleet, &affected, ok_us, t0, &restores_before);
     // Let every handler catch up with its library's gap count, and every
     // engine's resubscribing come to rest (bounded).
     settle(cx.fleet);
@@ -269,16 +274,30 @@ fn partition_range(
     Ok(slots[0]..=last)
 }
 
-/// Waits (≤ 10 s after the operation) until every engine had a message
-/// published after `ok_us` on every affected partition it holds.
-fn wait_back(fleet: &[Fleet], affected: &[u32], ok_us: u64, t0: Instant) -> Option<Duration> {
+/// Waits (≤ 10 s after the operation) until delivery is back for every
+/// engine holding an affected partition: its library confirmed every wanted
+/// channel again (a restore since `restores_before`) and it had a message
+/// published after `ok_us` on an affected partition, or it had such a
+/// message on every affected partition it holds. (Fresh messages alone
+/// would wait on the sparsest (engine, partition) pair's next publish.)
+fn wait_back(
+    fleet: &[Fleet],
+    affected: &[u32],
+    ok_us: u64,
+    t0: Instant,
+    restores_before: &[u64],
+) -> Option<Duration> {
     let bound = t0.elapsed() + Duration::from_secs(10);
     loop {
-        let back = fleet.iter().all(|f| {
-            affected.iter().all(|&p| {
-                let p = p as usize;
-                !f.holds[p] || f.node.newest[p].load(Ordering::Relaxed) >= ok_us
-            })
+        let back = fleet.iter().zip(restores_before).all(|(f, &r)| {
+            let held: Vec<usize> = affected
+                .iter()
+                .map(|&p| p as usize)
+                .filter(|&p| f.holds[p])
+                .collect();
+            let fresh = |p: &usize| f.node.newest[*p].load(Ordering::Relaxed) >= ok_us;
+            let restored = f.ps.cluster_metrics().is_some_and(|m| m.restores > r);
+            held.is_empty() || held.iter().all(fresh) || (restored && held.iter().any(fresh))
         });
         if back {
             return Some(t0.elapsed());

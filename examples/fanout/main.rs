@@ -33,8 +33,9 @@
 //!    line a second otherwise (published/s, delivered/s, lag p50/p99, drops,
 //!    gaps, connections, rebuilds);
 //! 5. the faults, each at its second: what it did, what moved, the gap
-//!    events, how soon every engine had fresh messages on every affected
-//!    partition; after `--storm` the SSUBSCRIBE calls per node;
+//!    events, how soon delivery was back for every engine (its library
+//!    confirmed every channel again and fresh messages arrived); after
+//!    `--storm` the SSUBSCRIBE calls per node;
 //! 6. one last message on every channel, a bounded wait for each to land;
 //!    then every expected message of every (engine, channel) is classified:
 //!    delivered in order, lost inside a signalled window (a gap or drop
@@ -267,6 +268,7 @@ fn run(o: &Options) -> Result<bool, String> {
             .collect(),
         publishing_secs,
         partitions: o.partitions,
+        engines: o.engines,
     };
     let mut rep = report::build(o, &parts, &measured);
     let ok = summary::print_and_check(o, &inst, &measured, &conns, settled, &mut rep);

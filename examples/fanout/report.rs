@@ -39,6 +39,8 @@ pub struct Measured {
     pub publishing_secs: f64,
     /// `--partitions`.
     pub partitions: u32,
+    /// `--engines`.
+    pub engines: usize,
 }
 
 /// The report of a run; `result` is filled in by the checks.

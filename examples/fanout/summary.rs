@@ -153,6 +153,13 @@ pub fn print_and_check(
             )),
         );
     }
+    if let Some(calls) = storm_per_instance(m) {
+        let held = held_per_instance(inst, m);
+        println!(
+            "storm: {calls:.1} SSUBSCRIBE/SUBSCRIBE per instance per primary during recovery; \
+             one per partition an instance holds there would be {held:.1}"
+        );
+    }
     if o.mode.is_cluster() {
         let primaries = rep
             .nodes
@@ -248,6 +255,47 @@ pub fn print_and_check(
         failed.join("; ")
     };
     failed.is_empty()
+}
+
+/// Resubscribe commands per instance per primary during the storms'
+/// recoveries (mean over the primaries).
+fn storm_per_instance(m: &Measured) -> Option<f64> {
+    let engines = m.engines.max(1) as f64;
+    let per: Vec<f64> = m
+        .nodes
+        .iter()
+        .filter(|(v, _, _)| v.role == "primary")
+        .filter_map(|(v, _, _)| {
+            let calls: Option<u64> = m
+                .faults
+                .iter()
+                .filter_map(|d| d.resubscribes.as_ref())
+                .map(|r| r.get(&v.addr).copied())
+                .sum();
+            calls.map(|c| c as f64 / engines)
+        })
+        .collect();
+    (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+}
+
+/// Partitions an instance holds per primary (mean over both).
+fn held_per_instance(inst: &Instances, m: &Measured) -> f64 {
+    let parts = shardcore::Partitions::new(m.partitions).expect("checked by --partitions");
+    let primaries: Vec<_> = m.nodes.iter().filter(|n| n.0.role == "primary").collect();
+    let mut held = 0usize;
+    for (v, _, _) in &primaries {
+        for f in &inst.fleet {
+            held += (0..parts.count())
+                .filter(|&p| f.holds[p as usize])
+                .filter(|&p| {
+                    v.slots
+                        .iter()
+                        .any(|&(a, b)| (a..=b).contains(&parts.slot(p)))
+                })
+                .count();
+        }
+    }
+    held as f64 / (inst.fleet.len().max(1) * primaries.len().max(1)) as f64
 }
 
 fn gaps_before_faults(m: &Measured) -> u64 {
