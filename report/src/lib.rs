@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod chart;
 mod knee;
 mod model;
 pub mod sample;
