@@ -17,6 +17,7 @@
 pub mod chart;
 mod knee;
 mod model;
+mod render;
 pub mod sample;
 mod sizing;
 
@@ -25,4 +26,40 @@ pub use model::{
     CompareReport, Fault, Knee, Machine, Meta, NodeStats, Ramp, RunReport, Sample, ScalingReport,
     ServerInfo, Step, Totals,
 };
+pub use render::{render_html, render_markdown};
 pub use sizing::{sizing, Basis, Inputs, Sizing, DEFAULT_USABLE_CORE_FRACTION};
+
+use std::{fs, io, path::Path};
+
+/// Writes `report.json`, `report.md` and `report.html` for `run` into
+/// `dir`, creating it if needed.
+///
+/// # Errors
+///
+/// Any error creating the directory, serializing or writing the files.
+pub fn write_dir(dir: impl AsRef<Path>, run: &RunReport) -> io::Result<()> {
+    let dir = dir.as_ref();
+    fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(run).map_err(io::Error::other)?;
+    fs::write(dir.join("report.json"), json + "\n")?;
+    fs::write(dir.join("report.md"), render_markdown(run))?;
+    fs::write(dir.join("report.html"), render_html(run))?;
+    Ok(())
+}
+
+/// Reads a `report.json` written by [`write_dir`].
+///
+/// # Errors
+///
+/// The file cannot be read, or is not a [`RunReport`] (the message names
+/// the file and the line and column).
+pub fn read_run(path: impl AsRef<Path>) -> io::Result<RunReport> {
+    let path = path.as_ref();
+    let text = fs::read_to_string(path)?;
+    serde_json::from_str(&text).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not a run report: {e}", path.display()),
+        )
+    })
+}

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::chart::fmt_num;
 use crate::model::{Knee, RunReport};
 
 /// What to size for, and the measured run to size from.
@@ -176,16 +177,22 @@ pub fn sizing(inputs: &Inputs) -> Sizing {
                 .into(),
         ),
         (Some(h), "not reached") => a.push(format!(
-            "The knee was not reached: the figures come from {:.0} msg/s, the highest rate \
-             run, which kept lag p99 at {} µs. CPU per message falls as load rises, so \
+            "The knee was not reached: the figures come from {} msg/s, the highest rate \
+             run, which kept lag p99 at {:.2} ms. CPU per message falls as load rises, so \
              this overstates what a loaded server needs.",
-            h.published_per_s, h.lag_p99_us
+            fmt_num(h.published_per_s),
+            h.lag_p99_us as f64 / 1e3
         )),
         (Some(h), reason) => a.push(format!(
-            "Per-message CPU measured at {:.0} msg/s published, the last step below the \
-             knee (the next step, {:.0} msg/s, crossed on {reason}: lag p99 {} µs against \
-             {} µs).",
-            h.published_per_s, i.knee.rate, i.knee.lag_p99_us, i.knee.threshold_us
+            "Per-message CPU measured at {} msg/s published ({} µs server, {} µs client \
+             per delivered message), the last step below the knee: the next step, {} msg/s, \
+             crossed on {reason} (lag p99 {:.2} ms against {:.2} ms).",
+            fmt_num(h.published_per_s),
+            server_us.map_or("–".into(), |c| format!("{c:.2}")),
+            client_us.map_or("–".into(), |c| format!("{c:.2}")),
+            fmt_num(i.knee.rate),
+            i.knee.lag_p99_us as f64 / 1e3,
+            i.knee.threshold_us as f64 / 1e3
         )),
     }
     if server_us.is_none() || client_us.is_none() {
@@ -292,7 +299,10 @@ mod tests {
         assert!((total - 12.0).abs() < 1e-9, "{total}");
         assert_eq!(s.measured_at_rate, 79_500.0);
         let text = s.assumptions.join("\n");
-        assert!(text.contains("79500 msg/s"), "{text}");
+        assert!(
+            text.contains("79.5k msg/s published (2.00 µs server, 1.50 µs client"),
+            "{text}"
+        );
         assert!(text.contains("sharing this machine's 2"), "{text}");
         assert!(text.contains("50 % headroom"), "{text}");
     }

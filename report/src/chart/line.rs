@@ -214,9 +214,9 @@ pub fn line_chart(chart: &LineChart) -> String {
         let y = py(m.at);
         out.push_str(&format!(
             "<line x1=\"{l:.1}\" y1=\"{y:.1}\" x2=\"{r:.1}\" y2=\"{y:.1}\" stroke=\"#555\" \
-             stroke-dasharray=\"6 4\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" \
+             stroke-dasharray=\"6 4\"/><text x=\"{:.1}\" y=\"{:.1}\" \
              fill=\"#333\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
-            r - 4.0,
+            l + 6.0,
             y - 5.0,
             escape(&m.label)
         ));
