@@ -103,3 +103,58 @@ fn write_dir_writes_three_files_that_read_back() {
     assert!(err.to_string().contains("not a run report"), "{err}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+#[test]
+fn compare_picks_the_cheapest_clean_mode_from_the_numbers() {
+    use crate::sample::synthetic_compare;
+    let c = synthetic_compare();
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("- Pick node-grouped:"), "{md}");
+    assert!(
+        md.contains("| mode | node-grouped | per-partition | classic | shards | single |"),
+        "one column per mode:\n{md}"
+    );
+    assert!(
+        md.contains("| subscribing connections per primary (max) | 4 | 172 | 4 | 4 | 1 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("per-partition:") && md.contains("172 subscribing"),
+        "{md}"
+    );
+    // Break the winner: it must drop out and another mode win.
+    let mut c = synthetic_compare();
+    c.runs[0].totals.lost_silent = 2;
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("node-grouped is out"), "{md}");
+    assert!(!md.contains("Pick node-grouped"), "{md}");
+    assert!(md.contains("**2 ⚠**"), "{md}");
+    let html = crate::render_compare_html(&c);
+    assert!(!html.contains("<script") && !html.contains("NaN"));
+    assert!(html.contains("CPU per million delivered messages, by mode"));
+}
+
+#[test]
+fn compare_warns_when_scenarios_differ_and_handles_none() {
+    let mut c = crate::sample::synthetic_compare();
+    c.runs[1].meta.channels = 10;
+    assert!(crate::render_compare_markdown(&c).contains("not like for like"));
+    let empty = crate::CompareReport { runs: vec![] };
+    assert!(crate::render_compare_markdown(&empty).contains("No mode ran clean"));
+    assert!(crate::render_compare_html(&empty).contains("no data"));
+}
+
+#[test]
+fn scaling_plots_node_count_per_mode() {
+    let all = crate::sample::synthetic_scaling();
+    let html = crate::render_scaling_html(&all);
+    assert!(html.contains("Throughput against node count, per mode"));
+    assert!(html.contains(">primaries (nodes)<"));
+    assert!(!html.contains("NaN"));
+    let md = crate::render_scaling_markdown(&all);
+    assert_eq!(md.matches("| node-grouped |").count(), 3, "{md}");
+    assert!(
+        md.contains("| knee |"),
+        "ramped runs take throughput from the knee: {md}"
+    );
+}
