@@ -245,7 +245,12 @@ fn command(p: &Planned) -> Command {
 /// Bad flags, the servers could not be installed, the build failed, a run
 /// left no readable report, or writing the comparison failed.
 pub fn run(args: &[String]) -> Result<(), String> {
-    let o = parse(args)?;
+    let mut o = parse(args)?;
+    // The demo runs from the workspace root: make DIR mean the same thing
+    // to it and to us wherever `cargo xtask` was started.
+    if o.dir.is_relative() {
+        o.dir = run::root().join(&o.dir);
+    }
     let planned = plan(&o);
     if o.dry_run {
         for p in &planned {

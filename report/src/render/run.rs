@@ -11,7 +11,7 @@ const CSS: &str = "\
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:960px;margin:24px auto;\
 padding:0 16px;color:#222;line-height:1.45}\
 h1{font-size:1.6em;margin-bottom:4px}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd}\
-table{border-collapse:collapse;margin:8px 0 16px;font-size:14px}\
+table{border-collapse:collapse;margin:8px 0 16px;font-size:14px;display:block;overflow-x:auto;max-width:100%}\
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}\
 th{background:#f3f3f3}td.bad{background:#fdd;color:#900;font-weight:bold}\
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:8px 12px;margin:12px 0}\
