@@ -21,7 +21,7 @@ mod render;
 pub mod sample;
 mod sizing;
 
-pub use knee::{knee, steps, summarize, DEFAULT_LAG_THRESHOLD_US};
+pub use knee::{knee, run_knee, steps, summarize, DEFAULT_LAG_THRESHOLD_US};
 pub use model::{
     CompareReport, Fault, Knee, Machine, Meta, NodeStats, Ramp, RunReport, Sample, ScalingReport,
     ServerInfo, Step, Totals,

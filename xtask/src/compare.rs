@@ -184,14 +184,29 @@ pub fn plan(o: &Options) -> Vec<Planned> {
     out
 }
 
-/// Reads each planned run's `report.json`; a missing or bad one is an
-/// error line, the others are kept.
+/// Reads each planned run's `report.json` (and writes its `report.md` and
+/// `report.html` when missing); a missing or bad one is an error line, the
+/// others are kept.
 fn collect(planned: &[Planned]) -> (Vec<(Planned, RunReport)>, Vec<String>) {
     let mut runs = Vec::new();
     let mut errors = Vec::new();
     for p in planned {
         match fleet_report::read_run(p.dir.join("report.json")) {
-            Ok(r) => runs.push((p.clone(), r)),
+            Ok(r) => {
+                // The run's own page, where the demo did not write one.
+                if !p.dir.join("report.html").is_file() {
+                    let pages = [
+                        ("report.md", fleet_report::render_markdown(&r)),
+                        ("report.html", fleet_report::render_html(&r)),
+                    ];
+                    for (name, text) in pages {
+                        if let Err(e) = std::fs::write(p.dir.join(name), text) {
+                            errors.push(format!("{}: {e}", p.dir.join(name).display()));
+                        }
+                    }
+                }
+                runs.push((p.clone(), r));
+            }
             Err(e) => errors.push(format!("{}: {e}", p.dir.display())),
         }
     }

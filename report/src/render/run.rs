@@ -3,12 +3,11 @@
 use super::figures;
 use super::tables::{self, knee_text, machine_note, sizing_table, sizings};
 use crate::chart::escape;
-use crate::knee::DEFAULT_LAG_THRESHOLD_US;
 use crate::model::RunReport;
 
 /// The page's style sheet (inline: the page loads nothing).
 const CSS: &str = "\
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:960px;margin:24px auto;\
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1080px;margin:24px auto;\
 padding:0 16px;color:#222;line-height:1.45}\
 h1{font-size:1.6em;margin-bottom:4px}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd}\
 table{border-collapse:collapse;margin:8px 0 16px;font-size:14px;display:block;overflow-x:auto;max-width:100%}\
@@ -39,9 +38,7 @@ fn title(r: &RunReport) -> String {
 }
 
 fn threshold(r: &RunReport) -> u64 {
-    r.knee
-        .as_ref()
-        .map_or(DEFAULT_LAG_THRESHOLD_US, |k| k.threshold_us)
+    crate::run_knee(r).0.threshold_us
 }
 
 /// One run as Markdown: the same tables as the HTML page; the plots are in

@@ -383,9 +383,17 @@ pub(crate) fn sizing_table(all: &[Sizing], app_nodes: usize) -> Table {
 
 /// The knee in one sentence.
 pub(crate) fn knee_text(r: &RunReport) -> String {
-    let Some(k) = &r.knee else {
-        return "The knee was not computed for this run.".into();
-    };
+    let (k, computed) = crate::run_knee(r);
+    let mut prefix = String::new();
+    if computed {
+        prefix.push_str(&format!(
+            "(The report carried no knee; computed here at a {} threshold.) ",
+            ms(k.threshold_us)
+        ));
+    }
+    if r.meta.ramp.is_none() {
+        prefix.push_str("No --ramp: one rate only, so this is a point, not a knee search. ");
+    }
     let held = k.held.as_ref().map_or(String::from("no step held"), |h| {
         format!(
             "the last step that held published {} msg/s and delivered {} msg/s with lag p99 {}",
@@ -394,7 +402,7 @@ pub(crate) fn knee_text(r: &RunReport) -> String {
             ms(h.lag_p99_us)
         )
     });
-    match k.reason.as_str() {
+    let text = match k.reason.as_str() {
         "not reached" => format!(
             "Knee not reached: lag p99 stayed under {} and nothing dropped up to {} msg/s; {held}.",
             ms(k.threshold_us),
@@ -412,5 +420,6 @@ pub(crate) fn knee_text(r: &RunReport) -> String {
             ms(k.lag_p99_us),
             ms(k.threshold_us)
         ),
-    }
+    };
+    prefix + &text
 }

@@ -98,11 +98,17 @@ fn compare_reads_each_report_and_writes_the_table() {
     for r in sample.runs.iter().take(4) {
         fleet_report::write_dir(dir.join(&r.meta.mode), r).expect("write run");
     }
+    // One as the demo may leave it: report.json only.
+    std::fs::remove_file(dir.join("classic/report.html")).expect("rm");
     let (runs, errors) = collect(&plan(&o));
     assert_eq!(runs.len(), 4);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("single"), "{errors:?}");
     write(&o, runs).expect("write compare");
+    assert!(
+        has(&dir.join("classic"), "report.html"),
+        "rendered where missing"
+    );
     for f in ["compare.json", "compare.md", "compare.html"] {
         assert!(has(&dir, f), "{f}");
     }
