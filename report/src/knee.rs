@@ -9,10 +9,11 @@
 //! faults). The step before the crossing one is the operating point
 //! that held ([`Knee::held`]); sizing takes its CPU per message from it.
 
-use crate::model::{Knee, Sample, Step};
+use crate::model::{Knee, RunReport, Sample, Step};
 
-/// The lag p99 threshold the demo uses unless told otherwise, µs (10 ms).
-pub const DEFAULT_LAG_THRESHOLD_US: u64 = 10_000;
+/// The lag p99 threshold used when a report carries no knee, µs: 100 ms,
+/// the demo's `--knee-lag-ms` default.
+pub const DEFAULT_LAG_THRESHOLD_US: u64 = 100_000;
 
 /// Two targets within this relative distance are the same step.
 const SAME_TARGET: f64 = 0.005;
@@ -135,6 +136,15 @@ pub fn knee(samples: &[Sample], lag_threshold_us: u64) -> Knee {
         threshold_us: lag_threshold_us,
         at_s: 0.0,
         held,
+    }
+}
+
+/// The run's knee: the one it carries, or one computed here over its
+/// samples at [`DEFAULT_LAG_THRESHOLD_US`] (the flag says which).
+pub fn run_knee(r: &RunReport) -> (Knee, bool) {
+    match &r.knee {
+        Some(k) => (k.clone(), false),
+        None => (knee(&r.samples, DEFAULT_LAG_THRESHOLD_US), true),
     }
 }
 

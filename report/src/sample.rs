@@ -4,7 +4,10 @@
 //! message falling as the rate rises, lag p99 crossing 10 ms near the top,
 //! a failover half-way). Never use it as a measurement.
 
-use crate::model::{Fault, Machine, Meta, NodeStats, Ramp, RunReport, Sample, ServerInfo, Totals};
+use crate::model::{
+    CompareReport, Fault, Machine, Meta, NodeStats, Ramp, RunReport, Sample, ScalingReport,
+    ServerInfo, Totals,
+};
 
 /// A deterministic pseudo-random source (no clocks, no dependencies).
 struct Noise(u64);
@@ -20,9 +23,82 @@ impl Noise {
     }
 }
 
+/// How a synthetic run differs from the base one.
+struct Shape {
+    mode: &'static str,
+    masters: usize,
+    /// Publish rate at which lag takes off, msg/s.
+    capacity: f64,
+    server: f64,
+    client: f64,
+    sub_conns: u64,
+    lag: f64,
+}
+
+const BASE: Shape = Shape {
+    mode: "node-grouped",
+    masters: 3,
+    capacity: 60_000.0,
+    server: 1.0,
+    client: 1.0,
+    sub_conns: 4,
+    lag: 1.0,
+};
+
 /// The synthetic ramp run (see the module docs), labelled as such in its
 /// `result` and `commit` fields.
 pub fn synthetic() -> RunReport {
+    build(&BASE)
+}
+
+/// SYNTHETIC: the five modes side by side, with made-up differences.
+pub fn synthetic_compare() -> CompareReport {
+    let modes = [
+        ("node-grouped", 1.0, 1.0, 4, 1.0),
+        ("per-partition", 1.1, 1.35, 172, 1.1),
+        ("classic", 1.7, 1.0, 4, 1.2),
+        ("shards", 1.05, 1.1, 4, 1.0),
+        ("single", 1.2, 0.9, 1, 1.6),
+    ];
+    CompareReport {
+        runs: modes
+            .iter()
+            .map(|&(mode, server, client, sub_conns, lag)| {
+                build(&Shape {
+                    mode,
+                    server,
+                    client,
+                    sub_conns,
+                    lag,
+                    ..BASE
+                })
+            })
+            .collect(),
+    }
+}
+
+/// SYNTHETIC: two modes over 1, 2 and 3 primaries.
+pub fn synthetic_scaling() -> Vec<ScalingReport> {
+    [("node-grouped", 1.0_f64), ("classic", 1.7)]
+        .iter()
+        .map(|&(mode, server)| ScalingReport {
+            mode: mode.into(),
+            runs: (1..=3)
+                .map(|masters| {
+                    build(&Shape {
+                        mode,
+                        masters,
+                        capacity: 25_000.0 * masters as f64 / server.sqrt(),
+                        server,
+                        ..BASE
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn build(shape: &Shape) -> RunReport {
     let mut noise = Noise(7);
     let engines = 4.0;
     let mut samples = Vec::new();
@@ -32,15 +108,15 @@ pub fn synthetic() -> RunReport {
         for _ in 0..4 {
             t += 1.0;
             // Lag grows sharply past ~60k msg/s; the failover at 14 s spikes it.
-            let load = rate / 60_000.0;
-            let mut p99 = 900.0 + 1_500.0 * load.powi(6) + 150.0 * noise.next();
+            let load = rate / shape.capacity;
+            let mut p99 = (900.0 + 1_500.0 * load.powi(6) + 150.0 * noise.next()) * shape.lag;
             if (14.0..15.0).contains(&t) {
                 p99 += 45_000.0;
             }
             let published = rate * (1.0 + 0.01 * noise.next());
             let delivered = published * engines * if rate > 90_000.0 { 0.93 } else { 1.0 };
             // Server µs per delivered message falls from ~5.7 to ~2 as load rises.
-            let server_us = 2.0 + 3.8 * (5_000.0 / rate).sqrt();
+            let server_us = (2.0 + 3.8 * (5_000.0 / rate).sqrt()) * shape.server;
             samples.push(Sample {
                 t_s: t,
                 published_per_s: published,
@@ -53,7 +129,7 @@ pub fn synthetic() -> RunReport {
                 rebuilds: u64::from((14.0..15.0).contains(&t)) * 4,
                 rate_target: rate,
                 server_cpu_cores: Some(delivered * server_us / 1e6),
-                client_cpu_cores: Some(delivered * 1.1 / 1e6 + 0.02),
+                client_cpu_cores: Some((delivered * 1.1 / 1e6 + 0.02) * shape.client),
             });
         }
         rate *= 1.5;
@@ -70,7 +146,9 @@ pub fn synthetic() -> RunReport {
         (48_000, 0.9995),
         (120_000, 1.0),
     ]
-    .to_vec();
+    .iter()
+    .map(|&(us, f)| ((us as f64 * shape.lag) as u64, f))
+    .collect();
     let node = |i: usize, role: &str, parts: u64, cpu: f64, storm: Option<u64>| NodeStats {
         addr: format!("127.0.0.1:{}", 7000 + i),
         role: role.into(),
@@ -87,20 +165,23 @@ pub fn synthetic() -> RunReport {
         server_cpu_s: cpu,
         resubscribe_calls: storm,
     };
-    let nodes = vec![
-        node(0, "primary", 43, 7.9, Some(44)),
-        node(1, "primary", 43, 8.2, Some(42)),
-        node(2, "replica", 0, 2.1, Some(0)),
-        node(3, "primary", 42, 6.4, Some(43)),
-        node(4, "replica", 0, 1.9, Some(0)),
-        node(5, "replica", 0, 2.0, Some(0)),
-    ];
+    let mut nodes = Vec::new();
+    let parts = 128 / shape.masters as u64;
+    for m in 0..shape.masters {
+        let cpu = (7.5 + m as f64 * 0.4) * shape.server * 3.0 / shape.masters as f64;
+        let mut primary = node(2 * m, "primary", parts, cpu, Some(44 - m as u64));
+        primary.subscribe_connections = shape.sub_conns;
+        primary.connections = shape.sub_conns + 1;
+        nodes.push(primary);
+        nodes.push(node(2 * m + 1, "replica", 0, cpu / 4.0, Some(0)));
+    }
     let published: f64 = samples.iter().map(|s| s.published_per_s).sum();
     let delivered: f64 = samples.iter().map(|s| s.delivered_per_s).sum();
     let drops: u64 = samples.iter().map(|s| s.drops).sum();
     let client_cpu: f64 = samples.iter().filter_map(|s| s.client_cpu_cores).sum();
     let server_cpu: f64 = nodes.iter().map(|n| n.server_cpu_s).sum();
-    let knee = crate::knee(&samples, crate::DEFAULT_LAG_THRESHOLD_US);
+    // As if run with --knee-lag-ms 10.
+    let knee = crate::knee(&samples, 10_000);
     RunReport {
         meta: Meta {
             date_utc: "2026-12-01T20:00:00Z".into(),
@@ -115,8 +196,8 @@ pub fn synthetic() -> RunReport {
                 version: "9.0.0".into(),
             },
             local: true,
-            mode: "node-grouped".into(),
-            masters: 3,
+            mode: shape.mode.into(),
+            masters: shape.masters,
             replicas: 1,
             engines: 4,
             publishers: 1,

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::chart::fmt_num;
 use crate::model::{Knee, RunReport};
 
 /// What to size for, and the measured run to size from.
@@ -21,8 +22,9 @@ pub struct Inputs {
     pub channels: usize,
     /// Application nodes, each one subscriber engine.
     pub app_nodes: usize,
-    /// Deliveries per published message (None: `app_nodes`, every node
-    /// subscribes to every channel).
+    /// Deliveries per published message ([`Inputs::from_run`]: as measured,
+    /// delivered ÷ published; None: `app_nodes`, every node subscribes to
+    /// every channel).
     pub fan_out: Option<f64>,
     /// Fraction of each core the plan may use (0.6 leaves 40 % headroom).
     pub usable_core_fraction: f64,
@@ -60,13 +62,11 @@ pub struct Basis {
 pub const DEFAULT_USABLE_CORE_FRACTION: f64 = 0.6;
 
 impl Inputs {
-    /// Sizes `target_rate` for the run's own channels and engine count,
-    /// from the run's knee (or one computed at the default threshold).
+    /// Sizes `target_rate` for the run's own channels, engine count and
+    /// measured fan-out (delivered ÷ published), from the run's knee (or
+    /// one computed at the default threshold).
     pub fn from_run(run: &RunReport, target_rate: f64) -> Inputs {
-        let knee = run
-            .knee
-            .clone()
-            .unwrap_or_else(|| crate::knee(&run.samples, crate::DEFAULT_LAG_THRESHOLD_US));
+        let (knee, _) = crate::run_knee(run);
         let all: f64 = run.nodes.iter().map(|n| n.server_cpu_s).sum();
         let primaries: f64 = run
             .nodes
@@ -84,7 +84,8 @@ impl Inputs {
             target_rate,
             channels: m.channels,
             app_nodes: m.engines,
-            fan_out: None,
+            fan_out: (run.totals.published > 0)
+                .then(|| run.totals.delivered as f64 / run.totals.published as f64),
             usable_core_fraction: DEFAULT_USABLE_CORE_FRACTION,
             cores_per_primary: 1.0,
             knee,
@@ -166,7 +167,7 @@ pub fn sizing(inputs: &Inputs) -> Sizing {
         if i.fan_out.is_none() {
             " (every app node subscribes to every channel)"
         } else {
-            ""
+            " (as measured: delivered ÷ published)"
         }
     ));
     match (held, i.knee.reason.as_str()) {
@@ -176,19 +177,25 @@ pub fn sizing(inputs: &Inputs) -> Sizing {
                 .into(),
         ),
         (Some(h), "not reached") => a.push(format!(
-            "The knee was not reached: the figures come from {:.0} msg/s, the highest rate \
-             run, which kept lag p99 at {} µs. CPU per message falls as load rises, so \
+            "The knee was not reached: the figures come from {} msg/s, the highest rate \
+             run, which kept lag p99 at {:.2} ms. CPU per message falls as load rises, so \
              this overstates what a loaded server needs.",
-            h.published_per_s, h.lag_p99_us
+            fmt_num(h.published_per_s),
+            h.lag_p99_us as f64 / 1e3
         )),
         (Some(h), reason) => a.push(format!(
-            "Per-message CPU measured at {:.0} msg/s published, the last step below the \
-             knee (the next step, {:.0} msg/s, crossed on {reason}: lag p99 {} µs against \
-             {} µs).",
-            h.published_per_s, i.knee.rate, i.knee.lag_p99_us, i.knee.threshold_us
+            "Per-message CPU measured at {} msg/s published ({} µs server, {} µs client \
+             per delivered message), the last step below the knee: the next step, {} msg/s, \
+             crossed on {reason} (lag p99 {:.2} ms against {:.2} ms).",
+            fmt_num(h.published_per_s),
+            server_us.map_or("–".into(), |c| format!("{c:.2}")),
+            client_us.map_or("–".into(), |c| format!("{c:.2}")),
+            fmt_num(i.knee.rate),
+            i.knee.lag_p99_us as f64 / 1e3,
+            i.knee.threshold_us as f64 / 1e3
         )),
     }
-    if server_us.is_none() || client_us.is_none() {
+    if held.is_some() && (server_us.is_none() || client_us.is_none()) {
         a.push("Server or client CPU was not measured per interval: no estimate for it.".into());
     }
     a.push(format!(
@@ -292,7 +299,10 @@ mod tests {
         assert!((total - 12.0).abs() < 1e-9, "{total}");
         assert_eq!(s.measured_at_rate, 79_500.0);
         let text = s.assumptions.join("\n");
-        assert!(text.contains("79500 msg/s"), "{text}");
+        assert!(
+            text.contains("79.5k msg/s published (2.00 µs server, 1.50 µs client"),
+            "{text}"
+        );
         assert!(text.contains("sharing this machine's 2"), "{text}");
         assert!(text.contains("50 % headroom"), "{text}");
     }
@@ -324,6 +334,30 @@ mod tests {
         let s = sizing(&i);
         assert_eq!(s.primaries, None);
         assert!(s.assumptions.iter().any(|a| a.contains("No step held")));
+    }
+
+    #[test]
+    fn from_run_takes_fan_out_and_knee_from_the_measurements() {
+        let mut run = crate::sample::synthetic();
+        run.totals.published = 1_000;
+        run.totals.delivered = 1_500;
+        let i = Inputs::from_run(&run, 10_000.0);
+        assert_eq!(i.fan_out, Some(1.5));
+        let s = sizing(&i);
+        assert_eq!(s.deliveries_per_s, 15_000.0);
+        let held = run.knee.as_ref().and_then(|k| k.held).expect("held");
+        assert_eq!(s.measured_at_rate, held.published_per_s);
+        assert!(
+            s.assumptions[0].contains("as measured"),
+            "{:?}",
+            s.assumptions
+        );
+        // No knee in the report: computed at the default threshold.
+        run.knee = None;
+        let (k, computed) = crate::run_knee(&run);
+        assert!(computed);
+        assert_eq!(k.threshold_us, crate::DEFAULT_LAG_THRESHOLD_US);
+        assert_eq!(Inputs::from_run(&run, 1.0).knee, k);
     }
 
     #[test]
