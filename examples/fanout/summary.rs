@@ -262,6 +262,9 @@ pub fn print_and_check(
 /// Resubscribe commands per instance per primary during the storms'
 /// recoveries (mean over the primaries).
 fn storm_per_instance(m: &Measured) -> Option<f64> {
+    if !m.faults.iter().any(|d| d.resubscribes.is_some()) {
+        return None;
+    }
     let engines = m.engines.max(1) as f64;
     let per: Vec<f64> = m
         .nodes

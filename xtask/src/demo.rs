@@ -6,7 +6,7 @@ use crate::{install, run};
 /// The demo's settings, spelled out so the printed command line says what
 /// runs. Arguments given to `cargo xtask demo` follow and override them
 /// (faults add to these; `--no-failover` drops the failover).
-const DEFAULTS: [&str; 28] = [
+const DEFAULTS: [&str; 30] = [
     "--server",
     "valkey",
     "--masters",
@@ -35,6 +35,8 @@ const DEFAULTS: [&str; 28] = [
     "target/demo-report",
     "--io-threads",
     "2",
+    "--target",
+    "1000000",
 ];
 
 const ABOUT: &str = "\
@@ -51,8 +53,9 @@ xtask: the fleet demo (examples/fanout) starts a local Valkey cluster (3 primari
        published/s, delivered/s, lag, drops, gaps, connections and rebuilds.
        At the end every message is accounted for, and the servers' own counts
        (CLIENT LIST, INFO commandstats, INFO CPU) go into target/demo-report/
-       (report.json, and Markdown and HTML where rendered). The servers share
-       this machine's cores with the fleet: the numbers are a lower bound.
+       (report.json, report.md, report.html with plots), with a sizing answer
+       for 1,000,000 msg/s taken at the knee. The servers share this
+       machine's cores with the fleet: the numbers are a lower bound.
        About 1.5 minutes after the build; the servers are stopped at the end.";
 
 pub fn run(args: &[String]) -> Result<(), String> {
