@@ -1,13 +1,14 @@
 //! The fleet: `--engines` subscriber instances and `--publishers` publisher
 //! instances, each a full `PubSub` with its own connections as separate
 //! app nodes would have, all on one shared `shardsub::Runtime` (its I/O
-//! threads) with one worker thread each, so hundreds fit a small machine.
+//! threads) with one worker thread each (`--workers`), so hundreds fit a
+//! small machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shardcore::Partitions;
-use shardsub::cluster::Mode as PlacementMode;
+use shardsub::cluster::{Mode as PlacementMode, ResubscribeSplit};
 use shardsub::history::HistoryOptions;
 use shardsub::{PubSub, PubSubBuilder, Runtime};
 
@@ -27,7 +28,7 @@ pub struct Instances {
 
 /// The settings every instance shares: placement, runtime, one worker.
 fn base(o: &Options, probe: &Probe, rt: &Runtime) -> PubSubBuilder {
-    let mut b = probe.builder().runtime(rt).workers(1);
+    let mut b = probe.builder().runtime(rt).workers(o.workers);
     if probe.cluster {
         let mode = match o.mode {
             Mode::PerPartition => PlacementMode::PerPartition,
@@ -35,6 +36,9 @@ fn base(o: &Options, probe: &Probe, rt: &Runtime) -> PubSubBuilder {
             _ => PlacementMode::Sharded,
         };
         b = b.partitions(o.partitions).mode(mode);
+        if o.split_channels {
+            b = b.resubscribe_split(ResubscribeSplit::Channels);
+        }
     }
     if o.history {
         let keep = HistoryOptions {

@@ -112,6 +112,11 @@ pub struct Options {
     pub no_live: bool,
     /// `--target`: the msg/s the sizing answer plans for (None: none).
     pub target: Option<u64>,
+    /// `--workers`: handler worker threads per instance (default 1).
+    pub workers: usize,
+    /// `--resubscribe-split channels` (default partitions): how a cluster
+    /// instance divides a resubscribe into commands.
+    pub split_channels: bool,
     /// `--io-threads`: the shared runtime's I/O threads.
     pub io_threads: usize,
     pub seed: u64,
@@ -139,6 +144,8 @@ impl Default for Options {
             report: None,
             no_live: false,
             target: None,
+            workers: 1,
+            split_channels: false,
             io_threads: 2,
             seed: 1,
         }
@@ -244,6 +251,18 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--report" => o.report = Some(value()?),
             "--no-live" => o.no_live = true,
             "--io-threads" => o.io_threads = num(value()?)? as usize,
+            "--workers" => o.workers = num(value()?)? as usize,
+            "--resubscribe-split" => {
+                o.split_channels = match value()?.as_str() {
+                    "partitions" => false,
+                    "channels" => true,
+                    v => {
+                        return Err(format!(
+                            "--resubscribe-split: partitions or channels, not {v}"
+                        ))
+                    }
+                }
+            }
             "--target" => o.target = Some(num(value()?)?).filter(|&t| t > 0),
             "--seed" => o.seed = num(value()?)?,
             "--no-failover" => o.faults.retain(|f| f.0 != FaultKind::Failover),
@@ -269,6 +288,11 @@ fn check(o: &Options) -> Result<(), String> {
     check((1..=1000).contains(&o.engines), "--engines: 1 to 1000")?;
     check((1..=16).contains(&o.publishers), "--publishers: 1 to 16")?;
     check((1..=16).contains(&o.io_threads), "--io-threads: 1 to 16")?;
+    check((1..=64).contains(&o.workers), "--workers: 1 to 64")?;
+    check(
+        !o.split_channels || o.mode.is_cluster(),
+        "--resubscribe-split: a cluster mode",
+    )?;
     check(
         (o.engines.max(o.publishers)..=2_000_000).contains(&o.channels),
         "--channels: at least --engines and --publishers, at most 2,000,000",
@@ -303,7 +327,8 @@ const USAGE: &str = "usage: fanout [--mode node-grouped|per-partition|classic|sh
 [--channels N] [--partitions N] [--seconds N] [--rate N (0 = flat out)] \
 [--ramp START:FACTOR:STEP_S] [--knee-lag-ms MS] [--payload BYTES] [--url URL]... \
 [--failover AT] [--kill AT] [--storm AT] [--reshard AT] [--reshard-atomic AT] [--add-node AT] \
-[--history] [--report DIR] [--target MSG/S] [--no-live] [--io-threads N] [--seed N] [--quick]";
+[--history] [--report DIR] [--target MSG/S] [--no-live] [--io-threads N] [--workers N] \
+[--resubscribe-split partitions|channels] [--seed N] [--quick]";
 
 #[cfg(test)]
 mod tests {

@@ -170,9 +170,12 @@ pub fn print_and_check(
             .count()
             .max(1);
         println!(
-            "one subscribe connection per partition would need ≈ {} per primary (engines × \
-             partitions held there); after a storm a channel-split resubscribe would send the \
-             workers' share of each partition as its own command",
+            "subscribe connections per primary (CLIENT LIST): {} engines + {} publisher \
+             instance(s), each instance one per primary in node-grouped mode (a publisher's \
+             carries only its failover service channel); one connection per partition would need \
+             ≈ {} per primary",
+            o.engines,
+            o.publishers,
             n((o.engines * o.partitions as usize / primaries) as u64)
         );
     }
