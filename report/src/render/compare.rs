@@ -37,14 +37,21 @@ pub(crate) fn quantile(cdf: &[(u64, f64)], q: f64) -> Option<u64> {
 
 /// Summarizes one run.
 pub(crate) fn summarize(r: &RunReport) -> Summary {
+    // Rates from the samples: the totals also count the demo's last
+    // (settling) round, which is not part of the timed publishing.
     let secs = r.meta.seconds as f64;
     let per_s = |n: u64, field: fn(&crate::Sample) -> f64| {
-        if secs > 0.0 {
+        if !r.samples.is_empty() {
+            r.samples
+                .iter()
+                .map(field)
+                .filter(|v| v.is_finite())
+                .sum::<f64>()
+                / r.samples.len() as f64
+        } else if secs > 0.0 {
             n as f64 / secs
-        } else if r.samples.is_empty() {
-            0.0
         } else {
-            r.samples.iter().map(field).sum::<f64>() / r.samples.len() as f64
+            0.0
         }
     };
     let mut p99s: Vec<u64> = r.samples.iter().map(|s| s.lag_p99_us).collect();
@@ -81,7 +88,8 @@ pub(crate) fn summarize(r: &RunReport) -> Summary {
 
 /// The side-by-side table: one column per run, one row per measure.
 pub(crate) fn table(runs: &[RunReport]) -> Table {
-    const ROWS: [&str; 14] = [
+    const ROWS: [&str; 15] = [
+        "servers",
         "published/s (mean)",
         "delivered/s (mean)",
         "lag p50",
@@ -103,6 +111,7 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
             let s = summarize(r);
             let x = &r.totals;
             vec![
+                servers(r).into(),
                 fmt_num(s.published_per_s).into(),
                 fmt_num(s.delivered_per_s).into(),
                 ms(s.lag_p50_us).into(),
@@ -139,6 +148,16 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
         t.rows.clear();
     }
     t
+}
+
+/// The run's servers in words, from what the nodes reported.
+fn servers(r: &RunReport) -> String {
+    let m = &r.meta;
+    if !r.nodes.is_empty() && r.nodes.iter().all(|n| n.role == "server") {
+        format!("{} standalone", r.nodes.len())
+    } else {
+        format!("{} primaries × {} replica(s)", m.masters, m.replicas)
+    }
 }
 
 /// CPU per million delivered, both sides (NaN-safe: non-finite is +∞).
@@ -201,10 +220,15 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
         } else {
             f64::NAN
         };
+        let tie = if extra.abs() < 5.0 {
+            " (within 5 %: a tie at this load)"
+        } else {
+            ""
+        };
         out.push(format!(
-            "{}: {} s of CPU per million delivered ({}{} % against {}), lag p99 {}, {} subscribing \
-             connections on the busiest primary (against {}), {} subscribe calls on the busiest \
-             node.",
+            "{}: {} s of CPU per million delivered ({}{} % against {}){tie}, lag p99 {}, {} \
+             subscribing connections on the busiest primary (against {}), {} subscribe calls on \
+             the busiest node.",
             s.mode,
             fixed(cpu(r), 2),
             if extra >= 0.0 { "+" } else { "" },
@@ -216,6 +240,20 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
             count(s.sub_calls_per_node)
         ));
     }
+    let wm = &winner.meta;
+    if wm.masters == 1 {
+        out.push(format!(
+            "{} ran on one server: every message went through one command loop, so it stops \
+             scaling at one core; pick it only while the load fits one server with headroom.",
+            ws.mode
+        ));
+    }
+    if wm.replicas == 0 {
+        out.push(format!(
+            "{} ran without replicas: nothing takes over when a server fails.",
+            ws.mode
+        ));
+    }
     let differ = |f: fn(&RunReport) -> String| {
         runs.iter()
             .map(f)
@@ -223,16 +261,28 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
             .len()
             > 1
     };
+    // Masters and replicas differ by mode (shards have no replicas,
+    // single is one server); the scenario is the rest.
     if differ(|r| {
         let m = &r.meta;
         format!(
-            "{} {} {} {} {} {:?}",
-            m.channels, m.engines, m.rate, m.payload, m.masters, m.ramp
+            "{} {} {} {} {} {:?} {} {} {} {}",
+            m.server.kind,
+            m.channels,
+            m.partitions,
+            m.engines,
+            m.publishers,
+            m.ramp,
+            m.rate,
+            m.payload,
+            m.seconds,
+            m.history
         )
     }) {
         out.push(
-            "Warning: the runs did not all use the same scenario (channels, engines, rate, \
-             payload, masters or ramp differ), so this comparison is not like for like."
+            "Warning: the runs did not all use the same scenario (server, channels, \
+             partitions, engines, publishers, rate or ramp, payload, seconds or history \
+             differ), so this comparison is not like for like."
                 .into(),
         );
     }
@@ -304,12 +354,10 @@ fn scenario(runs: &[RunReport]) -> String {
     runs.first().map_or(String::new(), |r| {
         let m = &r.meta;
         format!(
-            "{} {}, {} primaries × {} replica(s), {} engines, {} channels in {} partitions, \
-             {} B payload, {} s, {}, on {} CPUs ({}).",
+            "{} {}, {} engines, {} channels in {} partitions, {} B payload, {} s, {}, on {} \
+             CPUs ({}).",
             m.server.kind,
             m.server.version,
-            m.masters,
-            m.replicas,
             m.engines,
             count(m.channels as u64),
             m.partitions,

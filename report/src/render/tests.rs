@@ -137,6 +137,10 @@ fn compare_picks_the_cheapest_clean_mode_from_the_numbers() {
 #[test]
 fn compare_warns_when_scenarios_differ_and_handles_none() {
     let mut c = crate::sample::synthetic_compare();
+    // Topology differs by mode by design: not a different scenario.
+    c.runs[4].meta.masters = 1;
+    c.runs[4].meta.replicas = 0;
+    assert!(!crate::render_compare_markdown(&c).contains("not like for like"));
     c.runs[1].meta.channels = 10;
     assert!(crate::render_compare_markdown(&c).contains("not like for like"));
     let empty = crate::CompareReport { runs: vec![] };
@@ -157,4 +161,17 @@ fn scaling_plots_node_count_per_mode() {
         md.contains("| knee |"),
         "ramped runs take throughput from the knee: {md}"
     );
+}
+
+#[test]
+fn compare_rates_come_from_the_samples() {
+    // The totals also count the demo's settling round: totals ÷ seconds
+    // would overstate the rate.
+    let mut c = crate::sample::synthetic_compare();
+    c.runs[0].totals.published *= 2;
+    let s = &c.runs[0].samples;
+    let mean = s.iter().map(|s| s.published_per_s).sum::<f64>() / s.len() as f64;
+    let md = crate::render_compare_markdown(&c);
+    let row = format!("| published/s (mean) | {} |", crate::chart::fmt_num(mean));
+    assert!(md.contains(&row), "{row}\n{md}");
 }
