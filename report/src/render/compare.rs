@@ -128,7 +128,7 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
                     x.duplicated + x.reordered > 0,
                 ),
                 count(x.drops).into(),
-                flag(r.result.clone(), !r.result.starts_with("ok")),
+                flag(short(&r.result), !r.result.starts_with("ok")),
             ]
         })
         .collect();
@@ -148,6 +148,17 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
         t.rows.clear();
     }
     t
+}
+
+/// A result cut to fit a table cell (the whole text is in the pick list).
+fn short(result: &str) -> String {
+    const MAX: usize = 60;
+    if result.chars().count() <= MAX {
+        result.to_string()
+    } else {
+        let cut: String = result.chars().take(MAX).collect();
+        format!("{cut}… (see below)")
+    }
 }
 
 /// The run's servers in words, from what the nodes reported.

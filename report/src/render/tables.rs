@@ -395,8 +395,22 @@ pub(crate) fn knee_text(r: &RunReport) -> String {
         prefix.push_str("No --ramp: one rate only, so this is a point, not a knee search. ");
     }
     let held = k.held.as_ref().map_or(String::from("no step held"), |h| {
+        let per_core = |us: Option<f64>| {
+            us.filter(|u| *u > 0.0 && u.is_finite())
+                .map(|u| fmt_num(1e6 / u))
+        };
+        let cores = match (
+            per_core(h.server_cpu_us_per_msg),
+            per_core(h.client_cpu_us_per_msg),
+        ) {
+            (Some(s), Some(c)) => format!(
+                "; per core at that step: {s} deliveries/s per server core (all nodes), \
+                 {c} deliveries/s per client core"
+            ),
+            _ => String::new(),
+        };
         format!(
-            "the last step that held published {} msg/s and delivered {} msg/s with lag p99 {}",
+            "the last step that held published {} msg/s and delivered {} msg/s with lag p99 {}{cores}",
             fmt_num(h.published_per_s),
             fmt_num(h.delivered_per_s),
             ms(h.lag_p99_us)

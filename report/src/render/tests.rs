@@ -71,6 +71,7 @@ fn markdown_has_every_section() {
         "## Server nodes",
         "| failover | 14.0 |",
         "Knee at 85.4k msg/s",
+        "deliveries/s per server core (all nodes)",
     ] {
         assert!(md.contains(want), "missing {want}:\n{md}");
     }
