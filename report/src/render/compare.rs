@@ -424,8 +424,11 @@ pub fn render_compare_html(c: &CompareReport) -> String {
     }
     b.push_str("</ul>\n<h2>By mode</h2>\n");
     b.push_str(&charts(&c.runs));
-    b.push_str(
-        "<p>Each mode's own report (plots included) is in its directory, MODE/report.html.</p>",
-    );
+    b.push_str("<p>Each mode's own report, plots included:");
+    for r in &c.runs {
+        let m = escape(&r.meta.mode);
+        b.push_str(&format!(" <a href=\"{m}/report.html\">{m}</a>"));
+    }
+    b.push_str("</p>");
     page(title, &b)
 }
