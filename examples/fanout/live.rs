@@ -107,41 +107,60 @@ impl Live {
             out += &format!("\x1b[2K{l}\n");
         }
         let fleet = &inst.fleet;
-        let head = format!(
-            "\x1b[2K\x1b[1mfleet\x1b[0m {:.1} s / {} s: {} engines, {} published, {} delivered, \
-             {} dropped, {} gap events, {} connections, {} rebuilds",
+        // Every line under 80 columns: a wrapped line would throw the
+        // cursor moves off.
+        out += &format!(
+            "\x1b[2K\x1b[1mfleet\x1b[0m {:.1} s of {} s, {} engines, {} connections\n",
             elapsed.as_secs_f64(),
             self.seconds,
             fleet.len(),
+            n(fleet::connections(inst)),
+        );
+        out += &format!(
+            "\x1b[2K  so far: {} published, {} delivered, {} dropped, {} gaps, {} rebuilds\n",
             n(run.published.load(Ordering::Relaxed)),
             n(node::total(fleet, |x| &x.delivered)),
             n(node::dropped(fleet)),
             n(node::total(fleet, |x| &x.gap_events)),
-            n(fleet::connections(inst)),
             n(fleet::rebuilds(inst)),
         );
-        out += &head;
         out += &format!(
-            "\n\x1b[2K  {:>6} {:>11} {:>12} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8} {:>11}\n",
-            "t",
-            "published/s",
-            "delivered/s",
-            "lag p50",
-            "lag p99",
-            "drops",
-            "gaps",
-            "conns",
-            "rebuilds",
-            "target/s"
+            "\x1b[2K  {:>5} {:>9} {:>9} {:>8} {:>8} {:>6} {:>5} {:>6} {:>7} {:>8}\n",
+            "t", "pub/s", "deliv/s", "p50", "p99", "drops", "gaps", "conns", "rebuild", "target"
         );
         out += "\x1b[2K  ";
-        out += &self.last.as_ref().map_or("(first second …)".into(), line);
-        out += "\n\x1b[2K\n";
+        out += &self
+            .last
+            .as_ref()
+            .map_or("(the first second …)".into(), compact);
+        out += "\n";
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(out.as_bytes());
         let _ = stdout.flush();
         self.drawn = true;
     }
+}
+
+/// One sample in under 80 columns, for the block.
+fn compact(s: &Sample) -> String {
+    let lag = |us: u64| format!("{:.1}ms", us as f64 / 1000.0);
+    format!(
+        "{:>4.0}s {:>9} {:>9} {:>8} {:>8} {:>6} {:>5} {:>6} {:>7} {:>8}",
+        s.t_s,
+        n(s.published_per_s as u64),
+        n(s.delivered_per_s as u64),
+        lag(s.lag_p50_us),
+        lag(s.lag_p99_us),
+        n(s.drops),
+        n(s.gaps),
+        n(s.connections),
+        n(s.rebuilds),
+        if s.rate_target > 0.0 {
+            n(s.rate_target as u64)
+        } else {
+            "max".into()
+        }
+    )
 }
 
 /// One sample as a line.

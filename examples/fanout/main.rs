@@ -9,7 +9,7 @@
 //!     [--rate 50000 (0 = flat out)] [--ramp START:FACTOR:STEP_S] [--knee-lag-ms 100]
 //!     [--payload 256] [--url redis://host:port[?cluster=true]]... [--failover AT] [--kill AT]
 //!     [--storm AT] [--reshard AT] [--reshard-atomic AT] [--add-node AT] [--history]
-//!     [--report DIR] [--no-live] [--io-threads 2] [--seed 1] [--quick]
+//!     [--report DIR] [--target MSG/S] [--no-live] [--io-threads 2] [--seed 1] [--quick]
 //! ```
 //!
 //! What it does, in order:
@@ -272,9 +272,10 @@ fn run(o: &Options) -> Result<bool, String> {
     };
     let mut rep = report::build(o, &parts, &measured);
     let ok = summary::print_and_check(o, &inst, &measured, &conns, settled, &mut rep);
+    report::size(o, &mut rep);
     if let Some(dir) = &o.report {
         report::write(std::path::Path::new(dir), &rep)?;
-        println!("report: {dir}/report.json");
+        println!("report: {dir}/report.json, report.md, report.html");
     }
     println!(
         "result: {}",

@@ -110,6 +110,8 @@ pub struct Options {
     pub history: bool,
     pub report: Option<String>,
     pub no_live: bool,
+    /// `--target`: the msg/s the sizing answer plans for (None: none).
+    pub target: Option<u64>,
     /// `--io-threads`: the shared runtime's I/O threads.
     pub io_threads: usize,
     pub seed: u64,
@@ -136,6 +138,7 @@ impl Default for Options {
             history: false,
             report: None,
             no_live: false,
+            target: None,
             io_threads: 2,
             seed: 1,
         }
@@ -241,6 +244,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--report" => o.report = Some(value()?),
             "--no-live" => o.no_live = true,
             "--io-threads" => o.io_threads = num(value()?)? as usize,
+            "--target" => o.target = Some(num(value()?)?).filter(|&t| t > 0),
             "--seed" => o.seed = num(value()?)?,
             "--no-failover" => o.faults.retain(|f| f.0 != FaultKind::Failover),
             "--quick" => {
@@ -299,7 +303,7 @@ const USAGE: &str = "usage: fanout [--mode node-grouped|per-partition|classic|sh
 [--channels N] [--partitions N] [--seconds N] [--rate N (0 = flat out)] \
 [--ramp START:FACTOR:STEP_S] [--knee-lag-ms MS] [--payload BYTES] [--url URL]... \
 [--failover AT] [--kill AT] [--storm AT] [--reshard AT] [--reshard-atomic AT] [--add-node AT] \
-[--history] [--report DIR] [--no-live] [--io-threads N] [--seed N] [--quick]";
+[--history] [--report DIR] [--target MSG/S] [--no-live] [--io-threads N] [--seed N] [--quick]";
 
 #[cfg(test)]
 mod tests {

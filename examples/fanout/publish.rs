@@ -138,9 +138,14 @@ pub fn phase(
                 client_cpu_cores: Some((now.client_cpu - prev.client_cpu).max(0.0) / secs),
             };
             live.sample(&sample, inst, run);
-            let knee =
-                o.ramp.is_some() && (sample.lag_p99_us > knee_us || sample.drops > 0) && t_s > 1.5;
             samples.push(sample);
+            // The knee as the report finds it (most of a step's samples over
+            // the threshold, or dropping), over the steps completed so far.
+            let n = samples.len();
+            let stepped = n >= 2 && samples[n - 1].rate_target != samples[n - 2].rate_target;
+            let knee = o.ramp.is_some()
+                && stepped
+                && fleet_report::knee(&samples[..n - 1], knee_us).reason != "not reached";
             prev = now;
             let elapsed = run.begin.elapsed();
             if knee {

@@ -80,7 +80,7 @@ pub fn build(o: &Options, parts: &Partitions, m: &Measured) -> RunReport {
     RunReport {
         meta: Meta {
             date_utc: m.date_utc.clone(),
-            commit: option_env!("SHARDSUB_COMMIT").unwrap_or("").into(),
+            commit: commit(),
             machine: machine(),
             server: ServerInfo {
                 kind: o.kind.name().into(),
@@ -171,6 +171,20 @@ fn faults(done: &[Done], a: &Report) -> Vec<Fault> {
         .collect()
 }
 
+/// The checkout's commit (`git rev-parse`, run where the demo was built),
+/// empty when there is none.
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or(String::new(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        })
+}
+
 /// CPUs, the CPU model and memory, from /proc.
 fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -192,16 +206,32 @@ fn machine() -> Machine {
     }
 }
 
-/// Writes `dir/report.json`.
+/// Writes `dir/report.json`, `report.md` and `report.html`.
 ///
 /// # Errors
 ///
-/// The directory or the file could not be written.
+/// The directory or a file could not be written.
 pub fn write(dir: &Path, r: &RunReport) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let json = serde_json::to_string_pretty(r).map_err(|e| format!("report.json: {e}"))?;
-    let path = dir.join("report.json");
-    std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))
+    fleet_report::write_dir(dir, r).map_err(|e| format!("--report {}: {e}", dir.display()))
+}
+
+/// The sizing answer for `--target`, from the run's knee (prints it).
+pub fn size(o: &Options, r: &mut RunReport) {
+    let Some(target) = o.target else { return };
+    let s = fleet_report::sizing(&fleet_report::Inputs::from_run(r, target as f64));
+    let cores = |v: Option<f64>| v.map_or("?".into(), |c| format!("{c:.1}"));
+    println!(
+        "sizing for {target} msg/s ({:.0} deliveries/s), from the step held at {:.0} msg/s: {} \
+         primaries, {} client cores in all",
+        s.deliveries_per_s,
+        s.measured_at_rate,
+        s.primaries.map_or("?".into(), |p| p.to_string()),
+        cores(s.client_cores_total),
+    );
+    for a in &s.assumptions {
+        println!("  assuming: {a}");
+    }
+    r.sizing = Some(s);
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -147,10 +147,12 @@ pub fn print_and_check(
             n(s.subscribe_calls),
             n(s.publish_calls),
             s.server_cpu_s,
-            s.resubscribe_calls.map_or("-".into(), |r| format!(
-                "{:.1}",
-                r as f64 / o.engines as f64
-            )),
+            s.resubscribe_calls
+                .filter(|_| s.role == "primary")
+                .map_or("-".into(), |r| format!(
+                    "{:.1}",
+                    r as f64 / o.engines as f64
+                )),
         );
     }
     if let Some(calls) = storm_per_instance(m) {
@@ -260,6 +262,9 @@ pub fn print_and_check(
 /// Resubscribe commands per instance per primary during the storms'
 /// recoveries (mean over the primaries).
 fn storm_per_instance(m: &Measured) -> Option<f64> {
+    if !m.faults.iter().any(|d| d.resubscribes.is_some()) {
+        return None;
+    }
     let engines = m.engines.max(1) as f64;
     let per: Vec<f64> = m
         .nodes
