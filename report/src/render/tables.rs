@@ -340,7 +340,12 @@ pub(crate) fn steps(r: &RunReport, threshold_us: u64) -> (Table, Vec<Step>) {
             flag(count(s.drops), s.drops > 0),
             us(s.server_cpu_us_per_msg).into(),
             us(s.client_cpu_us_per_msg).into(),
-            s.samples.to_string().into(),
+            if s.judged == s.samples || s.judged == 0 {
+                s.samples.to_string()
+            } else {
+                format!("{} ({} left out: a fault)", s.samples, s.samples - s.judged)
+            }
+            .into(),
         ]);
     }
     (t, steps)
