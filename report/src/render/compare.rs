@@ -88,8 +88,10 @@ pub(crate) fn summarize(r: &RunReport) -> Summary {
 
 /// The side-by-side table: one column per run, one row per measure.
 pub(crate) fn table(runs: &[RunReport]) -> Table {
-    const ROWS: [&str; 15] = [
+    const ROWS: [&str; 17] = [
         "servers",
+        "knee (published msg/s)",
+        "CPU µs per delivered msg at the knee's held step (server + client)",
         "published/s (mean)",
         "delivered/s (mean)",
         "lag p50",
@@ -112,6 +114,12 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
             let x = &r.totals;
             vec![
                 servers(r).into(),
+                knee_cell(r).into(),
+                held(r)
+                    .map_or("–".into(), |(_, s, c)| {
+                        format!("{} + {}", fixed(s, 2), fixed(c, 2))
+                    })
+                    .into(),
                 fmt_num(s.published_per_s).into(),
                 fmt_num(s.delivered_per_s).into(),
                 ms(s.lag_p50_us).into(),
@@ -171,32 +179,35 @@ fn servers(r: &RunReport) -> String {
     }
 }
 
-/// CPU per million delivered, both sides (NaN-safe: non-finite is +∞).
-fn cpu(r: &RunReport) -> f64 {
-    let v = r.totals.client_cpu_s_per_million + r.totals.server_cpu_s_per_million;
-    if v.is_finite() {
-        v
-    } else {
-        f64::INFINITY
+/// The knee's held step of a ramped run, with CPU measured there:
+/// (published msg/s held, server µs, client µs per delivered message).
+fn held(r: &RunReport) -> Option<(f64, f64, f64)> {
+    r.meta.ramp?;
+    let h = r.knee.as_ref()?.held.as_ref()?;
+    Some((
+        h.published_per_s,
+        h.server_cpu_us_per_msg?,
+        h.client_cpu_us_per_msg?,
+    ))
+}
+
+/// The knee column: where it was, or that the ramp ended first.
+fn knee_cell(r: &RunReport) -> String {
+    match (&r.meta.ramp, &r.knee) {
+        (None, _) => "no ramp".into(),
+        (Some(_), None) => "not computed".into(),
+        (Some(_), Some(k)) if k.reason == "not reached" => {
+            format!("not reached (≥ {})", fmt_num(k.rate))
+        }
+        (Some(_), Some(k)) => format!("{} ({})", fmt_num(k.rate), k.reason),
     }
 }
 
-/// "Which mode to pick", derived from the numbers: among clean runs that
-/// kept lag p99 within twice the best and delivered at least 95 % of the
-/// best rate, the one with the least CPU per million delivered.
-pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
-    let mut out = Vec::new();
-    let clean: Vec<(&RunReport, Summary)> = runs
-        .iter()
-        .map(|r| (r, summarize(r)))
-        .filter(|(_, s)| s.clean)
-        .collect();
-    for r in runs.iter().filter(|r| !summarize(r).clean) {
-        out.push(format!(
-            "{} is out: {} (lost silently {}, duplicated {}, reordered {}).",
-            r.meta.mode, r.result, r.totals.lost_silent, r.totals.duplicated, r.totals.reordered
-        ));
-    }
+type Clean<'a> = (&'a RunReport, Summary);
+
+/// Flat-rate runs: the least CPU per million among those that kept lag p99
+/// within twice the best and delivered at least 95 % of the best rate.
+fn pick_flat<'a>(clean: &'a [Clean<'a>], out: &mut Vec<String>) -> Option<&'a Clean<'a>> {
     let best_p99 = clean.iter().map(|(_, s)| s.lag_p99_us).min().unwrap_or(0);
     let best_rate = clean
         .iter()
@@ -209,10 +220,7 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
                 && s.delivered_per_s >= best_rate * 0.95
         })
         .min_by(|a, b| cpu(a.0).total_cmp(&cpu(b.0)));
-    let Some((winner, ws)) = fit else {
-        out.push("No mode ran clean: nothing to recommend.".into());
-        return out;
-    };
+    let (winner, ws) = fit?;
     out.push(format!(
         "Pick {}: it delivered {} msg/s with lag p99 {} for {} s of CPU per million delivered \
          ({} s server + {} s client), the least among the modes that kept lag p99 within twice \
@@ -251,6 +259,101 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
             count(s.sub_calls_per_node)
         ));
     }
+    fit
+}
+
+/// Ramped runs: among those that held at least 90 % of the highest rate
+/// before the knee, the least CPU per delivered message at the held step.
+fn pick_at_knee<'a>(clean: &'a [Clean<'a>], out: &mut Vec<String>) -> Option<&'a Clean<'a>> {
+    let point = |r: &RunReport| held(r).unwrap_or((0.0, f64::INFINITY, f64::INFINITY));
+    let us = |r: &RunReport| {
+        let (_, s, c) = point(r);
+        s + c
+    };
+    let best = clean.iter().map(|(r, _)| point(r).0).fold(0.0, f64::max);
+    let fit = clean
+        .iter()
+        .filter(|(r, _)| point(r).0 >= best * 0.9)
+        .min_by(|a, b| us(a.0).total_cmp(&us(b.0)))?;
+    let (w, ws) = fit;
+    let (rate, server, client) = point(w);
+    out.push(format!(
+        "Pick {}: it held {} msg/s published before the knee (the most was {}; knee: {}) at \
+         {} µs of CPU per delivered message there ({} µs server + {} µs client), the least \
+         among the modes that held at least 90 % of the most.",
+        ws.mode,
+        fmt_num(rate),
+        fmt_num(best),
+        knee_cell(w),
+        fixed(us(w), 2),
+        fixed(server, 2),
+        fixed(client, 2)
+    ));
+    for (r, s) in clean.iter().filter(|(r, _)| !std::ptr::eq(*r, *w)) {
+        let extra = (us(r) / us(w) - 1.0) * 100.0;
+        out.push(format!(
+            "{}: held {} msg/s (knee: {}), {} µs per delivered message there ({}{} % against \
+             {}), {} subscribing connections on the busiest primary (against {}).",
+            s.mode,
+            fmt_num(point(r).0),
+            knee_cell(r),
+            fixed(us(r), 2),
+            if extra >= 0.0 { "+" } else { "" },
+            fixed(extra, 0),
+            ws.mode,
+            s.sub_conns_per_primary,
+            ws.sub_conns_per_primary
+        ));
+    }
+    if clean
+        .iter()
+        .any(|(r, _)| r.knee.as_ref().is_some_and(|k| k.reason == "not reached"))
+    {
+        out.push(
+            "Where the knee was not reached the ramp ended first: that mode holds at least \
+             what it shows, and its CPU per message would fall further under more load."
+                .into(),
+        );
+    }
+    Some(fit)
+}
+
+/// CPU per million delivered, both sides (NaN-safe: non-finite is +∞).
+fn cpu(r: &RunReport) -> f64 {
+    let v = r.totals.client_cpu_s_per_million + r.totals.server_cpu_s_per_million;
+    if v.is_finite() {
+        v
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// "Which mode to pick", derived from the numbers: among clean runs that
+/// kept lag p99 within twice the best and delivered at least 95 % of the
+/// best rate, the one with the least CPU per million delivered.
+pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
+    let mut out = Vec::new();
+    let clean: Vec<(&RunReport, Summary)> = runs
+        .iter()
+        .map(|r| (r, summarize(r)))
+        .filter(|(_, s)| s.clean)
+        .collect();
+    for r in runs.iter().filter(|r| !summarize(r).clean) {
+        out.push(format!(
+            "{} is out: {} (lost silently {}, duplicated {}, reordered {}).",
+            r.meta.mode, r.result, r.totals.lost_silent, r.totals.duplicated, r.totals.reordered
+        ));
+    }
+    let ramped = !clean.is_empty() && clean.iter().all(|(r, _)| held(r).is_some());
+    let winner = if ramped {
+        pick_at_knee(&clean, &mut out)
+    } else {
+        pick_flat(&clean, &mut out)
+    };
+    let Some((winner, ws)) = winner else {
+        out.push("No mode ran clean: nothing to recommend.".into());
+        return out;
+    };
     let wm = &winner.meta;
     if wm.masters == 1 {
         out.push(format!(

@@ -176,3 +176,44 @@ fn compare_rates_come_from_the_samples() {
     let row = format!("| published/s (mean) | {} |", crate::chart::fmt_num(mean));
     assert!(md.contains(&row), "{row}\n{md}");
 }
+
+#[test]
+fn ramped_runs_are_picked_at_the_knee_flat_ones_over_the_run() {
+    let c = crate::sample::synthetic_compare();
+    let md = crate::render_compare_markdown(&c);
+    assert!(
+        md.contains("Pick node-grouped: it held 56.5k msg/s published before the knee"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| knee (published msg/s) | 85.4k (lag) |"),
+        "{md}"
+    );
+    // A cheaper mode that held far less does not win.
+    let mut c = crate::sample::synthetic_compare();
+    let single = c
+        .runs
+        .iter_mut()
+        .find(|r| r.meta.mode == "single")
+        .expect("single");
+    let held = single
+        .knee
+        .as_mut()
+        .and_then(|k| k.held.as_mut())
+        .expect("held");
+    held.published_per_s = 10_000.0;
+    held.server_cpu_us_per_msg = Some(0.5);
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("- Pick node-grouped:"), "{md}");
+    assert!(md.contains("single: held 10k msg/s"), "{md}");
+    // Without a ramp: CPU per million over the run, among those with lag
+    // p99 within twice the best.
+    let mut c = crate::sample::synthetic_compare();
+    for r in &mut c.runs {
+        r.meta.ramp = None;
+    }
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("- Pick node-grouped: it delivered"), "{md}");
+    assert!(md.contains("s of CPU per million delivered"), "{md}");
+    assert!(md.contains("| knee (published msg/s) | no ramp |"), "{md}");
+}
