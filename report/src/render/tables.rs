@@ -309,6 +309,42 @@ pub(crate) fn nodes(r: &RunReport) -> Table {
     t
 }
 
+/// One row per interval (the Markdown's stand-in for the plots).
+pub(crate) fn samples(r: &RunReport) -> Table {
+    let mut t = Table::new(&[
+        "t (s)",
+        "published/s",
+        "delivered/s",
+        "lag p50",
+        "lag p99",
+        "drops",
+        "gaps",
+        "conns",
+        "rebuilds",
+        "target/s",
+    ]);
+    for s in &r.samples {
+        t.row(vec![
+            fixed(s.t_s, 1).into(),
+            fmt_num(s.published_per_s).into(),
+            fmt_num(s.delivered_per_s).into(),
+            ms(s.lag_p50_us).into(),
+            ms(s.lag_p99_us).into(),
+            count(s.drops).into(),
+            count(s.gaps).into(),
+            count(s.connections).into(),
+            count(s.rebuilds).into(),
+            if s.rate_target > 0.0 {
+                fmt_num(s.rate_target)
+            } else {
+                "flat out".into()
+            }
+            .into(),
+        ]);
+    }
+    t
+}
+
 /// The rate steps with their verdicts against the knee threshold.
 pub(crate) fn steps(r: &RunReport, threshold_us: u64) -> (Table, Vec<Step>) {
     let steps: Vec<Step> = crate::steps(&r.samples)

@@ -69,6 +69,8 @@ fn markdown_has_every_section() {
         "## Knee",
         "## Sizing",
         "## Server nodes",
+        "## Per interval",
+        "| 14.0 | 17k | 67.9k | 9.15 ms | 45.77 ms | 0 | 44 | 12 | 4 | 16.9k |",
         "| failover | 14.0 |",
         "Knee at 85.4k msg/s",
         "deliveries/s per server core (all nodes)",
