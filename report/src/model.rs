@@ -245,7 +245,7 @@ pub struct Knee {
     /// The crossing step's target rate, msg/s (measured publish rate when
     /// flat out). When `reason` is `"not reached"`: the highest step's.
     pub rate: f64,
-    /// The crossing step's lag p99 (median over the step), µs.
+    /// The crossing step's lag p99 ([`Step::lag_p99_us`]), µs.
     pub lag_p99_us: u64,
     /// `"lag"`, `"drops"` or `"not reached"`.
     pub reason: String,
