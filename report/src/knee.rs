@@ -2,12 +2,14 @@
 //! p99 crosses a threshold or drops start.
 //!
 //! Samples are grouped into steps by their `rate_target` (consecutive
-//! samples with the same target). A step *crosses* when more than half of
-//! its samples have a lag p99 above the threshold, or more than half of
-//! them dropped messages: one spike, say from a failover, does not make a
-//! knee (a fault that disturbs most of a step does; run ramps without
-//! faults). The step before the crossing one is the operating point
-//! that held ([`Knee::held`]); sizing takes its CPU per message from it.
+//! samples with the same target). Samples a fault disturbed (gap events or
+//! connection rebuilds in the interval, and the interval after) are left out
+//! of the verdict, unless that leaves nothing. A step *crosses* when more
+//! than half of the rest have a lag p99 above the threshold (the step's lag
+//! p99 is their lower median, so it is above the threshold exactly then),
+//! or more than half of them dropped messages: one spike does not make a
+//! knee. The step before the crossing one is the operating point that held
+//! ([`Knee::held`]); sizing takes its CPU per message from it.
 
 use crate::model::{Knee, RunReport, Sample, Step};
 
@@ -20,6 +22,14 @@ const SAME_TARGET: f64 = 0.005;
 
 /// Splits `samples` into rate steps (consecutive samples, same target).
 pub fn steps(samples: &[Sample]) -> Vec<&[Sample]> {
+    step_ranges(samples)
+        .into_iter()
+        .filter_map(|r| samples.get(r))
+        .collect()
+}
+
+/// The steps as index ranges into `samples`.
+fn step_ranges(samples: &[Sample]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     for i in 1..=samples.len() {
@@ -28,15 +38,29 @@ pub fn steps(samples: &[Sample]) -> Vec<&[Sample]> {
             _ => true,
         };
         if split {
-            if let Some(step) = samples.get(start..i) {
-                if !step.is_empty() {
-                    out.push(step);
-                }
+            if i > start {
+                out.push(start..i);
             }
             start = i;
         }
     }
     out
+}
+
+/// Per sample: whether a fault disturbed it (gap events or rebuilds in it
+/// or in the interval before).
+fn disturbed(samples: &[Sample]) -> Vec<bool> {
+    let hit = |s: &Sample| s.gaps > 0 || s.rebuilds > 0;
+    let mut prev = false;
+    samples
+        .iter()
+        .map(|s| {
+            let now = hit(s);
+            let out = now || prev;
+            prev = now;
+            out
+        })
+        .collect()
 }
 
 fn same_target(a: f64, b: f64) -> bool {
@@ -47,8 +71,13 @@ fn same_target(a: f64, b: f64) -> bool {
     scale.is_finite() && (a - b).abs() <= scale * SAME_TARGET
 }
 
-/// Averages one step's samples. Non-finite rates count as 0.
+/// Averages one step's samples (fault-disturbed ones left out of the lag
+/// and drops verdict, see the module docs). Non-finite rates count as 0.
 pub fn summarize(step: &[Sample]) -> Step {
+    summarize_with(step, &disturbed(step))
+}
+
+fn summarize_with(step: &[Sample], disturbed: &[bool]) -> Step {
     let n = step.len();
     let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
     let mean = |f: &dyn Fn(&Sample) -> f64| {
@@ -68,22 +97,36 @@ pub fn summarize(step: &[Sample]) -> Step {
         let mean_cores = cores.iter().map(|&c| finite(c)).sum::<f64>() / n as f64;
         Some(mean_cores / delivered * 1e6)
     };
+    let calm: Vec<&Sample> = step
+        .iter()
+        .zip(disturbed.iter().chain(std::iter::repeat(&false)))
+        .filter(|(_, &d)| !d)
+        .map(|(s, _)| s)
+        .collect();
+    let judged: Vec<&Sample> = if calm.is_empty() {
+        step.iter().collect()
+    } else {
+        calm
+    };
     Step {
         rate_target: step.first().map_or(0.0, |s| finite(s.rate_target)),
         published_per_s: mean(&|s| s.published_per_s),
         delivered_per_s: delivered,
-        lag_p99_us: median(step.iter().map(|s| s.lag_p99_us).collect()),
+        lag_p99_us: lower_median(judged.iter().map(|s| s.lag_p99_us).collect()),
         drops: step.iter().map(|s| s.drops).fold(0u64, u64::saturating_add),
         server_cpu_us_per_msg: per_msg(&|s| s.server_cpu_cores),
         client_cpu_us_per_msg: per_msg(&|s| s.client_cpu_cores),
         samples: n,
+        judged: judged.len(),
+        dropping: judged.iter().filter(|s| s.drops > 0).count(),
     }
 }
 
-/// The upper median (0 for none).
-fn median(mut v: Vec<u64>) -> u64 {
+/// The lower median (0 for none): above a threshold exactly when more than
+/// half of the values are.
+fn lower_median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
 /// The rate a step ran at: its target, or what it published when flat out.
@@ -99,17 +142,15 @@ fn step_rate(s: &Step) -> f64 {
 /// knee is "not reached" at rate 0 and nothing held.
 pub fn knee(samples: &[Sample], lag_threshold_us: u64) -> Knee {
     let mut held: Option<Step> = None;
-    for step in steps(samples) {
-        let summary = summarize(step);
-        let most = |count: usize| count * 2 > step.len();
-        let slow = step
-            .iter()
-            .filter(|s| s.lag_p99_us > lag_threshold_us)
-            .count();
-        let dropping = step.iter().filter(|s| s.drops > 0).count();
-        let reason = if most(dropping) {
+    let flags = disturbed(samples);
+    for range in step_ranges(samples) {
+        let (Some(step), Some(d)) = (samples.get(range.clone()), flags.get(range)) else {
+            continue;
+        };
+        let summary = summarize_with(step, d);
+        let reason = if summary.dropping * 2 > summary.judged {
             Some("drops")
-        } else if most(slow) {
+        } else if summary.lag_p99_us > lag_threshold_us {
             Some("lag")
         } else {
             None
@@ -198,11 +239,12 @@ mod tests {
         let k = knee(&samples, 10_000);
         assert_eq!(k.reason, "lag");
         assert_eq!(k.rate, 40_000.0);
-        assert_eq!(k.lag_p99_us, 40_000);
+        // The lower median of the step's p99s.
+        assert_eq!(k.lag_p99_us, 30_000);
         assert_eq!(k.at_s, 4.0);
         let held = k.held.expect("held");
         assert_eq!(held.rate_target, 20_000.0);
-        assert_eq!(held.lag_p99_us, 1200);
+        assert_eq!(held.lag_p99_us, 1100);
         // 0.2 cores / 80,000 deliveries/s = 2.5 µs per message.
         let cpu = held.server_cpu_us_per_msg.expect("cpu");
         assert!((cpu - 2.5).abs() < 1e-9, "{cpu}");
@@ -215,6 +257,34 @@ mod tests {
         assert_eq!(k.reason, "not reached");
         assert_eq!(k.rate, 20_000.0);
         assert_eq!(k.held.expect("held").rate_target, 20_000.0);
+    }
+
+    #[test]
+    fn samples_a_fault_disturbed_are_left_out() {
+        // A failover in the second step: its interval (gap events) and the
+        // next one are slow, the third sample is not.
+        let mut samples = ramp(&[&[900, 1000, 1100], &[50_000, 60_000, 1_200], &[1_300]]);
+        samples[3].gaps = 40;
+        let k = knee(&samples, 10_000);
+        assert_eq!(k.reason, "not reached", "{k:?}");
+        let steps: Vec<Step> = steps(&samples).into_iter().map(summarize).collect();
+        assert_eq!((steps[1].judged, steps[1].lag_p99_us), (1, 1_200));
+        // Rebuilds mark a fault too; the same slow samples unmarked are a knee.
+        samples[3].gaps = 0;
+        samples[3].rebuilds = 3;
+        assert_eq!(knee(&samples, 10_000).reason, "not reached");
+        samples[3].rebuilds = 0;
+        let k = knee(&samples, 10_000);
+        assert_eq!((k.reason.as_str(), k.rate), ("lag", 20_000.0));
+    }
+
+    #[test]
+    fn a_step_the_fault_covers_entirely_is_judged_on_all_its_samples() {
+        let mut samples = ramp(&[&[900], &[50_000, 60_000]]);
+        samples[1].rebuilds = 1;
+        samples[2].rebuilds = 1;
+        let k = knee(&samples, 10_000);
+        assert_eq!((k.reason.as_str(), k.rate), ("lag", 20_000.0));
     }
 
     #[test]

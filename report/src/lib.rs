@@ -11,6 +11,18 @@
 //!                       knee(samples) ─▶ Knee ─▶ sizing(Inputs) ─▶ Sizing
 //! xtask compare ──CompareReport / ScalingReport──▶ compare.{json,md,html}
 //! ```
+//!
+//! ```
+//! // SYNTHETIC numbers (a ramp whose lag p99 crosses 10 ms near the top).
+//! let run = fleet_report::sample::synthetic();
+//! let knee = fleet_report::knee(&run.samples, 10_000);
+//! assert_eq!(knee.reason, "lag");
+//! let held = knee.held.expect("a step held below the knee");
+//! assert!(held.published_per_s < knee.rate);
+//! let answer = fleet_report::sizing(&fleet_report::Inputs::from_run(&run, 1e6));
+//! assert!(answer.primaries.is_some_and(|p| p >= 1));
+//! assert!(fleet_report::render_html(&run).starts_with("<!DOCTYPE html>"));
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -245,7 +245,7 @@ pub struct Knee {
     /// The crossing step's target rate, msg/s (measured publish rate when
     /// flat out). When `reason` is `"not reached"`: the highest step's.
     pub rate: f64,
-    /// The crossing step's lag p99 (median over the step), µs.
+    /// The crossing step's lag p99 ([`Step::lag_p99_us`]), µs.
     pub lag_p99_us: u64,
     /// `"lag"`, `"drops"` or `"not reached"`.
     pub reason: String,
@@ -270,7 +270,8 @@ pub struct Step {
     pub published_per_s: f64,
     /// Measured deliveries per second.
     pub delivered_per_s: f64,
-    /// Lag p99, median over the step's samples, µs.
+    /// Lag p99 over the step: the lower median of its samples' p99 (those
+    /// a fault disturbed left out), µs.
     pub lag_p99_us: u64,
     /// Drops over the step.
     pub drops: u64,
@@ -280,6 +281,13 @@ pub struct Step {
     pub client_cpu_us_per_msg: Option<f64>,
     /// Samples in the step.
     pub samples: usize,
+    /// Samples the verdict looked at (the step's, less those a fault
+    /// disturbed; all of them when every one was).
+    #[serde(default)]
+    pub judged: usize,
+    /// Judged samples with drops.
+    #[serde(default)]
+    pub dropping: usize,
 }
 
 /// The same scenario in several modes, one after another on one cluster.

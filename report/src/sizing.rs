@@ -272,6 +272,8 @@ mod tests {
                     server_cpu_us_per_msg: server_us,
                     client_cpu_us_per_msg: client_us,
                     samples: 3,
+                    judged: 3,
+                    dropping: 0,
                 }),
             },
             basis: Basis {

@@ -1,4 +1,4 @@
-//! `cargo xtask demo | compare | test | chaos | bench | install | fuzz`: the project's
+//! `cargo xtask demo | compare | size | test | chaos | bench | install | fuzz`: the project's
 //! entry points. Each installs what is missing first and says so.
 
 mod bench;
@@ -7,6 +7,7 @@ mod compare;
 mod demo;
 mod install;
 mod run;
+mod size;
 mod test;
 
 use std::process::ExitCode;
@@ -22,6 +23,9 @@ commands:
             the same demo scenario in each mode, one after another, then one
             side-by-side table and which mode to pick (target/compare/
             compare.{md,html,json}); --scaling: one mode over 1, 2, 3 primaries
+  size REPORT.json --rate R [--channels C] [--nodes N]
+            the sizing answer for a target from a run's measured knee
+            (primaries, client cores, and the assumptions behind them)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             benches once, fuzz smoke
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(&args[1..]),
         Some("compare") => compare::run(&args[1..]),
+        Some("size") => size::run(&args[1..]),
         Some("test") => test::run(),
         Some("chaos") => chaos::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),

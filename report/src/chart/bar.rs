@@ -68,6 +68,9 @@ pub fn bar_chart(chart: &BarChart) -> String {
         .max()
         .unwrap_or(0) as f64;
     let font = if longest * 6.6 > group_w { 9.5 } else { 12.0 };
+    // Too crowded even small: the last `:`-part of the first line (a port),
+    // rotated.
+    let crowded = longest * 5.3 > group_w;
     for (g, name) in c.categories.iter().enumerate() {
         let gx = l + group_w * g as f64;
         let start = gx + (group_w - bar_w * bars) / 2.0;
@@ -92,6 +95,18 @@ pub fn bar_chart(chart: &BarChart) -> String {
                     fmt_num(v)
                 ));
             }
+        }
+        if crowded {
+            let first = name.lines().next().unwrap_or("");
+            let short = first.rsplit(':').next().unwrap_or(first);
+            let short: String = short.chars().take(8).collect();
+            let (x, y) = (gx + group_w / 2.0 + 3.0, b + 8.0);
+            out.push_str(&format!(
+                "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"end\" font-size=\"9\" \
+                 transform=\"rotate(-60 {x:.1} {y:.1})\">{}</text>",
+                escape(&short)
+            ));
+            continue;
         }
         for (k, line) in name.lines().enumerate() {
             out.push_str(&format!(

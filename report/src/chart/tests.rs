@@ -215,3 +215,21 @@ fn bar_chart_groups_and_odd_values() {
 fn escape_covers_markup_and_controls() {
     assert_eq!(escape("a<b>&\"'\u{7}"), "a&lt;b&gt;&amp;&quot;&#39;");
 }
+
+#[test]
+fn crowded_bar_labels_shrink_to_the_port_and_rotate() {
+    let c = BarChart {
+        categories: (0..48)
+            .map(|i| format!("127.0.0.1:{}\nprimary", 7000 + i))
+            .collect(),
+        series: vec![("x".into(), (0..48).map(f64::from).collect())],
+        ..BarChart::default()
+    };
+    let svg = bar_chart(&c);
+    assert_well_formed(&svg);
+    assert!(
+        svg.contains(">7047</text>") && svg.contains("rotate(-60"),
+        "{svg}"
+    );
+    assert!(!svg.contains(">127.0.0.1:7047<"));
+}

@@ -37,14 +37,21 @@ pub(crate) fn quantile(cdf: &[(u64, f64)], q: f64) -> Option<u64> {
 
 /// Summarizes one run.
 pub(crate) fn summarize(r: &RunReport) -> Summary {
+    // Rates from the samples: the totals also count the demo's last
+    // (settling) round, which is not part of the timed publishing.
     let secs = r.meta.seconds as f64;
     let per_s = |n: u64, field: fn(&crate::Sample) -> f64| {
-        if secs > 0.0 {
+        if !r.samples.is_empty() {
+            r.samples
+                .iter()
+                .map(field)
+                .filter(|v| v.is_finite())
+                .sum::<f64>()
+                / r.samples.len() as f64
+        } else if secs > 0.0 {
             n as f64 / secs
-        } else if r.samples.is_empty() {
-            0.0
         } else {
-            r.samples.iter().map(field).sum::<f64>() / r.samples.len() as f64
+            0.0
         }
     };
     let mut p99s: Vec<u64> = r.samples.iter().map(|s| s.lag_p99_us).collect();
@@ -81,7 +88,10 @@ pub(crate) fn summarize(r: &RunReport) -> Summary {
 
 /// The side-by-side table: one column per run, one row per measure.
 pub(crate) fn table(runs: &[RunReport]) -> Table {
-    const ROWS: [&str; 14] = [
+    const ROWS: [&str; 17] = [
+        "servers",
+        "knee (published msg/s)",
+        "CPU µs per delivered msg at the knee's held step (server + client)",
         "published/s (mean)",
         "delivered/s (mean)",
         "lag p50",
@@ -103,6 +113,13 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
             let s = summarize(r);
             let x = &r.totals;
             vec![
+                servers(r).into(),
+                knee_cell(r).into(),
+                held(r)
+                    .map_or("–".into(), |(_, s, c)| {
+                        format!("{} + {}", fixed(s, 2), fixed(c, 2))
+                    })
+                    .into(),
                 fmt_num(s.published_per_s).into(),
                 fmt_num(s.delivered_per_s).into(),
                 ms(s.lag_p50_us).into(),
@@ -119,7 +136,7 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
                     x.duplicated + x.reordered > 0,
                 ),
                 count(x.drops).into(),
-                flag(r.result.clone(), !r.result.starts_with("ok")),
+                flag(short(&r.result), !r.result.starts_with("ok")),
             ]
         })
         .collect();
@@ -139,6 +156,166 @@ pub(crate) fn table(runs: &[RunReport]) -> Table {
         t.rows.clear();
     }
     t
+}
+
+/// A result cut to fit a table cell (the whole text is in the pick list).
+fn short(result: &str) -> String {
+    const MAX: usize = 60;
+    if result.chars().count() <= MAX {
+        result.to_string()
+    } else {
+        let cut: String = result.chars().take(MAX).collect();
+        format!("{cut}… (see below)")
+    }
+}
+
+/// The run's servers in words, from what the nodes reported.
+fn servers(r: &RunReport) -> String {
+    let m = &r.meta;
+    if !r.nodes.is_empty() && r.nodes.iter().all(|n| n.role == "server") {
+        format!("{} standalone", r.nodes.len())
+    } else {
+        format!("{} primaries × {} replica(s)", m.masters, m.replicas)
+    }
+}
+
+/// The knee's held step of a ramped run, with CPU measured there:
+/// (published msg/s held, server µs, client µs per delivered message).
+fn held(r: &RunReport) -> Option<(f64, f64, f64)> {
+    r.meta.ramp?;
+    let h = r.knee.as_ref()?.held.as_ref()?;
+    Some((
+        h.published_per_s,
+        h.server_cpu_us_per_msg?,
+        h.client_cpu_us_per_msg?,
+    ))
+}
+
+/// The knee column: where it was, or that the ramp ended first.
+fn knee_cell(r: &RunReport) -> String {
+    match (&r.meta.ramp, &r.knee) {
+        (None, _) => "no ramp".into(),
+        (Some(_), None) => "not computed".into(),
+        (Some(_), Some(k)) if k.reason == "not reached" => {
+            format!("not reached (≥ {})", fmt_num(k.rate))
+        }
+        (Some(_), Some(k)) => format!("{} ({})", fmt_num(k.rate), k.reason),
+    }
+}
+
+type Clean<'a> = (&'a RunReport, Summary);
+
+/// Flat-rate runs: the least CPU per million among those that kept lag p99
+/// within twice the best and delivered at least 95 % of the best rate.
+fn pick_flat<'a>(clean: &'a [Clean<'a>], out: &mut Vec<String>) -> Option<&'a Clean<'a>> {
+    let best_p99 = clean.iter().map(|(_, s)| s.lag_p99_us).min().unwrap_or(0);
+    let best_rate = clean
+        .iter()
+        .map(|(_, s)| s.delivered_per_s)
+        .fold(0.0, f64::max);
+    let fit = clean
+        .iter()
+        .filter(|(_, s)| {
+            s.lag_p99_us <= best_p99.saturating_mul(2).max(1)
+                && s.delivered_per_s >= best_rate * 0.95
+        })
+        .min_by(|a, b| cpu(a.0).total_cmp(&cpu(b.0)));
+    let (winner, ws) = fit?;
+    out.push(format!(
+        "Pick {}: it delivered {} msg/s with lag p99 {} for {} s of CPU per million delivered \
+         ({} s server + {} s client), the least among the modes that kept lag p99 within twice \
+         the best ({}) and delivered at least 95 % of the best rate.",
+        ws.mode,
+        fmt_num(ws.delivered_per_s),
+        ms(ws.lag_p99_us),
+        fixed(cpu(winner), 2),
+        fixed(winner.totals.server_cpu_s_per_million, 2),
+        fixed(winner.totals.client_cpu_s_per_million, 2),
+        ms(best_p99)
+    ));
+    for (r, s) in clean.iter().filter(|(r, _)| !std::ptr::eq(*r, *winner)) {
+        let extra = if cpu(winner) > 0.0 {
+            (cpu(r) / cpu(winner) - 1.0) * 100.0
+        } else {
+            f64::NAN
+        };
+        let tie = if extra.abs() < 5.0 {
+            " (within 5 %: a tie at this load)"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "{}: {} s of CPU per million delivered ({}{} % against {}){tie}, lag p99 {}, {} \
+             subscribing connections on the busiest primary (against {}), {} subscribe calls on \
+             the busiest node.",
+            s.mode,
+            fixed(cpu(r), 2),
+            if extra >= 0.0 { "+" } else { "" },
+            fixed(extra, 0),
+            ws.mode,
+            ms(s.lag_p99_us),
+            s.sub_conns_per_primary,
+            ws.sub_conns_per_primary,
+            count(s.sub_calls_per_node)
+        ));
+    }
+    fit
+}
+
+/// Ramped runs: among those that held at least 90 % of the highest rate
+/// before the knee, the least CPU per delivered message at the held step.
+fn pick_at_knee<'a>(clean: &'a [Clean<'a>], out: &mut Vec<String>) -> Option<&'a Clean<'a>> {
+    let point = |r: &RunReport| held(r).unwrap_or((0.0, f64::INFINITY, f64::INFINITY));
+    let us = |r: &RunReport| {
+        let (_, s, c) = point(r);
+        s + c
+    };
+    let best = clean.iter().map(|(r, _)| point(r).0).fold(0.0, f64::max);
+    let fit = clean
+        .iter()
+        .filter(|(r, _)| point(r).0 >= best * 0.9)
+        .min_by(|a, b| us(a.0).total_cmp(&us(b.0)))?;
+    let (w, ws) = fit;
+    let (rate, server, client) = point(w);
+    out.push(format!(
+        "Pick {}: it held {} msg/s published before the knee (the most was {}; knee: {}) at \
+         {} µs of CPU per delivered message there ({} µs server + {} µs client), the least \
+         among the modes that held at least 90 % of the most.",
+        ws.mode,
+        fmt_num(rate),
+        fmt_num(best),
+        knee_cell(w),
+        fixed(us(w), 2),
+        fixed(server, 2),
+        fixed(client, 2)
+    ));
+    for (r, s) in clean.iter().filter(|(r, _)| !std::ptr::eq(*r, *w)) {
+        let extra = (us(r) / us(w) - 1.0) * 100.0;
+        out.push(format!(
+            "{}: held {} msg/s (knee: {}), {} µs per delivered message there ({}{} % against \
+             {}), {} subscribing connections on the busiest primary (against {}).",
+            s.mode,
+            fmt_num(point(r).0),
+            knee_cell(r),
+            fixed(us(r), 2),
+            if extra >= 0.0 { "+" } else { "" },
+            fixed(extra, 0),
+            ws.mode,
+            s.sub_conns_per_primary,
+            ws.sub_conns_per_primary
+        ));
+    }
+    if clean
+        .iter()
+        .any(|(r, _)| r.knee.as_ref().is_some_and(|k| k.reason == "not reached"))
+    {
+        out.push(
+            "Where the knee was not reached the ramp ended first: that mode holds at least \
+             what it shows, and its CPU per message would fall further under more load."
+                .into(),
+        );
+    }
+    Some(fit)
 }
 
 /// CPU per million delivered, both sides (NaN-safe: non-finite is +∞).
@@ -167,53 +344,28 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
             r.meta.mode, r.result, r.totals.lost_silent, r.totals.duplicated, r.totals.reordered
         ));
     }
-    let best_p99 = clean.iter().map(|(_, s)| s.lag_p99_us).min().unwrap_or(0);
-    let best_rate = clean
-        .iter()
-        .map(|(_, s)| s.delivered_per_s)
-        .fold(0.0, f64::max);
-    let fit = clean
-        .iter()
-        .filter(|(_, s)| {
-            s.lag_p99_us <= best_p99.saturating_mul(2).max(1)
-                && s.delivered_per_s >= best_rate * 0.95
-        })
-        .min_by(|a, b| cpu(a.0).total_cmp(&cpu(b.0)));
-    let Some((winner, ws)) = fit else {
+    let ramped = !clean.is_empty() && clean.iter().all(|(r, _)| held(r).is_some());
+    let winner = if ramped {
+        pick_at_knee(&clean, &mut out)
+    } else {
+        pick_flat(&clean, &mut out)
+    };
+    let Some((winner, ws)) = winner else {
         out.push("No mode ran clean: nothing to recommend.".into());
         return out;
     };
-    out.push(format!(
-        "Pick {}: it delivered {} msg/s with lag p99 {} for {} s of CPU per million delivered \
-         ({} s server + {} s client), the least among the modes that kept lag p99 within twice \
-         the best ({}) and delivered at least 95 % of the best rate.",
-        ws.mode,
-        fmt_num(ws.delivered_per_s),
-        ms(ws.lag_p99_us),
-        fixed(cpu(winner), 2),
-        fixed(winner.totals.server_cpu_s_per_million, 2),
-        fixed(winner.totals.client_cpu_s_per_million, 2),
-        ms(best_p99)
-    ));
-    for (r, s) in clean.iter().filter(|(r, _)| !std::ptr::eq(*r, *winner)) {
-        let extra = if cpu(winner) > 0.0 {
-            (cpu(r) / cpu(winner) - 1.0) * 100.0
-        } else {
-            f64::NAN
-        };
+    let wm = &winner.meta;
+    if wm.masters == 1 {
         out.push(format!(
-            "{}: {} s of CPU per million delivered ({}{} % against {}), lag p99 {}, {} subscribing \
-             connections on the busiest primary (against {}), {} subscribe calls on the busiest \
-             node.",
-            s.mode,
-            fixed(cpu(r), 2),
-            if extra >= 0.0 { "+" } else { "" },
-            fixed(extra, 0),
-            ws.mode,
-            ms(s.lag_p99_us),
-            s.sub_conns_per_primary,
-            ws.sub_conns_per_primary,
-            count(s.sub_calls_per_node)
+            "{} ran on one server: every message went through one command loop, so it stops \
+             scaling at one core; pick it only while the load fits one server with headroom.",
+            ws.mode
+        ));
+    }
+    if wm.replicas == 0 {
+        out.push(format!(
+            "{} ran without replicas: nothing takes over when a server fails.",
+            ws.mode
         ));
     }
     let differ = |f: fn(&RunReport) -> String| {
@@ -223,16 +375,28 @@ pub(crate) fn pick(runs: &[RunReport]) -> Vec<String> {
             .len()
             > 1
     };
+    // Masters and replicas differ by mode (shards have no replicas,
+    // single is one server); the scenario is the rest.
     if differ(|r| {
         let m = &r.meta;
         format!(
-            "{} {} {} {} {} {:?}",
-            m.channels, m.engines, m.rate, m.payload, m.masters, m.ramp
+            "{} {} {} {} {} {:?} {} {} {} {}",
+            m.server.kind,
+            m.channels,
+            m.partitions,
+            m.engines,
+            m.publishers,
+            m.ramp,
+            m.rate,
+            m.payload,
+            m.seconds,
+            m.history
         )
     }) {
         out.push(
-            "Warning: the runs did not all use the same scenario (channels, engines, rate, \
-             payload, masters or ramp differ), so this comparison is not like for like."
+            "Warning: the runs did not all use the same scenario (server, channels, \
+             partitions, engines, publishers, rate or ramp, payload, seconds or history \
+             differ), so this comparison is not like for like."
                 .into(),
         );
     }
@@ -304,12 +468,10 @@ fn scenario(runs: &[RunReport]) -> String {
     runs.first().map_or(String::new(), |r| {
         let m = &r.meta;
         format!(
-            "{} {}, {} primaries × {} replica(s), {} engines, {} channels in {} partitions, \
-             {} B payload, {} s, {}, on {} CPUs ({}).",
+            "{} {}, {} engines, {} channels in {} partitions, {} B payload, {} s, {}, on {} \
+             CPUs ({}).",
             m.server.kind,
             m.server.version,
-            m.masters,
-            m.replicas,
             m.engines,
             count(m.channels as u64),
             m.partitions,
@@ -365,8 +527,11 @@ pub fn render_compare_html(c: &CompareReport) -> String {
     }
     b.push_str("</ul>\n<h2>By mode</h2>\n");
     b.push_str(&charts(&c.runs));
-    b.push_str(
-        "<p>Each mode's own report (plots included) is in its directory, MODE/report.html.</p>",
-    );
+    b.push_str("<p>Each mode's own report, plots included:");
+    for r in &c.runs {
+        let m = escape(&r.meta.mode);
+        b.push_str(&format!(" <a href=\"{m}/report.html\">{m}</a>"));
+    }
+    b.push_str("</p>");
     page(title, &b)
 }

@@ -133,7 +133,7 @@ pub(crate) fn knee(r: &RunReport, steps: &[Step]) -> Option<(String, String)> {
     let lag = line_chart(&LineChart {
         title: "Lag p99 against the publish rate, per ramp step".into(),
         x_label: "published (msg/s)".into(),
-        y_label: "lag p99, median over the step (ms, log)".into(),
+        y_label: "lag p99, lower median over the step (ms, log)".into(),
         y_scale: Scale::Log,
         series: vec![series(
             "lag p99",

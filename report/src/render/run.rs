@@ -71,6 +71,8 @@ pub fn render_markdown(r: &RunReport) -> String {
     }
     out.push_str("\n## Server nodes\n\n");
     out.push_str(&tables::nodes(r).markdown());
+    out.push_str("\n## Per interval\n\n");
+    out.push_str(&tables::samples(r).markdown());
     out
 }
 

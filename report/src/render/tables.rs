@@ -309,6 +309,42 @@ pub(crate) fn nodes(r: &RunReport) -> Table {
     t
 }
 
+/// One row per interval (the Markdown's stand-in for the plots).
+pub(crate) fn samples(r: &RunReport) -> Table {
+    let mut t = Table::new(&[
+        "t (s)",
+        "published/s",
+        "delivered/s",
+        "lag p50",
+        "lag p99",
+        "drops",
+        "gaps",
+        "conns",
+        "rebuilds",
+        "target/s",
+    ]);
+    for s in &r.samples {
+        t.row(vec![
+            fixed(s.t_s, 1).into(),
+            fmt_num(s.published_per_s).into(),
+            fmt_num(s.delivered_per_s).into(),
+            ms(s.lag_p50_us).into(),
+            ms(s.lag_p99_us).into(),
+            count(s.drops).into(),
+            count(s.gaps).into(),
+            count(s.connections).into(),
+            count(s.rebuilds).into(),
+            if s.rate_target > 0.0 {
+                fmt_num(s.rate_target)
+            } else {
+                "flat out".into()
+            }
+            .into(),
+        ]);
+    }
+    t
+}
+
 /// The rate steps with their verdicts against the knee threshold.
 pub(crate) fn steps(r: &RunReport, threshold_us: u64) -> (Table, Vec<Step>) {
     let steps: Vec<Step> = crate::steps(&r.samples)
@@ -340,7 +376,12 @@ pub(crate) fn steps(r: &RunReport, threshold_us: u64) -> (Table, Vec<Step>) {
             flag(count(s.drops), s.drops > 0),
             us(s.server_cpu_us_per_msg).into(),
             us(s.client_cpu_us_per_msg).into(),
-            s.samples.to_string().into(),
+            if s.judged == s.samples || s.judged == 0 {
+                s.samples.to_string()
+            } else {
+                format!("{} ({} left out: a fault)", s.samples, s.samples - s.judged)
+            }
+            .into(),
         ]);
     }
     (t, steps)
@@ -395,8 +436,22 @@ pub(crate) fn knee_text(r: &RunReport) -> String {
         prefix.push_str("No --ramp: one rate only, so this is a point, not a knee search. ");
     }
     let held = k.held.as_ref().map_or(String::from("no step held"), |h| {
+        let per_core = |us: Option<f64>| {
+            us.filter(|u| *u > 0.0 && u.is_finite())
+                .map(|u| fmt_num(1e6 / u))
+        };
+        let cores = match (
+            per_core(h.server_cpu_us_per_msg),
+            per_core(h.client_cpu_us_per_msg),
+        ) {
+            (Some(s), Some(c)) => format!(
+                "; per core at that step: {s} deliveries/s per server core (all nodes), \
+                 {c} deliveries/s per client core"
+            ),
+            _ => String::new(),
+        };
         format!(
-            "the last step that held published {} msg/s and delivered {} msg/s with lag p99 {}",
+            "the last step that held published {} msg/s and delivered {} msg/s with lag p99 {}{cores}",
             fmt_num(h.published_per_s),
             fmt_num(h.delivered_per_s),
             ms(h.lag_p99_us)

@@ -69,8 +69,11 @@ fn markdown_has_every_section() {
         "## Knee",
         "## Sizing",
         "## Server nodes",
+        "## Per interval",
+        "| 14.0 | 17k | 67.9k | 9.15 ms | 45.77 ms | 0 | 44 | 12 | 4 | 16.9k |",
         "| failover | 14.0 |",
         "Knee at 85.4k msg/s",
+        "deliveries/s per server core (all nodes)",
     ] {
         assert!(md.contains(want), "missing {want}:\n{md}");
     }
@@ -137,6 +140,10 @@ fn compare_picks_the_cheapest_clean_mode_from_the_numbers() {
 #[test]
 fn compare_warns_when_scenarios_differ_and_handles_none() {
     let mut c = crate::sample::synthetic_compare();
+    // Topology differs by mode by design: not a different scenario.
+    c.runs[4].meta.masters = 1;
+    c.runs[4].meta.replicas = 0;
+    assert!(!crate::render_compare_markdown(&c).contains("not like for like"));
     c.runs[1].meta.channels = 10;
     assert!(crate::render_compare_markdown(&c).contains("not like for like"));
     let empty = crate::CompareReport { runs: vec![] };
@@ -157,4 +164,58 @@ fn scaling_plots_node_count_per_mode() {
         md.contains("| knee |"),
         "ramped runs take throughput from the knee: {md}"
     );
+}
+
+#[test]
+fn compare_rates_come_from_the_samples() {
+    // The totals also count the demo's settling round: totals ÷ seconds
+    // would overstate the rate.
+    let mut c = crate::sample::synthetic_compare();
+    c.runs[0].totals.published *= 2;
+    let s = &c.runs[0].samples;
+    let mean = s.iter().map(|s| s.published_per_s).sum::<f64>() / s.len() as f64;
+    let md = crate::render_compare_markdown(&c);
+    let row = format!("| published/s (mean) | {} |", crate::chart::fmt_num(mean));
+    assert!(md.contains(&row), "{row}\n{md}");
+}
+
+#[test]
+fn ramped_runs_are_picked_at_the_knee_flat_ones_over_the_run() {
+    let c = crate::sample::synthetic_compare();
+    let md = crate::render_compare_markdown(&c);
+    assert!(
+        md.contains("Pick node-grouped: it held 56.5k msg/s published before the knee"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| knee (published msg/s) | 85.4k (lag) |"),
+        "{md}"
+    );
+    // A cheaper mode that held far less does not win.
+    let mut c = crate::sample::synthetic_compare();
+    let single = c
+        .runs
+        .iter_mut()
+        .find(|r| r.meta.mode == "single")
+        .expect("single");
+    let held = single
+        .knee
+        .as_mut()
+        .and_then(|k| k.held.as_mut())
+        .expect("held");
+    held.published_per_s = 10_000.0;
+    held.server_cpu_us_per_msg = Some(0.5);
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("- Pick node-grouped:"), "{md}");
+    assert!(md.contains("single: held 10k msg/s"), "{md}");
+    // Without a ramp: CPU per million over the run, among those with lag
+    // p99 within twice the best.
+    let mut c = crate::sample::synthetic_compare();
+    for r in &mut c.runs {
+        r.meta.ramp = None;
+    }
+    let md = crate::render_compare_markdown(&c);
+    assert!(md.contains("- Pick node-grouped: it delivered"), "{md}");
+    assert!(md.contains("s of CPU per million delivered"), "{md}");
+    assert!(md.contains("| knee (published msg/s) | no ramp |"), "{md}");
 }
