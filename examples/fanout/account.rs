@@ -80,7 +80,8 @@ impl Books {
         });
     }
 
-    /// One more message on every channel, then waits (bounded) until every
+    /// One more message on every channel (from the publisher `i % P`
+    /// that published its others), then waits (bounded) until every
     /// publish has its outcome and every engine has got the last message
     /// of each of its channels: whatever is still missing then is lost, not
     /// late.
@@ -90,12 +91,14 @@ impl Books {
     /// What did not settle within `bound`.
     pub fn last_round_and_settle(
         &self,
-        publisher: &PubSub,
+        publishers: &[PubSub],
         names: &[Vec<u8>],
         bound: Duration,
     ) -> Result<(), String> {
         let (mut body, mut buf) = (Vec::new(), Vec::new());
+        // Each channel from its own publisher, behind its earlier messages.
         for i in 0..names.len() {
+            let publisher = &publishers[i % publishers.len()];
             self.publish(publisher, names, i, &mut body, &mut buf);
         }
         self.ledger

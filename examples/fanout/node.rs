@@ -94,18 +94,38 @@ impl Lag {
     }
 }
 
-/// The `q` quantile of bucket counts as text in milliseconds, `-` if empty.
-pub fn quantile(counts: &[u64], q: f64) -> String {
+/// The `q` quantile of bucket counts in µs (a bucket's upper bound), `None`
+/// if empty.
+pub fn quantile_us(counts: &[u64], q: f64) -> Option<u64> {
     let n: u64 = counts.iter().sum();
     let rank = ((q * n as f64).ceil() as u64).max(1);
     let mut seen = 0;
     for (b, &c) in counts.iter().enumerate() {
         seen += c;
         if n > 0 && seen >= rank {
-            return format!("{:.2} ms", upper_of(b) as f64 / 1000.0);
+            return Some(upper_of(b));
         }
     }
-    "-".into()
+    None
+}
+
+/// The `q` quantile of bucket counts as text in milliseconds, `-` if empty.
+pub fn quantile(counts: &[u64], q: f64) -> String {
+    quantile_us(counts, q).map_or("-".into(), |us| format!("{:.2} ms", us as f64 / 1000.0))
+}
+
+/// `(lag_us, fraction at most that)` for every non-empty bucket.
+pub fn cdf(counts: &[u64]) -> Vec<(u64, f64)> {
+    let n: u64 = counts.iter().sum();
+    let mut seen = 0;
+    let mut out = Vec::new();
+    for (b, &c) in counts.iter().enumerate() {
+        if c > 0 {
+            seen += c;
+            out.push((upper_of(b), seen as f64 / n as f64));
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -220,10 +240,7 @@ pub fn total(fleet: &[Fleet], counter: impl Fn(&Node) -> &AtomicU64) -> u64 {
 
 /// Messages the library dropped (queue full, shutdown), over the fleet.
 pub fn dropped(fleet: &[Fleet]) -> u64 {
-    fleet
-        .iter()
-        .map(|f| f.ps.cluster_metrics().unwrap().pubsub.dropped.total())
-        .sum()
+    fleet.iter().map(|f| f.ps.metrics().dropped.total()).sum()
 }
 
 #[cfg(test)]
@@ -243,6 +260,9 @@ mod tests {
         assert_eq!(quantile(&counts, 0.5), "1.02 ms");
         assert_eq!(quantile(&counts, 0.999), "53.25 ms");
         assert_eq!(quantile(&[0; 4], 0.5), "-");
+        let c = cdf(&counts);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[1].1, 1.0);
         assert_eq!(subscribers_of(0, 4), vec![0, 1]);
         assert_eq!(subscribers_of(5, 4), vec![1]);
         assert_eq!(subscribers_of(7, 1), vec![0]);

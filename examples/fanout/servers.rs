@@ -1,45 +1,30 @@
 //! What the demo reads from the servers (`INFO`, `CLIENT LIST`) and from
 //! this process (`getrusage`), and how it prints numbers.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use testkit::values::{info_field, text};
-use testkit::Cluster;
+use testkit::values::info_field;
 
-/// One `INFO` section of node `i`, empty if the node does not answer.
-pub fn info(cluster: &Cluster, i: usize, section: &str) -> String {
-    cluster
-        .node(i)
-        .cmd(&[b"INFO", section.as_bytes()])
-        .ok()
-        .as_ref()
-        .and_then(text)
-        .unwrap_or_default()
+use crate::target::{cmd_text, Probe};
+
+/// One `INFO` section of the server at `addr`, empty if it does not answer.
+pub fn info(addr: SocketAddr, section: &str) -> String {
+    cmd_text(addr, &[b"INFO", section.as_bytes()]).unwrap_or_default()
 }
 
 /// The server's version, from `INFO server`.
-pub fn version(cluster: &Cluster, i: usize) -> String {
-    let server = info(cluster, i, "server");
+pub fn version(addr: SocketAddr) -> String {
+    let server = info(addr, "server");
     info_field(&server, "valkey_version")
         .or_else(|| info_field(&server, "redis_version"))
         .unwrap_or_else(|| "?".into())
 }
 
-/// `used_cpu_sys + used_cpu_user` of node `i`, in seconds.
-pub fn server_cpu(cluster: &Cluster, i: usize) -> f64 {
-    let cpu = info(cluster, i, "cpu");
-    let field = |f: &str| {
-        info_field(&cpu, f)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    field("used_cpu_sys") + field("used_cpu_user")
-}
-
-/// `SSUBSCRIBE` calls node `i` has executed (`INFO commandstats`).
-pub fn ssubscribe_calls(cluster: &Cluster, i: usize) -> u64 {
-    let stats = info(cluster, i, "commandstats");
-    info_field(&stats, "cmdstat_ssubscribe")
+/// `calls=` of `cmdstat_<command>` in an `INFO commandstats` text.
+pub fn calls(stats: &str, command: &str) -> u64 {
+    info_field(stats, &format!("cmdstat_{command}"))
         .and_then(|v| {
             v.split(',')
                 .find_map(|kv| kv.strip_prefix("calls="))
@@ -48,28 +33,102 @@ pub fn ssubscribe_calls(cluster: &Cluster, i: usize) -> u64 {
         .unwrap_or(0)
 }
 
-/// The same reading for every node, by index.
-pub fn per_node<T>(cluster: &Cluster, read: impl Fn(&Cluster, usize) -> T) -> Vec<T> {
-    (0..cluster.nodes().len())
-        .map(|i| read(cluster, i))
+/// The counters of one node the report takes deltas of.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub ssubscribe: u64,
+    pub subscribe: u64,
+    /// `PUBLISH` + `SPUBLISH`.
+    pub publish: u64,
+    /// `used_cpu_sys + used_cpu_user`, seconds.
+    pub cpu: f64,
+}
+
+impl Counters {
+    /// Reads node `addr` (zeros if it does not answer).
+    pub fn read(addr: SocketAddr) -> Counters {
+        let stats = info(addr, "commandstats");
+        let cpu = info(addr, "cpu");
+        let field = |f: &str| {
+            info_field(&cpu, f)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Counters {
+            ssubscribe: calls(&stats, "ssubscribe"),
+            subscribe: calls(&stats, "subscribe"),
+            publish: calls(&stats, "publish") + calls(&stats, "spublish"),
+            cpu: field("used_cpu_sys") + field("used_cpu_user"),
+        }
+    }
+
+    /// `self - before`, never negative (a restarted node starts at 0).
+    pub fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            ssubscribe: self.ssubscribe.saturating_sub(before.ssubscribe),
+            subscribe: self.subscribe.saturating_sub(before.subscribe),
+            publish: self.publish.saturating_sub(before.publish),
+            cpu: (self.cpu - before.cpu).max(0.0),
+        }
+    }
+}
+
+/// Counters of every node of `probe`, by address.
+pub fn snapshot(probe: &Probe) -> BTreeMap<SocketAddr, Counters> {
+    probe
+        .nodes()
+        .iter()
+        .map(|n| (n.addr, Counters::read(n.addr)))
         .collect()
 }
 
-/// Connections on node `i` whose client name is `name` (`CLIENT LIST`).
-/// shardsub names its subscribe connections `shardsub-sub` and its publish
-/// connections `shardsub-pub`.
-pub fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
-    let want = format!("name={name}");
-    let list = cluster
-        .node(i)
-        .cmd(&[b"CLIENT", b"LIST"])
-        .ok()
-        .as_ref()
-        .and_then(text)
-        .unwrap_or_default();
-    list.lines()
-        .filter(|l| l.split(' ').any(|f| f == want))
-        .count()
+/// `after - before` per node; a node absent before counts from zero.
+pub fn delta(
+    after: &BTreeMap<SocketAddr, Counters>,
+    before: &BTreeMap<SocketAddr, Counters>,
+) -> BTreeMap<SocketAddr, Counters> {
+    after
+        .iter()
+        .map(|(a, c)| (*a, c.since(&before.get(a).copied().unwrap_or_default())))
+        .collect()
+}
+
+/// Connections on one node as `CLIENT LIST` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conns {
+    /// Every client connection but this reading's own.
+    pub total: usize,
+    /// With subscriptions (`sub`/`ssub` > 0 or flag `P`).
+    pub subscribed: usize,
+    /// Named `shardsub-sub` (shardsub's subscribe connections).
+    pub sub: usize,
+    /// Named `shardsub-pub` (publish and topology connections).
+    pub publ: usize,
+}
+
+/// Reads `CLIENT LIST` of `addr`.
+pub fn conns(addr: SocketAddr) -> Conns {
+    let list = cmd_text(addr, &[b"CLIENT", b"LIST"]).unwrap_or_default();
+    let mut c = Conns::default();
+    for line in list.lines() {
+        let field = |k: &str| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(k))
+                .unwrap_or("")
+        };
+        let n = |k: &str| field(k).parse::<u64>().unwrap_or(0);
+        c.total += 1;
+        if n("sub=") > 0 || n("ssub=") > 0 || field("flags=").contains('P') {
+            c.subscribed += 1;
+        }
+        match field("name=") {
+            "shardsub-sub" => c.sub += 1,
+            "shardsub-pub" => c.publ += 1,
+            _ => {}
+        }
+    }
+    c.total = c.total.saturating_sub(1);
+    c
 }
 
 /// `struct rusage` on Linux (x86_64 and aarch64): two `timeval`s, then 14
@@ -118,45 +177,17 @@ pub fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// shardsub's connections per node index, as the servers count them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Conns {
-    /// `shardsub-sub` (subscribe) connections.
-    pub sub: Vec<usize>,
-    /// `shardsub-pub` (publish and topology) connections.
-    pub publ: Vec<usize>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Conns {
-    pub fn read(cluster: &Cluster) -> Conns {
-        Conns {
-            sub: per_node(cluster, |c, i| named_clients(c, i, "shardsub-sub")),
-            publ: per_node(cluster, |c, i| named_clients(c, i, "shardsub-pub")),
-        }
+    #[test]
+    fn commandstats_calls_parse() {
+        let s = "# Commandstats\r\ncmdstat_ssubscribe:calls=42,usec=10,usec_per_call=0.2\r\n\
+                 cmdstat_spublish:calls=7,usec=1\r\n";
+        assert_eq!(calls(s, "ssubscribe"), 42);
+        assert_eq!(calls(s, "spublish"), 7);
+        assert_eq!(calls(s, "subscribe"), 0);
+        assert_eq!(n(1234567), "1,234,567");
     }
-
-    /// Whether every master in `masters` holds exactly `sub` and `publ`
-    /// connections and every other node none.
-    pub fn exactly(&self, masters: &[usize], sub: usize, publ: usize) -> bool {
-        (0..self.sub.len()).all(|i| {
-            let (s, p) = if masters.contains(&i) {
-                (sub, publ)
-            } else {
-                (0, 0)
-            };
-            self.sub[i] == s && self.publ[i] == p
-        })
-    }
-}
-
-/// Waits (≤ `bound`) until the servers show exactly `sub` subscribe and
-/// `publ` publish connections on every master and none elsewhere. Returns
-/// the last counts and whether they got there.
-pub fn settle_conns(cluster: &Cluster, sub: usize, publ: usize, bound: Duration) -> (Conns, bool) {
-    let mut last = Conns::default();
-    let settled = testkit::wait_for("exact connection counts", bound, || {
-        last = Conns::read(cluster);
-        Ok(last.exactly(&cluster.masters(), sub, publ).then_some(()))
-    });
-    (last, settled.is_ok())
 }

@@ -1,124 +1,118 @@
-//! The demo's closing summary: messages, lag, connections and commands per
-//! node as the servers count them, CPU per million delivered, a sizing
-//! estimate, the checks, and the `result:` line (what the smoke test
-//! reads: the accounting of every message, and exact connection counts).
+//! The closing summary: messages, lag, per node what the servers count,
+//! CPU per million delivered, the checks, and the `result:` line.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use shardcore::Partitions;
-use shardsub::PubSub;
-use testkit::Cluster;
+use fleet_report::RunReport;
 
-use testkit::accounting::{Fate, Report};
+use crate::fleet::Instances;
+use crate::node::{quantile, total};
+use crate::options::{FaultKind, Mode, Options};
+use crate::report::Measured;
+use crate::servers::{conns, n, Conns};
+use crate::target::Probe;
 
-use crate::failover::FailoverReport;
-use crate::node::{quantile, Fleet};
-use crate::options::Options;
-use crate::servers::{n, ssubscribe_calls, Conns};
-
-/// What the run measured, for the summary.
-pub struct Measured {
-    pub version: String,
-    pub masters_at_start: Vec<usize>,
-    pub subscriptions: usize,
-    /// Deliveries the acknowledged publishes owe (the publisher's count).
-    pub expected: u64,
-    /// Every (engine, channel) stream classified.
-    pub accounting: Report,
-    /// Whether every publish got its outcome and every engine its last
-    /// message of every channel (or why not).
-    pub settled: Result<(), String>,
-    /// Messages the handlers got, in all.
-    pub received: u64,
-    /// Messages the library dropped (queue full, shutdown).
-    pub dropped: u64,
-    pub unenveloped: u64,
-    pub publishing_secs: f64,
-    pub lag: Vec<u64>,
-    /// Server CPU seconds per node index over the publishing window.
-    pub server_cpu: Vec<f64>,
-    /// This process's CPU seconds over the same window.
-    pub client_cpu: f64,
-    /// `SSUBSCRIBE` calls per node before and after the initial subscribe.
-    pub ss_start: Vec<u64>,
-    pub ss_subscribed: Vec<u64>,
-    pub failover: FailoverReport,
-    pub gaps_before_failover: u64,
-    /// Connections per node before every instance refreshed its map, after
-    /// it, and whether they then came out exact.
-    pub conns_before: Conns,
-    pub conns: Conns,
-    pub conns_settled: bool,
+/// Connections per node at the end, as the servers count them.
+pub struct ConnsAtEnd {
+    pub per_node: BTreeMap<SocketAddr, Conns>,
+    /// Node-grouped on servers the demo started: whether every primary came
+    /// out with exactly one subscribe and one publish connection per
+    /// instance, and no other node with any (None: not checked).
+    pub exact: Option<bool>,
 }
 
-/// Prints the summary; returns whether every check held.
-pub fn print(
+/// Reads `CLIENT LIST` of every node until the counts are what node-grouped
+/// placement must give (one subscribe and one publish connection per
+/// instance per primary, none elsewhere) or, in other modes, until two
+/// readings 200 ms apart agree; at most 5 s.
+pub fn settle_conns(o: &Options, probe: &Probe, inst: &Instances) -> ConnsAtEnd {
+    let instances = inst.fleet.len() + inst.publishers.len();
+    let check = o.mode == Mode::NodeGrouped && o.local();
+    let read = || -> BTreeMap<SocketAddr, (Conns, &'static str)> {
+        probe
+            .nodes()
+            .into_iter()
+            .map(|v| (v.addr, (conns(v.addr), v.role)))
+            .collect()
+    };
+    let exact = |m: &BTreeMap<SocketAddr, (Conns, &'static str)>| {
+        m.values().all(|(c, role)| {
+            let want = if *role == "primary" { instances } else { 0 };
+            c.sub == want && c.publ == want
+        })
+    };
+    let start = Instant::now();
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = read();
+        let done = if check {
+            exact(&now)
+        } else {
+            now.values().map(|v| v.0).eq(last.values().map(|v| v.0))
+        };
+        last = now;
+        if done || start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+    }
+    ConnsAtEnd {
+        exact: check.then(|| exact(&last)),
+        per_node: last.into_iter().map(|(a, (c, _))| (a, c)).collect(),
+    }
+}
+
+/// Partitions any fault moved; whether a storm ran (it affects all).
+fn moved(m: &Measured) -> (BTreeSet<u32>, bool) {
+    let set = m
+        .faults
+        .iter()
+        .flat_map(|d| d.moved.iter().copied())
+        .collect();
+    (set, m.faults.iter().any(|d| d.kind == FaultKind::Storm))
+}
+
+/// Prints the summary and checks; sets `rep.result`; returns whether every
+/// check held.
+pub fn print_and_check(
     o: &Options,
-    cluster: &Cluster,
-    fleet: &[Fleet],
-    publisher: &PubSub,
-    parts: &Partitions,
-    names: &[Vec<u8>],
+    inst: &Instances,
     m: &Measured,
+    conns: &ConnsAtEnd,
+    settled: Result<(), String>,
+    rep: &mut RunReport,
 ) -> bool {
-    let kind = o.kind;
     let a = &m.accounting;
     let c = &a.counts;
-    let failed = a.failed_total();
+    let t = &rep.totals;
     println!(
-        "\n== summary ({kind} {}, {} masters, {} engines, {:.1} s of publishing)",
-        m.version, o.masters, o.engines, m.publishing_secs
+        "\n== summary ({} {}, {} mode, {} engines, {} publisher(s), {:.1} s of publishing)",
+        o.kind,
+        m.version,
+        o.mode.name(),
+        o.engines,
+        o.publishers,
+        m.publishing_secs
     );
-    // Signalled losses are expected only where the failover moved
-    // partitions (or where a full queue said it dropped).
-    let moved: BTreeSet<u32> = m.failover.moved_parts.iter().copied().collect();
-    let lost_outside_moved: u64 = a
-        .incidents
-        .iter()
-        .filter(|i| i.fate == Fate::Signalled)
-        .filter(|i| !moved.contains(&parts.partition_of(&names[i.channel])))
-        .map(|i| i.lost)
-        .sum();
     println!(
         "messages: {} published ({} acknowledged, {} failed, {} without an outcome), {} \
-         deliveries expected; {} received by the handlers",
+         deliveries expected; {} delivered in order, {} lost inside a signalled window, {} lost \
+         silently, {} duplicated, {} reordered; {} recovered from history",
         n(a.published),
         n(a.acked),
-        n(failed),
+        n(a.failed_total()),
         n(a.pending),
         n(m.expected),
-        n(m.received),
-    );
-    println!(
-        "accounting (every expected message of every engine and channel): {} delivered in \
-         order, {} lost inside a signalled window ({}), {} lost silently, {} duplicated, {} \
-         reordered, {} unexpected, {} unwanted, {} split over threads; {} gap/drop signals",
         n(c.delivered),
         n(c.lost_signalled),
-        if o.failover {
-            "around the failover: their channels were named by gap events"
-        } else {
-            "named by gap or drop events"
-        },
         n(c.lost_silent),
         n(c.duplicated),
         n(c.reordered),
-        n(c.unexpected),
-        n(a.unwanted),
-        n(a.split),
-        n(c.signals),
+        n(m.recovered),
     );
-    for (name, t) in &a.taps {
-        println!(
-            "  {name}: {} delivered, {} lost signalled, {} lost silently, {} duplicated, {} \
-             reordered",
-            n(t.delivered),
-            n(t.lost_signalled),
-            n(t.lost_silent),
-            n(t.duplicated),
-            n(t.reordered)
-        );
-    }
     for e in &a.examples {
         println!("  problem: {e}");
     }
@@ -128,224 +122,261 @@ pub fn print(
         quantile(&m.lag, 0.99),
         quantile(&m.lag, 0.999)
     );
-
-    // Connections and commands per node, as the servers count them (after
-    // every instance refreshed its map). The publisher instance opens
-    // (idle) subscribe connections too, one group per primary it knows.
-    let masters_now = cluster.masters();
-    let engine_conns = o.engines * o.multiplier;
-    let want_sub = engine_conns + o.multiplier;
     println!(
-        "{:<17} {:<8} {:>9} {:>9} {:>11} {:>12} {:>11} {:>8}",
+        "{:<21} {:<8} {:>6} {:>6} {:>10} {:>11} {:>10} {:>11} {:>10} {:>9}",
         "node",
         "role",
+        "parts",
+        "conns",
         "sub conns",
-        "pub conns",
-        "per-part.*",
         "SSUBSCRIBE",
-        "server CPU",
-        "channels"
+        "SUBSCRIBE",
+        "(S)PUBLISH",
+        "CPU s",
+        "storm/inst"
     );
-    let conns_ok = m.conns_settled;
-    let mut sub_range = (usize::MAX, 0);
-    let mut pub_range = (usize::MAX, 0);
-    let mut stale = Vec::new();
-    let mut stale_conns = 0;
-    let (mut grouped, mut per_partition_total) = (0, 0);
-    for i in cluster.live() {
-        let master = masters_now.contains(&i);
-        let (subs, pubs) = (m.conns.sub[i], m.conns.publ[i]);
-        let (subs_before, pubs_before) = (m.conns_before.sub[i], m.conns_before.publ[i]);
-        // A client with one connection per partition opens, per engine, one
-        // for every partition it holds on this node.
-        let owned: BTreeSet<u32> = (0..parts.count())
-            .filter(|&p| cluster.owner_of_slot(parts.slot(p)) == Some(i))
-            .collect();
-        let (mut per_partition, mut channels) = (0, 0u64);
-        for f in fleet {
-            let held = owned.iter().filter(|&&p| f.holds[p as usize]).count();
-            per_partition += held;
-            channels += f
-                .channels
-                .iter()
-                .filter(|&&c| owned.contains(&parts.partition_of(&names[c])))
-                .count() as u64;
-        }
-        if master {
-            sub_range = (sub_range.0.min(subs), sub_range.1.max(subs));
-            pub_range = (pub_range.0.min(pubs), pub_range.1.max(pubs));
-            grouped += subs;
-            per_partition_total += per_partition;
-        } else {
-            stale_conns += subs + pubs;
-            if subs_before + pubs_before > 0 {
-                stale.push(format!(
-                    "{} ({subs_before} sub, {pubs_before} pub)",
-                    cluster.node(i).addr()
-                ));
-            }
-        }
-        let total = ssubscribe_calls(cluster, i);
-        let initial = m.ss_subscribed[i].saturating_sub(m.ss_start[i]);
-        let dash = |v: String| if master { v } else { "-".into() };
+    for s in &rep.nodes {
         println!(
-            "{:<17} {:<8} {:>9} {:>9} {:>11} {:>12} {:>9.2} s {:>8}",
-            cluster.node(i).addr().to_string(),
-            if master { "master" } else { "replica" },
-            subs,
-            pubs,
-            dash(per_partition.to_string()),
-            format!("{initial}+{}", total.saturating_sub(m.ss_subscribed[i])),
-            m.server_cpu[i],
-            dash(n(channels)),
+            "{:<21} {:<8} {:>6} {:>6} {:>10} {:>11} {:>10} {:>11} {:>10.2} {:>9}",
+            s.addr,
+            s.role,
+            s.partitions_owned,
+            s.connections,
+            s.subscribe_connections,
+            n(s.ssubscribe_calls),
+            n(s.subscribe_calls),
+            n(s.publish_calls),
+            s.server_cpu_s,
+            s.resubscribe_calls
+                .filter(|_| s.role == "primary")
+                .map_or("-".into(), |r| format!(
+                    "{:.1}",
+                    r as f64 / o.engines as f64
+                )),
+        );
+    }
+    if let Some(calls) = storm_per_instance(m) {
+        let held = held_per_instance(inst, m);
+        println!(
+            "storm: {calls:.1} SSUBSCRIBE/SUBSCRIBE per instance per primary during recovery; \
+             one per partition an instance holds there would be {held:.1}"
+        );
+    }
+    if o.mode.is_cluster() {
+        let primaries = rep
+            .nodes
+            .iter()
+            .filter(|s| s.role == "primary")
+            .count()
+            .max(1);
+        println!(
+            "subscribe connections per primary (CLIENT LIST): {} engines + {} publisher \
+             instance(s), each instance one per primary in node-grouped mode (a publisher's \
+             carries only its failover service channel); one connection per partition would need \
+             ≈ {} per primary",
+            o.engines,
+            o.publishers,
+            n((o.engines * o.partitions as usize / primaries) as u64)
         );
     }
     println!(
-        "subscribe connections per master: {} engines × multiplier {} = {engine_conns}, \
-         +{} for the publisher instance's idle ones = {want_sub}{}; *one connection per \
-         partition would need {} across the cluster instead of {}",
-        o.engines,
-        o.multiplier,
-        o.multiplier,
-        if conns_ok {
+        "CPU per 1M delivered: server {:.2} s (all nodes, INFO CPU), client {:.2} s (this \
+         process, getrusage){}",
+        t.server_cpu_s_per_million,
+        t.client_cpu_s_per_million,
+        if o.local() {
+            "; servers and fleet share this machine's cores"
+        } else {
             ""
-        } else {
-            " — NOT what the servers show"
-        },
-        n(per_partition_total as u64),
-        n(grouped as u64),
+        }
     );
-    if !stale.is_empty() {
+    if let Some(k) = &rep.knee {
         println!(
-            "note: before the refresh, demoted node(s) still held shardsub connections: {}. The \
-             publisher instance subscribes nothing, so no sunsubscribe reaches it, and its \
-             publishes there drew {} MOVED (a replica takes SPUBLISH and passes it on within its \
-             shard): it would rewire at its next topology poll; after refresh() {stale_conns} \
-             remain",
-            stale.join(", "),
-            publisher.cluster_metrics().unwrap().redirects.moved,
-        );
-    }
-    println!(
-        "SSUBSCRIBE: {} subscriptions took {} commands at start (each carries channels of one \
-         partition, ≤ 512; one per partition per engine would be {}){}",
-        n(m.subscriptions as u64),
-        n(m.ss_subscribed
-            .iter()
-            .sum::<u64>()
-            .saturating_sub(m.ss_start.iter().sum())),
-        n(fleet
-            .iter()
-            .map(|f| f.holds.iter().filter(|&&h| h).count() as u64)
-            .sum()),
-        if o.failover {
-            format!(
-                "; {} on the new master after the failover",
-                m.failover.resubscribes
-            )
-        } else {
-            String::new()
-        },
-    );
-
-    // CPU per million delivered, and the sizing estimate.
-    let per_m = |cpu: f64| cpu / (m.received.max(1) as f64 / 1e6);
-    let was_master: BTreeSet<usize> = m
-        .masters_at_start
-        .iter()
-        .chain(&masters_now)
-        .copied()
-        .collect();
-    let server_masters: f64 = was_master.iter().map(|&i| m.server_cpu[i]).sum();
-    let server_all: f64 = m.server_cpu.iter().sum();
-    println!(
-        "CPU per 1M delivered: server {:.2} s on the masters ({:.2} s with the replicas, INFO CPU); \
-         client {:.2} s (this process: {} engines + the publisher, getrusage)",
-        per_m(server_masters),
-        per_m(server_all),
-        per_m(m.client_cpu),
-        o.engines,
-    );
-    if m.received < 100_000 || server_masters <= 0.0 {
-        println!("sizing: too few messages delivered (< 100,000) for an estimate");
-    } else {
-        let per_core = m.received as f64 / server_masters;
-        let plan = (o.target as f64 / (per_core * 0.7)).ceil().max(1.0);
-        println!(
-            "sizing (estimate from a shared 2-core machine, servers and clients competing for the \
-             same cores; the reference measured ≈650k msg/s per instance on a dedicated vCPU): at \
-             this server CPU per message one core per master sustains ≈ {} delivered msg/s; for {} \
-             msg/s plan {plan} masters (at 70 % load) and ≈ {:.1} client cores across the fleet",
-            n(per_core as u64),
-            n(o.target),
-            o.target as f64 * per_m(m.client_cpu) / 1e6,
+            "knee: {} at {}/s (lag p99 {:.1} ms)",
+            k.reason,
+            n(k.rate as u64),
+            k.lag_p99_us as f64 / 1000.0
         );
     }
 
-    // Checks that hold on any machine, however slow.
-    let mut ok = true;
-    let mut fail = |what: String| {
-        println!("check failed: {what}");
-        ok = false;
-    };
-    for (e, f) in fleet.iter().enumerate() {
-        if f.node.delivered.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-            fail(format!("engine {e} received nothing"));
+    let mut failed = Vec::new();
+    for (e, f) in inst.fleet.iter().enumerate() {
+        if f.node.delivered.load(Ordering::Relaxed) == 0 {
+            failed.push(format!("engine {e} received nothing"));
+            break;
         }
     }
-    if m.gaps_before_failover > 0 {
-        fail(format!(
-            "{} gap events before any fault",
-            m.gaps_before_failover
-        ));
+    let gaps_before = gaps_before_faults(m);
+    if gaps_before > 0 {
+        failed.push(format!("{gaps_before} gap events before any fault"));
     }
-    if m.unenveloped > 0 {
-        fail(format!("{} messages without the envelope", m.unenveloped));
+    let unenveloped = total(&inst.fleet, |x| &x.unenveloped);
+    if unenveloped > 0 {
+        failed.push(format!("{unenveloped} messages without the envelope"));
     }
-    if !conns_ok {
-        fail(format!(
-            "connections per master are not {want_sub} subscribe and {} publish (and none \
-             elsewhere) after a refresh",
-            o.engines + 1
-        ));
+    if conns.exact == Some(false) {
+        failed.push(
+            "connections per node are not one subscribe and one publish per instance per primary"
+                .into(),
+        );
     }
-    let fo = &m.failover;
-    if o.failover && (!fo.done || fo.restored.is_none() || fo.gap_events == 0) {
-        fail("the failover did not produce gap events and restored delivery".into());
+    for d in &m.faults {
+        if d.back_after.is_none() {
+            failed.push(format!("delivery not back after --{}", d.kind.name()));
+        }
+        if (d.kind == FaultKind::Storm || !d.moved.is_empty()) && d.gap_events == 0 {
+            failed.push(format!("--{} gave no gap events", d.kind.name()));
+        }
     }
-    // The accounting: nothing lost silently, duplicated or reordered, and
-    // the checker's classes add up to what the publisher counted.
-    if let Err(why) = &m.settled {
-        fail(format!("the last round did not settle: {why}"));
+    if let Err(why) = settled {
+        failed.push(format!("the last round did not settle: {why}"));
     }
     if !a.is_clean() {
-        fail("messages lost silently, duplicated, reordered, corrupt, unwanted or split".into());
+        failed.push(
+            "messages lost silently, duplicated, reordered, corrupt, unwanted or split".into(),
+        );
     }
     if a.pending > 0 {
-        fail(format!("{} publishes without an outcome", a.pending));
+        failed.push(format!("{} publishes without an outcome", a.pending));
     }
     if c.delivered + c.lost_signalled != m.expected {
-        fail(format!(
+        failed.push(format!(
             "delivered {} + lost signalled {} is not the {} deliveries the publishes owe",
             c.delivered, c.lost_signalled, m.expected
         ));
     }
-    if lost_outside_moved > 0 && m.dropped == 0 {
-        fail(format!(
-            "{lost_outside_moved} signalled losses outside the moved partitions, with no drops"
+    let outside = lost_outside_moved(m);
+    if outside > 0 && m.dropped == 0 {
+        failed.push(format!(
+            "{outside} signalled losses outside the moved partitions"
         ));
     }
-    let drop_events = crate::node::total(fleet, |n| &n.drop_events);
-    println!(
-        "result: server={kind} published={} acked={} publish_failed={failed} pending={} \
-         expected={} received={} delivered={} lost_signalled={} lost_silent={} duplicated={} \
-         reordered={} unexpected={} unwanted={} split={} lost_outside_moved={lost_outside_moved} \
-         signals={} dropped={} drop_events={drop_events} gaps_before_failover={} failover={} \
-         moved_partitions={} gap_events={} gaps_outside_moved={} restored_ms={} \
-         sub_conns_per_master={}..{} pub_conns_per_master={}..{} stale_conns={stale_conns} \
-         checks={}",
+    for f in &failed {
+        println!("check failed: {f}");
+    }
+    rep.result = if failed.is_empty() {
+        "ok".into()
+    } else {
+        failed.join("; ")
+    };
+    failed.is_empty()
+}
+
+/// Resubscribe commands per instance per primary during the storms'
+/// recoveries (mean over the primaries).
+fn storm_per_instance(m: &Measured) -> Option<f64> {
+    if !m.faults.iter().any(|d| d.resubscribes.is_some()) {
+        return None;
+    }
+    let engines = m.engines.max(1) as f64;
+    let per: Vec<f64> = m
+        .nodes
+        .iter()
+        .filter(|(v, _, _)| v.role == "primary")
+        .filter_map(|(v, _, _)| {
+            let calls: Option<u64> = m
+                .faults
+                .iter()
+                .filter_map(|d| d.resubscribes.as_ref())
+                .map(|r| r.get(&v.addr).copied())
+                .sum();
+            calls.map(|c| c as f64 / engines)
+        })
+        .collect();
+    (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+}
+
+/// Partitions an instance holds per primary (mean over both).
+fn held_per_instance(inst: &Instances, m: &Measured) -> f64 {
+    let parts = shardcore::Partitions::new(m.partitions).expect("checked by --partitions");
+    let primaries: Vec<_> = m.nodes.iter().filter(|n| n.0.role == "primary").collect();
+    let mut held = 0usize;
+    for (v, _, _) in &primaries {
+        for f in &inst.fleet {
+            held += (0..parts.count())
+                .filter(|&p| f.holds[p as usize])
+                .filter(|&p| {
+                    v.slots
+                        .iter()
+                        .any(|&(a, b)| (a..=b).contains(&parts.slot(p)))
+                })
+                .count();
+        }
+    }
+    held as f64 / (inst.fleet.len().max(1) * primaries.len().max(1)) as f64
+}
+
+fn gaps_before_faults(m: &Measured) -> u64 {
+    m.faults.first().map_or(m.gap_events, |d| d.gaps_at_start)
+}
+
+/// Signalled losses in partitions no fault moved (none counted after a
+/// storm, which touches every partition).
+fn lost_outside_moved(m: &Measured) -> u64 {
+    let (moved, storm) = moved(m);
+    if storm {
+        return 0;
+    }
+    let parts = shardcore::Partitions::new(m.partitions).expect("checked by --partitions");
+    m.accounting
+        .incidents
+        .iter()
+        .filter(|i| i.fate == testkit::accounting::Fate::Signalled)
+        .filter(|i| !moved.contains(&parts.partition_of(format!("room:{}", i.channel).as_bytes())))
+        .map(|i| i.lost)
+        .sum()
+}
+
+/// The `result:` line: `key=value` pairs the tests read.
+pub fn result_line(o: &Options, m: &Measured, conns: &ConnsAtEnd, rep: &RunReport) -> String {
+    let a = &m.accounting;
+    let c = &a.counts;
+    let primaries: Vec<&str> = rep
+        .nodes
+        .iter()
+        .filter(|s| s.role != "replica")
+        .map(|s| s.addr.as_str())
+        .collect();
+    let range = |f: &dyn Fn(&Conns) -> usize| {
+        let v: Vec<usize> = conns
+            .per_node
+            .iter()
+            .filter(|(a, _)| primaries.contains(&a.to_string().as_str()))
+            .map(|(_, c)| f(c))
+            .collect();
+        format!(
+            "{}..{}",
+            v.iter().min().unwrap_or(&0),
+            v.iter().max().unwrap_or(&0)
+        )
+    };
+    let stale: usize = conns
+        .per_node
+        .iter()
+        .filter(|(a, _)| !primaries.contains(&a.to_string().as_str()))
+        .map(|(_, c)| c.sub + c.publ)
+        .sum();
+    let (moved, _) = moved(m);
+    let restored = m
+        .faults
+        .iter()
+        .map(|d| d.back_after.map(|b| b.as_millis().to_string()))
+        .collect::<Option<Vec<_>>>()
+        .map_or("none".into(), |v| {
+            v.iter().max().cloned().unwrap_or("0".into())
+        });
+    format!(
+        "mode={} server={} published={} acked={} publish_failed={} pending={} expected={} \
+         received={} delivered={} lost_signalled={} lost_silent={} duplicated={} reordered={} \
+         unexpected={} unwanted={} split={} lost_outside_moved={} signals={} dropped={} \
+         gaps_before_faults={} faults={} moved_partitions={} gap_events={} restored_ms={} \
+         sub_conns_per_master={} pub_conns_per_master={} subscribed_conns_per_master={} \
+         stale_conns={stale} checks={}",
+        o.mode.name(),
+        o.kind,
         a.published,
         a.acked,
+        a.failed_total(),
         a.pending,
         m.expected,
         m.received,
@@ -357,20 +388,17 @@ pub fn print(
         c.unexpected,
         a.unwanted,
         a.split,
+        lost_outside_moved(m),
         c.signals,
         m.dropped,
-        m.gaps_before_failover,
-        o.failover,
-        fo.moved,
-        fo.gap_events,
-        fo.gaps_outside_moved,
-        fo.restored
-            .map_or("none".into(), |d| d.as_millis().to_string()),
-        sub_range.0,
-        sub_range.1,
-        pub_range.0,
-        pub_range.1,
-        if ok { "ok" } else { "failed" },
-    );
-    ok
+        gaps_before_faults(m),
+        m.faults.len(),
+        moved.len(),
+        m.faults.iter().map(|d| d.gap_events).sum::<u64>(),
+        restored,
+        range(&|c| c.sub),
+        range(&|c| c.publ),
+        range(&|c| c.subscribed),
+        if rep.result == "ok" { "ok" } else { "failed" },
+    )
 }

@@ -1,11 +1,13 @@
-//! `cargo xtask demo | test | chaos | bench | install | fuzz`: the project's
+//! `cargo xtask demo | compare | size | test | chaos | bench | install | fuzz`: the project's
 //! entry points. Each installs what is missing first and says so.
 
 mod bench;
 mod chaos;
+mod compare;
 mod demo;
 mod install;
 mod run;
+mod size;
 mod test;
 
 use std::process::ExitCode;
@@ -17,6 +19,13 @@ commands:
   demo [ARGS]  the fleet demo: a local Valkey cluster, 4 subscriber engines, a
             paced publisher, a failover half-way, and a sizing summary
             (ARGS go to examples/fanout, e.g. --server redis --seconds 20)
+  compare [--modes LIST] [--scaling] [--dry-run] [DEMO ARGS]
+            the same demo scenario in each mode, one after another, then one
+            side-by-side table and which mode to pick (target/compare/
+            compare.{md,html,json}); --scaling: one mode over 1, 2, 3 primaries
+  size REPORT.json --rate R [--channels C] [--nodes N]
+            the sizing answer for a target from a run's measured knee
+            (primaries, client cores, and the assumptions behind them)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             benches once, fuzz smoke
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
@@ -40,6 +49,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(&args[1..]),
+        Some("compare") => compare::run(&args[1..]),
+        Some("size") => size::run(&args[1..]),
         Some("test") => test::run(),
         Some("chaos") => chaos::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
