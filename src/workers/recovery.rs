@@ -237,12 +237,42 @@ impl Tracker {
                              expired, or a new epoch)"
                         .into(),
                 });
-                let same_epoch = h.position.is_some_and(|p| p.epoch == since.epoch);
-                if same_epoch {
-                    self.counts.recovered += deliver_after(&mut last, h.messages, out);
-                    c.last = Some(last);
-                } else {
-                    c.last = None;
+                match h.position {
+                    Some(p) if p.epoch == since.epoch => {
+                        self.counts.recovered += deliver_after(&mut last, h.messages, out);
+                        c.last = Some(last);
+                    }
+                    Some(p) => {
+                        // A new epoch: only the old one's tail is gone. The
+                        // new one is read from its start (its first
+                        // offsets may have come while this one was away),
+                        // after the held messages of the old epoch.
+                        let start = Position {
+                            epoch: p.epoch,
+                            offset: 0,
+                        };
+                        let (old, new): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut r.held)
+                            .into_iter()
+                            .partition(|(at, _)| at.epoch == since.epoch);
+                        for (at, payload) in old {
+                            if at.offset > last.offset {
+                                last = at;
+                                out.push(Action::Deliver(payload));
+                            }
+                        }
+                        r.held = new;
+                        r.id = next;
+                        r.since = start;
+                        r.again = false;
+                        c.last = Some(start);
+                        c.reading = Some(r);
+                        out.push(Action::Read {
+                            since: start,
+                            id: next,
+                        });
+                        return;
+                    }
+                    None => c.last = None,
                 }
             }
             Err(e) => {
