@@ -11,8 +11,6 @@
 //!   a full worker queue) under the strict verdict of the accounting
 //!   checker (see `tests/chaos.rs`).
 
-mod accounted;
-
 use std::time::Duration;
 
 use shardsub::history::HistoryOptions;
@@ -104,6 +102,72 @@ fn a_reconnected_publish_connection_loads_the_script_before_any_evalsha() {
             after - before,
             0,
             "{kind:?} cluster: NOSCRIPT answered on a reconnected publish connection"
+        );
+        ps.shutdown();
+    }
+}
+
+/// The offsets' order of `channel`'s history, as the payloads (`mN`) say.
+fn history_order(ps: &PubSub, channel: &str) -> Vec<u32> {
+    ps.history(channel, None, 1000)
+        .unwrap()
+        .messages
+        .iter()
+        .filter_map(|m| {
+            std::str::from_utf8(&m.payload)
+                .ok()?
+                .strip_prefix('m')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// A publish the slot's owner refuses with `CLUSTERDOWN` is retried after
+/// a backoff; publishes of the same slot made meanwhile wait behind it
+/// (before: they went straight to the owner once it served the slot
+/// again, ahead of the retry, and took lower offsets).
+#[test]
+fn a_publish_retried_after_clusterdown_keeps_its_place() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0).unwrap();
+        let ps = build(PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string())));
+        let channel = "room:order";
+        ps.publish_wait(channel, b"m0", BOUND).unwrap();
+        let wire = ps.server_channel(channel.as_bytes());
+        let slot = shardcore::key_slot(&wire);
+        let owner = cluster.owner_of_slot(slot).unwrap();
+        let node = cluster.node(owner);
+        let s = slot.to_string();
+        node.cmd_str(&["CLUSTER", "DELSLOTS", &s]).unwrap();
+        let refused = |ps: &PubSub| ps.cluster_metrics().unwrap().redirects.cluster_down;
+        let before = refused(&ps);
+        let (tx, rx) = std::sync::mpsc::channel();
+        ps.publish_then(channel, b"m1", move |r| {
+            let _ = tx.send(r);
+        });
+        testkit::wait_for("m1 refused twice", BOUND, || {
+            Ok((refused(&ps) >= before + 2).then_some(()))
+        })
+        .unwrap();
+        node.cmd_str(&["CLUSTER", "ADDSLOTS", &s]).unwrap();
+        testkit::wait_for("the slot served again", BOUND, || {
+            let info = node.cmd_str(&["CLUSTER", "INFO"])?;
+            let text = testkit::values::text(&info).unwrap_or_default();
+            Ok(
+                (testkit::values::info_field(&text, "cluster_state").as_deref() == Some("ok"))
+                    .then_some(()),
+            )
+        })
+        .unwrap();
+        for i in 2..12 {
+            ps.publish_wait(channel, format!("m{i}"), BOUND).unwrap();
+        }
+        rx.recv_timeout(BOUND).unwrap().unwrap();
+        assert_eq!(
+            history_order(&ps, channel),
+            (0..12).collect::<Vec<u32>>(),
+            "{kind:?}: the history's order is not the publish order"
         );
         ps.shutdown();
     }

@@ -69,7 +69,11 @@ pub(crate) struct Driver {
     pub(crate) gaps_queued: bool,
     /// A fence is in flight (see [`crate::pubsub::leaving`]).
     pub(crate) fence_busy: bool,
-    pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
+    /// Publishes refused for now (`TRYAGAIN`, `CLUSTERDOWN`), due again
+    /// at the time given; with the hold on, the token of the gate that
+    /// keeps their slot's later publishes behind them (see
+    /// `Driver::retry`).
+    pub(crate) delayed: Vec<(Instant, Box<PubMsg>, Option<u64>)>,
     /// The next route barrier's token.
     pub(crate) next_token: u64,
     /// Closed route gates by token.
@@ -264,15 +268,25 @@ impl Driver {
             self.service_gates(Instant::now());
         }
         let now = Instant::now();
-        let due: Vec<PubMsg> = {
+        let due: Vec<(PubMsg, Option<u64>)> = {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
                 .into_iter()
                 .partition(|d| d.0 <= now);
             self.delayed = later;
-            due.into_iter().map(|d| *d.1).collect()
+            due.into_iter().map(|d| (*d.1, d.2)).collect()
         };
-        for msg in due {
-            let _ = publish::send(&self.s, msg, None, false);
+        for (msg, gate) in due {
+            match gate {
+                // Into its slot's hold, ahead of the later publishes that
+                // joined it meanwhile (the hold sends by publish order).
+                Some(token) => {
+                    let _ = publish::hold(&self.s, msg);
+                    self.s.hold.open(token);
+                }
+                None => {
+                    let _ = publish::send(&self.s, msg, None, false);
+                }
+            }
         }
         if self.s.hold.busy() {
             self.service_hold(Instant::now());
@@ -445,7 +459,23 @@ impl Driver {
                 self.input(|core, now| core.handle_degraded(now));
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
-                self.delayed.push((Instant::now() + delay, Box::new(msg)));
+                let now = Instant::now();
+                // With the hold on, the slot's later publishes wait behind
+                // this one (a gate until it is due), so the server still
+                // takes one slot's publishes in publish order (a
+                // recoverable channel's offsets follow it). A slot gated
+                // already (its route moves) holds it at once instead.
+                let gate = if self.s.config.publish_hold.is_zero() {
+                    None
+                } else {
+                    let token = self.new_token();
+                    if !self.s.hold.gate_if_open(msg.slot, token, now) {
+                        let _ = publish::hold(&self.s, msg);
+                        return;
+                    }
+                    Some(token)
+                };
+                self.delayed.push((now + delay, Box::new(msg), gate));
             }
         }
     }

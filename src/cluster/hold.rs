@@ -183,6 +183,22 @@ impl Hold {
         self.entries.store(st.slots.len(), Ordering::Release);
     }
 
+    /// Closes `slot`'s gate until `token` opens it, unless it is closed
+    /// already (by another token): whether it closed it.
+    pub(crate) fn gate_if_open(&self, slot: u16, token: u64, now: Instant) -> bool {
+        let mut st = self.state.lock();
+        let e = st.slots.entry(slot).or_insert_with(|| Entry {
+            queue: Vec::new(),
+            gate: None,
+        });
+        if e.gate.is_some() {
+            return false;
+        }
+        e.gate = Some((token, now));
+        self.entries.store(st.slots.len(), Ordering::Release);
+        true
+    }
+
     /// Opens the gates of barrier `token`.
     pub(crate) fn open(&self, token: u64) {
         let mut st = self.state.lock();
