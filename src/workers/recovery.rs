@@ -20,7 +20,8 @@
 //!   (duplicates skipped); a full page reads on. A read that is not
 //!   continuous (trimmed, expired, a new epoch) or that failed gives
 //!   [`Unrecoverable`], then what the same epoch still has, then the held
-//!   messages.
+//!   messages. Reads that fail in a row (one outage) give one event until
+//!   a read succeeds; a new epoch is read from its first offset.
 //!
 //! [`Unrecoverable`]: Action::Unrecoverable
 
@@ -64,6 +65,9 @@ pub(crate) enum Action {
 struct Chan {
     last: Option<Position>,
     reading: Option<Reading>,
+    /// The last read failed and said so: further failures before a read
+    /// succeeds are the same outage, and give no further event.
+    read_failed: bool,
 }
 
 struct Reading {
@@ -211,6 +215,9 @@ impl Tracker {
         let mut r = c.reading.take().expect("reading");
         let since = r.since;
         let mut last = since;
+        if result.is_ok() {
+            c.read_failed = false;
+        }
         match result {
             Ok(h) if h.continuous => {
                 let full = h.messages.len() >= PAGE;
@@ -276,12 +283,17 @@ impl Tracker {
                 }
             }
             Err(e) => {
-                self.counts.unrecoverable += 1;
-                out.push(Action::Unrecoverable {
-                    since: Some(since),
-                    now: None,
-                    reason: format!("the history read failed: {e}"),
-                });
+                // The held messages are kept for the next read (the next
+                // jump among them reads again at once).
+                if !c.read_failed {
+                    c.read_failed = true;
+                    self.counts.unrecoverable += 1;
+                    out.push(Action::Unrecoverable {
+                        since: Some(since),
+                        now: None,
+                        reason: format!("the history read failed: {e}"),
+                    });
+                }
             }
         }
         drain(c, r.held, out, || next, &mut self.counts);

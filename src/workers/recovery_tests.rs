@@ -252,3 +252,28 @@ fn a_new_epoch_is_read_from_its_start_before_the_held_messages() {
         "duplicate"
     );
 }
+
+#[test]
+fn failed_reads_in_a_row_give_one_unrecoverable_until_a_read_succeeds() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    for _ in 0..3 {
+        t.handle_gap(b"c", &mut out);
+        let id = read_id(&out);
+        out.clear();
+        t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    }
+    assert_eq!(t.take_counts().unrecoverable, 1, "one event for the outage");
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m2", "m3"]);
+    out.clear();
+    // A new outage is reported again.
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable"]);
+}
