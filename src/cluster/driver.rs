@@ -70,10 +70,10 @@ pub(crate) struct Driver {
     /// A fence is in flight (see [`crate::pubsub::leaving`]).
     pub(crate) fence_busy: bool,
     /// Publishes refused for now (`TRYAGAIN`, `CLUSTERDOWN`), due again
-    /// at the time given; with the hold on, the token of the gate that
-    /// keeps their slot's later publishes behind them (see
-    /// `Driver::retry`).
-    pub(crate) delayed: Vec<(Instant, Box<PubMsg>, Option<u64>)>,
+    /// at the time given; with the hold on, parked in their slot's hold
+    /// entry (`true`), which keeps the slot's later publishes behind them
+    /// (see `Driver::retry`).
+    pub(crate) delayed: Vec<(Instant, Box<PubMsg>, bool)>,
     /// The next route barrier's token.
     pub(crate) next_token: u64,
     /// Closed route gates by token.
@@ -268,24 +268,22 @@ impl Driver {
             self.service_gates(Instant::now());
         }
         let now = Instant::now();
-        let due: Vec<(PubMsg, Option<u64>)> = {
+        let due: Vec<(PubMsg, bool)> = {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
                 .into_iter()
                 .partition(|d| d.0 <= now);
             self.delayed = later;
             due.into_iter().map(|d| (*d.1, d.2)).collect()
         };
-        for (msg, gate) in due {
-            match gate {
+        for (msg, parked) in due {
+            if parked {
                 // Into its slot's hold, ahead of the later publishes that
                 // joined it meanwhile (the hold sends by publish order).
-                Some(token) => {
-                    let _ = publish::hold(&self.s, msg);
-                    self.s.hold.open(token);
-                }
-                None => {
-                    let _ = publish::send(&self.s, msg, None, false);
-                }
+                let slot = msg.slot;
+                let _ = publish::hold(&self.s, msg);
+                self.s.hold.unpark(slot);
+            } else {
+                let _ = publish::send(&self.s, msg, None, false);
             }
         }
         if self.s.hold.busy() {
@@ -461,21 +459,15 @@ impl Driver {
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
                 let now = Instant::now();
                 // With the hold on, the slot's later publishes wait behind
-                // this one (a gate until it is due), so the server still
-                // takes one slot's publishes in publish order (a
-                // recoverable channel's offsets follow it). A slot gated
-                // already (its route moves) holds it at once instead.
-                let gate = if self.s.config.publish_hold.is_zero() {
-                    None
-                } else {
-                    let token = self.new_token();
-                    if !self.s.hold.gate_if_open(msg.slot, token, now) {
-                        let _ = publish::hold(&self.s, msg);
-                        return;
-                    }
-                    Some(token)
-                };
-                self.delayed.push((now + delay, Box::new(msg), gate));
+                // this one (parked in the slot's hold entry until it is
+                // due, whatever route gates do meanwhile), so the server
+                // still takes one slot's publishes in publish order (a
+                // recoverable channel's offsets follow it).
+                let parked = !self.s.config.publish_hold.is_zero();
+                if parked {
+                    self.s.hold.park(msg.slot);
+                }
+                self.delayed.push((now + delay, Box::new(msg), parked));
             }
         }
     }
