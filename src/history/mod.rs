@@ -106,7 +106,8 @@
 //!   channel: a loss before any message was seen (a gap right after
 //!   subscribing) is reported by the `Gap` event only.
 //! - A read that fails (the server unreachable, a timeout) gives
-//!   `Unrecoverable` at once, with no retry; the next gap or offset jump
+//!   `Unrecoverable` at once (one per outage: further failures before a
+//!   read succeeds give none), with no timed retry; the next gap or offset jump
 //!   reads again from the last offset delivered, so what the stream still
 //!   has is delivered then. Under faults most `Unrecoverable` events are of
 //!   this kind and lose nothing (`tests/history_faults.rs` counts them by
