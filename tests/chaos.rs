@@ -16,10 +16,23 @@
 //! - `CHAOS_SEED` (default: from the clock, printed): the schedule's seed;
 //! - `CHAOS_SERVERS` (default: `testkit::kinds()`): `redis`, `valkey`;
 //! - `CHAOS_CHANNELS` (2000), `CHAOS_SUBSCRIBERS` (3), `CHAOS_PACE_MS` (250);
-//! - `CHAOS_REPORT`: a file to write the per-fault tables to, as Markdown.
+//! - `CHAOS_REPORT`: a file to write the per-fault tables to, as Markdown;
+//! - `CHAOS_HISTORY=1`: half the channels are recoverable (`hist:N`, with
+//!   history caps no run reaches), under the strict verdict: every message
+//!   published with success delivered exactly once, in order, or inside
+//!   the window of an `Unrecoverable` event, and then only if the
+//!   channel's history on the server no longer holds it (checked at the
+//!   end, message by message, with a read of the whole history). Gap and
+//!   drop events excuse no
+//!   loss there. Publishes that failed (their reply lost: they may have
+//!   been applied) may arrive or not, and are counted.
 //!
-//! `cargo xtask chaos --minutes N --seed S [--server redis|valkey]` runs it
-//! in release mode.
+//! `chaos_history` runs that recovery mode by default, short
+//! (`CHAOS_HISTORY_MINUTES`, default 1, 1000 channels); the two tests take
+//! turns (one cluster at a time).
+//!
+//! `cargo xtask chaos --minutes N --seed S [--server redis|valkey]
+//! [--history]` runs it in release mode.
 
 mod accounted;
 mod chaos_kit;
@@ -69,20 +82,29 @@ fn settings() -> Settings {
         subscribers: env("CHAOS_SUBSCRIBERS").unwrap_or(3),
         pace: Duration::from_millis(env("CHAOS_PACE_MS").unwrap_or(250)),
         report: std::env::var_os("CHAOS_REPORT").map(Into::into),
+        history: 0,
     }
+    .with_history(env::<u8>("CHAOS_HISTORY").unwrap_or(0) > 0)
 }
+
+/// One chaos run at a time in this process (each starts a cluster).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// One server's run: its Markdown section and whether it was clean.
 fn run(kind: ServerKind, s: &Settings) -> (String, Result<(), String>) {
     let seed = s.seed;
-    let tag = format!("chaos {kind} seed {seed}");
+    let mode = if s.history > 0 { " history" } else { "" };
+    let tag = format!("chaos{mode} {kind} seed {seed}");
     let mut rig = Rig::start(kind, s).unwrap_or_else(|e| panic!("{tag}: rig: {e}"));
     let mut schedule = Schedule::new(seed, kind);
     let mut faults_done: Vec<FaultRecord> = Vec::new();
     let deadline = Instant::now() + s.duration;
-    // Publishing settles first: the window before the first fault is clean.
+    // Publishing settles first: the window before the first fault is
+    // clean, and every subscriber has delivered a message of every channel
+    // (recovery starts from the first message a worker saw).
     rig.ledger
-        .wait_caught_up(RECOVERY_BOUND)
+        .wait_fresh(Duration::ZERO, RECOVERY_BOUND)
+        .and_then(|_| rig.ledger.wait_caught_up(RECOVERY_BOUND))
         .unwrap_or_else(|e| panic!("{tag}: before any fault: {e}"));
     while Instant::now() < deadline {
         let (drawn, mut rng) = schedule.next();
@@ -160,10 +182,23 @@ fn run(kind: ServerKind, s: &Settings) -> (String, Result<(), String>) {
     });
     eprintln!("{tag}: {rounds} publish rounds\n{report}\n{md}");
     let not_resumed: usize = stats.iter().map(|s| s.not_resumed).sum();
+    let (md, unjustified) = if s.history > 0 {
+        let unjustified = history_verdict(&rig, &report, &tag);
+        let line = md_history(&rig, &report, &unjustified);
+        eprintln!("{tag}: {line}");
+        (format!("{md}\n{line}"), unjustified)
+    } else {
+        (md, Vec::new())
+    };
     let verdict = if !report.is_clean() {
         Err(format!(
             "{tag}: delivery accounting failed:\n{report}\n{}",
             rig.metrics()
+        ))
+    } else if !unjustified.is_empty() {
+        Err(format!(
+            "{tag}: unrecoverable losses on channels whose history is whole on the server: \
+             {unjustified:?}\n{report}"
         ))
     } else if not_resumed > 0 || report.pending > 0 {
         Err(format!(
@@ -177,9 +212,87 @@ fn run(kind: ServerKind, s: &Settings) -> (String, Result<(), String>) {
     (md, verdict)
 }
 
+/// Messages lost under an unrecoverable event that the channel's history
+/// on the server still holds (so the event was not owed for them: the
+/// history had not lost them), as (channel, count).
+fn history_verdict(
+    rig: &Rig,
+    report: &testkit::accounting::Report,
+    tag: &str,
+) -> Vec<(String, u64)> {
+    let mut lost: std::collections::BTreeMap<usize, Vec<(u32, u32)>> = Default::default();
+    for i in &report.incidents {
+        if i.fate == testkit::accounting::Fate::Unrecoverable {
+            lost.entry(i.channel)
+                .or_default()
+                .push((i.first_seq, i.last_seq));
+        }
+    }
+    let mut unjustified = Vec::new();
+    for (&c, runs) in &lost {
+        let held = rig
+            .history_seqs(c)
+            .unwrap_or_else(|err| panic!("{tag}: {err}"));
+        let n = runs
+            .iter()
+            .flat_map(|&(a, b)| a..=b)
+            .filter(|s| held.contains(s))
+            .count() as u64;
+        if n > 0 {
+            unjustified.push((String::from_utf8_lossy(rig.ledger.name(c)).into_owned(), n));
+        }
+    }
+    unjustified
+}
+
+/// The recovery mode's summary line, as Markdown.
+fn md_history(
+    rig: &Rig,
+    report: &testkit::accounting::Report,
+    unjustified: &[(String, u64)],
+) -> String {
+    let r = &report.recoverable;
+    let (recovered, duplicates, unrecoverable) = rig.recovery_counts();
+    let mut reasons = std::collections::BTreeMap::<String, u64>::new();
+    for sub in &rig.subs {
+        for (k, v) in sub.handler.unrecoverable_reasons.lock().iter() {
+            *reasons.entry(k.clone()).or_default() += v;
+        }
+    }
+    format!(
+        "Recoverable channels (history on): delivered {}, recovered from history {recovered}, \
+         duplicates passed over {duplicates}, unrecoverable events {unrecoverable}, lost under \
+         them {} (of which the server's history still held {}), \
+         **lost {}**, duplicated {}, reordered {}; publishes that failed {} (of which \
+         delivered {}); unrecoverable events by reason: {reasons:?}.\n",
+        r.delivered,
+        r.lost_unrecoverable,
+        unjustified.iter().map(|u| u.1).sum::<u64>(),
+        r.lost_silent,
+        r.duplicated,
+        r.reordered,
+        report.failed_total(),
+        report.counts.delivered_failed,
+    )
+}
+
 #[test]
 fn chaos() {
-    let s = settings();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    chaos_with(settings());
+}
+
+/// The recovery mode, short, by default: 1000 channels, half recoverable.
+#[test]
+fn chaos_history() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = settings();
+    s.channels = env("CHAOS_CHANNELS").unwrap_or(1_000);
+    s.duration = Duration::from_secs_f64(env("CHAOS_HISTORY_MINUTES").unwrap_or(1.0) * 60.0);
+    chaos_with(s.with_history(true));
+}
+
+fn chaos_with(s: Settings) {
     eprintln!(
         "chaos: seed {} (CHAOS_SEED={} reproduces the schedule), {:.1} min per server, \
          servers {:?}",

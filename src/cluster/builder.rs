@@ -80,6 +80,9 @@ pub(crate) struct NodeSettings {
     pub(crate) runtime: Option<Runtime>,
     /// TLS for every node connection (publish, subscribe, topology).
     pub(crate) tls: Option<crate::tls::TlsConfig>,
+    /// Whether publish connections load the history script in their
+    /// handshake (recoverable channels are configured).
+    pub(crate) history: bool,
 }
 
 impl NodeSettings {
@@ -104,6 +107,7 @@ impl NodeSettings {
             flush_delay: common.flush_delay.unwrap_or(Duration::from_micros(100)),
             runtime: Some(runtime.clone()),
             tls: common.tls.clone(),
+            history: !common.history.is_empty(),
         }
     }
 
@@ -125,6 +129,9 @@ impl NodeSettings {
             .tls_option(self.tls.clone());
         if let Some(r) = &self.runtime {
             b = b.runtime(r);
+        }
+        if self.history && role == Role::Command {
+            b = b.load_scripts(vec![crate::history::script::PUBLISH]);
         }
         if let Some(p) = &self.password {
             b = b.password(p);

@@ -69,7 +69,11 @@ pub(crate) struct Driver {
     pub(crate) gaps_queued: bool,
     /// A fence is in flight (see [`crate::pubsub::leaving`]).
     pub(crate) fence_busy: bool,
-    pub(crate) delayed: Vec<(Instant, Box<PubMsg>)>,
+    /// Publishes refused for now (`TRYAGAIN`, `CLUSTERDOWN`), due again
+    /// at the time given; with the hold on, parked in their slot's hold
+    /// entry (`true`), which keeps the slot's later publishes behind them
+    /// (see `Driver::retry`).
+    pub(crate) delayed: Vec<(Instant, Box<PubMsg>, bool)>,
     /// The next route barrier's token.
     pub(crate) next_token: u64,
     /// Closed route gates by token.
@@ -264,15 +268,23 @@ impl Driver {
             self.service_gates(Instant::now());
         }
         let now = Instant::now();
-        let due: Vec<PubMsg> = {
+        let due: Vec<(PubMsg, bool)> = {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
                 .into_iter()
                 .partition(|d| d.0 <= now);
             self.delayed = later;
-            due.into_iter().map(|d| *d.1).collect()
+            due.into_iter().map(|d| (*d.1, d.2)).collect()
         };
-        for msg in due {
-            let _ = publish::send(&self.s, msg, None, false);
+        for (msg, parked) in due {
+            if parked {
+                // Into its slot's hold, ahead of the later publishes that
+                // joined it meanwhile (the hold sends by publish order).
+                let slot = msg.slot;
+                let _ = publish::hold(&self.s, msg);
+                self.s.hold.unpark(slot);
+            } else {
+                let _ = publish::send(&self.s, msg, None, false);
+            }
         }
         if self.s.hold.busy() {
             self.service_hold(Instant::now());
@@ -445,7 +457,17 @@ impl Driver {
                 self.input(|core, now| core.handle_degraded(now));
                 let exp = msg.retries.min(6);
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
-                self.delayed.push((Instant::now() + delay, Box::new(msg)));
+                let now = Instant::now();
+                // With the hold on, the slot's later publishes wait behind
+                // this one (parked in the slot's hold entry until it is
+                // due, whatever route gates do meanwhile), so the server
+                // still takes one slot's publishes in publish order (a
+                // recoverable channel's offsets follow it).
+                let parked = !self.s.config.publish_hold.is_zero();
+                if parked {
+                    self.s.hold.park(msg.slot);
+                }
+                self.delayed.push((now + delay, Box::new(msg), parked));
             }
         }
     }

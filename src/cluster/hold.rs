@@ -42,6 +42,25 @@ struct Entry {
     queue: Vec<PubMsg>,
     /// A route change waiting for this barrier on the old route, since.
     gate: Option<(u64, Instant)>,
+    /// Publishes of the slot waiting for a retry (`TRYAGAIN`,
+    /// `CLUSTERDOWN`) outside the hold: the queue waits for them (they
+    /// join it when due), whatever the gate does meanwhile.
+    parked: u32,
+}
+
+impl Entry {
+    fn new() -> Entry {
+        Entry {
+            queue: Vec::new(),
+            gate: None,
+            parked: 0,
+        }
+    }
+
+    /// Whether the queue may go out now.
+    fn open(&self) -> bool {
+        self.gate.is_none() && self.parked == 0
+    }
 }
 
 #[derive(Default)]
@@ -141,10 +160,7 @@ impl Hold {
         let before = st.slots.len();
         st.slots
             .entry(slot)
-            .or_insert_with(|| Entry {
-                queue: Vec::new(),
-                gate: None,
-            })
+            .or_insert_with(Entry::new)
             .queue
             .push(msg);
         if st.slots.len() != before {
@@ -173,14 +189,25 @@ impl Hold {
     /// Closes `slot`'s gate until barrier `token` completes.
     pub(crate) fn gate(&self, slot: u16, token: u64, now: Instant) {
         let mut st = self.state.lock();
-        st.slots
-            .entry(slot)
-            .or_insert_with(|| Entry {
-                queue: Vec::new(),
-                gate: None,
-            })
-            .gate = Some((token, now));
+        st.slots.entry(slot).or_insert_with(Entry::new).gate = Some((token, now));
         self.entries.store(st.slots.len(), Ordering::Release);
+    }
+
+    /// A publish of `slot` waits for a retry outside the hold: the slot's
+    /// later publishes are held behind it until [`Hold::unpark`].
+    pub(crate) fn park(&self, slot: u16) {
+        let mut st = self.state.lock();
+        st.slots.entry(slot).or_insert_with(Entry::new).parked += 1;
+        self.entries.store(st.slots.len(), Ordering::Release);
+    }
+
+    /// The retry parked with [`Hold::park`] is due (and held again, or
+    /// sent): the slot's queue may go once nothing else holds it.
+    pub(crate) fn unpark(&self, slot: u16) {
+        let mut st = self.state.lock();
+        if let Some(e) = st.slots.get_mut(&slot) {
+            e.parked = e.parked.saturating_sub(1);
+        }
     }
 
     /// Opens the gates of barrier `token`.
@@ -198,7 +225,7 @@ impl Hold {
         let st = self.state.lock();
         st.slots
             .iter()
-            .filter(|(_, e)| e.gate.is_none())
+            .filter(|(_, e)| e.open())
             .map(|(&s, _)| s)
             .collect()
     }
@@ -208,7 +235,7 @@ impl Hold {
     pub(crate) fn take(&self, slot: u16) -> Option<Vec<PubMsg>> {
         let mut st = self.state.lock();
         let e = st.slots.get_mut(&slot)?;
-        if e.gate.is_some() {
+        if !e.open() {
             return None;
         }
         if e.queue.is_empty() {
@@ -364,5 +391,30 @@ mod tests {
             _ => panic!("a publish larger than the hold is refused"),
         }
         assert_eq!(h.size(), (2, 30), "nothing evicted for it");
+    }
+
+    #[test]
+    fn a_parked_retry_keeps_its_slot_held_whatever_the_route_gate_does() {
+        // Publish 1 of slot 4 waits for a retry; 2 and 3 come meanwhile.
+        let h = Hold::new(100, 1 << 20);
+        h.park(4);
+        assert!(h.busy());
+        for seq in [2, 3] {
+            assert!(matches!(h.offer(msg(seq, 4)), Offer::Held(_)));
+        }
+        assert!(h.releasable().is_empty());
+        // The slot's route moves and its gate opens: still parked.
+        h.gate(4, 77, Instant::now());
+        h.open(77);
+        assert!(h.releasable().is_empty());
+        assert!(h.take(4).is_none(), "nothing goes ahead of the retry");
+        // The retry is due: it joins the queue, and goes first.
+        assert!(held(h.hold(msg(1, 4))).is_empty());
+        h.unpark(4);
+        assert_eq!(h.releasable(), vec![4]);
+        let order: Vec<u64> = h.take(4).unwrap().iter().map(|m| m.seq).collect();
+        assert_eq!(order, vec![1, 2, 3]);
+        assert!(h.take(4).is_none());
+        assert!(!h.busy(), "the entry is gone once empty");
     }
 }

@@ -196,7 +196,7 @@ pub(crate) fn send(
 /// # Errors
 ///
 /// [`Error::HoldFull`] when the hold had no room for it (it is finished).
-fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
+pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
     match shared.hold.hold(msg) {
         (Offer::Held(evicted), new) => {
             add(&shared.cluster.held, 1);

@@ -16,6 +16,8 @@ enum Step {
     Hello,
     Auth,
     SetName,
+    /// `SCRIPT LOAD` of one of [`ConnConfig::load_scripts`].
+    LoadScript,
 }
 
 /// Handshake progress.
@@ -51,6 +53,10 @@ impl Handshake {
             }
             Protocol::Resp2 => encode_resp2_steps(config, out, &mut steps),
         }
+        for script in &config.load_scripts {
+            resp::encode_command(out, [&b"SCRIPT"[..], b"LOAD", script.as_bytes()]);
+            steps.push_back(Step::LoadScript);
+        }
         if steps.is_empty() {
             return None;
         }
@@ -72,7 +78,7 @@ impl Handshake {
         let Some(step) = self.steps.pop_front() else {
             return HandshakeOutcome::Failed(ConnError::UnexpectedReply);
         };
-        if let Some(text) = error_text(frame) {
+        if let Some(text) = error_text(frame).filter(|_| step != Step::LoadScript) {
             return match step {
                 Step::Hello if refuses_hello(&text) => {
                     log::info!("server refused HELLO 3 ({text}); falling back to RESP2");
@@ -87,9 +93,16 @@ impl Handshake {
                 Step::Hello if is_auth_error(&text) => {
                     HandshakeOutcome::Failed(ConnError::Auth(text))
                 }
-                Step::Hello | Step::SetName => HandshakeOutcome::Failed(ConnError::Handshake(text)),
+                Step::Hello | Step::SetName | Step::LoadScript => {
+                    HandshakeOutcome::Failed(ConnError::Handshake(text))
+                }
                 Step::Auth => HandshakeOutcome::Failed(ConnError::Auth(text)),
             };
+        }
+        if step == Step::LoadScript {
+            if let Some(text) = error_text(frame) {
+                log::info!("SCRIPT LOAD refused in the handshake ({text}): NOSCRIPT later");
+            }
         }
         if self.steps.is_empty() {
             HandshakeOutcome::Done {

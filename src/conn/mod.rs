@@ -145,6 +145,11 @@ pub struct ConnConfig {
     pub handshake_timeout: Duration,
     /// Parser limits.
     pub limits: Limits,
+    /// Scripts to `SCRIPT LOAD` as the handshake's last step, so that every
+    /// `EVALSHA` of them sent on the connection finds them (a server that
+    /// restarted, or a new primary, holds none). A refusal is logged, not
+    /// fatal: the `EVALSHA` then meets `NOSCRIPT`.
+    pub load_scripts: Vec<&'static str>,
 }
 
 impl Default for ConnConfig {
@@ -160,6 +165,7 @@ impl Default for ConnConfig {
             request_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
             limits: Limits::default(),
+            load_scripts: Vec::new(),
         }
     }
 }

@@ -119,6 +119,38 @@ fn requests_wait_for_the_handshake() {
     assert_eq!(drain(&mut c), vec![Ev::Reply(7, bulk("v"))]);
 }
 
+#[test]
+fn scripts_load_in_the_handshake_before_any_request_and_a_refusal_is_not_fatal() {
+    for (reply, what) in [
+        (&b"$3\r\nabc\r\n"[..], "loaded"),
+        (&b"-NOPERM no SCRIPT for you\r\n"[..], "refused"),
+    ] {
+        let t0 = Instant::now();
+        let cfg = ConnConfig {
+            load_scripts: vec!["return 1"],
+            ..config()
+        };
+        let mut c = Connection::new(cfg, t0);
+        send(&mut c, &["EVALSHA", "abc", "0"], 7, t0);
+        let mut want = cmd(&["HELLO", "3"]);
+        want.extend(cmd(&["SCRIPT", "LOAD", "return 1"]));
+        assert_eq!(transmit(&mut c, t0), want, "{what}");
+        c.handle_read(HELLO_REPLY, t0);
+        assert!(drain(&mut c).is_empty(), "{what}: still in the handshake");
+        c.handle_read(reply, t0);
+        assert_eq!(
+            drain(&mut c),
+            vec![Ev::Connected(Protocol::Resp3, false)],
+            "{what}"
+        );
+        assert_eq!(
+            transmit(&mut c, t0),
+            cmd(&["EVALSHA", "abc", "0"]),
+            "{what}"
+        );
+    }
+}
+
 /// Found by the conn_core fuzz target: commands held for the handshake
 /// were not counted as unsent, so the engine's backpressure (which reads
 /// `unsent_len`) let staged commands pile up past its bound while a

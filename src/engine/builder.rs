@@ -31,6 +31,7 @@ pub struct Builder {
     username: Option<Vec<u8>>,
     password: Option<Vec<u8>>,
     client_name: Option<Vec<u8>>,
+    load_scripts: Vec<&'static str>,
     protocol: Protocol,
     observer: Option<Arc<dyn Observer>>,
     seed: Option<u64>,
@@ -60,6 +61,7 @@ impl Default for Builder {
             username: None,
             password: None,
             client_name: None,
+            load_scripts: Vec::new(),
             protocol: Protocol::Resp3,
             observer: None,
             seed: None,
@@ -214,6 +216,13 @@ impl Builder {
     /// Connection name shown by `CLIENT LIST`.
     pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
         self.client_name = Some(name.as_ref().to_vec());
+        self
+    }
+
+    /// Scripts every connection loads in its handshake
+    /// ([`ConnConfig::load_scripts`](crate::conn::ConnConfig::load_scripts)).
+    pub(crate) fn load_scripts(mut self, scripts: Vec<&'static str>) -> Self {
+        self.load_scripts = scripts;
         self
     }
 
@@ -379,6 +388,7 @@ impl Builder {
                 request_timeout: self.request_timeout,
                 handshake_timeout: self.connect_timeout,
                 limits: self.limits,
+                load_scripts: self.load_scripts,
             },
             connect_timeout: self.connect_timeout,
             backoff_base: self.backoff.0,

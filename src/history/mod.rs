@@ -45,11 +45,82 @@
 //! On a cluster the read goes to the slot's owner as the publish routes
 //! know it, and one that fails there follows the slot on a helper thread.
 //!
+//! # When to turn history on
+//!
+//! Plain Pub/Sub delivers at most once: a reconnect, a failover, a slot
+//! move or a full worker queue gives a `Gap` or `Dropped` event and the
+//! messages in between are gone. History turns that into exactly once, in
+//! order, for as far back as the caps reach. The chaos suite checks that
+//! under every fault (`tests/chaos.rs` with `CHAOS_HISTORY=1`,
+//! `tests/history_faults.rs`). Turn it on for channels where a missed
+//! message matters and the rate is moderate: chat rooms, document edits,
+//! order and state updates. Leave it off for firehoses of updates that
+//! are stale within seconds (prices, positions, presence), where the next
+//! message replaces the lost one anyway.
+//!
+//! What it costs (`BENCHMARKS.md`, "What history costs per publish"):
+//!
+//! - server CPU: each publish runs the script (an `HGET`, `HINCRBY`,
+//!   `XADD`, two `EXPIRE`s and the publish): about 8–13 times a plain
+//!   publish (11–15 µs against 0.9–1.8 µs on Redis 7.0 and Valkey 9.1), so a
+//!   server sustains roughly a tenth of the publish rate on recoverable
+//!   channels;
+//! - server memory: about 74 bytes per stored 64-byte message (the stream
+//!   entry; roughly payload + 10 bytes for larger payloads), for up to
+//!   `max_len` entries per channel, for `max_age` after its last publish;
+//! - client: 3–4 times the CPU of a plain message (one allocation per
+//!   publish, offset tracking in the workers);
+//! - recovery: a subscriber that missed N messages reads them in pages of
+//!   1,000 (one script call each) and delivers them before the live ones;
+//!   a storm (every instance recovering at once) is one read per instance
+//!   and channel plus one per 1,000 missed messages.
+//!
+//! # Sizing the caps
+//!
+//! - `max_len`: the longest outage you want to bridge without a loss,
+//!   times the channel's peak rate, plus a margin (`XADD MAXLEN ~` trims
+//!   whole stream nodes, so up to about 100 more are kept). A 30 s failover
+//!   at 50 messages per second needs 1,500; a subscriber's worker queue
+//!   that overflows while its handler stalls needs what the publishers
+//!   send during the stall.
+//! - `max_age`: a little past the longest reconnect you expect. It is an
+//!   idle timeout: each publish refreshes both keys' `EXPIRE`; an idle
+//!   channel's history goes when it passes, and its next publish starts a
+//!   new epoch.
+//! - memory: channels × min(`max_len`, what is published within `max_age`)
+//!   × (payload + about 10 bytes). 10,000 channels × 1,000 entries × 64-byte
+//!   payloads is about 740 MB; check it against `maxmemory` (an eviction
+//!   of the meta key is a new epoch).
+//!
+//! Past the caps a subscriber gets
+//! [`Event::Unrecoverable`](crate::Event::Unrecoverable) for the range the
+//! stream no longer has (trimmed, expired, or the server lost the keys: a
+//! restart without persistence, a failover to a replica that had not got
+//! them), then what the stream still has, then the live messages, in
+//! order. A new epoch is read from its first offset, so only the old
+//! epoch's tail is reported lost.
+//!
 //! Limits, by design of this first version:
 //!
 //! - Recovery starts from the first message a worker delivers for the
 //!   channel: a loss before any message was seen (a gap right after
 //!   subscribing) is reported by the `Gap` event only.
+//! - A read that fails (the server unreachable, a timeout) gives
+//!   `Unrecoverable` at once (one per outage: further failures before a
+//!   read succeeds give none), with no timed retry; the next gap or offset jump
+//!   reads again from the last offset delivered, so what the stream still
+//!   has is delivered then. Under faults most `Unrecoverable` events are of
+//!   this kind and lose nothing (`tests/history_faults.rs` counts them by
+//!   reason).
+//! - A publish whose reply was lost (the connection broke after the
+//!   server ran the script) fails with an error but may have been
+//!   applied: its subscribers may get it. On a cluster with the publish
+//!   hold on, such a publish is held and sent again, which can apply it
+//!   twice (two offsets, both delivered): a 5-minute chaos run on Redis
+//!   (seed 2026, 1,000 recoverable channels, 3 subscribers) saw 132 such
+//!   duplicate deliveries around `kill -9` of a primary whose writes had
+//!   reached its replica. Publishes carry no id the script could dedupe
+//!   on yet.
 //! - A channel holds at most 4,096 live messages while its read is out;
 //!   past that it gives up with `Unrecoverable`. The hold is per channel.
 //! - A server that lost the script (a restart, `SCRIPT FLUSH`, a new

@@ -582,6 +582,9 @@ fn engine(
     if let Some(n) = &common.client_name {
         b = b.client_name(n);
     }
+    if !common.history.is_empty() && role == Role::Command {
+        b = b.load_scripts(vec![crate::history::script::PUBLISH]);
+    }
     if let Some(d) = common.flush_delay {
         b = b.flush_delay(d);
     }

@@ -20,7 +20,8 @@
 //!   (duplicates skipped); a full page reads on. A read that is not
 //!   continuous (trimmed, expired, a new epoch) or that failed gives
 //!   [`Unrecoverable`], then what the same epoch still has, then the held
-//!   messages.
+//!   messages. Reads that fail in a row (one outage) give one event until
+//!   a read succeeds; a new epoch is read from its first offset.
 //!
 //! [`Unrecoverable`]: Action::Unrecoverable
 
@@ -64,6 +65,9 @@ pub(crate) enum Action {
 struct Chan {
     last: Option<Position>,
     reading: Option<Reading>,
+    /// The last read failed and said so: further failures before a read
+    /// succeeds are the same outage, and give no further event.
+    read_failed: bool,
 }
 
 struct Reading {
@@ -211,6 +215,9 @@ impl Tracker {
         let mut r = c.reading.take().expect("reading");
         let since = r.since;
         let mut last = since;
+        if result.is_ok() {
+            c.read_failed = false;
+        }
         match result {
             Ok(h) if h.continuous => {
                 let full = h.messages.len() >= PAGE;
@@ -237,21 +244,56 @@ impl Tracker {
                              expired, or a new epoch)"
                         .into(),
                 });
-                let same_epoch = h.position.is_some_and(|p| p.epoch == since.epoch);
-                if same_epoch {
-                    self.counts.recovered += deliver_after(&mut last, h.messages, out);
-                    c.last = Some(last);
-                } else {
-                    c.last = None;
+                match h.position {
+                    Some(p) if p.epoch == since.epoch => {
+                        self.counts.recovered += deliver_after(&mut last, h.messages, out);
+                        c.last = Some(last);
+                    }
+                    Some(p) => {
+                        // A new epoch: only the old one's tail is gone. The
+                        // new one is read from its start (its first
+                        // offsets may have come while this one was away),
+                        // after the held messages of the old epoch.
+                        let start = Position {
+                            epoch: p.epoch,
+                            offset: 0,
+                        };
+                        let (old, new): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut r.held)
+                            .into_iter()
+                            .partition(|(at, _)| at.epoch == since.epoch);
+                        for (at, payload) in old {
+                            if at.offset > last.offset {
+                                last = at;
+                                out.push(Action::Deliver(payload));
+                            }
+                        }
+                        r.held = new;
+                        r.id = next;
+                        r.since = start;
+                        r.again = false;
+                        c.last = Some(start);
+                        c.reading = Some(r);
+                        out.push(Action::Read {
+                            since: start,
+                            id: next,
+                        });
+                        return;
+                    }
+                    None => c.last = None,
                 }
             }
             Err(e) => {
-                self.counts.unrecoverable += 1;
-                out.push(Action::Unrecoverable {
-                    since: Some(since),
-                    now: None,
-                    reason: format!("the history read failed: {e}"),
-                });
+                // The held messages are kept for the next read (the next
+                // jump among them reads again at once).
+                if !c.read_failed {
+                    c.read_failed = true;
+                    self.counts.unrecoverable += 1;
+                    out.push(Action::Unrecoverable {
+                        since: Some(since),
+                        now: None,
+                        reason: format!("the history read failed: {e}"),
+                    });
+                }
             }
         }
         drain(c, r.held, out, || next, &mut self.counts);

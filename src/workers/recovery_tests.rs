@@ -128,7 +128,22 @@ fn a_new_epoch_is_unrecoverable_and_the_held_messages_follow() {
     let id = read_id(&out);
     out.clear();
     t.handle_read(b"c", id, page(4, 5, false, 8), &mut out);
-    // Offsets of another epoch say nothing about ours: only the held.
+    // Offsets of another epoch say nothing about ours: the new epoch is
+    // read from its start, and the held message follows what it gave.
+    assert_eq!(delivered(&out), ["unrecoverable", "read>0"]);
+    let id = read_id(&out);
+    out.clear();
+    let empty = Ok(History {
+        position: Some(Position {
+            epoch: 8,
+            offset: 1,
+        }),
+        messages: Vec::new(),
+        continuous: false,
+    });
+    // Nothing read (say its first entries are trimmed already): another
+    // event, then the held message.
+    t.handle_read(b"c", id, empty, &mut out);
     assert_eq!(delivered(&out), ["unrecoverable", "n1"]);
     out.clear();
     let next = Position {
@@ -200,4 +215,65 @@ fn a_forgotten_channel_starts_afresh() {
     t.forget(b"c");
     assert!(msg(&mut t, 9, &mut out), "no jump: nothing known before");
     assert!(out.is_empty());
+}
+
+#[test]
+fn a_new_epoch_is_read_from_its_start_before_the_held_messages() {
+    // The server lost the channel's history (a restart without
+    // persistence): its new epoch's first offsets came while the
+    // subscriber was away, and the stream still has them.
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 3, &mut out));
+    let new = |offset| Position { epoch: 8, offset };
+    assert!(!t.handle_message(b"c", new(5), b"n5", &mut out));
+    let id = read_id(&out);
+    out.clear();
+    // The read after (7, 3) reaches the new stream: offsets above 3 only.
+    t.handle_read(b"c", id, page(4, 5, false, 8), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable", "read>0"]);
+    assert!(matches!(
+        &out[1],
+        Action::Read { since, .. } if *since == new(0)
+    ));
+    let id = read_id(&out);
+    out.clear();
+    let whole = page(1, 5, true, 8).map(|mut h| {
+        for m in &mut h.messages {
+            m.payload = format!("n{}", m.offset).into_bytes();
+        }
+        h
+    });
+    t.handle_read(b"c", id, whole, &mut out);
+    assert_eq!(delivered(&out), ["n1", "n2", "n3", "n4", "n5"]);
+    out.clear();
+    assert!(t.handle_message(b"c", new(6), b"n6", &mut out));
+    assert!(
+        !t.handle_message(b"c", new(6), b"n6", &mut out),
+        "duplicate"
+    );
+}
+
+#[test]
+fn failed_reads_in_a_row_give_one_unrecoverable_until_a_read_succeeds() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    for _ in 0..3 {
+        t.handle_gap(b"c", &mut out);
+        let id = read_id(&out);
+        out.clear();
+        t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    }
+    assert_eq!(t.take_counts().unrecoverable, 1, "one event for the outage");
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m2", "m3"]);
+    out.clear();
+    // A new outage is reported again.
+    t.handle_gap(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable"]);
 }

@@ -26,6 +26,10 @@ pub struct Accounted {
     pub gap_events: AtomicU64,
     /// Drop events.
     pub drop_events: AtomicU64,
+    /// Unrecoverable events.
+    pub unrecoverable_events: AtomicU64,
+    /// Unrecoverable events by reason (its first words).
+    pub unrecoverable_reasons: Mutex<std::collections::BTreeMap<String, u64>>,
     /// Active events.
     pub active_events: AtomicU64,
     /// Every channel a gap event named (including ones outside the ledger).
@@ -66,6 +70,8 @@ impl Accounted {
             tap,
             gap_events: AtomicU64::new(0),
             drop_events: AtomicU64::new(0),
+            unrecoverable_events: AtomicU64::new(0),
+            unrecoverable_reasons: Mutex::default(),
             active_events: AtomicU64::new(0),
             gap_channels: Mutex::new(HashSet::new()),
             threads: Mutex::new(HashSet::new()),
@@ -101,6 +107,30 @@ impl Handler for Accounted {
                 for c in channels.iter() {
                     self.tap.signal(c, Signal::Drop);
                 }
+            }
+            Event::Unrecoverable {
+                channel,
+                reason,
+                since,
+                now,
+            } => {
+                self.unrecoverable_events.fetch_add(1, Ordering::Relaxed);
+                let same = match (since, now) {
+                    (Some(s), Some(n)) if s.epoch == n.epoch => "same epoch",
+                    (_, Some(_)) => "another epoch",
+                    _ => "no position",
+                };
+                let words: String = reason
+                    .split_whitespace()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                *self
+                    .unrecoverable_reasons
+                    .lock()
+                    .entry(format!("{words} ({same})"))
+                    .or_default() += 1;
+                self.tap.signal(channel, Signal::Unrecoverable);
             }
             Event::Refused { channel, message } => {
                 self.refused

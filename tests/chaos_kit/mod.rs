@@ -151,6 +151,38 @@ pub struct Settings {
     pub pace: Duration,
     /// Where to write the per-fault table as Markdown, if anywhere.
     pub report: Option<std::path::PathBuf>,
+    /// How many of the channels are recoverable (the first ones, named
+    /// `hist:N`; the others `chaos:N`): 0 for none.
+    pub history: usize,
+}
+
+/// The prefix of the recoverable channels.
+pub const HISTORY_PREFIX: &str = "hist:";
+
+/// Caps of the recoverable channels: large enough that nothing is trimmed
+/// or expires in a run (a run publishes a few thousand messages per
+/// channel), so an unrecoverable event is owed only where a server lost a
+/// stream.
+pub const HISTORY_CAPS: shardsub::history::HistoryOptions = shardsub::history::HistoryOptions {
+    max_len: 200_000,
+    max_age: Duration::from_secs(3_600),
+};
+
+impl Settings {
+    /// With `on`, half the channels (at least one) recoverable.
+    pub fn with_history(mut self, on: bool) -> Settings {
+        self.history = if on { self.channels.div_ceil(2) } else { 0 };
+        self
+    }
+
+    /// Channel `i`'s name.
+    pub fn channel(&self, i: usize) -> String {
+        if i < self.history {
+            format!("{HISTORY_PREFIX}{i}")
+        } else {
+            format!("chaos:{i}")
+        }
+    }
 }
 
 /// The peak resident set of this process (`VmHWM`), in KiB.

@@ -13,7 +13,7 @@ use testkit::accounting::{Ledger, Stamp};
 use testkit::{Cluster, Error, FaultProxy, ServerKind};
 
 use crate::accounted::{kind, record, Accounted, Background, PublishFn};
-use crate::chaos_kit::Settings;
+use crate::chaos_kit::{Settings, HISTORY_CAPS, HISTORY_PREFIX};
 
 /// How often an idle subscribe connection is probed (the engine then
 /// restarts one that does not answer within its 5 s request timeout).
@@ -51,13 +51,15 @@ impl Rig {
         }
         cluster.wait_ok()?;
         let ledger = Arc::new(Ledger::new(
-            (0..settings.channels).map(|i| format!("chaos:{i}")),
+            (0..settings.channels).map(|i| settings.channel(i)),
         ));
+        let recoverable: Vec<usize> = (0..settings.history.min(settings.channels)).collect();
+        ledger.mark_recoverable(&recoverable);
         let names = ledger.names().to_vec();
         let mut subs = Vec::new();
         for n in 0..settings.subscribers {
             let handler = Accounted::new(&ledger, &format!("sub{n}"));
-            let ps = builder(&proxies)
+            let ps = builder(&proxies, settings)
                 .handler_arc(handler.clone())
                 .workers(2)
                 .build()
@@ -74,7 +76,7 @@ impl Rig {
                 .wait_active(&names, Duration::from_secs(30))
                 .map_err(|e| Error::Cluster(format!("subscribers not active: {e}")))?;
         }
-        let publisher = builder(&proxies)
+        let publisher = builder(&proxies, settings)
             .handler(|_: &[u8], _: &[u8]| {})
             .workers(1)
             .build()
@@ -211,6 +213,28 @@ impl Rig {
             .unwrap_or_default()
     }
 
+    /// The ledger sequence numbers channel `c`'s history holds on the
+    /// server now (its last 100,000 messages: more than a run publishes).
+    pub fn history_seqs(&self, c: usize) -> Result<std::collections::HashSet<u32>, Error> {
+        let h = self
+            .publisher
+            .history(self.ledger.name(c), None, 100_000)
+            .map_err(|e| Error::Cluster(format!("history of channel {c}: {e}")))?;
+        Ok(h.messages
+            .iter()
+            .filter_map(|m| Some(u64::from_le_bytes(m.payload.get(0..8)?.try_into().ok()?) as u32))
+            .collect())
+    }
+
+    /// The subscribers' recovery counts: (recovered, duplicates,
+    /// unrecoverable) added over every instance.
+    pub fn recovery_counts(&self) -> (u64, u64, u64) {
+        self.subs.iter().fold((0, 0, 0), |(r, d, u), s| {
+            let m = s.ps.metrics();
+            (r + m.recovered, d + m.duplicates, u + m.unrecoverable)
+        })
+    }
+
     /// The subscribers' metrics, for failure messages.
     pub fn metrics(&self) -> String {
         self.subs
@@ -261,10 +285,16 @@ fn announce(
 
 /// The builder every instance of the rig uses: seeds are the proxies,
 /// probes and timeouts short enough that a black hole shows in seconds.
-fn builder(proxies: &BTreeMap<usize, FaultProxy>) -> shardsub::PubSubBuilder {
-    PubSub::builder()
+/// With history on, the recoverable channels' prefix.
+fn builder(proxies: &BTreeMap<usize, FaultProxy>, settings: &Settings) -> shardsub::PubSubBuilder {
+    let b = PubSub::builder()
         .seeds(proxies.values().map(|p| p.addr().to_string()))
         .probe_interval(PROBE_INTERVAL)
         .connect_timeout(Duration::from_millis(500))
-        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500));
+    if settings.history > 0 {
+        b.history(HISTORY_PREFIX, HISTORY_CAPS)
+    } else {
+        b
+    }
 }

@@ -37,6 +37,8 @@ pub struct FaultStats {
     pub pairs: usize,
     pub lost_signalled: u64,
     pub lost_silent: u64,
+    /// Lost on recoverable channels under an unrecoverable event.
+    pub lost_unrecoverable: u64,
     /// The longest time from the fault to a hit pair delivering again.
     pub recovery: Option<Duration>,
     /// Pairs that never delivered again (must be none).
@@ -66,6 +68,7 @@ pub fn attribute(
         match i.fate {
             Fate::Signalled => s.lost_signalled += i.lost,
             Fate::Silent => s.lost_silent += i.lost,
+            Fate::Unrecoverable => s.lost_unrecoverable += i.lost,
         }
         match i.resumed {
             Some(r) => {

@@ -1,6 +1,7 @@
-//! `cargo xtask chaos --minutes N --seed S [--server redis|valkey] [--report FILE]`:
-//! the chaos suite (tests/chaos.rs) in release mode, for as long as asked,
-//! then its per-fault tables.
+//! `cargo xtask chaos --minutes N --seed S [--server redis|valkey] [--report FILE]
+//! [--history]`: the chaos suite (tests/chaos.rs) in release mode, for as
+//! long as asked, then its per-fault tables; with `--history`, half the
+//! channels recoverable under the strict verdict (`CHAOS_HISTORY=1`).
 
 use std::path::PathBuf;
 
@@ -13,10 +14,11 @@ struct Options {
     seed: Option<u64>,
     server: Option<String>,
     report: Option<PathBuf>,
+    history: bool,
 }
 
 const USAGE: &str = "usage: cargo xtask chaos [--minutes N] [--seed S] \
-                     [--server redis|valkey] [--report FILE]";
+                     [--server redis|valkey] [--report FILE] [--history]";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
@@ -24,6 +26,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         seed: None,
         server: None,
         report: None,
+        history: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -53,6 +56,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.server = Some(v);
             }
             "--report" => o.report = Some(PathBuf::from(value()?)),
+            "--history" => o.history = true,
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
     }
@@ -89,8 +93,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(server) = &o.server {
         command.env("CHAOS_SERVERS", server);
     }
+    if o.history {
+        command.env("CHAOS_HISTORY", "1");
+    }
     println!(
-        "xtask: chaos: {} min of faults per server, seed {seed}, servers {}; tables to {}",
+        "xtask: chaos{}: {} min of faults per server, seed {seed}, servers {}; tables to {}",
+        if o.history { " (history)" } else { "" },
         o.minutes,
         o.server.as_deref().unwrap_or("redis,valkey"),
         report.display()
@@ -121,6 +129,8 @@ mod tests {
         assert_eq!(o.seed, Some(42));
         assert_eq!(o.server.as_deref(), Some("valkey"));
         assert_eq!(parse(&[]).unwrap().minutes, 1.0);
+        assert!(!o.history && !parse(&[]).unwrap().history);
+        assert!(parse(&args("--history --minutes 5")).unwrap().history);
         for bad in [
             "--minutes 0",
             "--minutes x",

@@ -22,8 +22,11 @@ pub(crate) struct Entry {
 pub(crate) const GAP: u32 = u32::MAX;
 /// `seq` of a drop event (a full worker queue dropped messages).
 pub(crate) const DROP: u32 = u32::MAX - 1;
+/// `seq` of an unrecoverable event (a recoverable channel's history could
+/// not give back what it missed).
+pub(crate) const UNRECOVERABLE: u32 = u32::MAX - 2;
 /// The highest real sequence number.
-pub(crate) const MAX_SEQ: u32 = u32::MAX - 2;
+pub(crate) const MAX_SEQ: u32 = u32::MAX - 3;
 
 impl Entry {
     pub(crate) fn is_signal(self) -> bool {
@@ -36,8 +39,13 @@ impl Entry {
 pub enum Fate {
     /// Lost, inside a window that a gap or drop event covered.
     Signalled,
-    /// Lost, and nothing told the handler.
+    /// Lost, and nothing told the handler. On a recoverable channel (see
+    /// [`Ledger::mark_recoverable`](super::Ledger::mark_recoverable)) a
+    /// gap or drop event does not excuse a loss: it is counted here too.
     Silent,
+    /// Lost on a recoverable channel, inside a window that an
+    /// unrecoverable event covered (the history no longer had it).
+    Unrecoverable,
 }
 
 /// One lost message.
@@ -54,8 +62,13 @@ pub struct Counts {
     pub delivered: u64,
     /// Expected messages lost inside a signalled window.
     pub lost_signalled: u64,
-    /// Expected messages lost with no signal: must be 0.
+    /// Expected messages lost with no signal: must be 0. On a recoverable
+    /// channel, every loss that no unrecoverable event covers.
     pub lost_silent: u64,
+    /// Expected messages of recoverable channels lost inside a window an
+    /// unrecoverable event covered (allowed only where the history had
+    /// lost them: the caller checks that against the server).
+    pub lost_unrecoverable: u64,
     /// Deliveries of a message already delivered: must be 0.
     pub duplicated: u64,
     /// Deliveries after a newer message of the same channel: must be 0.
@@ -78,6 +91,7 @@ impl Counts {
         self.delivered += other.delivered;
         self.lost_signalled += other.lost_signalled;
         self.lost_silent += other.lost_silent;
+        self.lost_unrecoverable += other.lost_unrecoverable;
         self.duplicated += other.duplicated;
         self.reordered += other.reordered;
         self.unexpected += other.unexpected;
@@ -90,7 +104,9 @@ impl Counts {
 /// Classifies `stream` against the messages `from..published` of one
 /// channel; `expected(seq)` says whether the publish of `seq` succeeded
 /// (a failed publish is not expected). Losses are appended to `losses` in
-/// sequence order.
+/// sequence order. On a `strict` (recoverable) channel only an
+/// unrecoverable event signals a loss; gap and drop events are counted
+/// but excuse nothing.
 ///
 /// The walk keeps the highest sequence delivered so far: every expected
 /// message skipped over between two deliveries is lost, and the loss is
@@ -103,12 +119,15 @@ pub(crate) fn classify(
     from: u32,
     published: u32,
     expected: impl Fn(u32) -> bool,
+    strict: bool,
     counts: &mut Counts,
     losses: &mut Vec<Loss>,
 ) {
     let len = published.saturating_sub(from) as usize;
     // Per message in the window: 0 = not seen, 1 = delivered, 2 = lost
-    // signalled, 3 = lost silently. Below the window: seen or not.
+    // signalled, 3 = lost silently, 4 = lost unrecoverable. Below the
+    // window: seen or not.
+    let lost = if strict { 4 } else { 2 };
     let mut state = vec![0u8; len];
     let mut seen_before = std::collections::HashSet::new();
     let mut next = from; // lowest sequence not yet passed
@@ -117,7 +136,7 @@ pub(crate) fn classify(
     for e in stream {
         if e.is_signal() {
             local.signals += 1;
-            signalled = true;
+            signalled |= !strict || e.seq == UNRECOVERABLE;
             continue;
         }
         if e.seq >= published {
@@ -141,7 +160,7 @@ pub(crate) fn classify(
             0 if e.seq >= next => {
                 for s in next..e.seq {
                     if expected(s) {
-                        state[(s - from) as usize] = if signalled { 2 } else { 3 };
+                        state[(s - from) as usize] = if signalled { lost } else { 3 };
                     }
                 }
                 next = e.seq + 1;
@@ -164,18 +183,20 @@ pub(crate) fn classify(
     }
     for s in next..published {
         if expected(s) {
-            state[(s - from) as usize] = if signalled { 2 } else { 3 };
+            state[(s - from) as usize] = if signalled { lost } else { 3 };
         }
     }
     for (i, &st) in state.iter().enumerate() {
         let fate = match st {
             2 => Fate::Signalled,
             3 => Fate::Silent,
+            4 => Fate::Unrecoverable,
             _ => continue,
         };
         match fate {
             Fate::Signalled => local.lost_signalled += 1,
             Fate::Silent => local.lost_silent += 1,
+            Fate::Unrecoverable => local.lost_unrecoverable += 1,
         }
         losses.push(Loss {
             seq: from + i as u32,

@@ -105,6 +105,10 @@ pub enum Signal {
     Gap,
     /// A drop event: messages of the channel were dropped (queue full).
     Drop,
+    /// An unrecoverable event: a recoverable channel's history could not
+    /// give back what it missed (the only signal that excuses a loss on a
+    /// channel marked with [`Ledger::mark_recoverable`]).
+    Unrecoverable,
 }
 
 const PENDING: u8 = 0;
@@ -144,6 +148,8 @@ pub struct Ledger {
     names: Arc<Names>,
     published: Mutex<Published>,
     taps: Mutex<Vec<Arc<Tap>>>,
+    /// Per channel: recoverable (the strict verdict).
+    strict: Mutex<Vec<bool>>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -167,6 +173,7 @@ impl Ledger {
         I::Item: AsRef<[u8]>,
     {
         let names: Vec<Vec<u8>> = channels.into_iter().map(|c| c.as_ref().to_vec()).collect();
+        let n = names.len();
         let index: HashMap<Vec<u8>, u32> = names
             .iter()
             .enumerate()
@@ -185,7 +192,30 @@ impl Ledger {
             }),
             published: Mutex::new(published),
             taps: Mutex::new(Vec::new()),
+            strict: Mutex::new(vec![false; n]),
         }
+    }
+
+    /// Marks channels (indexes) as recoverable: their verdict is strict.
+    /// Every expected message must be delivered once and in order; a gap
+    /// or drop event excuses no loss, only an unrecoverable event does
+    /// (counted apart, in [`Counts::lost_unrecoverable`]); a loss it does
+    /// not cover is counted in [`Counts::lost_silent`]. [`Report::recoverable`]
+    /// totals these channels alone.
+    ///
+    /// # Panics
+    ///
+    /// When an index is out of range.
+    pub fn mark_recoverable(&self, channels: &[usize]) {
+        let mut strict = self.strict.lock();
+        for &c in channels {
+            strict[c] = true;
+        }
+    }
+
+    /// Whether channel `i` is marked recoverable.
+    pub fn is_recoverable(&self, i: usize) -> bool {
+        self.strict.lock().get(i).copied().unwrap_or(false)
     }
 
     /// The channels, in index order.
@@ -431,6 +461,7 @@ impl Ledger {
 
     /// Classifies everything recorded so far.
     pub fn report(&self) -> Report {
+        let strict = self.strict.lock().clone();
         let p = self.published.lock();
         let taps = self.taps.lock();
         let mut report = Report::default();
@@ -473,22 +504,29 @@ impl Ledger {
                 }
                 losses.clear();
                 let (dup0, reo0) = (counts.duplicated, counts.reordered);
+                let mut one = Counts::default();
                 classify::classify(
                     stream,
                     from,
                     recs.len() as u32,
                     |s| recs[s as usize].outcome < FAILED,
-                    &mut counts,
+                    strict[c],
+                    &mut one,
                     &mut losses,
                 );
+                counts.add(&one);
+                if strict[c] {
+                    report.recoverable.add(&one);
+                }
                 incidents(t, c, stream, recs, &losses, &mut report.incidents);
                 let (dup, reo) = (counts.duplicated - dup0, counts.reordered - reo0);
                 if dup + reo > 0 && report.examples.len() < 10 {
                     let first = stream.first().map_or(Duration::ZERO, |e| ticks(e.at));
                     report.examples.push(format!(
-                        "{}: {dup} duplicated, {reo} reordered on {} (stream from {first:?})",
+                        "{}: {dup} duplicated, {reo} reordered on {} (stream from {first:?}; {})",
                         tap.name,
-                        String::from_utf8_lossy(&self.names.names[c])
+                        String::from_utf8_lossy(&self.names.names[c]),
+                        first_out_of_order(stream, recs)
                     ));
                 }
             }
@@ -512,6 +550,29 @@ impl Ledger {
         }
         report
     }
+}
+
+/// Where a stream first goes back: the sequence after which an older
+/// one came, with both publish times and the delivery time.
+fn first_out_of_order(stream: &[classify::Entry], recs: &[PubRec]) -> String {
+    let mut high: Option<classify::Entry> = None;
+    for e in stream.iter().filter(|e| !e.is_signal()) {
+        match high {
+            Some(h) if e.seq <= h.seq => {
+                let at = |s: u32| recs.get(s as usize).map_or(Duration::ZERO, |r| ticks(r.at));
+                return format!(
+                    "first: {} (published {:?}) delivered at {:?} after {} (published {:?})",
+                    e.seq,
+                    at(e.seq),
+                    ticks(e.at),
+                    h.seq,
+                    at(h.seq)
+                );
+            }
+            _ => high = Some(*e),
+        }
+    }
+    String::new()
 }
 
 fn annotate(e: crate::Error, note: String) -> crate::Error {

@@ -41,6 +41,8 @@ pub(super) fn incidents(
             channel,
             fate: start.fate,
             lost: (end - i + 1) as u64,
+            first_seq: start.seq,
+            last_seq: last,
             first_published: ticks(recs[start.seq as usize].at),
             last_published: ticks(recs[last as usize].at),
             resumed,
@@ -60,6 +62,10 @@ pub struct Incident {
     pub fate: Fate,
     /// Messages in the run.
     pub lost: u64,
+    /// The run's first sequence number (on its channel).
+    pub first_seq: u32,
+    /// The run's last sequence number.
+    pub last_seq: u32,
     /// When the first lost message was published (ledger clock).
     pub first_published: Duration,
     /// When the last lost message was published.
@@ -85,6 +91,9 @@ pub struct Report {
     /// deliveries on an unknown channel, undecodable payloads and messages
     /// delivered on another channel than they were published to.
     pub counts: Counts,
+    /// Totals over the channels marked recoverable
+    /// ([`Ledger::mark_recoverable`](super::Ledger::mark_recoverable)).
+    pub recoverable: Counts,
     /// Per tap: its name and its counts.
     pub taps: Vec<(String, Counts)>,
     /// Times a channel's messages reached another handler thread than
@@ -161,6 +170,21 @@ impl std::fmt::Display for Report {
             c.delivered_failed,
             c.before_window
         )?;
+        let r = &self.recoverable;
+        if r.delivered + r.lost_silent + r.lost_unrecoverable + r.signals > 0 {
+            writeln!(
+                f,
+                "recoverable channels: delivered {} lost {} lost_unrecoverable {} duplicated {} \
+                 reordered {} signals {} delivered_failed {}",
+                r.delivered,
+                r.lost_silent,
+                r.lost_unrecoverable,
+                r.duplicated,
+                r.reordered,
+                r.signals,
+                r.delivered_failed
+            )?;
+        }
         for e in &self.examples {
             writeln!(f, "  {e}")?;
         }

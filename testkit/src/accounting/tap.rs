@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use super::classify::{Entry, Ticks, DROP, GAP, MAX_SEQ, TICK_US};
+use super::classify::{Entry, Ticks, DROP, GAP, MAX_SEQ, TICK_US, UNRECOVERABLE};
 use super::parking::Mutex;
 use super::{Names, Signal};
 
@@ -80,7 +80,11 @@ impl Tap {
             });
             return;
         }
-        let seq = u32::try_from(seq).unwrap_or(u32::MAX).min(MAX_SEQ + 1);
+        let Some(seq) = u32::try_from(seq).ok().filter(|&s| s <= MAX_SEQ) else {
+            log.garbled += 1;
+            log.example(|| format!("{}: sequence {seq} out of range", self.name));
+            return;
+        };
         log.streams[c].push(Entry { seq, at });
         match log.threads[c] {
             Some(t) if t != me => {
@@ -99,7 +103,7 @@ impl Tap {
         }
     }
 
-    /// A gap or drop event naming `channel`.
+    /// A gap, drop or unrecoverable event naming `channel`.
     pub fn signal(&self, channel: &[u8], signal: Signal) {
         let at = self.names.now();
         let mut log = self.log.lock();
@@ -110,6 +114,7 @@ impl Tap {
         let seq = match signal {
             Signal::Gap => GAP,
             Signal::Drop => DROP,
+            Signal::Unrecoverable => UNRECOVERABLE,
         };
         log.streams[c as usize].push(Entry { seq, at });
     }
@@ -121,6 +126,16 @@ impl Tap {
             .iter()
             .flatten()
             .filter(|e| !e.is_signal())
+            .count() as u64
+    }
+
+    /// Unrecoverable events recorded so far (all channels).
+    pub fn unrecoverable(&self) -> u64 {
+        let log = self.log.lock();
+        log.streams
+            .iter()
+            .flatten()
+            .filter(|e| e.seq == UNRECOVERABLE)
             .count() as u64
     }
 

@@ -280,3 +280,54 @@ fn fresh_means_a_message_published_after_the_mark() {
     tap.message(b"c1", &new[1][0]);
     assert!(ledger.wait_fresh(mark, Duration::from_millis(20)).is_ok());
 }
+
+#[test]
+fn on_a_recoverable_channel_only_an_unrecoverable_event_excuses_a_loss() {
+    let (ledger, tap) = setup(2);
+    ledger.mark_recoverable(&[1]);
+    assert!(ledger.is_recoverable(1) && !ledger.is_recoverable(0));
+    let p = publish(&ledger, 4);
+    // The same stream on both: a gap, then messages 1 and 2 missing.
+    for (c, list) in p.iter().enumerate() {
+        let name = ledger.name(c).to_vec();
+        tap.message(&name, &list[0]);
+        tap.signal(&name, Signal::Gap);
+        tap.message(&name, &list[3]);
+    }
+    let r = ledger.report();
+    assert_eq!(r.counts.lost_signalled, 2, "the plain channel: signalled");
+    assert_eq!(r.counts.lost_silent, 2, "the recoverable one: lost");
+    assert_eq!(r.recoverable.lost_silent, 2);
+    assert!(!r.is_clean());
+    // An unrecoverable event covers the next loss (message 4), and
+    // only that one.
+    let p = publish(&ledger, 2);
+    tap.message(b"c0", &p[0][0]);
+    tap.message(b"c0", &p[0][1]);
+    tap.signal(b"c1", Signal::Unrecoverable);
+    tap.message(b"c1", &p[1][1]);
+    let r = ledger.report();
+    assert_eq!(r.recoverable.lost_unrecoverable, 1);
+    assert_eq!(r.recoverable.lost_silent, 2);
+    assert_eq!(r.recoverable.signals, 2);
+    assert_eq!(tap.unrecoverable(), 1);
+    let fates: Vec<(u64, Fate)> = r
+        .incidents
+        .iter()
+        .filter(|i| i.channel == 1)
+        .map(|i| (i.lost, i.fate))
+        .collect();
+    assert_eq!(fates, [(2, Fate::Silent), (1, Fate::Unrecoverable)]);
+    assert!(r.to_string().contains("lost_unrecoverable 1"), "{r}");
+}
+
+#[test]
+fn a_sequence_past_the_range_is_garbled_not_a_signal() {
+    let (ledger, tap) = setup(1);
+    let mut p = publish(&ledger, 1).remove(0).remove(0);
+    p[0..8].copy_from_slice(&u64::from(u32::MAX - 1).to_le_bytes());
+    tap.message(b"c0", &p);
+    let r = ledger.report();
+    assert_eq!(r.counts.signals, 0);
+    assert_eq!(r.counts.unexpected, 1);
+}
