@@ -3,9 +3,11 @@
 //! Each connection has a staging area: submitting threads encode commands
 //! straight into its buffer and append their completions, under a mutex held
 //! only for that copy. An atomic flag makes only the first submitter after a
-//! drain wake the I/O thread. The I/O thread swaps the staging buffers with
-//! its own spares (double buffering), so steady-state submission allocates
-//! nothing.
+//! drain notify the I/O thread, and the notice writes the thread's waker
+//! only while the thread sleeps in its poll (see [`Ready`]). The I/O thread
+//! swaps the staging buffers with its own spares (double buffering), so
+//! steady-state submission allocates nothing. A submitter that finds the
+//! connection idle writes its request itself instead (`direct.rs`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
