@@ -295,6 +295,53 @@ pub fn all() -> Vec<Entry> {
         render: Render::Tables,
     });
     out.push(Entry {
+        name: "publish_sequential",
+        section: "Publish vs peers",
+        estimate_s: 60,
+        measured: false,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "publish_cmp",
+        ])],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                step(
+                    &format!("{label}:"),
+                    cargo(&[
+                        "run",
+                        "--release",
+                        peers[0],
+                        peers[1],
+                        "--bin",
+                        "publish_cmp",
+                        "--",
+                        "--mode",
+                        "sequential",
+                        "--kinds",
+                        kind,
+                        "--only",
+                        "shardsub,redis,fred",
+                        "--conc",
+                        "1,4",
+                        // Sequential runs go at ~30-80k msg/s: 20,000 per
+                        // run keeps both servers near a minute.
+                        "--messages",
+                        "20000",
+                        "--warmup",
+                        "2000",
+                    ]),
+                )
+            })
+            .collect(),
+        render: Render::Tables,
+    });
+    out.push(Entry {
         name: "parser",
         section: "Parser",
         estimate_s: 190,

@@ -7,6 +7,11 @@
 //! fire-and-forget, then waits for its last publish: replies come in
 //! order), tasks awaiting each publish for the async peers, and for
 //! `conc == 1` a single task keeping `WINDOW` publishes in flight.
+//!
+//! Sequential mode (`sequential`): every submitter awaits each publish's
+//! reply before the next one (shardsub: `publish_pending(..).wait()` on a
+//! thread; the peers: a spawned task `.await`ing each), `conc == 1`
+//! included.
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -162,13 +167,14 @@ impl Clients {
         kind: Kind,
         conc: usize,
         messages: u64,
+        sequential: bool,
         snap: &dyn Fn() -> Result<Snapshot, String>,
     ) -> Result<(Snapshot, Snapshot), String> {
         match kind {
-            Kind::Reference => self.run_reference(conc, messages, snap),
-            Kind::Shardsub => self.run_shardsub(conc, messages, snap),
+            Kind::Reference => self.run_reference(conc, messages, sequential, snap),
+            Kind::Shardsub => self.run_shardsub(conc, messages, sequential, snap),
             Kind::RedisRs | Kind::Fred => {
-                let fut = self.run_async(kind, conc, messages, snap);
+                let fut = self.run_async(kind, conc, messages, sequential, snap);
                 self.rt.block_on(async {
                     tokio::time::timeout(RUN_LIMIT, fut)
                         .await
@@ -182,6 +188,7 @@ impl Clients {
         &self,
         threads: usize,
         messages: u64,
+        sequential: bool,
         snap: &dyn Fn() -> Result<Snapshot, String>,
     ) -> Result<(Snapshot, Snapshot), String> {
         let per = messages / threads as u64;
@@ -197,8 +204,9 @@ impl Clients {
                         for i in 0..per {
                             let channel =
                                 self.names[(i as usize * threads + t) % CHANNELS].as_bytes();
-                            if i + 1 == per {
-                                // Replies come in order: this one is the last.
+                            if sequential || i + 1 == per {
+                                // Sequential: await each. Otherwise replies
+                                // come in order: this one is the last.
                                 self.engine
                                     .publish_pending(
                                         channel,
@@ -240,9 +248,10 @@ impl Clients {
         kind: Kind,
         conc: usize,
         messages: u64,
+        sequential: bool,
         snap: &dyn Fn() -> Result<Snapshot, String>,
     ) -> Result<(Snapshot, Snapshot), String> {
-        if conc == 1 {
+        if conc == 1 && !sequential {
             let before = snap()?;
             match kind {
                 Kind::RedisRs => self.redis_window(messages).await?,
@@ -335,13 +344,16 @@ impl Clients {
         &self,
         conc: usize,
         messages: u64,
+        sequential: bool,
         snap: &dyn Fn() -> Result<Snapshot, String>,
     ) -> Result<(Snapshot, Snapshot), String> {
         let payload = String::from_utf8_lossy(&self.payload).into_owned();
+        // Sequential: one request in flight per connection.
+        let pipeline = if sequential { 1 } else { WINDOW };
         let mut cmd = Command::new("redis-benchmark");
         // -3: RESP3 like the Rust clients (HELLO 3 at connect).
         cmd.args(["-3", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-c", &conc.to_string(), "-P", &WINDOW.to_string()])
+            .args(["-c", &conc.to_string(), "-P", &pipeline.to_string()])
             .args([
                 "-n",
                 &messages.to_string(),

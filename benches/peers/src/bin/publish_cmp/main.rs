@@ -6,9 +6,14 @@
 //! ```text
 //! publish_cmp [--kinds redis,valkey] [--messages 1000000] [--reps 3]
 //!             [--conc 1,64] [--only c,shardsub,redis,fred] [--warmup 50000]
-//!             [--addr HOST:PORT]
+//!             [--addr HOST:PORT] [--mode window|sequential]
 //! publish_cmp --serve redis|valkey
 //! ```
+//!
+//! `--mode sequential`: every submitter awaits each reply before its next
+//! publish (`--conc` is then the number of such callers; `redis-benchmark`
+//! runs with `-P 1`), and the table adds context switches and syscalls per
+//! message.
 //!
 //! `--addr` uses a running server instead of starting one (to strace the
 //! client alone); `--serve` starts one, prints its address and keeps it
@@ -45,6 +50,7 @@ struct Options {
     payload: usize,
     addr: Option<std::net::SocketAddr>,
     serve: Option<testkit::ServerKind>,
+    sequential: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -58,6 +64,7 @@ fn parse_args() -> Result<Options, String> {
         payload: 256,
         addr: None,
         serve: None,
+        sequential: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -83,6 +90,13 @@ fn parse_args() -> Result<Options, String> {
                         .ok_or(format!("unknown server {value}"))?,
                 )
             }
+            "--mode" => {
+                o.sequential = match value.as_str() {
+                    "window" => false,
+                    "sequential" | "seq" => true,
+                    _ => return Err(format!("unknown mode {value}")),
+                }
+            }
             "--payload" => o.payload = num(&value)?.clamp(1, 1 << 20) as usize,
             "--conc" => {
                 o.conc = value
@@ -102,7 +116,16 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-fn submitters(kind: Kind, conc: usize) -> String {
+fn submitters(kind: Kind, conc: usize, sequential: bool) -> String {
+    if sequential {
+        return match (kind, conc) {
+            (Kind::Reference, c) => format!("-c {c} -P 1"),
+            (Kind::Shardsub, 1) => "1 thread, wait each".into(),
+            (Kind::Shardsub, c) => format!("{c} threads, wait each"),
+            (_, 1) => "1 task, await each".into(),
+            (_, c) => format!("{c} tasks, await each"),
+        };
+    }
     match (kind, conc) {
         (Kind::Reference, c) => format!("-c {c} -P {WINDOW}"),
         (Kind::Shardsub, 1) => "1 thread".into(),
@@ -137,6 +160,8 @@ struct Row {
     wakes: Option<f64>,
     allocs: Option<f64>,
     server_per_m: f64,
+    switches: Option<f64>,
+    syscalls: Option<f64>,
 }
 
 fn row(samples: &[Sample]) -> Row {
@@ -159,6 +184,8 @@ fn row(samples: &[Sample]) -> Row {
         wakes: per_msg(&|s| s.wakes),
         per_engine_write: per_msg(&|s| s.engine_writes).map(|w| 1.0 / w),
         allocs: per_msg(&|s| s.allocs),
+        switches: per_msg(&|s| s.switches),
+        syscalls: per_msg(&|s| s.syscalls),
         server_per_m: median(
             samples
                 .iter()
@@ -172,7 +199,60 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
 
+/// Rows of one concurrency, in `Kind::ALL` order, with the best Rust
+/// peer's rate and CPU.
+fn rows_of(
+    conc: usize,
+    samples: &BTreeMap<(usize, usize), Vec<Sample>>,
+) -> (Vec<(Kind, Row)>, f64, f64) {
+    let rows: Vec<(Kind, Row)> = Kind::ALL
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &kind)| samples.get(&(conc, k)).map(|s| (kind, row(s))))
+        .collect();
+    let peers = || {
+        rows.iter()
+            .filter(|(k, _)| matches!(k, Kind::RedisRs | Kind::Fred))
+    };
+    let best_rate = peers().map(|(_, r)| r.rate).fold(f64::NAN, f64::max);
+    let best_cpu = peers().map(|(_, r)| r.cpu_per_m).fold(f64::NAN, f64::min);
+    (rows, best_rate, best_cpu)
+}
+
+fn print_sequential(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec<Sample>>) {
+    println!("\n### {server}, sequential\n");
+    println!(
+        "| publisher | callers | msg/s | vs best Rust peer | client CPU µs / msg | \
+         CPU vs best peer | context switches / msg | syscalls / msg | \
+         socket writes / msg | eventfd wakes / msg | allocs / msg | server CPU µs / msg |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &conc in &o.conc {
+        let (rows, best_rate, best_cpu) = rows_of(conc, samples);
+        for (kind, r) in &rows {
+            println!(
+                "| {} | {} | {:.0} | {:.2} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+                kind.name(),
+                submitters(*kind, conc, true),
+                r.rate,
+                r.rate / best_rate,
+                r.cpu_per_m,
+                r.cpu_per_m / best_cpu,
+                opt(r.switches, 2),
+                opt(r.syscalls, 1),
+                opt(r.per_write.map(|w| 1.0 / w), 2),
+                opt(r.wakes, 2),
+                opt(r.allocs, 1),
+                r.server_per_m,
+            );
+        }
+    }
+}
+
 fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec<Sample>>) {
+    if o.sequential {
+        return print_sequential(server, o, samples);
+    }
     println!("\n### {server}\n");
     println!(
         "| publisher | submitters | msg/s | vs C | vs best Rust peer | client CPU s / 1M | \
@@ -182,24 +262,14 @@ fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &conc in &o.conc {
-        let rows: Vec<(Kind, Row)> = Kind::ALL
-            .iter()
-            .enumerate()
-            .filter_map(|(k, &kind)| samples.get(&(conc, k)).map(|s| (kind, row(s))))
-            .collect();
+        let (rows, best_rate, best_cpu) = rows_of(conc, samples);
         let rate_of = |want: Kind| rows.iter().find(|(k, _)| *k == want).map(|(_, r)| r.rate);
-        let peers = || {
-            rows.iter()
-                .filter(|(k, _)| matches!(k, Kind::RedisRs | Kind::Fred))
-        };
-        let best_rate = peers().map(|(_, r)| r.rate).fold(f64::NAN, f64::max);
-        let best_cpu = peers().map(|(_, r)| r.cpu_per_m).fold(f64::NAN, f64::min);
         let c_rate = rate_of(Kind::Reference).unwrap_or(f64::NAN);
         for (kind, r) in &rows {
             println!(
                 "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
                 kind.name(),
-                submitters(*kind, conc),
+                submitters(*kind, conc, false),
                 r.rate,
                 r.rate / c_rate,
                 r.rate / best_rate,
@@ -262,7 +332,7 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
         let children = k == Kind::Reference;
         let snap = || Snapshot::take(addr, children, counters.as_ref());
         let w0 = clients.engine().stats().writes;
-        let (a, b) = clients.run(k, conc, n, &snap)?;
+        let (a, b) = clients.run(k, conc, n, o.sequential, &snap)?;
         let mut s = Sample::between(&a, &b, n, !children);
         if k == Kind::Shardsub {
             s.engine_writes = Some(clients.engine().stats().writes - w0);
@@ -286,9 +356,9 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
                 let n = o.messages / conc as u64 * conc as u64;
                 let s = measure(k, conc, n)?;
                 println!(
-                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/socket write {} (engine: {})  wakes/msg {}  allocs {} ({}/msg)  server {:.2} s/1M",
+                    "rep {rep} {:<16} {:<22} {:>9.0} msg/s  cpu {:.2} s/1M  msgs/socket write {} (engine: {})  wakes/msg {}  allocs {} ({}/msg)  server {:.2} s/1M  switches/msg {}  syscalls/msg {}",
                     k.name(),
-                    submitters(k, conc),
+                    submitters(k, conc, o.sequential),
                     s.messages as f64 / s.secs,
                     s.cpu / s.messages as f64 * 1e6,
                     opt(s.socket_writes.map(|w| s.messages as f64 / w as f64), 1),
@@ -297,6 +367,8 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
                     opt(s.allocs.map(|a| a as f64), 0),
                     opt(s.allocs.map(|a| a as f64 / s.messages as f64), 4),
                     s.server_cpu / s.messages as f64 * 1e6,
+                    opt(s.switches.map(|w| w as f64 / s.messages as f64), 2),
+                    opt(s.syscalls.map(|w| w as f64 / s.messages as f64), 1),
                 );
                 samples.entry((conc, k_index)).or_default().push(s);
             }

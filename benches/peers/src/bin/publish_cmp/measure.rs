@@ -64,6 +64,18 @@ pub fn cpu_seconds(children: bool) -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Voluntary + involuntary context switches of this process, all threads
+/// (`getrusage(RUSAGE_SELF)`: `ru_nvcsw + ru_nivcsw`).
+pub fn context_switches() -> u64 {
+    // SAFETY: as in `cpu_seconds`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a properly sized, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    (usage.ru_nvcsw + usage.ru_nivcsw) as u64
+}
+
 /// `used_cpu_user + used_cpu_sys` from the server's `INFO CPU`.
 ///
 /// # Errors
@@ -95,6 +107,8 @@ pub struct Snapshot {
     pub allocs: u64,
     /// Server CPU seconds.
     pub server_cpu: f64,
+    /// Context switches of this process (see [`context_switches`]).
+    pub switches: u64,
 }
 
 impl Snapshot {
@@ -114,6 +128,7 @@ impl Snapshot {
             writes: counters.map(Counters::read),
             allocs: allocs(),
             server_cpu,
+            switches: context_switches(),
             at: std::time::Instant::now(),
         })
     }
@@ -138,6 +153,11 @@ pub struct Sample {
     pub server_cpu: f64,
     /// Socket writes as the engine counts them (shardsub only).
     pub engine_writes: Option<u64>,
+    /// Context switches of this process (`None` for the C reference).
+    pub switches: Option<u64>,
+    /// Every syscall of this process and its children (`None` without the
+    /// `raw_syscalls` counter).
+    pub syscalls: Option<u64>,
 }
 
 impl Sample {
@@ -153,6 +173,12 @@ impl Sample {
             allocs: in_process.then(|| b.allocs - a.allocs),
             server_cpu: b.server_cpu - a.server_cpu,
             engine_writes: None,
+            switches: in_process.then(|| b.switches - a.switches),
+            syscalls: a
+                .writes
+                .zip(b.writes)
+                .filter(|(a, _)| a.all > 0)
+                .map(|(a, b)| b.all - a.all),
         }
     }
 }

@@ -18,12 +18,15 @@ pub struct Writes {
     pub socket: u64,
     /// 8-byte `write`s: eventfd wakes.
     pub wakes: u64,
+    /// Every syscall (`raw_syscalls:sys_enter`); 0 when that counter is absent.
+    pub all: u64,
 }
 
 /// Open counters, one per (tracepoint, filter).
 pub struct Counters {
     socket: Vec<OwnedFd>,
     wakes: Option<OwnedFd>,
+    all: Option<OwnedFd>,
 }
 
 /// `perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER0`, 64 bytes).
@@ -49,13 +52,15 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 
 fn open(syscall: &str, filter: Option<&str>) -> Option<OwnedFd> {
-    let id: u64 = std::fs::read_to_string(format!(
-        "/sys/kernel/tracing/events/syscalls/sys_enter_{syscall}/id"
-    ))
-    .ok()?
-    .trim()
-    .parse()
-    .ok()?;
+    open_event(&format!("syscalls/sys_enter_{syscall}"), filter)
+}
+
+fn open_event(event: &str, filter: Option<&str>) -> Option<OwnedFd> {
+    let id: u64 = std::fs::read_to_string(format!("/sys/kernel/tracing/events/{event}/id"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let attr = Attr {
         kind: PERF_TYPE_TRACEPOINT,
         size: std::mem::size_of::<Attr>() as u32,
@@ -125,7 +130,8 @@ impl Counters {
             open("sendmsg", None)?,
         ];
         let wakes = open("write", Some("count == 8"));
-        Some(Counters { socket, wakes })
+        let all = open_event("raw_syscalls/sys_enter", None);
+        Some(Counters { socket, wakes, all })
     }
 
     /// The counts so far.
@@ -133,6 +139,7 @@ impl Counters {
         Writes {
             socket: self.socket.iter().map(read).sum(),
             wakes: self.wakes.as_ref().map_or(0, read),
+            all: self.all.as_ref().map_or(0, read),
         }
     }
 }
