@@ -297,7 +297,7 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "publish_sequential",
         section: "Publish vs peers",
-        estimate_s: 60,
+        estimate_s: 30,
         measured: false,
         servers: true,
         build: vec![cargo(&[
@@ -371,7 +371,7 @@ pub fn all() -> Vec<Entry> {
     out.push(Entry {
         name: "parser_instructions",
         section: "Parser (instructions per frame)",
-        estimate_s: 110,
+        estimate_s: 90,
         measured: true,
         servers: false,
         build: vec![cargo(&[
