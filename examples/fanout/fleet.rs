@@ -18,6 +18,9 @@ use crate::options::{Mode, Options};
 use crate::servers::{ms, n};
 use crate::target::Probe;
 
+/// The connection name of the publisher instances (`CLIENT LIST`).
+pub const PUBLISHER_NAME: &str = "fanout-publisher";
+
 /// Every instance of the run.
 pub struct Instances {
     pub fleet: Vec<Fleet>,
@@ -90,7 +93,12 @@ pub fn build(
     }
     let publishers = (0..o.publishers)
         .map(|k| {
+            // Named apart, so the servers' counts can tell the subscriber
+            // instances' connections from the publishers' (whose subscribe
+            // connection carries only the library's failover service
+            // channel on a cluster).
             base(o, probe, &runtime)
+                .client_name(PUBLISHER_NAME)
                 .handler(|_: &[u8], _: &[u8]| {})
                 .build()
                 .map_err(|err| format!("publisher {k}: {err}"))

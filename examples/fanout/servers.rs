@@ -104,6 +104,10 @@ pub struct Conns {
     pub sub: usize,
     /// Named `shardsub-pub` (publish and topology connections).
     pub publ: usize,
+    /// Named as the publisher instances (every one of their connections).
+    pub publisher: usize,
+    /// The publisher instances' connections with subscriptions.
+    pub publisher_subscribed: usize,
 }
 
 /// Reads `CLIENT LIST` of `addr`.
@@ -118,12 +122,17 @@ pub fn conns(addr: SocketAddr) -> Conns {
         };
         let n = |k: &str| field(k).parse::<u64>().unwrap_or(0);
         c.total += 1;
-        if n("sub=") > 0 || n("ssub=") > 0 || field("flags=").contains('P') {
+        let subscribed = n("sub=") > 0 || n("ssub=") > 0 || field("flags=").contains('P');
+        if subscribed {
             c.subscribed += 1;
         }
         match field("name=") {
             "shardsub-sub" => c.sub += 1,
             "shardsub-pub" => c.publ += 1,
+            crate::fleet::PUBLISHER_NAME => {
+                c.publisher += 1;
+                c.publisher_subscribed += usize::from(subscribed);
+            }
             _ => {}
         }
     }

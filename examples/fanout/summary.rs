@@ -29,7 +29,8 @@ pub struct ConnsAtEnd {
 /// instance per primary, none elsewhere) or, in other modes, until two
 /// readings 200 ms apart agree; at most 5 s.
 pub fn settle_conns(o: &Options, probe: &Probe, inst: &Instances) -> ConnsAtEnd {
-    let instances = inst.fleet.len() + inst.publishers.len();
+    let engines = inst.fleet.len();
+    let publishers = inst.publishers.len();
     let check = o.mode == Mode::NodeGrouped && o.local();
     let read = || -> BTreeMap<SocketAddr, (Conns, &'static str)> {
         probe
@@ -40,8 +41,10 @@ pub fn settle_conns(o: &Options, probe: &Probe, inst: &Instances) -> ConnsAtEnd 
     };
     let exact = |m: &BTreeMap<SocketAddr, (Conns, &'static str)>| {
         m.values().all(|(c, role)| {
-            let want = if *role == "primary" { instances } else { 0 };
-            c.sub == want && c.publ == want
+            // Per primary: one subscribe and one publish connection per
+            // engine, the same two per publisher (named apart).
+            let on = usize::from(*role == "primary");
+            c.sub == on * engines && c.publ == on * engines && c.publisher == on * 2 * publishers
         })
     };
     let start = Instant::now();
@@ -354,7 +357,7 @@ pub fn result_line(o: &Options, m: &Measured, conns: &ConnsAtEnd, rep: &RunRepor
         .per_node
         .iter()
         .filter(|(a, _)| !primaries.contains(&a.to_string().as_str()))
-        .map(|(_, c)| c.sub + c.publ)
+        .map(|(_, c)| c.sub + c.publ + c.publisher)
         .sum();
     let (moved, _) = moved(m);
     let restored = m
@@ -370,8 +373,8 @@ pub fn result_line(o: &Options, m: &Measured, conns: &ConnsAtEnd, rep: &RunRepor
          received={} delivered={} lost_signalled={} lost_silent={} duplicated={} reordered={} \
          unexpected={} unwanted={} split={} lost_outside_moved={} signals={} dropped={} \
          gaps_before_faults={} faults={} moved_partitions={} gap_events={} restored_ms={} \
-         sub_conns_per_master={} pub_conns_per_master={} subscribed_conns_per_master={} \
-         stale_conns={stale} checks={}",
+         sub_conns_per_master={} pub_conns_per_master={} publisher_conns_per_master={} \
+         subscribed_conns_per_master={} stale_conns={stale} checks={}",
         o.mode.name(),
         o.kind,
         a.published,
@@ -398,6 +401,7 @@ pub fn result_line(o: &Options, m: &Measured, conns: &ConnsAtEnd, rep: &RunRepor
         restored,
         range(&|c| c.sub),
         range(&|c| c.publ),
+        range(&|c| c.publisher),
         range(&|c| c.subscribed),
         if rep.result == "ok" { "ok" } else { "failed" },
     )
