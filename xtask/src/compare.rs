@@ -36,7 +36,8 @@ usage: cargo xtask compare [--dir DIR] [--modes M,M,...] [--scaling [--nodes 1,2
   --no-run       run nothing; render from the report.json files already in DIR
   DEMO FLAGS     go to every run unchanged (e.g. --server redis --seconds 10
                  --rate 20000, or --ramp 5000:1.5:3); not --mode, --report,
-                 --no-live (compare sets them), nor --masters with --scaling";
+                 --no-live (compare sets them), nor --masters with --scaling;
+                 faults (--failover AT, --storm AT, ...) only with cluster modes";
 
 /// Parsed flags.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +110,30 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
         } else {
             MODES.iter().map(|m| m.to_string()).collect()
         };
+    }
+    // The demo injects faults only into a cluster: refuse up front rather
+    // than run half the modes, or run the others without the faults.
+    let faults = [
+        "--failover",
+        "--kill",
+        "--storm",
+        "--reshard",
+        "--reshard-atomic",
+        "--add-node",
+    ];
+    let fault = o.demo.iter().find(|a| faults.contains(&a.as_str()));
+    let standalone: Vec<&str> = o
+        .modes
+        .iter()
+        .map(String::as_str)
+        .filter(|m| matches!(*m, "shards" | "single"))
+        .collect();
+    if let (Some(fault), false) = (fault, standalone.is_empty()) {
+        return Err(format!(
+            "{fault}: the demo injects faults only in the cluster modes, not in {}; \
+             run --modes node-grouped,per-partition,classic with faults, or leave them out\n{USAGE}",
+            standalone.join(", ")
+        ));
     }
     for m in &o.modes {
         if !MODES.contains(&m.as_str()) {

@@ -291,9 +291,14 @@ fn pick_at_knee<'a>(clean: &'a [Clean<'a>], out: &mut Vec<String>) -> Option<&'a
     ));
     for (r, s) in clean.iter().filter(|(r, _)| !std::ptr::eq(*r, *w)) {
         let extra = (us(r) / us(w) - 1.0) * 100.0;
+        let tie = if extra.abs() < 5.0 {
+            " (within 5 %: a tie at this load)"
+        } else {
+            ""
+        };
         out.push(format!(
             "{}: held {} msg/s (knee: {}), {} µs per delivered message there ({}{} % against \
-             {}), {} subscribing connections on the busiest primary (against {}).",
+             {}){tie}, {} subscribing connections on the busiest primary (against {}).",
             s.mode,
             fmt_num(point(r).0),
             knee_cell(r),

@@ -205,9 +205,27 @@ fn ramped_runs_are_picked_at_the_knee_flat_ones_over_the_run() {
         .expect("held");
     held.published_per_s = 10_000.0;
     held.server_cpu_us_per_msg = Some(0.5);
+    // And shards costs the same as node-grouped at its held step.
+    let winner = c.runs[0].knee.as_ref().and_then(|k| k.held).expect("held");
+    let shards = c
+        .runs
+        .iter_mut()
+        .find(|r| r.meta.mode == "shards")
+        .expect("shards");
+    let held = shards
+        .knee
+        .as_mut()
+        .and_then(|k| k.held.as_mut())
+        .expect("held");
+    held.server_cpu_us_per_msg = winner.server_cpu_us_per_msg;
+    held.client_cpu_us_per_msg = winner.client_cpu_us_per_msg;
     let md = crate::render_compare_markdown(&c);
     assert!(md.contains("- Pick node-grouped:"), "{md}");
     assert!(md.contains("single: held 10k msg/s"), "{md}");
+    assert!(
+        md.contains("shards: held") && md.contains("(within 5 %: a tie at this load)"),
+        "{md}"
+    );
     // Without a ramp: CPU per million over the run, among those with lag
     // p99 within twice the best.
     let mut c = crate::sample::synthetic_compare();

@@ -47,10 +47,18 @@ fn bad_flags_are_clear_errors() {
         ("--scaling --nodes 0,1", "0 primaries"),
         ("--scaling --masters 3", "--masters comes from --nodes"),
         ("--scaling --modes single", "no node count"),
+        ("--failover 4", "not in shards, single"),
+        ("--modes classic,shards --storm 3", "not in shards;"),
     ] {
         let err = parse(&args(bad)).expect_err(bad);
         assert!(err.contains(want), "{bad}: {err}");
     }
+}
+
+#[test]
+fn faults_go_with_the_cluster_modes() {
+    let o = parse(&args("--modes node-grouped,classic --failover 4 --storm 9")).expect("parse");
+    assert_eq!(o.demo, args("--failover 4 --storm 9"));
 }
 
 #[test]
