@@ -39,9 +39,11 @@ fn calls(addr: SocketAddr, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Connections on `addr` with a subscription (`sub`/`ssub` > 0 or flag P).
-fn subscribed(addr: SocketAddr) -> u64 {
-    cmd(addr, &["CLIENT", "LIST"])
+/// Connections on `addr` with a subscription (`sub`/`ssub` > 0 or flag
+/// P): all of them, and those not named as the demo's publisher instances.
+fn subscribed(addr: SocketAddr) -> (u64, u64) {
+    let list = cmd(addr, &["CLIENT", "LIST"]);
+    let with_subs: Vec<&str> = list
         .lines()
         .filter(|l| {
             l.split(' ').any(|f| {
@@ -49,10 +51,15 @@ fn subscribed(addr: SocketAddr) -> u64 {
                     || f.strip_prefix("flags=").is_some_and(|v| v.contains('P'))
             })
         })
-        .count() as u64
+        .collect();
+    let engines = with_subs
+        .iter()
+        .filter(|l| !l.split(' ').any(|f| f == "name=fanout-publisher"))
+        .count();
+    (with_subs.len() as u64, engines as u64)
 }
 
-fn per_node(addrs: &[SocketAddr], read: impl Fn(SocketAddr) -> u64) -> BTreeMap<String, u64> {
+fn per_node<T>(addrs: &[SocketAddr], read: impl Fn(SocketAddr) -> T) -> BTreeMap<String, T> {
     addrs.iter().map(|&a| (a.to_string(), read(a))).collect()
 }
 
@@ -96,12 +103,15 @@ fn run_on(kind: testkit::ServerKind) {
     // While it runs: the subscribed connections per node as the servers
     // list them (the most seen; they only grow while the fleet starts).
     let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seen_engines: BTreeMap<String, u64> = BTreeMap::new();
     let start = Instant::now();
     while child.try_wait().expect("wait").is_none() {
         assert!(start.elapsed() < Duration::from_secs(90), "the demo hangs");
-        for (a, n) in per_node(&addrs, subscribed) {
-            let e = seen.entry(a).or_default();
-            *e = (*e).max(n);
+        for (a, (all, engines)) in per_node(&addrs, subscribed) {
+            let e = seen.entry(a.clone()).or_default();
+            *e = (*e).max(all);
+            let e = seen_engines.entry(a).or_default();
+            *e = (*e).max(engines);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -136,6 +146,12 @@ fn run_on(kind: testkit::ServerKind) {
         // engines, and each publisher's, which holds a keep-alive).
         assert_eq!(seen[&a], (ENGINES + PUBLISHERS) as u64, "{a} seen: {ctx}");
         assert_eq!(n.subscribe_connections, seen[&a], "{a} subscribed: {ctx}");
+        // The subscriber instances' own: one each, told apart by name.
+        assert_eq!(seen_engines[&a], ENGINES as u64, "{a} engines seen: {ctx}");
+        assert_eq!(
+            n.engine_subscribe_connections, seen_engines[&a],
+            "{a} engines' subscribed: {ctx}"
+        );
         assert_eq!(n.role, "primary", "{ctx}");
         ss_total += ss_delta;
         sp_total += sp_delta;

@@ -70,6 +70,7 @@ pub fn build(o: &Options, parts: &Partitions, m: &Measured) -> RunReport {
                 .count() as u64,
             connections: conns.total as u64,
             subscribe_connections: conns.subscribed as u64,
+            engine_subscribe_connections: (conns.subscribed - conns.publisher_subscribed) as u64,
             ssubscribe_calls: k.ssubscribe,
             subscribe_calls: k.subscribe,
             publish_calls: k.publish,

@@ -126,12 +126,13 @@ pub fn print_and_check(
         quantile(&m.lag, 0.999)
     );
     println!(
-        "{:<21} {:<8} {:>6} {:>6} {:>10} {:>11} {:>10} {:>11} {:>10} {:>9}",
+        "{:<21} {:<8} {:>6} {:>6} {:>10} {:>10} {:>11} {:>10} {:>11} {:>10} {:>9}",
         "node",
         "role",
         "parts",
         "conns",
         "sub conns",
+        "of engines",
         "SSUBSCRIBE",
         "SUBSCRIBE",
         "(S)PUBLISH",
@@ -140,12 +141,13 @@ pub fn print_and_check(
     );
     for s in &rep.nodes {
         println!(
-            "{:<21} {:<8} {:>6} {:>6} {:>10} {:>11} {:>10} {:>11} {:>10.2} {:>9}",
+            "{:<21} {:<8} {:>6} {:>6} {:>10} {:>10} {:>11} {:>10} {:>11} {:>10.2} {:>9}",
             s.addr,
             s.role,
             s.partitions_owned,
             s.connections,
             s.subscribe_connections,
+            s.engine_subscribe_connections,
             n(s.ssubscribe_calls),
             n(s.subscribe_calls),
             n(s.publish_calls),

@@ -190,6 +190,12 @@ pub struct NodeStats {
     /// Connections with subscriptions (CLIENT LIST: sub or ssub > 0, or
     /// flag P), at the end.
     pub subscribe_connections: u64,
+    /// Of those, the subscriber instances' (the publisher instances'
+    /// connections, named apart, left out: on a cluster each holds one
+    /// subscribe connection per primary for the library's failover service
+    /// channel). Older reports lack it (0).
+    #[serde(default)]
+    pub engine_subscribe_connections: u64,
     /// SSUBSCRIBE calls over the run (INFO commandstats delta).
     pub ssubscribe_calls: u64,
     /// SUBSCRIBE calls over the run (INFO commandstats delta).

@@ -155,6 +155,7 @@ fn build(shape: &Shape) -> RunReport {
         partitions_owned: parts,
         connections: if role == "primary" { 5 } else { 1 },
         subscribe_connections: if role == "primary" { 4 } else { 0 },
+        engine_subscribe_connections: if role == "primary" { 3 } else { 0 },
         ssubscribe_calls: if role == "primary" {
             170 + 3 * i as u64
         } else {
@@ -171,6 +172,7 @@ fn build(shape: &Shape) -> RunReport {
         let cpu = (7.5 + m as f64 * 0.4) * shape.server * 3.0 / shape.masters as f64;
         let mut primary = node(2 * m, "primary", parts, cpu, Some(44 - m as u64));
         primary.subscribe_connections = shape.sub_conns;
+        primary.engine_subscribe_connections = shape.sub_conns.saturating_sub(1);
         primary.connections = shape.sub_conns + 1;
         nodes.push(primary);
         nodes.push(node(2 * m + 1, "replica", 0, cpu / 4.0, Some(0)));

@@ -216,6 +216,13 @@ pub(crate) fn connections(r: &RunReport) -> String {
                     .map(|n| n.subscribe_connections as f64)
                     .collect(),
             ),
+            (
+                "subscriber instances'".into(),
+                r.nodes
+                    .iter()
+                    .map(|n| n.engine_subscribe_connections as f64)
+                    .collect(),
+            ),
         ],
     })
 }
