@@ -602,28 +602,12 @@ impl<T> Connection<T> {
     /// Whatever `source.read` returns (`WouldBlock` included); the
     /// connection is not changed by an error.
     pub fn read_from<R: io::Read>(&mut self, source: &mut R, now: Instant) -> io::Result<usize> {
-        self.read_some_from(source, now).map(|(n, _)| n)
-    }
-
-    /// [`Connection::read_from`], also telling whether the read filled all
-    /// the room it was given. A short read from a stream socket took all
-    /// it had, so the caller need not read again to find it empty.
-    ///
-    /// # Errors
-    ///
-    /// As [`Connection::read_from`].
-    pub fn read_some_from<R: io::Read>(
-        &mut self,
-        source: &mut R,
-        now: Instant,
-    ) -> io::Result<(usize, bool)> {
         self.st.now = now;
         self.input.make_room();
         let end = self.input.buf.len().min(self.input.end + MAX_READ);
-        let room = end - self.input.end;
         let n = source.read(&mut self.input.buf[self.input.end..end])?;
         self.input.end += n;
-        Ok((n, n == room))
+        Ok(n)
     }
 
     /// The peer closed its side.

@@ -99,100 +99,16 @@ impl Driver {
         matches!(self.phase, Phase::Closed)
     }
 
-    /// Runs one turn of the I/O thread on this connection: `f` gets the
-    /// core and the socket in `self.core` / `self.socket` (taken out of
-    /// the shared `io` lock, which stays held, so a submitter cannot write
-    /// meanwhile), and they go back with the verdict on direct writes.
-    fn with_io<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
-        let shared = Arc::clone(&self.shared);
-        let mut io = shared.io.lock();
-        // After a panic in a turn they may still be here: keep them.
-        if let Some(core) = io.core.take() {
-            self.core = Some(core);
-        }
-        if let Some(socket) = io.socket.take() {
-            self.socket = Some(socket);
-        }
-        let out = f(self);
-        let idle = self.is_idle();
-        io.core = self.core.take();
-        io.socket = self.socket.take();
-        io.idle = idle;
-        shared.idle_hint.store(idle, Ordering::Release);
-        out
-    }
-
-    /// Whether a submitter may write its request to the socket itself
-    /// (see `direct.rs`): open, past the handshake, plain TCP, nothing
-    /// awaited or unsent, no write waiting for room, not shutting down.
-    fn is_idle(&self) -> bool {
-        matches!(self.phase, Phase::Open)
-            && !self.shutting_down
-            && !self.write_blocked
-            && !self.write_interest
-            && self.socket.as_ref().is_some_and(Transport::is_plain)
-            && self.core.as_ref().is_some_and(|c| {
-                c.is_ready() && !c.is_closed() && c.pending_len() == 0 && c.unsent_len() == 0
-            })
-    }
-
-    /// The longest the thread may sleep for this connection's sake with
-    /// nothing due: a submitter may write a request at any time (see
-    /// `direct.rs`), so the thread must look again within its request
-    /// timeout to see the new deadline in time.
-    pub(crate) fn wake_within(&self) -> Option<std::time::Duration> {
-        let timeout = self.settings.conn.request_timeout;
-        let plain_open = self.tls.is_none() && matches!(self.phase, Phase::Open);
-        (plain_open && !self.shutting_down && !timeout.is_zero()).then_some(timeout)
-    }
-
-    /// A readiness event for this connection's socket; `closed`: it
-    /// reported the peer's end or an error (then reads go on until the
-    /// socket says it is empty, so the end is seen now: its edge is spent).
-    pub(crate) fn on_socket_event(
-        &mut self,
-        registry: &Registry,
-        readable: bool,
-        writable: bool,
-        closed: bool,
-        now: Instant,
-    ) {
-        self.with_io(|d| d.on_socket_event_in(registry, readable, writable, closed, now));
-    }
-
-    /// Timers, staged commands and writes; called on every loop turn.
-    pub(crate) fn service(&mut self, registry: &Registry, now: Instant, notified: bool) {
-        self.with_io(|d| d.service_in(registry, now, notified));
-    }
-
-    /// Starts a shutdown: refuse new submissions, fail what cannot be sent.
-    pub(crate) fn begin_shutdown(&mut self, registry: &Registry, now: Instant) {
-        self.with_io(|d| d.begin_shutdown_in(registry, now));
-    }
-
-    /// Ends the connection now: everything pending fails with `Shutdown`.
-    pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
-        self.with_io(|d| d.abort_in(registry, now));
-    }
-
-    /// Ends the connection for good after its I/O thread panicked (the
-    /// thread has caught the panic and is about to stop): everything
-    /// pending fails with [`Error::RuntimeStopped`].
-    pub(crate) fn stop_after_panic(&mut self, registry: &Registry, now: Instant) {
-        self.with_io(|d| d.stop_after_panic_in(registry, now));
-    }
-
     /// Nothing left to send or to wait for (used to end a shutdown early).
     pub(crate) fn is_quiet(&self) -> bool {
-        let io = self.shared.io.lock();
-        match (&self.phase, &io.core) {
+        match (&self.phase, &self.core) {
             (Phase::Closed, _) => true,
             (Phase::Open, Some(core)) => {
                 core.is_ready()
                     && core.pending_len() == 0
                     && core.unsent_len() == 0
                     && self.shared.staging.lock().requests.is_empty()
-                    && !io.socket.as_ref().is_some_and(Transport::has_output)
+                    && !self.socket.as_ref().is_some_and(Transport::has_output)
             }
             _ => false,
         }
@@ -210,15 +126,14 @@ impl Driver {
             Phase::Backoff { until } => Some(*until),
             Phase::Closed => None,
             Phase::Open => {
-                let io = self.shared.io.lock();
-                let core = io.core.as_ref()?;
+                let core = self.core.as_ref()?;
                 let deadline = core.poll_deadline();
                 // Waiting for WRITABLE, or for the TLS handshake (rustls
                 // holds what it took until then; the server's handshake
                 // messages arrive as reads, and each is followed by a
                 // write turn): not for a time.
                 let waiting = self.write_interest
-                    || io.socket.as_ref().is_some_and(Transport::is_handshaking);
+                    || self.socket.as_ref().is_some_and(Transport::is_handshaking);
                 let flush = if waiting { None } else { core.poll_flush_at() };
                 match (flush, deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -275,12 +190,11 @@ impl Driver {
     }
 
     /// A readiness event for this connection's socket.
-    fn on_socket_event_in(
+    pub(crate) fn on_socket_event(
         &mut self,
         registry: &Registry,
         readable: bool,
         writable: bool,
-        closed: bool,
         now: Instant,
     ) {
         if writable {
@@ -306,14 +220,11 @@ impl Driver {
             }
         }
         if readable {
-            self.read(registry, now, closed);
+            self.read(registry, now);
         }
     }
 
-    /// Reads what the socket has, up to the budget. A short read of plain
-    /// TCP ends it (everything was taken; what arrives later raises a new
-    /// edge) unless `until_empty`.
-    fn read(&mut self, registry: &Registry, mut now: Instant, until_empty: bool) {
+    fn read(&mut self, registry: &Registry, mut now: Instant) {
         self.more_to_read = false;
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
@@ -331,11 +242,11 @@ impl Driver {
                 now = Instant::now();
             }
             match socket.read_into(core, now) {
-                Ok((0, _)) => {
+                Ok(0) => {
                     core.handle_eof(now);
                     break;
                 }
-                Ok((_, more)) => {
+                Ok(_) => {
                     budget -= 1;
                     Counters::add(&self.settings.counters.reads, 1);
                     if let Some(closed) = dispatch(
@@ -346,10 +257,6 @@ impl Driver {
                         &mut self.backoff,
                     ) {
                         return self.teardown(registry, closed, now);
-                    }
-                    if !more && !until_empty {
-                        // Drained: saves the read that would find it empty.
-                        break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -448,9 +355,9 @@ impl Driver {
     }
 
     /// Timers, staged commands and writes; called on every loop turn.
-    fn service_in(&mut self, registry: &Registry, now: Instant, notified: bool) {
+    pub(crate) fn service(&mut self, registry: &Registry, now: Instant, notified: bool) {
         if self.more_to_read {
-            self.read(registry, now, true);
+            self.read(registry, now);
         }
         match self.phase {
             Phase::Backoff { until } => {
@@ -523,7 +430,7 @@ impl Driver {
     }
 
     /// Starts a shutdown: refuse new submissions, fail what cannot be sent.
-    fn begin_shutdown_in(&mut self, registry: &Registry, now: Instant) {
+    pub(crate) fn begin_shutdown(&mut self, registry: &Registry, now: Instant) {
         self.shutting_down = true;
         self.set_state(CLOSED);
         match self.phase {
@@ -536,7 +443,7 @@ impl Driver {
     }
 
     /// Ends the connection now: everything pending fails with `Shutdown`.
-    fn abort_in(&mut self, registry: &Registry, now: Instant) {
+    pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
         self.shutting_down = true;
         if let Some(core) = &mut self.core {
             core.close();
@@ -550,7 +457,7 @@ impl Driver {
     /// Ends the connection for good after its I/O thread panicked (the
     /// thread has caught the panic and is about to stop): everything
     /// pending fails with [`Error::RuntimeStopped`].
-    fn stop_after_panic_in(&mut self, registry: &Registry, now: Instant) {
+    pub(crate) fn stop_after_panic(&mut self, registry: &Registry, now: Instant) {
         self.shutting_down = true;
         if !self.is_closed() {
             self.teardown(registry, Error::RuntimeStopped, now);

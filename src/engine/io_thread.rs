@@ -74,19 +74,6 @@ impl IoThread {
                 if let Some(t) = d.next_deadline() {
                     next = Some(next.map_or(t, |n| n.min(t)));
                 }
-                // A submitter may write a request itself at any time: look
-                // again within its timeout to see its deadline.
-                if let Some(w) = d.wake_within() {
-                    let t = now + w;
-                    next = Some(next.map_or(t, |n| n.min(t)));
-                }
-            }
-            {
-                // Staged work that came while this thread was awake: no
-                // wake was written for it (see `Ready`), so do not wait.
-                let mut ready = self.shared.ready.lock();
-                immediate |= !ready.slots.is_empty();
-                ready.sleeping = !immediate;
             }
             let timeout = if immediate {
                 Some(Duration::ZERO)
@@ -107,8 +94,6 @@ impl IoThread {
                 }
                 events.clear();
             }
-            // Awake: notifiers from here on leave the waker alone.
-            self.shared.ready.lock().sleeping = false;
             let now = Instant::now();
             let registry = self.poll.registry();
             for ev in events.iter() {
@@ -123,8 +108,7 @@ impl IoThread {
                 // An error or a closed write side clears a blocked write too,
                 // so the next write reports it.
                 let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
-                let closed = ev.is_read_closed() || ev.is_error();
-                d.on_socket_event(registry, readable, writable, closed, now);
+                d.on_socket_event(registry, readable, writable, now);
                 if let Some(f) = self.flags.get_mut(slot) {
                     *f = true; // serviced this turn: it may have work now
                 }
@@ -136,9 +120,7 @@ impl IoThread {
             // Reading can take a while (up to the read budget per
             // connection): timers and shutdown deadlines see the clock.
             let now = Instant::now();
-            {
-                std::mem::swap(&mut self.shared.ready.lock().slots, &mut notified);
-            }
+            std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);
             for &i in &notified {
                 if let Some(f) = self.flags.get_mut(i) {
                     *f = true;

@@ -2,9 +2,6 @@
 
 mod backoff;
 mod builder;
-mod direct;
-#[cfg(test)]
-mod direct_tests;
 mod driver;
 mod io_thread;
 mod pending;
@@ -37,7 +34,7 @@ use driver::Driver;
 pub(crate) use pending::TokenSink;
 use pending::{Completion, Slot};
 use runtime::Latch;
-use shared::{ConnShared, Control, Counters, Io, Staging, ThreadShared, CONNECTING};
+use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
 
 /// Settings every connection and I/O thread reads.
 pub(crate) struct Settings {
@@ -153,9 +150,6 @@ impl Engine {
                         index,
                         role: settings.conn.role,
                     },
-                    io: Mutex::new(Io::default()),
-                    idle_hint: AtomicBool::new(false),
-                    settings: settings.clone(),
                     staging: Mutex::new(Staging::default()),
                     state: AtomicU8::new(CONNECTING),
                     wake_pending: AtomicBool::new(false),

@@ -16,12 +16,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::conn::{Connection, Request};
+use crate::conn::Request;
 use crate::engine::driver::Driver;
 use crate::engine::pending::Completion;
 use crate::engine::runtime::{Dead, Latch, Slots};
-use crate::engine::transport::Transport;
-use crate::engine::Settings;
 use crate::error::Error;
 use crate::observer::ConnInfo;
 use crate::threads::PanicCount;
@@ -43,28 +41,9 @@ pub(crate) struct Staging {
     pub(crate) waiters: usize,
 }
 
-/// The connection's socket and sans-IO core. The I/O thread holds this
-/// lock for each of its turns on the connection; between turns a submitter
-/// may take it to write a request itself when the connection is idle (see
-/// `direct.rs`). Lock order: `io`, then `staging`.
-#[derive(Default)]
-pub(crate) struct Io {
-    pub(crate) core: Option<Connection<Completion>>,
-    pub(crate) socket: Option<Transport>,
-    /// The I/O thread's verdict after its last turn: open, past its
-    /// handshake, plain TCP, nothing awaited or unsent, no write blocked,
-    /// not shutting down. Written under this lock only.
-    pub(crate) idle: bool,
-}
-
 /// One connection, as submitters see it.
 pub(crate) struct ConnShared {
     pub(crate) info: ConnInfo,
-    pub(crate) io: Mutex<Io>,
-    /// A lock-free hint of [`Io::idle`] (so busy connections cost
-    /// submitters no `io` lock): set with it, cleared by a direct write.
-    pub(crate) idle_hint: AtomicBool,
-    pub(crate) settings: Arc<Settings>,
     pub(crate) staging: Mutex<Staging>,
     /// One of the state constants; written under the staging lock.
     pub(crate) state: AtomicU8,
@@ -94,10 +73,6 @@ impl ConnShared {
     where
         F: FnOnce(&mut Vec<u8>),
     {
-        let (encode, request) = match self.submit_direct(encode, request) {
-            Ok(done) => return done,
-            Err(back) => back,
-        };
         let mut staging = self.staging.lock();
         if let Err(e) = self.check_state() {
             return Err((request, e));
@@ -139,13 +114,13 @@ impl ConnShared {
         let wake = !self.wake_pending.swap(true, Ordering::AcqRel);
         drop(staging);
         if wake {
-            self.notify();
+            self.thread.notify(self.local);
         }
         Ok(())
     }
 
     /// Whether the connection takes submissions (call under the staging lock).
-    pub(crate) fn check_state(&self) -> Result<(), Error> {
+    fn check_state(&self) -> Result<(), Error> {
         match self.state.load(Ordering::Acquire) {
             DOWN => Err(Error::NotConnected {
                 addr: self.info.addr,
@@ -153,14 +128,6 @@ impl ConnShared {
             CLOSED => Err(Error::Shutdown),
             STOPPED => Err(Error::RuntimeStopped),
             _ => Ok(()),
-        }
-    }
-
-    /// Tells the I/O thread this connection has work, counting the wake
-    /// when one was written.
-    pub(crate) fn notify(&self) {
-        if self.thread.notify(self.local) {
-            Counters::add(&self.settings.counters.wakes, 1);
         }
     }
 
@@ -195,23 +162,11 @@ pub(crate) enum Control {
     Panic,
 }
 
-/// Connections with staged work, for the I/O thread. Before it polls, the
-/// thread either finds `slots` non-empty (and polls without waiting) or sets
-/// `sleeping`, both under this lock; a notifier that finds `sleeping` set
-/// clears it and writes the waker, so exactly one wake reaches a sleeping
-/// thread and none is spent on an awake one.
-#[derive(Default)]
-pub(crate) struct Ready {
-    pub(crate) slots: Vec<usize>,
-    pub(crate) sleeping: bool,
-}
-
 /// One I/O thread, as other threads see it.
 pub(crate) struct ThreadShared {
     pub(crate) waker: mio::Waker,
-    /// Connections (by slot) with staged work, and whether the thread is
-    /// (about to be) asleep in its poll.
-    pub(crate) ready: Mutex<Ready>,
+    /// Connections (by slot) with staged work.
+    pub(crate) ready: Mutex<Vec<usize>>,
     pub(crate) control: Mutex<Vec<Control>>,
     /// Free slots of the thread's connection table.
     pub(crate) slots: Mutex<Slots>,
@@ -223,7 +178,7 @@ impl ThreadShared {
     pub(crate) fn new(waker: mio::Waker) -> Self {
         ThreadShared {
             waker,
-            ready: Mutex::new(Ready::default()),
+            ready: Mutex::new(Vec::new()),
             control: Mutex::new(Vec::new()),
             slots: Mutex::new(Slots::default()),
             dead: Dead::default(),
@@ -234,21 +189,11 @@ impl ThreadShared {
         self.dead.get()
     }
 
-    /// Tells the thread that connection `local` has staged work. Wakes it
-    /// only when it sleeps (or is about to) in its poll: an awake thread
-    /// looks at the list before it sleeps again (see [`Ready`]).
-    /// Returns whether it wrote a wake.
-    pub(crate) fn notify(&self, local: usize) -> bool {
-        let mut ready = self.ready.lock();
-        ready.slots.push(local);
-        let wake = std::mem::take(&mut ready.sleeping);
-        drop(ready);
-        if wake {
-            if let Err(e) = self.waker.wake() {
-                log::error!("cannot wake I/O thread: {e}");
-            }
+    pub(crate) fn notify(&self, local: usize) {
+        self.ready.lock().push(local);
+        if let Err(e) = self.waker.wake() {
+            log::error!("cannot wake I/O thread: {e}");
         }
-        wake
     }
 
     /// Queues `c` for the thread. A thread that has stopped cannot take
@@ -294,7 +239,6 @@ pub(crate) struct Counters {
     pub(crate) pushes: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) write_would_block: AtomicU64,
-    pub(crate) wakes: AtomicU64,
     pub(crate) bytes_written: AtomicU64,
     pub(crate) reads: AtomicU64,
     pub(crate) connects: AtomicU64,
@@ -328,10 +272,6 @@ pub struct Stats {
     pub writes: u64,
     /// `write` system calls that found the socket full (`WouldBlock`).
     pub write_would_block: u64,
-    /// Wakes of a sleeping I/O thread that submitters wrote (one eventfd
-    /// write each). A submitter that finds its connection idle writes its
-    /// request itself instead, and one whose thread is awake leaves it be.
-    pub wakes: u64,
     /// Bytes written.
     pub bytes_written: u64,
     /// `read` system calls that returned data.
@@ -356,7 +296,6 @@ impl Counters {
             pushes: g(&self.pushes),
             writes: g(&self.writes),
             write_would_block: g(&self.write_would_block),
-            wakes: g(&self.wakes),
             bytes_written: g(&self.bytes_written),
             reads: g(&self.reads),
             connects: g(&self.connects),

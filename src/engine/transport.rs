@@ -45,11 +45,6 @@ impl Transport {
         }
     }
 
-    /// Plain TCP (no TLS session).
-    pub(crate) fn is_plain(&self) -> bool {
-        matches!(self, Transport::Plain(_))
-    }
-
     pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Transport::Plain(s) => s,
@@ -66,19 +61,16 @@ impl Transport {
         }
     }
 
-    /// One read into the core's input buffer: the bytes read, and whether
-    /// the socket may hold more (`false` after a short read from plain TCP,
-    /// which took everything there was; edge-triggered readiness reports
-    /// what arrives later). TLS always says it may.
+    /// One read into the core's input buffer.
     pub(crate) fn read_into<T>(
         &mut self,
         core: &mut Connection<T>,
         now: Instant,
-    ) -> io::Result<(usize, bool)> {
+    ) -> io::Result<usize> {
         match self {
-            Transport::Plain(s) => core.read_some_from(s, now),
+            Transport::Plain(s) => core.read_from(s, now),
             #[cfg(feature = "tls")]
-            Transport::Tls(t) => t.read_into(core, now).map(|n| (n, true)),
+            Transport::Tls(t) => t.read_into(core, now),
         }
     }
 
