@@ -255,92 +255,27 @@ pub fn all() -> Vec<Entry> {
         steps: load,
         render: Render::Tables,
     });
-    out.push(Entry {
-        name: "publish_peers",
-        section: "Publish vs peers",
-        estimate_s: 120,
-        measured: true,
-        servers: true,
-        build: vec![cargo(&[
-            "build",
-            "--release",
-            peers[0],
-            peers[1],
-            "--bin",
-            "publish_cmp",
-        ])],
-        steps: SERVERS
-            .iter()
-            .map(|(kind, label)| {
-                step(
-                    &format!("{label}:"),
-                    cargo(&[
-                        "run",
-                        "--release",
-                        peers[0],
-                        peers[1],
-                        "--bin",
-                        "publish_cmp",
-                        "--",
-                        "--kinds",
-                        kind,
-                        // Half the hand run's 1,000,000 per run, to keep
-                        // the whole regeneration under 30 minutes.
-                        "--messages",
-                        "500000",
-                    ]),
-                )
-            })
-            .collect(),
-        render: Render::Tables,
-    });
-    out.push(Entry {
-        name: "publish_sequential",
-        section: "Publish vs peers",
-        estimate_s: 30,
-        measured: false,
-        servers: true,
-        build: vec![cargo(&[
-            "build",
-            "--release",
-            peers[0],
-            peers[1],
-            "--bin",
-            "publish_cmp",
-        ])],
-        steps: SERVERS
-            .iter()
-            .map(|(kind, label)| {
-                step(
-                    &format!("{label}:"),
-                    cargo(&[
-                        "run",
-                        "--release",
-                        peers[0],
-                        peers[1],
-                        "--bin",
-                        "publish_cmp",
-                        "--",
-                        "--mode",
-                        "sequential",
-                        "--kinds",
-                        kind,
-                        "--only",
-                        "shardsub,redis,fred",
-                        "--conc",
-                        "1,4",
-                        // Sequential runs go at ~30-80k msg/s: 20,000 per
-                        // run keeps both servers near a minute.
-                        "--messages",
-                        "20000",
-                        "--warmup",
-                        "2000",
-                    ]),
-                )
-            })
-            .collect(),
-        render: Render::Tables,
-    });
+    // Half the hand run's 1,000,000 per run, to keep the whole
+    // regeneration under 30 minutes.
+    out.push(publish_cmp("publish_peers", 120, &["--messages", "500000"]));
+    // Sequential runs go at ~30-80k msg/s: 20,000 per run keeps both
+    // servers near a minute.
+    out.push(publish_cmp(
+        "publish_sequential",
+        30,
+        &[
+            "--mode",
+            "sequential",
+            "--only",
+            "shardsub,redis,fred",
+            "--conc",
+            "1,4",
+            "--messages",
+            "20000",
+            "--warmup",
+            "2000",
+        ],
+    ));
     out.push(Entry {
         name: "parser",
         section: "Parser",
@@ -469,3 +404,32 @@ pub fn select(only: Option<&str>) -> Result<Vec<Entry>, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// A table of `benches/peers`' `publish_cmp`, one step per server with
+/// `args` after `--kinds KIND`.
+fn publish_cmp(name: &'static str, estimate_s: u32, args: &[&str]) -> Entry {
+    let peers = ["--manifest-path", "benches/peers/Cargo.toml"];
+    let bin = ["--bin", "publish_cmp"];
+    Entry {
+        name,
+        section: "Publish vs peers",
+        estimate_s,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[&["build", "--release"][..], &peers, &bin].concat())],
+        steps: SERVERS
+            .iter()
+            .map(|(kind, label)| {
+                let run = [
+                    &["run", "--release"][..],
+                    &peers,
+                    &bin,
+                    &["--", "--kinds", kind],
+                    args,
+                ];
+                step(&format!("{label}:"), cargo(&run.concat()))
+            })
+            .collect(),
+        render: Render::Tables,
+    }
+}
