@@ -61,7 +61,7 @@
 //! What it costs (`BENCHMARKS.md`, "What history costs per publish"):
 //!
 //! - server CPU: each publish runs the script (an `HGET`, `HINCRBY`,
-//!   `XADD`, two `EXPIRE`s and the publish): about 8–13 times a plain
+//!   `XADD`, two `EXPIRE`s and the publish): about 9–19 times a plain
 //!   publish (11–15 µs against 0.9–1.8 µs on Redis 7.0 and Valkey 9.1), so a
 //!   server sustains roughly a tenth of the publish rate on recoverable
 //!   channels;
