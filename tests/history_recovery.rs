@@ -410,3 +410,64 @@ fn a_full_queue_is_refilled_from_history() {
         ps.shutdown();
     }
 }
+
+/// A primary acknowledges writes its replica never gets, and dies: the
+/// promoted replica's history ends before the last offsets the subscriber
+/// had. Its next publishes begin a new epoch (another node wrote them), so
+/// no offset of the lost writes is given again to another message, and
+/// none of the new messages is passed over as a duplicate.
+#[test]
+fn a_failover_that_lost_acknowledged_writes_gives_no_offset_twice() {
+    for kind in testkit::kinds() {
+        let mut cluster = Cluster::start(kind, 3, 1).expect("cluster");
+        let b = PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string()));
+        let (ps, seen) = build(b, 100_000);
+        let ch = "room:f";
+        ps.subscribe([ch]).unwrap();
+        ps.wait_active(&[ch], BOUND).unwrap();
+        let parts = ps.partitions().unwrap().clone();
+        let primary = cluster
+            .owner_of_slot(parts.slot(parts.partition_of(ch.as_bytes())))
+            .expect("owner");
+        let replica = cluster.replicas_of(primary)[0];
+        let mut meta = parts.redis_channel(ch.as_bytes());
+        meta.extend_from_slice(shardsub::history::META_SUFFIX);
+        let publish = |from: u64, to: u64| {
+            for i in from..=to {
+                ps.publish_wait(ch, i.to_string(), BOUND).expect("publish");
+            }
+        };
+        publish(1, 5);
+        wait_log(&seen, ch, 5, "before");
+        // The replica has the first five.
+        let node = cluster.node(replica);
+        node.cmd(&[b"READONLY"]).expect("READONLY");
+        testkit::wait_for("the replica's offset", BOUND, || {
+            let v = node.cmd(&[b"HGET", &meta, b"o"])?;
+            Ok((testkit::values::text(&v).as_deref() == Some("5")).then_some(()))
+        })
+        .expect("replicated");
+        cluster
+            .kill_primary_losing_writes(primary, || {
+                publish(6, 8);
+                wait_log(&seen, ch, 8, "lost writes, delivered live");
+            })
+            .expect("failover");
+        publish(9, 14);
+        let what = format!("{kind:?} failover losing writes");
+        wait_log(&seen, ch, 15, &what);
+        let log = log_of(&seen, ch);
+        let (signals, messages): (Vec<_>, Vec<_>) =
+            log.iter().cloned().partition(|l| l.starts_with('!'));
+        assert_eq!(messages, numbers(1, 14), "{what}: {log:?}");
+        // The one event says the new primary lacks what came after 5 of
+        // the old epoch; it comes after the last message of that epoch.
+        assert_eq!(signals.len(), 1, "{what}: {log:?}");
+        assert!(
+            signals[0].starts_with("!unrecoverable 8 "),
+            "{what}: {log:?}"
+        );
+        assert_eq!(log[8], signals[0], "{what}: {log:?}");
+        ps.shutdown();
+    }
+}

@@ -297,6 +297,14 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
         msg.redirects += 1;
         return send(shared, msg, None, false);
     }
+    // A recoverable channel's publish that was sent and may have run: run
+    // again it would append a second copy (another offset, delivered too),
+    // so it fails with the error that says the outcome is unknown.
+    if matches!(r, Err(Error::ConnectionLost { .. }))
+        && crate::history::script::is_publish(&msg.data)
+    {
+        return msg.finish_result(shared, r);
+    }
     // The owner could not be reached (nothing sent, or the connection broke
     // before the reply): held for the slot's next reachable owner.
     if matches!(
@@ -380,6 +388,7 @@ pub(crate) fn message(
                 max_len: o.max_len,
                 ttl: &ttl,
                 sharded: shared.sharded(),
+                cluster: true,
             };
             crate::history::script::encode_publish(&mut data, &args)
         });

@@ -46,6 +46,7 @@ where
             max_len: o.max_len,
             ttl: &ttl,
             sharded: false,
+            cluster: false,
         },
     );
     let cmd: Arc<[u8]> = cmd.into();

@@ -25,7 +25,9 @@
 //! ```
 //!
 //! Keys ([`keys_into`]): the channel's base name, then `:history` (the
-//! stream) or `:history-meta` (the hash: `e` epoch, `o` last offset). The
+//! stream) or `:history-meta` (the hash: `e` epoch, `o` last offset, and
+//! on a cluster `n`, the node that wrote last, and `h`, the epochs it
+//! continues). The
 //! base is the channel itself on servers and `{TAG}.channel` on a cluster
 //! (classic mode too), so both keys and the sharded channel share the
 //! partition's slot.
@@ -36,6 +38,23 @@
 //! failover, a restart, `SCRIPT FLUSH`) with no per-node load step to
 //! track; a function library would have to be loaded on each node as it
 //! joins, and outlives the application's version.
+//!
+//! On a cluster the script also compares the node it runs on
+//! (`CLUSTER MYID`) with the one that wrote the channel last. On another
+//! node (a failover, a slot move) it begins a new epoch but keeps the
+//! stream and counts on: a replica promoted after its primary died may
+//! lack the primary's last acknowledged writes (replication is
+//! asynchronous), and without the new epoch it would give their offsets
+//! again to new messages, which subscribers that had the lost ones would
+//! pass over as duplicates. A reader at an earlier epoch's offset reads on
+//! from where that epoch ended on this node ([`History::earlier`],
+//! [`History::resumes`]), so a lossless move costs nothing; a subscriber
+//! that had offsets the new node never got is told with
+//! [`Event::Unrecoverable`](crate::Event::Unrecoverable) (what was
+//! published to the old node after them, if anything, is gone). The check
+//! costs the script a `CLUSTER MYID` call (about 2 µs). On servers (one, or
+//! N shards) there is no check: a server restarted from a snapshot or an
+//! AOF that lacks its last writes gives their offsets again.
 //!
 //! Subscribers strip the header and hand the position to the channel's
 //! worker, which recovers gaps by itself: see `workers::recovery` (a
@@ -112,15 +131,15 @@
 //!   has is delivered then. Under faults most `Unrecoverable` events are of
 //!   this kind and lose nothing (`tests/history_faults.rs` counts them by
 //!   reason).
-//! - A publish whose reply was lost (the connection broke after the
-//!   server ran the script) fails with an error but may have been
-//!   applied: its subscribers may get it. On a cluster with the publish
-//!   hold on, such a publish is held and sent again, which can apply it
-//!   twice (two offsets, both delivered): a 5-minute chaos run on Redis
-//!   (seed 2026, 1,000 recoverable channels, 3 subscribers) saw 132 such
-//!   duplicate deliveries around `kill -9` of a primary whose writes had
-//!   reached its replica. Publishes carry no id the script could dedupe
-//!   on yet.
+//! - A publish whose reply was lost (the connection broke after it was
+//!   sent) fails with [`Error::ConnectionLost`](crate::Error::ConnectionLost)
+//!   but may have been applied: its subscribers may get it, once. It is
+//!   never sent again by the engine, not even on a cluster with the
+//!   publish hold on (which resends plain publishes): a second run would
+//!   append a second copy under another offset, and subscribers would get
+//!   both. Whether to publish it again is the application's choice.
+//!   (Before this rule a 5-minute chaos run on Redis saw 132 duplicate
+//!   deliveries around `kill -9` of primaries.)
 //! - A channel holds at most 4,096 live messages while its read is out;
 //!   past that it gives up with `Unrecoverable`. The hold is per channel.
 //! - A server that lost the script (a restart, `SCRIPT FLUSH`, a new
@@ -193,6 +212,39 @@ pub struct History {
     /// or none was published since). Without one, whether `messages`
     /// starts at offset 1 (the whole epoch).
     pub continuous: bool,
+    /// The epochs before `position`'s that this history continues, oldest
+    /// first, each with the last offset it has of that epoch (at most 4).
+    /// A new epoch that keeps the stream begins when another node writes
+    /// the channel (a failover, a slot move: the new node may lack the old
+    /// one's last writes, so its offsets are not the old epoch's); a
+    /// reader at an earlier epoch's offset reads on from where that epoch
+    /// ended here ([`History::resumes`]).
+    pub earlier: Vec<Position>,
+}
+
+impl History {
+    /// The offset of this history after which it follows what a reader at
+    /// `since` has seen: `since`'s offset in the same epoch; in an epoch
+    /// of [`History::earlier`], that offset or the epoch's last one here,
+    /// whichever is sooner (offsets of that epoch past its end here were
+    /// writes the node that now has the history never got); `None` for
+    /// an epoch this history does not continue.
+    pub fn resumes(&self, since: Position) -> Option<u64> {
+        let now = self.position?;
+        if now.epoch == since.epoch {
+            return Some(since.offset);
+        }
+        self.earlier
+            .iter()
+            .find(|e| e.epoch == since.epoch)
+            .map(|e| e.offset.min(since.offset))
+    }
+
+    /// The offset this history's epoch began after (0 when it has no
+    /// earlier epochs).
+    pub fn epoch_start(&self) -> u64 {
+        self.earlier.last().map_or(0, |e| e.offset)
+    }
 }
 
 /// The recoverable prefixes and their caps (longest prefix wins).

@@ -48,9 +48,9 @@ pub(crate) fn command(
     limit: usize,
     eval: bool,
 ) -> Vec<Vec<u8>> {
-    let (mode, from) = match since {
-        Some(p) => (&b"since"[..], p.offset),
-        None => (&b"last"[..], 0),
+    let (mode, from, epoch) = match since {
+        Some(p) => (&b"since"[..], p.offset, p.epoch),
+        None => (&b"last"[..], 0, 0),
     };
     let (name, script) = match eval {
         true => (&b"EVAL"[..], READ.as_bytes()),
@@ -65,6 +65,7 @@ pub(crate) fn command(
         mode.to_vec(),
         from.to_string().into_bytes(),
         limit.to_string().into_bytes(),
+        epoch.to_string().into_bytes(),
     ]
 }
 
@@ -127,9 +128,12 @@ pub(crate) fn parse(
     since: Option<Position>,
     envelope: bool,
 ) -> Result<History, Error> {
-    let [epoch, top, entries] = array(&reply).ok_or_else(|| bad("not an array"))? else {
-        return Err(bad("not three elements"));
+    let [epoch, top, entries, earlier] = array(&reply).ok_or_else(|| bad("not an array"))? else {
+        return Err(bad("not four elements"));
     };
+    let earlier = bytes(earlier)
+        .and_then(lineage)
+        .ok_or_else(|| bad("the earlier epochs are not `epoch:offset ...`"))?;
     let epoch = bytes(epoch).ok_or_else(|| bad("the epoch is not a string"))?;
     let position = match epoch {
         b"" => None,
@@ -150,27 +154,43 @@ pub(crate) fn parse(
     if since.is_none() {
         messages.reverse(); // XREVRANGE: newest first
     }
-    let first = messages.first().map(|m| m.offset);
-    let continuous = match (position, since) {
+    let mut h = History {
+        position,
+        messages,
+        continuous: false,
+        earlier,
+    };
+    let first = h.messages.first().map(|m| m.offset);
+    h.continuous = match (position, since) {
         (None, None) => true,
         (None, Some(_)) => false,
-        (Some(now), Some(from)) => {
-            now.epoch == from.epoch
-                && match first {
-                    Some(f) => Some(f) == from.offset.checked_add(1),
-                    None => now.offset <= from.offset,
-                }
-        }
+        (Some(now), Some(since)) => match h.resumes(since) {
+            None => false,
+            Some(from) => match first {
+                Some(f) => Some(f) == from.checked_add(1),
+                None => now.offset <= from,
+            },
+        },
         (Some(now), None) => match first {
             Some(f) => f == 1,
             None => now.offset == 0,
         },
     };
-    Ok(History {
-        position,
-        messages,
-        continuous,
-    })
+    Ok(h)
+}
+
+/// The read script's list of earlier epochs: `epoch:offset ` repeated.
+fn lineage(text: &[u8]) -> Option<Vec<Position>> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.split_ascii_whitespace()
+        .map(|e| {
+            let (epoch, offset) = e.split_once(':')?;
+            Some(Position {
+                epoch: epoch.parse().ok()?,
+                offset: offset.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -191,7 +211,15 @@ mod tests {
                 ])
             })
             .collect();
-        Value::Array(vec![b(epoch), b(top), Value::Array(entries)])
+        Value::Array(vec![b(epoch), b(top), Value::Array(entries), b(b"")])
+    }
+
+    fn with_earlier(r: Value, earlier: &[u8]) -> Value {
+        let Value::Array(mut a) = r else {
+            unreachable!()
+        };
+        a[3] = b(earlier);
+        Value::Array(a)
     }
 
     #[test]
@@ -211,6 +239,28 @@ mod tests {
             let h = parse(r.clone(), *since, false).unwrap();
             assert_eq!(h.continuous, *want, "case {i}: {h:?}");
         }
+        // Epoch 9 continues 7 (which ended at 4 here) and 8 (at 6).
+        let cont =
+            |top: &[u8], offsets: &[u64]| with_earlier(reply(b"9", top, offsets), b"7:4 8:6 ");
+        let lineage: &[(Value, Option<Position>, bool)] = &[
+            (cont(b"8", &[3, 4, 5, 6, 7, 8]), at(7, 2), true),
+            (cont(b"8", &[5, 6, 7, 8]), at(7, 4), true),
+            (cont(b"8", &[5, 6, 7, 8]), at(7, 5), true), // 7.5 never got here
+            (cont(b"8", &[6, 7, 8]), at(7, 4), false),   // 5 trimmed
+            (cont(b"8", &[7, 8]), at(8, 6), true),
+            (cont(b"8", &[]), at(9, 8), true),
+            (cont(b"8", &[3]), at(6, 2), false), // not an earlier epoch
+        ];
+        for (i, (r, since, want)) in lineage.iter().enumerate() {
+            let h = parse(r.clone(), *since, false).unwrap();
+            assert_eq!(h.continuous, *want, "lineage case {i}: {h:?}");
+        }
+        let h = parse(cont(b"8", &[]), None, false).unwrap();
+        assert_eq!(h.earlier, [at(7, 4).unwrap(), at(8, 6).unwrap()]);
+        assert_eq!(h.epoch_start(), 6);
+        assert_eq!(h.resumes(at(7, 5).unwrap()), Some(4));
+        assert_eq!(h.resumes(at(7, 3).unwrap()), Some(3));
+        assert_eq!(h.resumes(at(6, 3).unwrap()), None);
         let h = parse(reply(b"7", b"2", &[2, 1]), None, false).unwrap();
         let offsets: Vec<u64> = h.messages.iter().map(|m| m.offset).collect();
         assert_eq!(offsets, [1, 2]);
@@ -222,8 +272,15 @@ mod tests {
         let bad: Vec<Value> = vec![
             Value::Null,
             Value::Array(vec![b(b"7"), b(b"1")]),
-            Value::Array(vec![b(b"x"), b(b"1"), Value::Array(vec![])]),
-            Value::Array(vec![b(b"7"), b(b"1"), Value::Array(vec![b(b"1-0")])]),
+            Value::Array(vec![b(b"7"), b(b"1"), Value::Array(vec![])]),
+            Value::Array(vec![b(b"7"), b(b"1"), Value::Array(vec![]), b(b"7:x ")]),
+            Value::Array(vec![b(b"x"), b(b"1"), Value::Array(vec![]), b(b"")]),
+            Value::Array(vec![
+                b(b"7"),
+                b(b"1"),
+                Value::Array(vec![b(b"1-0")]),
+                b(b""),
+            ]),
             Value::Array(vec![
                 b(b"7"),
                 b(b"1"),
@@ -231,6 +288,7 @@ mod tests {
                     b(b"1-5"),
                     Value::Array(vec![b(b"d"), b(b"x")]),
                 ])]),
+                b(b""),
             ]),
         ];
         for v in bad {

@@ -7,23 +7,27 @@
 //! there for the next `EVALSHA`).
 
 /// The publish script. KEYS: meta, stream. ARGV: server channel, payload,
-/// max_len, max_age in seconds, `PUBLISH` or `SPUBLISH`. Returns the
-/// receiver count.
+/// max_len, max_age in seconds, `PUBLISH` or `SPUBLISH`, and `c` on a
+/// cluster (the script then compares `CLUSTER MYID` with the node that
+/// wrote last, and begins a new epoch on another node), else empty.
+/// Returns the receiver count.
 pub const PUBLISH: &str = include_str!("publish.lua");
 /// SHA1 of [`PUBLISH`], in lowercase hex (as `SCRIPT LOAD` answers).
-pub const PUBLISH_SHA: &str = "5f33225ec684e44b21d21d88cab0afe797382cf7";
+pub const PUBLISH_SHA: &str = "f411789b495b7c000fae68c7d443417a6e2dc903";
 
 /// The read script. KEYS: meta, stream. ARGV: `since` or `last`, an offset
-/// (`since`: exclusive), a count. Returns `{epoch, last offset, entries}`,
-/// with an empty epoch when the channel has no history.
+/// (`since`: exclusive), a count, the offset's epoch. Returns `{epoch,
+/// last offset, entries, earlier epochs}`, with an empty epoch when the
+/// channel has no history; an offset of an earlier epoch reads on from
+/// where that epoch ended on this node, if that is sooner.
 pub const READ: &str = include_str!("read.lua");
 /// SHA1 of [`READ`].
-pub const READ_SHA: &str = "c7117c8ca6e59d9e9d343cb0f652e4b1e65427a5";
+pub const READ_SHA: &str = "a2270220ed085de19deae5fc6552e607d64f4346";
 
-/// The publish command's fixed start: a 10-element array, `EVALSHA`, the
+/// The publish command's fixed start: an 11-element array, `EVALSHA`, the
 /// SHA, the key count.
 const SHA_HEAD: &[u8] =
-    b"*10\r\n$7\r\nEVALSHA\r\n$40\r\n5f33225ec684e44b21d21d88cab0afe797382cf7\r\n$1\r\n2\r\n";
+    b"*11\r\n$7\r\nEVALSHA\r\n$40\r\nf411789b495b7c000fae68c7d443417a6e2dc903\r\n$1\r\n2\r\n";
 
 /// What the publish command carries.
 pub(crate) struct PublishArgs<'a> {
@@ -38,6 +42,8 @@ pub(crate) struct PublishArgs<'a> {
     /// `EXPIRE` seconds, in decimal.
     pub(crate) ttl: &'a str,
     pub(crate) sharded: bool,
+    /// On a cluster: the script checks which node it runs on.
+    pub(crate) cluster: bool,
 }
 
 /// Appends the whole `EVALSHA` publish command to `out`, and returns where
@@ -69,6 +75,7 @@ pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
             &b"PUBLISH"[..]
         },
     );
+    resp::encode_bulk(out, if a.cluster { &b"c"[..] } else { b"" });
     wire_at
 }
 
@@ -77,7 +84,7 @@ pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
 pub(crate) fn to_eval(command: &[u8]) -> Option<(Vec<u8>, usize)> {
     let rest = command.strip_prefix(SHA_HEAD)?;
     let mut out = Vec::with_capacity(command.len() + PUBLISH.len());
-    out.extend_from_slice(b"*10\r\n$4\r\nEVAL\r\n");
+    out.extend_from_slice(EVAL_HEAD);
     resp::encode_bulk(&mut out, PUBLISH.as_bytes());
     out.extend_from_slice(b"$1\r\n2\r\n");
     out.extend_from_slice(rest);
@@ -100,6 +107,15 @@ pub(crate) fn preload(engine: &crate::Engine) {
         }
     }
 }
+
+/// Whether `command` is a publish command from [`encode_publish`] (or its
+/// [`to_eval`] form).
+pub(crate) fn is_publish(command: &[u8]) -> bool {
+    command.starts_with(SHA_HEAD) || command.starts_with(EVAL_HEAD)
+}
+
+/// The start of [`to_eval`]'s commands: the array, `EVAL`.
+const EVAL_HEAD: &[u8] = b"*11\r\n$4\r\nEVAL\r\n";
 
 /// Whether an error reply says the server lacks the script.
 pub(crate) fn is_noscript(message: &str) -> bool {
@@ -124,15 +140,18 @@ mod tests {
                 max_len: 100,
                 ttl: "60",
                 sharded: true,
+                cluster: true,
             },
         );
         assert_eq!(&cmd[at..at + 6], b"{a}.ch");
-        assert!(cmd.ends_with(b"$3\r\n100\r\n$2\r\n60\r\n$8\r\nSPUBLISH\r\n"));
+        assert!(cmd.ends_with(b"$3\r\n100\r\n$2\r\n60\r\n$8\r\nSPUBLISH\r\n$1\r\nc\r\n"));
         let (eval, moved) = to_eval(&cmd).unwrap();
         assert_eq!(&eval[at + moved..at + moved + 6], b"{a}.ch");
-        assert!(eval.starts_with(b"*10\r\n$4\r\nEVAL\r\n"));
+        assert!(eval.starts_with(b"*11\r\n$4\r\nEVAL\r\n"));
         assert!(eval.ends_with(&cmd[SHA_HEAD.len()..]));
         assert_eq!(to_eval(&eval), None, "an EVAL is never rewritten again");
+        assert!(is_publish(&cmd) && is_publish(&eval));
+        assert!(!is_publish(b"*3\r\n$8\r\nSPUBLISH\r\n"));
         assert!(is_noscript("NOSCRIPT No matching script."));
         assert!(!is_noscript("ERR NOSCRIPT"));
     }

@@ -68,6 +68,10 @@ struct Chan {
     /// The last read failed and said so: further failures before a read
     /// succeeds are the same outage, and give no further event.
     read_failed: bool,
+    /// The earlier epochs the last read that crossed into a new epoch
+    /// named, with where each ended: their late live messages are
+    /// duplicates up to that end.
+    earlier: Box<[Position]>,
 }
 
 struct Reading {
@@ -221,6 +225,26 @@ impl Tracker {
         match result {
             Ok(h) if h.continuous => {
                 let full = h.messages.len() >= PAGE;
+                let (now, from) = (
+                    h.position.map_or(since.epoch, |p| p.epoch),
+                    h.resumes(since),
+                );
+                let from = from.unwrap_or(since.offset);
+                if now != since.epoch {
+                    c.earlier = retired(h.earlier, since);
+                }
+                if from < since.offset {
+                    self.counts.unrecoverable += 1;
+                    out.push(Action::Unrecoverable {
+                        since: Some(since),
+                        now: h.position,
+                        reason: lost_writes(since, from),
+                    });
+                }
+                last = Position {
+                    epoch: now,
+                    offset: from,
+                };
                 self.counts.recovered += deliver_after(&mut last, h.messages, out);
                 c.last = Some(last);
                 if full || r.again {
@@ -244,20 +268,30 @@ impl Tracker {
                              expired, or a new epoch)"
                         .into(),
                 });
-                match h.position {
-                    Some(p) if p.epoch == since.epoch => {
+                match (h.position, h.resumes(since)) {
+                    (Some(p), Some(from)) => {
+                        // The same epoch, or one this history continues:
+                        // what is left after the trimmed range.
+                        if p.epoch != since.epoch {
+                            c.earlier = retired(h.earlier, since);
+                        }
+                        last = Position {
+                            epoch: p.epoch,
+                            offset: from,
+                        };
                         self.counts.recovered += deliver_after(&mut last, h.messages, out);
                         c.last = Some(last);
                     }
-                    Some(p) => {
+                    (Some(p), None) => {
                         // A new epoch: only the old one's tail is gone. The
                         // new one is read from its start (its first
                         // offsets may have come while this one was away),
                         // after the held messages of the old epoch.
                         let start = Position {
                             epoch: p.epoch,
-                            offset: 0,
+                            offset: h.epoch_start(),
                         };
+                        let earlier = h.earlier;
                         let (old, new): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut r.held)
                             .into_iter()
                             .partition(|(at, _)| at.epoch == since.epoch);
@@ -267,6 +301,7 @@ impl Tracker {
                                 out.push(Action::Deliver(payload));
                             }
                         }
+                        c.earlier = retired(earlier, last);
                         r.held = new;
                         r.id = next;
                         r.since = start;
@@ -279,7 +314,7 @@ impl Tracker {
                         });
                         return;
                     }
-                    None => c.last = None,
+                    (None, _) => c.last = None,
                 }
             }
             Err(e) => {
@@ -298,6 +333,31 @@ impl Tracker {
         }
         drain(c, r.held, out, || next, &mut self.counts);
     }
+}
+
+/// Why a read that crossed into a new epoch gives `Unrecoverable`
+/// although it is continuous: the node that now has the history never got
+/// offsets `from + 1 ..= since.offset` of `since`'s epoch (the subscriber
+/// had them; writes to the old node after them, if any, are gone).
+fn lost_writes(since: Position, from: u64) -> String {
+    format!(
+        "the channel's history moved to a node without the last writes of epoch {} \
+         (offsets {}..={}, which were delivered); any later ones to the old node are lost",
+        since.epoch,
+        from + 1,
+        since.offset
+    )
+}
+
+/// What a channel keeps of the epochs a read moved it on from: each with
+/// the last offset that is no longer news (where it ended on the node
+/// that now has the history, or the last one delivered, if later).
+fn retired(mut earlier: Vec<Position>, seen: Position) -> Box<[Position]> {
+    match earlier.iter_mut().find(|e| e.epoch == seen.epoch) {
+        Some(e) => e.offset = e.offset.max(seen.offset),
+        None => earlier.push(seen),
+    }
+    earlier.into_boxed_slice()
 }
 
 /// `channel`'s state, made on first sight.
@@ -367,6 +427,22 @@ fn step(
         }
         Some(last) if at.epoch == last.epoch && Some(at.offset) == last.offset.checked_add(1) => {
             c.last = Some(at);
+            true
+        }
+        Some(_) if c.earlier.iter().any(|e| e.epoch == at.epoch) => {
+            // A late message of an epoch the history has moved on from:
+            // read already up to the epoch's end here; past it, a write
+            // the node that now has the history never got (delivered, as
+            // nothing else has it).
+            let end = c
+                .earlier
+                .iter()
+                .find(|e| e.epoch == at.epoch)
+                .map(|e| e.offset);
+            if end.is_some_and(|end| at.offset <= end) {
+                n.duplicates += 1;
+                return false;
+            }
             true
         }
         Some(since) => {

@@ -21,7 +21,21 @@ fn page(from: u64, to: u64, continuous: bool, epoch: u64) -> Result<History, Err
             })
             .collect(),
         continuous,
+        earlier: Vec::new(),
     })
+}
+
+/// Epoch 9, which continues epoch 7 from its offset `end`, holding
+/// `from..=to`.
+fn moved(from: u64, to: u64, end: u64) -> Result<History, Error> {
+    let mut h = page(from, to, true, 9)?;
+    h.earlier = vec![at(end)];
+    Ok(h)
+}
+
+fn msg_at(t: &mut Tracker, epoch: u64, offset: u64, out: &mut Vec<Action>) -> bool {
+    let p = Position { epoch, offset };
+    t.handle_message(b"c", p, format!("m{epoch}.{offset}").as_bytes(), out)
 }
 
 fn delivered(out: &[Action]) -> Vec<String> {
@@ -140,6 +154,7 @@ fn a_new_epoch_is_unrecoverable_and_the_held_messages_follow() {
         }),
         messages: Vec::new(),
         continuous: false,
+        earlier: Vec::new(),
     });
     // Nothing read (say its first entries are trimmed already): another
     // event, then the held message.
@@ -276,4 +291,59 @@ fn failed_reads_in_a_row_give_one_unrecoverable_until_a_read_succeeds() {
     out.clear();
     t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
     assert_eq!(delivered(&out), ["unrecoverable"]);
+}
+
+#[test]
+fn a_history_moved_with_every_write_is_read_on_across_the_new_epoch() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 5, &mut out));
+    // A slot move: epoch 9 continues 7 from 5 on the new node.
+    assert!(!msg_at(&mut t, 9, 6, &mut out));
+    assert_eq!(delivered(&out), ["read>5"]);
+    assert!(matches!(out[0], Action::Read { since, .. } if since == at(5)));
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, moved(6, 6, 5), &mut out);
+    assert_eq!(
+        delivered(&out),
+        ["m6"],
+        "from the stream; the held copy skipped"
+    );
+    out.clear();
+    assert!(msg_at(&mut t, 9, 7, &mut out), "the new epoch goes on");
+    assert!(!msg(&mut t, 5, &mut out), "a late message of the old epoch");
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(t.take_counts().unrecoverable, 0);
+}
+
+#[test]
+fn a_history_moved_without_the_last_writes_does_not_skip_the_new_offsets() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    for o in 1..=8 {
+        assert!(msg(&mut t, o, &mut out));
+    }
+    // A failover to a replica that had epoch 7 up to 5 only: its next
+    // offsets (6, 7, ...) are new messages, in epoch 9.
+    assert!(!msg_at(&mut t, 9, 6, &mut out));
+    let id = read_id(&out);
+    assert!(matches!(out[0], Action::Read { since, .. } if since == at(8)));
+    out.clear();
+    t.handle_read(b"c", id, moved(6, 7, 5), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable", "m6", "m7"]);
+    match &out[0] {
+        Action::Unrecoverable { since, reason, .. } => {
+            assert_eq!(*since, Some(at(8)));
+            assert!(reason.contains("offsets 6..=8"), "{reason}");
+        }
+        a => panic!("{a:?}"),
+    }
+    out.clear();
+    assert!(!msg_at(&mut t, 9, 7, &mut out), "read already");
+    assert!(msg_at(&mut t, 9, 8, &mut out));
+    assert!(!msg(&mut t, 8, &mut out), "delivered before the move");
+    assert!(
+        msg(&mut t, 9, &mut out),
+        "the old node's, never on the new one"
+    );
+    assert!(out.is_empty(), "{out:?}");
 }

@@ -211,6 +211,34 @@ impl Cluster {
     /// [`Error::Cluster`] when `i` is not a live master with a replica; wait
     /// errors.
     pub fn kill_primary(&mut self, i: usize) -> Result<usize, Error> {
+        self.kill_primary_after(i, false, || {})
+    }
+
+    /// Kills master `i` after writes that none of its replicas got, as an
+    /// asynchronous replica loses them in a crash: freezes its replicas
+    /// (SIGSTOP), cuts their replication links (`CLIENT KILL TYPE
+    /// replica` on `i`), runs `write` (what it writes to `i` now is
+    /// acknowledged there only), kills `i` with SIGKILL, thaws the
+    /// replicas and waits until one of them has been promoted. Returns the
+    /// new master.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::kill_primary`].
+    pub fn kill_primary_losing_writes(
+        &mut self,
+        i: usize,
+        write: impl FnOnce(),
+    ) -> Result<usize, Error> {
+        self.kill_primary_after(i, true, write)
+    }
+
+    fn kill_primary_after(
+        &mut self,
+        i: usize,
+        lose: bool,
+        write: impl FnOnce(),
+    ) -> Result<usize, Error> {
         self.expect_master(i)?;
         let replicas = self.replicas_of(i);
         if replicas.is_empty() {
@@ -219,8 +247,26 @@ impl Cluster {
             )));
         }
         let first_slot = self.slots_of(i).first().map(|r| *r.start());
+        if lose {
+            for &r in &replicas {
+                self.nodes[r].freeze();
+            }
+            let cut = self.nodes[i].cmd(&[b"CLIENT", b"KILL", b"TYPE", b"replica"]);
+            if let Err(e) = cut {
+                for &r in &replicas {
+                    self.nodes[r].thaw();
+                }
+                return Err(e);
+            }
+        }
+        write();
         self.nodes[i].kill();
         self.roles[i] = Role::Down;
+        if lose {
+            for &r in &replicas {
+                self.nodes[r].thaw();
+            }
+        }
         self.wait_ok()?;
         replicas
             .into_iter()

@@ -76,6 +76,17 @@ pub(crate) fn terminate(pid: u32) {
     terminate_all(&[pid]);
 }
 
+/// Sends `signal` (as `kill(1)` spells it, e.g. `-STOP`) to `pid`.
+pub(crate) fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// SIGTERM to several processes with one `kill(1)`, so they shut down in parallel.
 pub(crate) fn terminate_all(pids: &[u32]) {
     if pids.is_empty() {

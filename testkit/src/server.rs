@@ -253,6 +253,21 @@ impl Server {
         }
     }
 
+    /// Freezes the process (SIGSTOP): it holds its sockets and reads
+    /// nothing until [`Server::thaw`].
+    pub fn freeze(&mut self) {
+        if let Some(pid) = self.running_pid() {
+            process::signal(pid, "-STOP");
+        }
+    }
+
+    /// Lets a frozen process run again (SIGCONT).
+    pub fn thaw(&mut self) {
+        if let Some(pid) = self.running_pid() {
+            process::signal(pid, "-CONT");
+        }
+    }
+
     /// The pid if the process is still running.
     pub(crate) fn running_pid(&mut self) -> Option<u32> {
         self.is_running().then_some(self.pid)
