@@ -1,16 +1,20 @@
 //! What history costs per publish, in one run: the same messages published
 //! to plain channels and to recoverable ones (alternately, twice), with
-//! one subscriber instance receiving them all. For each phase it prints
+//! one subscriber instance receiving them all. For each phase it measures
 //! the server's CPU (`INFO CPU`, user + system) and this process's CPU
 //! (`/proc/self/stat`, publisher and subscriber together) per message, and
 //! the server memory each stored message holds (`INFO MEMORY`
-//! `used_memory` after the history phase, over the messages kept).
+//! `used_memory` after the first history phase, over the messages kept),
+//! and prints them as Markdown table rows (`cargo xtask bench --only
+//! history_cost` puts them in BENCHMARKS.md).
 //!
 //! ```text
-//! cargo run --release --example history_cost -- [--messages 20000] [--valkey]
+//! cargo run --release --example history_cost -- [--messages 20000] [--valkey] [--cluster]
 //! ```
 //!
-//! It starts its own server through testkit (Redis 7 by default).
+//! It starts its own server through testkit (Redis 7 by default); with
+//! `--cluster`, a cluster of one primary (the cluster publish path, and the
+//! publish script's node check).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,9 +54,22 @@ fn info(server: &testkit::Server, section: &str, field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// How many messages the first recoverable channel's stream holds.
-fn xlen_of(server: &testkit::Server) -> f64 {
-    match server.cmd_str(&["XLEN", "h:0:history"]).expect("xlen") {
+/// "Redis 7.0.15" or "Valkey 9.1.2", from `INFO server`.
+fn version_of(server: &testkit::Server) -> String {
+    let v = server.cmd_str(&["INFO", "server"]).expect("info");
+    let text = testkit::values::text(&v).unwrap_or_default();
+    match testkit::values::info_field(&text, "valkey_version") {
+        Some(v) => format!("Valkey {v}"),
+        None => format!(
+            "Redis {}",
+            testkit::values::info_field(&text, "redis_version").unwrap_or_default()
+        ),
+    }
+}
+
+/// How many messages the stream `key` holds.
+fn xlen_of(server: &testkit::Server, key: &[u8]) -> f64 {
+    match server.cmd(&[b"XLEN", key]).expect("xlen") {
         Value::Integer(k) => k as f64,
         _ => 0.0,
     }
@@ -90,16 +107,27 @@ fn main() {
     let n: u64 = arg("--messages")
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
-    let kind = if std::env::args().any(|a| a == "--valkey") {
+    let has = |flag: &str| std::env::args().any(|a| a == flag);
+    let kind = if has("--valkey") {
         testkit::ServerKind::Valkey
     } else {
         testkit::ServerKind::Redis
     };
-    let server = testkit::Server::start(kind).expect("server");
+    // One server, or a cluster of one primary: either way one process
+    // whose CPU and memory are read.
+    let (_cluster, _single, builder);
+    let server: &testkit::Server = if has("--cluster") {
+        _cluster = testkit::Cluster::start(kind, 1, 0).expect("cluster");
+        builder = PubSub::builder().seed(_cluster.node(0).addr().to_string());
+        _cluster.node(0)
+    } else {
+        _single = testkit::Server::start(kind).expect("server");
+        builder = PubSub::builder().address(_single.addr().to_string());
+        &_single
+    };
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
-    let ps = PubSub::builder()
-        .address(server.addr().to_string())
+    let ps = builder
         .history(
             "h:",
             HistoryOptions {
@@ -120,33 +148,63 @@ fn main() {
         .collect();
     ps.subscribe(&chans).unwrap();
     ps.wait_active(&chans, Duration::from_secs(10)).unwrap();
+    let mut stream = match ps.partitions() {
+        Some(parts) => parts.redis_channel(b"h:0"),
+        None => b"h:0".to_vec(),
+    };
+    stream.extend_from_slice(shardsub::history::STREAM_SUFFIX);
     // Warm-up: connections, buffers, the script cache.
     phase(&ps, &got, "p", 1000);
     phase(&ps, &got, "h", 1000);
-    println!("{kind:?}, {n} messages of {PAYLOAD} bytes over {CHANNELS} channels per phase");
-    println!("phase    server µs/msg  client µs/msg");
-    let mem_before = info(&server, "memory", "used_memory");
-    let xlen_before = xlen_of(&server);
+    let mem_before = info(server, "memory", "used_memory");
+    let xlen_before = xlen_of(server, &stream);
     let (mut kept_mem, mut xlen) = (0.0, 0.0);
+    let mut cost: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
     for round in 0..2 {
-        for prefix in ["p", "h"] {
-            let (s0, c0) = (server_cpu(&server), own_cpu());
+        for (k, prefix) in ["p", "h"].into_iter().enumerate() {
+            let (s0, c0) = (server_cpu(server), own_cpu());
             phase(&ps, &got, prefix, n);
-            let (s1, c1) = (server_cpu(&server), own_cpu());
+            let (s1, c1) = (server_cpu(server), own_cpu());
             let per = |a: f64, b: f64| (b - a) * 1e6 / n as f64;
-            let name = if prefix == "p" { "plain" } else { "history" };
-            println!("{name:<8} {:>13.2}  {:>13.2}", per(s0, s1), per(c0, c1));
+            cost[k].push((per(s0, s1), per(c0, c1)));
             if round == 0 && prefix == "h" {
-                kept_mem = info(&server, "memory", "used_memory") - mem_before;
-                xlen = xlen_of(&server);
+                kept_mem = info(server, "memory", "used_memory") - mem_before;
+                xlen = xlen_of(server, &stream);
             }
         }
     }
-    println!(
-        "after the first history phase: {xlen} messages kept per channel, server memory grew {:.0} bytes \
-         over the first history phase, {:.0} bytes per added message ({PAYLOAD}-byte payloads)",
-        kept_mem,
-        kept_mem / ((xlen - xlen_before) * CHANNELS as f64).max(1.0)
-    );
     ps.shutdown();
+    let per_msg = kept_mem / ((xlen - xlen_before) * CHANNELS as f64).max(1.0);
+    let place = if has("--cluster") {
+        "cluster, 1 primary"
+    } else {
+        "one server"
+    };
+    let version = version_of(server);
+    println!(
+        "| server | placement | phase | server CPU µs/msg | client CPU µs/msg | history / plain (server) | server bytes per stored message |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|");
+    let pair = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+        v.iter()
+            .map(|x| format!("{:.2}", f(x)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let mean = |v: &[(f64, f64)]| v.iter().map(|x| x.0).sum::<f64>() / v.len().max(1) as f64;
+    for (k, name) in ["plain", "history"].into_iter().enumerate() {
+        let ratio = match k {
+            1 => format!("{:.1}×", mean(&cost[1]) / mean(&cost[0]).max(1e-9)),
+            _ => String::new(),
+        };
+        let mem = match k {
+            1 => format!("{per_msg:.0}"),
+            _ => String::new(),
+        };
+        println!(
+            "| {version} | {place} | {name} | {} | {} | {ratio} | {mem} |",
+            pair(&cost[k], |x| x.0),
+            pair(&cost[k], |x| x.1),
+        );
+    }
 }

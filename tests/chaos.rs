@@ -28,9 +28,8 @@
 //!   been applied) may arrive or not, and are counted.
 //!
 //! `chaos_history` runs that recovery mode short (`CHAOS_HISTORY_MINUTES`,
-//! default 1, 1000 channels), ignored by default until its known
-//! duplicates are fixed (issue 13); the two tests take turns (one cluster
-//! at a time).
+//! default 1, 1000 channels); the two tests take turns (one cluster at a
+//! time).
 //!
 //! `cargo xtask chaos --minutes N --seed S [--server redis|valkey]
 //! [--history]` runs it in release mode.
@@ -283,14 +282,9 @@ fn chaos() {
     chaos_with(settings());
 }
 
-/// The recovery mode, short: 1000 channels, half recoverable. Not in the
-/// default suite yet: on both servers it still finds publishes stored
-/// twice (a history publish whose reply was lost is sent again) and, on
-/// Redis, rare reorders around `kill -9` (issue 13). Run it with
-/// `cargo test --test chaos -- --ignored chaos_history` or
-/// `cargo xtask chaos --history`.
+/// The recovery mode, short: 1000 channels, half recoverable, under the
+/// strict verdict (longer: `cargo xtask chaos --history`).
 #[test]
-#[ignore = "finds known duplicates on recoverable channels (issue 13); run with --ignored"]
 fn chaos_history() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut s = settings();

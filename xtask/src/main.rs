@@ -16,8 +16,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  demo [ARGS]  the fleet demo: a local Valkey cluster, 4 subscriber engines, a
-            paced publisher, a failover half-way, and a sizing summary
+  demo [ARGS]  the fleet demo: a local Valkey cluster (3 primaries, 1 replica
+            each), 200 subscriber instances, a publish rate ramp to the knee,
+            a failover and a resubscribe storm, a report and a sizing answer
             (ARGS go to examples/fanout, e.g. --server redis --seconds 20)
   compare [--modes LIST] [--scaling] [--dry-run] [DEMO ARGS]
             the same demo scenario in each mode, one after another, then one

@@ -69,6 +69,31 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
         Entry {
+            name: "history_cost",
+            section: "What history costs per publish",
+            estimate_s: 15,
+            measured: true,
+            servers: true,
+            build: vec![cargo(&["build", "--release", "--example", "history_cost"])],
+            steps: ["", "--valkey"]
+                .into_iter()
+                .flat_map(|kind| [None, Some("--cluster")].map(move |c| (kind, c)))
+                .map(|(kind, c)| {
+                    let mut args = vec!["--messages", "30000"];
+                    args.extend(
+                        [kind, c.unwrap_or("")]
+                            .into_iter()
+                            .filter(|a| !a.is_empty()),
+                    );
+                    step(
+                        "",
+                        Cmd::new(Program::Target("release/examples/history_cost"), &args),
+                    )
+                })
+                .collect(),
+            render: Render::Tables,
+        },
+        Entry {
             name: "cluster_cpu",
             section: "Cluster: server CPU, sharded vs classic",
             estimate_s: 50,
