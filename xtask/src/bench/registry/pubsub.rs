@@ -94,6 +94,36 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
         Entry {
+            name: "history_recovery_cost",
+            section: "What recovery costs",
+            estimate_s: 15,
+            measured: true,
+            servers: true,
+            build: vec![cargo(&[
+                "build",
+                "--release",
+                "--example",
+                "history_recovery_cost",
+            ])],
+            steps: vec![
+                step(
+                    "Redis:",
+                    Cmd::new(
+                        Program::Target("release/examples/history_recovery_cost"),
+                        &[],
+                    ),
+                ),
+                step(
+                    "Valkey:",
+                    Cmd::new(
+                        Program::Target("release/examples/history_recovery_cost"),
+                        &["--valkey"],
+                    ),
+                ),
+            ],
+            render: Render::Tables,
+        },
+        Entry {
             name: "cluster_cpu",
             section: "Cluster: server CPU, sharded vs classic",
             estimate_s: 50,
@@ -109,7 +139,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "cluster_cpu_per_primary",
             section: "Cluster: server CPU at the same load per primary",
-            estimate_s: 120,
+            estimate_s: 60,
             measured: true,
             servers: true,
             build: vec![cluster_build.clone()],
