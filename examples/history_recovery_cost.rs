@@ -136,6 +136,10 @@ fn recovery_time(server: &Server, publisher: &PubSub, n: u64) {
         got.load(Ordering::Relaxed) == 1 + n
     });
     let took = start.elapsed();
+    // The workers add their counts just after the handler returns.
+    wait("the recovered count", Duration::from_secs(5), || {
+        ps.metrics().recovered >= n
+    });
     let m = ps.metrics();
     println!(
         "| {n} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1} |",
@@ -186,7 +190,11 @@ fn storm(server: &Server, publisher: &PubSub, instances: usize, channels: usize,
     );
     let took = start.elapsed();
     let cpu = server_cpu(server) - cpu0;
-    let recovered: u64 = subs.iter().map(|s| s.0.metrics().recovered).sum();
+    let recovered_now = || subs.iter().map(|s| s.0.metrics().recovered).sum::<u64>();
+    wait("the recovered counts", Duration::from_secs(5), || {
+        recovered_now() >= each * missed * instances as u64
+    });
+    let recovered = recovered_now();
     println!(
         "| {instances} | {channels} | {missed} | {recovered} | {:.0} | {:.0} | {} | {} |",
         took.as_secs_f64() * 1e3,
