@@ -79,15 +79,15 @@
 //!
 //! What it costs (`BENCHMARKS.md`, "What history costs per publish"):
 //!
-//! - server CPU: each publish runs the script (an `HGET`, `HINCRBY`,
-//!   `XADD`, two `EXPIRE`s and the publish): about 9–19 times a plain
-//!   publish (12.7–16.7 µs against 0.7–1.8 µs on Redis 7.0 and Valkey 9.1), so a
-//!   server sustains roughly a tenth of the publish rate on recoverable
-//!   channels;
-//! - server memory: about 74 bytes per stored 64-byte message (the stream
-//!   entry; roughly payload + 10 bytes for larger payloads), for up to
-//!   `max_len` entries per channel, for `max_age` after its last publish;
-//! - client: 3–4 times the CPU of a plain message (one allocation per
+//! - server CPU: each publish runs the script (an `HMGET`, `HINCRBY`,
+//!   `XADD`, two `EXPIRE`s and the publish; `CLUSTER MYID` too on a
+//!   cluster): about 10–13 times a plain publish (20–29 µs against
+//!   1.8–2.6 µs on Redis 7.0 and Valkey 9.1 in one run), so a server
+//!   sustains roughly a tenth of the publish rate on recoverable channels;
+//! - server memory: about 70 bytes per stored 64-byte message (the stream
+//!   entry; roughly payload + a few bytes), for up to `max_len` entries
+//!   per channel, for `max_age` after its last publish;
+//! - client: 3–5 times the CPU of a plain message (one allocation per
 //!   publish, offset tracking in the workers);
 //! - recovery: a subscriber that missed N messages reads them in pages of
 //!   1,000 (one script call each) and delivers them before the live ones;
@@ -107,8 +107,8 @@
 //!   channel's history goes when it passes, and its next publish starts a
 //!   new epoch.
 //! - memory: channels × min(`max_len`, what is published within `max_age`)
-//!   × (payload + about 10 bytes). 10,000 channels × 1,000 entries × 64-byte
-//!   payloads is about 740 MB; check it against `maxmemory` (an eviction
+//!   × (payload + 6–10 bytes). 10,000 channels × 1,000 entries × 64-byte
+//!   payloads is about 700 MB; check it against `maxmemory` (an eviction
 //!   of the meta key is a new epoch).
 //!
 //! Past the caps a subscriber gets
