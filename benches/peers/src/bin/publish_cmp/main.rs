@@ -152,6 +152,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Medians of one client at one concurrency.
 struct Row {
     rate: f64,
+    /// Each repetition's rate, in repetition order.
+    rates: Vec<f64>,
     cpu_per_m: f64,
     /// Messages per socket write syscall.
     per_write: Option<f64>,
@@ -172,8 +174,10 @@ fn row(samples: &[Sample]) -> Row {
             .collect::<Option<Vec<f64>>>()
             .map(median)
     };
+    let rates: Vec<f64> = samples.iter().map(|s| s.messages as f64 / s.secs).collect();
     Row {
-        rate: median(samples.iter().map(|s| s.messages as f64 / s.secs).collect()),
+        rate: median(rates.clone()),
+        rates,
         cpu_per_m: median(
             samples
                 .iter()
@@ -192,6 +196,20 @@ fn row(samples: &[Sample]) -> Row {
                 .map(|s| s.server_cpu / s.messages as f64 * 1e6)
                 .collect(),
         ),
+    }
+}
+
+/// `min–max` of `v` with `digits` decimals (`–` when empty).
+fn spread(v: impl IntoIterator<Item = f64>, digits: usize) -> String {
+    let (lo, hi) = v
+        .into_iter()
+        .filter(|x| x.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+    match lo <= hi {
+        true => format!("{lo:.digits$}–{hi:.digits$}"),
+        false => "–".into(),
     }
 }
 
@@ -255,23 +273,31 @@ fn print_table(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec
     }
     println!("\n### {server}\n");
     println!(
-        "| publisher | submitters | msg/s | vs C | vs best Rust peer | client CPU s / 1M | \
+        "| publisher | submitters | msg/s | msg/s over {} reps (min–max) | vs C | \
+         vs C per rep (min–max) | vs best Rust peer | client CPU s / 1M | \
          CPU vs best peer | msgs / socket write syscall | msgs / successful write (engine) | \
          eventfd wakes / msg | \
-         allocs / msg | server CPU s / 1M |"
+         allocs / msg | server CPU s / 1M |",
+        o.reps
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &conc in &o.conc {
         let (rows, best_rate, best_cpu) = rows_of(conc, samples);
-        let rate_of = |want: Kind| rows.iter().find(|(k, _)| *k == want).map(|(_, r)| r.rate);
-        let c_rate = rate_of(Kind::Reference).unwrap_or(f64::NAN);
+        let of = |want: Kind| rows.iter().find(|(k, _)| *k == want).map(|(_, r)| r);
+        let c_rate = of(Kind::Reference).map_or(f64::NAN, |r| r.rate);
+        let c_rates = of(Kind::Reference).map_or(&[][..], |r| &r.rates[..]);
         for (kind, r) in &rows {
+            // Each repetition against C's of the same repetition (they
+            // ran back to back).
+            let per_rep = r.rates.iter().zip(c_rates).map(|(a, c)| a / c);
             println!(
-                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} | {:.0} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
                 kind.name(),
                 submitters(*kind, conc, false),
                 r.rate,
+                spread(r.rates.iter().copied(), 0),
                 r.rate / c_rate,
+                spread(per_rep, 2),
                 r.rate / best_rate,
                 r.cpu_per_m,
                 r.cpu_per_m / best_cpu,
