@@ -192,6 +192,14 @@ fn prepare(entries: &[Entry]) -> Result<Prepared, String> {
     if callgrind {
         install::apt_tool("valgrind", "valgrind")?;
     }
+    let traced = entries.iter().any(|e| {
+        e.steps
+            .iter()
+            .any(|s| s.cmd.args.iter().any(|a| a == "publish_cmp"))
+    });
+    if traced {
+        install::tracefs();
+    }
     Ok(Prepared { env, servers })
 }
 

@@ -99,6 +99,33 @@ pub fn apt_tool(binary: &str, package: &str) -> Result<(), String> {
     apt_install(&[package])
 }
 
+/// Mounts tracefs at `/sys/kernel/tracing` when it is not there (the
+/// kernel tracepoint counters of `publish_cmp`: syscalls and socket writes
+/// per message); says what it does. Without it (not root, no tracefs)
+/// those columns read `–`, and the benchmark still runs.
+pub fn tracefs() {
+    let dir = std::path::Path::new("/sys/kernel/tracing");
+    if dir.join("events").is_dir() {
+        println!(
+            "xtask: tracefs found at {}, nothing to mount",
+            dir.display()
+        );
+        return;
+    }
+    println!(
+        "xtask: mounting tracefs at {} (publish_cmp's syscall counters): not mounted",
+        dir.display()
+    );
+    let mounted = privileged("mount")
+        .args(["-t", "tracefs", "nodev"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        println!("xtask: could not mount tracefs: the syscall columns will read –");
+    }
+}
+
 /// `apt-get install -y`, with `apt-get update` once and a retry on failure.
 fn apt_install(packages: &[&str]) -> Result<(), String> {
     let apt = |args: &[&str]| {
