@@ -443,3 +443,91 @@ fn a_publish_retried_after_clusterdown_keeps_its_place() {
         ps.shutdown();
     }
 }
+
+/// While a refused publish waits for its retry, the slot's later
+/// publishes are not sent at all, not even with the retry: it goes alone,
+/// and they follow once it was taken. (Sent with it, a node whose state
+/// changed between two reads could refuse it and take them: a reorder.)
+/// The refusal: the channel's slot half migrated, its stream key moved and
+/// its meta key not, so the publish script's two keys get `TRYAGAIN` from
+/// the owner, whose route stays. Counted at the client: only the retries
+/// of the first publish are refused.
+#[test]
+fn a_refused_publish_is_retried_alone_until_it_is_taken() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0).unwrap();
+        let ps = build(PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string())));
+        let channel = "room:alone";
+        ps.publish_wait(channel, b"m0", BOUND).unwrap();
+        let wire = ps.server_channel(channel.as_bytes());
+        let slot = shardcore::key_slot(&wire);
+        let from = cluster.owner_of_slot(slot).unwrap();
+        let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
+        let (src, dst) = (cluster.node(from), cluster.node(to));
+        let (src_id, dst_id) = (cluster.node_id(from).unwrap(), cluster.node_id(to).unwrap());
+        let s = slot.to_string();
+        dst.cmd_str(&["CLUSTER", "SETSLOT", &s, "IMPORTING", src_id])
+            .unwrap();
+        src.cmd_str(&["CLUSTER", "SETSLOT", &s, "MIGRATING", dst_id])
+            .unwrap();
+        let (mut meta, mut stream) = (Vec::new(), Vec::new());
+        shardsub::history::keys_into(&wire, &mut meta, &mut stream);
+        let port = dst.port().to_string();
+        let migrate = |key: &[u8]| {
+            src.cmd(&[
+                b"MIGRATE",
+                b"127.0.0.1",
+                port.as_bytes(),
+                key,
+                b"0",
+                b"5000",
+            ])
+            .unwrap();
+        };
+        migrate(&stream);
+        let refused = |ps: &PubSub| ps.cluster_metrics().unwrap().redirects.try_again;
+        let base = refused(&ps);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 1..12 {
+            let tx = tx.clone();
+            ps.publish_then(channel, format!("m{i}"), move |r| {
+                let _ = tx.send(r);
+            });
+            if i == 1 {
+                // Twice: the first refusal parked the slot before the
+                // retry went out.
+                testkit::wait_for("m1 refused twice", BOUND, || {
+                    Ok((refused(&ps) >= base + 2).then_some(()))
+                })
+                .unwrap();
+            }
+        }
+        let after = refused(&ps);
+        testkit::wait_for("two more retries", BOUND, || {
+            Ok((refused(&ps) >= after + 2).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", ps.cluster_metrics()));
+        let n = refused(&ps) - after;
+        assert_eq!(
+            n, 2,
+            "{kind:?}: {n} refusals where m1's two retries were due: later publishes were sent"
+        );
+        // The move completes; the publishes follow it, in order.
+        migrate(&meta);
+        for node in cluster.masters() {
+            cluster
+                .node(node)
+                .cmd_str(&["CLUSTER", "SETSLOT", &s, "NODE", dst_id])
+                .unwrap();
+        }
+        for _ in 1..12 {
+            rx.recv_timeout(BOUND).unwrap().unwrap();
+        }
+        assert_eq!(
+            history_order(&ps, channel),
+            (0..12).collect::<Vec<u32>>(),
+            "{kind:?}: the history's order is not the publish order"
+        );
+        ps.shutdown();
+    }
+}

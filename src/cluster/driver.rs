@@ -275,13 +275,20 @@ impl Driver {
             self.delayed = later;
             due.into_iter().map(|d| (*d.1, d.2)).collect()
         };
-        for (msg, parked) in due {
+        for (mut msg, parked) in due {
             if parked {
-                // Into its slot's hold, ahead of the later publishes that
-                // joined it meanwhile (the hold sends by publish order).
-                let slot = msg.slot;
-                let _ = publish::hold(&self.s, msg);
-                self.s.hold.unpark(slot);
+                // Alone to the slot's owner, the slot still parked (see
+                // `retry`); held in publish order when no owner is up.
+                msg.probe = true;
+                let engine = self.s.routes.read().engine_of(msg.slot);
+                match engine.filter(|e| e.is_connection_up(0, 0)) {
+                    Some(e) => {
+                        let _ = publish::submit(&self.s, msg, &e, false);
+                    }
+                    None => {
+                        let _ = publish::hold(&self.s, msg);
+                    }
+                }
             } else {
                 let _ = publish::send(&self.s, msg, None, false);
             }
@@ -459,12 +466,19 @@ impl Driver {
                 let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
                 let now = Instant::now();
                 // With the hold on, the slot's later publishes wait behind
-                // this one (parked in the slot's hold entry until it is
-                // due, whatever route gates do meanwhile), so the server
-                // still takes one slot's publishes in publish order (a
-                // recoverable channel's offsets follow it).
+                // this one (parked in the slot's hold entry until its
+                // outcome, whatever route gates do meanwhile): when due it
+                // goes alone, and the rest only once it was taken, so a node
+                // whose state changes between two reads cannot refuse it
+                // and take a later one (a recoverable channel's offsets
+                // follow the server's order). Another refused publish of a
+                // slot already parked joins the held queue behind it.
                 let parked = !self.s.config.publish_hold.is_zero();
-                if parked {
+                if parked && !msg.probe {
+                    if self.s.hold.is_parked(msg.slot) {
+                        let _ = publish::hold(&self.s, msg);
+                        return;
+                    }
                     self.s.hold.park(msg.slot);
                 }
                 self.delayed.push((now + delay, Box::new(msg), parked));

@@ -143,6 +143,13 @@ impl Hold {
     }
 
     fn push(&self, st: &mut State, mut msg: PubMsg) -> Offer {
+        // A probe that is held (its owner unreachable, a resend) is queued
+        // in publish order with the rest: its slot is no longer parked for it.
+        if std::mem::take(&mut msg.probe) {
+            if let Some(e) = st.slots.get_mut(&msg.slot) {
+                e.parked = e.parked.saturating_sub(1);
+            }
+        }
         let c = cost(&msg);
         let evicted = if self.fits(st, c) {
             Vec::new()
@@ -201,8 +208,14 @@ impl Hold {
         self.entries.store(st.slots.len(), Ordering::Release);
     }
 
-    /// The retry parked with [`Hold::park`] is due (and held again, or
-    /// sent): the slot's queue may go once nothing else holds it.
+    /// Whether a refused publish of `slot` is parked (see [`Hold::park`]).
+    pub(crate) fn is_parked(&self, slot: u16) -> bool {
+        let st = self.state.lock();
+        st.slots.get(&slot).is_some_and(|e| e.parked > 0)
+    }
+
+    /// The retry parked with [`Hold::park`] has its outcome (or was held):
+    /// the slot's queue may go once nothing else holds it.
     pub(crate) fn unpark(&self, slot: u16) {
         let mut st = self.state.lock();
         if let Some(e) = st.slots.get_mut(&slot) {
@@ -334,6 +347,7 @@ mod tests {
             first: Stamp::UNSET,
             seq,
             held_at: Stamp::UNSET,
+            probe: false,
             done: None,
         }
     }
@@ -416,5 +430,28 @@ mod tests {
         assert_eq!(order, vec![1, 2, 3]);
         assert!(h.take(4).is_none());
         assert!(!h.busy(), "the entry is gone once empty");
+    }
+
+    #[test]
+    fn a_probe_keeps_its_slot_parked_until_it_is_held_or_finished() {
+        let h = Hold::new(100, 1 << 20);
+        h.park(4);
+        assert!(h.is_parked(4) && !h.is_parked(5));
+        assert!(matches!(h.offer(msg(2, 4)), Offer::Held(_)));
+        // The probe (publish 1, sent alone) is answered: the slot opens.
+        h.unpark(4);
+        assert!(!h.is_parked(4));
+        assert_eq!(h.releasable(), vec![4]);
+        // Parked again; this time the probe finds no owner and is held: it
+        // unparks its slot as it joins the queue, in publish order.
+        h.park(4);
+        assert!(h.releasable().is_empty());
+        let mut probe = msg(1, 4);
+        probe.probe = true;
+        assert!(held(h.hold(probe)).is_empty());
+        assert!(!h.is_parked(4));
+        let order: Vec<u64> = h.take(4).unwrap().iter().map(|m| m.seq).collect();
+        assert_eq!(order, vec![1, 2]);
+        assert!(h.take(4).is_none());
     }
 }

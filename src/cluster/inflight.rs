@@ -83,6 +83,9 @@ pub(crate) enum Completed {
     /// A final reply: the message's buffer is back in the pool; run its
     /// callback, if any, with the receiver count.
     Ok(Option<Done>, i64),
+    /// A final reply to a probe ([`PubMsg::probe`]): finish the message
+    /// (which unparks its slot).
+    Probe(PubMsg, i64),
     /// An error: the message, with its bytes, for a retry or its outcome.
     Err(PubMsg, Error),
     /// Kept for the sender, which has not filled the entry yet (or nothing
@@ -176,6 +179,13 @@ impl InFlight {
             return Completed::Kept;
         };
         match (&mut *e, result) {
+            (Entry::Waiting(msg), Ok(n)) if msg.probe => {
+                let Entry::Waiting(msg) = std::mem::replace(e, Entry::Free) else {
+                    return Completed::Kept;
+                };
+                t.free.push(index);
+                Completed::Probe(msg, n)
+            }
             (Entry::Waiting(msg), Ok(n)) => {
                 let done = msg.done.take();
                 let buf = std::mem::take(&mut msg.data);
@@ -224,6 +234,7 @@ mod tests {
             first: crate::cluster::publish::Stamp::UNSET,
             seq: 0,
             held_at: crate::cluster::publish::Stamp::UNSET,
+            probe: false,
             done: None,
         }
     }

@@ -64,6 +64,10 @@ pub(crate) struct PubMsg {
     pub(crate) seq: u64,
     /// When it was first held.
     pub(crate) held_at: Stamp,
+    /// A refused publish sent again alone: its slot stays parked (the
+    /// slot's later publishes held) until its outcome, so none of them can
+    /// be taken by a node that refuses this one a moment earlier.
+    pub(crate) probe: bool,
     pub(crate) done: Option<Done>,
 }
 
@@ -84,6 +88,9 @@ impl PubMsg {
     pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
         if let Some(token) = self.token.take() {
             shared.inflight.release(token);
+        }
+        if std::mem::take(&mut self.probe) {
+            shared.hold.unpark(self.slot);
         }
         if r.is_err() {
             add(&shared.cluster.publish_failed, 1);
@@ -277,6 +284,7 @@ impl TokenSink for Shared {
             Completed::Err(msg, e) => {
                 let _ = on_reply(&self, msg, Err(e));
             }
+            Completed::Probe(msg, n) => msg.finish(&self, Ok(n)),
             Completed::Kept => {}
         }
     }
@@ -469,6 +477,7 @@ fn finish_message(
         first: Stamp::UNSET,
         seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
         held_at: Stamp::UNSET,
+        probe: false,
         done,
     }
 }
