@@ -63,7 +63,10 @@
 //!   by [`PubSubBuilder::publish_hold_limit`](crate::PubSubBuilder::publish_hold_limit)), then sent to the new
 //!   owner; past the hold it fails with [`Error::OwnerUnreachable`], past
 //!   the limit at once with [`Error::HoldFull`]. One whose connection broke
-//!   before its reply is sent again, so it may arrive twice.
+//!   before its reply is sent again, so it may arrive twice (a recoverable
+//!   channel's is not: it fails with [`Error::ConnectionLost`]). One the
+//!   server refused for now (`TRYAGAIN`, `CLUSTERDOWN`) is retried alone,
+//!   the slot's later publishes held until it was taken.
 //!
 //! - An idle subscribe connection gets a `PING` after
 //!   [`PubSubBuilder::probe_interval`](crate::PubSubBuilder::probe_interval) of silence; one that does not

@@ -11,6 +11,11 @@
 //! - `ASK slot addr`: `ASKING` and the publish go to that node, in one
 //!   write, without changing the route;
 //! - `TRYAGAIN` / `CLUSTERDOWN`: the publish is retried after a backoff.
+//!   With the publish hold on, its slot's later publishes are held behind
+//!   it, and when it is due it goes alone: they follow once the server
+//!   took it (a node that refuses one publish and takes the next, its
+//!   state changed between two reads, would reorder them). A second
+//!   refused publish of that slot joins the held ones.
 //!
 //! Redirects are bounded by [`PubSubBuilder::max_redirects`] and retries
 //! by [`PubSubBuilder::retry_window`]; past either bound the publish fails

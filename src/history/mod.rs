@@ -132,7 +132,7 @@
 //!   this kind and lose nothing (`tests/history_faults.rs` counts them by
 //!   reason).
 //! - A publish whose reply was lost (the connection broke after it was
-//!   sent) fails with [`Error::ConnectionLost`](crate::Error::ConnectionLost)
+//!   sent) fails with [`Error::ConnectionLost`]
 //!   but may have been applied: its subscribers may get it, once. It is
 //!   never sent again by the engine, not even on a cluster with the
 //!   publish hold on (which resends plain publishes): a second run would
