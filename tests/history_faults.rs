@@ -394,6 +394,26 @@ fn history_order(ps: &PubSub, channel: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The channel's history holds `m0..=m{last}`, in that order.
+fn assert_history_is_m0_to(ps: &PubSub, channel: &str, last: u32, kind: ServerKind) {
+    assert_eq!(
+        history_order(ps, channel),
+        (0..=last).collect::<Vec<u32>>(),
+        "{kind:?}: the history's order is not the publish order"
+    );
+}
+
+/// A cluster of 3 primaries, an instance with history on `room:`, `m0`
+/// published to `channel`, and the channel's server name and slot.
+fn cluster_and_channel(kind: ServerKind, channel: &str) -> (Cluster, PubSub, Vec<u8>, u16) {
+    let cluster = Cluster::start(kind, 3, 0).unwrap();
+    let ps = build(PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string())));
+    ps.publish_wait(channel, b"m0", BOUND).unwrap();
+    let wire = ps.server_channel(channel.as_bytes());
+    let slot = shardcore::key_slot(&wire);
+    (cluster, ps, wire, slot)
+}
+
 /// A publish the slot's owner refuses with `CLUSTERDOWN` is retried after
 /// a backoff; publishes of the same slot made meanwhile wait behind it
 /// (before: they went straight to the owner once it served the slot
@@ -401,12 +421,8 @@ fn history_order(ps: &PubSub, channel: &str) -> Vec<u32> {
 #[test]
 fn a_publish_retried_after_clusterdown_keeps_its_place() {
     for kind in testkit::kinds() {
-        let cluster = Cluster::start(kind, 3, 0).unwrap();
-        let ps = build(PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string())));
         let channel = "room:order";
-        ps.publish_wait(channel, b"m0", BOUND).unwrap();
-        let wire = ps.server_channel(channel.as_bytes());
-        let slot = shardcore::key_slot(&wire);
+        let (cluster, ps, _, slot) = cluster_and_channel(kind, channel);
         let owner = cluster.owner_of_slot(slot).unwrap();
         let node = cluster.node(owner);
         let s = slot.to_string();
@@ -435,11 +451,7 @@ fn a_publish_retried_after_clusterdown_keeps_its_place() {
             ps.publish_wait(channel, format!("m{i}"), BOUND).unwrap();
         }
         rx.recv_timeout(BOUND).unwrap().unwrap();
-        assert_eq!(
-            history_order(&ps, channel),
-            (0..12).collect::<Vec<u32>>(),
-            "{kind:?}: the history's order is not the publish order"
-        );
+        assert_history_is_m0_to(&ps, channel, 11, kind);
         ps.shutdown();
     }
 }
@@ -455,12 +467,8 @@ fn a_publish_retried_after_clusterdown_keeps_its_place() {
 #[test]
 fn a_refused_publish_is_retried_alone_until_it_is_taken() {
     for kind in testkit::kinds() {
-        let cluster = Cluster::start(kind, 3, 0).unwrap();
-        let ps = build(PubSub::builder().seeds(cluster.seed_addrs().iter().map(|a| a.to_string())));
         let channel = "room:alone";
-        ps.publish_wait(channel, b"m0", BOUND).unwrap();
-        let wire = ps.server_channel(channel.as_bytes());
-        let slot = shardcore::key_slot(&wire);
+        let (cluster, ps, wire, slot) = cluster_and_channel(kind, channel);
         let from = cluster.owner_of_slot(slot).unwrap();
         let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
         let (src, dst) = (cluster.node(from), cluster.node(to));
@@ -523,11 +531,7 @@ fn a_refused_publish_is_retried_alone_until_it_is_taken() {
         for _ in 1..12 {
             rx.recv_timeout(BOUND).unwrap().unwrap();
         }
-        assert_eq!(
-            history_order(&ps, channel),
-            (0..12).collect::<Vec<u32>>(),
-            "{kind:?}: the history's order is not the publish order"
-        );
+        assert_history_is_m0_to(&ps, channel, 11, kind);
         ps.shutdown();
     }
 }

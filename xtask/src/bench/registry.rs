@@ -49,6 +49,11 @@ fn cargo(args: &[&str]) -> Cmd {
     Cmd::new(Program::Cargo, args)
 }
 
+/// `cargo build --release --example NAME`.
+fn release_example(name: &str) -> Cmd {
+    cargo(&["build", "--release", "--example", name])
+}
+
 /// A measuring command; its label (if any) goes above its tables.
 #[derive(Clone, Debug)]
 pub struct Step {
@@ -251,7 +256,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 25,
         measured: true,
         servers: true,
-        build: vec![cargo(&["build", "--release", "--example", "publish_load"])],
+        build: vec![release_example("publish_load")],
         steps: load,
         render: Render::Tables,
     });
@@ -344,12 +349,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 20,
         measured: true,
         servers: true,
-        build: vec![cargo(&[
-            "build",
-            "--release",
-            "--example",
-            "subscribe_cost",
-        ])],
+        build: vec![release_example("subscribe_cost")],
         steps: SERVERS
             .iter()
             .flat_map(|(kind, _)| {

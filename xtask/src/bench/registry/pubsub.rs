@@ -1,12 +1,12 @@
 //! The Pub/Sub and cluster tables of the registry.
 
-use super::{cargo, step, Cmd, Entry, Program, Render};
+use super::{cargo, release_example, step, Cmd, Entry, Program, Render};
 
 /// Pub/Sub throughput, the subscriber peer comparison, 1M channels, and the
 /// three `examples/cluster_bench.rs` tables.
 pub fn pubsub_and_cluster() -> Vec<Entry> {
     let bench = |name: &str| cargo(&["bench", "-p", "shardsub", "--bench", name, "--no-run"]);
-    let cluster_build = cargo(&["build", "--release", "--example", "cluster_bench"]);
+    let cluster_build = release_example("cluster_bench");
     let cluster = |label: &str, args: &[&str]| {
         step(
             label,
@@ -74,7 +74,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 15,
             measured: true,
             servers: true,
-            build: vec![cargo(&["build", "--release", "--example", "history_cost"])],
+            build: vec![release_example("history_cost")],
             steps: ["", "--valkey"]
                 .into_iter()
                 .flat_map(|kind| [None, Some("--cluster")].map(move |c| (kind, c)))
@@ -99,12 +99,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 15,
             measured: true,
             servers: true,
-            build: vec![cargo(&[
-                "build",
-                "--release",
-                "--example",
-                "history_recovery_cost",
-            ])],
+            build: vec![release_example("history_recovery_cost")],
             steps: vec![
                 step(
                     "Redis:",
