@@ -52,9 +52,13 @@
 //! that had offsets the new node never got is told with
 //! [`Event::Unrecoverable`](crate::Event::Unrecoverable) (what was
 //! published to the old node after them, if anything, is gone). The check
-//! costs the script a `CLUSTER MYID` call (about 2 µs). On servers (one, or
-//! N shards) there is no check: a server restarted from a snapshot or an
-//! AOF that lacks its last writes gives their offsets again.
+//! costs the script a `CLUSTER MYID` call (1.9–2.0 µs in a bare script under
+//! `redis-benchmark`, see `BENCHMARKS.md`). What it does not catch: a node
+//! restarted from a snapshot or an AOF that lacks its last writes keeps its
+//! identity (on servers, one or N shards, there is no check at all), so
+//! their offsets are given again. Every instance of a fleet must run a
+//! version with this rule: an older subscriber reads a continued epoch
+//! from its first offset and delivers the kept entries again.
 //!
 //! Subscribers strip the header and hand the position to the channel's
 //! worker, which recovers gaps by itself: see `workers::recovery` (a
@@ -87,7 +91,7 @@
 //! - server memory: about 70 bytes per stored 64-byte message (the stream
 //!   entry; roughly payload + a few bytes), for up to `max_len` entries
 //!   per channel, for `max_age` after its last publish;
-//! - client: 3–5 times the CPU of a plain message (one allocation per
+//! - client: 2.5–5 times the CPU of a plain message (one allocation per
 //!   publish, offset tracking in the workers);
 //! - recovery: a subscriber that missed N messages reads them in pages of
 //!   1,000 (one script call each) and delivers them before the live ones;
@@ -107,7 +111,7 @@
 //!   channel's history goes when it passes, and its next publish starts a
 //!   new epoch.
 //! - memory: channels × min(`max_len`, what is published within `max_age`)
-//!   × (payload + 6–10 bytes). 10,000 channels × 1,000 entries × 64-byte
+//!   × (payload + about 6 bytes). 10,000 channels × 1,000 entries × 64-byte
 //!   payloads is about 700 MB; check it against `maxmemory` (an eviction
 //!   of the meta key is a new epoch).
 //!
@@ -134,10 +138,13 @@
 //! - A publish whose reply was lost (the connection broke after it was
 //!   sent) fails with [`Error::ConnectionLost`]
 //!   but may have been applied: its subscribers may get it, once. It is
-//!   never sent again by the engine, not even on a cluster with the
-//!   publish hold on (which resends plain publishes): a second run would
-//!   append a second copy under another offset, and subscribers would get
-//!   both. Whether to publish it again is the application's choice.
+//!   not sent again by the hold on a cluster (which resends plain
+//!   publishes): a second run would append a second copy under another
+//!   offset, and subscribers would get both. Whether to publish it again
+//!   is the application's choice. One exception: a publish on the
+//!   connection of a node engine that a topology change closes before the
+//!   reply fails there with `Shutdown` and is sent to the slot's new owner,
+//!   so if it had run it is stored twice (not seen in any chaos run).
 //!   (Before this rule a 5-minute chaos run on Redis saw 132 duplicate
 //!   deliveries around `kill -9` of primaries.)
 //! - A channel holds at most 4,096 live messages while its read is out;
@@ -192,7 +199,10 @@ pub struct Position {
 /// One message read from a channel's history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryMessage {
-    /// Its offset (in [`History::position`]'s epoch).
+    /// Its offset in the stream: offsets count on across the epochs of
+    /// [`History::earlier`], so one at or below an earlier epoch's offset
+    /// there was published in that epoch, the rest in
+    /// [`History::position`]'s.
     pub offset: u64,
     /// The payload, as the handler would get it (the lag envelope, if on,
     /// stripped).
@@ -208,9 +218,11 @@ pub struct History {
     /// The messages, oldest first.
     pub messages: Vec<HistoryMessage>,
     /// With a `since` position: whether `messages` follows it with nothing
-    /// missing (the same epoch, and the first message is the next offset,
-    /// or none was published since). Without one, whether `messages`
-    /// starts at offset 1 (the whole epoch).
+    /// missing (the first message is the one after
+    /// [`History::resumes`]`(since)`, or none was published since; false
+    /// for an epoch this history does not continue). Without one, whether
+    /// `messages` starts at offset 1 (the whole stream, earlier epochs
+    /// included).
     pub continuous: bool,
     /// The epochs before `position`'s that this history continues, oldest
     /// first, each with the last offset it has of that epoch (at most 4).

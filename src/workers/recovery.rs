@@ -433,16 +433,15 @@ fn step(
             // A late message of an epoch the history has moved on from:
             // read already up to the epoch's end here; past it, a write
             // the node that now has the history never got (delivered, as
-            // nothing else has it).
-            let end = c
-                .earlier
-                .iter()
-                .find(|e| e.epoch == at.epoch)
-                .map(|e| e.offset);
-            if end.is_some_and(|end| at.offset <= end) {
+            // nothing else has it, once: the end moves past it).
+            let Some(e) = c.earlier.iter_mut().find(|e| e.epoch == at.epoch) else {
+                return false;
+            };
+            if at.offset <= e.offset {
                 n.duplicates += 1;
                 return false;
             }
+            e.offset = at.offset;
             true
         }
         Some(since) => {

@@ -345,5 +345,6 @@ fn a_history_moved_without_the_last_writes_does_not_skip_the_new_offsets() {
         msg(&mut t, 9, &mut out),
         "the old node's, never on the new one"
     );
+    assert!(!msg(&mut t, 9, &mut out), "and only once");
     assert!(out.is_empty(), "{out:?}");
 }
