@@ -12,7 +12,6 @@ use shardcore::Partitions;
 
 use crate::cluster::driver::Driver;
 use crate::cluster::hold::Hold;
-use crate::cluster::inflight::InFlight;
 use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
@@ -468,7 +467,6 @@ pub(crate) fn start(
         closing: AtomicBool::new(false),
         hold,
         next_seq: AtomicU64::new(0),
-        inflight: InFlight::default(),
         instance: crate::cluster::instance_seed(),
     });
     crate::pubsub::leaving::install(&shared);

@@ -337,10 +337,9 @@ mod tests {
     fn msg(seq: u64, slot: u16) -> PubMsg {
         PubMsg {
             data: Vec::new(),
-            wire_at: 0,
             wire_len: 1,
             payload_len: 9,
-            token: None,
+            staged: None,
             slot,
             redirects: 0,
             retries: 0,

@@ -98,11 +98,11 @@ mod dispatch;
 mod driver;
 mod gate;
 pub(crate) mod hold;
-mod inflight;
 pub(crate) mod keyed;
 mod metrics;
 mod outcome;
-mod publish;
+pub(crate) mod publish;
+pub(crate) use publish::PubMsg;
 mod replica_opts;
 mod service;
 pub(crate) mod shared;
@@ -272,8 +272,7 @@ impl ClusterPubSub {
     /// [`Error::Shutdown`] after shutdown. `Ok` means sent or held.
     pub fn publish(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
         self.check_open()?;
-        let msg = publish::message(&self.shared, channel, payload, None);
-        let r = publish::send(&self.shared, msg, None, false);
+        let r = publish::publish(&self.shared, channel, payload, None);
         if r.is_ok() {
             add(&self.shared.counters.published, 1);
         }
@@ -302,10 +301,9 @@ impl ClusterPubSub {
     }
 
     fn publish_done(&self, channel: &[u8], payload: &[u8], done: publish::Done) {
-        let msg = publish::message(&self.shared, channel, payload, Some(done));
         add(&self.shared.counters.published, 1);
         // A failure at once has reached `done` already.
-        let _ = publish::send(&self.shared, msg, None, false);
+        let _ = publish::publish(&self.shared, channel, payload, Some(done));
     }
 
     /// Publishes and waits for the outcome (see

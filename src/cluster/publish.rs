@@ -36,10 +36,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cluster::hold::Offer;
-use crate::cluster::inflight::Completed;
 pub(crate) use crate::cluster::outcome::{Done, Stamp, Waiter};
 use crate::cluster::shared::{Retry, Shared};
-use crate::engine::{Engine, TokenSink};
+use crate::engine::{Engine, KeptSink};
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -49,15 +48,15 @@ use crate::metrics::add;
 /// redirected or retried. A redirect or retry sends the same bytes again.
 pub(crate) struct PubMsg {
     pub(crate) data: Vec<u8>,
-    /// The server's channel name: `data[wire_at..wire_at + wire_len]`.
-    pub(crate) wire_at: u32,
+    /// The length of the server's channel name.
     pub(crate) wire_len: u32,
     /// The payload's length (what the hold counts is name plus payload;
     /// past 4 GiB, 4 GiB).
     pub(crate) payload_len: u32,
-    /// An in-flight index reserved for its next send (see
-    /// [`super::inflight`]); given back if it finishes unsent.
-    pub(crate) token: Option<u32>,
+    /// Where its bytes lie in the staged bytes of the connection it was
+    /// just submitted to, while `data` is still empty: the I/O thread
+    /// copies them out when it takes them (into its `KeptPool`).
+    pub(crate) staged: Option<Staged>,
     pub(crate) slot: u16,
     pub(crate) redirects: u32,
     pub(crate) retries: u32,
@@ -76,24 +75,36 @@ pub(crate) struct PubMsg {
     pub(crate) done: Option<Done>,
 }
 
-impl PubMsg {
-    /// The server's channel name.
-    pub(crate) fn wire(&self) -> &[u8] {
-        let at = self.wire_at as usize;
-        self.data
-            .get(at..at + self.wire_len as usize)
-            .unwrap_or_default()
+/// Where a message's bytes lie in a connection's staged bytes (4 + 4
+/// bytes, so a [`PubMsg`] stays small).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Staged {
+    at: u32,
+    len: u32,
+}
+
+impl Staged {
+    /// `range`, unless it lies past 4 GiB.
+    pub(crate) fn of(range: std::ops::Range<usize>) -> Option<Staged> {
+        Some(Staged {
+            at: u32::try_from(range.start).ok()?,
+            len: u32::try_from(range.len()).ok()?,
+        })
     }
 
+    pub(crate) fn range(self) -> std::ops::Range<usize> {
+        let at = self.at as usize;
+        at..at + self.len as usize
+    }
+}
+
+impl PubMsg {
     /// What the publish hold counts: name plus payload bytes.
     pub(crate) fn cost(&self) -> usize {
         self.wire_len as usize + self.payload_len as usize
     }
 
     pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
-        if let Some(token) = self.token.take() {
-            shared.inflight.release(token);
-        }
         if std::mem::take(&mut self.probe) {
             shared.hold.unpark(self.slot);
         }
@@ -239,9 +250,10 @@ fn fail_full(shared: &Shared, msg: PubMsg) -> Result<(), Error> {
     )
 }
 
-/// Writes `msg` to `engine`'s connection. It waits in the in-flight table
-/// for its reply (see [`super::inflight`]); the engine hands the reply back
-/// with its index, to [`Shared`]'s [`TokenSink`].
+/// Writes `msg` to `engine`'s connection. It travels with its request
+/// until its reply ([`crate::engine::Engine::submit_kept`]), which comes
+/// back to it on the I/O thread: a plain reply ends it there, anything else
+/// comes to [`Shared`]'s [`KeptSink`].
 ///
 /// # Errors
 ///
@@ -249,48 +261,30 @@ fn fail_full(shared: &Shared, msg: PubMsg) -> Result<(), Error> {
 #[inline]
 pub(crate) fn submit(
     shared: &Arc<Shared>,
-    mut msg: PubMsg,
+    msg: PubMsg,
     engine: &Engine,
     asking: bool,
 ) -> Result<(), Error> {
     if asking {
         engine.command_then(0, [&b"ASKING"[..]], |_| {});
     }
-    let Some(token) = msg.token.take().or_else(|| shared.inflight.reserve()) else {
-        let slot = msg.slot;
-        let reason = "too many publishes in flight";
-        return msg.finish_with(
-            shared,
-            Error::Cluster {
-                slot,
-                reason: reason.into(),
-            },
-        );
-    };
-    // Copied from the message's own buffer: the entry is only reserved, so
-    // a reply (or a failure at once) that comes before `fill` waits there
-    // for this thread, and the bytes are not taken from under it.
-    engine.publish_encoded_token(msg.wire(), &msg.data, shared.clone(), token);
-    match shared.inflight.fill(token, msg) {
-        Some((msg, r)) => on_reply(shared, msg, r),
-        None => Ok(()),
+    match engine.submit_kept(msg, |buf, msg| {
+        buf.extend_from_slice(&msg.data);
+        msg
+    }) {
+        Ok(()) => Ok(()),
+        Err((msg, e)) => on_reply(shared, msg, Err(e)),
     }
 }
 
-impl TokenSink for Shared {
-    fn complete(self: Arc<Self>, token: u32, result: Result<i64, Error>) {
-        match self.inflight.complete(token, result) {
-            // An ordinary reply is final: nothing else to do with it.
-            Completed::Ok(done, n) => {
-                if let Some(done) = done {
-                    done.run(Ok(n));
-                }
-            }
-            Completed::Err(msg, e) => {
+impl KeptSink for Shared {
+    fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>) {
+        match result {
+            // A probe's reply: finishing it unparks its slot.
+            Ok(n) => msg.finish(&self, Ok(n)),
+            Err(e) => {
                 let _ = on_reply(&self, msg, Err(e));
             }
-            Completed::Probe(msg, n) => msg.finish(&self, Ok(n)),
-            Completed::Kept => {}
         }
     }
 }
@@ -334,10 +328,8 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
     // A node without the history script: the same command as `EVAL`
     // (never answered `NOSCRIPT`, so this happens once per publish).
     if crate::history::script::is_noscript(message) {
-        if let Some((eval, moved)) = crate::history::script::to_eval(&msg.data) {
-            let wire_at = msg.wire_at as usize + moved;
+        if let Some((eval, _)) = crate::history::script::to_eval(&msg.data) {
             msg.data = eval;
-            msg.wire_at = u32::try_from(wire_at).unwrap_or(0);
             return send(shared, msg, None, false);
         }
     }
@@ -364,24 +356,86 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
     Ok(())
 }
 
-/// Builds a message for `channel` (user name) and `payload`: its whole
-/// command encoded in one buffer from the pool (allocated only while the
-/// pool has none).
+/// A new publish, before it is encoded.
+pub(crate) struct NewPub<'a> {
+    channel: &'a [u8],
+    payload: &'a [u8],
+    /// Its partition.
+    p: u32,
+    done: Option<Done>,
+}
+
+/// Publishes `payload` to `channel` (user name); `done` gets the outcome.
+/// On the common path (the slot's owner known and nothing held) its
+/// command is encoded straight into the owner's staged bytes, and the
+/// message travels with its request ([`submit`]): no allocation and no
+/// table shared with the I/O thread. Otherwise it is encoded into a buffer
+/// of its own and [`send`] holds or routes it.
+///
+/// # Errors
+///
+/// As [`send`].
 #[inline]
-pub(crate) fn message(
-    shared: &Shared,
+pub(crate) fn publish(
+    shared: &Arc<Shared>,
     channel: &[u8],
     payload: &[u8],
     done: Option<Done>,
-) -> PubMsg {
-    let (mut data, token) = shared.inflight.start();
+) -> Result<(), Error> {
     let p = shared.parts.partition_of(channel);
+    let new = NewPub {
+        channel,
+        payload,
+        p,
+        done,
+    };
+    let new = {
+        // As in `send`: the hold check, the route lookup and the submission
+        // under one read lock.
+        let routes = shared.routes.read_recursive();
+        match routes.engine_ref(shared.parts.slot(p)) {
+            Some(e) if !shared.hold.busy() => {
+                match e.submit_kept(new, |buf, new| encode(shared, buf, new)) {
+                    Ok(()) => return Ok(()),
+                    Err((new, err)) => {
+                        drop(routes);
+                        let msg = message(shared, new);
+                        return on_reply(shared, msg, Err(err));
+                    }
+                }
+            }
+            _ => new,
+        }
+    };
+    send(shared, message(shared, new), None, false)
+}
+
+/// A new publish's message with its command in a buffer of its own.
+fn message(shared: &Shared, new: NewPub<'_>) -> PubMsg {
+    let mut data = Vec::with_capacity(new.channel.len() + new.payload.len() + 64);
+    let mut msg = encode(shared, &mut data, new);
+    msg.staged = None;
+    msg.data = data;
+    msg
+}
+
+/// Appends a new publish's whole command to `out` and returns its message,
+/// its bytes `out[start..]` (`staged`; its own `data` still empty).
+#[inline]
+fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> PubMsg {
+    let NewPub {
+        channel,
+        payload,
+        p,
+        done,
+    } = new;
+    let start = out.len();
     let head = shared.wire_head(p);
     let wire_len = head.len() + channel.len();
     if let Some(o) = shared.config.history.of(channel) {
         // Recoverable: the publish script, its keys in the partition's
         // slot (classic mode too), run where the publish would go.
-        let wire_at = HISTORY_KEYS.with(|k| {
+        HISTORY_KEYS.with(|k| {
             let (base, meta, stream) = &mut *k.borrow_mut();
             base.clear();
             shared.parts.redis_channel_at(p, channel, base);
@@ -403,79 +457,37 @@ pub(crate) fn message(
                 sharded: shared.sharded(),
                 cluster: true,
             };
-            crate::history::script::encode_publish(&mut data, &args)
+            crate::history::script::encode_publish(out, &args);
         });
-        return finish_message(
-            shared,
-            data,
-            token,
-            p,
-            wire_at,
-            wire_len,
-            payload.len(),
-            done,
-        );
-    }
-    // A new buffer is rounded up, so one reused for a slightly longer
-    // channel or payload need not grow.
-    data.reserve((wire_len + payload.len() + 64).next_power_of_two());
-    data.extend_from_slice(if shared.sharded() {
-        b"*3\r\n$8\r\nSPUBLISH\r\n"
     } else {
-        b"*3\r\n$7\r\nPUBLISH\r\n"
-    });
-    resp::encode_bulk_header(&mut data, wire_len);
-    let wire_at = data.len();
-    data.extend_from_slice(head);
-    data.extend_from_slice(channel);
-    data.extend_from_slice(b"\r\n");
-    if shared.config.envelope {
-        let env = crate::pubsub::envelope::HEADER_LEN;
-        resp::encode_bulk_header(&mut data, env + payload.len());
-        crate::pubsub::envelope::encode_into(&mut data, payload, crate::workers::now_us());
-        data.extend_from_slice(b"\r\n");
-    } else {
-        resp::encode_bulk(&mut data, payload);
+        out.extend_from_slice(if shared.sharded() {
+            b"*3\r\n$8\r\nSPUBLISH\r\n"
+        } else {
+            b"*3\r\n$7\r\nPUBLISH\r\n"
+        });
+        resp::encode_bulk_header(out, wire_len);
+        out.extend_from_slice(head);
+        out.extend_from_slice(channel);
+        out.extend_from_slice(b"\r\n");
+        if shared.config.envelope {
+            let env = crate::pubsub::envelope::HEADER_LEN;
+            resp::encode_bulk_header(out, env + payload.len());
+            crate::pubsub::envelope::encode_into(out, payload, crate::workers::now_us());
+            out.extend_from_slice(b"\r\n");
+        } else {
+            resp::encode_bulk(out, payload);
+        }
     }
-    finish_message(
-        shared,
-        data,
-        token,
-        p,
-        wire_at,
-        wire_len,
-        payload.len(),
-        done,
-    )
-}
-
-thread_local! {
-    /// A history publish's key names (reused: no allocation per publish).
-    static HISTORY_KEYS: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
-}
-
-/// The message around an encoded command.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn finish_message(
-    shared: &Shared,
-    data: Vec<u8>,
-    token: Option<u32>,
-    p: u32,
-    wire_at: usize,
-    wire_len: usize,
-    payload_len: usize,
-    done: Option<Done>,
-) -> PubMsg {
+    let staged = Staged::of(start..out.len());
     PubMsg {
-        data,
-        // A name past 4 GiB is refused by every server; it routes as
-        // empty (to the first connection) and the server says why.
-        wire_at: u32::try_from(wire_at).unwrap_or(0),
-        wire_len: u32::try_from(wire_len).unwrap_or(0),
-        payload_len: u32::try_from(payload_len).unwrap_or(u32::MAX),
-        token,
+        // Staged past 4 GiB (never with the default backpressure): a copy.
+        data: match staged {
+            Some(_) => Vec::new(),
+            None => out.get(start..).unwrap_or_default().to_vec(),
+        },
+        wire_len: u32::try_from(wire_len).unwrap_or(u32::MAX),
+        payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        staged,
         slot: shared.parts.slot(p),
         redirects: 0,
         retries: 0,
@@ -485,4 +497,10 @@ fn finish_message(
         probe: false,
         done,
     }
+}
+
+thread_local! {
+    /// A history publish's key names (reused: no allocation per publish).
+    static HISTORY_KEYS: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }

@@ -10,7 +10,6 @@ use shardcore::Partitions;
 
 use crate::cluster::builder::{Mode, ResubscribeSplit};
 use crate::cluster::hold::Hold;
-use crate::cluster::inflight::InFlight;
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
 use crate::pubsub::front::Front;
@@ -239,8 +238,6 @@ pub(crate) struct Shared {
     pub(crate) hold: Hold,
     /// The next publish's order number.
     pub(crate) next_seq: AtomicU64,
-    /// Publishes waiting for their reply, and their buffers' pool.
-    pub(crate) inflight: InFlight,
     /// This instance's id in gate markers.
     pub(crate) instance: u64,
 }

@@ -50,6 +50,7 @@ impl Driver {
                 // Keeps trying after a failed first attempt (a detached
                 // engine otherwise stays closed).
                 .start_degraded(true)
+                .kept_sink(Arc::downgrade(&self.s) as _)
                 .build_detached()
                 .inspect_err(|_| {
                     add(&self.s.cluster.errors[Stage::Connect as usize], 1);

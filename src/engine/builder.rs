@@ -1,12 +1,12 @@
 //! [`Builder`]: engine settings, validated and connected by [`Builder::build`].
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
 use crate::engine::shared::Counters;
-use crate::engine::{default_threads, Engine, Runtime, Settings};
+use crate::engine::{default_threads, Engine, KeptSink, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
 use crate::tls::TlsConfig;
@@ -44,6 +44,8 @@ pub struct Builder {
     /// A connection whose first attempt fails keeps trying (see
     /// `start_degraded`).
     degraded: bool,
+    /// Where kept publishes' outcomes go (see `kept_sink`).
+    kept: Option<Weak<dyn KeptSink>>,
 }
 
 impl Default for Builder {
@@ -71,6 +73,7 @@ impl Default for Builder {
             urls: UrlSettings::default(),
             tls: None,
             degraded: false,
+            kept: None,
         }
     }
 }
@@ -319,6 +322,14 @@ impl Builder {
         self
     }
 
+    /// Where the outcomes of kept publishes ([`Engine::submit_kept`]) go
+    /// when they need more than their callback (a cluster instance, held
+    /// weakly: its routes hold this engine).
+    pub(crate) fn kept_sink(mut self, sink: Weak<dyn KeptSink>) -> Self {
+        self.kept = Some(sink);
+        self
+    }
+
     /// [`Builder::build`] without waiting for the first handshakes: the
     /// engine returns at once, its connections report through the
     /// observer (`on_connected`, or `on_disconnected` when the first
@@ -396,6 +407,7 @@ impl Builder {
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
             counters: Counters::default(),
             degraded: self.degraded,
+            kept: self.kept,
         });
         let runtime = match self.runtime {
             Some(r) => (r, true),

@@ -12,7 +12,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Backoff;
-use crate::engine::pending::{Completion, Slot};
+use crate::engine::pending::{Completion, Kept, Slot};
 use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::transport::Transport;
 use crate::engine::Settings;
@@ -50,6 +50,9 @@ pub(crate) struct Driver {
     write_blocked: bool,
     spare_buf: Vec<u8>,
     spare_reqs: VecDeque<Request<Completion>>,
+    spare_kept: VecDeque<crate::cluster::PubMsg>,
+    /// This connection's kept publishes in flight (see [`Kept`]).
+    kept: Kept,
     backoff: Backoff,
     /// Reports the first connect's outcome to `build()`.
     initial: Option<Arc<Slot<()>>>,
@@ -80,6 +83,8 @@ impl Driver {
             write_blocked: false,
             spare_buf: Vec::new(),
             spare_reqs: VecDeque::new(),
+            spare_kept: VecDeque::new(),
+            kept: Kept::default(),
             backoff,
             initial: Some(initial),
             more_to_read: false,
@@ -255,6 +260,7 @@ impl Driver {
                         &self.settings,
                         &mut self.initial,
                         &mut self.backoff,
+                        &mut self.kept,
                     ) {
                         return self.teardown(registry, closed, now);
                     }
@@ -287,6 +293,7 @@ impl Driver {
             &self.settings,
             &mut self.initial,
             &mut self.backoff,
+            &mut self.kept,
         ) {
             self.teardown(registry, closed, now);
         }
@@ -299,11 +306,13 @@ impl Driver {
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.buf, &mut self.spare_buf);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
             self.shared.wake_waiters(&staging);
         }
         if self.spare_reqs.is_empty() && self.spare_buf.is_empty() {
             return;
         }
+        self.keep_staged();
         Counters::add(&self.counters().requests, self.spare_reqs.len() as u64);
         match &mut self.core {
             Some(core) => {
@@ -316,12 +325,21 @@ impl Driver {
                 } else {
                     Error::NotConnected { addr }
                 };
-                fail_all(&mut self.spare_reqs, &err, &self.settings);
+                fail_all(&mut self.spare_reqs, &err, &self.settings, &mut self.kept);
             }
         }
         self.spare_buf.clear();
         if self.spare_buf.capacity() > 64 << 20 {
             self.spare_buf = Vec::new();
+        }
+    }
+
+    /// Kept publishes among the requests just taken get their bytes from
+    /// the staged ones (before those are sent or dropped), and join those
+    /// in flight (in the requests' order).
+    fn keep_staged(&mut self) {
+        if !self.spare_kept.is_empty() {
+            self.kept.take(&mut self.spare_kept, &self.spare_buf);
         }
     }
 
@@ -475,10 +493,13 @@ impl Driver {
             self.shared.state.store(STOPPED, Ordering::Release);
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
-            staging.buf.clear();
+            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
+            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
             self.shared.wake_waiters(&staging);
         }
-        fail_all(&mut self.spare_reqs, &error, &self.settings);
+        self.keep_staged();
+        self.spare_buf.clear();
+        fail_all(&mut self.spare_reqs, &error, &self.settings, &mut self.kept);
         if let Some(initial) = self.initial.take() {
             initial.complete(Err(error));
         }
@@ -518,7 +539,7 @@ impl Driver {
             while let Some(ev) = core.poll_event() {
                 if let Event::Failed { user, .. } = ev {
                     failed += 1;
-                    user.fail(error.clone());
+                    user.fail(error.clone(), &self.settings, &mut self.kept);
                 }
             }
             Counters::add(&self.counters().failed, failed);
@@ -537,15 +558,23 @@ impl Driver {
             self.shared.state.store(state, Ordering::Release);
             self.shared.wake_pending.store(false, Ordering::Release);
             std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
-            staging.buf.clear();
+            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
+            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
             self.shared.wake_waiters(&staging);
         }
+        self.keep_staged();
+        self.spare_buf.clear();
         let staged_err = if give_up {
             error.clone()
         } else {
             Error::NotConnected { addr: self.addr() }
         };
-        fail_all(&mut self.spare_reqs, &staged_err, &self.settings);
+        fail_all(
+            &mut self.spare_reqs,
+            &staged_err,
+            &self.settings,
+            &mut self.kept,
+        );
         Counters::add(&self.counters().disconnects, 1);
         self.settings
             .observer
@@ -577,10 +606,15 @@ fn connect_error(addr: std::net::SocketAddr, e: &io::Error) -> Error {
     }
 }
 
-fn fail_all(reqs: &mut VecDeque<Request<Completion>>, error: &Error, settings: &Settings) {
+fn fail_all(
+    reqs: &mut VecDeque<Request<Completion>>,
+    error: &Error,
+    settings: &Settings,
+    kept: &mut Kept,
+) {
     Counters::add(&settings.counters.failed, reqs.len() as u64);
     for r in reqs.drain(..) {
-        r.user.fail(error.clone());
+        r.user.fail(error.clone(), settings, kept);
     }
 }
 
@@ -592,6 +626,7 @@ fn dispatch(
     settings: &Settings,
     initial: &mut Option<Arc<Slot<()>>>,
     backoff: &mut Backoff,
+    kept: &mut Kept,
 ) -> Option<Error> {
     let addr = shared.info.addr;
     let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
@@ -629,7 +664,7 @@ fn dispatch(
             }
             Event::Reply { user, reply } => {
                 replies += 1;
-                if user.complete(addr, &reply) {
+                if user.complete(addr, &reply, settings, kept) {
                     errors += 1;
                 }
             }
@@ -644,12 +679,13 @@ fn dispatch(
                     .on_classified_push(&shared.info, &push, class.as_ref());
                 if let Some(user) = completes {
                     replies += 1;
-                    user.complete(addr, &push);
+                    user.complete(addr, &push, settings, kept);
                 }
             }
             Event::Failed { user, error } => {
                 failed += 1;
-                user.fail(Error::from_conn(addr, error, settings.connect_timeout));
+                let e = Error::from_conn(addr, error, settings.connect_timeout);
+                user.fail(e, settings, kept);
             }
             Event::Closed { error } => {
                 closed = Some(Error::from_conn(addr, error, settings.connect_timeout));

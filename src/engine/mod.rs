@@ -31,7 +31,7 @@ use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
 use crate::tls::TlsTarget;
 use driver::Driver;
-pub(crate) use pending::TokenSink;
+pub(crate) use pending::KeptSink;
 use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
@@ -48,6 +48,8 @@ pub(crate) struct Settings {
     pub(crate) counters: Counters,
     /// A failed first attempt does not end the connection (it reconnects).
     pub(crate) degraded: bool,
+    /// Where kept publishes' outcomes go (a cluster's publish engines).
+    pub(crate) kept: Option<std::sync::Weak<dyn KeptSink>>,
 }
 
 /// How to publish one message.
@@ -404,7 +406,7 @@ impl Engine {
                 kind: ReplyKind::Single,
             },
         ) {
-            req.user.fail(e);
+            req.user.fail_unstaged(e);
         }
     }
 
@@ -420,24 +422,29 @@ impl Engine {
         let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
     }
 
-    /// Sends `encoded`, one whole `PUBLISH`/`SPUBLISH` command already in
-    /// RESP (its reply is one integer), on the connection `channel` (its
-    /// server name) maps to; the outcome goes to `sink` with `token`. Copied
-    /// into the connection's staging buffer as it is, with no allocation:
-    /// for callers that keep their own table of publishes in flight, and
-    /// the command's bytes with it (for a retry).
-    pub(crate) fn publish_encoded_token(
-        &self,
-        channel: &[u8],
-        encoded: &[u8],
-        sink: Arc<dyn TokenSink>,
-        token: u32,
-    ) {
-        let conn = self.route_channel(channel);
-        let request = Request::single(Completion::Token(sink, token));
-        if let Err((req, e)) = conn.submit(|buf| buf.extend_from_slice(encoded), request) {
-            req.user.fail(e);
-        }
+    /// Sends a cluster publish kept with its request until its reply
+    /// ([`Completion::Kept`]): `encode` appends the whole command to the
+    /// connection's staged bytes and returns the message (its bytes copied
+    /// out by the I/O thread when it takes them, unless it has them
+    /// already). The outcome goes to the callback of the message, or to the
+    /// engine's [`KeptSink`]. No allocation in steady state, and nothing
+    /// shared with the I/O thread but the staging lock.
+    ///
+    /// # Errors
+    ///
+    /// When the connection cannot take it: `state`, unused, with the
+    /// reason.
+    pub(crate) fn submit_kept<S, F>(&self, state: S, encode: F) -> Result<(), (S, Error)>
+    where
+        F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::PubMsg,
+    {
+        // One connection per publish engine; its first when there are more,
+        // so a slot's publishes keep one connection's order.
+        self.route_channel(&[]).submit_with(state, |staging, s| {
+            let msg = encode(&mut staging.buf, s);
+            staging.kept.push_back(msg);
+            Request::single(Completion::Kept)
+        })
     }
 
     /// Sends `encoded`, one whole command already in RESP whose reply is
@@ -466,7 +473,7 @@ impl Engine {
             Request::single(Completion::Integer(slot)),
         )
         .map_err(|(req, e)| {
-            req.user.fail(e.clone());
+            req.user.fail_unstaged(e.clone());
             e
         })
     }
@@ -489,7 +496,7 @@ impl Engine {
             Request::single(completion),
         )
         .map_err(|(req, e)| {
-            req.user.fail(e.clone());
+            req.user.fail_unstaged(e.clone());
             e
         })
     }
@@ -571,7 +578,7 @@ impl Engine {
             },
         )
         .map_err(|(req, e)| {
-            req.user.fail(e.clone());
+            req.user.fail_unstaged(e.clone());
             e
         })
     }

@@ -1,5 +1,6 @@
 //! Completions: how a reply reaches whoever asked for it.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use resp::{Frame, Parsed, Value};
 
+use crate::cluster::PubMsg;
+use crate::engine::Settings;
 use crate::error::Error;
 
 type Callback<T> = Box<dyn FnOnce(Result<T, Error>) + Send + 'static>;
@@ -208,14 +211,94 @@ impl<T> Future for Pending<T> {
     }
 }
 
-/// Takes integer outcomes of requests submitted with a token (an index
-/// the submitter reuses), so a submitter that keeps its own table of
-/// requests in flight needs no allocation per request.
-pub(crate) trait TokenSink: Send + Sync {
-    /// The outcome of the request submitted with `token`: called exactly
-    /// once per request, on the I/O thread or (when it could not be sent)
-    /// on the submitting one.
-    fn complete(self: Arc<Self>, token: u32, result: Result<i64, Error>);
+/// Takes the outcomes of cluster publishes kept with their requests
+/// ([`Completion::Kept`]) that need more than their callback: an error (a
+/// redirect, a retry, a failure) or a probe's reply. A plain reply is
+/// handled on the I/O thread without it.
+pub(crate) trait KeptSink: Send + Sync {
+    /// The outcome of `msg`: on the I/O thread, or (when it could not be
+    /// sent) on the submitting one.
+    fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>);
+}
+
+/// One connection's kept publishes ([`Completion::Kept`]) after its I/O
+/// thread took them: in request order (replies and failures come in that
+/// order too), with the spare buffers their bytes are copied into. Owned by
+/// the I/O thread: buffers never cross threads.
+#[derive(Default)]
+pub(crate) struct Kept {
+    queue: VecDeque<PubMsg>,
+    pool: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+/// Buffer bytes one connection's pool keeps at most (what was in flight
+/// at its peak, up to this).
+const POOL_BYTES: usize = 32 * 1024 * 1024;
+/// A buffer larger than this goes back to the allocator, not the pool.
+const BUF_MAX: usize = 64 * 1024;
+
+impl Kept {
+    /// Takes the kept publishes just staged (`staged`, in order), copying
+    /// the bytes of each that has none of its own out of `bytes` (what
+    /// they were encoded into), before those bytes are sent or dropped.
+    pub(crate) fn take(&mut self, staged: &mut VecDeque<PubMsg>, bytes: &[u8]) {
+        for m in staged.iter_mut() {
+            if let Some(at) = m.staged.take() {
+                let bytes = bytes.get(at.range()).unwrap_or_default();
+                let mut buf = self.pool.pop().unwrap_or_default();
+                self.bytes -= buf.capacity();
+                if buf.capacity() < bytes.len() {
+                    // Rounded up, so a buffer reused for a slightly longer
+                    // message need not grow.
+                    buf.reserve_exact((bytes.len() + 64).next_power_of_two());
+                }
+                buf.extend_from_slice(bytes);
+                m.data = buf;
+            }
+        }
+        self.queue.append(staged);
+    }
+
+    /// The next kept publish's reply: a plain one runs its callback and
+    /// keeps its buffer; the rest go to the sink.
+    fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
+        let Some(mut msg) = self.queue.pop_front() else {
+            return;
+        };
+        match result {
+            Ok(n) if !msg.probe => {
+                self.put(std::mem::take(&mut msg.data));
+                if let Some(done) = msg.done.take() {
+                    done.run(Ok(n));
+                }
+            }
+            r => to_sink(settings, msg, r),
+        }
+    }
+
+    /// The next kept publish failed.
+    fn fail(&mut self, error: Error, settings: &Settings) {
+        if let Some(msg) = self.queue.pop_front() {
+            to_sink(settings, msg, Err(error));
+        }
+    }
+
+    fn put(&mut self, mut buf: Vec<u8>) {
+        let c = buf.capacity();
+        if c == 0 || c > BUF_MAX || self.bytes + c > POOL_BYTES {
+            return;
+        }
+        buf.clear();
+        self.bytes += c;
+        self.pool.push(buf);
+    }
+
+    /// Publishes waiting, spare buffers, and their bytes.
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> (usize, usize, usize) {
+        (self.queue.len(), self.pool.len(), self.bytes)
+    }
 }
 
 /// What the I/O thread does with a request's reply.
@@ -226,8 +309,11 @@ pub(crate) enum Completion {
     Integer(Arc<Slot<i64>>),
     /// Any reply, as an owned value.
     Value(Arc<Slot<Value>>),
-    /// An integer reply, handed to the sink with the token.
-    Token(Arc<dyn TokenSink>, u32),
+    /// A cluster publish, kept until its reply (for a redirect or retry)
+    /// in the connection's [`Kept`] queue (staged beside the request): a
+    /// plain reply runs its callback and keeps its buffer for the next;
+    /// anything else goes to the engine's [`KeptSink`].
+    Kept,
     /// Initial connection's handshake (never a command).
     #[allow(dead_code)]
     Unit(Arc<Slot<()>>),
@@ -253,8 +339,15 @@ fn integer(addr: SocketAddr, err: Option<Arc<str>>, reply: &Parsed<'_>) -> Resul
 }
 
 impl Completion {
-    /// Delivers a reply. Returns true when it was an error reply.
-    pub(crate) fn complete(self, addr: SocketAddr, reply: &Parsed<'_>) -> bool {
+    /// Delivers a reply (to the next of `kept` for a kept publish).
+    /// Returns true when it was an error reply.
+    pub(crate) fn complete(
+        self,
+        addr: SocketAddr,
+        reply: &Parsed<'_>,
+        settings: &Settings,
+        kept: &mut Kept,
+    ) -> bool {
         let err = error_text(&reply.frame);
         let is_err = err.is_some();
         let as_error = |message| Error::Reply { addr, message };
@@ -265,7 +358,7 @@ impl Completion {
                 Some(m) => Err(as_error(m)),
                 None => Ok(reply.to_value()),
             }),
-            Completion::Token(sink, token) => sink.complete(token, integer(addr, err, reply)),
+            Completion::Kept => kept.reply(integer(addr, err, reply), settings),
             Completion::Unit(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
                 None => Ok(()),
@@ -274,14 +367,35 @@ impl Completion {
         is_err
     }
 
-    /// Delivers a failure.
-    pub(crate) fn fail(self, error: Error) {
+    /// Delivers a failure (to the next of `kept` for a kept publish).
+    pub(crate) fn fail(self, error: Error, settings: &Settings, kept: &mut Kept) {
         match self {
-            Completion::Discard => {}
+            Completion::Kept => kept.fail(error, settings),
+            other => other.fail_unstaged(error),
+        }
+    }
+
+    /// Delivers the failure of a request that was never staged (so never
+    /// a kept publish).
+    pub(crate) fn fail_unstaged(self, error: Error) {
+        match self {
+            Completion::Discard | Completion::Kept => {}
             Completion::Integer(slot) => slot.complete(Err(error)),
             Completion::Value(slot) => slot.complete(Err(error)),
-            Completion::Token(sink, token) => sink.complete(token, Err(error)),
             Completion::Unit(slot) => slot.complete(Err(error)),
+        }
+    }
+}
+
+/// Hands a kept publish's outcome to the engine's sink; with none (its
+/// instance is gone), it ends here with [`Error::Shutdown`].
+fn to_sink(settings: &Settings, mut msg: PubMsg, result: Result<i64, Error>) {
+    match settings.kept.as_ref().and_then(std::sync::Weak::upgrade) {
+        Some(sink) => sink.kept(msg, result),
+        None => {
+            if let Some(done) = msg.done.take() {
+                done.run(Err(Error::Shutdown));
+            }
         }
     }
 }

@@ -37,6 +37,9 @@ pub(crate) const STOPPED: u8 = 4;
 pub(crate) struct Staging {
     pub(crate) buf: Vec<u8>,
     pub(crate) requests: VecDeque<Request<Completion>>,
+    /// The kept publishes among `requests`, in order
+    /// ([`Completion::Kept`]).
+    pub(crate) kept: VecDeque<crate::cluster::PubMsg>,
     /// Submitters waiting for room (see [`ConnShared::space`]).
     pub(crate) waiters: usize,
 }
@@ -73,9 +76,24 @@ impl ConnShared {
     where
         F: FnOnce(&mut Vec<u8>),
     {
+        self.submit_with((encode, request), |staging, (encode, request)| {
+            encode(&mut staging.buf);
+            request
+        })
+        .map_err(|((_, request), e)| (request, e))
+    }
+
+    /// Encodes a command into the staging area with `encode`, which appends
+    /// it to the staged bytes and returns its request (so a kept publish
+    /// can say where its bytes lie). On a connection that cannot take it,
+    /// gives `state` back, unused, with the reason.
+    pub(crate) fn submit_with<S, F>(&self, state: S, encode: F) -> Result<(), (S, Error)>
+    where
+        F: FnOnce(&mut Staging, S) -> Request<Completion>,
+    {
         let mut staging = self.staging.lock();
         if let Err(e) = self.check_state() {
-            return Err((request, e));
+            return Err((state, e));
         }
         if staging.buf.len() >= self.max_buffered {
             // The server is not keeping up: wait for the I/O thread to take
@@ -93,13 +111,13 @@ impl ConnShared {
                 };
                 if let Err(e) = self.check_state() {
                     staging.waiters -= 1;
-                    return Err((request, e));
+                    return Err((state, e));
                 }
                 if timed_out && staging.buf.len() >= self.max_buffered {
                     staging.waiters -= 1;
                     let waited = deadline.map_or(Duration::ZERO, |(_, d)| d);
                     return Err((
-                        request,
+                        state,
                         Error::Backpressure {
                             addr: self.info.addr,
                             waited,
@@ -109,7 +127,7 @@ impl ConnShared {
             }
             staging.waiters -= 1;
         }
-        encode(&mut staging.buf);
+        let request = encode(&mut staging, state);
         staging.requests.push_back(request);
         let wake = !self.wake_pending.swap(true, Ordering::AcqRel);
         drop(staging);

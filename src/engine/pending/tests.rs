@@ -133,3 +133,141 @@ fn no_wakeup_is_lost_when_completion_races_the_poll() {
         t.join().unwrap();
     }
 }
+
+mod kept {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex as StdMutex;
+
+    use super::*;
+    use crate::cluster::publish::{Done, Stamp};
+
+    /// What reached the sink: a message's sequence number, its outcome
+    /// and its bytes.
+    type Reached = (u64, Result<i64, Error>, Vec<u8>);
+
+    #[derive(Default)]
+    struct Sink(StdMutex<Vec<Reached>>);
+
+    impl KeptSink for Sink {
+        fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>) {
+            self.0.lock().unwrap().push((msg.seq, result, msg.data));
+        }
+    }
+
+    fn settings(sink: Option<&Arc<Sink>>) -> Settings {
+        Settings {
+            conn: crate::conn::ConnConfig::default(),
+            max_buffered: 1 << 20,
+            connect_timeout: Duration::from_secs(1),
+            backoff_base: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(1),
+            observer: Arc::new(crate::observer::NoObserver),
+            counters: Default::default(),
+            degraded: false,
+            kept: sink.map(|s| Arc::downgrade(s) as std::sync::Weak<dyn KeptSink>),
+        }
+    }
+
+    fn msg(seq: u64, staged: Option<std::ops::Range<usize>>, done: Option<Done>) -> PubMsg {
+        PubMsg {
+            data: Vec::new(),
+            wire_len: 1,
+            payload_len: 1,
+            staged: staged.and_then(crate::cluster::publish::Staged::of),
+            slot: 7,
+            redirects: 0,
+            retries: 0,
+            first: Stamp::UNSET,
+            seq,
+            held_at: Stamp::UNSET,
+            probe: false,
+            done,
+        }
+    }
+
+    #[test]
+    fn replies_end_kept_publishes_in_order_and_reuse_their_buffers() {
+        let sink = Arc::new(Sink::default());
+        let s = settings(Some(&sink));
+        let mut kept = Kept::default();
+        let staged_bytes = b"aaabbbbcc".to_vec();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let done = Done::Call(Box::new(move |res: Result<i64, Error>| {
+            assert_eq!(res.unwrap(), 4);
+            r.fetch_add(1, Ordering::SeqCst);
+        }));
+        let mut staged: VecDeque<PubMsg> = [
+            msg(0, Some(0..3), Some(done)),
+            msg(1, Some(3..7), None),
+            msg(2, Some(7..9), None),
+        ]
+        .into();
+        kept.take(&mut staged, &staged_bytes);
+        assert!(staged.is_empty());
+        assert_eq!(kept.size().0, 3);
+        // A plain reply: the callback runs, the buffer is kept.
+        kept.reply(Ok(4), &s);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert_eq!(kept.size().1, 1);
+        // An error reply goes to the sink with the message's own bytes.
+        kept.reply(Err(Error::Shutdown), &s);
+        // A failure too, in order.
+        kept.fail(Error::Shutdown, &s);
+        let got = sink.0.lock().unwrap();
+        let seqs: Vec<_> = got.iter().map(|(q, _, d)| (*q, d.clone())).collect();
+        assert_eq!(seqs, vec![(1, b"bbbb".to_vec()), (2, b"cc".to_vec())]);
+        drop(got);
+        assert_eq!(kept.size().0, 0);
+        // The next one reuses the spare buffer; one that has bytes of its
+        // own (a resend) keeps them.
+        let mut own = msg(4, None, None);
+        own.data = b"own".to_vec();
+        let mut staged: VecDeque<PubMsg> = [msg(3, Some(0..2), None), own].into();
+        kept.take(&mut staged, b"zz");
+        assert_eq!(kept.size().1, 0, "the spare buffer was taken");
+        kept.reply(Err(Error::Shutdown), &s);
+        kept.reply(Err(Error::Shutdown), &s);
+        let got = sink.0.lock().unwrap();
+        assert_eq!(got[2].2, b"zz");
+        assert_eq!(got[3].2, b"own");
+    }
+
+    #[test]
+    fn a_probe_reply_goes_to_the_sink_and_a_missing_sink_ends_it() {
+        let sink = Arc::new(Sink::default());
+        let s = settings(Some(&sink));
+        let mut kept = Kept::default();
+        let mut probe = msg(9, None, None);
+        probe.probe = true;
+        kept.take(&mut [probe].into(), b"");
+        kept.reply(Ok(1), &s);
+        assert_eq!(sink.0.lock().unwrap().len(), 1, "a probe's reply unparks");
+        // No sink (the instance is gone): the callback gets `Shutdown`.
+        let none = settings(None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = Done::Call(Box::new(move |r| tx.send(r).unwrap()));
+        kept.take(&mut [msg(10, None, Some(done))].into(), b"");
+        kept.fail(
+            Error::NotConnected {
+                addr: "127.0.0.1:1".parse().unwrap(),
+            },
+            &none,
+        );
+        assert!(matches!(rx.try_recv().unwrap(), Err(Error::Shutdown)));
+        // A reply with nothing kept is ignored.
+        kept.reply(Ok(1), &s);
+    }
+
+    #[test]
+    fn the_pool_is_bounded() {
+        let mut kept = Kept::default();
+        kept.put(Vec::with_capacity(BUF_MAX + 1));
+        assert_eq!(kept.size().2, 0, "too large to keep");
+        for _ in 0..POOL_BYTES / BUF_MAX + 3 {
+            kept.put(Vec::with_capacity(BUF_MAX));
+        }
+        assert!(kept.size().2 <= POOL_BYTES);
+        assert!(kept.size().2 > POOL_BYTES - BUF_MAX);
+    }
+}
