@@ -223,81 +223,107 @@ pub(crate) trait KeptSink: Send + Sync {
 
 /// One connection's kept publishes ([`Completion::Kept`]) after its I/O
 /// thread took them: in request order (replies and failures come in that
-/// order too), with the spare buffers their bytes are copied into. Owned by
-/// the I/O thread: buffers never cross threads.
+/// order too), with the staged bytes they were encoded into, kept whole
+/// until the last of them is answered. A plain reply copies nothing; a
+/// publish that needs its bytes again (an error, a probe) gets a copy.
+/// Owned by the I/O thread: nothing here crosses threads.
 #[derive(Default)]
 pub(crate) struct Kept {
     queue: VecDeque<PubMsg>,
-    pool: Vec<Vec<u8>>,
-    bytes: usize,
+    /// Staged bytes with publishes of `queue` in them, oldest first.
+    batches: VecDeque<Batch>,
+    /// Empty buffers for the next batches.
+    spare: Vec<Vec<u8>>,
 }
 
-/// Buffer bytes one connection's pool keeps at most (what was in flight
-/// at its peak, up to this).
-const POOL_BYTES: usize = 32 * 1024 * 1024;
-/// A buffer larger than this goes back to the allocator, not the pool.
-const BUF_MAX: usize = 64 * 1024;
+/// A copy of one drain's staged bytes, and how many of its publishes wait.
+struct Batch {
+    bytes: Vec<u8>,
+    waiting: usize,
+}
+
+/// Spare batch buffers kept at most.
+const SPARE_BATCHES: usize = 8;
+/// A batch buffer larger than this goes back to the allocator.
+const BATCH_MAX: usize = 64 << 20;
 
 impl Kept {
-    /// Takes the kept publishes just staged (`staged`, in order), copying
-    /// the bytes of each that has none of its own out of `bytes` (what
-    /// they were encoded into), before those bytes are sent or dropped.
+    /// Takes the kept publishes just staged (`staged`, in order), and a
+    /// copy of `bytes` (what they were encoded into) when any of them has
+    /// no bytes of its own, before those bytes are sent or dropped.
     pub(crate) fn take(&mut self, staged: &mut VecDeque<PubMsg>, bytes: &[u8]) {
-        for m in staged.iter_mut() {
-            if let Some(at) = m.staged.take() {
-                let bytes = bytes.get(at.range()).unwrap_or_default();
-                let mut buf = self.pool.pop().unwrap_or_default();
-                self.bytes -= buf.capacity();
-                if buf.capacity() < bytes.len() {
-                    // Rounded up, so a buffer reused for a slightly longer
-                    // message need not grow.
-                    buf.reserve_exact((bytes.len() + 64).next_power_of_two());
-                }
-                buf.extend_from_slice(bytes);
-                m.data = buf;
-            }
+        let waiting = staged.iter().filter(|m| m.staged.is_some()).count();
+        if waiting > 0 {
+            let mut copy = self.spare.pop().unwrap_or_default();
+            copy.extend_from_slice(bytes);
+            self.batches.push_back(Batch {
+                bytes: copy,
+                waiting,
+            });
         }
         self.queue.append(staged);
     }
 
-    /// The next kept publish's reply: a plain one runs its callback and
-    /// keeps its buffer; the rest go to the sink.
+    /// The next kept publish's reply: a plain one runs its callback; the
+    /// rest go to the sink.
     fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
         let Some(mut msg) = self.queue.pop_front() else {
             return;
         };
         match result {
             Ok(n) if !msg.probe => {
-                self.put(std::mem::take(&mut msg.data));
+                if msg.staged.is_some() {
+                    self.done_with_front();
+                }
                 if let Some(done) = msg.done.take() {
                     done.run(Ok(n));
                 }
             }
-            r => to_sink(settings, msg, r),
+            r => {
+                self.own_bytes(&mut msg);
+                to_sink(settings, msg, r);
+            }
         }
     }
 
     /// The next kept publish failed.
     fn fail(&mut self, error: Error, settings: &Settings) {
-        if let Some(msg) = self.queue.pop_front() {
+        if let Some(mut msg) = self.queue.pop_front() {
+            self.own_bytes(&mut msg);
             to_sink(settings, msg, Err(error));
         }
     }
 
-    fn put(&mut self, mut buf: Vec<u8>) {
-        let c = buf.capacity();
-        if c == 0 || c > BUF_MAX || self.bytes + c > POOL_BYTES {
-            return;
+    /// Gives `msg` (the oldest) a copy of its bytes, for its next send.
+    fn own_bytes(&mut self, msg: &mut PubMsg) {
+        if let Some(at) = msg.staged.take() {
+            let bytes = self.batches.front().and_then(|b| b.bytes.get(at.range()));
+            msg.data = bytes.unwrap_or_default().to_vec();
+            self.done_with_front();
         }
-        buf.clear();
-        self.bytes += c;
-        self.pool.push(buf);
     }
 
-    /// Publishes waiting, spare buffers, and their bytes.
+    /// One publish of the oldest batch is answered: the batch goes once
+    /// none waits.
+    fn done_with_front(&mut self) {
+        let Some(b) = self.batches.front_mut() else {
+            return;
+        };
+        b.waiting -= 1;
+        if b.waiting == 0 {
+            if let Some(Batch { mut bytes, .. }) = self.batches.pop_front() {
+                if self.spare.len() < SPARE_BATCHES && bytes.capacity() <= BATCH_MAX {
+                    bytes.clear();
+                    self.spare.push(bytes);
+                }
+            }
+        }
+    }
+
+    /// Publishes waiting, batches kept, and spare batch buffers.
     #[cfg(test)]
     pub(crate) fn size(&self) -> (usize, usize, usize) {
-        (self.queue.len(), self.pool.len(), self.bytes)
+        (self.queue.len(), self.batches.len(), self.spare.len())
     }
 }
 

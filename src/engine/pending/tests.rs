@@ -186,7 +186,7 @@ mod kept {
     }
 
     #[test]
-    fn replies_end_kept_publishes_in_order_and_reuse_their_buffers() {
+    fn replies_end_kept_publishes_in_order_and_copy_only_what_is_sent_again() {
         let sink = Arc::new(Sink::default());
         let s = settings(Some(&sink));
         let mut kept = Kept::default();
@@ -205,32 +205,39 @@ mod kept {
         .into();
         kept.take(&mut staged, &staged_bytes);
         assert!(staged.is_empty());
-        assert_eq!(kept.size().0, 3);
-        // A plain reply: the callback runs, the buffer is kept.
+        assert_eq!(kept.size(), (3, 1, 0), "three waiting in one batch");
+        // A plain reply: the callback runs, nothing is copied.
         kept.reply(Ok(4), &s);
         assert_eq!(ran.load(Ordering::SeqCst), 1);
-        assert_eq!(kept.size().1, 1);
-        // An error reply goes to the sink with the message's own bytes.
+        assert_eq!(kept.size(), (2, 1, 0));
+        // An error reply goes to the sink with a copy of its bytes.
         kept.reply(Err(Error::Shutdown), &s);
-        // A failure too, in order.
+        // A failure too, in order; the batch is done, its buffer kept.
         kept.fail(Error::Shutdown, &s);
+        assert_eq!(kept.size(), (0, 0, 1));
         let got = sink.0.lock().unwrap();
         let seqs: Vec<_> = got.iter().map(|(q, _, d)| (*q, d.clone())).collect();
         assert_eq!(seqs, vec![(1, b"bbbb".to_vec()), (2, b"cc".to_vec())]);
         drop(got);
-        assert_eq!(kept.size().0, 0);
-        // The next one reuses the spare buffer; one that has bytes of its
-        // own (a resend) keeps them.
+        // The next batch reuses the spare buffer; a publish with bytes of
+        // its own (a resend) keeps them and waits on no batch.
         let mut own = msg(4, None, None);
         own.data = b"own".to_vec();
         let mut staged: VecDeque<PubMsg> = [msg(3, Some(0..2), None), own].into();
         kept.take(&mut staged, b"zz");
-        assert_eq!(kept.size().1, 0, "the spare buffer was taken");
+        assert_eq!(kept.size(), (2, 1, 0), "the spare buffer was taken");
         kept.reply(Err(Error::Shutdown), &s);
+        assert_eq!(kept.size(), (1, 0, 1), "only the staged one waited on it");
         kept.reply(Err(Error::Shutdown), &s);
         let got = sink.0.lock().unwrap();
         assert_eq!(got[2].2, b"zz");
         assert_eq!(got[3].2, b"own");
+        drop(got);
+        // Resends only: no batch kept at all.
+        let mut own = msg(5, None, None);
+        own.data = b"x".to_vec();
+        kept.take(&mut [own].into(), b"x");
+        assert_eq!(kept.size(), (1, 0, 1));
     }
 
     #[test]
@@ -260,14 +267,17 @@ mod kept {
     }
 
     #[test]
-    fn the_pool_is_bounded() {
+    fn spare_batch_buffers_are_bounded() {
+        let s = settings(None);
         let mut kept = Kept::default();
-        kept.put(Vec::with_capacity(BUF_MAX + 1));
-        assert_eq!(kept.size().2, 0, "too large to keep");
-        for _ in 0..POOL_BYTES / BUF_MAX + 3 {
-            kept.put(Vec::with_capacity(BUF_MAX));
+        // Many batches in flight at once, then all answered.
+        for i in 0..SPARE_BATCHES as u64 + 5 {
+            kept.take(&mut [msg(i, Some(0..1), None)].into(), b"x");
         }
-        assert!(kept.size().2 <= POOL_BYTES);
-        assert!(kept.size().2 > POOL_BYTES - BUF_MAX);
+        assert_eq!(kept.size().1, SPARE_BATCHES + 5);
+        for _ in 0..SPARE_BATCHES + 5 {
+            kept.reply(Ok(1), &s);
+        }
+        assert_eq!(kept.size(), (0, 0, SPARE_BATCHES));
     }
 }
