@@ -136,21 +136,29 @@ fn process_cpu() -> f64 {
     (tick(11) + tick(12)) / 100.0
 }
 
+/// Repetitions of `publish-cost` after its warm-up round.
+const COST_REPS: usize = 5;
+
 /// Client CPU and wall time per publish on a 1-master cluster:
 /// `PubSub::publish_then` (slot routing, redirect-safe copy, a callback
 /// per publish) and fire-and-forget `PubSub::publish` against the plain
 /// engine's `SPUBLISH` to the same node (zero-allocation path), all waited
-/// for (no subscribers).
+/// for (no subscribers). A warm-up round, then [`COST_REPS`] rounds of the
+/// three paths in turn; the table gives each path's median and spread, and
+/// its ratio to the engine's round by round.
 fn run_publish_cost(kind: ServerKind, messages: u64) {
     let cluster = Cluster::start(kind, 1, 0).expect("cluster");
     let addr = cluster.seed_addrs()[0].to_string();
     let chans: Vec<Vec<u8>> = (0..1000).map(|i| format!("pc:{i}").into_bytes()).collect();
     let payload = [b'x'; 64];
-    println!(
-        "| path | messages | wall | client CPU s | client CPU ns per publish | server CPU s |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|");
-    for round in 0..2 {
+    // Per path: (client CPU ns per publish, server CPU s, wall s) per round.
+    let mut runs: [Vec<(f64, f64, f64)>; 3] = Default::default();
+    for round in 0..=COST_REPS {
+        let mut record = |path: usize, c: f64, s: f64, wall: Duration| {
+            if round > 0 {
+                runs[path].push((c * 1e9 / messages as f64, s, wall.as_secs_f64()));
+            }
+        };
         // Engine: fire-and-forget SPUBLISH of the same server names.
         let engine = shardsub::Engine::builder()
             .address(addr.clone())
@@ -171,15 +179,12 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         while engine.stats().replies < messages && t0.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
-        if round == 1 {
-            println!(
-                "| Engine::publish_with (SPUBLISH, no redirects) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
-                c1 - c0,
-                (c1 - c0) * 1e9 / messages as f64,
-                s1 - s0
-            );
-        }
+        record(
+            0,
+            process_cpu() - c0,
+            server_cpu(&cluster) - s0,
+            t0.elapsed(),
+        );
         engine.shutdown();
         // PubSub: routed, redirect-safe; completion counted.
         let done = Arc::new(AtomicU64::new(0));
@@ -199,15 +204,12 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         while done.load(Ordering::Relaxed) < messages && t0.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
-        if round == 1 {
-            println!(
-                "| PubSub::publish_then (routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
-                c1 - c0,
-                (c1 - c0) * 1e9 / messages as f64,
-                s1 - s0
-            );
-        }
+        record(
+            1,
+            process_cpu() - c0,
+            server_cpu(&cluster) - s0,
+            t0.elapsed(),
+        );
         // PubSub (cluster) fire-and-forget: the same routing, no callback; the
         // last reply awaited through one acknowledged publish after them.
         let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
@@ -216,16 +218,52 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         }
         let end = ps.publish_wait(b"end", b"end", Duration::from_secs(60));
         end.expect("end marker");
-        let (c1, s1, wall) = (process_cpu(), server_cpu(&cluster), t0.elapsed());
-        if round == 1 {
-            println!(
-                "| PubSub::publish on a cluster (fire-and-forget, routed, redirect-safe) | {messages} | {wall:.2?} | {:.2} | {:.0} | {:.2} |",
-                c1 - c0,
-                (c1 - c0) * 1e9 / messages as f64,
-                s1 - s0
-            );
-        }
+        record(
+            2,
+            process_cpu() - c0,
+            server_cpu(&cluster) - s0,
+            t0.elapsed(),
+        );
         ps.shutdown();
+    }
+    println!(
+        "| path | messages per round | client CPU ns per publish, median (min–max of {COST_REPS}) | ÷ engine, median (min–max, round by round) | wall s, median | server CPU s, median |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let names = [
+        "Engine::publish_with (SPUBLISH, no redirects)",
+        "PubSub::publish_then (routed, redirect-safe)",
+        "PubSub::publish on a cluster (fire-and-forget, routed, redirect-safe)",
+    ];
+    for (path, name) in names.iter().enumerate() {
+        let cpu: Vec<f64> = runs[path].iter().map(|r| r.0).collect();
+        let ratio: Vec<f64> = runs[path]
+            .iter()
+            .zip(&runs[0])
+            .map(|(r, e)| r.0 / e.0.max(1.0))
+            .collect();
+        let (c, c_lo, c_hi) = spread(&cpu);
+        let (r, r_lo, r_hi) = spread(&ratio);
+        let ratio = if path == 0 {
+            "1".to_string()
+        } else {
+            format!("{r:.2} ({r_lo:.2}–{r_hi:.2})")
+        };
+        let wall = spread(&runs[path].iter().map(|r| r.2).collect::<Vec<_>>()).0;
+        let server = spread(&runs[path].iter().map(|r| r.1).collect::<Vec<_>>()).0;
+        println!(
+            "| {name} | {messages} | {c:.0} ({c_lo:.0}–{c_hi:.0}) | {ratio} | {wall:.2} | {server:.2} |"
+        );
+    }
+}
+
+/// Median, minimum and maximum of `v` (zeros when empty).
+fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match (s.first(), s.last()) {
+        (Some(&lo), Some(&hi)) => (s[s.len() / 2], lo, hi),
+        _ => (0.0, 0.0, 0.0),
     }
 }
 

@@ -160,7 +160,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         Entry {
             name: "cluster_publish_cost",
             section: "Cluster: client cost of a redirect-safe publish",
-            estimate_s: 30,
+            estimate_s: 75,
             measured: true,
             servers: true,
             build: vec![cluster_build],
