@@ -339,7 +339,6 @@ mod tests {
             data: Vec::new(),
             wire_len: 1,
             payload_len: 9,
-            staged: None,
             slot,
             redirects: 0,
             retries: 0,

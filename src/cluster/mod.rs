@@ -102,7 +102,7 @@ pub(crate) mod keyed;
 mod metrics;
 mod outcome;
 pub(crate) mod publish;
-pub(crate) use publish::PubMsg;
+pub(crate) use publish::{KeptMsg, PubMsg};
 mod replica_opts;
 mod service;
 pub(crate) mod shared;

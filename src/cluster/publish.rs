@@ -53,10 +53,6 @@ pub(crate) struct PubMsg {
     /// The payload's length (what the hold counts is name plus payload;
     /// past 4 GiB, 4 GiB).
     pub(crate) payload_len: u32,
-    /// Where its bytes lie in the staged bytes of the connection it was
-    /// just submitted to, while `data` is still empty: the I/O thread
-    /// copies them out when it takes them (into its `KeptPool`).
-    pub(crate) staged: Option<Staged>,
     pub(crate) slot: u16,
     pub(crate) redirects: u32,
     pub(crate) retries: u32,
@@ -75,8 +71,8 @@ pub(crate) struct PubMsg {
     pub(crate) done: Option<Done>,
 }
 
-/// Where a message's bytes lie in a connection's staged bytes (4 + 4
-/// bytes, so a [`PubMsg`] stays small).
+/// Where a new publish's bytes lie in a connection's staged bytes (4 + 4
+/// bytes, so a [`NewMsg`] stays small).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Staged {
     at: u32,
@@ -95,6 +91,79 @@ impl Staged {
     pub(crate) fn range(self) -> std::ops::Range<usize> {
         let at = self.at as usize;
         at..at + self.len as usize
+    }
+}
+
+/// A publish kept with its request until its reply (see
+/// [`Engine::submit_kept`]): a new one by where its bytes lie in the
+/// staged bytes (small, since its connection's queue is as long as the
+/// publishes in flight), or one sent again, whole.
+pub(crate) enum KeptMsg {
+    New(NewMsg),
+    Again(Box<PubMsg>),
+}
+
+/// A new publish on its first send: what a [`PubMsg`] holds but its bytes
+/// (they lie in the staged bytes, then in its I/O thread's copy of them)
+/// and the counts and times of sends that have not happened.
+pub(crate) struct NewMsg {
+    pub(crate) staged: Staged,
+    pub(crate) wire_len: u32,
+    pub(crate) payload_len: u32,
+    pub(crate) slot: u16,
+    pub(crate) seq: u64,
+    pub(crate) done: Option<Done>,
+}
+
+impl NewMsg {
+    /// The whole message, with `data` its bytes.
+    pub(crate) fn with_bytes(self, data: Vec<u8>) -> PubMsg {
+        PubMsg {
+            data,
+            wire_len: self.wire_len,
+            payload_len: self.payload_len,
+            slot: self.slot,
+            redirects: 0,
+            retries: 0,
+            first: Stamp::UNSET,
+            seq: self.seq,
+            held_at: Stamp::UNSET,
+            probe: false,
+            done: self.done,
+        }
+    }
+}
+
+impl KeptMsg {
+    /// Where its bytes lie in the staged bytes, for a new one.
+    pub(crate) fn staged(&self) -> Option<Staged> {
+        match self {
+            KeptMsg::New(n) => Some(n.staged),
+            KeptMsg::Again(_) => None,
+        }
+    }
+
+    pub(crate) fn is_probe(&self) -> bool {
+        matches!(self, KeptMsg::Again(m) if m.probe)
+    }
+
+    pub(crate) fn take_done(&mut self) -> Option<Done> {
+        match self {
+            KeptMsg::New(n) => n.done.take(),
+            KeptMsg::Again(m) => m.done.take(),
+        }
+    }
+
+    /// The whole message; a new one's bytes copied out of `staged`, the
+    /// bytes it was encoded into.
+    pub(crate) fn into_msg(self, staged: &[u8]) -> PubMsg {
+        match self {
+            KeptMsg::New(n) => {
+                let bytes = staged.get(n.staged.range()).unwrap_or_default();
+                n.with_bytes(bytes.to_vec())
+            }
+            KeptMsg::Again(m) => *m,
+        }
     }
 }
 
@@ -270,7 +339,7 @@ pub(crate) fn submit(
     }
     match engine.submit_kept(msg, |buf, msg| {
         buf.extend_from_slice(&msg.data);
-        msg
+        KeptMsg::Again(Box::new(msg))
     }) {
         Ok(()) => Ok(()),
         Err((msg, e)) => on_reply(shared, msg, Err(e)),
@@ -413,16 +482,16 @@ pub(crate) fn publish(
 /// A new publish's message with its command in a buffer of its own.
 fn message(shared: &Shared, new: NewPub<'_>) -> PubMsg {
     let mut data = Vec::with_capacity(new.channel.len() + new.payload.len() + 64);
-    let mut msg = encode(shared, &mut data, new);
-    msg.staged = None;
-    msg.data = data;
-    msg
+    match encode(shared, &mut data, new) {
+        KeptMsg::New(n) => n.with_bytes(data),
+        KeptMsg::Again(m) => *m,
+    }
 }
 
-/// Appends a new publish's whole command to `out` and returns its message,
-/// its bytes `out[start..]` (`staged`; its own `data` still empty).
+/// Appends a new publish's whole command to `out` and returns its message:
+/// where its bytes lie (`out[start..]`), or past 4 GiB a copy of them.
 #[inline]
-fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> PubMsg {
+fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> KeptMsg {
     let NewPub {
         channel,
         payload,
@@ -478,24 +547,20 @@ fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> PubMsg {
             resp::encode_bulk(out, payload);
         }
     }
-    let staged = Staged::of(start..out.len());
-    PubMsg {
-        // Staged past 4 GiB (never with the default backpressure): a copy.
-        data: match staged {
-            Some(_) => Vec::new(),
-            None => out.get(start..).unwrap_or_default().to_vec(),
-        },
+    let msg = NewMsg {
+        staged: Staged { at: 0, len: 0 },
         wire_len: u32::try_from(wire_len).unwrap_or(u32::MAX),
         payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
-        staged,
         slot: shared.parts.slot(p),
-        redirects: 0,
-        retries: 0,
-        first: Stamp::UNSET,
         seq: shared.next_seq.fetch_add(1, Ordering::Relaxed),
-        held_at: Stamp::UNSET,
-        probe: false,
         done,
+    };
+    match Staged::of(start..out.len()) {
+        Some(staged) => KeptMsg::New(NewMsg { staged, ..msg }),
+        // Staged past 4 GiB (never with the default backpressure): a copy.
+        None => KeptMsg::Again(Box::new(
+            msg.with_bytes(out.get(start..).unwrap_or_default().to_vec()),
+        )),
     }
 }
 

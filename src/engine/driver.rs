@@ -50,7 +50,7 @@ pub(crate) struct Driver {
     write_blocked: bool,
     spare_buf: Vec<u8>,
     spare_reqs: VecDeque<Request<Completion>>,
-    spare_kept: VecDeque<crate::cluster::PubMsg>,
+    spare_kept: VecDeque<crate::cluster::KeptMsg>,
     /// This connection's kept publishes in flight (see [`Kept`]).
     kept: Kept,
     backoff: Backoff,

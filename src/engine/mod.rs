@@ -436,7 +436,7 @@ impl Engine {
     /// reason.
     pub(crate) fn submit_kept<S, F>(&self, state: S, encode: F) -> Result<(), (S, Error)>
     where
-        F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::PubMsg,
+        F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::KeptMsg,
     {
         // One connection per publish engine; its first when there are more,
         // so a slot's publishes keep one connection's order.

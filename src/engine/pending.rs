@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use resp::{Frame, Parsed, Value};
 
-use crate::cluster::PubMsg;
+use crate::cluster::{KeptMsg, PubMsg};
 use crate::engine::Settings;
 use crate::error::Error;
 
@@ -229,7 +229,7 @@ pub(crate) trait KeptSink: Send + Sync {
 /// Owned by the I/O thread: nothing here crosses threads.
 #[derive(Default)]
 pub(crate) struct Kept {
-    queue: VecDeque<PubMsg>,
+    queue: VecDeque<KeptMsg>,
     /// Staged bytes with publishes of `queue` in them, oldest first.
     batches: VecDeque<Batch>,
     /// Empty buffers for the next batches.
@@ -251,8 +251,8 @@ impl Kept {
     /// Takes the kept publishes just staged (`staged`, in order), and a
     /// copy of `bytes` (what they were encoded into) when any of them has
     /// no bytes of its own, before those bytes are sent or dropped.
-    pub(crate) fn take(&mut self, staged: &mut VecDeque<PubMsg>, bytes: &[u8]) {
-        let waiting = staged.iter().filter(|m| m.staged.is_some()).count();
+    pub(crate) fn take(&mut self, staged: &mut VecDeque<KeptMsg>, bytes: &[u8]) {
+        let waiting = staged.iter().filter(|m| m.staged().is_some()).count();
         if waiting > 0 {
             let mut copy = self.spare.pop().unwrap_or_default();
             copy.extend_from_slice(bytes);
@@ -271,16 +271,16 @@ impl Kept {
             return;
         };
         match result {
-            Ok(n) if !msg.probe => {
-                if msg.staged.is_some() {
+            Ok(n) if !msg.is_probe() => {
+                if msg.staged().is_some() {
                     self.done_with_front();
                 }
-                if let Some(done) = msg.done.take() {
+                if let Some(done) = msg.take_done() {
                     done.run(Ok(n));
                 }
             }
             r => {
-                self.own_bytes(&mut msg);
+                let msg = self.whole(msg);
                 to_sink(settings, msg, r);
             }
         }
@@ -288,19 +288,21 @@ impl Kept {
 
     /// The next kept publish failed.
     fn fail(&mut self, error: Error, settings: &Settings) {
-        if let Some(mut msg) = self.queue.pop_front() {
-            self.own_bytes(&mut msg);
+        if let Some(msg) = self.queue.pop_front() {
+            let msg = self.whole(msg);
             to_sink(settings, msg, Err(error));
         }
     }
 
-    /// Gives `msg` (the oldest) a copy of its bytes, for its next send.
-    fn own_bytes(&mut self, msg: &mut PubMsg) {
-        if let Some(at) = msg.staged.take() {
-            let bytes = self.batches.front().and_then(|b| b.bytes.get(at.range()));
-            msg.data = bytes.unwrap_or_default().to_vec();
-            self.done_with_front();
+    /// The oldest kept publish as a whole message, with a copy of its
+    /// bytes, for its next send.
+    fn whole(&mut self, msg: KeptMsg) -> PubMsg {
+        if msg.staged().is_none() {
+            return msg.into_msg(&[]);
         }
+        let msg = msg.into_msg(self.batches.front().map_or(&[][..], |b| &b.bytes));
+        self.done_with_front();
+        msg
     }
 
     /// One publish of the oldest batch is answered: the batch goes once

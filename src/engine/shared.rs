@@ -39,7 +39,7 @@ pub(crate) struct Staging {
     pub(crate) requests: VecDeque<Request<Completion>>,
     /// The kept publishes among `requests`, in order
     /// ([`Completion::Kept`]).
-    pub(crate) kept: VecDeque<crate::cluster::PubMsg>,
+    pub(crate) kept: VecDeque<crate::cluster::KeptMsg>,
     /// Submitters waiting for room (see [`ConnShared::space`]).
     pub(crate) waiters: usize,
 }

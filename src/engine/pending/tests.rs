@@ -139,7 +139,7 @@ mod kept {
     use std::sync::Mutex as StdMutex;
 
     use super::*;
-    use crate::cluster::publish::{Done, Stamp};
+    use crate::cluster::publish::{Done, NewMsg, Staged, Stamp};
 
     /// What reached the sink: a message's sequence number, its outcome
     /// and its bytes.
@@ -168,21 +168,33 @@ mod kept {
         }
     }
 
-    fn msg(seq: u64, staged: Option<std::ops::Range<usize>>, done: Option<Done>) -> PubMsg {
-        PubMsg {
-            data: Vec::new(),
+    /// A new publish whose bytes lie at `at` in the staged bytes.
+    fn new(seq: u64, at: std::ops::Range<usize>, done: Option<Done>) -> KeptMsg {
+        KeptMsg::New(NewMsg {
+            staged: Staged::of(at).unwrap(),
             wire_len: 1,
             payload_len: 1,
-            staged: staged.and_then(crate::cluster::publish::Staged::of),
+            slot: 7,
+            seq,
+            done,
+        })
+    }
+
+    /// A publish sent again, with bytes of its own.
+    fn again(seq: u64, data: &[u8], probe: bool, done: Option<Done>) -> KeptMsg {
+        KeptMsg::Again(Box::new(PubMsg {
+            data: data.to_vec(),
+            wire_len: 1,
+            payload_len: 1,
             slot: 7,
             redirects: 0,
             retries: 0,
             first: Stamp::UNSET,
             seq,
             held_at: Stamp::UNSET,
-            probe: false,
+            probe,
             done,
-        }
+        }))
     }
 
     #[test]
@@ -197,10 +209,10 @@ mod kept {
             assert_eq!(res.unwrap(), 4);
             r.fetch_add(1, Ordering::SeqCst);
         }));
-        let mut staged: VecDeque<PubMsg> = [
-            msg(0, Some(0..3), Some(done)),
-            msg(1, Some(3..7), None),
-            msg(2, Some(7..9), None),
+        let mut staged: VecDeque<KeptMsg> = [
+            new(0, 0..3, Some(done)),
+            new(1, 3..7, None),
+            new(2, 7..9, None),
         ]
         .into();
         kept.take(&mut staged, &staged_bytes);
@@ -221,9 +233,8 @@ mod kept {
         drop(got);
         // The next batch reuses the spare buffer; a publish with bytes of
         // its own (a resend) keeps them and waits on no batch.
-        let mut own = msg(4, None, None);
-        own.data = b"own".to_vec();
-        let mut staged: VecDeque<PubMsg> = [msg(3, Some(0..2), None), own].into();
+        let mut staged: VecDeque<KeptMsg> =
+            [new(3, 0..2, None), again(4, b"own", false, None)].into();
         kept.take(&mut staged, b"zz");
         assert_eq!(kept.size(), (2, 1, 0), "the spare buffer was taken");
         kept.reply(Err(Error::Shutdown), &s);
@@ -234,9 +245,7 @@ mod kept {
         assert_eq!(got[3].2, b"own");
         drop(got);
         // Resends only: no batch kept at all.
-        let mut own = msg(5, None, None);
-        own.data = b"x".to_vec();
-        kept.take(&mut [own].into(), b"x");
+        kept.take(&mut [again(5, b"x", false, None)].into(), b"x");
         assert_eq!(kept.size(), (1, 0, 1));
     }
 
@@ -245,16 +254,14 @@ mod kept {
         let sink = Arc::new(Sink::default());
         let s = settings(Some(&sink));
         let mut kept = Kept::default();
-        let mut probe = msg(9, None, None);
-        probe.probe = true;
-        kept.take(&mut [probe].into(), b"");
+        kept.take(&mut [again(9, b"p", true, None)].into(), b"");
         kept.reply(Ok(1), &s);
         assert_eq!(sink.0.lock().unwrap().len(), 1, "a probe's reply unparks");
         // No sink (the instance is gone): the callback gets `Shutdown`.
         let none = settings(None);
         let (tx, rx) = std::sync::mpsc::channel();
         let done = Done::Call(Box::new(move |r| tx.send(r).unwrap()));
-        kept.take(&mut [msg(10, None, Some(done))].into(), b"");
+        kept.take(&mut [new(10, 0..1, Some(done))].into(), b"n");
         kept.fail(
             Error::NotConnected {
                 addr: "127.0.0.1:1".parse().unwrap(),
@@ -272,7 +279,7 @@ mod kept {
         let mut kept = Kept::default();
         // Many batches in flight at once, then all answered.
         for i in 0..SPARE_BATCHES as u64 + 5 {
-            kept.take(&mut [msg(i, Some(0..1), None)].into(), b"x");
+            kept.take(&mut [new(i, 0..1, None)].into(), b"x");
         }
         assert_eq!(kept.size().1, SPARE_BATCHES + 5);
         for _ in 0..SPARE_BATCHES + 5 {
@@ -280,4 +287,12 @@ mod kept {
         }
         assert_eq!(kept.size(), (0, 0, SPARE_BATCHES));
     }
+}
+
+#[test]
+fn a_kept_publish_is_small() {
+    // Its connection's queue is as long as the publishes in flight (tens
+    // of thousands under load): every byte of it is moved twice.
+    let n = std::mem::size_of::<KeptMsg>();
+    assert!(n <= 56, "{n} bytes");
 }
