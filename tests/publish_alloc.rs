@@ -131,10 +131,11 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
         let cluster = Cluster::start(kind, 1, 0).unwrap();
         let ps = quiet_cluster_pubsub(&cluster);
         const N: usize = 20_000;
-        // Warm up: buffers and the pool of message buffers grow to their
-        // working size. The pool keeps one buffer per publish in flight at
-        // the peak, so one round runs while the node is paused: all N are
-        // in flight at once, as deep as the measured window can get.
+        // Warm up: buffers, the connection's queue of kept publishes and
+        // its copies of staged bytes grow to their working size. They grow
+        // with the publishes in flight, so one round runs while the node
+        // is paused: all N are in flight at once, as deep as the measured
+        // window can get.
         cluster_publish_all(&ps, &channels, N, &payload);
         let paused = cluster.node(0).cmd(&[b"CLIENT", b"PAUSE", b"300", b"ALL"]);
         assert!(paused.is_ok(), "{paused:?}");
