@@ -259,9 +259,10 @@ impl ClusterPubSub {
     /// channel's server name to its slot's owner (`PUBLISH` in classic
     /// mode). Redirects and retries are followed in the background; a
     /// publish that fails in the end is counted in
-    /// [`ClusterMetrics::publish_failed`]. Channel and payload are copied
-    /// into a pooled buffer (kept until the reply, for a possible
-    /// redirect); in steady state nothing is allocated per publish.
+    /// [`ClusterMetrics::publish_failed`]. The command is encoded straight
+    /// into the owner's connection, and its I/O thread keeps the bytes
+    /// until the reply (for a possible redirect); in steady state nothing
+    /// is allocated per publish.
     ///
     /// # Errors
     ///
