@@ -42,10 +42,11 @@ use crate::engine::{Engine, KeptSink};
 use crate::error::Error;
 use crate::metrics::add;
 
-/// A publish in flight: its whole command, encoded (`SPUBLISH name
-/// payload` in RESP, in one buffer; empty once the outcome is known), where
-/// the server's channel name lies in it, its slot, and how often it was
+/// A publish on its way again (a redirect, a retry, the hold), or about to
+/// be sent from a buffer of its own: its whole command, encoded (`SPUBLISH
+/// name payload` in RESP, in one buffer), its slot, and how often it was
 /// redirected or retried. A redirect or retry sends the same bytes again.
+/// A new publish on the common path is a [`NewMsg`] until it needs these.
 pub(crate) struct PubMsg {
     pub(crate) data: Vec<u8>,
     /// The length of the server's channel name.

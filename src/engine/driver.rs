@@ -500,6 +500,7 @@ impl Driver {
         self.keep_staged();
         self.spare_buf.clear();
         fail_all(&mut self.spare_reqs, &error, &self.settings, &mut self.kept);
+        self.kept.fail_rest(&error, &self.settings);
         if let Some(initial) = self.initial.take() {
             initial.complete(Err(error));
         }
@@ -575,6 +576,7 @@ impl Driver {
             &self.settings,
             &mut self.kept,
         );
+        self.kept.fail_rest(&staged_err, &self.settings);
         Counters::add(&self.counters().disconnects, 1);
         self.settings
             .observer

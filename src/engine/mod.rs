@@ -438,8 +438,8 @@ impl Engine {
     where
         F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::KeptMsg,
     {
-        // One connection per publish engine; its first when there are more,
-        // so a slot's publishes keep one connection's order.
+        // One connection per publish engine. With more, every publish
+        // routes by the same (empty) name: one connection while it is up.
         self.route_channel(&[]).submit_with(state, |staging, s| {
             let msg = encode(&mut staging.buf, s);
             staging.kept.push_back(msg);

@@ -216,8 +216,10 @@ impl<T> Future for Pending<T> {
 /// redirect, a retry, a failure) or a probe's reply. A plain reply is
 /// handled on the I/O thread without it.
 pub(crate) trait KeptSink: Send + Sync {
-    /// The outcome of `msg`: on the I/O thread, or (when it could not be
-    /// sent) on the submitting one.
+    /// The outcome of `msg`, on the I/O thread of its connection (or the
+    /// thread that closes a connection no I/O thread serves). A publish
+    /// the connection refused at once never comes here: the submitter
+    /// gets it back.
     fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>);
 }
 
@@ -234,6 +236,8 @@ pub(crate) struct Kept {
     batches: VecDeque<Batch>,
     /// Empty buffers for the next batches.
     spare: Vec<Vec<u8>>,
+    /// Their capacity.
+    spare_bytes: usize,
 }
 
 /// A copy of one drain's staged bytes, and how many of its publishes wait.
@@ -244,8 +248,9 @@ struct Batch {
 
 /// Spare batch buffers kept at most.
 const SPARE_BATCHES: usize = 8;
-/// A batch buffer larger than this goes back to the allocator.
-const BATCH_MAX: usize = 64 << 20;
+/// Capacity the spare batch buffers of one connection keep at most (a
+/// drain is about the staged-bytes bound, 4 MiB by default, or less).
+const SPARE_BYTES: usize = 16 << 20;
 
 impl Kept {
     /// Takes the kept publishes just staged (`staged`, in order), and a
@@ -255,6 +260,7 @@ impl Kept {
         let waiting = staged.iter().filter(|m| m.staged().is_some()).count();
         if waiting > 0 {
             let mut copy = self.spare.pop().unwrap_or_default();
+            self.spare_bytes -= copy.capacity();
             copy.extend_from_slice(bytes);
             self.batches.push_back(Batch {
                 bytes: copy,
@@ -268,6 +274,7 @@ impl Kept {
     /// rest go to the sink.
     fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
         let Some(mut msg) = self.queue.pop_front() else {
+            debug_assert!(false, "a kept publish's reply with none kept");
             return;
         };
         match result {
@@ -291,6 +298,17 @@ impl Kept {
         if let Some(msg) = self.queue.pop_front() {
             let msg = self.whole(msg);
             to_sink(settings, msg, Err(error));
+        } else {
+            debug_assert!(false, "a kept publish's failure with none kept");
+        }
+    }
+
+    /// Fails every kept publish still here, once their requests are gone
+    /// (the connection is over): none is left waiting for an outcome, even
+    /// when a callback's panic cut the failing of their requests short.
+    pub(crate) fn fail_rest(&mut self, error: &Error, settings: &Settings) {
+        while !self.queue.is_empty() {
+            self.fail(error.clone(), settings);
         }
     }
 
@@ -314,8 +332,10 @@ impl Kept {
         b.waiting -= 1;
         if b.waiting == 0 {
             if let Some(Batch { mut bytes, .. }) = self.batches.pop_front() {
-                if self.spare.len() < SPARE_BATCHES && bytes.capacity() <= BATCH_MAX {
+                let c = bytes.capacity();
+                if self.spare.len() < SPARE_BATCHES && self.spare_bytes + c <= SPARE_BYTES {
                     bytes.clear();
+                    self.spare_bytes += c;
                     self.spare.push(bytes);
                 }
             }
@@ -338,9 +358,10 @@ pub(crate) enum Completion {
     /// Any reply, as an owned value.
     Value(Arc<Slot<Value>>),
     /// A cluster publish, kept until its reply (for a redirect or retry)
-    /// in the connection's [`Kept`] queue (staged beside the request): a
-    /// plain reply runs its callback and keeps its buffer for the next;
-    /// anything else goes to the engine's [`KeptSink`].
+    /// in the connection's [`Kept`] queue (staged beside the request, its
+    /// bytes in the I/O thread's copy of the staged bytes): a plain reply
+    /// runs its callback; anything else goes to the engine's [`KeptSink`]
+    /// with a copy of the publish's bytes.
     Kept,
     /// Initial connection's handshake (never a command).
     #[allow(dead_code)]

@@ -269,8 +269,20 @@ mod kept {
             &none,
         );
         assert!(matches!(rx.try_recv().unwrap(), Err(Error::Shutdown)));
-        // A reply with nothing kept is ignored.
-        kept.reply(Ok(1), &s);
+        // A connection that is over fails whatever is still kept, in order.
+        kept.take(
+            &mut [new(11, 0..1, None), again(12, b"a", false, None)].into(),
+            b"n",
+        );
+        kept.fail_rest(&Error::Shutdown, &s);
+        assert_eq!(kept.size(), (0, 0, 1), "one spare buffer, reused");
+        let got = sink.0.lock().unwrap();
+        let last: Vec<_> = got
+            .iter()
+            .skip(1)
+            .map(|(q, _, d)| (*q, d.clone()))
+            .collect();
+        assert_eq!(last, vec![(11, b"n".to_vec()), (12, b"a".to_vec())]);
     }
 
     #[test]
@@ -286,6 +298,17 @@ mod kept {
             kept.reply(Ok(1), &s);
         }
         assert_eq!(kept.size(), (0, 0, SPARE_BATCHES));
+        // And by their bytes: large batches are not all kept.
+        let mut kept = Kept::default();
+        let big = vec![b'x'; SPARE_BYTES / 3 + 1];
+        for i in 0..4 {
+            kept.take(&mut [new(i, 0..1, None)].into(), &big);
+        }
+        for _ in 0..4 {
+            kept.reply(Ok(1), &s);
+        }
+        assert_eq!(kept.size().2, 2, "two fit in {SPARE_BYTES} bytes");
+        assert!(kept.spare_bytes <= SPARE_BYTES);
     }
 }
 
