@@ -301,18 +301,10 @@ impl Driver {
 
     /// Moves staged commands into the core (double-buffered, no allocation).
     fn drain_staging(&mut self, now: Instant) {
-        {
-            let mut staging = self.shared.staging.lock();
-            self.shared.wake_pending.store(false, Ordering::Release);
-            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
-            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
-            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
-            self.shared.wake_waiters(&staging);
-        }
+        self.take_staged(None);
         if self.spare_reqs.is_empty() && self.spare_buf.is_empty() {
             return;
         }
-        self.keep_staged();
         Counters::add(&self.counters().requests, self.spare_reqs.len() as u64);
         match &mut self.core {
             Some(core) => {
@@ -334,13 +326,36 @@ impl Driver {
         }
     }
 
-    /// Kept publishes among the requests just taken get their bytes from
-    /// the staged ones (before those are sent or dropped), and join those
-    /// in flight (in the requests' order).
-    fn keep_staged(&mut self) {
+    /// Takes everything staged (bytes, requests, kept publishes) into the
+    /// spare buffers, setting the connection's `state` first when given,
+    /// and wakes submitters waiting for room. Kept publishes among the
+    /// requests get their bytes from the staged ones (before those are
+    /// sent or dropped) and join those in flight, in the requests' order.
+    fn take_staged(&mut self, state: Option<u8>) {
+        {
+            let mut staging = self.shared.staging.lock();
+            if let Some(state) = state {
+                self.shared.state.store(state, Ordering::Release);
+            }
+            self.shared.wake_pending.store(false, Ordering::Release);
+            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
+            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
+            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
+            self.shared.wake_waiters(&staging);
+        }
         if !self.spare_kept.is_empty() {
             self.kept.take(&mut self.spare_kept, &self.spare_buf);
         }
+    }
+
+    /// Fails what [`Driver::take_staged`] took with `error`, and every kept
+    /// publish still queued: the connection is over, so none may be left
+    /// waiting for an outcome (even when a callback's panic cut the failing
+    /// of their requests short).
+    fn fail_staged(&mut self, error: &Error) {
+        self.spare_buf.clear();
+        fail_all(&mut self.spare_reqs, error, &self.settings, &mut self.kept);
+        self.kept.fail_rest(error, &self.settings);
     }
 
     fn write(&mut self, registry: &Registry, now: Instant) {
@@ -488,19 +503,8 @@ impl Driver {
     /// report fail with `error`; submitters see it closed.
     pub(crate) fn fail_unserved(&mut self, error: Error) {
         self.shutting_down = true;
-        {
-            let mut staging = self.shared.staging.lock();
-            self.shared.state.store(STOPPED, Ordering::Release);
-            self.shared.wake_pending.store(false, Ordering::Release);
-            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
-            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
-            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
-            self.shared.wake_waiters(&staging);
-        }
-        self.keep_staged();
-        self.spare_buf.clear();
-        fail_all(&mut self.spare_reqs, &error, &self.settings, &mut self.kept);
-        self.kept.fail_rest(&error, &self.settings);
+        self.take_staged(Some(STOPPED));
+        self.fail_staged(&error);
         if let Some(initial) = self.initial.take() {
             initial.complete(Err(error));
         }
@@ -547,36 +551,20 @@ impl Driver {
         }
         let retry_first = self.settings.degraded;
         let give_up = (self.initial.is_some() && !retry_first) || self.shutting_down;
-        {
-            let mut staging = self.shared.staging.lock();
-            let state = if matches!(error, Error::RuntimeStopped) {
-                STOPPED // new calls say why, not just "shut down"
-            } else if give_up {
-                CLOSED
-            } else {
-                DOWN
-            };
-            self.shared.state.store(state, Ordering::Release);
-            self.shared.wake_pending.store(false, Ordering::Release);
-            std::mem::swap(&mut staging.requests, &mut self.spare_reqs);
-            std::mem::swap(&mut staging.kept, &mut self.spare_kept);
-            std::mem::swap(&mut staging.buf, &mut self.spare_buf);
-            self.shared.wake_waiters(&staging);
-        }
-        self.keep_staged();
-        self.spare_buf.clear();
+        let state = if matches!(error, Error::RuntimeStopped) {
+            STOPPED // new calls say why, not just "shut down"
+        } else if give_up {
+            CLOSED
+        } else {
+            DOWN
+        };
+        self.take_staged(Some(state));
         let staged_err = if give_up {
             error.clone()
         } else {
             Error::NotConnected { addr: self.addr() }
         };
-        fail_all(
-            &mut self.spare_reqs,
-            &staged_err,
-            &self.settings,
-            &mut self.kept,
-        );
-        self.kept.fail_rest(&staged_err, &self.settings);
+        self.fail_staged(&staged_err);
         Counters::add(&self.counters().disconnects, 1);
         self.settings
             .observer

@@ -315,11 +315,11 @@ impl Kept {
     /// The oldest kept publish as a whole message, with a copy of its
     /// bytes, for its next send.
     fn whole(&mut self, msg: KeptMsg) -> PubMsg {
-        if msg.staged().is_none() {
-            return msg.into_msg(&[]);
-        }
+        let staged = msg.staged().is_some();
         let msg = msg.into_msg(self.batches.front().map_or(&[][..], |b| &b.bytes));
-        self.done_with_front();
+        if staged {
+            self.done_with_front();
+        }
         msg
     }
 
