@@ -85,14 +85,14 @@
 //!
 //! - server CPU: each publish runs the script (an `HMGET`, `HINCRBY`,
 //!   `XADD`, two `EXPIRE`s and the publish; `CLUSTER MYID` too on a
-//!   cluster): about 9–15 times a plain publish over the last two runs of
-//!   `history_cost` (19–33 µs against 1.1–3.6 µs on Redis 7.0 and Valkey
-//!   9.1), so a server sustains roughly a tenth of the publish rate on
-//!   recoverable channels;
+//!   cluster): about 9–15 times a plain publish over the last three runs
+//!   of `history_cost` (11–33 µs against 0.8–3.6 µs on Redis 7.0 and
+//!   Valkey 9.1), so a server sustains roughly a tenth of the publish rate
+//!   on recoverable channels;
 //! - server memory: about 70 bytes per stored 64-byte message (the stream
 //!   entry; roughly payload + a few bytes), for up to `max_len` entries
 //!   per channel, for `max_age` after its last publish;
-//! - client: 2–10 times the CPU of a plain message (one allocation per
+//! - client: 1.3–10 times the CPU of a plain message (one allocation per
 //!   publish, offset tracking in the workers);
 //! - recovery: a subscriber that missed N messages reads them in pages of
 //!   1,000 (one script call each) and delivers them before the live ones;
