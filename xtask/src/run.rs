@@ -31,6 +31,84 @@ pub fn status(command: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Like [`status`], but the command's output also passes through `pick`:
+/// the lines it keeps (at most [`NOTED_LINES`]) come back with a failure,
+/// so a summary can name what failed even when a log shows only its tail.
+pub fn status_noting(command: &mut Command, pick: fn(&str) -> Note) -> Result<(), String> {
+    let line = show(command);
+    println!("xtask: $ {line}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("`{line}` could not run: {e}"))?;
+    let out = child.stdout.take().map(|o| relay(o, pick, false));
+    let err = child.stderr.take().map(|e| relay(e, pick, true));
+    let status = child
+        .wait()
+        .map_err(|e| format!("`{line}` could not be waited for: {e}"))?;
+    let mut noted = Vec::new();
+    for relay in [out, err].into_iter().flatten() {
+        noted.extend(relay.join().unwrap_or_default());
+    }
+    noted.truncate(NOTED_LINES);
+    if status.success() {
+        Ok(())
+    } else if noted.is_empty() {
+        Err(format!("`{line}` failed ({status})"))
+    } else {
+        Err(format!(
+            "`{line}` failed ({status}):\n    {}",
+            noted.join("\n    ")
+        ))
+    }
+}
+
+/// The most lines [`status_noting`] returns.
+pub const NOTED_LINES: usize = 40;
+
+/// What [`status_noting`] keeps of a line of output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// Not this line.
+    Skip,
+    /// This line.
+    Line,
+    /// This line and the next (a panic's location, then its message).
+    AndNext,
+}
+
+/// Copies a child's output through, line by line, keeping what `pick` notes.
+fn relay(
+    from: impl std::io::Read + Send + 'static,
+    pick: fn(&str) -> Note,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let mut noted = Vec::new();
+        let mut take_next = false;
+        for line in std::io::BufReader::new(from).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            let _ = if to_stderr {
+                writeln!(std::io::stderr(), "{text}")
+            } else {
+                writeln!(std::io::stdout(), "{text}")
+            };
+            let note = pick(&text);
+            let kept = text.trim();
+            let fresh = !noted.iter().any(|n: &String| n == kept);
+            if (take_next || note != Note::Skip) && fresh && noted.len() < NOTED_LINES {
+                noted.push(kept.to_string());
+            }
+            take_next = note == Note::AndNext;
+        }
+        noted
+    })
+}
+
 /// Runs quietly and returns stdout if it succeeded.
 pub fn output(command: &mut Command) -> Option<String> {
     let out = command
@@ -77,5 +155,30 @@ mod tests {
         let mut command = Command::new("redis-server");
         command.args(["--save", "", "--dir", "/tmp/a b"]);
         assert_eq!(show(&command), "redis-server --save '' --dir '/tmp/a b'");
+    }
+
+    #[test]
+    fn a_failure_names_the_noted_lines_once() {
+        fn pick(line: &str) -> Note {
+            if line.starts_with("FAIL") {
+                Note::Line
+            } else if line.starts_with("panic") {
+                Note::AndNext
+            } else {
+                Note::Skip
+            }
+        }
+        let script =
+            "echo 'FAIL a'; echo ok; echo 'panic at x' >&2; echo why >&2; echo 'FAIL a'; exit 3";
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        let err = status_noting(&mut command, pick).unwrap_err();
+        assert!(
+            err.ends_with(":\n    FAIL a\n    panic at x\n    why"),
+            "{err}"
+        );
+        let mut passing = Command::new("sh");
+        passing.args(["-c", "echo 'FAIL a'"]);
+        assert_eq!(status_noting(&mut passing, pick), Ok(()));
     }
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::install;
-use crate::run::{self, cargo, root};
+use crate::run::{self, cargo, root, Note};
 
 /// Default fuzz smoke time per target, in seconds.
 const FUZZ_SECS: u64 = 20;
@@ -124,18 +124,19 @@ pub fn run() -> Result<(), String> {
     });
     report.step("tests (nextest, redis+valkey)", || {
         let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
-        run::status(
+        run::status_noting(
             cargo()
                 .args(["nextest", "run", "--workspace", "--no-fail-fast"])
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+            failure_line,
         )
     });
     report.step("tls tests (nextest, redis; --features tls)", || {
         // The unit tests (URLs, config) and tests/tls*.rs against Redis
         // listening for TLS; the bundled Valkey has no TLS (a test says so).
         let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
-        run::status(
+        run::status_noting(
             cargo()
                 .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
                 .args([
@@ -150,6 +151,7 @@ pub fn run() -> Result<(), String> {
                 .arg("--no-fail-fast")
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+            failure_line,
         )?;
         run::status(
             cargo()
@@ -201,6 +203,29 @@ pub fn run() -> Result<(), String> {
         .unwrap_or(FUZZ_SECS);
     fuzz_steps(&mut report, secs);
     report.finish(total)
+}
+
+/// The lines of nextest's output that name a failed test or say why it
+/// failed, for the summary (a CI log may keep only the end of the run).
+fn failure_line(line: &str) -> Note {
+    let line = line.trim_start();
+    let status = line.split(" [").next().unwrap_or("");
+    let failed = [
+        "FAIL",
+        "TIMEOUT",
+        "SIGSEGV",
+        "SIGABRT",
+        "SIGKILL",
+        "LEAK-FAIL",
+        "ABORT",
+    ];
+    if line.contains(" [") && failed.iter().any(|f| status.ends_with(f)) {
+        Note::Line
+    } else if line.contains("panicked at ") {
+        Note::AndNext
+    } else {
+        Note::Skip
+    }
 }
 
 /// `cargo xtask fuzz [SECS]`: only the fuzz steps (installing cargo-fuzz if needed).
@@ -281,4 +306,24 @@ fn fuzz_cargo(sub: &str, fuzz_dir: &Path) -> Command {
         .arg(fuzz_dir)
         .env("RUSTC_BOOTSTRAP", "1");
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_lines_name_failed_tests_and_their_panics() {
+        let failed = "        FAIL [   1.234s] shardsub::cluster_pubsub follows_a_move";
+        assert_eq!(failure_line(failed), Note::Line);
+        assert_eq!(failure_line("TRY 2 FAIL [   0.5s] a b"), Note::Line);
+        assert_eq!(failure_line("     TIMEOUT [ 240.0s] a b"), Note::Line);
+        assert_eq!(failure_line("     SIGSEGV [   0.1s] a b"), Note::Line);
+        let panic = "thread 'x' panicked at tests/a.rs:10:5:";
+        assert_eq!(failure_line(panic), Note::AndNext);
+        assert_eq!(failure_line("        PASS [   1.0s] a b"), Note::Skip);
+        assert_eq!(failure_line("        SLOW [> 60.0s] a b"), Note::Skip);
+        let summary = "     Summary [ 586.3s] 526 tests run: 525 passed, 1 failed";
+        assert_eq!(failure_line(summary), Note::Skip);
+    }
 }
