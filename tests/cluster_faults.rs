@@ -151,6 +151,7 @@ fn finish(kind: ServerKind, ps: &Arc<PubSub>, ledger: &Arc<Ledger>, publisher: B
 }
 
 fn follow(kind: ServerKind) {
+    cluster_support::log_from_env();
     let mut cluster = Cluster::start(kind, 3, 1).expect("cluster");
     let (ps, ledger, handler, publisher) = setup(&cluster, 2_000, "f");
     let mut case = Case {
@@ -225,6 +226,7 @@ fn follow(kind: ServerKind) {
 
 /// 6 masters with a replica each: failover and kill -9 under publishing.
 fn follow_six(kind: ServerKind) {
+    cluster_support::log_from_env();
     let mut cluster = Cluster::start(kind, 6, 1).expect("cluster");
     let (ps, ledger, handler, publisher) = setup(&cluster, 2_000, "s");
     let mut case = Case {

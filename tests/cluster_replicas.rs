@@ -81,7 +81,7 @@ impl Case<'_> {
         })
         .expect("polls");
         let (fixed, one_of) = placed(cluster);
-        expect_subscribers(self.kind, what, cluster, &fixed, &one_of);
+        expect_subscribers(self.kind, what, cluster, &fixed, &one_of, self.ps);
         let ok_at = self.ledger.elapsed();
         let took = self.ledger.wait_fresh(ok_at, RECOVERY).unwrap_or_else(|e| {
             panic!(
@@ -122,6 +122,7 @@ fn expect_subscribers(
     cluster: &Cluster,
     fixed: &[usize],
     one_of: &[usize],
+    ps: &PubSub,
 ) {
     let mut seen = BTreeMap::new();
     let found = testkit::wait_for("subscribe connections in place", BOUND, || {
@@ -142,8 +143,14 @@ fn expect_subscribers(
     assert!(
         found.is_ok(),
         "{kind:?} {what}: subscribe connections per node {seen:?}, expected one on each of \
-         {fixed:?} and one of {one_of:?} (masters {:?})",
-        cluster.masters()
+         {fixed:?} and one of {one_of:?} (masters {:?}, replicas {:?}); {:?}",
+        cluster.masters(),
+        cluster
+            .masters()
+            .iter()
+            .map(|&m| (m, cluster.replicas_of(m)))
+            .collect::<Vec<_>>(),
+        ps.cluster_metrics()
     );
 }
 
@@ -175,6 +182,7 @@ fn replicas_listed(cluster: &Cluster, want: usize) {
 }
 
 fn replicas(kind: ServerKind) {
+    cluster_support::log_from_env();
     let mut cluster = Cluster::start(kind, 3, 1).expect("cluster");
     replicas_listed(&cluster, 3);
     let chans = channels(600, "r");
@@ -212,7 +220,7 @@ fn replicas(kind: ServerKind) {
         cluster.replicas_of(mc)[0],
     );
     // (1) On the replicas only, delivering.
-    expect_subscribers(kind, "start", &cluster, &[ra, rb, rc], &[]);
+    expect_subscribers(kind, "start", &cluster, &[ra, rb, rc], &[], &ps);
 
     // (2) A serving replica dies: its shard falls back to its primary (it
     // has no other replica).

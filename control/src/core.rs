@@ -81,6 +81,9 @@ pub struct Core {
     /// Replica mode: replicas whose connection failed, not chosen to serve
     /// a shard before the time given.
     pub(crate) avoid: BTreeMap<NodeKey, Time>,
+    /// Replica mode: serving replicas missing from the latest maps, and
+    /// in how many maps in a row (see `Core::note_absent`).
+    pub(crate) absent: BTreeMap<NodeKey, u32>,
 }
 
 /// One partition (lane) and its wanted channels.
@@ -228,6 +231,7 @@ impl Core {
             counters: Counters::default(),
             map_epoch: 0,
             avoid: BTreeMap::new(),
+            absent: BTreeMap::new(),
         };
         if core.cfg.mode == crate::Mode::Fixed {
             // The servers are the map: open them at once, never fetch.

@@ -184,3 +184,82 @@ fn a_replica_whose_old_slots_followed_it_hands_them_over_with_gaps() {
         assert_eq!(rig.served_by(n), "rb");
     }
 }
+
+#[test]
+fn a_serving_replica_missing_from_a_map_keeps_its_shard_until_it_shows_up_promoted() {
+    // Valkey, `CLUSTER FAILOVER` of the serving replica: a map taken just
+    // after the promotion's `sunsubscribe` can leave the node out (no
+    // longer the primary's replica, not yet listed as a primary). The
+    // shard must not move to the other replica (or the old primary) in
+    // between: the next map shows the node as the shard's primary.
+    let mut rig = Rig::new(5);
+    rig.apply(map2(("pa", &[("r1", ON), ("r2", ON)]), ("pb", &[])));
+    let names = rig.want(32);
+    let a: Vec<Vec<u8>> = names.into_iter().filter(|n| shard_of(n) == 0).collect();
+    let serving = rig.served_by(&a[0]);
+    let other = if serving == "r1" { "r2" } else { "r1" };
+    let without = || map2(("pa", &[(other, ON)]), ("pb", &[]));
+    let cmds = rig.apply(without());
+    assert!(
+        !cmds
+            .iter()
+            .any(|c| matches!(c, Command::Open { .. } | Command::Subscribe { .. })),
+        "{cmds:?}"
+    );
+    let soon = crate::Time(rig.t) + rig.core.cfg.degraded_retry;
+    assert!(
+        rig.core.poll_timeout().is_some_and(|t| t <= soon),
+        "a fast refresh follows"
+    );
+    for n in &a {
+        assert_eq!(rig.served_by(n), serving);
+    }
+    // Promoted: the shard stays there (its connection restarts, since
+    // two maps cannot tell a promotion from a silent move).
+    let promoted = map2((serving.as_str(), &[(other, ON), ("pa", ON)]), ("pb", &[]));
+    let mut seen = rig.apply(promoted.clone());
+    for _ in 0..10 {
+        if rig.core.is_settled() {
+            break;
+        }
+        if rig.fetch.is_some() {
+            seen.extend(rig.apply(promoted.clone()));
+            continue;
+        }
+        let t = rig.core.poll_timeout().unwrap();
+        rig.t = rig.t.max(t.0);
+        rig.core.handle_timeout(t);
+        seen.extend(rig.settle());
+    }
+    let expect: BTreeSet<Vec<u8>> = a.iter().cloned().collect();
+    assert_eq!(gapped(&seen), expect);
+    for n in &a {
+        assert_eq!(rig.served_by(n), serving);
+    }
+    assert!(!rig.nodes().contains(other), "{:?}", rig.nodes());
+}
+
+#[test]
+fn a_serving_replica_missing_from_maps_past_the_stale_rounds_has_left() {
+    let mut rig = Rig::new(5);
+    rig.apply(map2(("pa", &[("r1", ON), ("r2", ON)]), ("pb", &[])));
+    let names = rig.want(32);
+    let a: BTreeSet<Vec<u8>> = names.into_iter().filter(|n| shard_of(n) == 0).collect();
+    let serving = rig.served_by(a.first().unwrap());
+    let other = if serving == "r1" { "r2" } else { "r1" };
+    let without = || map2(("pa", &[(other, ON)]), ("pb", &[]));
+    let rounds = rig.core.cfg.stale_rounds;
+    for _ in 0..rounds {
+        let cmds = rig.apply(without());
+        assert!(gapped(&cmds).is_empty(), "{cmds:?}");
+    }
+    // One map more and it has left: the shard moves to its primary (the
+    // other replica could lag the one left), each channel after a gap,
+    // and nothing is held any longer.
+    let cmds = rig.apply(without());
+    assert_eq!(gapped(&cmds), a);
+    for n in &a {
+        assert_eq!(rig.served_by(n), "pa");
+    }
+    assert!(rig.core.is_settled(), "{cmds:?}");
+}

@@ -20,7 +20,9 @@
 //! what catches the silent case. A shard with wanted channels never moves
 //! to another of its replicas (see `Core::choose`: a lagging replica could
 //! deliver a message twice); when its replica cannot serve, its primary
-//! does.
+//! does. A promoted replica can be missing from a map taken during the
+//! promotion (Valkey): a serving replica missing from the map is held for
+//! a few maps (`Core::note_absent`) before its shard moves.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -38,9 +40,17 @@ impl Core {
         let current = self.current_servers(map);
         let mut out = SlotMap::new();
         let mut index = Vec::with_capacity(map.shards().len());
+        let held = self.held_servers(map, &current);
+        let left = self.left_shards(map, &current);
         for (i, shard) in map.shards().iter().enumerate() {
             let now = current.get(&i).map(|(k, live)| (k, *live));
-            let chosen = self.choose(shard, now, seed).cloned();
+            let chosen = match held.get(&i) {
+                Some(node) => Some(node.clone()),
+                // Its wanted channels lived on a node that left it: its
+                // primary takes them (a replica could lag that node).
+                None if now.is_none() && left.contains(&i) => None,
+                None => self.choose(shard, now, seed).cloned(),
+            };
             let mut serving = shard.clone();
             if let Some(node) = chosen {
                 serving.primary = node;
@@ -65,9 +75,11 @@ impl Core {
     /// first. The primary is never behind. So: the current replica serves
     /// while it stays usable; when it cannot (failed, its connection
     /// failed, promoted), the primary serves, and keeps the shard while it
-    /// has wanted channels. A shard with none, or whose node left it (a
-    /// replica re-pointed to another shard, gone from the map), goes to
-    /// the usable replica that ranks highest for `seed`, or the primary.
+    /// has wanted channels; so does a shard whose node left it (a replica
+    /// re-pointed to another shard, or missing from the maps past the
+    /// hold of `Core::note_absent`: `serving_map` sees to that). A shard
+    /// with no wanted channels goes to the usable replica that ranks
+    /// highest for `seed`, or the primary.
     fn choose<'a>(
         &self,
         shard: &'a Shard,
@@ -145,6 +157,125 @@ impl Core {
                 if member {
                     out.insert(i, (key.clone(), live));
                 }
+            }
+        }
+        out
+    }
+
+    /// Counts, before `map` is applied, the maps in a row that leave out
+    /// a node serving subscriptions as a replica: not as a primary, not as
+    /// a replica of any shard. A replica being promoted can be missing
+    /// from one node's view for a moment (Valkey, `CLUSTER FAILOVER`:
+    /// seen here in a map taken 40 ms after the promotion's
+    /// `sunsubscribe`), and moving its shard to another replica then
+    /// would leave the node it is about to become primary of (and a
+    /// replica behind it could deliver messages twice). Such a node is
+    /// held (see `Core::held_servers`) for
+    /// [`Config::stale_rounds`](crate::Config::stale_rounds) maps, fetched
+    /// at the degraded pace; a node still missing after that has left.
+    pub(crate) fn note_absent(&mut self, map: &SlotMap) {
+        if self.cfg.replicas.is_none() {
+            return;
+        }
+        let listed = |map: &SlotMap, k: &NodeKey| {
+            map.shards().iter().any(|s| {
+                core::iter::once(&s.primary)
+                    .chain(&s.replicas)
+                    .any(|n| n.id == k.id && n.addr.as_ref() == Some(&k.addr))
+            })
+        };
+        let was_replica = |k: &NodeKey| {
+            self.map.shards().iter().any(|s| {
+                s.replicas
+                    .iter()
+                    .any(|n| n.id == k.id && n.addr.as_ref() == Some(&k.addr))
+            })
+        };
+        let missing: Vec<NodeKey> = self
+            .layout
+            .nodes()
+            .iter()
+            .map(|n| &n.key)
+            .filter(|k| !k.id.is_empty() && !listed(map, k))
+            .filter(|k| self.absent.contains_key(*k) || was_replica(k))
+            .cloned()
+            .collect();
+        self.absent.retain(|k, _| missing.contains(k));
+        for k in missing {
+            *self.absent.entry(k).or_insert(0) += 1;
+        }
+    }
+
+    /// Whether `node`, missing from the latest maps, still serves its
+    /// shard: for at most `stale_rounds` maps, and not once its connection
+    /// failed.
+    pub(crate) fn held(&self, node: &NodeKey) -> bool {
+        let fresh = self
+            .absent
+            .get(node)
+            .is_some_and(|&n| n <= self.cfg.stale_rounds);
+        fresh && self.avoid.get(node).is_none_or(|&until| until <= self.now)
+    }
+
+    /// The shard indices of `map` that no node of their own serves now
+    /// (`current`), though wanted channels of their partitions are served
+    /// (or being subscribed) on some node: one that left the shard (a
+    /// replica re-pointed elsewhere or gone from the map), or a node of
+    /// another shard whose slots moved to this one.
+    fn left_shards(
+        &self,
+        map: &SlotMap,
+        current: &BTreeMap<usize, (NodeKey, bool)>,
+    ) -> alloc::collections::BTreeSet<usize> {
+        (0u32..)
+            .zip(&self.slots)
+            .filter(|&(p, _)| self.layout.node_of(p).is_some())
+            .filter(|&(p, _)| {
+                self.parts
+                    .get(p as usize)
+                    .is_some_and(|part| !part.channels.is_empty())
+            })
+            .filter_map(|(_, &slot)| map.owner_index(slot))
+            .filter(|i| !current.contains_key(i))
+            .collect()
+    }
+
+    /// For each shard index of `map` that no node of its own serves now
+    /// (`current`), a held node (see [`Core::note_absent`]) that serves
+    /// wanted channels of its partitions: it keeps serving them.
+    fn held_servers(
+        &self,
+        map: &SlotMap,
+        current: &BTreeMap<usize, (NodeKey, bool)>,
+    ) -> BTreeMap<usize, Node> {
+        let mut out = BTreeMap::new();
+        for (p, &slot) in (0u32..).zip(&self.slots) {
+            let Some(i) = map.owner_index(slot) else {
+                continue;
+            };
+            if current.contains_key(&i) || out.contains_key(&i) {
+                continue;
+            }
+            let Some(key) = self.layout.node_of(p) else {
+                continue;
+            };
+            let wanted = self
+                .parts
+                .get(p as usize)
+                .is_some_and(|part| !part.channels.is_empty());
+            if wanted && self.held(key) {
+                out.insert(
+                    i,
+                    Node {
+                        id: key.id.clone(),
+                        addr: Some(key.addr.clone()),
+                        hostname: None,
+                        tls_port: None,
+                        role: topology::Role::Replica,
+                        health: Health::Unknown,
+                        replication_offset: None,
+                    },
+                );
             }
         }
         out

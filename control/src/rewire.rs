@@ -25,6 +25,7 @@ impl Core {
             Ok(map) if !map.shards().is_empty() => {
                 self.fetch.failures = 0;
                 self.next_poll = now + self.cfg.poll_interval;
+                self.note_absent(&map);
                 self.apply_map(map, now);
                 self.after_refresh(now);
             }
@@ -325,6 +326,9 @@ impl Core {
             }
         }
         degraded |= !self.layout.unresolved().is_empty();
+        // A serving replica held while missing from the map: the next
+        // maps say soon whether it was promoted or left.
+        degraded |= self.absent.keys().any(|k| self.held(k));
         // A connection that failed and is being retried (a first open is
         // not a reason to hurry).
         degraded |= self

@@ -389,6 +389,12 @@ impl Driver {
         }
         let tls = self.node.tls.is_some();
         let result = crate::cluster::topo::parse_map(command, &value, addr, tls);
+        if log::log_enabled!(log::Level::Trace) {
+            match &result {
+                Ok(map) => log::trace!("control: map #{id} from {addr}: {}", brief(map)),
+                Err(e) => log::trace!("control: map #{id} from {addr}: {e:?}"),
+            }
+        }
         self.input(|core, now| core.handle_topology(now, id, result));
     }
 
@@ -419,4 +425,34 @@ impl Driver {
             s.post(|inbox| inbox.probed.push((id, reply)));
         });
     }
+}
+
+/// A slot map in one line, for the trace log: each shard's primary and
+/// replicas by port (or id prefix), health and offset where known.
+fn brief(map: &topology::SlotMap) -> String {
+    let node = |n: &topology::Node| {
+        let at = n
+            .addr
+            .as_ref()
+            .map_or_else(|| n.id.chars().take(8).collect(), |a| a.port.to_string());
+        let health = match n.health {
+            topology::Health::Unknown => "",
+            topology::Health::Online => "",
+            topology::Health::Loading => " loading",
+            topology::Health::Failed => " failed",
+        };
+        match n.replication_offset {
+            Some(o) => format!("{at}{health} @{o}"),
+            None => format!("{at}{health}"),
+        }
+    };
+    let shards: Vec<String> = map
+        .shards()
+        .iter()
+        .map(|s| {
+            let replicas: Vec<String> = s.replicas.iter().map(node).collect();
+            format!("{} [{}]", node(&s.primary), replicas.join(", "))
+        })
+        .collect();
+    shards.join("; ")
 }

@@ -43,3 +43,41 @@ pub fn named_clients(cluster: &Cluster, i: usize, name: &str) -> usize {
         .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
         .count()
 }
+
+/// With `SHARDSUB_TEST_LOG=LEVEL` (`trace` shows every control command),
+/// the library's log lines go to stderr with the milliseconds since this
+/// call, so a failing cluster test can say what the control core decided
+/// (nextest prints a failing test's stderr). Unset: nothing is logged.
+pub fn log_from_env() {
+    static LOGGER: std::sync::OnceLock<StderrLog> = std::sync::OnceLock::new();
+    let Some(level) = std::env::var("SHARDSUB_TEST_LOG")
+        .ok()
+        .and_then(|l| l.parse::<log::LevelFilter>().ok())
+    else {
+        return;
+    };
+    let logger = LOGGER.get_or_init(|| StderrLog(std::time::Instant::now()));
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
+struct StderrLog(std::time::Instant);
+
+impl log::Log for StderrLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        eprintln!(
+            "+{:>8.1} ms {:<5} {}: {}",
+            self.0.elapsed().as_secs_f64() * 1e3,
+            record.level(),
+            record.target(),
+            record.args()
+        );
+    }
+
+    fn flush(&self) {}
+}
