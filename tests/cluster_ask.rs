@@ -72,10 +72,10 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         ])
         .collect()])
     .unwrap();
-    // The slot's owner: its publish connection, then its subscribe
-    // connection (in the order the engine opens them).
+    // The slot's owner: its publish connection and its subscribe
+    // connection, in whatever order they open (two I/O threads).
     let ask = format!("-ASK {slot} {}\r\n", target.addr());
-    let owner = FakeServer::start_each(vec![
+    let owner = FakeServer::start_matched(vec![
         hello("shardsub-pub")
             .into_iter()
             .chain([

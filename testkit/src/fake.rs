@@ -107,7 +107,7 @@ impl FakeServer {
     ///
     /// [`Error::Io`] when the listener cannot be bound.
     pub fn start(script: Vec<Step>) -> Result<FakeServer, Error> {
-        FakeServer::spawn(move |_| Some(script.clone()))
+        FakeServer::spawn(move |_| Some(Plan::Fixed(script.clone())))
     }
 
     /// Connection `k` plays `scripts[k]`; connections beyond them are closed
@@ -117,11 +117,26 @@ impl FakeServer {
     ///
     /// [`Error::Io`] when the listener cannot be bound.
     pub fn start_each(scripts: Vec<Vec<Step>>) -> Result<FakeServer, Error> {
-        FakeServer::spawn(move |k| scripts.get(k).cloned())
+        FakeServer::spawn(move |k| scripts.get(k).cloned().map(Plan::Fixed))
+    }
+
+    /// Each connection plays the first script not yet taken whose first
+    /// step, a [`Step::Expect`], is what the client sends first: for
+    /// connections that open in no fixed order (a client's publish and
+    /// subscribe connections, told apart by their handshakes). A
+    /// connection whose first bytes match no script left is a failure, as
+    /// is a script whose first step is not an `Expect`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the listener cannot be bound.
+    pub fn start_matched(scripts: Vec<Vec<Step>>) -> Result<FakeServer, Error> {
+        let pool = Arc::new(Mutex::new(scripts.into_iter().map(Some).collect()));
+        FakeServer::spawn(move |_| Some(Plan::Matched(Arc::clone(&pool))))
     }
 
     fn spawn(
-        script_for: impl Fn(usize) -> Option<Vec<Step>> + Send + 'static,
+        script_for: impl Fn(usize) -> Option<Plan> + Send + 'static,
     ) -> Result<FakeServer, Error> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|e| Error::io("bind fake server", e))?;
@@ -146,7 +161,10 @@ impl FakeServer {
                     let shared = Arc::clone(&accept_shared);
                     let handler = thread::Builder::new()
                         .name(format!("fake-server-conn-{k}"))
-                        .spawn(move || play(stream, k, &script, &shared));
+                        .spawn(move || match script {
+                            Plan::Fixed(script) => play(stream, k, &script, 0, &shared),
+                            Plan::Matched(pool) => play_matched(stream, k, &pool, &shared),
+                        });
                     match handler {
                         Ok(h) => accept_shared
                             .handlers
@@ -251,9 +269,77 @@ impl Drop for FakeServer {
     }
 }
 
-/// Plays `script` on one connection.
-fn play(mut stream: TcpStream, k: usize, script: &[Step], shared: &Shared) {
-    let fail = |i: usize, msg: String| shared.fail(format!("connection #{k}, step {i}: {msg}"));
+/// What an accepted connection plays.
+enum Plan {
+    Fixed(Vec<Step>),
+    /// The scripts of [`FakeServer::start_matched`] (taken ones are `None`).
+    Matched(Arc<Mutex<Vec<Option<Vec<Step>>>>>),
+}
+
+/// Takes the first script of `pool` whose first `Expect` the client sends
+/// and plays the rest of it.
+fn play_matched(
+    mut stream: TcpStream,
+    k: usize,
+    pool: &Mutex<Vec<Option<Vec<Step>>>>,
+    shared: &Shared,
+) {
+    let fail = |msg: String| shared.fail(format!("connection #{k}, step 0: {msg}"));
+    let firsts: Vec<Vec<u8>> = {
+        let pool = pool.lock().unwrap_or_else(PoisonError::into_inner);
+        pool.iter()
+            .flatten()
+            .filter_map(|s| match s.first() {
+                Some(Step::Expect(want)) => Some(want.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let Some(shortest) = firsts.iter().map(Vec::len).min() else {
+        return fail("no script left (or none left starts with an Expect)".into());
+    };
+    let mut got = match read_exact_within(&mut stream, shortest) {
+        Ok(got) => got,
+        Err(msg) => return fail(msg),
+    };
+    let first_expect = |s: &Option<Vec<Step>>| match s.as_ref().and_then(|s| s.first()) {
+        Some(Step::Expect(want)) => Some(want.clone()),
+        _ => None,
+    };
+    let script = loop {
+        let mut pool = pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = pool
+            .iter_mut()
+            .find(|s| first_expect(s).as_deref() == Some(&got[..]))
+        {
+            break slot.take().unwrap_or_default();
+        }
+        // The shortest script start that the bytes so far begin.
+        let longer = pool
+            .iter()
+            .filter_map(first_expect)
+            .filter(|w| w.len() > got.len() && w.starts_with(&got))
+            .map(|w| w.len())
+            .min();
+        drop(pool);
+        let Some(want) = longer else {
+            return fail(format!("\"{}\" begins no script left", got.escape_ascii()));
+        };
+        match read_exact_within(&mut stream, want - got.len()) {
+            Ok(more) => got.extend_from_slice(&more),
+            Err(msg) => return fail(msg),
+        }
+    };
+    play(stream, k, script.get(1..).unwrap_or_default(), 1, shared);
+}
+
+/// Plays `script` on one connection (`first`: the number of its first
+/// step, for the failure messages).
+fn play(mut stream: TcpStream, k: usize, script: &[Step], first: usize, shared: &Shared) {
+    let fail = |i: usize, msg: String| {
+        let i = i + first;
+        shared.fail(format!("connection #{k}, step {i}: {msg}"))
+    };
     for (i, step) in script.iter().enumerate() {
         match step {
             Step::Expect(want) => match read_exact_within(&mut stream, want.len()) {

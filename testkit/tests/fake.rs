@@ -51,6 +51,35 @@ fn reports_unexpected_bytes() -> Result<(), Error> {
 }
 
 #[test]
+fn matched_scripts_go_by_what_each_connection_sends_first() -> Result<(), Error> {
+    let script = |name: &str, reply: &str| {
+        vec![
+            Step::expect(format!("*2\r\n$4\r\nECHO\r\n$3\r\n{name}\r\n")),
+            Step::send(format!("+{reply}\r\n")),
+            Step::Close,
+        ]
+    };
+    let fake = FakeServer::start_matched(vec![script("pub", "P"), script("sub", "S")])?;
+    // Opened in the other order than the scripts are listed.
+    let mut sub = testkit::Client::connect(fake.addr())?;
+    assert_eq!(sub.cmd(&[b"ECHO", b"sub"])?, Value::Simple(b"S".to_vec()));
+    let mut publ = testkit::Client::connect(fake.addr())?;
+    assert_eq!(publ.cmd(&[b"ECHO", b"pub"])?, Value::Simple(b"P".to_vec()));
+    // A third connection finds no script left.
+    let mut third = testkit::Client::connect(fake.addr())?;
+    third.set_timeout(Duration::from_millis(500))?;
+    let _ = third.cmd(&[b"ECHO", b"sub"]);
+    testkit::wait_for(
+        "the third connection's failure",
+        Duration::from_secs(5),
+        || Ok((!fake.failures().is_empty()).then_some(())),
+    )?;
+    let err = fake.finish().expect_err("a third connection is a failure");
+    assert!(err.to_string().contains("no script left"), "{err}");
+    Ok(())
+}
+
+#[test]
 fn per_connection_scripts_and_silence() -> Result<(), Error> {
     let fake = FakeServer::start_each(vec![
         vec![Step::send("-ERR first\r\n"), Step::Close],
