@@ -68,6 +68,17 @@ pub fn status_noting(command: &mut Command, pick: fn(&str) -> Note) -> Result<()
 /// The most lines [`status_noting`] returns.
 pub const NOTED_LINES: usize = 40;
 
+/// The most characters [`status_noting`] keeps of one line.
+pub const NOTED_CHARS: usize = 400;
+
+/// `line`, cut after `max` characters.
+fn cut(line: &str, max: usize) -> &str {
+    match line.char_indices().nth(max) {
+        Some((at, _)) => &line[..at],
+        None => line,
+    }
+}
+
 /// What [`status_noting`] keeps of a line of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Note {
@@ -98,7 +109,7 @@ fn relay(
                 writeln!(std::io::stdout(), "{text}")
             };
             let note = pick(&text);
-            let kept = text.trim();
+            let kept = cut(text.trim(), NOTED_CHARS);
             let fresh = !noted.iter().any(|n: &String| n == kept);
             if (take_next || note != Note::Skip) && fresh && noted.len() < NOTED_LINES {
                 noted.push(kept.to_string());
@@ -177,6 +188,8 @@ mod tests {
             err.ends_with(":\n    FAIL a\n    panic at x\n    why"),
             "{err}"
         );
+        assert_eq!(cut("abcdef", 3), "abc");
+        assert_eq!(cut("ab", 3), "ab");
         let mut passing = Command::new("sh");
         passing.args(["-c", "echo 'FAIL a'"]);
         assert_eq!(status_noting(&mut passing, pick), Ok(()));
