@@ -70,8 +70,8 @@ impl Core {
             // One lookup per channel: those still sent on `conn` are in.
             for name in &pending.channels {
                 if let Some(chan) = part.channels.get_mut(name) {
-                    if chan.sub == Sub::Sent(conn) {
-                        chan.sub = Sub::Active(conn);
+                    if chan.sub() == Sub::Sent(conn) {
+                        chan.set_sub(Sub::Active(conn));
                     }
                 }
             }
@@ -85,7 +85,7 @@ impl Core {
             .filter(|n| {
                 part.channels
                     .get(n)
-                    .is_some_and(|c| c.sub == Sub::Sent(conn))
+                    .is_some_and(|c| c.sub() == Sub::Sent(conn))
             })
             .collect();
         match reply {
@@ -94,8 +94,8 @@ impl Core {
                 if single {
                     for name in &still {
                         if let Some(chan) = part.channels.get_mut(name) {
-                            chan.sub = Sub::Refused;
-                            chan.gap = false;
+                            chan.set_sub(Sub::Refused);
+                            chan.set_gap(false);
                         }
                     }
                     for name in still {
@@ -119,7 +119,7 @@ impl Core {
             SubscribeReply::Routing(e) => {
                 for name in &still {
                     if let Some(chan) = part.channels.get_mut(name) {
-                        chan.sub = Sub::Idle;
+                        chan.set_sub(Sub::Idle);
                     }
                 }
                 if !still.is_empty() {
@@ -150,11 +150,10 @@ impl Core {
         let Some(chan) = part.channels.get_mut(channel) else {
             return; // not wanted: our own unsubscribe
         };
-        if chan.sub.conn() != Some(conn) {
+        if chan.sub().conn() != Some(conn) {
             return; // about an older subscription
         }
-        chan.sub = Sub::Idle;
-        chan.gap = true;
+        chan.break_off();
         part.lost = true;
         self.disrupted(now);
         self.request_refresh(now, Duration::ZERO, Trigger::Sunsubscribe);
@@ -260,9 +259,8 @@ impl Core {
     fn break_channels(&mut self, conn: ConnId) {
         for part in &mut self.parts {
             for chan in part.channels.values_mut() {
-                if chan.sub.conn() == Some(conn) {
-                    chan.sub = Sub::Idle;
-                    chan.gap = true;
+                if chan.sub().conn() == Some(conn) {
+                    chan.break_off();
                 }
             }
         }

@@ -95,12 +95,101 @@ pub(crate) struct Part {
     pub(crate) lost: bool,
 }
 
-/// A wanted channel.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Chan {
-    pub(crate) sub: Sub,
-    /// Its subscription broke: a gap is due before the next subscribe.
-    pub(crate) gap: bool,
+impl Part {
+    /// Below this many new channels they are inserted one by one.
+    const BULK: usize = 64;
+
+    /// Adds channels not yet in the set (idle, no gap due). A batch at
+    /// least as large as the set is merged in bulk, which fills the
+    /// B-tree's nodes: names inserted one by one in ascending order (a
+    /// numbered range, the common bulk subscribe) leave every node half
+    /// full, about twice the memory. The merge rebuilds the whole set, so
+    /// it is linear in the set and the batch, and taken only when the
+    /// batch is the larger.
+    pub(crate) fn add(&mut self, names: Vec<Channel>) {
+        if names.len() >= Self::BULK.max(self.channels.len()) {
+            let mut more: BTreeMap<Channel, Chan> =
+                names.into_iter().map(|n| (n, Chan::default())).collect();
+            self.channels.append(&mut more);
+        } else {
+            for n in names {
+                self.channels.entry(n).or_default();
+            }
+        }
+    }
+}
+
+/// A wanted channel: where it stands ([`Sub`]) and whether its
+/// subscription broke (a gap is due before the next subscribe), packed in
+/// one word, since a core holds one per wanted channel (bits 0–1 the
+/// state, bit 2 the gap, the rest the connection id).
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chan(u64);
+
+impl Chan {
+    const GAP: u64 = 4;
+    const CONN_SHIFT: u32 = 3;
+
+    /// Where it stands.
+    pub(crate) fn sub(self) -> Sub {
+        let conn = ConnId(self.0 >> Self::CONN_SHIFT);
+        match self.0 & 3 {
+            0 => Sub::Idle,
+            1 => Sub::Sent(conn),
+            2 => Sub::Active(conn),
+            _ => Sub::Refused,
+        }
+    }
+
+    /// Sets where it stands (the gap flag is kept).
+    pub(crate) fn set_sub(&mut self, sub: Sub) {
+        let (tag, conn) = match sub {
+            Sub::Idle => (0, 0),
+            Sub::Sent(c) => (1, c.0),
+            Sub::Active(c) => (2, c.0),
+            Sub::Refused => (3, 0),
+        };
+        // Connection ids count connections opened by one core: far below
+        // 2^61.
+        debug_assert!(conn >> (64 - Self::CONN_SHIFT) == 0, "connection id {conn}");
+        self.0 = (conn << Self::CONN_SHIFT) | (self.0 & Self::GAP) | tag;
+    }
+
+    /// Whether a gap is due before its next subscribe.
+    pub(crate) fn gap(self) -> bool {
+        self.0 & Self::GAP != 0
+    }
+
+    /// Sets whether a gap is due.
+    pub(crate) fn set_gap(&mut self, gap: bool) {
+        if gap {
+            self.0 |= Self::GAP;
+        } else {
+            self.0 &= !Self::GAP;
+        }
+    }
+
+    /// Whether a gap was due, which it no longer is.
+    pub(crate) fn take_gap(&mut self) -> bool {
+        let was = self.gap();
+        self.set_gap(false);
+        was
+    }
+
+    /// Its subscription broke on its connection: not subscribed, a gap due.
+    pub(crate) fn break_off(&mut self) {
+        self.set_sub(Sub::Idle);
+        self.set_gap(true);
+    }
+}
+
+impl core::fmt::Debug for Chan {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Chan")
+            .field("sub", &self.sub())
+            .field("gap", &self.gap())
+            .finish()
+    }
 }
 
 /// Where a wanted channel stands.
@@ -281,22 +370,28 @@ impl Core {
     }
 
     /// The application wants `channels` (already wanted ones are left
-    /// alone; a refused one is tried again).
-    pub fn handle_want<'a>(&mut self, now: Time, channels: impl IntoIterator<Item = &'a [u8]>) {
+    /// alone; a refused one is tried again). Names given as [`Channel`]s
+    /// are kept as they are (no copy of the name); `&[u8]` names are
+    /// copied once.
+    pub fn handle_want<C>(&mut self, now: Time, channels: impl IntoIterator<Item = C>)
+    where
+        C: AsRef<[u8]> + Into<Channel>,
+    {
         self.tick(now);
         let mut fresh: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
+        let mut added: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
         for name in channels {
-            let p = self.lane_of(name);
+            let p = self.lane_of(name.as_ref());
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
             };
-            // Two lookups for a new channel, one for a known one.
-            let key = match part.channels.get_key_value(name) {
-                Some((k, c)) if matches!(c.sub, Sub::Idle | Sub::Refused) => {
+            // One lookup for a channel, and new ones are added below.
+            let key = match part.channels.get_key_value(name.as_ref()) {
+                Some((k, c)) if matches!(c.sub(), Sub::Idle | Sub::Refused) => {
                     let k = k.clone();
-                    if c.sub == Sub::Refused {
-                        if let Some(c) = part.channels.get_mut(name) {
-                            c.sub = Sub::Idle;
+                    if c.sub() == Sub::Refused {
+                        if let Some(c) = part.channels.get_mut(name.as_ref()) {
+                            c.set_sub(Sub::Idle);
                         }
                     }
                     k
@@ -304,11 +399,16 @@ impl Core {
                 Some(_) => continue, // already sent or confirmed
                 None => {
                     let k: Channel = name.into();
-                    part.channels.insert(k.clone(), Chan::default());
+                    added.entry(p).or_default().push(k.clone());
                     k
                 }
             };
             fresh.entry(p).or_default().push(key);
+        }
+        for (p, names) in added {
+            if let Some(part) = self.parts.get_mut(p as usize) {
+                part.add(names);
+            }
         }
         self.subscribe_fresh(fresh, now);
     }
@@ -326,7 +426,7 @@ impl Core {
             let Some(chan) = part.channels.remove(name) else {
                 continue;
             };
-            if let Some(c) = chan.sub.conn() {
+            if let Some(c) = chan.sub().conn() {
                 drop.entry((c, p)).or_default().push(name.into());
             }
         }
@@ -349,14 +449,14 @@ impl Core {
         self.parts.iter().all(|p| {
             p.channels
                 .values()
-                .all(|c| matches!(c.sub, Sub::Active(_) | Sub::Refused))
+                .all(|c| matches!(c.sub(), Sub::Active(_) | Sub::Refused))
         })
     }
 
     /// The connection `channel` is confirmed on, if any.
     pub fn subscribed_on(&self, channel: &[u8]) -> Option<ConnId> {
         let p = self.lane_of(channel);
-        match self.parts.get(p as usize)?.channels.get(channel)?.sub {
+        match self.parts.get(p as usize)?.channels.get(channel)?.sub() {
             Sub::Active(c) => Some(c),
             _ => None,
         }

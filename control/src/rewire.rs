@@ -8,7 +8,7 @@ use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap};
 
 use crate::command::{Command, FetchError, ProbeReply};
 use crate::config::Mode;
-use crate::core::{ConnState, Core, Probe, Sub};
+use crate::core::{ConnState, Core, Probe};
 use crate::stats::Trigger;
 use crate::time::Time;
 
@@ -261,9 +261,8 @@ impl Core {
             };
             part.lost = false;
             for (name, chan) in &mut part.channels {
-                if let Some(c) = chan.sub.conn() {
-                    chan.sub = Sub::Idle;
-                    chan.gap = true;
+                if let Some(c) = chan.sub().conn() {
+                    chan.break_off();
                     by_conn.entry(c).or_default().push(name.clone());
                 }
             }

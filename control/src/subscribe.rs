@@ -52,7 +52,7 @@ impl Core {
             let mut gaps = Vec::new();
             for name in &names {
                 if let Some(chan) = part.channels.get_mut(name) {
-                    if core::mem::take(&mut chan.gap) {
+                    if chan.take_gap() {
                         gaps.push(name.clone());
                     }
                 }
@@ -83,11 +83,11 @@ impl Core {
             let mut gaps = Vec::new();
             let mut idle = Vec::new();
             for (name, chan) in &mut part.channels {
-                if chan.sub != Sub::Idle {
+                if chan.sub() != Sub::Idle {
                     continue;
                 }
-                if chan.gap {
-                    chan.gap = false;
+                if chan.gap() {
+                    chan.set_gap(false);
                     gaps.push(name.clone());
                 }
                 idle.push(name.clone());
@@ -153,7 +153,7 @@ impl Core {
         };
         for name in &channels {
             if let Some(chan) = part.channels.get_mut(name) {
-                chan.sub = Sub::Sent(conn);
+                chan.set_sub(Sub::Sent(conn));
             }
         }
         let slot = part.slot;

@@ -159,3 +159,67 @@ fn a_second_down_report_changes_nothing() {
     }
     panic!("no reconnect");
 }
+
+#[test]
+fn a_wanted_channels_packed_state_reads_back_what_was_set() {
+    use crate::core::{Chan, Sub};
+    let subs = [
+        Sub::Idle,
+        Sub::Sent(ConnId(0)),
+        Sub::Sent(ConnId(7)),
+        Sub::Active(ConnId(1 << 40)),
+        Sub::Active(ConnId((1 << 61) - 1)),
+        Sub::Refused,
+    ];
+    for &sub in &subs {
+        for gap in [false, true] {
+            let mut c = Chan::default();
+            c.set_gap(gap);
+            c.set_sub(sub);
+            assert_eq!((c.sub(), c.gap()), (sub, gap), "{c:?}");
+            // Each part is set without touching the other.
+            for &other in &subs {
+                c.set_sub(other);
+                assert_eq!((c.sub(), c.gap()), (other, gap));
+            }
+            c.set_gap(!gap);
+            assert_eq!(c.gap(), !gap);
+            assert_eq!(c.take_gap(), !gap);
+            assert!(!c.gap());
+            c.break_off();
+            assert_eq!((c.sub(), c.gap()), (Sub::Idle, true));
+        }
+    }
+}
+
+#[test]
+fn a_bulk_want_keeps_channels_already_known_and_subscribes_each_once() {
+    // More than the bulk threshold in each partition, a third of them
+    // already wanted and confirmed: the batch merges into the sets
+    // without touching those.
+    fn subscribed(core: &mut Core, conn: ConnId) -> Vec<Vec<u8>> {
+        let mut names = Vec::new();
+        for c in drain(core) {
+            let Command::Subscribe { channels, .. } = c else {
+                panic!("only subscribes, got {c}")
+            };
+            names.extend(channels.iter().map(|c| c.to_vec()));
+            core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+        }
+        names.sort();
+        names
+    }
+    let names: Vec<Vec<u8>> = (0..1200)
+        .map(|i| alloc::format!("a{i:04}").into_bytes())
+        .collect();
+    let (mut core, conn) = up(10_000);
+    core.handle_want(Time(3), names[..400].iter().map(|n| &n[..]));
+    assert_eq!(subscribed(&mut core, conn), names[..400].to_vec());
+    assert!(core.is_settled());
+    core.handle_want(Time(5), names.iter().map(|n| &n[..]));
+    assert!(!core.is_settled());
+    assert_eq!(subscribed(&mut core, conn), names[400..].to_vec());
+    assert!(core.is_settled(), "the first 400 stayed confirmed");
+    core.handle_want(Time(6), names.iter().map(|n| &n[..]));
+    assert!(drain(&mut core).is_empty(), "all known: nothing sent");
+}

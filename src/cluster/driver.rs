@@ -408,7 +408,7 @@ impl Driver {
             self.input(|core, now| core.handle_unwant(now, unwant.iter().map(|n| &n[..])));
         }
         if !want.is_empty() {
-            self.input(|core, now| core.handle_want(now, want.iter().map(|n| &n[..])));
+            self.input(|core, now| core.handle_want(now, want));
         }
     }
 

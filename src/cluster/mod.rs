@@ -99,6 +99,8 @@ mod driver;
 mod gate;
 pub(crate) mod hold;
 pub(crate) mod keyed;
+#[cfg(test)]
+mod memory_tests;
 mod metrics;
 mod outcome;
 pub(crate) mod publish;

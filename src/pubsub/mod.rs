@@ -53,7 +53,7 @@
 
 pub(crate) mod active;
 #[cfg(test)]
-mod alloc_count;
+pub(crate) mod alloc_count;
 mod awaiting;
 pub(crate) mod builder;
 mod builder_url;

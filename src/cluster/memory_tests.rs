@@ -1,0 +1,93 @@
+//! What the subscribe side keeps per subscribed channel beyond its name:
+//! the registry's lanes and the control core's wanted sets together,
+//! filled the way the control thread fills them (the registry's dirty
+//! lists settled into [`control::Core::handle_want`], every subscribe
+//! confirmed), counted exactly by the test allocator.
+
+use std::time::Duration;
+
+use control::{Command, Config, Core, Mode, SubscribeReply, Time};
+use shardcore::Partitions;
+use topology::NodeAddr;
+
+use crate::pubsub::alloc_count::live_bytes;
+use crate::pubsub::registry::{Registry, Settled, ACTIVE};
+
+/// One server with `conns` subscribe connections (lanes), `n` channels
+/// `bench:%012d` (the 1M-channel bench's names): the bytes this thread
+/// keeps allocated per channel once all are confirmed, less the names.
+fn bytes_per_channel(conns: u32, n: usize) -> f64 {
+    let before = live_bytes();
+    let registry = Registry::new(conns as usize, 7);
+    let mut cfg = Config::new(
+        Partitions::new(1).expect("one partition"),
+        vec![NodeAddr {
+            host: "127.0.0.1".into(),
+            port: 6379,
+        }],
+    );
+    cfg.mode = Mode::Fixed;
+    cfg.multiplier = conns;
+    cfg.ping_interval = Duration::ZERO;
+    let mut core = Core::new(cfg, Time::ZERO).expect("a fixed core");
+    let now = Time::from_millis(1);
+    let opened: Vec<_> = std::iter::from_fn(|| core.poll_command()).collect();
+    for c in opened {
+        if let Command::Open { conn, .. } = c {
+            core.handle_conn_up(now, conn);
+        }
+    }
+    let mut names = 0usize;
+    let mut name = Vec::with_capacity(32);
+    for i in 0..n {
+        name.clear();
+        name.extend_from_slice(format!("bench:{i:012}").as_bytes());
+        names += name.len();
+        registry.set_wanted(core.lane_of(&name) as usize, &name, true);
+    }
+    drop(name);
+    // What the driver's `flush_lane` does, lane by lane.
+    for lane in 0..conns as usize {
+        let mut want = Vec::new();
+        {
+            let mut l = registry.lane(lane).expect("lane");
+            for name in std::mem::take(&mut l.dirty) {
+                if l.settle(&name, true) == Settled::Subscribe {
+                    want.push(name);
+                }
+            }
+        }
+        core.handle_want(now, want);
+        while let Some(c) = core.poll_command() {
+            if let Command::Subscribe { conn, channels, .. } = c {
+                for ch in &channels {
+                    assert!(registry.confirm(lane, ch) || registry.flags(lane, ch) & ACTIVE != 0);
+                }
+                drop(channels);
+                core.handle_subscribe_reply(now, conn, SubscribeReply::Ok);
+            }
+        }
+    }
+    assert!(core.is_settled(), "every channel confirmed");
+    assert_eq!(registry.len(), n);
+    let live = live_bytes() - before;
+    let per = (live as f64 - names as f64) / n as f64;
+    drop((core, registry));
+    per
+}
+
+/// Issue 11 target 4 asks for under 64 bytes per channel beyond the name.
+/// The bound here is what the code keeps today (100.8: the registry's
+/// table slot and the name's reference counts about 73, the core's B-tree
+/// entry about 27), so a change that adds to it fails; lower it as the
+/// number comes down. Before the names were shared and the core's entry
+/// packed: 170.9.
+#[test]
+fn registry_and_control_core_bytes_per_channel_at_1m() {
+    let per = bytes_per_channel(4, 1_000_000);
+    println!(
+        "registry + control core: {per:.1} bytes per channel beyond the name \
+         (1 server, 4 connections, 1M)"
+    );
+    assert!(per < 105.0, "{per} bytes per channel");
+}
