@@ -48,14 +48,9 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
     // `MOVED` only after the refresh it asks for.
     let mut redirected: Option<(Arc<Engine>, bool)> = None;
     loop {
-        let engine = match redirected.take() {
-            Some((e, ask)) => {
-                if ask {
-                    e.command_then(0, [&b"ASKING"[..]], |_| {});
-                }
-                Some(e)
-            }
-            None => shared.routes.read().engine_of(slot),
+        let (engine, asking) = match redirected.take() {
+            Some((e, ask)) => (Some(e), ask),
+            None => (shared.routes.read().engine_of(slot), false),
         };
         let Some(engine) = engine else {
             if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
@@ -69,7 +64,11 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
             await_routes(shared);
             continue;
         };
-        let r = engine.command_pending(0, args).wait();
+        let r = if asking {
+            engine.asking_command_pending(args).wait()
+        } else {
+            engine.command_pending(0, args).wait()
+        };
         let Err(Error::Reply { addr, message }) = &r else {
             return r;
         };

@@ -335,10 +335,9 @@ pub(crate) fn submit(
     engine: &Engine,
     asking: bool,
 ) -> Result<(), Error> {
-    if asking {
-        engine.command_then(0, [&b"ASKING"[..]], |_| {});
-    }
-    match engine.submit_kept(msg, |buf, msg| {
+    // `ASKING` and the publish are staged under one lock: another
+    // thread's publish cannot fall between them.
+    match engine.submit_kept(msg, asking, |buf, msg| {
         buf.extend_from_slice(&msg.data);
         KeptMsg::Again(Box::new(msg))
     }) {
@@ -465,7 +464,7 @@ pub(crate) fn publish(
         let routes = shared.routes.read_recursive();
         match routes.engine_ref(shared.parts.slot(p)) {
             Some(e) if !shared.hold.busy() => {
-                match e.submit_kept(new, |buf, new| encode(shared, buf, new)) {
+                match e.submit_kept(new, false, |buf, new| encode(shared, buf, new)) {
                     Ok(()) => return Ok(()),
                     Err((new, err)) => {
                         drop(routes);

@@ -389,6 +389,38 @@ impl Engine {
         self.submit_value(server, args, slot);
     }
 
+    /// [`Engine::command_pending`] on server 0 with `ASKING` before it
+    /// (an `ASK` redirect's retry), both staged under one lock on one
+    /// connection: no other submission falls between them, so `ASKING`
+    /// applies to this command and no other.
+    pub(crate) fn asking_command_pending<I>(&self, args: I) -> Pending<Value>
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let (pending, slot) = Pending::new();
+        let conn = match self.route_server(0) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.complete(Err(e));
+                return pending;
+            }
+        };
+        let staged = conn.submit_with(slot, |staging, slot| {
+            stage_asking(staging);
+            resp::encode_command(&mut staging.buf, args);
+            Request {
+                user: Completion::Value(slot),
+                kind: ReplyKind::Single,
+            }
+        });
+        if let Err((slot, e)) = staged {
+            slot.complete(Err(e));
+        }
+        pending
+    }
+
     fn submit_value<I>(&self, server: usize, args: I, slot: Arc<Slot<Value>>)
     where
         I: IntoIterator,
@@ -434,13 +466,21 @@ impl Engine {
     ///
     /// When the connection cannot take it: `state`, unused, with the
     /// reason.
-    pub(crate) fn submit_kept<S, F>(&self, state: S, encode: F) -> Result<(), (S, Error)>
+    pub(crate) fn submit_kept<S, F>(
+        &self,
+        state: S,
+        asking: bool,
+        encode: F,
+    ) -> Result<(), (S, Error)>
     where
         F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::KeptMsg,
     {
         // One connection per publish engine. With more, every publish
         // routes by the same (empty) name: one connection while it is up.
         self.route_channel(&[]).submit_with(state, |staging, s| {
+            if asking {
+                stage_asking(staging);
+            }
             let msg = encode(&mut staging.buf, s);
             staging.kept.push_back(msg);
             Request::single(Completion::Kept)
@@ -645,4 +685,14 @@ fn assert_send_sync() {
     is::<Engine>();
     is::<Pending<Value>>();
     let _ = Slot::<()>::new;
+}
+
+/// Stages `ASKING`, its reply discarded, ahead of what the caller stages
+/// next under the same lock.
+fn stage_asking(staging: &mut shared::Staging) {
+    resp::encode_command(&mut staging.buf, [&b"ASKING"[..]]);
+    staging.requests.push_back(Request {
+        user: Completion::Discard,
+        kind: ReplyKind::Single,
+    });
 }

@@ -181,3 +181,101 @@ fn a_detached_engine_takes_requests_before_it_is_connected() {
         engine.shutdown();
     }
 }
+
+/// `ASKING` (an `ASK` redirect's retry) and its command are staged under
+/// one lock: with other threads submitting on the same connection, the
+/// server's `MONITOR` shows each `ASKING` right before its own command.
+/// (Submitted one after the other, another thread's command fell between
+/// them, and `ASKING` applied to that one.)
+#[test]
+fn asking_reaches_the_server_right_before_its_command_whatever_else_is_sent() {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    const EACH: usize = 300;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut monitor = std::net::TcpStream::connect(server.addr()).unwrap();
+        monitor.set_read_timeout(Some(BOUND)).unwrap();
+        monitor.write_all(b"MONITOR\r\n").unwrap();
+        let mut ok = [0u8; 5];
+        monitor.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"+OK\r\n", "{kind:?}");
+        let engine = Engine::builder()
+            .address(server.addr().to_string())
+            .io_threads(1)
+            .connections_per_server(1)
+            .build()
+            .unwrap();
+        std::thread::scope(|s| {
+            let asking = s.spawn(|| {
+                let pending: Vec<_> = (0..EACH)
+                    .map(|i| {
+                        let channel = format!("ask:{i}");
+                        engine.asking_command_pending([&b"SPUBLISH"[..], channel.as_bytes(), b"x"])
+                    })
+                    .collect();
+                pending
+                    .into_iter()
+                    .map(|p| p.wait_timeout(BOUND))
+                    .collect::<Vec<_>>()
+            });
+            let others: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let pending: Vec<_> = (0..EACH)
+                            .map(|_| engine.command_pending(0, [&b"SPUBLISH"[..], b"other", b"x"]))
+                            .collect();
+                        pending
+                            .into_iter()
+                            .map(|p| p.wait_timeout(BOUND))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for r in asking.join().unwrap() {
+                assert!(matches!(r, Ok(Value::Integer(0))), "{kind:?}: {r:?}");
+            }
+            for t in others {
+                for r in t.join().unwrap() {
+                    assert!(matches!(r, Ok(Value::Integer(0))), "{kind:?}: {r:?}");
+                }
+            }
+        });
+        let end = engine
+            .command_pending(0, [&b"ECHO"[..], b"the-end"])
+            .wait_timeout(BOUND);
+        assert!(end.is_ok(), "{kind:?}: {end:?}");
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + BOUND;
+        while !seen.windows(9).any(|w| w == b"\"the-end\"") {
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?}: MONITOR never showed the end"
+            );
+            let mut buf = [0u8; 65536];
+            let n = monitor.read(&mut buf).unwrap();
+            assert!(n > 0, "{kind:?}: MONITOR closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen);
+        // The engine's lines, in order: `+<time> [0 <addr>] "cmd" ...`.
+        let commands: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once("] ").map(|(_, c)| c))
+            .filter(|c| !c.is_empty())
+            .collect();
+        let mut askings = 0;
+        for (i, c) in commands.iter().enumerate() {
+            if c.eq_ignore_ascii_case("\"asking\"") {
+                askings += 1;
+                let next = commands.get(i + 1).copied().unwrap_or("(nothing)");
+                assert!(
+                    next.starts_with("\"SPUBLISH\" \"ask:"),
+                    "{kind:?}: ASKING followed by {next}"
+                );
+            }
+        }
+        assert_eq!(askings, EACH, "{kind:?}");
+        engine.shutdown();
+    }
+}
