@@ -364,7 +364,7 @@ impl Engine {
         I::Item: AsRef<[u8]>,
     {
         let (pending, slot) = Pending::new();
-        self.submit_value(server, args, slot);
+        self.submit_value(server, args, slot, false);
         pending
     }
 
@@ -386,7 +386,7 @@ impl Engine {
     {
         let (pending, slot) = Pending::new();
         pending.then(f);
-        self.submit_value(server, args, slot);
+        self.submit_value(server, args, slot, false);
     }
 
     /// [`Engine::command_pending`] on server 0 with `ASKING` before it
@@ -400,28 +400,13 @@ impl Engine {
         I::Item: AsRef<[u8]>,
     {
         let (pending, slot) = Pending::new();
-        let conn = match self.route_server(0) {
-            Ok(c) => c,
-            Err(e) => {
-                slot.complete(Err(e));
-                return pending;
-            }
-        };
-        let staged = conn.submit_with(slot, |staging, slot| {
-            stage_asking(staging);
-            resp::encode_command(&mut staging.buf, args);
-            Request {
-                user: Completion::Value(slot),
-                kind: ReplyKind::Single,
-            }
-        });
-        if let Err((slot, e)) = staged {
-            slot.complete(Err(e));
-        }
+        self.submit_value(0, args, slot, true);
         pending
     }
 
-    fn submit_value<I>(&self, server: usize, args: I, slot: Arc<Slot<Value>>)
+    /// Stages one command whose reply completes `slot`, with `ASKING` right
+    /// before it under the same lock when `asking`.
+    fn submit_value<I>(&self, server: usize, args: I, slot: Arc<Slot<Value>>, asking: bool)
     where
         I: IntoIterator,
         I::IntoIter: ExactSizeIterator,
@@ -431,14 +416,18 @@ impl Engine {
             Ok(c) => c,
             Err(e) => return slot.complete(Err(e)),
         };
-        if let Err((req, e)) = conn.submit(
-            |buf| resp::encode_command(buf, args),
+        let staged = conn.submit_with(slot, |staging, slot| {
+            if asking {
+                stage_asking(staging);
+            }
+            resp::encode_command(&mut staging.buf, args);
             Request {
                 user: Completion::Value(slot),
                 kind: ReplyKind::Single,
-            },
-        ) {
-            req.user.fail_unstaged(e);
+            }
+        });
+        if let Err((slot, e)) = staged {
+            slot.complete(Err(e));
         }
     }
 

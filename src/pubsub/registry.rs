@@ -148,9 +148,11 @@ impl Lane {
         *flags |= QUEUED;
         let name = match fresh {
             Some(name) => name,
+            // Known already: its table's name (one more lookup, on a
+            // change of mind only).
             None => match self.map.get_key_value(channel) {
                 Some((name, _)) => name.clone(),
-                None => return false,
+                None => channel.into(),
             },
         };
         self.dirty.push(name);
