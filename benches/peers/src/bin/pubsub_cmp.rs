@@ -15,6 +15,9 @@
 //! cd benches/peers
 //! CARGO_TARGET_DIR=/work/target-pubsub-peers cargo run --release --bin pubsub_cmp [messages]
 //! ```
+//!
+//! `PUBSUB_CMP_DEFAULT_ONLY=1` runs only shardsub's default row, once per
+//! server (for profiling it).
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,6 +251,15 @@ fn main() {
     );
     println!("|---|---|---|---:|---:|---:|---:|---:|---:|");
     let mut ratios: Vec<(String, f64)> = Vec::new();
+    if std::env::var_os("PUBSUB_CMP_DEFAULT_ONLY").is_some() {
+        // Profiling aid: only shardsub's default row, once per server.
+        for kind in kinds() {
+            let server = Server::start(kind).unwrap();
+            let row = shardsub_run(&server, n, 1, Resp3);
+            report(kind.name(), "shardsub PubSub (default)", "RESP3", n, &row);
+        }
+        return;
+    }
     for kind in kinds() {
         for _round in 0..2 {
             let name = kind.name();
