@@ -62,10 +62,12 @@ pub trait Observer: Send + Sync + 'static {
         let _ = (conn, error);
     }
 
-    /// The pushes of one read have all been passed to
-    /// [`Observer::on_push`]: a place to flush work batched per read (the
-    /// Pub/Sub layer wakes its workers here, once per read rather than once
-    /// per message).
+    /// The pushes passed to [`Observer::on_push`] since the last call are
+    /// all there is for now: called at the end of each read, and before a
+    /// reply or failure completes a request (so that a completion sees every
+    /// push before it handed on). A place to flush work batched per read
+    /// (the Pub/Sub layer queues a read's messages to its workers here,
+    /// one lock and one wake per worker rather than per message).
     fn on_pushes_done(&self, conn: &ConnInfo) {
         let _ = conn;
     }

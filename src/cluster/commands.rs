@@ -90,6 +90,7 @@ impl Driver {
             shared: self.s.clone(),
             state: state.clone(),
             service_lost: service_lost.clone(),
+            stage: parking_lot::Mutex::new(crate::workers::Stage::new(self.s.front.queues.len())),
         });
         // Resubscribing 1M channels stages ~30 MB of commands at once: let
         // it through instead of applying backpressure.

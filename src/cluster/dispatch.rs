@@ -1,12 +1,13 @@
 //! The observer of one subscribe connection: runs on an I/O thread,
-//! classifies each push, hands messages to the workers without blocking,
-//! and reports what the control core must hear (up, down, a
+//! classifies each push, hands messages to the workers without blocking
+//! (staged per read, see [`Stage`]), and reports what the control core must hear (up, down, a
 //! server-initiated `sunsubscribe`, a dropped service channel) through the
 //! control thread's inbox.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use resp::{Parsed, PubSub};
 
 use crate::cluster::service;
@@ -16,6 +17,7 @@ use crate::error::Error;
 use crate::metrics::add;
 use crate::observer::{ConnInfo, Observer};
 use crate::pubsub::registry::{ACTIVE, SENT, WANT};
+use crate::workers::Stage;
 
 /// Observer of one subscribe connection (its engine has one).
 pub(crate) struct SubObserver {
@@ -24,9 +26,28 @@ pub(crate) struct SubObserver {
     /// Set when the server drops this connection's service channel (one
     /// report per loss; the control thread clears it when it resends).
     pub(crate) service_lost: Arc<AtomicBool>,
+    /// This read's messages, not yet queued (only this connection's I/O
+    /// thread locks it, so the lock is never contended).
+    pub(crate) stage: Mutex<Stage>,
 }
 
 impl SubObserver {
+    /// Queues what this connection has staged: before anything else it
+    /// queues or completes, and at the end of each read.
+    fn flush(&self) {
+        let mut stage = self.stage.lock();
+        if !stage.is_empty() {
+            let dropped = stage.flush(&self.shared.front.queues);
+            self.count_dropped(dropped);
+        }
+    }
+
+    fn count_dropped(&self, n: u64) {
+        if n > 0 {
+            self.state.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     fn deliver(&self, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
@@ -59,9 +80,12 @@ impl SubObserver {
         } else {
             (0, payload)
         };
-        if !s.front.deliver(channel, payload, sent_us, at) {
-            self.state.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        let w = s.front.worker_index(channel);
+        let dropped = self
+            .stage
+            .lock()
+            .message(&s.front.queues, w, channel, payload, sent_us, at);
+        self.count_dropped(dropped);
     }
 
     fn confirmed(&self, wire: &[u8]) {
@@ -133,22 +157,26 @@ impl Observer for SubObserver {
         match class.copied() {
             Some(PubSub::Message { channel, payload })
             | Some(PubSub::SMessage { channel, payload }) => self.deliver(channel, payload),
+            // Anything else may queue an event: the messages read before
+            // it go first.
             Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {
+                self.flush();
                 self.confirmed(channel)
             }
             Some(PubSub::SUnsubscribe {
                 channel: Some(channel),
                 ..
-            }) => self.unsubscribed(channel),
-            _ => {}
+            }) => {
+                self.flush();
+                self.unsubscribed(channel)
+            }
+            _ => self.flush(),
         }
     }
 
     fn on_pushes_done(&self, _conn: &ConnInfo) {
-        // One wake per worker per read, not one per message.
-        for q in &self.shared.queues {
-            q.wake_deferred();
-        }
+        // One lock and at most one wake per worker per read.
+        self.flush();
     }
 
     fn on_connected(&self, _conn: &ConnInfo, _protocol: Protocol, _fell_back: bool) {

@@ -261,6 +261,8 @@ struct InBuf {
     end: usize,
     /// Bytes of the frame last returned, dropped on the next call.
     to_consume: usize,
+    /// The last [`Connection::read_from`] got fewer bytes than it offered.
+    short: bool,
 }
 
 const MIN_READ: usize = 64 * 1024;
@@ -474,6 +476,7 @@ impl<T> Connection<T> {
                 start: 0,
                 end: 0,
                 to_consume: 0,
+                short: false,
             },
             st: State {
                 protocol,
@@ -605,9 +608,20 @@ impl<T> Connection<T> {
         self.st.now = now;
         self.input.make_room();
         let end = self.input.buf.len().min(self.input.end + MAX_READ);
+        let offered = end - self.input.end;
         let n = source.read(&mut self.input.buf[self.input.end..end])?;
         self.input.end += n;
+        self.input.short = n < offered;
         Ok(n)
+    }
+
+    /// Whether the last [`Connection::read_from`] returned fewer bytes than
+    /// it had room for. On a plain TCP socket that means the socket's
+    /// receive queue was empty, so an edge-triggered reader can wait for
+    /// the next readiness event instead of reading again to see
+    /// `WouldBlock` (one `recvfrom` fewer per wake-up).
+    pub fn last_read_was_short(&self) -> bool {
+        self.input.short
     }
 
     /// The peer closed its side.

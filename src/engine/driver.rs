@@ -57,6 +57,9 @@ pub(crate) struct Driver {
     /// Reports the first connect's outcome to `build()`.
     initial: Option<Arc<Slot<()>>>,
     pub(crate) more_to_read: bool,
+    /// The socket reported its read side closed (or an error): reads go
+    /// on to the end of stream, since no later event will announce it.
+    hangup: bool,
     shutting_down: bool,
 }
 
@@ -88,6 +91,7 @@ impl Driver {
             backoff,
             initial: Some(initial),
             more_to_read: false,
+            hangup: false,
             shutting_down: false,
         }
     }
@@ -182,6 +186,7 @@ impl Driver {
             ..self.settings.conn.clone()
         };
         self.socket = Some(socket);
+        self.hangup = false;
         self.write_interest = true;
         self.write_blocked = false;
         self.core = Some(Connection::new(config, now));
@@ -200,8 +205,10 @@ impl Driver {
         registry: &Registry,
         readable: bool,
         writable: bool,
+        hangup: bool,
         now: Instant,
     ) {
+        self.hangup |= hangup;
         if writable {
             self.write_blocked = false;
         }
@@ -263,6 +270,9 @@ impl Driver {
                         &mut self.kept,
                     ) {
                         return self.teardown(registry, closed, now);
+                    }
+                    if !self.hangup && socket.drained(core) {
+                        break; // no read that only sees WouldBlock
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -621,6 +631,8 @@ fn dispatch(
     let addr = shared.info.addr;
     let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut closed = None;
+    // Pushes passed to the observer since its last `on_pushes_done`.
+    let mut unflushed = false;
     while let Some(ev) = core.poll_event() {
         match ev {
             Event::Connected {
@@ -654,6 +666,11 @@ fn dispatch(
             }
             Event::Reply { user, reply } => {
                 replies += 1;
+                // A reply's completion may count on the pushes before it
+                // having been handed on (a fence's PING).
+                if std::mem::take(&mut unflushed) {
+                    settings.observer.on_pushes_done(&shared.info);
+                }
                 if user.complete(addr, &reply, settings, kept) {
                     errors += 1;
                 }
@@ -664,6 +681,7 @@ fn dispatch(
                 completes,
             } => {
                 pushes += 1;
+                unflushed = true;
                 settings
                     .observer
                     .on_classified_push(&shared.info, &push, class.as_ref());
@@ -674,6 +692,9 @@ fn dispatch(
             }
             Event::Failed { user, error } => {
                 failed += 1;
+                if std::mem::take(&mut unflushed) {
+                    settings.observer.on_pushes_done(&shared.info);
+                }
                 let e = Error::from_conn(addr, error, settings.connect_timeout);
                 user.fail(e, settings, kept);
             }
@@ -682,7 +703,7 @@ fn dispatch(
             }
         }
     }
-    if pushes > 0 {
+    if unflushed {
         settings.observer.on_pushes_done(&shared.info);
     }
     if replies > 0 {

@@ -108,7 +108,10 @@ impl IoThread {
                 // An error or a closed write side clears a blocked write too,
                 // so the next write reports it.
                 let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
-                d.on_socket_event(registry, readable, writable, now);
+                // With the peer's FIN already in when the event fired, no
+                // later event comes: a short read must not end the reading.
+                let hangup = ev.is_read_closed() || ev.is_error();
+                d.on_socket_event(registry, readable, writable, hangup, now);
                 if let Some(f) = self.flags.get_mut(slot) {
                     *f = true; // serviced this turn: it may have work now
                 }

@@ -61,6 +61,14 @@ impl Transport {
         }
     }
 
+    /// Whether the last read left the socket's receive queue empty: a short
+    /// read on plain TCP (epoll's edge fires again for anything that
+    /// arrives after it). TLS may hold decrypted bytes back, so it never
+    /// says so.
+    pub(crate) fn drained<T>(&self, core: &Connection<T>) -> bool {
+        matches!(self, Transport::Plain(_)) && core.last_read_was_short()
+    }
+
     /// One read into the core's input buffer.
     pub(crate) fn read_into<T>(
         &mut self,

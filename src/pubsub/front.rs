@@ -149,28 +149,19 @@ impl Front {
         }
     }
 
-    /// The worker queue of a channel (one per channel, so its messages stay
-    /// in order).
-    pub(crate) fn queue_of(&self, channel: &[u8]) -> Option<&Arc<Queue>> {
-        let w = if self.queues.len() <= 1 {
+    /// The worker of a channel (one per channel, so its messages stay in
+    /// order): an index into `queues`.
+    pub(crate) fn worker_index(&self, channel: &[u8]) -> usize {
+        if self.queues.len() <= 1 {
             0
         } else {
             shardcore::worker_of(channel, self.queues.len() as u32) as usize
-        };
-        self.queues.get(w)
+        }
     }
 
-    /// Hands a received message to its worker (deferred until the end of
-    /// the read); false when the queue was full and it was dropped.
-    pub(crate) fn deliver(
-        &self,
-        channel: &[u8],
-        payload: &[u8],
-        sent_us: u64,
-        at: Option<crate::history::Position>,
-    ) -> bool {
-        self.queue_of(channel)
-            .is_some_and(|q| q.push_message_deferred(channel, payload, sent_us, at))
+    /// The worker queue of a channel.
+    pub(crate) fn queue_of(&self, channel: &[u8]) -> Option<&Arc<Queue>> {
+        self.queues.get(self.worker_index(channel))
     }
 
     /// The server confirmed `channel` (of `lane`): mark it active, tell the

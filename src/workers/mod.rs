@@ -3,10 +3,11 @@
 //!
 //! The I/O thread that parsed a message picks the queue with
 //! [`shardcore::worker_of`] (so a channel's messages stay in order) and
-//! copies channel and payload into a byte buffer taken from that queue's
-//! free list. The worker swaps the whole queue out under the lock (one lock
-//! per batch on its side), runs the handler, and gives the buffers back.
-//! After warm-up nothing is allocated per message.
+//! copies channel and payload into a byte buffer from its [`Stage`], which
+//! queues a read's messages under one lock per worker (see [`stage`]). The
+//! worker swaps the whole queue out under the lock (one lock per batch on
+//! its side), runs the handler, and gives the buffers back to the queue's
+//! free list. After warm-up nothing is allocated per message.
 //!
 //! A full queue drops the message and counts it: the reader never blocks
 //! (blocking there lets the server cut the connection for output-buffer
@@ -34,6 +35,11 @@ use crate::pubsub::{ChannelList, Event, Handler};
 use crate::threads::{self, PanicCount};
 
 mod merge;
+mod stage;
+
+pub(crate) use stage::Stage;
+#[cfg(test)]
+use stage::STAGE;
 
 /// Buffers larger than this are freed instead of reused, so one huge
 /// message does not pin its memory forever.
@@ -206,20 +212,13 @@ impl Queue {
                 Item::Recovered { buf, id, result }
             },
             None,
-            false,
         );
     }
 
-    /// Queues an item; wakes a waiting worker now, or (`defer`) leaves
-    /// that to the next [`Queue::wake_deferred`].
-    /// `message` is the channel when the item is a message (a full queue
-    /// drops it and notes the channel).
-    fn push(
-        &self,
-        item: impl FnOnce(Vec<u8>) -> Item,
-        message: Option<&[u8]>,
-        defer: bool,
-    ) -> bool {
+    /// Queues an item and wakes a waiting worker. `message` is the channel
+    /// when the item is a message (a full queue drops it and notes the
+    /// channel).
+    fn push(&self, item: impl FnOnce(Vec<u8>) -> Item, message: Option<&[u8]>) -> bool {
         let is_message = message.is_some();
         let mut g = self.inner.lock();
         if g.closed {
@@ -235,11 +234,7 @@ impl Queue {
         let wake = g.waiting;
         drop(g);
         if wake {
-            if defer {
-                self.wake_due.store(true, Ordering::Release);
-            } else {
-                self.cond.notify_one();
-            }
+            self.cond.notify_one();
         }
         true
     }
@@ -264,31 +259,12 @@ impl Queue {
     }
 
     /// Queues a message; false when it was dropped (queue full or closed).
-    // Both dispatchers now batch their wakes; kept for tests and callers
-    // without a per-read flush.
+    // The observers queue through a [`Stage`]; kept for tests.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn push_message(&self, channel: &[u8], payload: &[u8], sent_us: u64) -> bool {
         self.push(
             Self::message(channel, payload, sent_us, None),
             Some(channel),
-            false,
-        )
-    }
-
-    /// [`Queue::push_message`] without waking the worker: the caller must
-    /// call [`Queue::wake_deferred`] once it has queued a batch (one futex
-    /// wake per read instead of one per message).
-    pub(crate) fn push_message_deferred(
-        &self,
-        channel: &[u8],
-        payload: &[u8],
-        sent_us: u64,
-        at: Option<Position>,
-    ) -> bool {
-        self.push(
-            Self::message(channel, payload, sent_us, at),
-            Some(channel),
-            true,
         )
     }
 
@@ -311,7 +287,6 @@ impl Queue {
                 Item::Active { buf }
             },
             None,
-            false,
         );
     }
 
@@ -324,7 +299,6 @@ impl Queue {
                 Item::Refused { buf, message }
             },
             None,
-            false,
         );
     }
 
@@ -775,26 +749,93 @@ mod tests {
     }
 
     #[test]
-    fn deferred_pushes_are_delivered_after_the_wake() {
-        let n = Arc::new(AtomicUsize::new(0));
-        let n2 = n.clone();
-        let h = move |_: &[u8], _: &[u8]| {
-            n2.fetch_add(1, Ordering::Relaxed);
-        };
-        let pool = Pool::start(1, 64, Arc::new(h), Arc::new(Counters::default())).unwrap();
-        let q = &pool.queues()[0];
-        for round in 1..=20 {
-            for _ in 0..3 {
-                assert!(q.push_message_deferred(b"c", b"x", 0, None));
-            }
-            q.wake_deferred();
-            let start = std::time::Instant::now();
-            while n.load(Ordering::Relaxed) < round * 3 {
-                assert!(start.elapsed().as_secs() < 5, "worker not woken");
-                std::thread::yield_now();
+    fn a_stage_queues_a_partial_batch_only_when_flushed_and_keeps_order() {
+        // Queues without workers: what they hold is exactly what was queued.
+        let queues: Vec<Arc<Queue>> = (0..2).map(|_| Arc::new(Queue::new(1024))).collect();
+        let mut stage = Stage::new(2);
+        let names: Vec<Vec<u8>> = (0..10).map(|i| format!("ch{i}").into_bytes()).collect();
+        // More than one batch per worker: the full ones are queued early.
+        let total = 300u32;
+        let mut per_worker = [0usize; 2];
+        for seq in 0..total {
+            let ch = &names[seq as usize % names.len()];
+            let w = shardcore::worker_of(ch, 2) as usize;
+            per_worker[w] += 1;
+            assert_eq!(
+                stage.message(&queues, w, ch, &seq.to_le_bytes(), 0, None),
+                0
+            );
+        }
+        // Each worker's last batch (1 to STAGE messages) waits for the flush.
+        for (q, &n) in queues.iter().zip(&per_worker) {
+            let staged = if n == 0 { 0 } else { (n - 1) % STAGE + 1 };
+            assert_eq!(q.depth(), n - staged);
+        }
+        assert!(per_worker.iter().all(|&n| n % STAGE != 0 && n > STAGE));
+        assert_eq!(stage.flush(&queues), 0);
+        assert!(stage.is_empty());
+        let mut seen: Vec<(Vec<u8>, u32)> = Vec::new();
+        for (q, &n) in queues.iter().zip(&per_worker) {
+            assert_eq!(q.depth(), n);
+            for item in q.inner.lock().items.drain(..) {
+                let Item::Message {
+                    buf, channel_len, ..
+                } = item
+                else {
+                    panic!("only messages were staged");
+                };
+                let (c, p) = buf.split_at(channel_len);
+                seen.push((c.to_vec(), u32::from_le_bytes(p.try_into().unwrap())));
             }
         }
+        for ch in &names {
+            let seqs: Vec<u32> = seen.iter().filter(|(c, _)| c == ch).map(|m| m.1).collect();
+            let want: Vec<u32> = (0..total)
+                .filter(|s| &names[*s as usize % 10] == ch)
+                .collect();
+            assert_eq!(seqs, want, "{ch:?}");
+        }
+    }
+
+    #[test]
+    fn a_flush_into_a_full_queue_drops_the_rest_and_names_them_after() {
+        let h = Arc::new(Gated::default());
+        let counters = Arc::new(Counters::default());
+        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
+        let queues = pool.queues().to_vec();
+        assert!(queues[0].push_message(b"a", &[0], 0));
+        let start = std::time::Instant::now();
+        while !h.entered.load(Ordering::Acquire) {
+            assert!(start.elapsed().as_secs() < 5, "worker never started");
+            std::thread::yield_now();
+        }
+        // The worker holds a0: of eight staged, four fit.
+        let mut stage = Stage::new(1);
+        let staged = [
+            (&b"a"[..], 1),
+            (b"b", 1),
+            (b"a", 2),
+            (b"b", 2),
+            (b"a", 3),
+            (b"c", 1),
+            (b"b", 3),
+            (b"a", 4),
+        ];
+        for (c, n) in staged {
+            assert_eq!(stage.message(&queues, 0, c, &[n], 0, None), 0);
+        }
+        assert_eq!(stage.flush(&queues), 4);
+        h.open.store(true, Ordering::Release);
+        let start = std::time::Instant::now();
+        while h.log.lock().len() < 6 {
+            assert!(start.elapsed().as_secs() < 5, "{:?}", h.log.lock());
+            std::thread::yield_now();
+        }
         pool.shutdown();
+        assert_eq!(
+            *h.log.lock(),
+            ["a0", "a1", "b1", "a2", "b2", "dropped 4 a,c,b"]
+        );
     }
 
     #[test]
