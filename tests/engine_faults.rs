@@ -358,3 +358,90 @@ fn silent_server_fails_build_with_connect_timeout() {
     assert!(matches!(err, Error::ConnectTimeout { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// Logs pushes, the observer's flushes and a reply, in the order the I/O
+/// thread makes the calls.
+#[derive(Default)]
+struct Order(Mutex<Vec<&'static str>>);
+
+impl Observer for Order {
+    fn on_push(&self, _: &ConnInfo, _: &resp::Parsed<'_>) {
+        self.0.lock().unwrap().push("push");
+    }
+    fn on_pushes_done(&self, _: &ConnInfo) {
+        self.0.lock().unwrap().push("done");
+    }
+}
+
+#[test]
+fn a_reply_completes_after_the_observer_has_flushed_the_pushes_before_it() {
+    // A push and the reply after it, in one write (one read): the reply's
+    // callback must see the push handed on (the Pub/Sub fence counts on
+    // it), not just parsed.
+    let push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n";
+    let mut both = push.to_vec();
+    both.extend_from_slice(b"+PONG\r\n");
+    let script: Vec<Step> = hello()
+        .into_iter()
+        .chain([Step::expect(cmd(&["PING"])), Step::send(both)])
+        .collect();
+    let fake = FakeServer::start(script).unwrap();
+    let order = Arc::new(Order::default());
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .observer(order.clone())
+        .build()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let seen = order.clone();
+    e.command_then(0, ["PING"], move |r| {
+        seen.0.lock().unwrap().push("reply");
+        let _ = tx.send(r);
+    });
+    let reply = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("PING answered");
+    assert_eq!(reply.unwrap(), Value::Simple("PONG".into()));
+    assert_eq!(order.0.lock().unwrap()[..3], ["push", "done", "reply"]);
+    e.shutdown();
+}
+
+#[test]
+fn a_close_right_behind_the_last_reply_is_noticed() {
+    // A 256 KiB push, the reply and the FIN: the FIN is in by the time the
+    // client's last, short read takes the reply, and no later readiness
+    // event announces the end of stream. Eight connections, each closed
+    // right behind its reply.
+    const ROUNDS: usize = 8;
+    let mut burst = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$262144\r\n".to_vec();
+    burst.extend(std::iter::repeat_n(b'x', 262_144));
+    burst.extend_from_slice(b"\r\n+PONG\r\n");
+    let script: Vec<Step> = hello()
+        .into_iter()
+        .chain([Step::expect(cmd(&["PING"])), Step::send(burst), Step::Close])
+        .collect();
+    let mut scripts = vec![script; ROUNDS];
+    scripts.push(vec![Step::Silence]);
+    let fake = FakeServer::start_each(scripts).unwrap();
+    let (w, rx) = watch();
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .observer(w)
+        .reconnect_backoff(Duration::from_millis(1), Duration::from_millis(5))
+        .build()
+        .unwrap();
+    for round in 0..ROUNDS {
+        assert!(
+            matches!(rx.recv_timeout(Duration::from_secs(5)), Ok((true, ..))),
+            "round {round}: no connect"
+        );
+        assert_eq!(e.command(["PING"]).unwrap(), Value::Simple("PONG".into()));
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok((false, ..)) => {}
+            other => panic!("round {round}: the close went unnoticed: {other:?}"),
+        }
+    }
+    e.shutdown();
+}
