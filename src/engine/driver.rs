@@ -618,6 +618,16 @@ fn fail_all(
     }
 }
 
+/// Tells the observer that the pushes given to it so far are all there
+/// is, if any were: at the end of a read, and before a request completes,
+/// since a completion may count on the pushes before it having been
+/// handed on (a fence's `PING`).
+fn pushes_done(unflushed: &mut bool, settings: &Settings, shared: &ConnShared) {
+    if std::mem::take(unflushed) {
+        settings.observer.on_pushes_done(&shared.info);
+    }
+}
+
 /// Hands every event of the core to its completion or the observer.
 /// Returns the error when the core reports the connection closed.
 fn dispatch(
@@ -666,11 +676,7 @@ fn dispatch(
             }
             Event::Reply { user, reply } => {
                 replies += 1;
-                // A reply's completion may count on the pushes before it
-                // having been handed on (a fence's PING).
-                if std::mem::take(&mut unflushed) {
-                    settings.observer.on_pushes_done(&shared.info);
-                }
+                pushes_done(&mut unflushed, settings, shared);
                 if user.complete(addr, &reply, settings, kept) {
                     errors += 1;
                 }
@@ -687,14 +693,13 @@ fn dispatch(
                     .on_classified_push(&shared.info, &push, class.as_ref());
                 if let Some(user) = completes {
                     replies += 1;
+                    pushes_done(&mut unflushed, settings, shared);
                     user.complete(addr, &push, settings, kept);
                 }
             }
             Event::Failed { user, error } => {
                 failed += 1;
-                if std::mem::take(&mut unflushed) {
-                    settings.observer.on_pushes_done(&shared.info);
-                }
+                pushes_done(&mut unflushed, settings, shared);
                 let e = Error::from_conn(addr, error, settings.connect_timeout);
                 user.fail(e, settings, kept);
             }
@@ -703,9 +708,7 @@ fn dispatch(
             }
         }
     }
-    if unflushed {
-        settings.observer.on_pushes_done(&shared.info);
-    }
+    pushes_done(&mut unflushed, settings, shared);
     if replies > 0 {
         backoff.healthy();
     }

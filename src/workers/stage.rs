@@ -25,16 +25,14 @@ pub(crate) const STAGE: usize = 64;
 
 /// One worker's staged messages and spare buffers.
 #[derive(Default)]
-pub(crate) struct Batch {
-    pub(super) items: Vec<Item>,
-    pub(super) spare: Vec<Vec<u8>>,
+pub(super) struct Batch {
+    items: Vec<Item>,
+    spare: Vec<Vec<u8>>,
 }
 
 /// Messages read and not yet queued, per worker.
 pub(crate) struct Stage {
     batches: Vec<Batch>,
-    /// Batches that hold messages (indexes into `batches`).
-    dirty: Vec<usize>,
 }
 
 impl Stage {
@@ -42,13 +40,12 @@ impl Stage {
     pub(crate) fn new(workers: usize) -> Self {
         Stage {
             batches: (0..workers.max(1)).map(|_| Batch::default()).collect(),
-            dirty: Vec::new(),
         }
     }
 
     /// Whether nothing is staged.
     pub(crate) fn is_empty(&self) -> bool {
-        self.dirty.is_empty()
+        self.batches.iter().all(|b| b.items.is_empty())
     }
 
     /// Stages a message for `queues[w]`; returns how many messages a full
@@ -69,32 +66,17 @@ impl Stage {
         if b.items.len() >= STAGE {
             dropped = q.put(b);
         }
-        if b.items.is_empty() && !self.dirty.contains(&w) {
-            self.dirty.push(w);
-        }
-        let mut buf = b.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(channel);
-        buf.extend_from_slice(payload);
-        b.items.push(Item::Message {
-            buf,
-            channel_len: channel.len(),
-            sent_us,
-            at,
-        });
+        let buf = b.spare.pop().unwrap_or_default();
+        b.items
+            .push(Queue::message(channel, payload, sent_us, at)(buf));
         dropped
     }
 
     /// Queues everything staged (one lock per worker that has messages)
     /// and wakes the workers that wait; returns the messages dropped.
     pub(crate) fn flush(&mut self, queues: &[Arc<Queue>]) -> u64 {
-        let mut dropped = 0;
-        for w in self.dirty.drain(..) {
-            if let (Some(b), Some(q)) = (self.batches.get_mut(w), queues.get(w)) {
-                dropped += q.put(b);
-            }
-        }
-        dropped
+        let batches = self.batches.iter_mut().zip(queues);
+        batches.map(|(b, q)| q.put(b)).sum()
     }
 }
 
@@ -114,11 +96,11 @@ impl Queue {
             false => self.capacity.saturating_sub(g.messages),
         };
         let take = room.min(b.items.len());
-        let mut rest = b.items.split_off(take);
-        g.items.extend(b.items.drain(..));
         g.messages += take;
-        for item in rest.drain(..) {
-            if let Item::Message {
+        for (i, item) in b.items.drain(..).enumerate() {
+            if i < take {
+                g.items.push_back(item);
+            } else if let Item::Message {
                 buf, channel_len, ..
             } = item
             {

@@ -191,7 +191,7 @@ fn shardsub_run(server: &Server, n: u64, connections: usize, protocol: shardsub:
         .address(server.addr().to_string())
         .subscribe_connections(connections)
         .protocol(protocol)
-        .workers(std::env::var("W").ok().and_then(|v| v.parse().ok()).unwrap_or(2))
+        .workers(2)
         .queue_capacity(1 << 16)
         .handler(move |_: &[u8], p: &[u8]| {
             std::hint::black_box(p);
