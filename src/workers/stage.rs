@@ -97,10 +97,9 @@ impl Queue {
         };
         let take = room.min(b.items.len());
         g.messages += take;
-        for (i, item) in b.items.drain(..).enumerate() {
-            if i < take {
-                g.items.push_back(item);
-            } else if let Item::Message {
+        g.items.extend(b.items.drain(..take));
+        for item in b.items.drain(..) {
+            if let Item::Message {
                 buf, channel_len, ..
             } = item
             {
