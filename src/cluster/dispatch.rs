@@ -56,7 +56,7 @@ impl SubObserver {
             }
             return;
         }
-        let Some((_, channel)) = s.user_of(wire) else {
+        let Some((lane, channel)) = s.user_of(wire) else {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
@@ -81,10 +81,15 @@ impl SubObserver {
             (0, payload)
         };
         let w = s.front.worker_index(channel);
-        let dropped = self
-            .stage
-            .lock()
-            .message(&s.front.queues, w, channel, payload, sent_us, at);
+        let dropped = self.stage.lock().message(
+            &s.front.queues,
+            w,
+            lane as u32,
+            channel,
+            payload,
+            sent_us,
+            at,
+        );
         self.count_dropped(dropped);
     }
 
@@ -97,6 +102,11 @@ impl SubObserver {
             add(&s.counters.confirmations, 1);
             return;
         };
+        // A late confirmation from a connection the lane has left says
+        // nothing about where the channel is subscribed now.
+        if s.lane_owners.moved_from(lane as u32, self.state.id.0) {
+            return;
+        }
         s.front.confirm(lane, channel);
     }
 
@@ -121,13 +131,7 @@ impl SubObserver {
         // A late push from a connection that no longer carries the lane
         // (its slot moved and the lane is already subscribed elsewhere):
         // about the old subscription, not the new one.
-        let moved_on = s
-            .lane_conn
-            .read()
-            .get(lane)
-            .and_then(Option::as_ref)
-            .is_some_and(|now| !Arc::ptr_eq(now, &self.state));
-        if moved_on {
+        if s.lane_owners.moved_from(lane as u32, conn.0) {
             return;
         }
         let lost = match s.registry.lane(lane) {

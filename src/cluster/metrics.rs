@@ -144,6 +144,7 @@ pub(crate) fn snapshot(s: &Shared) -> ClusterMetrics {
     m.received = g(&c.retired_received);
     m.dropped.queue_full = g(&c.retired_dropped);
     m.unenveloped = g(&c.retired_unenveloped);
+    m.dropped.moved = s.lane_owners.late();
     m.probe_restarts += core.ping_restarts;
     m.subscribe_errors += core.subscribe_errors;
     {

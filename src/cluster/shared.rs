@@ -15,6 +15,7 @@ use crate::engine::Engine;
 use crate::pubsub::front::Front;
 use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
 use crate::pubsub::registry::ACTIVE;
+use crate::workers::LaneOwners;
 
 /// Fixed settings.
 #[derive(Clone, Debug)]
@@ -226,6 +227,11 @@ pub(crate) struct Shared {
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,
+    /// Per lane, the subscribe connection whose messages it delivers: set
+    /// by the control thread when a lane moves (at its gap, and before its
+    /// subscribe goes out), checked where messages are queued, so a late
+    /// message of the old connection cannot follow the new one's.
+    pub(crate) lane_owners: Arc<LaneOwners>,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
     /// Why the last seed could not be asked for the topology (its

@@ -23,12 +23,17 @@ pub struct Dropped {
     pub queue_full: u64,
     /// Still queued when the engine shut down.
     pub shutdown: u64,
+    /// Arrived late on a connection their channel had left (its slot
+    /// moved, or its connection was replaced): the new connection's
+    /// messages may already be delivered, so these would be out of order.
+    /// Signalled like a full queue's, with [`Event::Dropped`](crate::Event::Dropped).
+    pub moved: u64,
 }
 
 impl Dropped {
     /// All drops, whatever the reason.
     pub fn total(&self) -> u64 {
-        self.queue_full + self.shutdown
+        self.queue_full + self.shutdown + self.moved
     }
 }
 
@@ -158,6 +163,8 @@ impl Counters {
             dropped: Dropped {
                 queue_full: 0,
                 shutdown: g(&self.dropped_shutdown),
+                // Lane moves are the placement's (see `LaneOwners`).
+                moved: 0,
             },
             recovered: g(&self.recovered),
             duplicates: g(&self.duplicates),

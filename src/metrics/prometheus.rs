@@ -148,11 +148,12 @@ impl Metrics {
         o.labelled(
             "shardsub_dropped_messages_total",
             c,
-            "Messages dropped, by reason (a full worker queue, shutdown).",
+            "Messages dropped, by reason (a full worker queue, shutdown, late from a connection their channel had left).",
             "reason",
             [
                 ("queue_full", m.dropped.queue_full),
                 ("shutdown", m.dropped.shutdown),
+                ("moved", m.dropped.moved),
             ],
         );
         o.labelled(

@@ -151,11 +151,16 @@ pub enum Event<'a> {
         /// The server's error text.
         message: &'a str,
     },
-    /// This worker's queue was full, and messages of these channels were
-    /// dropped. It comes after every message that was queued before the
-    /// drops and before any later message of these channels; one event per
-    /// batch the worker takes (so at most one per channel per batch), each
-    /// channel named once.
+    /// Messages of these channels were dropped: this worker's queue was
+    /// full, or they arrived late on a connection the channel had left
+    /// (its slot moved or its connection was replaced; delivered, they
+    /// would have come after messages published later, and a
+    /// [`Event::Gap`] for the move is before them). It comes after every
+    /// message that was queued before the drops and before any later
+    /// message of these channels; one event per batch the worker takes
+    /// (so at most one per channel per batch), each channel named once.
+    /// [`Metrics::dropped`](crate::Metrics::dropped) counts them by
+    /// reason.
     Dropped {
         /// The channels that lost messages, each once.
         channels: &'a ChannelList,

@@ -37,9 +37,9 @@ use crate::threads::{self, PanicCount};
 mod merge;
 mod stage;
 
-pub(crate) use stage::Stage;
 #[cfg(test)]
 use stage::STAGE;
+pub(crate) use stage::{LaneOwners, Stage};
 
 /// Buffers larger than this are freed instead of reused, so one huge
 /// message does not pin its memory forever.
@@ -752,7 +752,9 @@ mod tests {
     fn a_stage_queues_a_partial_batch_only_when_flushed_and_keeps_order() {
         // Queues without workers: what they hold is exactly what was queued.
         let queues: Vec<Arc<Queue>> = (0..2).map(|_| Arc::new(Queue::new(1024))).collect();
-        let mut stage = Stage::new(2);
+        let owners = Arc::new(LaneOwners::new(1));
+        owners.set(0, Some(7));
+        let mut stage = Stage::new(2, 7, owners);
         let names: Vec<Vec<u8>> = (0..10).map(|i| format!("ch{i}").into_bytes()).collect();
         // More than one batch per worker: the full ones are queued early.
         let total = 300u32;
@@ -762,7 +764,7 @@ mod tests {
             let w = shardcore::worker_of(ch, 2) as usize;
             per_worker[w] += 1;
             assert_eq!(
-                stage.message(&queues, w, ch, &seq.to_le_bytes(), 0, None),
+                stage.message(&queues, w, 0, ch, &seq.to_le_bytes(), 0, None),
                 0
             );
         }
@@ -810,7 +812,9 @@ mod tests {
             std::thread::yield_now();
         }
         // The worker holds a0: of eight staged, four fit.
-        let mut stage = Stage::new(1);
+        let owners = Arc::new(LaneOwners::new(1));
+        owners.set(0, Some(7));
+        let mut stage = Stage::new(1, 7, owners);
         let staged = [
             (&b"a"[..], 1),
             (b"b", 1),
@@ -822,7 +826,7 @@ mod tests {
             (b"a", 4),
         ];
         for (c, n) in staged {
-            assert_eq!(stage.message(&queues, 0, c, &[n], 0, None), 0);
+            assert_eq!(stage.message(&queues, 0, 0, c, &[n], 0, None), 0);
         }
         assert_eq!(stage.flush(&queues), 4);
         h.open.store(true, Ordering::Release);
@@ -836,6 +840,63 @@ mod tests {
             *h.log.lock(),
             ["a0", "a1", "b1", "a2", "b2", "dropped 4 a,c,b"]
         );
+    }
+
+    #[test]
+    fn a_lane_that_moved_takes_no_more_messages_from_its_old_connection() {
+        // Connection 7 carries lanes 0 and 1 when it reads; lane 1 moves to
+        // connection 8 before the read is queued (8's messages may already
+        // be in): 7's lane-1 messages are dropped and noted, lane 0's kept
+        // in order.
+        let queue = Arc::new(Queue::new(1024));
+        let queues = [queue.clone()];
+        let owners = Arc::new(LaneOwners::new(2));
+        owners.set(0, Some(7));
+        owners.set(1, Some(7));
+        let mut old = Stage::new(1, 7, owners.clone());
+        let mut new = Stage::new(1, 8, owners.clone());
+        let staged = [
+            (0, &b"a"[..], 1u8),
+            (1, b"b", 1),
+            (0, b"a", 2),
+            (1, b"b", 2),
+            (0, b"a", 3),
+        ];
+        for (lane, c, n) in staged {
+            assert_eq!(old.message(&queues, 0, lane, c, &[n], 0, None), 0);
+        }
+        owners.set(1, Some(8));
+        assert_eq!(new.message(&queues, 0, 1, b"b", &[3], 0, None), 0);
+        assert_eq!(new.flush(&queues), 0);
+        assert_eq!(old.flush(&queues), 0);
+        assert_eq!(owners.late(), 2);
+        // A moved lane's messages are refused from the start of a batch
+        // too, and a lane nobody carries takes none.
+        owners.set(0, None);
+        assert_eq!(old.message(&queues, 0, 0, b"a", &[4], 0, None), 0);
+        assert_eq!(old.flush(&queues), 0);
+        assert_eq!(owners.late(), 3);
+        let mut g = queue.inner.lock();
+        let got: Vec<(Vec<u8>, u8)> = g
+            .items
+            .drain(..)
+            .map(|item| match item {
+                Item::Message {
+                    buf, channel_len, ..
+                } => (buf[..channel_len].to_vec(), buf[channel_len]),
+                _ => panic!("only messages were staged"),
+            })
+            .collect();
+        let want: Vec<(Vec<u8>, u8)> = [(&b"b"[..], 3), (b"a", 1), (b"a", 2), (b"a", 3)]
+            .iter()
+            .map(|(c, n)| (c.to_vec(), *n))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(g.messages, 4);
+        let (channels, n) = g.drops.take().expect("the drops are noted");
+        assert_eq!(n, 3);
+        let names: Vec<&[u8]> = channels.iter().collect();
+        assert_eq!(names, [&b"b"[..], b"a"]);
     }
 
     #[test]

@@ -13,33 +13,103 @@
 //! queues reaches each worker in the order it was read. A full queue
 //! drops the rest of a batch and notes their channels, as
 //! [`Queue::push_message`] would have one by one.
+//!
+//! Across connections: when a lane moves (its slot changed owner, or its
+//! connection was replaced), the old connection may still hold messages
+//! read before the move. Queued after the new connection's first, they
+//! would reorder the channel. So [`LaneOwners`] names the one connection
+//! whose messages a lane takes, and the queue checks it under its lock: a
+//! message from any other connection is dropped and noted, like a full
+//! queue's. The control thread moves the owner before the new
+//! subscription goes out (and at the lane's gap event), so whatever the
+//! new connection queues comes after the switch, and under the same lock
+//! every later message of the old connection is refused.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Item, Queue, KEEP_BUFFER};
+use super::{Inner, Item, Queue, KEEP_BUFFER};
 use crate::history::Position;
 
 /// Messages staged per worker before they are queued without waiting for
 /// the end of the read; also the spare buffers kept per worker.
 pub(crate) const STAGE: usize = 64;
 
-/// One worker's staged messages and spare buffers.
+/// What [`LaneOwners`] holds for a lane no connection carries.
+const NO_OWNER: u64 = u64::MAX;
+
+/// Per lane, the subscribe connection whose messages it delivers now (the
+/// control thread sets it; the queues read it under their lock).
+pub(crate) struct LaneOwners {
+    owners: Box<[AtomicU64]>,
+    /// Messages dropped because their lane had moved.
+    late: AtomicU64,
+}
+
+impl LaneOwners {
+    /// `lanes` lanes, none carried.
+    pub(crate) fn new(lanes: usize) -> Self {
+        LaneOwners {
+            owners: (0..lanes).map(|_| AtomicU64::new(NO_OWNER)).collect(),
+            late: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes `conn` (or nobody) the connection `lane` takes messages from.
+    pub(crate) fn set(&self, lane: usize, conn: Option<u64>) {
+        if let Some(o) = self.owners.get(lane) {
+            o.store(conn.unwrap_or(NO_OWNER), Ordering::Release);
+        }
+    }
+
+    /// Messages dropped so far because they came from a connection their
+    /// lane had left.
+    pub(crate) fn late(&self) -> u64 {
+        self.late.load(Ordering::Relaxed)
+    }
+
+    /// Whether `lane` has moved from `conn` to another connection (a push
+    /// of `conn` about it is about the old subscription).
+    pub(crate) fn moved_from(&self, lane: u32, conn: u64) -> bool {
+        self.owners.get(lane as usize).is_some_and(|o| {
+            let now = o.load(Ordering::Acquire);
+            now != NO_OWNER && now != conn
+        })
+    }
+
+    /// Whether `lane`'s messages from `conn` are delivered.
+    pub(crate) fn owns(&self, lane: u32, conn: u64) -> bool {
+        self.owners
+            .get(lane as usize)
+            .is_some_and(|o| o.load(Ordering::Acquire) == conn)
+    }
+}
+
+/// One worker's staged messages (with the lane of each) and spare
+/// buffers.
 #[derive(Default)]
 pub(super) struct Batch {
     items: Vec<Item>,
+    lanes: Vec<u32>,
     spare: Vec<Vec<u8>>,
 }
 
-/// Messages read and not yet queued, per worker.
+/// Messages read and not yet queued, per worker, from one connection.
 pub(crate) struct Stage {
     batches: Vec<Batch>,
+    /// The connection whose messages these are.
+    conn: u64,
+    owners: Arc<LaneOwners>,
 }
 
 impl Stage {
-    /// A stage for `workers` queues.
-    pub(crate) fn new(workers: usize) -> Self {
+    /// A stage for `workers` queues, of connection `conn`, whose messages
+    /// reach a lane while `owners` says `conn` carries it.
+    pub(crate) fn new(workers: usize, conn: u64, owners: Arc<LaneOwners>) -> Self {
         Stage {
             batches: (0..workers.max(1)).map(|_| Batch::default()).collect(),
+            conn,
+            owners,
         }
     }
 
@@ -48,12 +118,15 @@ impl Stage {
         self.batches.iter().all(|b| b.items.is_empty())
     }
 
-    /// Stages a message for `queues[w]`; returns how many messages a full
-    /// batch's flush dropped (queue full or closed).
+    /// Stages a message of `lane` for `queues[w]`; returns how many
+    /// messages a full batch's flush dropped for want of room (queue full
+    /// or closed; those of a lane that moved are counted in the owners).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn message(
         &mut self,
         queues: &[Arc<Queue>],
         w: usize,
+        lane: u32,
         channel: &[u8],
         payload: &[u8],
         sent_us: u64,
@@ -64,33 +137,79 @@ impl Stage {
         };
         let mut dropped = 0;
         if b.items.len() >= STAGE {
-            dropped = q.put(b);
+            dropped = q.put(b, &self.owners, self.conn);
         }
         let buf = b.spare.pop().unwrap_or_default();
         b.items
             .push(Queue::message(channel, payload, sent_us, at)(buf));
+        b.lanes.push(lane);
         dropped
     }
 
     /// Queues everything staged (one lock per worker that has messages)
-    /// and wakes the workers that wait; returns the messages dropped.
+    /// and wakes the workers that wait; returns the messages dropped for
+    /// want of room.
     pub(crate) fn flush(&mut self, queues: &[Arc<Queue>]) -> u64 {
+        let (owners, conn) = (&self.owners, self.conn);
         let batches = self.batches.iter_mut().zip(queues);
-        batches.map(|(b, q)| q.put(b)).sum()
+        batches.map(|(b, q)| q.put(b, owners, conn)).sum()
     }
+}
+
+impl Batch {
+    /// Drops and notes the messages of lanes `conn` no longer carries
+    /// (rare: a lane moved while this connection still had its messages)
+    /// and counts them in `owners`; the others keep their order.
+    fn drop_moved(&mut self, g: &mut Inner, owners: &LaneOwners, conn: u64) {
+        let mut keep = 0;
+        for i in 0..self.items.len() {
+            if self.lanes.get(i).is_some_and(|&l| owners.owns(l, conn)) {
+                self.items.swap(keep, i);
+                keep += 1;
+            }
+        }
+        let mut dropped = 0;
+        for item in self.items.drain(keep..) {
+            dropped += drop_one(g, &mut self.spare, item);
+        }
+        owners.late.fetch_add(dropped, Ordering::Relaxed);
+    }
+}
+
+/// Notes a message that is not queued (unless the queue is closed) and
+/// keeps its buffer in `spare`; returns 1 for a message, 0 otherwise.
+fn drop_one(g: &mut Inner, spare: &mut Vec<Vec<u8>>, item: Item) -> u64 {
+    let Item::Message {
+        buf, channel_len, ..
+    } = item
+    else {
+        return 0;
+    };
+    if !g.closed {
+        g.drops.note(&buf[..channel_len.min(buf.len())]);
+    }
+    if buf.capacity() <= KEEP_BUFFER && spare.len() < STAGE {
+        spare.push(buf);
+    }
+    1
 }
 
 impl Queue {
     /// Moves `b`'s messages into the queue under one lock: as many as fit,
-    /// the rest dropped and noted (every one of them once closed); refills
-    /// `b`'s spare buffers. Wakes the worker if it waits. Returns the
-    /// messages dropped.
-    pub(super) fn put(&self, b: &mut Batch) -> u64 {
+    /// the rest dropped and noted (every one of them once closed), and
+    /// those of lanes `conn` no longer carries in `owners` dropped, noted
+    /// and counted there; refills `b`'s spare buffers. Wakes the worker if
+    /// it waits. Returns the messages dropped for want of room.
+    pub(super) fn put(&self, b: &mut Batch, owners: &LaneOwners, conn: u64) -> u64 {
         if b.items.is_empty() {
             return 0;
         }
         let mut dropped = 0u64;
         let mut g = self.inner.lock();
+        if !b.lanes.iter().all(|&l| owners.owns(l, conn)) {
+            b.drop_moved(&mut g, owners, conn);
+        }
+        b.lanes.clear();
         let room = match g.closed {
             true => 0,
             false => self.capacity.saturating_sub(g.messages),
@@ -99,18 +218,7 @@ impl Queue {
         g.messages += take;
         g.items.extend(b.items.drain(..take));
         for item in b.items.drain(..) {
-            if let Item::Message {
-                buf, channel_len, ..
-            } = item
-            {
-                dropped += 1;
-                if !g.closed {
-                    g.drops.note(&buf[..channel_len.min(buf.len())]);
-                }
-                if buf.capacity() <= KEEP_BUFFER && b.spare.len() < STAGE {
-                    b.spare.push(buf);
-                }
-            }
+            dropped += drop_one(&mut g, &mut b.spare, item);
         }
         while b.spare.len() < STAGE {
             match g.free.pop() {
