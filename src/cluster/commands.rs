@@ -2,7 +2,7 @@
 //! call on a connection (or a gap or refusal for the workers), whose answer
 //! comes back through the inbox as the core's next input.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use control::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
@@ -61,7 +61,7 @@ impl Driver {
                         .all(|c| self.s.lane_of(c) == partition as usize),
                     "a core partition is an engine lane"
                 );
-                self.s.lane_owners.set(partition as usize, Some(conn.0));
+                self.move_lane(partition, Some(conn));
                 self.subscribe(conn, &channels)
             }
             Command::Unsubscribe { conn, channels, .. } => self.unsubscribe(conn, &channels),
@@ -99,6 +99,7 @@ impl Driver {
             received: Default::default(),
             dropped: Default::default(),
             unenveloped: Default::default(),
+            lanes_lost: Default::default(),
         });
         let service_lost = Arc::new(AtomicBool::new(false));
         let observer = Arc::new(SubObserver {
@@ -107,8 +108,7 @@ impl Driver {
             service_lost: service_lost.clone(),
             stage: parking_lot::Mutex::new(crate::workers::Stage::new(
                 self.s.front.queues.len(),
-                conn.0,
-                self.s.lane_owners.clone(),
+                self.origin(conn, &state),
             )),
         });
         // Resubscribing 1M channels stages ~30 MB of commands at once: let
@@ -275,15 +275,35 @@ impl Driver {
         // A lane that moves takes no more messages from its old
         // connection: those would come after this gap's event, and after
         // the new connection's first messages (see `workers::stage`).
-        s.lane_owners.set(
-            partition as usize,
-            self.core.conn_of(partition).map(|c| c.0),
-        );
+        self.move_lane(partition, self.core.conn_of(partition));
         add(&s.counters.gap_channels, channels.len() as u64);
         for (q, g) in s.queues.iter().zip(per_worker) {
             if !g.is_empty() {
                 q.push_gap(server, g, true);
                 self.gaps_queued = true;
+            }
+        }
+    }
+
+    /// What a stage of connection `conn` checks its messages' lanes with.
+    fn origin(&self, conn: ConnId, state: &ConnState) -> crate::workers::Origin {
+        let s = self.s.clone();
+        crate::workers::Origin {
+            conn: conn.0,
+            owners: self.s.lane_owners.clone(),
+            lost: state.lanes_lost.clone(),
+            lane_of: Arc::new(move |channel: &[u8]| s.lane_of(channel)),
+        }
+    }
+
+    /// Makes `conn` the only connection whose messages `lane` takes; the
+    /// connection it leaves (if any) learns it lost a lane after the move
+    /// is made, so its stage checks lanes from then on.
+    fn move_lane(&self, lane: u32, conn: Option<ConnId>) {
+        let s = &self.s;
+        if let Some(old) = s.lane_owners.set(lane as usize, conn.map(|c| c.0)) {
+            if let Some(c) = self.subs.get(&ConnId(old)) {
+                c.state.lanes_lost.fetch_add(1, Ordering::Release);
             }
         }
     }

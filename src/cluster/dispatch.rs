@@ -56,7 +56,7 @@ impl SubObserver {
             }
             return;
         }
-        let Some((lane, channel)) = s.user_of(wire) else {
+        let Some((_, channel)) = s.user_of(wire) else {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
@@ -81,15 +81,10 @@ impl SubObserver {
             (0, payload)
         };
         let w = s.front.worker_index(channel);
-        let dropped = self.stage.lock().message(
-            &s.front.queues,
-            w,
-            lane as u32,
-            channel,
-            payload,
-            sent_us,
-            at,
-        );
+        let dropped = self
+            .stage
+            .lock()
+            .message(&s.front.queues, w, channel, payload, sent_us, at);
         self.count_dropped(dropped);
     }
 

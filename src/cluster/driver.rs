@@ -362,6 +362,9 @@ impl Driver {
 
     /// Closes a subscribe connection's engine, keeping its counts.
     pub(crate) fn retire(&mut self, c: SubConn) {
+        // Its lanes move elsewhere without naming it (it is gone from
+        // `subs`): from now on its stage checks every message's lane.
+        c.state.lanes_lost.fetch_add(1, Ordering::Release);
         let cc = &self.s.cluster;
         add(
             &cc.retired_received,

@@ -73,6 +73,9 @@ pub(crate) struct ConnState {
     pub(crate) dropped: AtomicU64,
     /// Messages without the envelope where one was expected.
     pub(crate) unenveloped: AtomicU64,
+    /// Lanes moved away from this connection (its stage checks each
+    /// message's lane once this is not zero; see `workers::stage`).
+    pub(crate) lanes_lost: Arc<AtomicU64>,
 }
 
 /// Where publishes go: slot → index into `engines` (`NONE` for unknown).

@@ -6,8 +6,9 @@
 //! drain notify the I/O thread, and the notice writes the thread's waker
 //! only while the thread sleeps in its poll (see [`Ready`]). The I/O thread
 //! swaps the staging buffers with its own spares (double buffering), so
-//! steady-state submission allocates nothing. A submitter that finds the
-//! connection idle writes its request itself instead (`direct.rs`).
+//! steady-state submission allocates nothing. (A submitter that writes its
+//! request to an idle connection itself was tried and reverted, `98feecd`:
+//! see BENCHMARKS.md, sequential publish.)
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};

@@ -39,7 +39,7 @@ mod stage;
 
 #[cfg(test)]
 use stage::STAGE;
-pub(crate) use stage::{LaneOwners, Stage};
+pub(crate) use stage::{LaneOwners, Origin, Stage};
 
 /// Buffers larger than this are freed instead of reused, so one huge
 /// message does not pin its memory forever.
@@ -748,13 +748,26 @@ mod tests {
         );
     }
 
+    /// A stage's origin for connection `conn`: channel "b" is of lane 1,
+    /// every other of lane 0.
+    fn origin(
+        conn: u64,
+        owners: Arc<LaneOwners>,
+        lost: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Origin {
+        Origin {
+            conn,
+            owners,
+            lost,
+            lane_of: Arc::new(|c: &[u8]| usize::from(c == b"b")),
+        }
+    }
+
     #[test]
     fn a_stage_queues_a_partial_batch_only_when_flushed_and_keeps_order() {
         // Queues without workers: what they hold is exactly what was queued.
         let queues: Vec<Arc<Queue>> = (0..2).map(|_| Arc::new(Queue::new(1024))).collect();
-        let owners = Arc::new(LaneOwners::new(1));
-        owners.set(0, Some(7));
-        let mut stage = Stage::new(2, 7, owners);
+        let mut stage = Stage::new(2, origin(7, Arc::new(LaneOwners::new(1)), Arc::default()));
         let names: Vec<Vec<u8>> = (0..10).map(|i| format!("ch{i}").into_bytes()).collect();
         // More than one batch per worker: the full ones are queued early.
         let total = 300u32;
@@ -764,7 +777,7 @@ mod tests {
             let w = shardcore::worker_of(ch, 2) as usize;
             per_worker[w] += 1;
             assert_eq!(
-                stage.message(&queues, w, 0, ch, &seq.to_le_bytes(), 0, None),
+                stage.message(&queues, w, ch, &seq.to_le_bytes(), 0, None),
                 0
             );
         }
@@ -812,9 +825,7 @@ mod tests {
             std::thread::yield_now();
         }
         // The worker holds a0: of eight staged, four fit.
-        let owners = Arc::new(LaneOwners::new(1));
-        owners.set(0, Some(7));
-        let mut stage = Stage::new(1, 7, owners);
+        let mut stage = Stage::new(1, origin(7, Arc::new(LaneOwners::new(1)), Arc::default()));
         let staged = [
             (&b"a"[..], 1),
             (b"b", 1),
@@ -826,7 +837,7 @@ mod tests {
             (b"a", 4),
         ];
         for (c, n) in staged {
-            assert_eq!(stage.message(&queues, 0, 0, c, &[n], 0, None), 0);
+            assert_eq!(stage.message(&queues, 0, c, &[n], 0, None), 0);
         }
         assert_eq!(stage.flush(&queues), 4);
         h.open.store(true, Ordering::Release);
@@ -853,27 +864,26 @@ mod tests {
         let owners = Arc::new(LaneOwners::new(2));
         owners.set(0, Some(7));
         owners.set(1, Some(7));
-        let mut old = Stage::new(1, 7, owners.clone());
-        let mut new = Stage::new(1, 8, owners.clone());
-        let staged = [
-            (0, &b"a"[..], 1u8),
-            (1, b"b", 1),
-            (0, b"a", 2),
-            (1, b"b", 2),
-            (0, b"a", 3),
-        ];
-        for (lane, c, n) in staged {
-            assert_eq!(old.message(&queues, 0, lane, c, &[n], 0, None), 0);
+        let lost7 = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut old = Stage::new(1, origin(7, owners.clone(), lost7.clone()));
+        let mut new = Stage::new(1, origin(8, owners.clone(), Arc::default()));
+        // "a" is of lane 0, "b" of lane 1 (see `origin`).
+        let staged = [(&b"a"[..], 1u8), (b"b", 1), (b"a", 2), (b"b", 2), (b"a", 3)];
+        for (c, n) in staged {
+            assert_eq!(old.message(&queues, 0, c, &[n], 0, None), 0);
         }
-        owners.set(1, Some(8));
-        assert_eq!(new.message(&queues, 0, 1, b"b", &[3], 0, None), 0);
+        // As the control thread does: the move, then the loser's count.
+        assert_eq!(owners.set(1, Some(8)), Some(7));
+        lost7.fetch_add(1, Ordering::Release);
+        assert_eq!(new.message(&queues, 0, b"b", &[3], 0, None), 0);
         assert_eq!(new.flush(&queues), 0);
         assert_eq!(old.flush(&queues), 0);
         assert_eq!(owners.late(), 2);
         // A moved lane's messages are refused from the start of a batch
         // too, and a lane nobody carries takes none.
-        owners.set(0, None);
-        assert_eq!(old.message(&queues, 0, 0, b"a", &[4], 0, None), 0);
+        assert_eq!(owners.set(0, None), Some(7));
+        lost7.fetch_add(1, Ordering::Release);
+        assert_eq!(old.message(&queues, 0, b"a", &[4], 0, None), 0);
         assert_eq!(old.flush(&queues), 0);
         assert_eq!(owners.late(), 3);
         let mut g = queue.inner.lock();

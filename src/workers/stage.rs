@@ -23,7 +23,9 @@
 //! queue's. The control thread moves the owner before the new
 //! subscription goes out (and at the lane's gap event), so whatever the
 //! new connection queues comes after the switch, and under the same lock
-//! every later message of the old connection is refused.
+//! every later message of the old connection is refused. A connection
+//! that never lost a lane (the common case: it is told after each move)
+//! only reads its counter per batch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,11 +57,12 @@ impl LaneOwners {
         }
     }
 
-    /// Makes `conn` (or nobody) the connection `lane` takes messages from.
-    pub(crate) fn set(&self, lane: usize, conn: Option<u64>) {
-        if let Some(o) = self.owners.get(lane) {
-            o.store(conn.unwrap_or(NO_OWNER), Ordering::Release);
-        }
+    /// Makes `conn` (or nobody) the connection `lane` takes messages from;
+    /// returns the connection it took them from before, if another.
+    pub(crate) fn set(&self, lane: usize, conn: Option<u64>) -> Option<u64> {
+        let new = conn.unwrap_or(NO_OWNER);
+        let old = self.owners.get(lane)?.swap(new, Ordering::AcqRel);
+        (old != NO_OWNER && old != new).then_some(old)
     }
 
     /// Messages dropped so far because they came from a connection their
@@ -85,31 +88,43 @@ impl LaneOwners {
     }
 }
 
-/// One worker's staged messages (with the lane of each) and spare
-/// buffers.
+/// One worker's staged messages and spare buffers.
 #[derive(Default)]
 pub(super) struct Batch {
     items: Vec<Item>,
-    lanes: Vec<u32>,
     spare: Vec<Vec<u8>>,
+}
+
+/// The lane of a channel (the placement's rule), for the rare check of a
+/// connection that lost a lane.
+pub(crate) type LaneOf = Arc<dyn Fn(&[u8]) -> usize + Send + Sync>;
+
+/// Where a stage's messages come from: the connection, and what tells
+/// whether it still carries their lanes.
+pub(crate) struct Origin {
+    /// The connection whose messages these are.
+    pub(crate) conn: u64,
+    pub(crate) owners: Arc<LaneOwners>,
+    /// Lanes this connection has lost to another: bumped by the control
+    /// thread after it moved one ([`LaneOwners::set`] names the loser).
+    /// Until then every message it reads is of a lane it carries (it only
+    /// subscribes lanes it owns), and queueing checks nothing.
+    pub(crate) lost: Arc<AtomicU64>,
+    pub(crate) lane_of: LaneOf,
 }
 
 /// Messages read and not yet queued, per worker, from one connection.
 pub(crate) struct Stage {
     batches: Vec<Batch>,
-    /// The connection whose messages these are.
-    conn: u64,
-    owners: Arc<LaneOwners>,
+    origin: Origin,
 }
 
 impl Stage {
-    /// A stage for `workers` queues, of connection `conn`, whose messages
-    /// reach a lane while `owners` says `conn` carries it.
-    pub(crate) fn new(workers: usize, conn: u64, owners: Arc<LaneOwners>) -> Self {
+    /// A stage for `workers` queues, of the connection `origin` names.
+    pub(crate) fn new(workers: usize, origin: Origin) -> Self {
         Stage {
             batches: (0..workers.max(1)).map(|_| Batch::default()).collect(),
-            conn,
-            owners,
+            origin,
         }
     }
 
@@ -118,15 +133,13 @@ impl Stage {
         self.batches.iter().all(|b| b.items.is_empty())
     }
 
-    /// Stages a message of `lane` for `queues[w]`; returns how many
-    /// messages a full batch's flush dropped for want of room (queue full
-    /// or closed; those of a lane that moved are counted in the owners).
-    #[allow(clippy::too_many_arguments)]
+    /// Stages a message for `queues[w]`; returns how many messages a full
+    /// batch's flush dropped for want of room (queue full or closed; those
+    /// of a lane that moved are counted in the owners).
     pub(crate) fn message(
         &mut self,
         queues: &[Arc<Queue>],
         w: usize,
-        lane: u32,
         channel: &[u8],
         payload: &[u8],
         sent_us: u64,
@@ -137,12 +150,11 @@ impl Stage {
         };
         let mut dropped = 0;
         if b.items.len() >= STAGE {
-            dropped = q.put(b, &self.owners, self.conn);
+            dropped = q.put(b, &self.origin);
         }
         let buf = b.spare.pop().unwrap_or_default();
         b.items
             .push(Queue::message(channel, payload, sent_us, at)(buf));
-        b.lanes.push(lane);
         dropped
     }
 
@@ -150,20 +162,30 @@ impl Stage {
     /// and wakes the workers that wait; returns the messages dropped for
     /// want of room.
     pub(crate) fn flush(&mut self, queues: &[Arc<Queue>]) -> u64 {
-        let (owners, conn) = (&self.owners, self.conn);
+        let origin = &self.origin;
         let batches = self.batches.iter_mut().zip(queues);
-        batches.map(|(b, q)| q.put(b, owners, conn)).sum()
+        batches.map(|(b, q)| q.put(b, origin)).sum()
     }
 }
 
 impl Batch {
-    /// Drops and notes the messages of lanes `conn` no longer carries
-    /// (rare: a lane moved while this connection still had its messages)
-    /// and counts them in `owners`; the others keep their order.
-    fn drop_moved(&mut self, g: &mut Inner, owners: &LaneOwners, conn: u64) {
+    /// Drops and notes the messages of lanes their connection no longer
+    /// carries (rare: a lane moved while the connection still had its
+    /// messages) and counts them in the owners; the others keep their
+    /// order.
+    fn drop_moved(&mut self, g: &mut Inner, from: &Origin) {
+        let carried = |item: &Item| match item {
+            Item::Message {
+                buf, channel_len, ..
+            } => {
+                let lane = (from.lane_of)(&buf[..(*channel_len).min(buf.len())]);
+                from.owners.owns(lane as u32, from.conn)
+            }
+            _ => true,
+        };
         let mut keep = 0;
         for i in 0..self.items.len() {
-            if self.lanes.get(i).is_some_and(|&l| owners.owns(l, conn)) {
+            if self.items.get(i).is_some_and(carried) {
                 self.items.swap(keep, i);
                 keep += 1;
             }
@@ -172,7 +194,7 @@ impl Batch {
         for item in self.items.drain(keep..) {
             dropped += drop_one(g, &mut self.spare, item);
         }
-        owners.late.fetch_add(dropped, Ordering::Relaxed);
+        from.owners.late.fetch_add(dropped, Ordering::Relaxed);
     }
 }
 
@@ -197,19 +219,20 @@ fn drop_one(g: &mut Inner, spare: &mut Vec<Vec<u8>>, item: Item) -> u64 {
 impl Queue {
     /// Moves `b`'s messages into the queue under one lock: as many as fit,
     /// the rest dropped and noted (every one of them once closed), and
-    /// those of lanes `conn` no longer carries in `owners` dropped, noted
-    /// and counted there; refills `b`'s spare buffers. Wakes the worker if
-    /// it waits. Returns the messages dropped for want of room.
-    pub(super) fn put(&self, b: &mut Batch, owners: &LaneOwners, conn: u64) -> u64 {
+    /// those of lanes their connection no longer carries dropped, noted
+    /// and counted in the owners; refills `b`'s spare buffers. Wakes the
+    /// worker if it waits. Returns the messages dropped for want of room.
+    pub(super) fn put(&self, b: &mut Batch, from: &Origin) -> u64 {
         if b.items.is_empty() {
             return 0;
         }
         let mut dropped = 0u64;
         let mut g = self.inner.lock();
-        if !b.lanes.iter().all(|&l| owners.owns(l, conn)) {
-            b.drop_moved(&mut g, owners, conn);
+        // Under the lock: whatever the lane's new connection queued before
+        // is in, so the move is seen (it is made before `lost` is bumped).
+        if from.lost.load(Ordering::Acquire) != 0 {
+            b.drop_moved(&mut g, from);
         }
-        b.lanes.clear();
         let room = match g.closed {
             true => 0,
             false => self.capacity.saturating_sub(g.messages),
