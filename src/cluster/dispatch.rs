@@ -102,6 +102,9 @@ impl SubObserver {
         if s.lane_owners.moved_from(lane as u32, self.state.id.0) {
             return;
         }
+        // What this connection read before (its stage is flushed) may be
+        // of an old subscription of the lane; what follows is of this one.
+        s.lane_owners.confirm(lane as u32, self.state.id.0);
         s.front.confirm(lane, channel);
     }
 

@@ -864,6 +864,8 @@ mod tests {
         let owners = Arc::new(LaneOwners::new(2));
         owners.set(0, Some(7));
         owners.set(1, Some(7));
+        owners.confirm(0, 7);
+        owners.confirm(1, 7);
         let lost7 = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut old = Stage::new(1, origin(7, owners.clone(), lost7.clone()));
         let mut new = Stage::new(1, origin(8, owners.clone(), Arc::default()));
@@ -907,6 +909,52 @@ mod tests {
         assert_eq!(n, 3);
         let names: Vec<&[u8]> = channels.iter().collect();
         assert_eq!(names, [&b"b"[..], b"a"]);
+    }
+
+    #[test]
+    fn a_lane_given_back_takes_its_old_messages_only_after_the_new_confirmation() {
+        // Lane 0 moves from 7 to 8 and back to 7 while 7 still holds a
+        // message of its first subscription: that one is dropped, and 7's
+        // messages are delivered again once it read its new confirmation.
+        let queue = Arc::new(Queue::new(1024));
+        let queues = [queue.clone()];
+        let owners = Arc::new(LaneOwners::new(1));
+        let lost7 = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut seven = Stage::new(1, origin(7, owners.clone(), lost7.clone()));
+        let mut eight = Stage::new(1, origin(8, owners.clone(), Arc::default()));
+        assert_eq!(owners.set(0, Some(7)), None);
+        owners.confirm(0, 7);
+        assert_eq!(seven.message(&queues, 0, b"a", &[1], 0, None), 0);
+        assert_eq!(seven.flush(&queues), 0);
+        assert_eq!(seven.message(&queues, 0, b"a", &[2], 0, None), 0);
+        assert_eq!(owners.set(0, Some(8)), Some(7));
+        lost7.fetch_add(1, Ordering::Release);
+        owners.confirm(0, 8);
+        assert_eq!(eight.message(&queues, 0, b"a", &[3], 0, None), 0);
+        assert_eq!(eight.flush(&queues), 0);
+        // Back to 7 before its old message is queued.
+        assert_eq!(owners.set(0, Some(7)), Some(8));
+        // Giving a lane to its owner again changes nothing.
+        assert_eq!(owners.set(0, Some(7)), None);
+        assert_eq!(seven.flush(&queues), 0);
+        assert_eq!(owners.late(), 1);
+        owners.confirm(0, 7);
+        assert_eq!(seven.message(&queues, 0, b"a", &[4], 0, None), 0);
+        assert_eq!(seven.flush(&queues), 0);
+        assert_eq!(owners.late(), 1);
+        let got: Vec<u8> = queue
+            .inner
+            .lock()
+            .items
+            .drain(..)
+            .map(|item| match item {
+                Item::Message {
+                    buf, channel_len, ..
+                } => buf[channel_len],
+                _ => panic!("only messages were staged"),
+            })
+            .collect();
+        assert_eq!(got, [1, 3, 4]);
     }
 
     #[test]

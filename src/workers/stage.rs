@@ -23,9 +23,13 @@
 //! queue's. The control thread moves the owner before the new
 //! subscription goes out (and at the lane's gap event), so whatever the
 //! new connection queues comes after the switch, and under the same lock
-//! every later message of the old connection is refused. A connection
-//! that never lost a lane (the common case: it is told after each move)
-//! only reads its counter per batch.
+//! every later message of the old connection is refused. A lane that
+//! comes back to a connection it left takes that connection's messages
+//! only after the connection has read the confirmation of its new
+//! subscription (the old subscription's late messages come before it on
+//! the same stream). A connection that never lost a lane (the common case:
+//! it is told after each move) only reads its counter per batch: it cannot
+//! hold messages of an old subscription.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +43,16 @@ pub(crate) const STAGE: usize = 64;
 
 /// What [`LaneOwners`] holds for a lane no connection carries.
 const NO_OWNER: u64 = u64::MAX;
+/// Set on a lane's owner until that connection has confirmed a
+/// subscription of the lane: a connection the lane comes back to may still
+/// hold messages from its old subscription, and the server sends them
+/// before that confirmation.
+const UNCONFIRMED: u64 = 1 << 63;
+
+/// The connection an owner word names.
+fn owner_of(word: u64) -> Option<u64> {
+    (word != NO_OWNER).then_some(word & !UNCONFIRMED)
+}
 
 /// Per lane, the subscribe connection whose messages it delivers now (the
 /// control thread sets it; the queues read it under their lock).
@@ -57,12 +71,37 @@ impl LaneOwners {
         }
     }
 
-    /// Makes `conn` (or nobody) the connection `lane` takes messages from;
-    /// returns the connection it took them from before, if another.
+    /// Makes `conn` (or nobody) the connection `lane` takes messages from,
+    /// once `conn` confirms a subscription of it ([`LaneOwners::confirm`]);
+    /// returns the connection it took them from before, if another. Only
+    /// the control thread calls it.
     pub(crate) fn set(&self, lane: usize, conn: Option<u64>) -> Option<u64> {
-        let new = conn.unwrap_or(NO_OWNER);
-        let old = self.owners.get(lane)?.swap(new, Ordering::AcqRel);
-        (old != NO_OWNER && old != new).then_some(old)
+        let slot = self.owners.get(lane)?;
+        let old = owner_of(slot.load(Ordering::Acquire));
+        if old == conn {
+            return None;
+        }
+        slot.store(
+            conn.map_or(NO_OWNER, |c| c | UNCONFIRMED),
+            Ordering::Release,
+        );
+        old
+    }
+
+    /// `conn` read a confirmation of a subscription of `lane` (everything
+    /// it read before is queued or dropped by now): its later messages of
+    /// the lane are delivered, if it is the lane's owner.
+    pub(crate) fn confirm(&self, lane: u32, conn: u64) {
+        if let Some(slot) = self.owners.get(lane as usize) {
+            if slot.load(Ordering::Relaxed) == conn | UNCONFIRMED {
+                let _ = slot.compare_exchange(
+                    conn | UNCONFIRMED,
+                    conn,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+        }
     }
 
     /// Messages dropped so far because they came from a connection their
@@ -74,13 +113,13 @@ impl LaneOwners {
     /// Whether `lane` has moved from `conn` to another connection (a push
     /// of `conn` about it is about the old subscription).
     pub(crate) fn moved_from(&self, lane: u32, conn: u64) -> bool {
-        self.owners.get(lane as usize).is_some_and(|o| {
-            let now = o.load(Ordering::Acquire);
-            now != NO_OWNER && now != conn
-        })
+        self.owners
+            .get(lane as usize)
+            .is_some_and(|o| owner_of(o.load(Ordering::Acquire)).is_some_and(|now| now != conn))
     }
 
-    /// Whether `lane`'s messages from `conn` are delivered.
+    /// Whether `lane`'s messages from `conn` are delivered: it owns the
+    /// lane and has confirmed a subscription of it since it got it.
     pub(crate) fn owns(&self, lane: u32, conn: u64) -> bool {
         self.owners
             .get(lane as usize)
