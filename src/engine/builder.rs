@@ -44,6 +44,8 @@ pub struct Builder {
     /// A connection whose first attempt fails keeps trying (see
     /// `start_degraded`).
     degraded: bool,
+    /// See [`Settings::lease`](crate::engine::Settings).
+    lease: Duration,
     /// Where kept publishes' outcomes go (see `kept_sink`).
     kept: Option<Weak<dyn KeptSink>>,
 }
@@ -73,6 +75,7 @@ impl Default for Builder {
             urls: UrlSettings::default(),
             tls: None,
             degraded: false,
+            lease: crate::engine::lend::LEASE,
             kept: None,
         }
     }
@@ -233,6 +236,14 @@ impl Builder {
     /// or RESP2.
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
+        self
+    }
+
+    /// How long a connection lent to sequential callers may go unused
+    /// before its I/O thread takes it back (tests hold lends longer).
+    #[cfg(test)]
+    pub(crate) fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -404,6 +415,8 @@ impl Builder {
             connect_timeout: self.connect_timeout,
             backoff_base: self.backoff.0,
             backoff_max: self.backoff.1,
+            lendable: self.observer.is_none() && self.kept.is_none(),
+            lease: self.lease,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
             counters: Counters::default(),
             degraded: self.degraded,

@@ -12,7 +12,8 @@ use mio::{Interest, Registry, Token};
 
 use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Backoff;
-use crate::engine::pending::{Completion, Kept, Slot};
+use crate::engine::lend::{LendPoll, Lent, RELEND};
+use crate::engine::pending::{Completion, Kept, Later, Slot};
 use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::transport::Transport;
 use crate::engine::Settings;
@@ -61,6 +62,21 @@ pub(crate) struct Driver {
     /// on to the end of stream, since no later event will announce it.
     hangup: bool,
     shutting_down: bool,
+    /// The core and the socket are lent to sequential callers (in
+    /// `shared.lend`; see `lend.rs`): `core` and `socket` are `None`.
+    lent: bool,
+    /// When the thread next looks whether the lend is still used.
+    lease_check: Instant,
+    /// No lend before this (the last one was cut short by a submitter).
+    relend_after: Instant,
+    /// The lend's epoll instance between lends (made at the first one).
+    lend_poll: Option<LendPoll>,
+    /// The lend's request buffer between lends.
+    lend_scratch: Vec<u8>,
+    /// Outcomes held back to the end of this turn (see [`Later`]): set
+    /// while a caller wants the connection lent.
+    deferring: bool,
+    later: Vec<Later>,
 }
 
 impl Driver {
@@ -93,7 +109,207 @@ impl Driver {
             more_to_read: false,
             hangup: false,
             shutting_down: false,
+            lent: false,
+            lease_check: now,
+            relend_after: now,
+            lend_poll: None,
+            lend_scratch: Vec::new(),
+            deferring: false,
+            later: Vec::new(),
         }
+    }
+
+    /// Starts a turn: while a caller wants the connection lent, replies
+    /// are held back to its end ([`Driver::end_turn`]).
+    fn begin_turn(&mut self) {
+        self.deferring = self.settings.lendable && self.shared.lend.wanted.load(Ordering::Relaxed);
+    }
+
+    /// Ends a turn: lends the connection if it may, then delivers the
+    /// outcomes held back (so their callers find it lent).
+    fn end_turn(&mut self, registry: &Registry, now: Instant) {
+        self.maybe_lend(registry, now);
+        self.run_later();
+    }
+
+    /// Delivers the outcomes held back, in order.
+    fn run_later(&mut self) {
+        self.deferring = false;
+        for l in self.later.drain(..) {
+            l.run();
+        }
+    }
+
+    /// Lends the connection to sequential callers when one asked and it is
+    /// idle (see `lend.rs`).
+    fn maybe_lend(&mut self, registry: &Registry, now: Instant) {
+        let lend = &self.shared.lend;
+        if self.lent
+            || !self.settings.lendable
+            || !lend.wanted.load(Ordering::Relaxed)
+            || !matches!(self.phase, Phase::Open)
+            || self.shutting_down
+            || self.hangup
+            || self.write_blocked
+            || self.write_interest
+            || self.more_to_read
+            || now < self.relend_after
+            || self.shared.wake_pending.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let (Some(core), Some(socket)) = (&self.core, &mut self.socket) else {
+            return;
+        };
+        let idle = socket.is_plain()
+            && core.is_ready()
+            && !core.is_closed()
+            && core.pending_len() == 0
+            && core.unsent_len() == 0;
+        if !idle {
+            return;
+        }
+        if self.lend_poll.is_none() {
+            match LendPoll::new(lend) {
+                Ok(p) => self.lend_poll = Some(p),
+                Err(e) => {
+                    log::debug!("no lend of {}: {e}", self.shared.info.addr);
+                    lend.wanted.store(false, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        let Some(poll) = self.lend_poll.take() else {
+            return;
+        };
+        if let Err(e) = poll.watch(socket) {
+            log::debug!("no lend of {}: {e}", self.shared.info.addr);
+            self.lend_poll = Some(poll);
+            return;
+        }
+        // Errors and hangups only: the replies are the caller's to read.
+        if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, Interest::PRIORITY) {
+            log::debug!("no lend of {}: {e}", self.shared.info.addr);
+            poll.unwatch(socket);
+            self.lend_poll = Some(poll);
+            // The registration is in doubt: the thread reads now and
+            // registers again at its next write turn.
+            let _ = registry.reregister(socket.tcp_mut(), self.token, Interest::READABLE);
+            return;
+        }
+        let (Some(core), Some(socket)) = (self.core.take(), self.socket.take()) else {
+            return;
+        };
+        let scratch = std::mem::take(&mut self.lend_scratch);
+        let mut slot = lend.slot.lock();
+        lend.wanted.store(false, Ordering::Relaxed);
+        lend.reclaim.store(false, Ordering::SeqCst);
+        *slot = Some(Lent::new(core, socket, poll, scratch, now));
+        lend.lent.store(true, Ordering::Release);
+        drop(slot);
+        self.lent = true;
+        self.lease_check = now + self.settings.lease;
+    }
+
+    /// Takes a lent connection back (see `lend.rs`): a caller waiting on it
+    /// stops waiting, and the thread reads at once what arrived.
+    /// `contended`: a submitter needs it, so do not lend again soon.
+    fn reclaim(&mut self, registry: &Registry, now: Instant, contended: bool) {
+        if !self.lent {
+            return;
+        }
+        let lend = &self.shared.lend;
+        lend.reclaim.store(true, Ordering::SeqCst);
+        let mut slot = match lend.slot.try_lock() {
+            Some(g) => g,
+            None => {
+                if let Some(w) = lend.waker.get() {
+                    let _ = w.wake();
+                }
+                lend.slot.lock()
+            }
+        };
+        let taken = slot.take();
+        lend.lent.store(false, Ordering::Release);
+        lend.reclaim.store(false, Ordering::SeqCst);
+        lend.handback.store(false, Ordering::SeqCst);
+        drop(slot);
+        self.lent = false;
+        let Some(mut lent) = taken else { return };
+        lent.poll.unwatch(&lent.socket);
+        self.lend_scratch = lent.take_scratch();
+        let Lent {
+            mut core,
+            mut socket,
+            poll,
+            closed,
+            io_error,
+            replied,
+            ..
+        } = lent;
+        self.lend_poll = Some(poll);
+        if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, Interest::READABLE) {
+            core.handle_io_error(e.kind(), now);
+        }
+        if let Some(kind) = io_error {
+            core.handle_io_error(kind, now);
+        }
+        if replied {
+            self.backoff.healthy();
+        }
+        self.core = Some(core);
+        self.socket = Some(socket);
+        if contended {
+            self.relend_after = now + RELEND;
+        }
+        if let Some(error) = closed {
+            return self.teardown(registry, error, now);
+        }
+        // What arrived while lent (epoll reports it too, after the new
+        // registration, but the core may hold a reply the caller left).
+        self.more_to_read = true;
+        self.after_io(registry, now);
+    }
+
+    /// A lent connection's turn: takes it back when it must, else looks
+    /// whether the lend is still in use. Returns whether it is still lent.
+    fn lent_turn(&mut self, registry: &Registry, now: Instant) -> bool {
+        if !self.lent {
+            return false;
+        }
+        let lend = &self.shared.lend;
+        if self.shared.wake_pending.load(Ordering::Acquire) {
+            // A submitter staged a request.
+            self.reclaim(registry, now, true);
+            return false;
+        }
+        if lend.handback.swap(false, Ordering::SeqCst) {
+            self.reclaim(registry, now, false);
+            return false;
+        }
+        if now < self.lease_check {
+            return true;
+        }
+        let lend = &self.shared.lend;
+        let expired = match lend.slot.try_lock() {
+            Some(g) => match g.as_ref() {
+                Some(l) if !l.give_back && l.used_at + self.settings.lease > now => {
+                    self.lease_check = l.used_at + self.settings.lease;
+                    false
+                }
+                _ => true,
+            },
+            // In use now.
+            None => {
+                self.lease_check = now + self.settings.lease;
+                false
+            }
+        };
+        if expired {
+            self.reclaim(registry, now, false);
+            return false;
+        }
+        true
     }
 
     fn addr(&self) -> std::net::SocketAddr {
@@ -110,6 +326,9 @@ impl Driver {
 
     /// Nothing left to send or to wait for (used to end a shutdown early).
     pub(crate) fn is_quiet(&self) -> bool {
+        if self.lent {
+            return false; // a shutdown takes it back first
+        }
         match (&self.phase, &self.core) {
             (Phase::Closed, _) => true,
             (Phase::Open, Some(core)) => {
@@ -134,6 +353,7 @@ impl Driver {
             Phase::Connecting { deadline } => Some(*deadline),
             Phase::Backoff { until } => Some(*until),
             Phase::Closed => None,
+            Phase::Open if self.lent => Some(self.lease_check),
             Phase::Open => {
                 let core = self.core.as_ref()?;
                 let deadline = core.poll_deadline();
@@ -208,6 +428,9 @@ impl Driver {
         hangup: bool,
         now: Instant,
     ) {
+        // Lent, the socket reports errors and hangups only.
+        self.reclaim(registry, now, false);
+        self.begin_turn();
         self.hangup |= hangup;
         if writable {
             self.write_blocked = false;
@@ -234,6 +457,7 @@ impl Driver {
         if readable {
             self.read(registry, now);
         }
+        self.end_turn(registry, now);
     }
 
     fn read(&mut self, registry: &Registry, mut now: Instant) {
@@ -261,6 +485,7 @@ impl Driver {
                 Ok(_) => {
                     budget -= 1;
                     Counters::add(&self.settings.counters.reads, 1);
+                    let later = self.deferring.then_some(&mut self.later);
                     if let Some(closed) = dispatch(
                         core,
                         &self.shared,
@@ -268,6 +493,7 @@ impl Driver {
                         &mut self.initial,
                         &mut self.backoff,
                         &mut self.kept,
+                        later,
                     ) {
                         return self.teardown(registry, closed, now);
                     }
@@ -297,6 +523,7 @@ impl Driver {
     /// Dispatches events and tears down a connection the core has closed.
     fn after_io(&mut self, registry: &Registry, now: Instant) {
         let Some(core) = &mut self.core else { return };
+        let later = self.deferring.then_some(&mut self.later);
         if let Some(closed) = dispatch(
             core,
             &self.shared,
@@ -304,6 +531,7 @@ impl Driver {
             &mut self.initial,
             &mut self.backoff,
             &mut self.kept,
+            later,
         ) {
             self.teardown(registry, closed, now);
         }
@@ -399,6 +627,10 @@ impl Driver {
 
     /// Timers, staged commands and writes; called on every loop turn.
     pub(crate) fn service(&mut self, registry: &Registry, now: Instant, notified: bool) {
+        if self.lent_turn(registry, now) {
+            return;
+        }
+        self.begin_turn();
         if self.more_to_read {
             self.read(registry, now);
         }
@@ -470,10 +702,12 @@ impl Driver {
                 }
             }
         }
+        self.end_turn(registry, now);
     }
 
     /// Starts a shutdown: refuse new submissions, fail what cannot be sent.
     pub(crate) fn begin_shutdown(&mut self, registry: &Registry, now: Instant) {
+        self.reclaim(registry, now, false);
         self.shutting_down = true;
         self.set_state(CLOSED);
         match self.phase {
@@ -487,6 +721,7 @@ impl Driver {
 
     /// Ends the connection now: everything pending fails with `Shutdown`.
     pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
+        self.reclaim(registry, now, false);
         self.shutting_down = true;
         if let Some(core) = &mut self.core {
             core.close();
@@ -501,6 +736,7 @@ impl Driver {
     /// thread has caught the panic and is about to stop): everything
     /// pending fails with [`Error::RuntimeStopped`].
     pub(crate) fn stop_after_panic(&mut self, registry: &Registry, now: Instant) {
+        self.reclaim(registry, now, false);
         self.shutting_down = true;
         if !self.is_closed() {
             self.teardown(registry, Error::RuntimeStopped, now);
@@ -524,6 +760,8 @@ impl Driver {
     /// The connection is over: fail everything on it, then reconnect later
     /// (or stop for good).
     fn teardown(&mut self, registry: &Registry, error: Error, now: Instant) {
+        // Outcomes held back come before the failures below.
+        self.run_later();
         // Connected, but the TLS handshake never finished: the likelier
         // story than a slow server is a port that does not speak TLS (it
         // waits silently for the end of what it takes for a command).
@@ -637,6 +875,7 @@ fn dispatch(
     initial: &mut Option<Arc<Slot<()>>>,
     backoff: &mut Backoff,
     kept: &mut Kept,
+    mut later: Option<&mut Vec<Later>>,
 ) -> Option<Error> {
     let addr = shared.info.addr;
     let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
@@ -677,7 +916,7 @@ fn dispatch(
             Event::Reply { user, reply } => {
                 replies += 1;
                 pushes_done(&mut unflushed, settings, shared);
-                if user.complete(addr, &reply, settings, kept) {
+                if user.complete_or_later(addr, &reply, settings, kept, later.as_deref_mut()) {
                     errors += 1;
                 }
             }
@@ -701,7 +940,7 @@ fn dispatch(
                 failed += 1;
                 pushes_done(&mut unflushed, settings, shared);
                 let e = Error::from_conn(addr, error, settings.connect_timeout);
-                user.fail(e, settings, kept);
+                user.fail_or_later(e, settings, kept, later.as_deref_mut());
             }
             Event::Closed { error } => {
                 closed = Some(Error::from_conn(addr, error, settings.connect_timeout));

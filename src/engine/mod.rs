@@ -4,6 +4,9 @@ mod backoff;
 mod builder;
 mod driver;
 mod io_thread;
+mod lend;
+#[cfg(test)]
+mod lend_tests;
 mod pending;
 mod runtime;
 mod shared;
@@ -50,6 +53,11 @@ pub(crate) struct Settings {
     pub(crate) degraded: bool,
     /// Where kept publishes' outcomes go (a cluster's publish engines).
     pub(crate) kept: Option<std::sync::Weak<dyn KeptSink>>,
+    /// Idle connections may be lent to sequential callers (see `lend.rs`):
+    /// no observer, no kept publishes (TLS is checked per connection).
+    pub(crate) lendable: bool,
+    /// How long a lend may go unused ([`lend::LEASE`]; longer in tests).
+    pub(crate) lease: Duration,
 }
 
 /// How to publish one message.
@@ -152,6 +160,7 @@ impl Engine {
                         index,
                         role: settings.conn.role,
                     },
+                    lend: lend::Lend::default(),
                     staging: Mutex::new(Staging::default()),
                     state: AtomicU8::new(CONNECTING),
                     wake_pending: AtomicBool::new(false),
@@ -330,6 +339,54 @@ impl Engine {
         pending
     }
 
+    /// Publishes and waits for the reply: the number of subscribers that
+    /// received the message (`SPUBLISH` with [`PublishOptions::sharded`]).
+    ///
+    /// This is the call for a caller that awaits each publish before its
+    /// next. While such callers leave the channel's connection idle, its
+    /// I/O thread lends it to them: the caller writes its request and reads
+    /// the reply on its own thread (one `write`, one `epoll_wait` and one
+    /// `read`, where handing both to the I/O thread costs three context
+    /// switches). The first call after a pause, and calls that meet other
+    /// traffic on the connection, go through the I/O thread as
+    /// [`Engine::publish_pending`] does; order and request timeouts are the
+    /// same either way. Engines with an [`Builder::observer`] and TLS
+    /// connections always go through the I/O thread.
+    ///
+    /// Do not call this from an [`Observer`] or a [`Pending::then`]
+    /// callback.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::publish_pending`]'s handle: [`Error::Reply`] for an
+    /// error reply, [`Error::Timeout`], [`Error::ConnectionLost`],
+    /// [`Error::NotConnected`], [`Error::Shutdown`], ….
+    pub fn publish_wait(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<i64, Error> {
+        let conn = self.route_channel(channel);
+        let cmd: &[u8] = if options.sharded {
+            b"SPUBLISH"
+        } else {
+            b"PUBLISH"
+        };
+        let (pending, slot) = Pending::new();
+        let request = Request::single(Completion::Integer(slot.clone()));
+        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        if let Err((encode, request)) =
+            conn.call_lent(&self.inner.settings, encode, request, || slot.is_done())
+        {
+            drop(slot);
+            if let Err((req, e)) = conn.submit(encode, request) {
+                req.user.fail_unstaged(e);
+            }
+        }
+        pending.wait()
+    }
+
     /// Sends any command to the first server and waits for its reply.
     ///
     /// Do not call this from an [`Observer`] or a [`Pending::then`]
@@ -346,7 +403,26 @@ impl Engine {
         I::IntoIter: ExactSizeIterator,
         I::Item: AsRef<[u8]>,
     {
-        self.command_pending(0, args).wait()
+        // A sequential caller: the lend of `publish_wait` applies.
+        let conn = match self.route_server(0) {
+            Ok(c) => c,
+            Err(e) => return Err(e),
+        };
+        let (pending, slot) = Pending::new();
+        let request = Request {
+            user: Completion::Value(slot.clone()),
+            kind: ReplyKind::Single,
+        };
+        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, args);
+        if let Err((encode, request)) =
+            conn.call_lent(&self.inner.settings, encode, request, || slot.is_done())
+        {
+            drop(slot);
+            if let Err((req, e)) = conn.submit(encode, request) {
+                req.user.fail_unstaged(e);
+            }
+        }
+        pending.wait()
     }
 
     /// Sends any command to server `server` (index in the builder's list)

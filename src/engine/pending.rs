@@ -40,6 +40,11 @@ impl<T> Slot<T> {
         })
     }
 
+    /// Whether the result is in (and not taken yet).
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(&*self.state.lock(), State::Done(_))
+    }
+
     /// Delivers the result: wakes a waiter (a thread, and the task that
     /// polled last) or runs the callback (on this thread, outside the
     /// lock). A second result is ignored.
@@ -416,6 +421,52 @@ impl Completion {
         is_err
     }
 
+    /// [`Completion::complete`], or for a waiting caller's request (an
+    /// integer or a value), its outcome held back in `later` when given
+    /// (see [`Later`]).
+    pub(crate) fn complete_or_later(
+        self,
+        addr: SocketAddr,
+        reply: &Parsed<'_>,
+        settings: &Settings,
+        kept: &mut Kept,
+        later: Option<&mut Vec<Later>>,
+    ) -> bool {
+        let Some(later) = later else {
+            return self.complete(addr, reply, settings, kept);
+        };
+        let err = error_text(&reply.frame);
+        let is_err = err.is_some();
+        match self {
+            Completion::Integer(slot) => later.push(Later::Integer(slot, integer(addr, err, reply))),
+            Completion::Value(slot) => later.push(Later::Value(
+                slot,
+                match err {
+                    Some(message) => Err(Error::Reply { addr, message }),
+                    None => Ok(reply.to_value()),
+                },
+            )),
+            other => return other.complete(addr, reply, settings, kept),
+        }
+        is_err
+    }
+
+    /// [`Completion::fail`], held back in `later` like
+    /// [`Completion::complete_or_later`].
+    pub(crate) fn fail_or_later(
+        self,
+        error: Error,
+        settings: &Settings,
+        kept: &mut Kept,
+        later: Option<&mut Vec<Later>>,
+    ) {
+        match (self, later) {
+            (Completion::Integer(slot), Some(later)) => later.push(Later::Integer(slot, Err(error))),
+            (Completion::Value(slot), Some(later)) => later.push(Later::Value(slot, Err(error))),
+            (other, _) => other.fail(error, settings, kept),
+        }
+    }
+
     /// Delivers a failure (to the next of `kept` for a kept publish).
     pub(crate) fn fail(self, error: Error, settings: &Settings, kept: &mut Kept) {
         match self {
@@ -432,6 +483,25 @@ impl Completion {
             Completion::Integer(slot) => slot.complete(Err(error)),
             Completion::Value(slot) => slot.complete(Err(error)),
             Completion::Unit(slot) => slot.complete(Err(error)),
+        }
+    }
+}
+
+/// An outcome the I/O thread holds back to the end of its turn on a
+/// connection, so that it can lend the connection (see `lend.rs`) before
+/// the caller it wakes asks for it again. Kept in order; only waiting
+/// callers' requests (integers and values) are held back.
+pub(crate) enum Later {
+    Integer(Arc<Slot<i64>>, Result<i64, Error>),
+    Value(Arc<Slot<Value>>, Result<Value, Error>),
+}
+
+impl Later {
+    /// Delivers it.
+    pub(crate) fn run(self) {
+        match self {
+            Later::Integer(slot, r) => slot.complete(r),
+            Later::Value(slot, r) => slot.complete(r),
         }
     }
 }

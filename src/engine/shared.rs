@@ -6,9 +6,8 @@
 //! drain notify the I/O thread, and the notice writes the thread's waker
 //! only while the thread sleeps in its poll (see [`Ready`]). The I/O thread
 //! swaps the staging buffers with its own spares (double buffering), so
-//! steady-state submission allocates nothing. (A submitter that writes its
-//! request to an idle connection itself was tried and reverted, `98feecd`:
-//! see BENCHMARKS.md, sequential publish.)
+//! steady-state submission allocates nothing. A sequential caller may get
+//! the whole connection lent instead (see `lend.rs`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -19,6 +18,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::conn::Request;
 use crate::engine::driver::Driver;
+use crate::engine::lend::Lend;
 use crate::engine::pending::Completion;
 use crate::engine::runtime::{Dead, Latch, Slots};
 use crate::error::Error;
@@ -48,6 +48,9 @@ pub(crate) struct Staging {
 /// One connection, as submitters see it.
 pub(crate) struct ConnShared {
     pub(crate) info: ConnInfo,
+    /// The connection while its I/O thread lends it to a sequential
+    /// caller (see `lend.rs`).
+    pub(crate) lend: Lend,
     pub(crate) staging: Mutex<Staging>,
     /// One of the state constants; written under the staging lock.
     pub(crate) state: AtomicU8,
@@ -260,6 +263,7 @@ pub(crate) struct Counters {
     pub(crate) write_would_block: AtomicU64,
     pub(crate) bytes_written: AtomicU64,
     pub(crate) reads: AtomicU64,
+    pub(crate) lent: AtomicU64,
     pub(crate) connects: AtomicU64,
     pub(crate) disconnects: AtomicU64,
     /// The I/O threads that panicked (shared with the Pub/Sub layer above,
@@ -295,6 +299,13 @@ pub struct Stats {
     pub bytes_written: u64,
     /// `read` system calls that returned data.
     pub reads: u64,
+    /// Requests their caller wrote and read the reply of itself, on a
+    /// connection its I/O thread had lent ([`Engine::publish_wait`],
+    /// [`Engine::command`]); included in `requests`.
+    ///
+    /// [`Engine::publish_wait`]: crate::Engine::publish_wait
+    /// [`Engine::command`]: crate::Engine::command
+    pub lent: u64,
     /// Successful handshakes (first connects and reconnects).
     pub connects: u64,
     /// Connections lost or closed.
@@ -317,6 +328,7 @@ impl Counters {
             write_would_block: g(&self.write_would_block),
             bytes_written: g(&self.bytes_written),
             reads: g(&self.reads),
+            lent: g(&self.lent),
             connects: g(&self.connects),
             disconnects: g(&self.disconnects),
             thread_panics: self.thread_panics.get(),

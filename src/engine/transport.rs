@@ -45,6 +45,11 @@ impl Transport {
         }
     }
 
+    /// Plain TCP (no TLS session).
+    pub(crate) fn is_plain(&self) -> bool {
+        matches!(self, Transport::Plain(_))
+    }
+
     pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Transport::Plain(s) => s,

@@ -165,6 +165,8 @@ mod kept {
             counters: Default::default(),
             degraded: false,
             kept: sink.map(|s| Arc::downgrade(s) as std::sync::Weak<dyn KeptSink>),
+            lendable: false,
+            lease: Duration::ZERO,
         }
     }
 

@@ -1,0 +1,389 @@
+//! Lending an idle connection to a sequential caller.
+//!
+//! A caller that awaits each reply ([`Engine::publish_wait`],
+//! [`Engine::command`]) costs, on the staging path, an eventfd wake of the
+//! I/O thread, that thread's write, its wait for the reply, its read and a
+//! futex wake of the caller: three context switches and seven or eight
+//! system calls per request, where a tokio client that runs its caller on
+//! the thread that reads the socket needs one and three. So the I/O thread
+//! lends such a connection to its callers while it is idle:
+//!
+//! - **When.** A caller that finds the connection not lent sets `wanted`
+//!   and takes the staging path. The thread lends the connection at the
+//!   end of a turn that leaves it idle: open, plain TCP, nothing awaited,
+//!   unsent or staged, no write waiting for room, no hangup seen, not
+//!   shutting down, and not within [`RELEND`] of a lend it had to cut
+//!   short for another submitter. The outcomes of that turn are delivered
+//!   after the lend (`Later`), so the caller they wake finds it lent.
+//! - **How.** The core and the socket move into [`Lend::slot`]; the
+//!   thread's own registration of the socket drops to `PRIORITY` (errors and
+//!   hangups only: no wake for the replies), and the socket's descriptor is
+//!   registered in the lend's own epoll instance, which the caller waits
+//!   on. A caller holding the slot writes its request, waits on that epoll,
+//!   reads the reply into the core and completes it: `write`, `epoll_wait`,
+//!   `read`, one context switch.
+//! - **Taking it back.** Anything the thread must handle takes the
+//!   connection back ([`Driver`](crate::engine::driver::Driver)'s
+//!   `reclaim`): a staged request, a socket event, a shutdown, a lease left
+//!   unused for [`LEASE`], or a caller that hands it back because it met
+//!   something only the thread handles (a short write, the end of the
+//!   stream, a read error, a timeout, a closed core). The thread sets
+//!   `reclaim`, wakes a caller that is waiting on the lend's epoll (its
+//!   request's reply is then read by the thread), and takes the slot's lock.
+//!   Its registration goes back to `READABLE` (epoll reports what arrived
+//!   meanwhile) and it reads at once.
+//!
+//! Order holds: a caller takes the lend only with nothing awaited, unsent
+//! or staged, so its request is the next one the core matches a reply to,
+//! on either path; a request staged while the lend is held is sent by the
+//! thread after it took the lend back. Callers that find the slot held
+//! stage as before. Request deadlines hold: a caller waits at most until
+//! the core's next deadline, and then runs the core's timeout. Engines
+//! with an [`Observer`](crate::Observer), with TLS, or whose connections
+//! carry cluster publishes never lend.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use parking_lot::Mutex;
+
+use crate::conn::{Connection, Event, Request};
+use crate::engine::pending::{Completion, Kept};
+use crate::engine::runtime;
+use crate::engine::shared::{ConnShared, Counters, UP};
+use crate::engine::transport::Transport;
+use crate::engine::Settings;
+use crate::error::Error;
+
+/// How long a lend may go unused before the thread takes it back (so it
+/// watches an idle connection's socket itself again).
+pub(crate) const LEASE: Duration = Duration::from_millis(20);
+
+/// How long the thread waits before it lends again after it had to cut a
+/// lend short for another submitter (so that contention costs at most one
+/// lend and reclaim, four `epoll_ctl` calls, per this interval).
+pub(crate) const RELEND: Duration = Duration::from_millis(1);
+
+/// The waker's token in the lend's epoll instance.
+const WAKE: Token = Token(0);
+/// The socket's token there.
+const SOCKET: Token = Token(1);
+
+/// The epoll instance a caller waits on, with room for its events. Made
+/// once per connection (at its first lend) and kept by the driver between
+/// lends.
+pub(crate) struct LendPoll {
+    poll: Poll,
+    events: Events,
+}
+
+impl LendPoll {
+    /// A new instance, with the waker the thread uses to cut a wait short
+    /// stored in `lend`.
+    pub(crate) fn new(lend: &Lend) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKE)?;
+        // A connection makes one instance; a second (after a failed
+        // registration) keeps the first waker, which then wakes nobody:
+        // the thread's lock still ends the wait within the caller's
+        // deadline, so do not lend with it.
+        if lend.waker.set(waker).is_err() {
+            return Err(io::Error::other("lend waker already set"));
+        }
+        Ok(LendPoll {
+            poll,
+            events: Events::with_capacity(4),
+        })
+    }
+
+    /// Registers the socket's descriptor (the thread keeps the socket's
+    /// own registration, so this one goes by descriptor).
+    pub(crate) fn watch(&self, socket: &Transport) -> io::Result<()> {
+        let fd = socket.tcp().as_raw_fd();
+        self.poll
+            .registry()
+            .register(&mut SourceFd(&fd), SOCKET, Interest::READABLE)
+    }
+
+    /// Drops the socket's registration.
+    pub(crate) fn unwatch(&self, socket: &Transport) {
+        let fd = socket.tcp().as_raw_fd();
+        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+    }
+}
+
+/// A connection while it is lent.
+pub(crate) struct Lent {
+    pub(crate) core: Connection<Completion>,
+    pub(crate) socket: Transport,
+    pub(crate) poll: LendPoll,
+    /// The request bytes of the current call (kept for its capacity).
+    scratch: Vec<u8>,
+    /// The core reported the connection closed during a caller's turn: the
+    /// thread tears it down when it takes the lend back.
+    pub(crate) closed: Option<Error>,
+    /// A read failed with this (the thread runs it through the core).
+    pub(crate) io_error: Option<io::ErrorKind>,
+    /// A caller met something only the thread handles: take it back now.
+    pub(crate) give_back: bool,
+    /// The end of the last call.
+    pub(crate) used_at: Instant,
+    /// A reply completed during the lend (the connection is healthy).
+    pub(crate) replied: bool,
+    /// The last read filled its room: the socket may hold more.
+    maybe_more: bool,
+}
+
+impl Lent {
+    pub(crate) fn new(
+        core: Connection<Completion>,
+        socket: Transport,
+        poll: LendPoll,
+        scratch: Vec<u8>,
+        now: Instant,
+    ) -> Self {
+        Lent {
+            core,
+            socket,
+            poll,
+            scratch,
+            closed: None,
+            io_error: None,
+            give_back: false,
+            used_at: now,
+            replied: false,
+            maybe_more: false,
+        }
+    }
+
+    /// The request bytes buffer, for the driver to keep.
+    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.scratch)
+    }
+}
+
+/// A connection's lend, as callers and its I/O thread see it.
+#[derive(Default)]
+pub(crate) struct Lend {
+    /// The lent connection (`None` while the thread has it).
+    pub(crate) slot: Mutex<Option<Lent>>,
+    /// Lock-free hint that `slot` holds a lent connection.
+    pub(crate) lent: AtomicBool,
+    /// A caller found the connection not lent: lend it when it is idle.
+    pub(crate) wanted: AtomicBool,
+    /// The thread is taking the lend back: no caller starts a request, and
+    /// one that waits stops waiting.
+    pub(crate) reclaim: AtomicBool,
+    /// A caller handed the lend back (`Lent::give_back`): take it now.
+    pub(crate) handback: AtomicBool,
+    /// Wakes a caller waiting on the lend's epoll instance.
+    pub(crate) waker: OnceLock<Waker>,
+}
+
+/// Whether a lent core can take a request that is matched to the next
+/// reply: ready, open, nothing awaited or unsent.
+fn quiet(core: &Connection<Completion>) -> bool {
+    core.is_ready() && !core.is_closed() && core.pending_len() == 0 && core.unsent_len() == 0
+}
+
+impl ConnShared {
+    /// Sends `request` (its bytes from `encode`) on the lent connection and
+    /// reads until `done` says its completion has its outcome, on this
+    /// thread. `Err` gives the encoder and the request back when the
+    /// connection is not lent to this caller now (then stage them; the
+    /// connection is lent after its next idle turn).
+    ///
+    /// After `Ok` the completion has its outcome, or the thread gives it
+    /// one (a reply it reads after taking the lend back, or a failure).
+    pub(crate) fn call_lent<F>(
+        &self,
+        settings: &Settings,
+        encode: F,
+        request: Request<Completion>,
+        done: impl Fn() -> bool,
+    ) -> Result<(), (F, Request<Completion>)>
+    where
+        F: FnOnce(&mut Vec<u8>),
+    {
+        if !settings.lendable || runtime::on_io_thread() {
+            return Err((encode, request));
+        }
+        let lend = &self.lend;
+        if !lend.lent.load(Ordering::Acquire) {
+            lend.wanted.store(true, Ordering::Relaxed);
+            return Err((encode, request));
+        }
+        if lend.reclaim.load(Ordering::SeqCst) {
+            return Err((encode, request));
+        }
+        let Some(mut guard) = lend.slot.try_lock() else {
+            return Err((encode, request));
+        };
+        let Some(lent) = guard.as_mut() else {
+            lend.wanted.store(true, Ordering::Relaxed);
+            return Err((encode, request));
+        };
+        if lent.give_back || lend.reclaim.load(Ordering::SeqCst) || !quiet(&lent.core) {
+            return Err((encode, request));
+        }
+        {
+            // Staged requests (their thread is about to take the lend back)
+            // go first; a connection that is not up takes nothing here.
+            let staging = self.staging.lock();
+            if !staging.requests.is_empty() || self.state.load(Ordering::Acquire) != UP {
+                return Err((encode, request));
+            }
+        }
+        let now = Instant::now();
+        encode(&mut lent.scratch);
+        lent.core
+            .send_encoded_vec(&mut lent.scratch, std::iter::once(request), now);
+        let counters = &settings.counters;
+        Counters::add(&counters.requests, 1);
+        Counters::add(&counters.lent, 1);
+        let w = lent.socket.write_from(&mut lent.core, now);
+        Counters::add(&counters.writes, w.writes);
+        Counters::add(&counters.bytes_written, w.bytes);
+        if w.blocked {
+            Counters::add(&counters.write_would_block, 1);
+        }
+        if w.blocked || lent.core.unsent_len() > 0 || lent.core.is_closed() {
+            // The rest (or the failure) is the thread's.
+            lent.give_back = true;
+        } else {
+            self.read_lent(lent, settings, &done);
+        }
+        lent.used_at = Instant::now();
+        let give_back = lent.give_back;
+        drop(guard);
+        if give_back {
+            lend.handback.store(true, Ordering::SeqCst);
+            self.thread.notify(self.local);
+        }
+        Ok(())
+    }
+
+    /// Reads replies on the lent connection until `done`, a reason to hand
+    /// it back, or the thread taking it back.
+    fn read_lent(&self, lent: &mut Lent, settings: &Settings, done: &dyn Fn() -> bool) {
+        let counters = &settings.counters;
+        // Right after the write the reply is not in yet: wait first, unless
+        // the last read left bytes behind.
+        let mut read_first = std::mem::take(&mut lent.maybe_more);
+        loop {
+            if read_first {
+                match lent.socket.read_into(&mut lent.core, Instant::now()) {
+                    Ok(0) => {
+                        // The thread reads the end of the stream again.
+                        lent.give_back = true;
+                        return;
+                    }
+                    Ok(_) => {
+                        Counters::add(&counters.reads, 1);
+                        if let Some(closed) = dispatch_lent(self, lent, settings) {
+                            lent.closed = Some(closed);
+                            lent.give_back = true;
+                            return;
+                        }
+                        let drained = lent.socket.drained(&lent.core);
+                        if done() {
+                            lent.maybe_more = !drained;
+                            return;
+                        }
+                        if !drained {
+                            continue;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        lent.io_error = Some(e.kind());
+                        lent.give_back = true;
+                        return;
+                    }
+                }
+            }
+            read_first = true;
+            if self.lend.reclaim.load(Ordering::SeqCst) {
+                return; // the thread reads the reply
+            }
+            let now = Instant::now();
+            let timeout = lent
+                .core
+                .poll_deadline()
+                .map(|d| d.saturating_duration_since(now));
+            if timeout == Some(Duration::ZERO) {
+                lent.core.handle_timeout(now);
+                if let Some(closed) = dispatch_lent(self, lent, settings) {
+                    lent.closed = Some(closed);
+                    lent.give_back = true;
+                }
+                if !done() {
+                    lent.give_back = true;
+                }
+                return;
+            }
+            let LendPoll { poll, events } = &mut lent.poll;
+            match poll.poll(events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    lent.give_back = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Hands the lent core's events to their completions (only the caller's
+/// own request is in flight). Returns the error when the core reports the
+/// connection closed.
+fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> Option<Error> {
+    let addr = shared.info.addr;
+    // Lent connections carry no kept publishes: an empty queue to satisfy
+    // the completions' signature (it allocates nothing).
+    let mut kept = Kept::default();
+    let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let mut closed = None;
+    while let Some(ev) = lent.core.poll_event() {
+        match ev {
+            // The handshake is over before a connection is lent.
+            Event::Connected { .. } => {}
+            Event::Reply { user, reply } => {
+                replies += 1;
+                if user.complete(addr, &reply, settings, &mut kept) {
+                    errors += 1;
+                }
+            }
+            // No observer on a lending engine: pushes are only counted.
+            Event::Push { push, completes, .. } => {
+                pushes += 1;
+                if let Some(user) = completes {
+                    replies += 1;
+                    user.complete(addr, &push, settings, &mut kept);
+                }
+            }
+            Event::Failed { user, error } => {
+                failed += 1;
+                let e = Error::from_conn(addr, error, settings.connect_timeout);
+                user.fail(e, settings, &mut kept);
+            }
+            Event::Closed { error } => {
+                closed = Some(Error::from_conn(addr, error, settings.connect_timeout));
+            }
+        }
+    }
+    lent.replied |= replies > 0;
+    let c = &settings.counters;
+    Counters::add(&c.replies, replies);
+    Counters::add(&c.error_replies, errors);
+    Counters::add(&c.pushes, pushes);
+    Counters::add(&c.failed, failed);
+    closed
+}

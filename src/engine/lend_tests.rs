@@ -1,0 +1,319 @@
+//! Lent connections (`lend.rs`): a sequential caller writes and reads on
+//! its own thread; order, timeouts, lost connections, contention and
+//! shutdown hold as on the staging path.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use resp::Value;
+use testkit::{kinds, Client, FakeServer, Server, Step};
+
+use crate::{Engine, Error, PublishOptions};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Long enough that a lend is not taken back for going unused while a
+/// test looks at it.
+const LONG_LEASE: Duration = Duration::from_secs(60);
+
+fn engine(addr: std::net::SocketAddr) -> Engine {
+    Engine::builder()
+        .address(addr.to_string())
+        .io_threads(1)
+        .lease(LONG_LEASE)
+        .build()
+        .unwrap()
+}
+
+fn is_lent(e: &Engine) -> bool {
+    e.inner.servers[0].conns[0]
+        .lend
+        .lent
+        .load(std::sync::atomic::Ordering::Acquire)
+}
+
+fn await_lent(e: &Engine) {
+    testkit::wait_for("the connection lent", BOUND, || Ok(is_lent(e).then_some(()))).unwrap();
+}
+
+fn subscriber(addr: std::net::SocketAddr, channel: &[u8]) -> Client {
+    let mut sub = Client::connect(addr).unwrap();
+    sub.set_timeout(BOUND).unwrap();
+    sub.send(&[b"SUBSCRIBE", channel]).unwrap();
+    let confirm = sub.read_value().unwrap();
+    assert!(matches!(confirm, Value::Array(_)), "{confirm:?}");
+    sub
+}
+
+/// The payloads a subscriber reads, in order.
+fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| match sub.read_value().unwrap() {
+            Value::Array(mut parts) if parts.len() == 3 => match parts.pop() {
+                Some(Value::Bulk(p)) => p,
+                other => panic!("not a message payload: {other:?}"),
+            },
+            other => panic!("not a message: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_sequential_caller_writes_and_reads_itself_and_every_message_arrives_in_order() {
+    const N: usize = 600;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"lend");
+        let e = engine(server.addr());
+        let before = e.stats();
+        let mut sent = Vec::new();
+        for i in 0..N {
+            let p = format!("w{i}").into_bytes();
+            if i % 50 == 49 {
+                // Other traffic on the connection takes the lend back;
+                // the order of the two paths still holds.
+                e.publish(b"lend", &p).unwrap();
+            } else if i % 100 == 30 {
+                assert_eq!(
+                    e.command(["PING"]).unwrap(),
+                    Value::Simple(b"PONG".to_vec()),
+                    "{kind:?}"
+                );
+                let n = e.publish_wait(b"lend", &p, PublishOptions::classic());
+                assert_eq!(n.unwrap(), 1, "{kind:?}: one subscriber");
+            } else {
+                let n = e.publish_wait(b"lend", &p, PublishOptions::classic());
+                assert_eq!(n.unwrap(), 1, "{kind:?}: one subscriber");
+            }
+            sent.push(p);
+        }
+        assert_eq!(read_payloads(&mut sub, N), sent, "{kind:?}: in order");
+        let s = e.stats();
+        let lent = s.lent - before.lent;
+        eprintln!(
+            "{kind:?}: {lent} of {} requests lent, {} writes, {} reads",
+            s.requests - before.requests,
+            s.writes - before.writes,
+            s.reads - before.reads
+        );
+        // Each fire-and-forget publish (12) takes the lend back and keeps
+        // it for one LEASE after; the rest of the sequential calls are
+        // lent. A staging path for all would lend none.
+        assert!(lent >= N as u64 / 2, "{kind:?}: {lent} of {N} lent");
+        assert_eq!(s.failed, before.failed, "{kind:?}");
+        assert_eq!(s.error_replies, before.error_replies, "{kind:?}");
+    }
+}
+
+#[test]
+fn two_sequential_callers_share_the_connection_in_order() {
+    const N: usize = 300;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"lend2");
+        let e = Arc::new(engine(server.addr()));
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let e = Arc::clone(&e);
+                std::thread::spawn(move || {
+                    for i in 0..N {
+                        let p = format!("{t}:{i}");
+                        let n = e.publish_wait(b"lend2", p.as_bytes(), PublishOptions::classic());
+                        assert_eq!(n.unwrap(), 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let got = read_payloads(&mut sub, 2 * N);
+        for t in 0..2 {
+            let mine: Vec<String> = got
+                .iter()
+                .map(|p| String::from_utf8(p.clone()).unwrap())
+                .filter(|p| p.starts_with(&format!("{t}:")))
+                .collect();
+            let want: Vec<String> = (0..N).map(|i| format!("{t}:{i}")).collect();
+            assert_eq!(mine, want, "{kind:?}: caller {t} in order, none lost");
+        }
+        eprintln!("{kind:?}: {} of {} lent", e.stats().lent, 2 * N);
+    }
+}
+
+#[test]
+fn a_caller_waiting_on_the_lend_gives_way_to_another_submitter() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = Arc::new(engine(server.addr()));
+        // Warm up: the connection is lent after this reply.
+        e.command(["PING"]).unwrap();
+        await_lent(&e);
+        let lent_before = e.stats().lent;
+        let blocked = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                // Waits on the lent connection for up to 3 s.
+                let r = e.command(["BLPOP", "lend-nothing", "3"]);
+                (r, Instant::now())
+            })
+        };
+        testkit::wait_for("the BLPOP lent", BOUND, || {
+            Ok((e.stats().lent > lent_before).then_some(()))
+        })
+        .unwrap();
+        // Staged behind the BLPOP: the thread takes the lend back (waking
+        // the waiting caller) and sends it; its reply follows the BLPOP's.
+        let started = Instant::now();
+        let n = e.publish_wait(b"lend3", b"x", PublishOptions::classic());
+        let done = Instant::now();
+        assert_eq!(n.unwrap(), 0, "{kind:?}");
+        let (r, blpop_done) = blocked.join().unwrap();
+        assert_eq!(r.unwrap(), Value::Null, "{kind:?}: BLPOP timed out empty");
+        // Replies come in request order: the publish completed after the
+        // BLPOP's reply, read by the thread once it had the lend back.
+        assert!(done >= blpop_done, "{kind:?}");
+        eprintln!(
+            "{kind:?}: publish behind a lent BLPOP answered after {:?}",
+            done - started
+        );
+        // And the connection serves sequential callers again.
+        for _ in 0..50 {
+            e.publish_wait(b"lend3", b"y", PublishOptions::classic())
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_lent_request_still_times_out() {
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    let mut ping = Vec::new();
+    resp::encode_command(&mut ping, [&b"PING"[..]]);
+    // Answers the handshake and the first PING, takes the second and never
+    // answers it.
+    let script = vec![
+        Step::expect(hello),
+        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
+        Step::expect(&ping),
+        Step::send(&b"+PONG\r\n"[..]),
+        Step::expect(&ping),
+        Step::Silence,
+    ];
+    let fake = FakeServer::start_each(vec![script]).unwrap();
+    let timeout = Duration::from_millis(300);
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .request_timeout(timeout)
+        .reconnect_backoff(Duration::from_secs(30), Duration::from_secs(60))
+        .lease(LONG_LEASE)
+        .build()
+        .unwrap();
+    assert_eq!(e.command(["PING"]).unwrap(), Value::Simple(b"PONG".to_vec()));
+    await_lent(&e);
+    let started = Instant::now();
+    let result = e.command(["PING"]);
+    let took = started.elapsed();
+    eprintln!("unanswered lent PING: {result:?} after {took:?}");
+    assert_eq!(e.stats().lent, 1, "the second PING was lent");
+    assert!(
+        matches!(result, Err(Error::Timeout { after, .. }) if after == timeout),
+        "{result:?}"
+    );
+    assert!(took >= timeout, "{took:?}");
+    // The thread tears the connection down (a timed-out request leaves
+    // its reply unmatched) and counts it.
+    testkit::wait_for("the disconnect", BOUND, || {
+        Ok((e.stats().disconnects == 1).then_some(()))
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_connection_killed_while_lent_is_seen_and_replaced() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = Engine::builder()
+            .address(server.addr().to_string())
+            .io_threads(1)
+            .client_name("lend-kill")
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .build()
+            .unwrap();
+        // Lent right before the kill (a lend unused for LEASE goes back to
+        // the thread: on a slow machine, call again).
+        let lent = &e.inner.servers[0].conns[0].lend.lent;
+        let mut tries = 0;
+        loop {
+            for _ in 0..5 {
+                e.publish_wait(b"k", b"x", PublishOptions::classic())
+                    .unwrap();
+            }
+            tries += 1;
+            if lent.load(std::sync::atomic::Ordering::Acquire) || tries == 20 {
+                break;
+            }
+        }
+        assert!(lent.load(std::sync::atomic::Ordering::Acquire), "{kind:?}");
+        let mut admin = Client::connect(server.addr()).unwrap();
+        let killed = admin
+            .cmd(&[b"CLIENT", b"KILL", b"SKIPME", b"yes", b"TYPE", b"normal"])
+            .unwrap();
+        assert_eq!(killed, Value::Integer(1), "{kind:?}");
+        // No call comes: the thread sees the end itself (the lend goes
+        // unused, the thread takes it back and reads the end of stream).
+        testkit::wait_for("the disconnect seen", BOUND, || {
+            Ok((e.stats().disconnects == 1).then_some(()))
+        })
+        .unwrap();
+        testkit::wait_for("the reconnect", BOUND, || {
+            Ok((e.stats().connects == 2).then_some(()))
+        })
+        .unwrap();
+        let r = e.publish_wait(b"k", b"y", PublishOptions::classic());
+        assert!(matches!(r, Ok(0)), "{kind:?}: {r:?}");
+        // Killed again in the middle of sequential calls: each call gets
+        // its reply or an error, none hangs, and calls succeed again.
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            admin
+                .cmd(&[b"CLIENT", b"KILL", b"SKIPME", b"yes", b"TYPE", b"normal"])
+                .unwrap()
+        });
+        let (mut ok, mut failed) = (0, 0);
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            match e.publish_wait(b"k", b"z", PublishOptions::classic()) {
+                Ok(_) => ok += 1,
+                Err(Error::ConnectionLost { .. } | Error::NotConnected { .. }) => failed += 1,
+                Err(other) => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        assert_eq!(killer.join().unwrap(), Value::Integer(1), "{kind:?}");
+        eprintln!("{kind:?}: around the kill {ok} published, {failed} failed");
+        testkit::wait_for("publishing again", BOUND, || {
+            Ok(e.publish_wait(b"k", b"w", PublishOptions::classic()).ok())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn shutdown_takes_a_lent_connection_back() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = engine(server.addr());
+        for _ in 0..5 {
+            e.publish_wait(b"s", b"x", PublishOptions::classic())
+                .unwrap();
+        }
+        assert!(is_lent(&e), "{kind:?}");
+        e.shutdown();
+        let r = e.publish_wait(b"s", b"y", PublishOptions::classic());
+        assert!(matches!(r, Err(Error::Shutdown)), "{kind:?}: {r:?}");
+        let r = e.command(["PING"]);
+        assert!(matches!(r, Err(Error::Shutdown)), "{kind:?}: {r:?}");
+    }
+}
