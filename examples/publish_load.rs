@@ -107,8 +107,7 @@ fn main() {
                     // NotConnected cannot happen here unless the server dies.
                     if wait {
                         engine
-                            .publish_pending(channel.as_bytes(), &body, PublishOptions::classic())
-                            .wait()
+                            .publish_wait(channel.as_bytes(), &body, PublishOptions::classic())
                             .expect("publish");
                     } else {
                         engine.publish(channel.as_bytes(), &body).expect("publish");

@@ -187,14 +187,14 @@ impl Driver {
             self.lend_poll = Some(poll);
             return;
         }
-        // Errors and hangups only: the replies are the caller's to read.
-        if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, Interest::PRIORITY) {
+        // The thread stops watching the socket (not even a wake per reply
+        // that it would not report, as a `PRIORITY` registration costs):
+        // the replies are the caller's to read, and the thread looks again
+        // when it takes the lend back.
+        if let Err(e) = registry.deregister(socket.tcp_mut()) {
             log::debug!("no lend of {}: {e}", self.shared.info.addr);
             poll.unwatch(socket);
             self.lend_poll = Some(poll);
-            // The registration is in doubt: the thread reads now and
-            // registers again at its next write turn.
-            let _ = registry.reregister(socket.tcp_mut(), self.token, Interest::READABLE);
             return;
         }
         let (Some(core), Some(socket)) = (self.core.take(), self.socket.take()) else {
@@ -248,7 +248,8 @@ impl Driver {
             ..
         } = lent;
         self.lend_poll = Some(poll);
-        if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, Interest::READABLE) {
+        // Registered again, epoll reports what arrived meanwhile.
+        if let Err(e) = registry.register(socket.tcp_mut(), self.token, Interest::READABLE) {
             core.handle_io_error(e.kind(), now);
         }
         if let Some(kind) = io_error {
@@ -428,7 +429,8 @@ impl Driver {
         hangup: bool,
         now: Instant,
     ) {
-        // Lent, the socket reports errors and hangups only.
+        // Not while lent (the socket is not registered then); an event
+        // of the poll that came before the lend is taken as it comes.
         self.reclaim(registry, now, false);
         self.begin_turn();
         self.hangup |= hangup;

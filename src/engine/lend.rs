@@ -16,10 +16,11 @@
 //!   short for another submitter. The outcomes of that turn are delivered
 //!   after the lend (`Later`), so the caller they wake finds it lent.
 //! - **How.** The core and the socket move into [`Lend::slot`]; the
-//!   thread's own registration of the socket drops to `PRIORITY` (errors and
-//!   hangups only: no wake for the replies), and the socket's descriptor is
-//!   registered in the lend's own epoll instance, which the caller waits
-//!   on. A caller holding the slot writes its request, waits on that epoll,
+//!   thread deregisters the socket from its own epoll instance (a
+//!   `PRIORITY`-only registration would still wake it, inside the kernel,
+//!   for every reply: a socket's data-ready wake carries `EPOLLPRI`), and
+//!   the socket's descriptor is registered in the lend's own epoll
+//!   instance, which the caller waits on. A caller holding the slot writes its request, waits on that epoll,
 //!   reads the reply into the core and completes it: `write`, `epoll_wait`,
 //!   `read`, one context switch.
 //! - **Taking it back.** Anything the thread must handle takes the
@@ -30,8 +31,10 @@
 //!   stream, a read error, a timeout, a closed core). The thread sets
 //!   `reclaim`, wakes a caller that is waiting on the lend's epoll (its
 //!   request's reply is then read by the thread), and takes the slot's lock.
-//!   Its registration goes back to `READABLE` (epoll reports what arrived
-//!   meanwhile) and it reads at once.
+//!   It registers the socket again (epoll reports what arrived meanwhile)
+//!   and reads at once. While lent, the thread sees a hangup only through
+//!   a caller or when it takes an unused lend back, at most [`LEASE`] after
+//!   the last call.
 //!
 //! Order holds: a caller takes the lend only with nothing awaited, unsent
 //! or staged, so its request is the next one the core matches a reply to,
@@ -362,7 +365,9 @@ fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> O
                 }
             }
             // No observer on a lending engine: pushes are only counted.
-            Event::Push { push, completes, .. } => {
+            Event::Push {
+                push, completes, ..
+            } => {
                 pushes += 1;
                 if let Some(user) = completes {
                     replies += 1;

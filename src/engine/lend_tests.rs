@@ -33,7 +33,12 @@ fn is_lent(e: &Engine) -> bool {
 }
 
 fn await_lent(e: &Engine) {
-    testkit::wait_for("the connection lent", BOUND, || Ok(is_lent(e).then_some(()))).unwrap();
+    testkit::wait_for(
+        "the connection lent",
+        BOUND,
+        || Ok(is_lent(e).then_some(())),
+    )
+    .unwrap();
 }
 
 fn subscriber(addr: std::net::SocketAddr, channel: &[u8]) -> Client {
@@ -211,7 +216,10 @@ fn a_lent_request_still_times_out() {
         .lease(LONG_LEASE)
         .build()
         .unwrap();
-    assert_eq!(e.command(["PING"]).unwrap(), Value::Simple(b"PONG".to_vec()));
+    assert_eq!(
+        e.command(["PING"]).unwrap(),
+        Value::Simple(b"PONG".to_vec())
+    );
     await_lent(&e);
     let started = Instant::now();
     let result = e.command(["PING"]);

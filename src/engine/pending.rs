@@ -438,7 +438,9 @@ impl Completion {
         let err = error_text(&reply.frame);
         let is_err = err.is_some();
         match self {
-            Completion::Integer(slot) => later.push(Later::Integer(slot, integer(addr, err, reply))),
+            Completion::Integer(slot) => {
+                later.push(Later::Integer(slot, integer(addr, err, reply)))
+            }
             Completion::Value(slot) => later.push(Later::Value(
                 slot,
                 match err {
@@ -461,7 +463,9 @@ impl Completion {
         later: Option<&mut Vec<Later>>,
     ) {
         match (self, later) {
-            (Completion::Integer(slot), Some(later)) => later.push(Later::Integer(slot, Err(error))),
+            (Completion::Integer(slot), Some(later)) => {
+                later.push(Later::Integer(slot, Err(error)))
+            }
             (Completion::Value(slot), Some(later)) => later.push(Later::Value(slot, Err(error))),
             (other, _) => other.fail(error, settings, kept),
         }

@@ -9,8 +9,9 @@
 //! `conc == 1` a single task keeping `WINDOW` publishes in flight.
 //!
 //! Sequential mode (`sequential`): every submitter awaits each publish's
-//! reply before the next one (shardsub: `publish_pending(..).wait()` on a
-//! thread; the peers: a spawned task `.await`ing each), `conc == 1`
+//! reply before the next one (shardsub: `publish_wait` on a thread, which
+//! writes and reads on the caller's thread while the connection is lent to
+//! it; the peers: a spawned task `.await`ing each), `conc == 1`
 //! included.
 
 use std::process::{Command, Stdio};
@@ -204,9 +205,17 @@ impl Clients {
                         for i in 0..per {
                             let channel =
                                 self.names[(i as usize * threads + t) % CHANNELS].as_bytes();
-                            if sequential || i + 1 == per {
-                                // Sequential: await each. Otherwise replies
-                                // come in order: this one is the last.
+                            if sequential {
+                                self.engine
+                                    .publish_wait(
+                                        channel,
+                                        &self.payload,
+                                        PublishOptions::classic(),
+                                    )
+                                    .map_err(|e| format!("shardsub: {e}"))?;
+                            } else if i + 1 == per {
+                                // Replies come in order: this one is the
+                                // last.
                                 self.engine
                                     .publish_pending(
                                         channel,
