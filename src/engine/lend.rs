@@ -203,11 +203,14 @@ impl ConnShared {
     ///
     /// After `Ok` the completion has its outcome, or the thread gives it
     /// one (a reply it reads after taking the lend back, or a failure).
+    /// `until`: the caller stops reading then (its wait is over) and hands
+    /// the lend back, so the thread reads the reply.
     pub(crate) fn call_lent<F>(
         &self,
         settings: &Settings,
         encode: F,
         request: Request<Completion>,
+        until: Option<Instant>,
         done: impl Fn() -> bool,
     ) -> Result<(), (F, Request<Completion>)>
     where
@@ -259,7 +262,7 @@ impl ConnShared {
             // The rest (or the failure) is the thread's.
             lent.give_back = true;
         } else {
-            self.read_lent(lent, settings, &done);
+            self.read_lent(lent, settings, until, &done);
         }
         lent.used_at = Instant::now();
         let give_back = lent.give_back;
@@ -273,7 +276,13 @@ impl ConnShared {
 
     /// Reads replies on the lent connection until `done`, a reason to hand
     /// it back, or the thread taking it back.
-    fn read_lent(&self, lent: &mut Lent, settings: &Settings, done: &dyn Fn() -> bool) {
+    fn read_lent(
+        &self,
+        lent: &mut Lent,
+        settings: &Settings,
+        until: Option<Instant>,
+        done: &dyn Fn() -> bool,
+    ) {
         let counters = &settings.counters;
         // Right after the write the reply is not in yet: wait first, unless
         // the last read left bytes behind.
@@ -316,10 +325,13 @@ impl ConnShared {
                 return; // the thread reads the reply
             }
             let now = Instant::now();
-            let timeout = lent
-                .core
-                .poll_deadline()
-                .map(|d| d.saturating_duration_since(now));
+            if until.is_some_and(|u| u <= now) {
+                // The caller stops waiting: the reply is the thread's.
+                lent.give_back = true;
+                return;
+            }
+            let deadline = lent.core.poll_deadline();
+            let timeout = deadline.map(|d| d.saturating_duration_since(now));
             if timeout == Some(Duration::ZERO) {
                 lent.core.handle_timeout(now);
                 if let Some(closed) = dispatch_lent(self, lent, settings) {
@@ -331,6 +343,11 @@ impl ConnShared {
                 }
                 return;
             }
+            let wake_at = match (deadline, until) {
+                (Some(d), Some(u)) => Some(d.min(u)),
+                (d, u) => d.or(u),
+            };
+            let timeout = wake_at.map(|d| d.saturating_duration_since(now));
             let LendPoll { poll, events } = &mut lent.poll;
             match poll.poll(events, timeout) {
                 Ok(()) => {}

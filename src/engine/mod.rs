@@ -367,27 +367,59 @@ impl Engine {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<i64, Error> {
+        self.publish_wait_within(channel, payload, options, None)
+    }
+
+    /// [`Engine::publish_wait`], waiting at most `timeout` when given
+    /// ([`Error::WaitTimeout`] after it).
+    pub(crate) fn publish_wait_within(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+        timeout: Option<Duration>,
+    ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
         let cmd: &[u8] = if options.sharded {
             b"SPUBLISH"
         } else {
             b"PUBLISH"
         };
+        let until = timeout.map(|t| (Instant::now() + t, t));
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot.clone()));
         let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
-        if let Err((encode, request)) =
-            conn.call_lent(&self.inner.settings, encode, request, || slot.is_done())
-        {
+        let lent = conn.call_lent(
+            &self.inner.settings,
+            encode,
+            request,
+            until.map(|(at, _)| at),
+            || slot.is_done(),
+        );
+        if let Err((encode, request)) = lent {
             drop(slot);
             if let Err((req, e)) = conn.submit(encode, request) {
                 req.user.fail_unstaged(e);
             }
         }
-        pending.wait()
+        match until {
+            None => pending.wait(),
+            Some((at, t)) => {
+                match pending.wait_timeout(at.saturating_duration_since(Instant::now())) {
+                    Err(Error::WaitTimeout { .. }) => Err(Error::WaitTimeout { after: t }),
+                    other => other,
+                }
+            }
+        }
     }
 
     /// Sends any command to the first server and waits for its reply.
+    ///
+    /// A sequential caller: like [`Engine::publish_wait`], it may write and
+    /// read on this thread while the connection is lent to it. A blocking
+    /// command (`BLPOP`) holds the lent connection only until another
+    /// request needs it; that request then waits for the blocking one's
+    /// reply, since replies come in order.
     ///
     /// Do not call this from an [`Observer`] or a [`Pending::then`]
     /// callback: those run on the I/O thread that would deliver the reply.
@@ -404,10 +436,7 @@ impl Engine {
         I::Item: AsRef<[u8]>,
     {
         // A sequential caller: the lend of `publish_wait` applies.
-        let conn = match self.route_server(0) {
-            Ok(c) => c,
-            Err(e) => return Err(e),
-        };
+        let conn = self.route_server(0)?;
         let (pending, slot) = Pending::new();
         let request = Request {
             user: Completion::Value(slot.clone()),
@@ -415,7 +444,9 @@ impl Engine {
         };
         let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, args);
         if let Err((encode, request)) =
-            conn.call_lent(&self.inner.settings, encode, request, || slot.is_done())
+            conn.call_lent(&self.inner.settings, encode, request, None, || {
+                slot.is_done()
+            })
         {
             drop(slot);
             if let Err((req, e)) = conn.submit(encode, request) {

@@ -117,23 +117,25 @@ impl Fixed {
         timeout: Duration,
     ) -> Result<i64, Error> {
         let options = PublishOptions::classic();
-        let pending = if let Some(o) = self.sub.shared.config.history.of(channel) {
+        let r = if let Some(o) = self.sub.shared.config.history.of(channel) {
             let (pending, slot) = crate::engine::Pending::new();
             let env = self.envelope_us();
             let done = move |r| slot.complete(r);
             let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, done);
-            pending
+            pending.wait_timeout(timeout)
         } else if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
                 envelope::encode_into(&mut b, payload, now_us());
-                self.publ.publish_pending(channel, &b, options)
+                self.publ
+                    .publish_wait_within(channel, &b, options, Some(timeout))
             })
         } else {
-            self.publ.publish_pending(channel, payload, options)
+            // A sequential caller: the engine may lend it the connection.
+            self.publ
+                .publish_wait_within(channel, payload, options, Some(timeout))
         };
-        let r = pending.wait_timeout(timeout);
         let c = &self.sub.shared.counters;
         match &r {
             Ok(_) => add(&c.published, 1),
