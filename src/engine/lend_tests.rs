@@ -333,3 +333,65 @@ fn shutdown_takes_a_lent_connection_back() {
         assert!(matches!(r, Err(Error::Shutdown)), "{kind:?}: {r:?}");
     }
 }
+
+#[test]
+fn a_caller_that_stops_waiting_hands_the_lend_back() {
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    let mut ping = Vec::new();
+    resp::encode_command(&mut ping, [&b"PING"[..]]);
+    let mut publish = Vec::new();
+    resp::encode_command(&mut publish, [&b"PUBLISH"[..], b"c", b"x"]);
+    // Answers the handshake and a PING, takes a publish and never answers.
+    let script = vec![
+        Step::expect(hello),
+        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
+        Step::expect(&ping),
+        Step::send(&b"+PONG\r\n"[..]),
+        Step::expect(&publish),
+        Step::Silence,
+    ];
+    let fake = FakeServer::start_each(vec![script]).unwrap();
+    let e = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .request_timeout(Duration::from_secs(30))
+        .lease(LONG_LEASE)
+        .build()
+        .unwrap();
+    e.command(["PING"]).unwrap();
+    await_lent(&e);
+    let wait = Duration::from_millis(200);
+    let started = Instant::now();
+    let r = e.publish_wait_within(b"c", b"x", PublishOptions::classic(), Some(wait));
+    let took = started.elapsed();
+    assert!(
+        matches!(r, Err(Error::WaitTimeout { after }) if after == wait),
+        "{r:?}"
+    );
+    assert!(took >= wait, "{took:?}");
+    assert_eq!(e.stats().lent, 1, "the publish was lent");
+    // The caller handed the lend back: the thread, not the caller, waits
+    // for that reply now.
+    testkit::wait_for("the lend handed back", BOUND, || {
+        Ok((!is_lent(&e)).then_some(()))
+    })
+    .unwrap();
+}
+
+#[test]
+fn every_sequential_call_after_the_first_is_lent() {
+    const N: u64 = 200;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = engine(server.addr());
+        for _ in 0..N {
+            let n = e.publish_wait(b"first", b"x", PublishOptions::classic());
+            assert_eq!(n.unwrap(), 0, "{kind:?}");
+        }
+        // The first goes through the thread, which lends the connection
+        // before it completes that call (its outcome is held back to the
+        // end of the turn), so the caller finds it lent from then on.
+        assert_eq!(e.stats().lent, N - 1, "{kind:?}");
+    }
+}
