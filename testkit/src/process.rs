@@ -44,24 +44,34 @@ impl Drop for TempDir {
     }
 }
 
-/// A loopback port that was free a moment ago (the OS picked it for a
-/// listener we then closed). With `bus`, port + 10000 (the cluster bus) must
-/// be free as well.
+/// Where server ports are picked: below the kernel's ephemeral range
+/// (32768 and up by default), bus port (+ 10000) included, so that a port
+/// a killed server had is not taken by some client's outgoing connection
+/// before the server restarts on it (that happened: "bind: Address already
+/// in use" on a chaos restart).
+const PORTS: std::ops::Range<u16> = 12_000..22_700;
+
+/// A loopback port that was free a moment ago (a listener bound it and
+/// closed it), outside the ephemeral range (see [`PORTS`]). With `bus`,
+/// port + 10000 (the cluster bus) must be free as well.
 pub(crate) fn free_port(bus: bool) -> Result<u16, Error> {
-    for _ in 0..64 {
-        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| Error::io("bind 127.0.0.1:0", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| Error::io("local_addr", e))?
-            .port();
-        if !bus {
-            return Ok(port);
-        }
-        let Some(bus_port) = port.checked_add(10_000) else {
-            continue;
-        };
-        if TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, bus_port)).is_ok() {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // A different walk per process (tests run as many processes at once)
+    // and per call.
+    let seed = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let span = u64::from(PORTS.end - PORTS.start);
+    for _ in 0..256 {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut x = seed ^ k.wrapping_mul(0xD1B5_4A32_D192_ED03);
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 29;
+        let port = PORTS.start + (x % span) as u16;
+        let free = |p: u16| TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p)).is_ok();
+        if free(port) && (!bus || free(port + 10_000)) {
             return Ok(port);
         }
     }
