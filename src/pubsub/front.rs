@@ -169,9 +169,7 @@ impl Front {
     pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) {
         crate::metrics::add(&self.counters.confirmations, 1);
         if self.registry.confirm(lane, channel) {
-            if let Some(q) = self.queue_of(channel) {
-                q.push_confirmed(channel, self.active_events);
-            }
+            self.push_active(channel);
             self.active.wake();
         }
     }

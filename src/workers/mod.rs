@@ -66,11 +66,8 @@ enum Item {
         id: u64,
         result: Result<History, Error>,
     },
-    /// The channel's subscription is active (`buf` holds its name):
-    /// `tell` the handler, and for a recoverable channel, read its history
-    /// again if a gap came since its last confirmation (see
-    /// [`recovery::Tracker::handle_confirmed`]).
-    Active { buf: Vec<u8>, tell: bool },
+    /// The channel's subscription is active (`buf` holds its name).
+    Active { buf: Vec<u8> },
     /// Channels resubscribed after a loss.
     Gap {
         server: Option<std::net::SocketAddr>,
@@ -283,22 +280,11 @@ impl Queue {
 
     /// Queues an "active" event (never dropped while open).
     pub(crate) fn push_active(&self, channel: &[u8]) {
-        self.push_confirmed(channel, true);
-    }
-
-    /// The server confirmed `channel`'s subscription: queues an "active"
-    /// event when `tell`, or a recoverable channel's confirmation (its
-    /// recovery reads again after a gap), never dropped while open.
-    pub(crate) fn push_confirmed(&self, channel: &[u8], tell: bool) {
-        let recoverable = self.reader.get().is_some_and(|r| r.recoverable(channel));
-        if !tell && !recoverable {
-            return;
-        }
         self.push(
             |mut buf| {
                 buf.clear();
                 buf.extend_from_slice(channel);
-                Item::Active { buf, tell }
+                Item::Active { buf }
             },
             None,
         );
@@ -586,19 +572,9 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                     }
                 }
                 Item::Recovered { .. } => Ok(()), // taken above
-                Item::Active { buf, tell } => {
-                    if q.reader.get().is_some_and(|r| r.recoverable(buf)) {
-                        tracker.handle_confirmed(buf, &mut actions);
-                        carry_out(q, handler, buf, &mut actions, &mut delivered);
-                    }
-                    if *tell {
-                        catch_unwind(AssertUnwindSafe(|| {
-                            handler.on_event(Event::Active { channel: buf })
-                        }))
-                    } else {
-                        Ok(())
-                    }
-                }
+                Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::Active { channel: buf })
+                })),
                 Item::Gap { server, channels } => {
                     add(&counters.gaps, 1);
                     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -637,7 +613,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 );
             }
             match item {
-                Item::Message { buf, .. } | Item::Active { buf, .. }
+                Item::Message { buf, .. } | Item::Active { buf }
                     if buf.capacity() <= KEEP_BUFFER =>
                 {
                     spent.push(buf)

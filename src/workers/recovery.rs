@@ -68,9 +68,6 @@ struct Chan {
     /// The last read failed and said so: further failures before a read
     /// succeeds are the same outage, and give no further event.
     read_failed: bool,
-    /// A gap came since the subscription's last confirmation: read again
-    /// once it is confirmed (see [`Tracker::handle_confirmed`]).
-    unconfirmed_gap: bool,
     /// The earlier epochs the last read that crossed into a new epoch
     /// named, with where each ended: their late live messages are
     /// duplicates up to that end.
@@ -189,25 +186,18 @@ impl Tracker {
         let Some(c) = self.chans.get_mut(channel) else {
             return; // nothing delivered yet: nothing to recover from
         };
-        c.unconfirmed_gap = true;
-        start_read(c, id, out);
-    }
-
-    /// The server confirmed `channel`'s subscription. A gap's event (and
-    /// its read) comes before the resubscribe goes out, so the read may
-    /// run on the server before the new subscription does: a message
-    /// published in between would be in neither, and with no later message
-    /// to show the jump in offsets it would be lost. After a gap, read once
-    /// more now: what was published before the confirmation is in the
-    /// history by now, and what comes after arrives live (duplicates are
-    /// skipped by offset).
-    pub(crate) fn handle_confirmed(&mut self, channel: &[u8], out: &mut Vec<Action>) {
-        let id = self.id();
-        let Some(c) = self.chans.get_mut(channel) else {
-            return;
-        };
-        if std::mem::take(&mut c.unconfirmed_gap) {
-            start_read(c, id, out);
+        match (&mut c.reading, c.last) {
+            (Some(r), _) => r.again = true,
+            (None, Some(since)) => {
+                c.reading = Some(Reading {
+                    id,
+                    since,
+                    held: VecDeque::new(),
+                    again: false,
+                });
+                out.push(Action::Read { since, id });
+            }
+            (None, None) => {}
         }
     }
 
@@ -472,21 +462,3 @@ fn step(
 #[cfg(test)]
 #[path = "recovery_tests.rs"]
 mod tests;
-
-/// Reads what follows `c`'s last offset as read `id`, or once more after
-/// the read that is out (nothing before a first message).
-fn start_read(c: &mut Chan, id: u64, out: &mut Vec<Action>) {
-    match (&mut c.reading, c.last) {
-        (Some(r), _) => r.again = true,
-        (None, Some(since)) => {
-            c.reading = Some(Reading {
-                id,
-                since,
-                held: VecDeque::new(),
-                again: false,
-            });
-            out.push(Action::Read { since, id });
-        }
-        (None, None) => {}
-    }
-}

@@ -348,30 +348,3 @@ fn a_history_moved_without_the_last_writes_does_not_skip_the_new_offsets() {
     assert!(!msg(&mut t, 9, &mut out), "and only once");
     assert!(out.is_empty(), "{out:?}");
 }
-
-#[test]
-fn a_gap_reads_once_more_when_the_resubscribe_is_confirmed() {
-    let (mut t, mut out) = (Tracker::default(), Vec::new());
-    assert!(msg(&mut t, 1, &mut out));
-    t.handle_confirmed(b"c", &mut out);
-    assert!(out.is_empty(), "no gap: a confirmation reads nothing");
-    // The gap's read ran on the server before the new subscription did:
-    // it found nothing after 1.
-    t.handle_gap(b"c", &mut out);
-    let id = read_id(&out);
-    out.clear();
-    t.handle_read(b"c", id, page(2, 1, true, E), &mut out);
-    assert!(out.is_empty(), "{:?}", delivered(&out));
-    // Message 2 was published after that read and before the subscription
-    // was confirmed: only a read after the confirmation finds it.
-    t.handle_confirmed(b"c", &mut out);
-    assert_eq!(delivered(&out), ["read>1"]);
-    let id = read_id(&out);
-    out.clear();
-    t.handle_read(b"c", id, page(2, 2, true, E), &mut out);
-    assert_eq!(delivered(&out), ["m2"]);
-    out.clear();
-    t.handle_confirmed(b"c", &mut out);
-    assert!(out.is_empty(), "one read per gap");
-    assert!(msg(&mut t, 3, &mut out), "live again");
-}
