@@ -204,7 +204,8 @@ impl Driver {
         let mut slot = lend.slot.lock();
         lend.wanted.store(false, Ordering::Relaxed);
         lend.reclaim.store(false, Ordering::SeqCst);
-        *slot = Some(Lent::new(core, socket, poll, scratch, now));
+        let backoff = self.backoff.clone();
+        *slot = Some(Lent::new(core, socket, poll, scratch, backoff, now));
         lend.lent.store(true, Ordering::Release);
         drop(slot);
         self.lent = true;
@@ -244,7 +245,7 @@ impl Driver {
             poll,
             closed,
             io_error,
-            replied,
+            backoff,
             ..
         } = lent;
         self.lend_poll = Some(poll);
@@ -255,9 +256,7 @@ impl Driver {
         if let Some(kind) = io_error {
             core.handle_io_error(kind, now);
         }
-        if replied {
-            self.backoff.healthy();
-        }
+        self.backoff = backoff;
         self.core = Some(core);
         self.socket = Some(socket);
         if contended {
@@ -294,7 +293,7 @@ impl Driver {
         let lend = &self.shared.lend;
         let expired = match lend.slot.try_lock() {
             Some(g) => match g.as_ref() {
-                Some(l) if !l.give_back && l.used_at + self.settings.lease > now => {
+                Some(l) if l.used_at + self.settings.lease > now => {
                     self.lease_check = l.used_at + self.settings.lease;
                     false
                 }
@@ -870,7 +869,7 @@ fn pushes_done(unflushed: &mut bool, settings: &Settings, shared: &ConnShared) {
 
 /// Hands every event of the core to its completion or the observer.
 /// Returns the error when the core reports the connection closed.
-fn dispatch(
+pub(crate) fn dispatch(
     core: &mut Connection<Completion>,
     shared: &ConnShared,
     settings: &Settings,

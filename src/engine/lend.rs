@@ -55,7 +55,9 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 
-use crate::conn::{Connection, Event, Request};
+use crate::conn::{Connection, Request};
+use crate::engine::backoff::Backoff;
+use crate::engine::driver::dispatch;
 use crate::engine::pending::{Completion, Kept};
 use crate::engine::runtime;
 use crate::engine::shared::{ConnShared, Counters, UP};
@@ -132,12 +134,11 @@ pub(crate) struct Lent {
     pub(crate) closed: Option<Error>,
     /// A read failed with this (the thread runs it through the core).
     pub(crate) io_error: Option<io::ErrorKind>,
-    /// A caller met something only the thread handles: take it back now.
-    pub(crate) give_back: bool,
     /// The end of the last call.
     pub(crate) used_at: Instant,
-    /// A reply completed during the lend (the connection is healthy).
-    pub(crate) replied: bool,
+    /// The driver's reconnect schedule while lent: a reply read here
+    /// marks the connection healthy, as on the thread.
+    pub(crate) backoff: Backoff,
     /// The last read filled its room: the socket may hold more.
     maybe_more: bool,
 }
@@ -148,6 +149,7 @@ impl Lent {
         socket: Transport,
         poll: LendPoll,
         scratch: Vec<u8>,
+        backoff: Backoff,
         now: Instant,
     ) -> Self {
         Lent {
@@ -157,9 +159,8 @@ impl Lent {
             scratch,
             closed: None,
             io_error: None,
-            give_back: false,
             used_at: now,
-            replied: false,
+            backoff,
             maybe_more: false,
         }
     }
@@ -182,7 +183,9 @@ pub(crate) struct Lend {
     /// The thread is taking the lend back: no caller starts a request, and
     /// one that waits stops waiting.
     pub(crate) reclaim: AtomicBool,
-    /// A caller handed the lend back (`Lent::give_back`): take it now.
+    /// A caller met something only the thread handles (a short write, the
+    /// end of the stream, a read error, a timeout, a closed core, its own
+    /// wait ending) and handed the lend back: take it now.
     pub(crate) handback: AtomicBool,
     /// Wakes a caller waiting on the lend's epoll instance.
     pub(crate) waker: OnceLock<Waker>,
@@ -234,7 +237,10 @@ impl ConnShared {
             lend.wanted.store(true, Ordering::Relaxed);
             return Err((encode, request));
         };
-        if lent.give_back || lend.reclaim.load(Ordering::SeqCst) || !quiet(&lent.core) {
+        if lend.handback.load(Ordering::SeqCst)
+            || lend.reclaim.load(Ordering::SeqCst)
+            || !quiet(&lent.core)
+        {
             return Err((encode, request));
         }
         {
@@ -258,14 +264,12 @@ impl ConnShared {
         if w.blocked {
             Counters::add(&counters.write_would_block, 1);
         }
-        if w.blocked || lent.core.unsent_len() > 0 || lent.core.is_closed() {
-            // The rest (or the failure) is the thread's.
-            lent.give_back = true;
-        } else {
-            self.read_lent(lent, settings, until, &done);
-        }
+        // A short write leaves the rest (or the failure) to the thread.
+        let give_back = w.blocked
+            || lent.core.unsent_len() > 0
+            || lent.core.is_closed()
+            || self.read_lent(lent, settings, until, &done);
         lent.used_at = Instant::now();
-        let give_back = lent.give_back;
         drop(guard);
         if give_back {
             lend.handback.store(true, Ordering::SeqCst);
@@ -274,38 +278,33 @@ impl ConnShared {
         Ok(())
     }
 
-    /// Reads replies on the lent connection until `done`, a reason to hand
-    /// it back, or the thread taking it back.
+    /// Reads replies on the lent connection until `done` or the thread
+    /// taking it back. Returns whether to hand it back (something only the
+    /// thread handles, or the caller's wait ended).
     fn read_lent(
         &self,
         lent: &mut Lent,
         settings: &Settings,
         until: Option<Instant>,
         done: &dyn Fn() -> bool,
-    ) {
-        let counters = &settings.counters;
+    ) -> bool {
         // Right after the write the reply is not in yet: wait first, unless
         // the last read left bytes behind.
         let mut read_first = std::mem::take(&mut lent.maybe_more);
         loop {
             if read_first {
                 match lent.socket.read_into(&mut lent.core, Instant::now()) {
-                    Ok(0) => {
-                        // The thread reads the end of the stream again.
-                        lent.give_back = true;
-                        return;
-                    }
+                    // The thread reads the end of the stream again.
+                    Ok(0) => return true,
                     Ok(_) => {
-                        Counters::add(&counters.reads, 1);
-                        if let Some(closed) = dispatch_lent(self, lent, settings) {
-                            lent.closed = Some(closed);
-                            lent.give_back = true;
-                            return;
+                        Counters::add(&settings.counters.reads, 1);
+                        if dispatch_lent(self, lent, settings) {
+                            return true;
                         }
                         let drained = lent.socket.drained(&lent.core);
                         if done() {
                             lent.maybe_more = !drained;
-                            return;
+                            return false;
                         }
                         if !drained {
                             continue;
@@ -315,33 +314,22 @@ impl ConnShared {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         lent.io_error = Some(e.kind());
-                        lent.give_back = true;
-                        return;
+                        return true;
                     }
                 }
             }
             read_first = true;
             if self.lend.reclaim.load(Ordering::SeqCst) {
-                return; // the thread reads the reply
+                return false; // the thread takes it and reads the reply
             }
             let now = Instant::now();
             if until.is_some_and(|u| u <= now) {
-                // The caller stops waiting: the reply is the thread's.
-                lent.give_back = true;
-                return;
+                return true; // the caller stops waiting
             }
             let deadline = lent.core.poll_deadline();
-            let timeout = deadline.map(|d| d.saturating_duration_since(now));
-            if timeout == Some(Duration::ZERO) {
+            if deadline.is_some_and(|d| d <= now) {
                 lent.core.handle_timeout(now);
-                if let Some(closed) = dispatch_lent(self, lent, settings) {
-                    lent.closed = Some(closed);
-                    lent.give_back = true;
-                }
-                if !done() {
-                    lent.give_back = true;
-                }
-                return;
+                return dispatch_lent(self, lent, settings) || !done();
             }
             let wake_at = match (deadline, until) {
                 (Some(d), Some(u)) => Some(d.min(u)),
@@ -352,60 +340,28 @@ impl ConnShared {
             match poll.poll(events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    lent.give_back = true;
-                    return;
-                }
+                Err(_) => return true,
             }
         }
     }
 }
 
-/// Hands the lent core's events to their completions (only the caller's
-/// own request is in flight). Returns the error when the core reports the
-/// connection closed.
-fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> Option<Error> {
-    let addr = shared.info.addr;
-    // Lent connections carry no kept publishes: an empty queue to satisfy
-    // the completions' signature (it allocates nothing).
-    let mut kept = Kept::default();
-    let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
-    let mut closed = None;
-    while let Some(ev) = lent.core.poll_event() {
-        match ev {
-            // The handshake is over before a connection is lent.
-            Event::Connected { .. } => {}
-            Event::Reply { user, reply } => {
-                replies += 1;
-                if user.complete(addr, &reply, settings, &mut kept) {
-                    errors += 1;
-                }
-            }
-            // No observer on a lending engine: pushes are only counted.
-            Event::Push {
-                push, completes, ..
-            } => {
-                pushes += 1;
-                if let Some(user) = completes {
-                    replies += 1;
-                    user.complete(addr, &push, settings, &mut kept);
-                }
-            }
-            Event::Failed { user, error } => {
-                failed += 1;
-                let e = Error::from_conn(addr, error, settings.connect_timeout);
-                user.fail(e, settings, &mut kept);
-            }
-            Event::Closed { error } => {
-                closed = Some(Error::from_conn(addr, error, settings.connect_timeout));
-            }
-        }
-    }
-    lent.replied |= replies > 0;
-    let c = &settings.counters;
-    Counters::add(&c.replies, replies);
-    Counters::add(&c.error_replies, errors);
-    Counters::add(&c.pushes, pushes);
-    Counters::add(&c.failed, failed);
-    closed
+/// Hands the lent core's events to their completions, as the thread does
+/// (only the caller's own request is in flight; lent connections carry no
+/// kept publishes and have finished their handshake). Returns whether the
+/// core reported the connection closed (kept for the thread's teardown).
+fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool {
+    let mut kept = Kept::default(); // empty: allocates nothing
+    let closed = dispatch(
+        &mut lent.core,
+        shared,
+        settings,
+        &mut None,
+        &mut lent.backoff,
+        &mut kept,
+        None,
+    );
+    let is_closed = closed.is_some();
+    lent.closed = lent.closed.take().or(closed);
+    is_closed
 }

@@ -63,6 +63,27 @@ fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A fake server that answers the handshake and one `PING` (after which
+/// the connection is lent), then takes the command `last` and never
+/// answers it.
+fn fake_answering_one_ping(last: &[&[u8]]) -> FakeServer {
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    let mut ping = Vec::new();
+    resp::encode_command(&mut ping, [&b"PING"[..]]);
+    let mut unanswered = Vec::new();
+    resp::encode_command(&mut unanswered, last);
+    FakeServer::start_each(vec![vec![
+        Step::expect(hello),
+        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
+        Step::expect(ping),
+        Step::send(&b"+PONG\r\n"[..]),
+        Step::expect(unanswered),
+        Step::Silence,
+    ]])
+    .unwrap()
+}
+
 #[test]
 fn a_sequential_caller_writes_and_reads_itself_and_every_message_arrives_in_order() {
     const N: usize = 600;
@@ -200,21 +221,7 @@ fn a_caller_waiting_on_the_lend_gives_way_to_another_submitter() {
 
 #[test]
 fn a_lent_request_still_times_out() {
-    let mut hello = Vec::new();
-    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
-    let mut ping = Vec::new();
-    resp::encode_command(&mut ping, [&b"PING"[..]]);
-    // Answers the handshake and the first PING, takes the second and never
-    // answers it.
-    let script = vec![
-        Step::expect(hello),
-        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
-        Step::expect(&ping),
-        Step::send(&b"+PONG\r\n"[..]),
-        Step::expect(&ping),
-        Step::Silence,
-    ];
-    let fake = FakeServer::start_each(vec![script]).unwrap();
+    let fake = fake_answering_one_ping(&[b"PING"]);
     let timeout = Duration::from_millis(300);
     let e = Engine::builder()
         .address(fake.addr().to_string())
@@ -290,23 +297,39 @@ fn a_connection_killed_while_lent_is_seen_and_replaced() {
         .unwrap();
         let r = e.publish_wait(b"k", b"y", PublishOptions::classic());
         assert!(matches!(r, Ok(0)), "{kind:?}: {r:?}");
-        // Killed again in the middle of sequential calls: each call gets
-        // its reply or an error, none hangs, and calls succeed again.
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            admin
-                .cmd(&[b"CLIENT", b"KILL", b"SKIPME", b"yes", b"TYPE", b"normal"])
-                .unwrap()
-        });
+        // Killed again in the middle of sequential calls (after the first
+        // 100): each call gets its reply or an error, none hangs, and calls
+        // succeed again.
+        let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let killer = {
+            let calls = Arc::clone(&calls);
+            std::thread::spawn(move || {
+                testkit::wait_for("100 calls", BOUND, || {
+                    Ok((calls.load(std::sync::atomic::Ordering::Relaxed) >= 100).then_some(()))
+                })
+                .unwrap();
+                admin
+                    .cmd(&[b"CLIENT", b"KILL", b"SKIPME", b"yes", b"TYPE", b"normal"])
+                    .unwrap()
+            })
+        };
         let (mut ok, mut failed) = (0, 0);
-        let until = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < until {
+        // Until 100 calls after the kill (bounded: a call that hung would
+        // never return, one that spun would reach the bound).
+        let mut after_kill = 0;
+        for _ in 0..1_000_000 {
             match e.publish_wait(b"k", b"z", PublishOptions::classic()) {
                 Ok(_) => ok += 1,
                 Err(Error::ConnectionLost { .. } | Error::NotConnected { .. }) => failed += 1,
                 Err(other) => panic!("{kind:?}: {other:?}"),
             }
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            after_kill += u32::from(killer.is_finished());
+            if after_kill == 100 {
+                break;
+            }
         }
+        assert_eq!(after_kill, 100, "{kind:?}: the kill came");
         assert_eq!(killer.join().unwrap(), Value::Integer(1), "{kind:?}");
         eprintln!("{kind:?}: around the kill {ok} published, {failed} failed");
         testkit::wait_for("publishing again", BOUND, || {
@@ -336,22 +359,7 @@ fn shutdown_takes_a_lent_connection_back() {
 
 #[test]
 fn a_caller_that_stops_waiting_hands_the_lend_back() {
-    let mut hello = Vec::new();
-    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
-    let mut ping = Vec::new();
-    resp::encode_command(&mut ping, [&b"PING"[..]]);
-    let mut publish = Vec::new();
-    resp::encode_command(&mut publish, [&b"PUBLISH"[..], b"c", b"x"]);
-    // Answers the handshake and a PING, takes a publish and never answers.
-    let script = vec![
-        Step::expect(hello),
-        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
-        Step::expect(&ping),
-        Step::send(&b"+PONG\r\n"[..]),
-        Step::expect(&publish),
-        Step::Silence,
-    ];
-    let fake = FakeServer::start_each(vec![script]).unwrap();
+    let fake = fake_answering_one_ping(&[b"PUBLISH", b"c", b"x"]);
     let e = Engine::builder()
         .address(fake.addr().to_string())
         .io_threads(1)
