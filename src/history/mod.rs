@@ -62,8 +62,10 @@
 //!
 //! Subscribers strip the header and hand the position to the channel's
 //! worker, which recovers gaps by itself: see `workers::recovery` (a
-//! gap, a drop or an offset jump reads what follows the last offset
-//! delivered, and delivers it before the live messages held meanwhile;
+//! gap (once the server confirms the new subscription, so that the read
+//! runs after it), a drop or an offset jump reads what follows the last
+//! offset delivered, and delivers it before the live messages held
+//! meanwhile;
 //! [`Event::Unrecoverable`](crate::Event::Unrecoverable) when it is gone).
 //! On a cluster the read goes to the slot's owner as the publish routes
 //! know it, and one that fails there follows the slot on a helper thread.

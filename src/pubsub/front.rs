@@ -169,7 +169,11 @@ impl Front {
     pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) {
         crate::metrics::add(&self.counters.confirmations, 1);
         if self.registry.confirm(lane, channel) {
-            self.push_active(channel);
+            // A recoverable channel's worker hears of it with active
+            // events off too: its recovery after a gap reads then.
+            if let Some(q) = self.queue_of(channel) {
+                q.push_confirmed(channel, self.active_events);
+            }
             self.active.wake();
         }
     }

@@ -91,7 +91,9 @@ fn note(item: &Item, open: &mut [Open]) {
         Item::Message {
             buf, channel_len, ..
         } => add(buf.get(..*channel_len).unwrap_or_default()),
-        Item::Active { buf } | Item::Refused { buf, .. } | Item::Recovered { buf, .. } => add(buf),
+        Item::Active { buf, .. } | Item::Refused { buf, .. } | Item::Recovered { buf, .. } => {
+            add(buf)
+        }
         Item::Dropped { channels, .. } => channels.iter().for_each(add),
         Item::Gap { .. } | Item::Marker(_) => {}
     }

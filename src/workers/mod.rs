@@ -66,8 +66,11 @@ enum Item {
         id: u64,
         result: Result<History, Error>,
     },
-    /// The channel's subscription is active (`buf` holds its name).
-    Active { buf: Vec<u8> },
+    /// The server confirmed the channel's subscription (`buf` holds its
+    /// name): `tell` the handler, and for a recoverable channel, read what
+    /// it missed if a gap came before (see
+    /// [`recovery::Tracker::handle_confirmed`]).
+    Active { buf: Vec<u8>, tell: bool },
     /// Channels resubscribed after a loss.
     Gap {
         server: Option<std::net::SocketAddr>,
@@ -280,11 +283,21 @@ impl Queue {
 
     /// Queues an "active" event (never dropped while open).
     pub(crate) fn push_active(&self, channel: &[u8]) {
+        self.push_confirmed(channel, true);
+    }
+
+    /// The server confirmed `channel`'s subscription: queues an "active"
+    /// event when `tell`, and a recoverable channel's confirmation (its
+    /// recovery after a gap reads then), never dropped while open.
+    pub(crate) fn push_confirmed(&self, channel: &[u8], tell: bool) {
+        if !tell && !self.reader.get().is_some_and(|r| r.recoverable(channel)) {
+            return;
+        }
         self.push(
             |mut buf| {
                 buf.clear();
                 buf.extend_from_slice(channel);
-                Item::Active { buf }
+                Item::Active { buf, tell }
             },
             None,
         );
@@ -478,12 +491,13 @@ fn carry_out(
     }
 }
 
-/// Every recoverable channel of a gap or drop event reads what it missed.
+/// Every recoverable channel of a gap event reads what it missed once its
+/// new subscription is confirmed; of a drop event (`drop`), at once.
 fn recover_gaps(
     q: &Arc<Queue>,
     handler: &dyn Handler,
     tracker: &mut recovery::Tracker,
-    channels: &ChannelList,
+    (channels, drop): (&ChannelList, bool),
     out: &mut Vec<recovery::Action>,
     delivered: &mut u64,
 ) {
@@ -491,8 +505,12 @@ fn recover_gaps(
         return;
     };
     for channel in channels.iter().filter(|c| reader.recoverable(c)) {
-        tracker.handle_gap(channel, out);
-        carry_out(q, handler, channel, out, delivered);
+        if drop {
+            tracker.handle_drop(channel, out);
+            carry_out(q, handler, channel, out, delivered);
+        } else {
+            tracker.handle_gap(channel);
+        }
     }
 }
 
@@ -572,9 +590,18 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                     }
                 }
                 Item::Recovered { .. } => Ok(()), // taken above
-                Item::Active { buf } => catch_unwind(AssertUnwindSafe(|| {
-                    handler.on_event(Event::Active { channel: buf })
-                })),
+                Item::Active { buf, tell } => {
+                    if q.reader.get().is_some_and(|r| r.recoverable(buf)) {
+                        tracker.handle_confirmed(buf, &mut actions);
+                        carry_out(q, handler, buf, &mut actions, &mut delivered);
+                    }
+                    match tell {
+                        true => catch_unwind(AssertUnwindSafe(|| {
+                            handler.on_event(Event::Active { channel: buf })
+                        })),
+                        false => Ok(()),
+                    }
+                }
                 Item::Gap { server, channels } => {
                     add(&counters.gaps, 1);
                     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -584,7 +611,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         })
                     }));
                     let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
-                    recover_gaps(q, handler, t, channels, a, d);
+                    recover_gaps(q, handler, t, (channels, false), a, d);
                     r
                 }
                 Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
@@ -601,7 +628,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         })
                     }));
                     let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
-                    recover_gaps(q, handler, t, channels, a, d);
+                    recover_gaps(q, handler, t, (channels, true), a, d);
                     r
                 }
                 Item::Marker(_) => Ok(()),
@@ -613,7 +640,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 );
             }
             match item {
-                Item::Message { buf, .. } | Item::Active { buf }
+                Item::Message { buf, .. } | Item::Active { buf, .. }
                     if buf.capacity() <= KEEP_BUFFER =>
                 {
                     spent.push(buf)

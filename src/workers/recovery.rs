@@ -4,7 +4,9 @@
 //!
 //! Fed by the worker: [`Tracker::handle_message`] for every message of a
 //! recoverable channel (with the position from its header),
-//! [`Tracker::handle_gap`] for every channel of a gap or drop event, and
+//! [`Tracker::handle_gap`] for every channel of a gap event,
+//! [`Tracker::handle_confirmed`] when the server confirms a subscription,
+//! [`Tracker::handle_drop`] for every channel of a drop event, and
 //! [`Tracker::handle_read`] with a history read's outcome. Its outputs
 //! ([`Action`]) are messages to deliver, [`Unrecoverable`] events, and
 //! reads to start; the worker carries them out in order.
@@ -12,10 +14,19 @@
 //! - An in-order message (the next offset of the same epoch, or the first
 //!   one seen) is delivered at once (no allocation); one at or below the
 //!   last offset is a duplicate and is skipped.
-//! - A jump (a later offset, or another epoch), a gap or a drop starts a
-//!   read of what follows the last offset. Until it comes back, the
-//!   channel's live messages are held (at most [`HOLD`]; past that the
-//!   channel gives up with [`Unrecoverable`] and delivers what it holds).
+//! - A jump (a later offset, or another epoch) or a drop starts a read of
+//!   what follows the last offset. Until it comes back, the channel's live
+//!   messages are held (at most [`HOLD`]; past that the channel gives up
+//!   with [`Unrecoverable`] and delivers what it holds).
+//! - A gap reads once the server confirms the channel's new subscription,
+//!   not before: a read that ran on the server before the subscription did
+//!   would miss what was published in between, and a channel's last
+//!   message has no later one to show the jump. After the confirmation,
+//!   whatever was published before it is in the history and whatever
+//!   comes after arrives live (duplicates are skipped by offset).
+//! - A gap, a confirmation or a drop that comes while a read is out reads
+//!   once more after it, whatever that read's outcome (a failed read is
+//!   tried again once per such event, never in a loop).
 //! - A continuous read is delivered, then the held messages that follow it
 //!   (duplicates skipped); a full page reads on. A read that is not
 //!   continuous (trimmed, expired, a new epoch) or that failed gives
@@ -68,6 +79,9 @@ struct Chan {
     /// The last read failed and said so: further failures before a read
     /// succeeds are the same outage, and give no further event.
     read_failed: bool,
+    /// A gap came: read once the new subscription is confirmed (see
+    /// [`Tracker::handle_gap`]).
+    resubscribing: bool,
     /// The earlier epochs the last read that crossed into a new epoch
     /// named, with where each ended: their late live messages are
     /// duplicates up to that end.
@@ -78,7 +92,8 @@ struct Reading {
     id: u64,
     since: Position,
     held: VecDeque<(Position, Vec<u8>)>,
-    /// A gap came while the read was out: read once more after it.
+    /// A gap's confirmation or a drop came while the read was out: read
+    /// once more after it.
     again: bool,
 }
 
@@ -180,24 +195,35 @@ impl Tracker {
         step(c, at, payload, id, out, n)
     }
 
-    /// A gap or drop named `channel`: read what may have been missed.
-    pub(crate) fn handle_gap(&mut self, channel: &[u8], out: &mut Vec<Action>) {
+    /// A gap event named `channel`: its subscription is being made again.
+    /// What it missed is read once the server confirms the new
+    /// subscription ([`Tracker::handle_confirmed`]), so that the read runs
+    /// on the server after the subscription does.
+    pub(crate) fn handle_gap(&mut self, channel: &[u8]) {
+        if let Some(c) = self.chans.get_mut(channel) {
+            c.resubscribing = true;
+        }
+        // Unknown: nothing delivered yet, nothing to recover from.
+    }
+
+    /// The server confirmed `channel`'s subscription: after a gap, read
+    /// what it missed (or once more after the read that is out).
+    pub(crate) fn handle_confirmed(&mut self, channel: &[u8], out: &mut Vec<Action>) {
         let id = self.id();
         let Some(c) = self.chans.get_mut(channel) else {
-            return; // nothing delivered yet: nothing to recover from
+            return;
         };
-        match (&mut c.reading, c.last) {
-            (Some(r), _) => r.again = true,
-            (None, Some(since)) => {
-                c.reading = Some(Reading {
-                    id,
-                    since,
-                    held: VecDeque::new(),
-                    again: false,
-                });
-                out.push(Action::Read { since, id });
-            }
-            (None, None) => {}
+        if std::mem::take(&mut c.resubscribing) {
+            start_read(c, id, out);
+        }
+    }
+
+    /// A drop event named `channel` (its subscription stayed up): read what
+    /// it missed now (or once more after the read that is out).
+    pub(crate) fn handle_drop(&mut self, channel: &[u8], out: &mut Vec<Action>) {
+        let id = self.id();
+        if let Some(c) = self.chans.get_mut(channel) {
+            start_read(c, id, out);
         }
     }
 
@@ -319,8 +345,9 @@ impl Tracker {
             }
             Err(e) => {
                 // The held messages are kept for the next read (the next
-                // jump among them reads again at once).
-                if !c.read_failed {
+                // jump among them reads again at once). When a read once
+                // more is owed (below), only its failure is told.
+                if !c.read_failed && !r.again {
                     c.read_failed = true;
                     self.counts.unrecoverable += 1;
                     out.push(Action::Unrecoverable {
@@ -331,7 +358,41 @@ impl Tracker {
                 }
             }
         }
+        if std::mem::take(&mut r.again) {
+            if let Some(last) = c.last {
+                // A gap's confirmation or a drop came while this read was
+                // out (and it did not read on by itself): what that stood
+                // for may be newer than what this read found, or, if it
+                // failed, the history may be back.
+                r.id = next;
+                r.since = last;
+                c.reading = Some(r);
+                out.push(Action::Read {
+                    since: last,
+                    id: next,
+                });
+                return;
+            }
+        }
         drain(c, r.held, out, || next, &mut self.counts);
+    }
+}
+
+/// Reads what follows `c`'s last offset as read `id`, or once more after
+/// the read that is out (nothing before a first message).
+fn start_read(c: &mut Chan, id: u64, out: &mut Vec<Action>) {
+    match (&mut c.reading, c.last) {
+        (Some(r), _) => r.again = true,
+        (None, Some(since)) => {
+            c.reading = Some(Reading {
+                id,
+                since,
+                held: VecDeque::new(),
+                again: false,
+            });
+            out.push(Action::Read { since, id });
+        }
+        (None, None) => {}
     }
 }
 

@@ -90,21 +90,21 @@ fn a_jump_reads_the_missing_range_and_delivers_it_before_the_held_ones() {
 }
 
 #[test]
-fn a_gap_reads_from_the_last_offset_and_a_stale_read_is_ignored() {
+fn a_drop_reads_from_the_last_offset_and_a_stale_read_is_ignored() {
     let (mut t, mut out) = (Tracker::default(), Vec::new());
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     assert!(out.is_empty(), "nothing seen: nothing to recover from");
     assert!(msg(&mut t, 1, &mut out));
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     assert_eq!(delivered(&out), ["read>1"]);
     let id = read_id(&out);
     out.clear();
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     assert!(out.is_empty(), "one read at a time");
     t.handle_read(b"c", id + 100, page(2, 3, true, E), &mut out);
     assert!(out.is_empty(), "not ours");
     t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
-    // The second gap came while reading: one more read after this one.
+    // The second drop came while reading: one more read after this one.
     assert_eq!(delivered(&out), ["m2", "m3", "read>3"]);
     let id = read_id(&out);
     out.clear();
@@ -172,13 +172,13 @@ fn a_new_epoch_is_unrecoverable_and_the_held_messages_follow() {
 fn a_failed_read_is_unrecoverable_and_a_full_page_reads_on() {
     let (mut t, mut out) = (Tracker::default(), Vec::new());
     assert!(msg(&mut t, 1, &mut out));
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     let id = read_id(&out);
     out.clear();
     t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
     assert_eq!(delivered(&out), ["unrecoverable"]);
     out.clear();
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     let id = read_id(&out);
     out.clear();
     t.handle_read(b"c", id, page(2, PAGE as u64 + 1, true, E), &mut out);
@@ -273,20 +273,20 @@ fn failed_reads_in_a_row_give_one_unrecoverable_until_a_read_succeeds() {
     let (mut t, mut out) = (Tracker::default(), Vec::new());
     assert!(msg(&mut t, 1, &mut out));
     for _ in 0..3 {
-        t.handle_gap(b"c", &mut out);
+        t.handle_drop(b"c", &mut out);
         let id = read_id(&out);
         out.clear();
         t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
     }
     assert_eq!(t.take_counts().unrecoverable, 1, "one event for the outage");
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     let id = read_id(&out);
     out.clear();
     t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
     assert_eq!(delivered(&out), ["m2", "m3"]);
     out.clear();
     // A new outage is reported again.
-    t.handle_gap(b"c", &mut out);
+    t.handle_drop(b"c", &mut out);
     let id = read_id(&out);
     out.clear();
     t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
@@ -347,4 +347,80 @@ fn a_history_moved_without_the_last_writes_does_not_skip_the_new_offsets() {
     );
     assert!(!msg(&mut t, 9, &mut out), "and only once");
     assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_gap_reads_only_once_the_resubscribe_is_confirmed() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    t.handle_gap(b"c");
+    t.handle_confirmed(b"c", &mut out);
+    assert!(out.is_empty(), "nothing seen: nothing to recover from");
+    assert!(msg(&mut t, 1, &mut out));
+    t.handle_confirmed(b"c", &mut out);
+    assert!(out.is_empty(), "no gap: a confirmation reads nothing");
+    // The read waits for the new subscription: one that ran on the server
+    // before it would miss a message published in between (2 here), and
+    // nothing later would show the jump.
+    t.handle_gap(b"c");
+    assert!(out.is_empty(), "{:?}", delivered(&out));
+    t.handle_confirmed(b"c", &mut out);
+    assert_eq!(delivered(&out), ["read>1"]);
+    let id = read_id(&out);
+    out.clear();
+    assert!(!msg(&mut t, 3, &mut out), "held behind the read");
+    t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m2", "m3"]);
+    out.clear();
+    t.handle_confirmed(b"c", &mut out);
+    assert!(out.is_empty(), "one read per gap");
+    assert!(msg(&mut t, 4, &mut out), "live again");
+}
+
+#[test]
+fn a_confirmation_during_a_failed_read_reads_once_more() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    t.handle_drop(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_gap(b"c");
+    t.handle_confirmed(b"c", &mut out);
+    assert!(out.is_empty(), "one read at a time");
+    // The read out failed (its connection went with the gap's): the one
+    // the confirmation owes goes now, and only its failure would be told.
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    assert_eq!(delivered(&out), ["read>1"]);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(2, 3, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m2", "m3"]);
+    assert_eq!(t.take_counts().unrecoverable, 0);
+    out.clear();
+    // Once per event: a retry that fails too is told, and not retried.
+    t.handle_drop(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_drop(b"c", &mut out);
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, Err(Error::Shutdown), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable"]);
+}
+
+#[test]
+fn a_confirmation_during_a_trimmed_read_reads_once_more() {
+    let (mut t, mut out) = (Tracker::default(), Vec::new());
+    assert!(msg(&mut t, 1, &mut out));
+    t.handle_drop(b"c", &mut out);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_gap(b"c");
+    t.handle_confirmed(b"c", &mut out);
+    t.handle_read(b"c", id, page(5, 6, false, E), &mut out);
+    assert_eq!(delivered(&out), ["unrecoverable", "m5", "m6", "read>6"]);
+    let id = read_id(&out);
+    out.clear();
+    t.handle_read(b"c", id, page(7, 7, true, E), &mut out);
+    assert_eq!(delivered(&out), ["m7"]);
 }

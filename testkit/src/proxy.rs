@@ -42,6 +42,7 @@ struct Shared {
     stop: AtomicBool,
     blackhole: AtomicBool,
     delay_us: AtomicU64,
+    delay_new_us: AtomicU64,
     next_id: AtomicU64,
     accepted: AtomicU64,
     active: AtomicUsize,
@@ -146,6 +147,14 @@ impl FaultProxy {
         self.shared.delay_us.store(us, Ordering::SeqCst);
     }
 
+    /// Holds each forwarded chunk of the connections accepted from now on
+    /// back by `delay` (zero: no delay); the open ones keep theirs. A
+    /// reconnect is then slower than a connection that stayed up.
+    pub fn delay_new(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.delay_new_us.store(us, Ordering::SeqCst);
+    }
+
     /// While on, bytes in both directions are read and dropped; connections
     /// stay open, as behind a dead link.
     pub fn blackhole(&self, on: bool) {
@@ -216,6 +225,7 @@ impl Drop for FaultProxy {
 /// Connects to the target and starts the two forwarding threads.
 fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
     shared.accepted.fetch_add(1, Ordering::SeqCst);
+    let own_delay = shared.delay_new_us.load(Ordering::SeqCst);
     let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
         return;
     };
@@ -254,7 +264,7 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
         let spawned = thread::Builder::new()
             .name(format!("fault-proxy-{id}"))
             .spawn(move || {
-                forward(from, &to, up, &shared, &tainted);
+                forward(from, &to, (up, own_delay), &shared, &tainted);
                 let _ = to.shutdown(Shutdown::Write);
                 if halves.fetch_sub(1, Ordering::SeqCst) == 1 {
                     shared.active.fetch_sub(1, Ordering::SeqCst);
@@ -268,13 +278,14 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
     }
 }
 
-/// Copies `from` → `to` until EOF or error, obeying black hole and delay.
-/// Bytes swallowed by the black hole taint the connection; a tainted one
+/// Copies `from` → `to` until EOF or error, obeying black hole and delay
+/// (the proxy's, or `own_delay` of this connection if longer; `up`: client
+/// to server). Bytes swallowed by the black hole taint the connection; a tainted one
 /// is closed instead of forwarding again.
 fn forward(
     mut from: TcpStream,
     mut to: &TcpStream,
-    up: bool,
+    (up, own_delay): (bool, u64),
     shared: &Shared,
     tainted: &AtomicBool,
 ) {
@@ -296,7 +307,7 @@ fn forward(
             let _ = to.shutdown(Shutdown::Both);
             return;
         }
-        let delay = shared.delay_us.load(Ordering::SeqCst);
+        let delay = shared.delay_us.load(Ordering::SeqCst).max(own_delay);
         if delay > 0 {
             thread::sleep(Duration::from_micros(delay));
         }
