@@ -171,8 +171,11 @@ impl Front {
         if self.registry.confirm(lane, channel) {
             // A recoverable channel's worker hears of it with active
             // events off too: its recovery after a gap reads then.
-            if let Some(q) = self.queue_of(channel) {
-                q.push_confirmed(channel, self.active_events);
+            let recovers = || self.queues.first().is_some_and(|q| q.recovers());
+            if self.active_events || recovers() {
+                if let Some(q) = self.queue_of(channel) {
+                    q.push_confirmed(channel, self.active_events);
+                }
             }
             self.active.wake();
         }

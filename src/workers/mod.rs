@@ -286,6 +286,11 @@ impl Queue {
         self.push_confirmed(channel, true);
     }
 
+    /// Whether this queue's worker recovers channels (a reader is set).
+    pub(crate) fn recovers(&self) -> bool {
+        self.reader.get().is_some()
+    }
+
     /// The server confirmed `channel`'s subscription: queues an "active"
     /// event when `tell`, and a recoverable channel's confirmation (its
     /// recovery after a gap reads then), never dropped while open.
