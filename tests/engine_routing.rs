@@ -96,18 +96,6 @@ fn several_connections_per_server_and_io_threads() {
     }
 }
 
-/// `cmdstat_publish:calls=N` from `INFO commandstats`.
-fn publish_calls(server: &Server) -> u64 {
-    let info = server.cmd_str(&["INFO", "commandstats"]).unwrap();
-    let text = match info {
-        Value::Bulk(b) | Value::Verbatim { text: b, .. } => String::from_utf8(b).unwrap(),
-        other => panic!("{other:?}"),
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 #[test]
 fn channels_go_to_their_shard() {
     for kind in kinds() {
@@ -121,7 +109,9 @@ fn channels_go_to_their_shard() {
             e.publish(channel.as_bytes(), b"x").unwrap();
         }
         e.shutdown();
-        let got: Vec<u64> = (0..3).map(|i| publish_calls(&servers[i])).collect();
+        let got: Vec<u64> = (0..3)
+            .map(|i| servers[i].command_calls("publish").unwrap())
+            .collect();
         assert_eq!(got, expected, "{kind:?}");
         assert!(expected.iter().all(|&n| n > 100), "{expected:?}");
     }

@@ -221,9 +221,16 @@ fn a_cluster_recovers_every_message_after_subscriber_kills() {
     }
 }
 
-/// Runs the publish script for `channel` on `server` but publishes to a
-/// channel nobody hears: the history moves on, the subscriber misses it.
-fn publish_unheard(server: &Server, channel: &str, payload: &str, max_len: &str) {
+/// Runs the publish script for `channel` on `server`, publishing to
+/// `wire` (the channel itself, or one nobody hears); returns the
+/// script's reply, the receiver count.
+fn publish_script(
+    server: &Server,
+    channel: &str,
+    wire: &str,
+    payload: &str,
+    max_len: &str,
+) -> testkit::Value {
     let (meta, stream) = (
         format!("{channel}:history-meta"),
         format!("{channel}:history"),
@@ -234,31 +241,26 @@ fn publish_unheard(server: &Server, channel: &str, payload: &str, max_len: &str)
         "2",
         &meta,
         &stream,
-        "nobody-listens",
+        wire,
         payload,
         max_len,
         "120",
         "PUBLISH",
     ];
-    server.cmd_str(&args).expect("unheard publish");
+    server.cmd_str(&args).expect("publish script")
+}
+
+/// Runs the publish script for `channel` on `server` but publishes to a
+/// channel nobody hears: the history moves on, the subscriber misses it.
+fn publish_unheard(server: &Server, channel: &str, payload: &str, max_len: &str) {
+    publish_script(server, channel, "nobody-listens", payload, max_len);
 }
 
 /// Calls of `EVAL` and `EVALSHA` on `server` (history reads and
-/// publishes), from `INFO commandstats`.
+/// publishes).
 fn script_calls(server: &Server) -> u64 {
-    let info = server.cmd_str(&["INFO", "commandstats"]).unwrap();
-    let text = match info {
-        testkit::Value::Bulk(b) | testkit::Value::Verbatim { text: b, .. } => {
-            String::from_utf8(b).unwrap()
-        }
-        other => panic!("{other:?}"),
-    };
-    let calls = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-    };
-    calls("cmdstat_eval:calls=") + calls("cmdstat_evalsha:calls=")
+    let calls = |c| server.command_calls(c).unwrap();
+    calls("eval") + calls("evalsha")
 }
 
 /// A message published after a subscribe connection went and before its
@@ -300,20 +302,7 @@ fn a_last_message_published_before_the_resubscribe_is_recovered() {
         let _ = testkit::wait_for("a read at the gap", HOP / 4, || {
             Ok((script_calls(&server) > calls).then_some(()))
         });
-        let (meta, stream) = (format!("{ch}:history-meta"), format!("{ch}:history"));
-        let args = [
-            "EVAL",
-            script::PUBLISH,
-            "2",
-            &meta,
-            &stream,
-            ch,
-            "2",
-            "1000",
-            "120",
-            "PUBLISH",
-        ];
-        let receivers = server.cmd_str(&args).expect("publish 2");
+        let receivers = publish_script(&server, ch, ch, "2", "1000");
         assert_eq!(
             receivers,
             testkit::Value::Integer(0),

@@ -187,20 +187,6 @@ fn subscribe_unsubscribe_race_ends_in_last_asked_state() {
     }
 }
 
-/// `cmdstat_<name>` `calls=` from `INFO commandstats`.
-fn command_calls(server: &Server, name: &str) -> u64 {
-    let text = match server.cmd(&[b"INFO", b"commandstats"]).unwrap() {
-        testkit::Value::Bulk(b) | testkit::Value::Verbatim { text: b, .. } => b,
-        other => panic!("INFO reply {other:?}"),
-    };
-    let text = String::from_utf8_lossy(&text).to_string();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn subscribe_calls_coalesce_into_commands_of_at_most_the_batch_size() {
     for kind in kinds() {
@@ -229,7 +215,7 @@ fn subscribe_calls_coalesce_into_commands_of_at_most_the_batch_size() {
         // The server saw exactly those (liveness is a PING, not a
         // subscription of its own).
         assert_eq!(
-            command_calls(&server, "subscribe"),
+            server.command_calls("subscribe").unwrap(),
             m.subscribe_commands,
             "{kind:?}"
         );

@@ -496,13 +496,12 @@ fn carry_out(
     }
 }
 
-/// Every recoverable channel of a gap event reads what it missed once its
-/// new subscription is confirmed; of a drop event (`drop`), at once.
-fn recover_gaps(
+/// Every recoverable channel of a drop event reads what it missed.
+fn recover_drops(
     q: &Arc<Queue>,
     handler: &dyn Handler,
     tracker: &mut recovery::Tracker,
-    (channels, drop): (&ChannelList, bool),
+    channels: &ChannelList,
     out: &mut Vec<recovery::Action>,
     delivered: &mut u64,
 ) {
@@ -510,12 +509,8 @@ fn recover_gaps(
         return;
     };
     for channel in channels.iter().filter(|c| reader.recoverable(c)) {
-        if drop {
-            tracker.handle_drop(channel, out);
-            carry_out(q, handler, channel, out, delivered);
-        } else {
-            tracker.handle_gap(channel);
-        }
+        tracker.handle_drop(channel, out);
+        carry_out(q, handler, channel, out, delivered);
     }
 }
 
@@ -615,8 +610,12 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                             channels,
                         })
                     }));
-                    let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
-                    recover_gaps(q, handler, t, (channels, false), a, d);
+                    // Its recoverable channels read once resubscribed.
+                    if let Some(reader) = q.reader.get() {
+                        for channel in channels.iter().filter(|c| reader.recoverable(c)) {
+                            tracker.handle_gap(channel);
+                        }
+                    }
                     r
                 }
                 Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
@@ -633,7 +632,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         })
                     }));
                     let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
-                    recover_gaps(q, handler, t, (channels, true), a, d);
+                    recover_drops(q, handler, t, channels, a, d);
                     r
                 }
                 Item::Marker(_) => Ok(()),

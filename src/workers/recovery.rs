@@ -273,17 +273,8 @@ impl Tracker {
                 };
                 self.counts.recovered += deliver_after(&mut last, h.messages, out);
                 c.last = Some(last);
-                if full || r.again {
-                    r.id = next;
-                    r.since = last;
-                    r.again = false;
-                    c.reading = Some(r);
-                    out.push(Action::Read {
-                        since: last,
-                        id: next,
-                    });
-                    return;
-                }
+                // A full page reads on (below).
+                r.again |= full;
             }
             Ok(h) => {
                 self.counts.unrecoverable += 1;
@@ -360,10 +351,10 @@ impl Tracker {
         }
         if std::mem::take(&mut r.again) {
             if let Some(last) = c.last {
-                // A gap's confirmation or a drop came while this read was
-                // out (and it did not read on by itself): what that stood
-                // for may be newer than what this read found, or, if it
-                // failed, the history may be back.
+                // A full page, or a gap's confirmation or a drop that came
+                // while this read was out: what that stood for may be newer
+                // than what this read found, or, if it failed, the history
+                // may be back.
                 r.id = next;
                 r.since = last;
                 c.reading = Some(r);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::process::{self, TempDir};
 use crate::tls::TlsFiles;
-use crate::values::{info_field, text};
+use crate::values::{expect_text, info_field, text};
 use crate::{Client, Error, ServerKind, Value};
 
 /// How long a server gets to answer `PING` after being spawned.
@@ -234,6 +234,24 @@ impl Server {
     pub fn cmd_str(&self, args: &[&str]) -> Result<Value, Error> {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         self.cmd(&args)
+    }
+
+    /// The `calls=` of `cmdstat_<command>` in `INFO commandstats`, with
+    /// `command` as the server lists it (lower case, `client|list` for a
+    /// subcommand); 0 before its first call.
+    ///
+    /// # Errors
+    ///
+    /// As [`Server::cmd`], and [`Error::Unexpected`] when the reply is not
+    /// text.
+    pub fn command_calls(&self, command: &str) -> Result<u64, Error> {
+        let info = expect_text(&self.cmd(&[b"INFO", b"commandstats"])?, "INFO commandstats")?;
+        Ok(info_field(&info, &format!("cmdstat_{command}"))
+            .and_then(|f| {
+                f.split(',')
+                    .find_map(|kv| kv.strip_prefix("calls=")?.parse().ok())
+            })
+            .unwrap_or(0))
     }
 
     /// A new connection of its own (for subscribing, `HELLO 3`, pipelining).
