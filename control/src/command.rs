@@ -12,7 +12,7 @@ use topology::{ClusterError, NodeAddr, NodeKey};
 /// Shared: the wanted set, the subscribes awaiting replies and the
 /// commands given out hold the same allocation (a clone is a reference
 /// count, not a copy of the name).
-pub type Channel = alloc::sync::Arc<[u8]>;
+pub use crate::channel::Channel;
 
 /// One subscribe connection. Every [`Command::Open`] names a fresh id: a
 /// reconnect is a new connection, so a late reply or push for an old one

@@ -262,10 +262,8 @@ impl Driver {
         let mut per_worker = vec![ChannelList::default(); workers];
         for name in &channels {
             let lane = s.lane_of(name);
-            if let Some(mut l) = s.registry.lane(lane) {
-                if let Some(f) = l.map.get_mut(&name[..]) {
-                    *f &= !ACTIVE;
-                }
+            if let Some(l) = s.registry.lane(lane) {
+                l.update(&name[..], |f| *f &= !ACTIVE);
             }
             let w = shardcore::worker_of(name, workers as u32) as usize;
             if let Some(g) = per_worker.get_mut(w) {

@@ -133,13 +133,15 @@ impl SubObserver {
             return;
         }
         let lost = match s.registry.lane(lane) {
-            Some(mut l) => match l.map.get_mut(channel) {
-                Some(f) if *f & (WANT | SENT) == WANT | SENT => {
-                    *f &= !ACTIVE;
-                    true
-                }
-                _ => false,
-            },
+            Some(l) => l
+                .update(channel, |f| {
+                    let lost = *f & (WANT | SENT) == WANT | SENT;
+                    if lost {
+                        *f &= !ACTIVE;
+                    }
+                    lost
+                })
+                .unwrap_or(false),
             None => false,
         };
         if lost {

@@ -46,7 +46,7 @@ where
 {
     p.check_open()?;
     p.front()
-        .set_wanted(channels, want, |c| p.lane_of(c), |l| p.mark_dirty(l));
+        .set_wanted(channels, want, |c| p.lane_of(c), |l| p.mark_dirty(l))?;
     if !want {
         // After the registry changed: a fence that counts this leave
         // begins after the control thread has seen the change.
@@ -196,26 +196,46 @@ impl Front {
     /// sorted by lane in chunks, so each lane's lock is taken once per
     /// chunk (fewer hand-offs with the control and I/O threads); within a
     /// lane the call's order is kept.
+    ///
+    /// A name longer than [`control::MAX_CHANNEL_LEN`] asked for is an
+    /// [`Error::InvalidArgument`], and the names after it in the call are
+    /// not looked at (those before it may stay asked for).
     pub(crate) fn set_wanted<I>(
         &self,
         channels: I,
         want: bool,
         lane_of: impl Fn(&[u8]) -> usize,
         dirty: impl Fn(usize),
-    ) where
+    ) -> Result<(), Error>
+    where
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
+        let too_long = |ch: &[u8]| {
+            let fits = !want || ch.len() <= control::MAX_CHANNEL_LEN;
+            match fits {
+                true => Ok(()),
+                false => Err(Error::InvalidArgument(
+                    format!(
+                        "a channel name of {} bytes (at most {})",
+                        ch.len(),
+                        control::MAX_CHANNEL_LEN
+                    )
+                    .into(),
+                )),
+            }
+        };
         let mut it = channels.into_iter();
         if it.size_hint().1.is_some_and(|n| n <= 8) {
             for ch in it {
                 let ch = ch.as_ref();
+                too_long(ch)?;
                 let lane = lane_of(ch);
                 if self.registry.set_wanted(lane, ch, want) {
                     dirty(lane);
                 }
             }
-            return;
+            return Ok(());
         }
         let mut chunk: Vec<I::Item> = Vec::with_capacity(CHUNK);
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(CHUNK);
@@ -223,7 +243,10 @@ impl Front {
             chunk.clear();
             chunk.extend(it.by_ref().take(CHUNK));
             if chunk.is_empty() {
-                return;
+                return Ok(());
+            }
+            for c in &chunk {
+                too_long(c.as_ref())?;
             }
             order.clear();
             order.extend(

@@ -78,7 +78,10 @@ impl PubSub {
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`] after shutdown.
+    /// [`Error::Shutdown`] after shutdown. [`Error::InvalidArgument`] for
+    /// a name longer than 4 GiB (no server takes one: Redis and Valkey
+    /// refuse a bulk string over 512 MiB by default); the names after it
+    /// are not asked for, some before it may be.
     pub fn subscribe<I>(&self, channels: I) -> Result<(), Error>
     where
         I: IntoIterator,

@@ -14,20 +14,23 @@
 //!
 //! Names are [`Channel`]s: one allocation per channel, shared by the lane's
 //! table, its dirty list and the control core's wanted set (a clone is a
-//! reference count, not a copy of the name).
+//! reference count, not a copy of the name). The flag byte is the name's
+//! own [`Channel::mark`]: the lane's table made the allocation, and only
+//! this module reads or writes the mark, under the lane's lock.
 //!
-//! Memory per channel beyond its name: the name's reference counts (16
-//! bytes), its pointer and the flag byte in a hash table slot (24 bytes with
-//! padding) plus the table's control byte and free slots, 44–73 bytes
+//! Memory per channel beyond its name: the allocation's 9-byte header
+//! (reference count, length, the flags) and an 8-byte pointer in a hash
+//! table slot plus the table's control byte and free slots, 19–28 bytes
 //! depending on the load factor (the `memory_per_channel` test below
 //! measures it at 1M channels; `cluster::memory_tests` measures it with the
 //! control core's share).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 
 use control::Channel;
 use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The application wants the channel.
 pub(crate) const WANT: u8 = 1;
@@ -109,8 +112,9 @@ pub(crate) enum Settled {
 
 /// One lane's channels.
 pub(crate) struct Lane {
-    /// Flags per channel.
-    pub(crate) map: HashMap<Channel, u8, ChannelHasher>,
+    /// The channels; each one's flags are its [`Channel::mark`] (made by
+    /// this table, read and written under the lane's lock only).
+    pub(crate) map: HashSet<Channel, ChannelHasher>,
     /// Channels whose wanted state changed since the control thread looked
     /// (the table's names, shared).
     pub(crate) dirty: Vec<Channel>,
@@ -120,43 +124,55 @@ impl Lane {
     /// [`Registry::set_wanted`] on a lane already locked (for callers that
     /// set many channels of one lane under one lock).
     pub(crate) fn set_wanted(&mut self, channel: &[u8], want: bool) -> bool {
-        let mut fresh = None;
-        let flags = match self.map.get_mut(channel) {
-            Some(f) => f,
+        let name = match self.map.get(channel) {
+            Some(name) => name,
             None if want => {
-                let name: Channel = channel.into();
-                fresh = Some(name.clone());
-                self.map.entry(name).or_insert(0)
+                self.map.insert(Channel::new(channel));
+                match self.map.get(channel) {
+                    Some(name) => name,
+                    None => return false,
+                }
             }
             None => return false,
         };
+        let mut flags = name.mark().load(Relaxed);
         if want {
             // Asked for again: a refusal is forgotten and the subscribe is
             // tried anew (the server's ACL may have changed).
-            *flags &= !REFUSED;
-            *flags |= WANT;
+            flags &= !REFUSED;
+            flags |= WANT;
         } else {
-            if *flags & SENT != 0 {
-                *flags |= TAKEN_BACK;
+            if flags & SENT != 0 {
+                flags |= TAKEN_BACK;
             }
-            *flags &= !WANT;
+            flags &= !WANT;
         }
-        let settled = (*flags & WANT != 0) == (*flags & SENT != 0) && *flags & WANT != 0;
-        if settled || *flags & QUEUED != 0 {
-            return false;
+        let settled = (flags & WANT != 0) == (flags & SENT != 0) && flags & WANT != 0;
+        let queue = !settled && flags & QUEUED == 0;
+        if queue {
+            flags |= QUEUED;
         }
-        *flags |= QUEUED;
-        let name = match fresh {
-            Some(name) => name,
-            // Known already: its table's name (one more lookup, on a
-            // change of mind only).
-            None => match self.map.get_key_value(channel) {
-                Some((name, _)) => name.clone(),
-                None => channel.into(),
-            },
-        };
-        self.dirty.push(name);
-        true
+        name.mark().store(flags, Relaxed);
+        if queue {
+            let name = name.clone();
+            self.dirty.push(name);
+        }
+        queue
+    }
+
+    /// Changes `channel`'s flags with `f`, if the lane knows it, and
+    /// returns what `f` returned.
+    pub(crate) fn update<R>(&self, channel: &[u8], f: impl FnOnce(&mut u8) -> R) -> Option<R> {
+        let mark = self.map.get(channel)?.mark();
+        let mut flags = mark.load(Relaxed);
+        let r = f(&mut flags);
+        mark.store(flags, Relaxed);
+        Some(r)
+    }
+
+    /// `channel`'s flags, if the lane knows it.
+    pub(crate) fn flags(&self, channel: &[u8]) -> Option<u8> {
+        self.map.get(channel).map(|c| c.mark().load(Relaxed))
     }
 
     /// Takes a channel off the dirty list's flags (clears `QUEUED`) and
@@ -164,30 +180,30 @@ impl Lane {
     /// a subscribe (now marked `SENT`), an unsubscribe, or nothing. A
     /// channel no longer wanted is forgotten.
     pub(crate) fn settle(&mut self, channel: &[u8], ready: bool) -> Settled {
-        let Some(f) = self.map.get_mut(channel) else {
+        let settled = self.update(channel, |f| {
+            *f &= !QUEUED;
+            match (*f & WANT != 0, *f & SENT != 0) {
+                (true, false) if ready => {
+                    *f |= SENT;
+                    (Settled::Subscribe, false)
+                }
+                (true, false) => (Settled::Nothing, false),
+                (true, true) => {
+                    let reactivated = *f & (ACTIVE | TAKEN_BACK) == ACTIVE | TAKEN_BACK;
+                    *f &= !TAKEN_BACK;
+                    (Settled::Kept { reactivated }, false)
+                }
+                (false, true) if ready => (Settled::Unsubscribe, true),
+                (false, _) => (Settled::Nothing, true),
+            }
+        });
+        let Some((settled, forget)) = settled else {
             return Settled::Nothing;
         };
-        *f &= !QUEUED;
-        match (*f & WANT != 0, *f & SENT != 0) {
-            (true, false) if ready => {
-                *f |= SENT;
-                Settled::Subscribe
-            }
-            (true, false) => Settled::Nothing,
-            (true, true) => {
-                let reactivated = *f & (ACTIVE | TAKEN_BACK) == ACTIVE | TAKEN_BACK;
-                *f &= !TAKEN_BACK;
-                Settled::Kept { reactivated }
-            }
-            (false, sent) => {
-                self.map.remove(channel);
-                if sent && ready {
-                    Settled::Unsubscribe
-                } else {
-                    Settled::Nothing
-                }
-            }
+        if forget {
+            self.map.remove(channel);
         }
+        settled
     }
 }
 
@@ -202,7 +218,7 @@ impl Registry {
             lanes: (0..lanes)
                 .map(|i| {
                     Mutex::new(Lane {
-                        map: HashMap::with_hasher(ChannelHasher::new(seed ^ i as u64)),
+                        map: HashSet::with_hasher(ChannelHasher::new(seed ^ i as u64)),
                         dirty: Vec::new(),
                     })
                 })
@@ -234,39 +250,40 @@ impl Registry {
     /// the first confirmation already marks the channel active, slightly
     /// before the server has processed the last subscribe.
     pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) -> bool {
-        let Some(mut l) = self.lane(lane) else {
+        let Some(l) = self.lane(lane) else {
             return false;
         };
-        match l.map.get_mut(channel) {
-            Some(f) if *f & SENT != 0 && *f & ACTIVE == 0 => {
+        l.update(channel, |f| {
+            if *f & SENT != 0 && *f & ACTIVE == 0 {
                 *f |= ACTIVE;
                 *f & WANT != 0
+            } else {
+                false
             }
-            _ => false,
-        }
+        })
+        .unwrap_or(false)
     }
 
     /// The server refused a subscribe that carried `channel` alone: marks
     /// it refused (not sent, not active) if that subscribe is still the
     /// last word for it. Returns true when it was marked.
     pub(crate) fn refuse(&self, lane: usize, channel: &[u8]) -> bool {
-        let Some(mut l) = self.lane(lane) else {
+        let Some(l) = self.lane(lane) else {
             return false;
         };
-        match l.map.get_mut(channel) {
-            Some(f) if *f & (WANT | SENT | ACTIVE | REFUSED) == WANT | SENT => {
+        l.update(channel, |f| {
+            let refuse = *f & (WANT | SENT | ACTIVE | REFUSED) == WANT | SENT;
+            if refuse {
                 *f = (*f & QUEUED) | WANT | REFUSED;
-                true
             }
-            _ => false,
-        }
+            refuse
+        })
+        .unwrap_or(false)
     }
 
     /// The channel's flags (0 when unknown).
     pub(crate) fn flags(&self, lane: usize, channel: &[u8]) -> u8 {
-        self.lane(lane)
-            .and_then(|l| l.map.get(channel).copied())
-            .unwrap_or(0)
+        self.lane(lane).and_then(|l| l.flags(channel)).unwrap_or(0)
     }
 
     /// Channels known to the registry (wanted, or with an unsubscribe not
@@ -279,6 +296,14 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Puts `channel` in lane `lane`'s table with `flags`, off the dirty
+    /// list (as if the control thread had settled it).
+    fn known(r: &Registry, lane: usize, channel: &[u8], flags: u8) {
+        let name = Channel::new(channel);
+        name.mark().store(flags, Relaxed);
+        r.lane(lane).expect("lane").map.insert(name);
+    }
 
     #[test]
     fn last_request_wins() {
@@ -295,7 +320,7 @@ mod tests {
     #[test]
     fn settled_channels_are_not_requeued() {
         let r = Registry::new(1, 7);
-        r.lane(0).unwrap().map.insert((*b"a").into(), WANT | SENT);
+        known(&r, 0, b"a", WANT | SENT);
         assert!(!r.set_wanted(0, b"a", true));
         assert!(r.set_wanted(0, b"a", false));
         assert_eq!(r.flags(0, b"a"), SENT | QUEUED | TAKEN_BACK);
@@ -308,7 +333,7 @@ mod tests {
     #[test]
     fn confirmation_between_unsubscribe_and_resubscribe_counts() {
         let r = Registry::new(1, 7);
-        r.lane(0).unwrap().map.insert((*b"c").into(), WANT | SENT);
+        known(&r, 0, b"c", WANT | SENT);
         assert!(r.set_wanted(0, b"c", false));
         assert!(!r.confirm(0, b"c"));
         assert!(!r.set_wanted(0, b"c", true));
@@ -322,11 +347,8 @@ mod tests {
     #[test]
     fn a_refused_channel_is_not_resent_until_asked_for_again() {
         let r = Registry::new(1, 7);
-        r.lane(0).unwrap().map.insert((*b"a").into(), WANT | SENT);
-        r.lane(0)
-            .unwrap()
-            .map
-            .insert((*b"b").into(), WANT | SENT | ACTIVE);
+        known(&r, 0, b"a", WANT | SENT);
+        known(&r, 0, b"b", WANT | SENT | ACTIVE);
         assert!(r.refuse(0, b"a"));
         assert!(!r.refuse(0, b"a"), "once");
         assert!(!r.refuse(0, b"b"), "confirmed channels are not refused");
@@ -348,7 +370,7 @@ mod tests {
         let mut l = r.lane(0).expect("lane 0");
         assert!(l.set_wanted(b"a", true));
         assert_eq!(l.settle(b"a", false), Settled::Nothing);
-        assert_eq!(l.map.get(&b"a"[..]).copied(), Some(WANT));
+        assert_eq!(l.flags(b"a"), Some(WANT));
         assert_eq!(l.settle(b"a", true), Settled::Subscribe);
         assert_eq!(l.settle(b"a", true), Settled::Kept { reactivated: false });
         l.set_wanted(b"a", false);
@@ -377,8 +399,8 @@ mod tests {
     #[test]
     fn confirm_needs_sent() {
         let r = Registry::new(2, 7);
-        r.lane(1).unwrap().map.insert((*b"a").into(), WANT | SENT);
-        r.lane(1).unwrap().map.insert((*b"b").into(), SENT);
+        known(&r, 1, b"a", WANT | SENT);
+        known(&r, 1, b"b", SENT);
         assert!(r.confirm(1, b"a"));
         assert!(!r.confirm(1, b"a"));
         // Sent but no longer wanted: active (a later subscribe may take the
@@ -412,9 +434,7 @@ mod tests {
             let mut l = r.lane(lane).unwrap();
             let l = &mut *l;
             for name in std::mem::take(&mut l.dirty) {
-                if let Some(f) = l.map.get_mut(&name) {
-                    *f = WANT | SENT | ACTIVE;
-                }
+                l.update(&name, |f| *f = WANT | SENT | ACTIVE);
             }
         }
         drop(name);
@@ -423,14 +443,15 @@ mod tests {
         (live as f64 - names as f64) / n as f64
     }
 
-    /// 73.5 at 1M channels in 8 lanes, where each lane's table has just
-    /// doubled (48 % full); the name's 16 bytes of reference counts are
-    /// shared with the control core, whose share
-    /// `cluster::memory_tests` adds.
+    /// 27.9 at 1M channels in 8 lanes, where each lane's table has just
+    /// doubled (48 % full): 9 bytes of header (shared with the control
+    /// core, whose share `cluster::memory_tests` adds) and 2.1 slots of 9
+    /// bytes. With the flags in a slot of their own and an `Arc<[u8]>`
+    /// name it was 73.5.
     #[test]
     fn memory_per_channel_at_1m() {
         let per = bytes_per_channel(8, 1_000_000);
         println!("registry: {per:.1} bytes per channel beyond the name (8 lanes, 1M)");
-        assert!(per < 76.0, "{per} bytes per channel");
+        assert!(per < 30.0, "{per} bytes per channel");
     }
 }
