@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -149,7 +149,11 @@ struct Inner {
     messages: usize,
     free: Vec<Vec<u8>>,
     drops: Drops,
+    /// The worker waits for items.
     waiting: bool,
+    /// The worker, busy, lets messages gather for up to the queue's
+    /// `delay` (see [`Queue::put`]): a message batch does not wake it.
+    lingering: bool,
     closed: bool,
 }
 
@@ -158,6 +162,9 @@ pub(crate) struct Queue {
     inner: Mutex<Inner>,
     cond: Condvar,
     capacity: usize,
+    /// How long a busy worker lets messages gather before it takes them
+    /// ([`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
+    delay: Duration,
     closed: AtomicBool,
     /// A deferred push found the worker waiting.
     wake_due: AtomicBool,
@@ -167,8 +174,12 @@ pub(crate) struct Queue {
     reader: std::sync::OnceLock<Arc<dyn Reader>>,
 }
 
+/// A drain of at least this many messages makes a worker busy: it lingers
+/// for the queue's delay before the next one.
+const BUSY: usize = 16;
+
 impl Queue {
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: usize, delay: Duration) -> Self {
         Queue {
             inner: Mutex::new(Inner {
                 items: VecDeque::with_capacity(capacity),
@@ -185,10 +196,12 @@ impl Queue {
                 },
                 drops: Drops::default(),
                 waiting: false,
+                lingering: false,
                 closed: false,
             }),
             cond: Condvar::new(),
             capacity,
+            delay,
             closed: AtomicBool::new(false),
             wake_due: AtomicBool::new(false),
             filter: std::sync::OnceLock::new(),
@@ -379,7 +392,8 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Starts `workers` threads with queues of `capacity` messages each.
+    /// Starts `workers` threads with queues of `capacity` messages each,
+    /// each worker letting messages gather for `delay` while busy.
     ///
     /// # Errors
     ///
@@ -388,11 +402,12 @@ impl Pool {
     pub(crate) fn start(
         workers: usize,
         capacity: usize,
+        delay: Duration,
         handler: Arc<dyn Handler>,
         counters: Arc<Counters>,
     ) -> Result<Pool, Error> {
         let queues: Vec<Arc<Queue>> = (0..workers)
-            .map(|_| Arc::new(Queue::new(capacity)))
+            .map(|_| Arc::new(Queue::new(capacity, delay)))
             .collect();
         let mut handles = Vec::with_capacity(workers);
         for (n, q) in queues.iter().enumerate() {
@@ -519,10 +534,23 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
     let mut actions: Vec<recovery::Action> = Vec::new();
     let mut local: VecDeque<Item> = VecDeque::with_capacity(q.capacity);
     let mut spent: Vec<Vec<u8>> = Vec::with_capacity(q.capacity);
+    // Messages taken in the last drain: BUSY or more, and the worker
+    // lingers before the next.
+    let mut taken = 0usize;
     loop {
         {
             let mut g = q.inner.lock();
             g.free.append(&mut spent);
+            if taken >= BUSY && !q.delay.is_zero() && !g.closed {
+                // Let messages gather: a message batch does not wake a
+                // lingering worker (unless the queue is a quarter full),
+                // anything else does, and so does closing.
+                g.waiting = true;
+                g.lingering = true;
+                q.cond.wait_for(&mut g, q.delay);
+                g.waiting = false;
+                g.lingering = false;
+            }
             while g.items.is_empty() && g.drops.messages == 0 && !g.closed {
                 g.waiting = true;
                 q.cond.wait(&mut g);
@@ -532,6 +560,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 return; // closed and drained
             }
             std::mem::swap(&mut g.items, &mut local);
+            taken = g.messages;
             g.messages = 0;
             if let Some((channels, messages)) = g.drops.take() {
                 local.push_back(Item::Dropped { channels, messages });
@@ -686,7 +715,7 @@ mod tests {
     fn delivers_in_order_and_drops_when_full() {
         let h = Arc::new(Count(AtomicUsize::new(0), Mutex::new(Vec::new())));
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, h.clone(), counters.clone()).unwrap();
+        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters.clone()).unwrap();
         let q = pool.queues()[0].clone();
         // Hold the worker out of its queue by filling while it is parked:
         // whatever is accepted must come out in order.
@@ -744,7 +773,7 @@ mod tests {
     fn drops_are_named_once_after_the_messages_queued_before_them() {
         let h = Arc::new(Gated::default());
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
+        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters).unwrap();
         let q = pool.queues()[0].clone();
         assert!(q.push_message(b"a", &[0], 0));
         let start = std::time::Instant::now();
@@ -797,7 +826,9 @@ mod tests {
     #[test]
     fn a_stage_queues_a_partial_batch_only_when_flushed_and_keeps_order() {
         // Queues without workers: what they hold is exactly what was queued.
-        let queues: Vec<Arc<Queue>> = (0..2).map(|_| Arc::new(Queue::new(1024))).collect();
+        let queues: Vec<Arc<Queue>> = (0..2)
+            .map(|_| Arc::new(Queue::new(1024, Duration::ZERO)))
+            .collect();
         let mut stage = Stage::new(2, origin(7, Arc::new(LaneOwners::new(1)), Arc::default()));
         let names: Vec<Vec<u8>> = (0..10).map(|i| format!("ch{i}").into_bytes()).collect();
         // More than one batch per worker: the full ones are queued early.
@@ -847,7 +878,7 @@ mod tests {
     fn a_flush_into_a_full_queue_drops_the_rest_and_names_them_after() {
         let h = Arc::new(Gated::default());
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
+        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters).unwrap();
         let queues = pool.queues().to_vec();
         assert!(queues[0].push_message(b"a", &[0], 0));
         let start = std::time::Instant::now();
@@ -890,7 +921,7 @@ mod tests {
         // connection 8 before the read is queued (8's messages may already
         // be in): 7's lane-1 messages are dropped and noted, lane 0's kept
         // in order.
-        let queue = Arc::new(Queue::new(1024));
+        let queue = Arc::new(Queue::new(1024, Duration::ZERO));
         let queues = [queue.clone()];
         let owners = Arc::new(LaneOwners::new(2));
         owners.set(0, Some(7));
@@ -947,7 +978,7 @@ mod tests {
         // Lane 0 moves from 7 to 8 and back to 7 while 7 still holds a
         // message of its first subscription: that one is dropped, and 7's
         // messages are delivered again once it read its new confirmation.
-        let queue = Arc::new(Queue::new(1024));
+        let queue = Arc::new(Queue::new(1024, Duration::ZERO));
         let queues = [queue.clone()];
         let owners = Arc::new(LaneOwners::new(1));
         let lost7 = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -996,7 +1027,14 @@ mod tests {
             n2.fetch_add(1, Ordering::Relaxed);
             assert_ne!(p, b"boom");
         };
-        let pool = Pool::start(1, 16, Arc::new(h), Arc::new(Counters::default())).unwrap();
+        let pool = Pool::start(
+            1,
+            16,
+            Duration::ZERO,
+            Arc::new(h),
+            Arc::new(Counters::default()),
+        )
+        .unwrap();
         let q = &pool.queues()[0];
         assert!(q.push_message(b"c", b"boom", 0));
         assert!(q.push_message(b"c", b"ok", 0));
@@ -1006,5 +1044,99 @@ mod tests {
             std::thread::yield_now();
         }
         pool.shutdown();
+    }
+
+    /// Counts every message, whatever its channel.
+    #[derive(Default)]
+    struct Tally(AtomicUsize);
+    impl Handler for Tally {
+        fn on_message(&self, _channel: &[u8], _payload: &[u8]) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Stages `n` messages for worker 0 and flushes them, the way a
+    /// subscribe connection's read does.
+    fn read_into(q: &Arc<Queue>, n: usize) {
+        let queues = std::slice::from_ref(q);
+        let mut stage = Stage::new(1, origin(1, Arc::new(LaneOwners::new(1)), Arc::default()));
+        for i in 0..n as u32 {
+            assert_eq!(
+                stage.message(queues, 0, b"ch", &i.to_le_bytes(), 0, None),
+                0
+            );
+        }
+        assert_eq!(stage.flush(queues), 0);
+    }
+
+    /// Waits up to 5 s for `cond`; false if it never held.
+    fn within_5s(cond: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    #[test]
+    fn a_busy_worker_lets_the_next_reads_gather_for_the_delay() {
+        let delay = Duration::from_millis(300);
+        let h = Arc::new(Tally::default());
+        let pool = Pool::start(1, 4096, delay, h.clone(), Arc::default()).unwrap();
+        let q = pool.queues()[0].clone();
+        // Not busy yet: the first read wakes the worker at once.
+        read_into(&q, BUSY);
+        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY));
+        // Busy now: the next read waits for the rest of the delay (it began
+        // when the worker took the first read, before this point).
+        let start = std::time::Instant::now();
+        read_into(&q, 1);
+        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY + 1));
+        let waited = start.elapsed();
+        assert!(waited >= delay / 2, "delivered after {waited:?}");
+        // A drain of one message is not busy: the next read wakes it.
+        read_into(&q, 1);
+        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY + 2));
+        pool.shutdown();
+    }
+
+    #[test]
+    fn a_lingering_worker_wakes_at_once_for_events_a_quarter_full_queue_and_close() {
+        let h = Arc::new(Tally::default());
+        let capacity = 4096;
+        let pool = Pool::start(
+            1,
+            capacity,
+            Duration::from_secs(10),
+            h.clone(),
+            Arc::default(),
+        )
+        .unwrap();
+        let q = pool.queues()[0].clone();
+        let count = || h.0.load(Ordering::Relaxed);
+        read_into(&q, BUSY);
+        assert!(within_5s(|| count() == BUSY));
+        // Lingering (10 s): a marker runs at once.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        q.push_marker(Box::new(move || r.store(true, Ordering::Relaxed)));
+        assert!(within_5s(|| ran.load(Ordering::Relaxed)), "marker waited");
+        // Busy again, then a quarter of the queue in one read wakes it.
+        read_into(&q, BUSY);
+        assert!(within_5s(|| count() == 2 * BUSY));
+        read_into(&q, capacity / 4);
+        assert!(
+            within_5s(|| count() == 2 * BUSY + capacity / 4),
+            "a quarter-full queue waited: {} of {}",
+            count(),
+            2 * BUSY + capacity / 4
+        );
+        // Lingering again: closing ends it.
+        let start = std::time::Instant::now();
+        pool.shutdown();
+        assert!(start.elapsed() < Duration::from_secs(5), "shutdown waited");
     }
 }

@@ -260,7 +260,9 @@ impl Queue {
     /// the rest dropped and noted (every one of them once closed), and
     /// those of lanes their connection no longer carries dropped, noted
     /// and counted in the owners; refills `b`'s spare buffers. Wakes the
-    /// worker if it waits. Returns the messages dropped for want of room.
+    /// worker if it waits, unless it lingers (busy, letting messages
+    /// gather) and the queue is less than a quarter full. Returns the
+    /// messages dropped for want of room.
     pub(super) fn put(&self, b: &mut Batch, from: &Origin) -> u64 {
         if b.items.is_empty() {
             return 0;
@@ -288,7 +290,7 @@ impl Queue {
                 None => break,
             }
         }
-        let wake = g.waiting;
+        let wake = g.waiting && (!g.lingering || g.messages >= self.capacity.div_ceil(4));
         drop(g);
         if wake {
             self.cond.notify_one();
