@@ -5,8 +5,9 @@
 //! one subscriber drains them. Like with like: every row names its protocol
 //! and its subscribe connections, and each peer row has a shardsub row with
 //! the same ones. shardsub's `PubSub` runs with its defaults (one subscribe
-//! connection, RESP3, 2 workers here), then with 2 subscribe connections,
-//! then on RESP2; the `redis` crate's async Pub/Sub (one connection, tokio
+//! connection, RESP3, 2 workers here, a busy worker's 1 ms delivery delay),
+//! then with 2 subscribe connections, then on RESP2, then with the
+//! delivery delay off (every read wakes its workers); the `redis` crate's async Pub/Sub (one connection, tokio
 //! with 2 worker threads) on RESP2 (its default) and on RESP3. Only that
 //! subscriber runs in this process, so `getrusage` gives its CPU, and its
 //! context switches (voluntary + involuntary). Every phase is bounded.
@@ -184,10 +185,22 @@ fn measure(server: &Server, seen: &AtomicU64, n: u64) -> Row {
     }
 }
 
-fn shardsub_run(server: &Server, n: u64, connections: usize, protocol: shardsub::Protocol) -> Row {
+/// One shardsub row: its defaults but for the subscribe connections, the
+/// protocol and, where given, the delivery delay.
+fn shardsub_run(
+    server: &Server,
+    n: u64,
+    connections: usize,
+    protocol: shardsub::Protocol,
+    delay: Option<Duration>,
+) -> Row {
     let seen = Arc::new(AtomicU64::new(0));
     let s2 = seen.clone();
-    let ps = shardsub::PubSub::builder()
+    let mut b = shardsub::PubSub::builder();
+    if let Some(d) = delay {
+        b = b.delivery_delay(d);
+    }
+    let ps = b
         .address(server.addr().to_string())
         .subscribe_connections(connections)
         .protocol(protocol)
@@ -255,7 +268,7 @@ fn main() {
         // Profiling aid: only shardsub's default row, once per server.
         for kind in kinds() {
             let server = Server::start(kind).unwrap();
-            let row = shardsub_run(&server, n, 1, Resp3);
+            let row = shardsub_run(&server, n, 1, Resp3, None);
             report(kind.name(), "shardsub PubSub (default)", "RESP3", n, &row);
         }
         return;
@@ -269,21 +282,28 @@ fn main() {
                 "shardsub PubSub (default)",
                 "RESP3",
                 n,
-                &shardsub_run(&fresh(), n, 1, Resp3),
+                &shardsub_run(&fresh(), n, 1, Resp3, None),
             );
             report(
                 name,
                 "shardsub PubSub",
                 "RESP3",
                 n,
-                &shardsub_run(&fresh(), n, 2, Resp3),
+                &shardsub_run(&fresh(), n, 2, Resp3, None),
             );
             let one2 = report(
                 name,
                 "shardsub PubSub",
                 "RESP2",
                 n,
-                &shardsub_run(&fresh(), n, 1, Resp2),
+                &shardsub_run(&fresh(), n, 1, Resp2, None),
+            );
+            report(
+                name,
+                "shardsub PubSub, delivery_delay 0",
+                "RESP3",
+                n,
+                &shardsub_run(&fresh(), n, 1, Resp3, Some(Duration::ZERO)),
             );
             let peer2 = report(
                 name,
