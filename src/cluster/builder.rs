@@ -82,6 +82,9 @@ pub(crate) struct NodeSettings {
     /// Whether publish connections load the history script in their
     /// handshake (recoverable channels are configured).
     pub(crate) history: bool,
+    /// How long a busy subscribe connection stops reading
+    /// ([`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
+    pub(crate) read_pause: Duration,
 }
 
 impl NodeSettings {
@@ -107,6 +110,7 @@ impl NodeSettings {
             runtime: Some(runtime.clone()),
             tls: common.tls.clone(),
             history: !common.history.is_empty(),
+            read_pause: common.delivery_delay,
         }
     }
 
@@ -128,6 +132,9 @@ impl NodeSettings {
             .tls_option(self.tls.clone());
         if let Some(r) = &self.runtime {
             b = b.runtime(r);
+        }
+        if role == Role::Subscribe {
+            b = b.read_pause(self.read_pause);
         }
         if self.history && role == Role::Command {
             b = b.load_scripts(vec![crate::history::script::PUBLISH]);

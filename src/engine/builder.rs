@@ -46,6 +46,8 @@ pub struct Builder {
     degraded: bool,
     /// See [`Settings::lease`](crate::engine::Settings).
     lease: Duration,
+    /// See [`Settings::read_pause`](crate::engine::Settings).
+    read_pause: Duration,
     /// Where kept publishes' outcomes go (see `kept_sink`).
     kept: Option<Weak<dyn KeptSink>>,
 }
@@ -76,6 +78,7 @@ impl Default for Builder {
             tls: None,
             degraded: false,
             lease: crate::engine::lend::LEASE,
+            read_pause: Duration::ZERO,
             kept: None,
         }
     }
@@ -244,6 +247,14 @@ impl Builder {
     #[cfg(test)]
     pub(crate) fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// How long a busy connection stops reading (see
+    /// [`Settings::read_pause`](crate::engine::Settings); default zero:
+    /// never). Subscribe connections take the instance's delivery delay.
+    pub(crate) fn read_pause(mut self, pause: Duration) -> Self {
+        self.read_pause = pause;
         self
     }
 
@@ -417,6 +428,7 @@ impl Builder {
             backoff_max: self.backoff.1,
             lendable: self.observer.is_none() && self.kept.is_none(),
             lease: self.lease,
+            read_pause: self.read_pause,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
             counters: Counters::default(),
             degraded: self.degraded,

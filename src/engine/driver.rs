@@ -77,7 +77,14 @@ pub(crate) struct Driver {
     /// while a caller wants the connection lent.
     deferring: bool,
     later: Vec<Later>,
+    /// Not reading until then (the socket is deregistered): the last turn
+    /// was busy (see [`Settings::read_pause`]).
+    paused_until: Option<Instant>,
 }
+
+/// A read turn of at least this many bytes makes a connection busy (see
+/// [`Settings::read_pause`]).
+pub(crate) const BUSY_READ: usize = 8 * 1024;
 
 impl Driver {
     pub(crate) fn new(
@@ -116,6 +123,7 @@ impl Driver {
             lend_scratch: Vec::new(),
             deferring: false,
             later: Vec::new(),
+            paused_until: None,
         }
     }
 
@@ -153,6 +161,7 @@ impl Driver {
             || self.write_blocked
             || self.write_interest
             || self.more_to_read
+            || self.paused_until.is_some()
             || now < self.relend_after
             || self.shared.wake_pending.load(Ordering::Acquire)
         {
@@ -364,10 +373,10 @@ impl Driver {
                 let waiting = self.write_interest
                     || self.socket.as_ref().is_some_and(Transport::is_handshaking);
                 let flush = if waiting { None } else { core.poll_flush_at() };
-                match (flush, deadline) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
+                [flush, deadline, self.paused_until]
+                    .into_iter()
+                    .flatten()
+                    .min()
             }
         }
     }
@@ -467,6 +476,7 @@ impl Driver {
             return;
         };
         let mut budget = READ_BUDGET;
+        let mut got = 0usize;
         loop {
             if budget == 0 {
                 self.more_to_read = true;
@@ -483,7 +493,8 @@ impl Driver {
                     core.handle_eof(now);
                     break;
                 }
-                Ok(_) => {
+                Ok(n) => {
+                    got += n;
                     budget -= 1;
                     Counters::add(&self.settings.counters.reads, 1);
                     let later = self.deferring.then_some(&mut self.later);
@@ -518,7 +529,52 @@ impl Driver {
                 }
             }
         }
+        if got >= BUSY_READ {
+            self.pause_reading(registry, now);
+        }
         self.after_io(registry, now);
+    }
+
+    /// After a busy read turn that emptied the socket: stops reading for
+    /// [`Settings::read_pause`] (deregistered, so arriving data does not
+    /// wake the thread), unless there is more to read now, the read side
+    /// closed, or the connection waits to write.
+    fn pause_reading(&mut self, registry: &Registry, now: Instant) {
+        let pause = self.settings.read_pause;
+        if pause.is_zero() || self.more_to_read || self.hangup || self.write_interest {
+            return;
+        }
+        let Some(socket) = self.socket.as_mut() else {
+            return;
+        };
+        if !matches!(self.phase, Phase::Open) || self.paused_until.is_some() {
+            return;
+        }
+        match registry.deregister(socket.tcp_mut()) {
+            Ok(()) => self.paused_until = Some(now + pause),
+            Err(e) => log::debug!("no read pause for {}: {e}", self.shared.info.addr),
+        }
+    }
+
+    /// Ends a read pause: registered again, and read at once (what arrived
+    /// meanwhile raises no event of its own before the registration).
+    fn resume_reading(&mut self, registry: &Registry, now: Instant) {
+        if self.paused_until.take().is_none() {
+            return;
+        }
+        let Some(socket) = self.socket.as_mut() else {
+            return;
+        };
+        let interest = match self.write_interest {
+            true => Interest::READABLE | Interest::WRITABLE,
+            false => Interest::READABLE,
+        };
+        if let Err(e) = registry.register(socket.tcp_mut(), self.token, interest) {
+            if let Some(core) = &mut self.core {
+                core.handle_io_error(e.kind(), now);
+            }
+        }
+        self.more_to_read = true;
     }
 
     /// Dispatches events and tears down a connection the core has closed.
@@ -612,7 +668,11 @@ impl Driver {
         Counters::add(&self.settings.counters.writes, done.writes);
         Counters::add(&self.settings.counters.bytes_written, done.bytes);
         self.write_blocked = blocked;
-        if blocked != self.write_interest {
+        if blocked && self.paused_until.is_some() {
+            // Registered again with both interests: the pause ends.
+            self.write_interest = true;
+            self.resume_reading(registry, now);
+        } else if blocked != self.write_interest {
             let interest = if blocked {
                 Interest::READABLE | Interest::WRITABLE
             } else {
@@ -632,6 +692,9 @@ impl Driver {
             return;
         }
         self.begin_turn();
+        if self.paused_until.is_some_and(|t| now >= t) {
+            self.resume_reading(registry, now);
+        }
         if self.more_to_read {
             self.read(registry, now);
         }
@@ -784,6 +847,7 @@ impl Driver {
             let _ = registry.deregister(socket.tcp_mut());
         }
         self.more_to_read = false;
+        self.paused_until = None;
         self.write_interest = false;
         self.write_blocked = false;
         if let Some(mut core) = self.core.take() {

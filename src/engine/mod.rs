@@ -58,6 +58,14 @@ pub(crate) struct Settings {
     pub(crate) lendable: bool,
     /// How long a lend may go unused ([`lend::LEASE`]; longer in tests).
     pub(crate) lease: Duration,
+    /// After a read turn that took at least [`driver::BUSY_READ`] bytes
+    /// and left the socket empty, the connection stops reading for this
+    /// long, so the next turn finds more to read: one wake-up of the I/O
+    /// thread (and of the workers) per pause instead of one per arriving
+    /// segment. Zero: never (every connection but the Pub/Sub
+    /// subscribers', which take
+    /// [`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
+    pub(crate) read_pause: Duration,
 }
 
 /// How to publish one message.

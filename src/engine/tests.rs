@@ -279,3 +279,74 @@ fn asking_reaches_the_server_right_before_its_command_whatever_else_is_sent() {
         engine.shutdown();
     }
 }
+
+/// Notes when each push reaches the observer.
+#[derive(Default)]
+struct PushTimes(parking_lot::Mutex<Vec<std::time::Instant>>);
+
+impl crate::Observer for PushTimes {
+    fn on_push(&self, _: &crate::ConnInfo, _: &resp::Parsed<'_>) {
+        self.0.lock().push(std::time::Instant::now());
+    }
+}
+
+/// How long after the last push of a 16 KiB burst the engine saw a push
+/// that the server sent 50 ms after the burst, with `pause` as its read
+/// pause.
+fn late_push_after_a_burst(pause: Duration) -> Duration {
+    use testkit::{FakeServer, Step};
+    fn push(payload: &[u8]) -> Vec<u8> {
+        let mut out = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n".to_vec();
+        out.extend_from_slice(format!("${}\r\n", payload.len()).as_bytes());
+        out.extend_from_slice(payload);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    let burst: Vec<u8> = (0..16).flat_map(|_| push(&[b'x'; 1024])).collect();
+    let script = vec![
+        Step::expect(hello),
+        Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
+        Step::send(burst),
+        Step::Delay(Duration::from_millis(50)),
+        Step::send(push(b"late")),
+        Step::Silence,
+    ];
+    let fake = FakeServer::start(script).unwrap();
+    let times = std::sync::Arc::new(PushTimes::default());
+    let engine = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .observer(times.clone())
+        .read_pause(pause)
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + BOUND;
+    while times.0.lock().len() < 17 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late push never came"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    engine.shutdown();
+    let t = times.0.lock();
+    t[16].duration_since(t[15])
+}
+
+/// A busy read turn (8 KiB or more that emptied the socket) stops the
+/// reading for the read pause: what arrives meanwhile waits for its end,
+/// and then the connection reads on by itself. Without a pause, the late
+/// push is seen when it comes.
+#[test]
+fn a_busy_connection_stops_reading_for_its_read_pause() {
+    let pause = Duration::from_millis(400);
+    let paused = late_push_after_a_burst(pause);
+    assert!(paused >= pause - Duration::from_millis(100), "{paused:?}");
+    let unpaused = late_push_after_a_burst(Duration::ZERO);
+    assert!(
+        unpaused < pause - Duration::from_millis(100),
+        "{unpaused:?}"
+    );
+}

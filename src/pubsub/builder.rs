@@ -260,25 +260,29 @@ impl PubSubBuilder {
         self
     }
 
-    /// How long a busy worker lets messages gather before it hands them to
-    /// the handler (default 1 ms; at most 1 s; zero: every read that brings
-    /// a worker messages wakes it).
+    /// How long a busy subscriber lets messages gather before it takes
+    /// them (default 1 ms; at most 1 s; zero: never).
     ///
-    /// A worker is busy when it took 16 or more messages from its queue at
-    /// once, which happens at high rates only (about 10,000 messages a
-    /// second per worker and more, depending on how the reads fall). Then,
-    /// instead of being woken by every read of the I/O thread, it sleeps
-    /// for this long and takes everything that gathered in one go: one
-    /// wake-up per delay instead of one per read, which roughly halved
-    /// the subscriber's CPU per delivered message's context switches and
-    /// cut about a fifth of its CPU in BENCHMARKS.md's subscriber side by
-    /// side with the `redis` crate. What it costs: while busy, a message
-    /// waits up to this long more before its handler runs. It never
-    /// drops more: a queue a quarter full wakes its worker at once, and so
-    /// does any event (a gap, a confirmation, a fence). A worker that is
-    /// not busy is woken by the next read as before, so at low rates
-    /// nothing waits. Set zero where each message's latency under load
-    /// matters more than the CPU.
+    /// Busy means high rates only, roughly 10,000 messages a second and
+    /// more, depending on how they arrive:
+    ///
+    /// - A subscribe connection whose read took 8 KiB or more and emptied
+    ///   the socket stops reading for this long (the kernel and the server
+    ///   hold what arrives), then reads it all: one wake-up of its I/O
+    ///   thread per delay instead of one per segment the server writes.
+    /// - A worker that took 16 or more messages from its queue at once
+    ///   sleeps this long before it takes the next ones: one wake-up per
+    ///   delay instead of one per read. A queue a quarter full wakes it at
+    ///   once, and so does any event (a gap, a confirmation, a fence).
+    ///
+    /// In BENCHMARKS.md's subscriber side by side with the `redis` crate
+    /// this takes shardsub's CPU per delivered message to well under half
+    /// of the `redis` crate's (its row with the delay at zero shows the
+    /// difference in the same run). What it costs: while busy, a message
+    /// may wait up to twice this long more before its handler runs (once
+    /// on its socket, once in its worker's queue). Nothing is dropped for
+    /// it, and at low rates nothing waits. Set zero where each message's
+    /// latency under load matters more than the CPU.
     pub fn delivery_delay(mut self, d: Duration) -> Self {
         self.common.delivery_delay = d;
         self

@@ -167,6 +167,7 @@ mod kept {
             kept: sink.map(|s| Arc::downgrade(s) as std::sync::Weak<dyn KeptSink>),
             lendable: false,
             lease: Duration::ZERO,
+            read_pause: Duration::ZERO,
         }
     }
 
