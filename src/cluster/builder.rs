@@ -366,13 +366,7 @@ pub(crate) fn build(
         Duration::from_secs(1),
         Duration::from_secs(2),
     );
-    let pool = Pool::start(
-        workers,
-        common.queue_capacity,
-        common.delivery_delay,
-        handler,
-        counters.clone(),
-    )?;
+    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
     let cfg = Config {
         mode: c.mode,
         multiplier,

@@ -260,29 +260,28 @@ impl PubSubBuilder {
         self
     }
 
-    /// How long a busy subscriber lets messages gather before it takes
-    /// them (default 1 ms; at most 1 s; zero: never).
+    /// How long a busy subscribe connection lets messages gather before it
+    /// reads them (default 1 ms; at most 1 s; zero: never).
     ///
-    /// Busy means high rates only, roughly 10,000 messages a second and
-    /// more, depending on how they arrive:
-    ///
-    /// - A subscribe connection whose read took 8 KiB or more and emptied
-    ///   the socket stops reading for this long (the kernel and the server
-    ///   hold what arrives), then reads it all: one wake-up of its I/O
-    ///   thread per delay instead of one per segment the server writes.
-    /// - A worker that took 16 or more messages from its queue at once
-    ///   sleeps this long before it takes the next ones: one wake-up per
-    ///   delay instead of one per read. A queue a quarter full wakes it at
-    ///   once, and so does any event (a gap, a confirmation, a fence).
+    /// A subscribe connection is busy when one read took 8 KiB or more and
+    /// emptied the socket, which happens at high rates only (roughly
+    /// 10,000 messages a second and more, depending on how the server's
+    /// writes fall). It then stops reading for this long (the kernel holds
+    /// what arrives meanwhile) and reads it all in one go: one wake-up of
+    /// its I/O thread, and of each worker it brings messages, per delay
+    /// instead of one per segment the server writes. (Whatever the delay,
+    /// a read wakes each worker once, at its end, or when it fills a
+    /// quarter of the worker's queue.)
     ///
     /// In BENCHMARKS.md's subscriber side by side with the `redis` crate
     /// this takes shardsub's CPU per delivered message to well under half
-    /// of the `redis` crate's (its row with the delay at zero shows the
-    /// difference in the same run). What it costs: while busy, a message
-    /// may wait up to twice this long more before its handler runs (once
-    /// on its socket, once in its worker's queue). Nothing is dropped for
-    /// it, and at low rates nothing waits. Set zero where each message's
-    /// latency under load matters more than the CPU.
+    /// of the `redis` crate's; its row with the delay at zero shows the
+    /// difference in the same run. What it costs: while busy, a message may
+    /// wait up to this long more before its handler runs. Nothing is
+    /// dropped for it (a 1 ms pause at 100 MB/s holds 100 KB in the
+    /// kernel's buffers, far below any server's output buffer limit), and
+    /// at low rates nothing waits. Set zero where each message's latency
+    /// under load matters more than the CPU.
     pub fn delivery_delay(mut self, d: Duration) -> Self {
         self.common.delivery_delay = d;
         self
@@ -652,13 +651,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
-    let pool = Pool::start(
-        workers,
-        common.queue_capacity,
-        common.delivery_delay,
-        handler,
-        counters.clone(),
-    )?;
+    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
     // The publish engine first: a server that refuses the credentials (or,
     // with `require_all_servers`, one that cannot be reached) fails the
     // build here, before anything else runs.

@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -149,11 +149,7 @@ struct Inner {
     messages: usize,
     free: Vec<Vec<u8>>,
     drops: Drops,
-    /// The worker waits for items.
     waiting: bool,
-    /// The worker, busy, lets messages gather for up to the queue's
-    /// `delay` (see [`Queue::put`]): a message batch does not wake it.
-    lingering: bool,
     closed: bool,
 }
 
@@ -162,24 +158,19 @@ pub(crate) struct Queue {
     inner: Mutex<Inner>,
     cond: Condvar,
     capacity: usize,
-    /// How long a busy worker lets messages gather before it takes them
-    /// ([`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
-    delay: Duration,
     closed: AtomicBool,
     /// A deferred push found the worker waiting.
     wake_due: AtomicBool,
+    /// Wake-ups given to the worker so far.
+    wakes: std::sync::atomic::AtomicU64,
     /// Set once, after the instance is built: see [`Passes`].
     filter: std::sync::OnceLock<Arc<dyn Passes>>,
     /// Set once, with recoverable channels: see [`Reader`].
     reader: std::sync::OnceLock<Arc<dyn Reader>>,
 }
 
-/// A drain of at least this many messages makes a worker busy: it lingers
-/// for the queue's delay before the next one.
-const BUSY: usize = 16;
-
 impl Queue {
-    fn new(capacity: usize, delay: Duration) -> Self {
+    fn new(capacity: usize) -> Self {
         Queue {
             inner: Mutex::new(Inner {
                 items: VecDeque::with_capacity(capacity),
@@ -196,17 +187,28 @@ impl Queue {
                 },
                 drops: Drops::default(),
                 waiting: false,
-                lingering: false,
                 closed: false,
             }),
             cond: Condvar::new(),
             capacity,
-            delay,
             closed: AtomicBool::new(false),
             wake_due: AtomicBool::new(false),
+            wakes: std::sync::atomic::AtomicU64::new(0),
             filter: std::sync::OnceLock::new(),
             reader: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Wakes the worker (the caller saw it waiting).
+    fn wake(&self) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+        self.cond.notify_one();
+    }
+
+    /// Wake-ups given to the worker so far.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
     }
 
     /// Sets what the worker asks before handing a message on (once).
@@ -250,7 +252,7 @@ impl Queue {
         let wake = g.waiting;
         drop(g);
         if wake {
-            self.cond.notify_one();
+            self.wake();
         }
         true
     }
@@ -290,7 +292,7 @@ impl Queue {
             // Take the lock so the wake cannot slip between the worker's
             // check and its wait.
             drop(self.inner.lock());
-            self.cond.notify_one();
+            self.wake();
         }
     }
 
@@ -352,7 +354,7 @@ impl Queue {
             if defer {
                 self.wake_due.store(true, Ordering::Release);
             } else {
-                self.cond.notify_one();
+                self.wake();
             }
         }
     }
@@ -368,7 +370,7 @@ impl Queue {
         let wake = g.waiting;
         drop(g);
         if wake {
-            self.cond.notify_one();
+            self.wake();
         }
     }
 
@@ -392,8 +394,7 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Starts `workers` threads with queues of `capacity` messages each,
-    /// each worker letting messages gather for `delay` while busy.
+    /// Starts `workers` threads with queues of `capacity` messages each.
     ///
     /// # Errors
     ///
@@ -402,12 +403,11 @@ impl Pool {
     pub(crate) fn start(
         workers: usize,
         capacity: usize,
-        delay: Duration,
         handler: Arc<dyn Handler>,
         counters: Arc<Counters>,
     ) -> Result<Pool, Error> {
         let queues: Vec<Arc<Queue>> = (0..workers)
-            .map(|_| Arc::new(Queue::new(capacity, delay)))
+            .map(|_| Arc::new(Queue::new(capacity)))
             .collect();
         let mut handles = Vec::with_capacity(workers);
         for (n, q) in queues.iter().enumerate() {
@@ -534,23 +534,10 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
     let mut actions: Vec<recovery::Action> = Vec::new();
     let mut local: VecDeque<Item> = VecDeque::with_capacity(q.capacity);
     let mut spent: Vec<Vec<u8>> = Vec::with_capacity(q.capacity);
-    // Messages taken in the last drain: BUSY or more, and the worker
-    // lingers before the next.
-    let mut taken = 0usize;
     loop {
         {
             let mut g = q.inner.lock();
             g.free.append(&mut spent);
-            if taken >= BUSY && !q.delay.is_zero() && !g.closed {
-                // Let messages gather: a message batch does not wake a
-                // lingering worker (unless the queue is a quarter full),
-                // anything else does, and so does closing.
-                g.waiting = true;
-                g.lingering = true;
-                q.cond.wait_for(&mut g, q.delay);
-                g.waiting = false;
-                g.lingering = false;
-            }
             while g.items.is_empty() && g.drops.messages == 0 && !g.closed {
                 g.waiting = true;
                 q.cond.wait(&mut g);
@@ -560,7 +547,6 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 return; // closed and drained
             }
             std::mem::swap(&mut g.items, &mut local);
-            taken = g.messages;
             g.messages = 0;
             if let Some((channels, messages)) = g.drops.take() {
                 local.push_back(Item::Dropped { channels, messages });
@@ -715,7 +701,7 @@ mod tests {
     fn delivers_in_order_and_drops_when_full() {
         let h = Arc::new(Count(AtomicUsize::new(0), Mutex::new(Vec::new())));
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters.clone()).unwrap();
+        let pool = Pool::start(1, 4, h.clone(), counters.clone()).unwrap();
         let q = pool.queues()[0].clone();
         // Hold the worker out of its queue by filling while it is parked:
         // whatever is accepted must come out in order.
@@ -773,7 +759,7 @@ mod tests {
     fn drops_are_named_once_after_the_messages_queued_before_them() {
         let h = Arc::new(Gated::default());
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters).unwrap();
+        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
         let q = pool.queues()[0].clone();
         assert!(q.push_message(b"a", &[0], 0));
         let start = std::time::Instant::now();
@@ -826,9 +812,7 @@ mod tests {
     #[test]
     fn a_stage_queues_a_partial_batch_only_when_flushed_and_keeps_order() {
         // Queues without workers: what they hold is exactly what was queued.
-        let queues: Vec<Arc<Queue>> = (0..2)
-            .map(|_| Arc::new(Queue::new(1024, Duration::ZERO)))
-            .collect();
+        let queues: Vec<Arc<Queue>> = (0..2).map(|_| Arc::new(Queue::new(1024))).collect();
         let mut stage = Stage::new(2, origin(7, Arc::new(LaneOwners::new(1)), Arc::default()));
         let names: Vec<Vec<u8>> = (0..10).map(|i| format!("ch{i}").into_bytes()).collect();
         // More than one batch per worker: the full ones are queued early.
@@ -878,7 +862,7 @@ mod tests {
     fn a_flush_into_a_full_queue_drops_the_rest_and_names_them_after() {
         let h = Arc::new(Gated::default());
         let counters = Arc::new(Counters::default());
-        let pool = Pool::start(1, 4, Duration::ZERO, h.clone(), counters).unwrap();
+        let pool = Pool::start(1, 4, h.clone(), counters).unwrap();
         let queues = pool.queues().to_vec();
         assert!(queues[0].push_message(b"a", &[0], 0));
         let start = std::time::Instant::now();
@@ -921,7 +905,7 @@ mod tests {
         // connection 8 before the read is queued (8's messages may already
         // be in): 7's lane-1 messages are dropped and noted, lane 0's kept
         // in order.
-        let queue = Arc::new(Queue::new(1024, Duration::ZERO));
+        let queue = Arc::new(Queue::new(1024));
         let queues = [queue.clone()];
         let owners = Arc::new(LaneOwners::new(2));
         owners.set(0, Some(7));
@@ -978,7 +962,7 @@ mod tests {
         // Lane 0 moves from 7 to 8 and back to 7 while 7 still holds a
         // message of its first subscription: that one is dropped, and 7's
         // messages are delivered again once it read its new confirmation.
-        let queue = Arc::new(Queue::new(1024, Duration::ZERO));
+        let queue = Arc::new(Queue::new(1024));
         let queues = [queue.clone()];
         let owners = Arc::new(LaneOwners::new(1));
         let lost7 = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -1027,14 +1011,7 @@ mod tests {
             n2.fetch_add(1, Ordering::Relaxed);
             assert_ne!(p, b"boom");
         };
-        let pool = Pool::start(
-            1,
-            16,
-            Duration::ZERO,
-            Arc::new(h),
-            Arc::new(Counters::default()),
-        )
-        .unwrap();
+        let pool = Pool::start(1, 16, Arc::new(h), Arc::new(Counters::default())).unwrap();
         let q = &pool.queues()[0];
         assert!(q.push_message(b"c", b"boom", 0));
         assert!(q.push_message(b"c", b"ok", 0));
@@ -1055,9 +1032,33 @@ mod tests {
         }
     }
 
-    /// Stages `n` messages for worker 0 and flushes them, the way a
-    /// subscribe connection's read does.
-    fn read_into(q: &Arc<Queue>, n: usize) {
+    /// Waits up to 5 s for `cond`; false if it never held.
+    fn within_5s(cond: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !cond() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// A worker pool of one with a queue of `capacity`, its worker parked.
+    fn parked(capacity: usize) -> (Pool, Arc<Queue>, Arc<Tally>) {
+        let h = Arc::new(Tally::default());
+        let pool = Pool::start(1, capacity, h.clone(), Arc::default()).unwrap();
+        let q = pool.queues()[0].clone();
+        assert!(
+            within_5s(|| q.inner.lock().waiting),
+            "the worker never waited"
+        );
+        (pool, q, h)
+    }
+
+    /// Stages `n` messages for worker 0 the way one read does; the caller
+    /// flushes (the read's end).
+    fn stage_read(q: &Arc<Queue>, n: usize) -> Stage {
         let queues = std::slice::from_ref(q);
         let mut stage = Stage::new(1, origin(1, Arc::new(LaneOwners::new(1)), Arc::default()));
         for i in 0..n as u32 {
@@ -1066,77 +1067,33 @@ mod tests {
                 0
             );
         }
-        assert_eq!(stage.flush(queues), 0);
-    }
-
-    /// Waits up to 5 s for `cond`; false if it never held.
-    fn within_5s(cond: impl Fn() -> bool) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !cond() {
-            if std::time::Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
+        stage
     }
 
     #[test]
-    fn a_busy_worker_lets_the_next_reads_gather_for_the_delay() {
-        let delay = Duration::from_millis(300);
-        let h = Arc::new(Tally::default());
-        let pool = Pool::start(1, 4096, delay, h.clone(), Arc::default()).unwrap();
-        let q = pool.queues()[0].clone();
-        // Not busy yet: the first read wakes the worker at once.
-        read_into(&q, BUSY);
-        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY));
-        // Busy now: the next read waits for the rest of the delay (it began
-        // when the worker took the first read, before this point).
-        let start = std::time::Instant::now();
-        read_into(&q, 1);
-        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY + 1));
-        let waited = start.elapsed();
-        assert!(waited >= delay / 2, "delivered after {waited:?}");
-        // A drain of one message is not busy: the next read wakes it.
-        read_into(&q, 1);
-        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == BUSY + 2));
+    fn a_long_read_wakes_its_worker_once_at_its_end_not_per_full_batch() {
+        let (pool, q, h) = parked(4096);
+        let n = 3 * STAGE + 1;
+        let mut stage = stage_read(&q, n);
+        assert_eq!(q.wakes(), 0, "a full batch mid-read woke the worker");
+        assert_eq!(stage.flush(std::slice::from_ref(&q)), 0);
+        assert_eq!(q.wakes(), 1);
+        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == n));
         pool.shutdown();
     }
 
     #[test]
-    fn a_lingering_worker_wakes_at_once_for_events_a_quarter_full_queue_and_close() {
-        let h = Arc::new(Tally::default());
-        let capacity = 4096;
-        let pool = Pool::start(
+    fn a_quarter_full_queue_wakes_its_worker_in_the_middle_of_a_read() {
+        // A quarter of 256 is one full batch.
+        let (pool, q, h) = parked(4 * STAGE);
+        let mut stage = stage_read(&q, STAGE + 1);
+        assert_eq!(
+            q.wakes(),
             1,
-            capacity,
-            Duration::from_secs(10),
-            h.clone(),
-            Arc::default(),
-        )
-        .unwrap();
-        let q = pool.queues()[0].clone();
-        let count = || h.0.load(Ordering::Relaxed);
-        read_into(&q, BUSY);
-        assert!(within_5s(|| count() == BUSY));
-        // Lingering (10 s): a marker runs at once.
-        let ran = Arc::new(AtomicBool::new(false));
-        let r = ran.clone();
-        q.push_marker(Box::new(move || r.store(true, Ordering::Relaxed)));
-        assert!(within_5s(|| ran.load(Ordering::Relaxed)), "marker waited");
-        // Busy again, then a quarter of the queue in one read wakes it.
-        read_into(&q, BUSY);
-        assert!(within_5s(|| count() == 2 * BUSY));
-        read_into(&q, capacity / 4);
-        assert!(
-            within_5s(|| count() == 2 * BUSY + capacity / 4),
-            "a quarter-full queue waited: {} of {}",
-            count(),
-            2 * BUSY + capacity / 4
+            "the quarter-full queue waited for the read's end"
         );
-        // Lingering again: closing ends it.
-        let start = std::time::Instant::now();
+        assert_eq!(stage.flush(std::slice::from_ref(&q)), 0);
+        assert!(within_5s(|| h.0.load(Ordering::Relaxed) == STAGE + 1));
         pool.shutdown();
-        assert!(start.elapsed() < Duration::from_secs(5), "shutdown waited");
     }
 }

@@ -8,6 +8,10 @@
 //! spare buffers per worker, refilled from the queue's free list while its
 //! lock is held, so staging allocates nothing once warm.
 //!
+//! Wake-ups: a full batch queued in the middle of a read does not wake its
+//! worker (unless the queue is a quarter full); the flush at the read's
+//! end does, so a read wakes each worker it brought messages once.
+//!
 //! Order: a stage is flushed before its observer queues anything else
 //! (an event, or a reply that completes a fence), so what one I/O thread
 //! queues reaches each worker in the order it was read. A full queue
@@ -189,7 +193,10 @@ impl Stage {
         };
         let mut dropped = 0;
         if b.items.len() >= STAGE {
-            dropped = q.put(b, &self.origin);
+            // Mid-read: the worker is woken at the read's end (this
+            // message stays staged for that flush), or by a quarter-full
+            // queue.
+            dropped = q.put(b, &self.origin, false);
         }
         let buf = b.spare.pop().unwrap_or_default();
         b.items
@@ -203,7 +210,7 @@ impl Stage {
     pub(crate) fn flush(&mut self, queues: &[Arc<Queue>]) -> u64 {
         let origin = &self.origin;
         let batches = self.batches.iter_mut().zip(queues);
-        batches.map(|(b, q)| q.put(b, origin)).sum()
+        batches.map(|(b, q)| q.put(b, origin, true)).sum()
     }
 }
 
@@ -260,10 +267,11 @@ impl Queue {
     /// the rest dropped and noted (every one of them once closed), and
     /// those of lanes their connection no longer carries dropped, noted
     /// and counted in the owners; refills `b`'s spare buffers. Wakes the
-    /// worker if it waits, unless it lingers (busy, letting messages
-    /// gather) and the queue is less than a quarter full. Returns the
-    /// messages dropped for want of room.
-    pub(super) fn put(&self, b: &mut Batch, from: &Origin) -> u64 {
+    /// worker if it waits and this is the read's last put for it (`last`:
+    /// a flush), or the queue is a quarter full: a long read wakes each
+    /// worker once, not once per full batch. Returns the messages dropped
+    /// for want of room.
+    pub(super) fn put(&self, b: &mut Batch, from: &Origin, last: bool) -> u64 {
         if b.items.is_empty() {
             return 0;
         }
@@ -290,10 +298,10 @@ impl Queue {
                 None => break,
             }
         }
-        let wake = g.waiting && (!g.lingering || g.messages >= self.capacity.div_ceil(4));
+        let wake = g.waiting && (last || g.messages >= self.capacity.div_ceil(4));
         drop(g);
         if wake {
-            self.cond.notify_one();
+            self.wake();
         }
         dropped
     }
