@@ -49,15 +49,23 @@ const NAME_AT: usize = mem::offset_of!(Header, mark) + 1;
 /// 32-bit count can never wrap around to free a name still in use.
 const MAX_COUNT: u32 = u32::MAX / 2;
 
-/// The longest name a [`Channel`] holds: its length is stored in 32 bits.
+/// The longest name a [`Channel`] holds: its length is stored in 32 bits,
+/// and an allocation stays under `isize::MAX` bytes on 32-bit targets too.
 /// (Redis and Valkey refuse a bulk string over 512 MiB by default.)
-pub const MAX_CHANNEL_LEN: usize = u32::MAX as usize - NAME_AT - 8;
+pub const MAX_CHANNEL_LEN: usize = {
+    let limit = if usize::BITS > 32 {
+        u32::MAX as usize
+    } else {
+        isize::MAX as usize
+    };
+    limit - NAME_AT - 8
+};
 
 /// The layout of the allocation for a name of `len` bytes.
 fn layout(len: usize) -> Layout {
     let size = (NAME_AT + len).max(mem::size_of::<Header>());
-    // `len` ≤ MAX_CHANNEL_LEN keeps `size` far below isize::MAX, and the
-    // alignment is a Header's, a power of two.
+    // `len` ≤ MAX_CHANNEL_LEN keeps `size` below isize::MAX (on every
+    // target), and the alignment is a Header's, a power of two.
     Layout::from_size_align(size, mem::align_of::<Header>()).expect("a channel's layout")
 }
 

@@ -692,7 +692,16 @@ impl Driver {
             return;
         }
         self.begin_turn();
-        if self.paused_until.is_some_and(|t| now >= t) {
+        // The pause ends at its time, or earlier at a deadline of the
+        // core's (a request's or the handshake's timeout): the reply it
+        // waits for may be in the socket, unread because of the pause.
+        let core_due = || {
+            self.core
+                .as_ref()
+                .and_then(Connection::poll_deadline)
+                .is_some_and(|d| d <= now)
+        };
+        if self.paused_until.is_some_and(|t| now >= t || core_due()) {
             self.resume_reading(registry, now);
         }
         if self.more_to_read {

@@ -350,3 +350,53 @@ fn a_busy_connection_stops_reading_for_its_read_pause() {
         "{unpaused:?}"
     );
 }
+
+/// A request's timeout that falls inside a read pause ends the pause and
+/// reads first: the reply already in the socket completes the request
+/// instead of the connection failing for a timeout it caused itself.
+#[test]
+fn a_request_timeout_inside_a_read_pause_reads_the_reply_first() {
+    use testkit::{FakeServer, Step};
+    let mut hello = Vec::new();
+    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    let mut ping = Vec::new();
+    resp::encode_command(&mut ping, [&b"PING"[..]]);
+    let mut burst = Vec::new();
+    for _ in 0..16 {
+        burst.extend_from_slice(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1024\r\n");
+        burst.extend_from_slice(&[b'x'; 1024]);
+        burst.extend_from_slice(b"\r\n");
+    }
+    let script = vec![
+        Step::expect(hello),
+        Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
+        Step::send(burst),
+        Step::expect(ping),
+        Step::send(b"+PONG\r\n"),
+        Step::Silence,
+    ];
+    let fake = FakeServer::start(script).unwrap();
+    let times = std::sync::Arc::new(PushTimes::default());
+    let engine = Engine::builder()
+        .address(fake.addr().to_string())
+        .io_threads(1)
+        .observer(times.clone())
+        .request_timeout(Duration::from_millis(300))
+        .read_pause(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + BOUND;
+    while times.0.lock().len() < 16 {
+        assert!(std::time::Instant::now() < deadline, "the burst never came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Paused now (the burst was 16 KiB); the PONG arrives at once.
+    let reply = engine
+        .command_pending(0, [&b"PING"[..]])
+        .wait_timeout(BOUND);
+    assert!(
+        matches!(&reply, Ok(Value::Simple(p)) if p == b"PONG"),
+        "{reply:?}"
+    );
+    engine.shutdown();
+}
