@@ -290,46 +290,71 @@ impl crate::Observer for PushTimes {
     }
 }
 
-/// How long after the last push of a 16 KiB burst the engine saw a push
-/// that the server sent 50 ms after the burst, with `pause` as its read
-/// pause.
-fn late_push_after_a_burst(pause: Duration) -> Duration {
+/// A push of `payload` on channel `ch`, as a RESP3 server writes it.
+fn push(payload: &[u8]) -> Vec<u8> {
+    let mut out = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n".to_vec();
+    out.extend_from_slice(format!("${}\r\n", payload.len()).as_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// A fake server that answers `HELLO 3`, writes a 16 KiB burst of 16
+/// pushes at once (a busy read turn) and then plays `then`; and an engine
+/// with `read_pause` and `request_timeout` on it, its pushes timed. Returns
+/// once the engine has seen the burst.
+fn after_a_burst(
+    then: Vec<testkit::Step>,
+    pause: Duration,
+    request_timeout: Duration,
+) -> (testkit::FakeServer, Engine, std::sync::Arc<PushTimes>) {
     use testkit::{FakeServer, Step};
-    fn push(payload: &[u8]) -> Vec<u8> {
-        let mut out = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n".to_vec();
-        out.extend_from_slice(format!("${}\r\n", payload.len()).as_bytes());
-        out.extend_from_slice(payload);
-        out.extend_from_slice(b"\r\n");
-        out
-    }
     let mut hello = Vec::new();
     resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
     let burst: Vec<u8> = (0..16).flat_map(|_| push(&[b'x'; 1024])).collect();
-    let script = vec![
+    let mut script = vec![
         Step::expect(hello),
         Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
         Step::send(burst),
-        Step::Delay(Duration::from_millis(50)),
-        Step::send(push(b"late")),
-        Step::Silence,
     ];
+    script.extend(then);
     let fake = FakeServer::start(script).unwrap();
     let times = std::sync::Arc::new(PushTimes::default());
     let engine = Engine::builder()
         .address(fake.addr().to_string())
         .io_threads(1)
         .observer(times.clone())
+        .request_timeout(request_timeout)
         .read_pause(pause)
         .build()
         .unwrap();
+    wait_pushes(&times, 16);
+    (fake, engine, times)
+}
+
+/// Waits (bounded) until the engine has seen `n` pushes.
+fn wait_pushes(times: &PushTimes, n: usize) {
     let deadline = std::time::Instant::now() + BOUND;
-    while times.0.lock().len() < 17 {
+    while times.0.lock().len() < n {
         assert!(
             std::time::Instant::now() < deadline,
-            "the late push never came"
+            "{n} pushes never came"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// How long after the last push of the burst the engine saw a push that
+/// the server sent 50 ms after it, with `pause` as its read pause.
+fn late_push_after_a_burst(pause: Duration) -> Duration {
+    use testkit::Step;
+    let then = vec![
+        Step::Delay(Duration::from_millis(50)),
+        Step::send(push(b"late")),
+        Step::Silence,
+    ];
+    let (_fake, engine, times) = after_a_burst(then, pause, BOUND);
+    wait_pushes(&times, 17);
     engine.shutdown();
     let t = times.0.lock();
     t[16].duration_since(t[15])
@@ -356,41 +381,13 @@ fn a_busy_connection_stops_reading_for_its_read_pause() {
 /// instead of the connection failing for a timeout it caused itself.
 #[test]
 fn a_request_timeout_inside_a_read_pause_reads_the_reply_first() {
-    use testkit::{FakeServer, Step};
-    let mut hello = Vec::new();
-    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
+    use testkit::Step;
     let mut ping = Vec::new();
     resp::encode_command(&mut ping, [&b"PING"[..]]);
-    let mut burst = Vec::new();
-    for _ in 0..16 {
-        burst.extend_from_slice(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1024\r\n");
-        burst.extend_from_slice(&[b'x'; 1024]);
-        burst.extend_from_slice(b"\r\n");
-    }
-    let script = vec![
-        Step::expect(hello),
-        Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
-        Step::send(burst),
-        Step::expect(ping),
-        Step::send(b"+PONG\r\n"),
-        Step::Silence,
-    ];
-    let fake = FakeServer::start(script).unwrap();
-    let times = std::sync::Arc::new(PushTimes::default());
-    let engine = Engine::builder()
-        .address(fake.addr().to_string())
-        .io_threads(1)
-        .observer(times.clone())
-        .request_timeout(Duration::from_millis(300))
-        .read_pause(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let deadline = std::time::Instant::now() + BOUND;
-    while times.0.lock().len() < 16 {
-        assert!(std::time::Instant::now() < deadline, "the burst never came");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // Paused now (the burst was 16 KiB); the PONG arrives at once.
+    let then = vec![Step::expect(ping), Step::send(b"+PONG\r\n"), Step::Silence];
+    // Paused for 5 s once the burst is in; the PONG arrives at once.
+    let (_fake, engine, _times) =
+        after_a_burst(then, Duration::from_secs(5), Duration::from_millis(300));
     let reply = engine
         .command_pending(0, [&b"PING"[..]])
         .wait_timeout(BOUND);
