@@ -212,18 +212,12 @@ impl Front {
         I::Item: AsRef<[u8]>,
     {
         let too_long = |ch: &[u8]| {
-            let fits = !want || ch.len() <= control::MAX_CHANNEL_LEN;
-            match fits {
-                true => Ok(()),
-                false => Err(Error::InvalidArgument(
-                    format!(
-                        "a channel name of {} bytes (at most {})",
-                        ch.len(),
-                        control::MAX_CHANNEL_LEN
-                    )
-                    .into(),
-                )),
+            if !want || ch.len() <= control::MAX_CHANNEL_LEN {
+                return Ok(());
             }
+            let max = control::MAX_CHANNEL_LEN;
+            let what = format!("a channel name of {} bytes (at most {max})", ch.len());
+            Err(Error::InvalidArgument(what.into()))
         };
         let mut it = channels.into_iter();
         if it.size_hint().1.is_some_and(|n| n <= 8) {

@@ -124,14 +124,14 @@ impl Lane {
     /// [`Registry::set_wanted`] on a lane already locked (for callers that
     /// set many channels of one lane under one lock).
     pub(crate) fn set_wanted(&mut self, channel: &[u8], want: bool) -> bool {
+        let fresh;
         let name = match self.map.get(channel) {
             Some(name) => name,
             None if want => {
-                self.map.insert(Channel::new(channel));
-                match self.map.get(channel) {
-                    Some(name) => name,
-                    None => return false,
-                }
+                // The table holds a clone: one insert, no second lookup.
+                fresh = Channel::new(channel);
+                self.map.insert(fresh.clone());
+                &fresh
             }
             None => return false,
         };
@@ -154,8 +154,7 @@ impl Lane {
         }
         name.mark().store(flags, Relaxed);
         if queue {
-            let name = name.clone();
-            self.dirty.push(name);
+            self.dirty.push(name.clone());
         }
         queue
     }

@@ -5,10 +5,11 @@
 //! one subscriber drains them. Like with like: every row names its protocol
 //! and its subscribe connections, and each peer row has a shardsub row with
 //! the same ones. shardsub's `PubSub` runs with its defaults (one subscribe
-//! connection, RESP3, 2 workers here, a busy worker's 1 ms delivery delay),
-//! then with 2 subscribe connections, then on RESP2, then with the
-//! delivery delay off (every read wakes its workers); the `redis` crate's async Pub/Sub (one connection, tokio
-//! with 2 worker threads) on RESP2 (its default) and on RESP3. Only that
+//! connection, RESP3, 2 workers here, the busy subscribe connection's 1 ms
+//! delivery delay), then with 2 subscribe connections, then on RESP2, then
+//! with the delivery delay off (what arrives is read at once); the `redis`
+//! crate's async Pub/Sub (one connection, tokio with 2 worker threads) on
+//! RESP2 (its default) and on RESP3. Only that
 //! subscriber runs in this process, so `getrusage` gives its CPU, and its
 //! context switches (voluntary + involuntary). Every phase is bounded.
 //!
