@@ -285,9 +285,11 @@ impl Cluster {
     /// removed are failed or forgotten everywhere, every live node has its
     /// cluster bus link to every other live node (a classic `PUBLISH` is
     /// broadcast over those links, and one that is still connecting drops
-    /// the message without a word), and every live replica's link to its
-    /// master is up. Then refreshes the view [`Cluster::masters`]
-    /// and friends read.
+    /// the message without a word), every live replica's link to its
+    /// master is up, and no replica follows a node that is itself a replica
+    /// (after a failover the old primary's other replicas replicate it,
+    /// now a replica, until each has heard of the new primary and moved to
+    /// it). Then refreshes the view [`Cluster::masters`] and friends read.
     ///
     /// # Errors
     ///
@@ -373,6 +375,22 @@ impl Cluster {
                     if link.as_deref() != Some("up") {
                         return Err(Error::Cluster(format!("replica {i}: link {link:?}")));
                     }
+                }
+            }
+        }
+        if let Some((table, _)) = &agreed {
+            for (id, entry) in table {
+                let chained = entry
+                    .master
+                    .as_ref()
+                    .filter(|m| table.get(*m).is_some_and(|e| e.master.is_some()));
+                if let Some(master) = chained {
+                    let index = |id: &String| self.ids.iter().position(|x| x == id);
+                    return Err(Error::Cluster(format!(
+                        "replica {:?} follows {:?}, itself a replica",
+                        index(id),
+                        index(master)
+                    )));
                 }
             }
         }
