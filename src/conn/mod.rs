@@ -670,6 +670,15 @@ impl<T> Connection<T> {
         st.flush_at
     }
 
+    /// Makes bytes held back by the flush delay due at once: for a writer
+    /// that waits for their replies next, holding them gathers nothing.
+    pub fn flush_now(&mut self, now: Instant) {
+        let st = &mut self.st;
+        if st.closed.is_none() && st.unsent_len() > 0 && st.handshake.is_none() {
+            st.flush_at = Some(st.flush_at.map_or(now, |at| at.min(now)));
+        }
+    }
+
     /// The handshake or request deadline, if one is running.
     pub fn poll_deadline(&self) -> Option<Instant> {
         let st = &self.st;

@@ -645,6 +645,31 @@ fn flush_delay_holds_commands_sent_behind_outstanding_ones() {
 }
 
 #[test]
+fn flush_now_sends_what_the_flush_delay_holds_and_nothing_else() {
+    let (mut c, t0) = ready(ConnConfig {
+        flush_delay: Duration::from_micros(100),
+        ..config()
+    });
+    // Nothing unsent: no flush time appears.
+    c.flush_now(t0);
+    assert_eq!(c.poll_flush_at(), None);
+    send(&mut c, &["A"], 1, t0);
+    send(&mut c, &["Z"], 9, t0);
+    let mut az = cmd(&["A"]);
+    az.extend(cmd(&["Z"]));
+    assert_eq!(c.poll_transmit(t0), Some(&az[..]));
+    c.advance_transmit(az.len());
+    // Behind two written requests B is held; flush_now makes it due at
+    // once.
+    let t1 = t0 + Duration::from_micros(10);
+    send(&mut c, &["B"], 2, t1);
+    assert_eq!(c.poll_transmit(t1), None);
+    c.flush_now(t1);
+    assert_eq!(c.poll_flush_at(), Some(t1));
+    assert_eq!(c.poll_transmit(t1), Some(&cmd(&["B"])[..]));
+}
+
+#[test]
 fn zero_flush_delay_sends_at_once() {
     let (mut c, t0) = ready(ConnConfig {
         flush_delay: Duration::ZERO,

@@ -20,12 +20,12 @@
 //!   `PRIORITY`-only registration would still wake it, inside the kernel,
 //!   for every reply: a socket's data-ready wake carries `EPOLLPRI`), and
 //!   the socket's descriptor is registered in the lend's own epoll
-//!   instance, which the caller waits on. A caller holding the slot writes its request, waits on that epoll,
-//!   reads the reply into the core and completes it: `write`, `epoll_wait`,
-//!   `read`, one context switch.
+//!   instance, which the caller waits on. A caller holding the slot writes
+//!   its request, waits on that epoll, reads the reply into the core and
+//!   completes it: `write`, `epoll_wait`, `read`, one context switch.
 //! - **Taking it back.** Anything the thread must handle takes the
 //!   connection back ([`Driver`](crate::engine::driver::Driver)'s
-//!   `reclaim`): a staged request, a socket event, a shutdown, a lease left
+//!   `reclaim`): a request staged by another submitter, a socket event, a shutdown, a lease left
 //!   unused for [`LEASE`], or a caller that hands it back because it met
 //!   something only the thread handles (a short write, the end of the
 //!   stream, a read error, a timeout, a closed core). The thread sets
@@ -35,16 +35,31 @@
 //!   and reads at once. While lent, the thread sees a hangup only through
 //!   a caller or when it takes an unused lend back, at most [`LEASE`] after
 //!   the last call.
+//! - **Callers combine.** A caller that finds the connection lent stages
+//!   its request without waking the thread and takes the lend's lock in
+//!   turn (fair: each holder hands it straight to the next caller
+//!   waiting). The holder sends every request staged so far, its own
+//!   among them, in one write with the flush delay waived, and reads
+//!   until its own reply is in. The replies it reads complete the others'
+//!   requests too, so the next holder often finds its reply in and only
+//!   sends what was staged since. No caller wakes the thread, where each
+//!   request staged beside a holder used to take the lend back (and with
+//!   four callers the connection was seldom idle enough to lend again).
+//! - **Handing over.** A caller that cannot take its turn within
+//!   [`COMBINE_WAIT`] (a holder waits as long as its own reply takes, a
+//!   `BLPOP`'s for one), or finds the lend taken or handed back, makes
+//!   the thread take it back and send what is staged.
 //!
-//! Order holds: a caller takes the lend only with nothing awaited, unsent
-//! or staged, so its request is the next one the core matches a reply to,
-//! on either path; a request staged while the lend is held is sent by the
-//! thread after it took the lend back. Callers that find the slot held
-//! stage as before. Request deadlines hold: a caller waits at most until
-//! the core's next deadline, and then runs the core's timeout. Engines
-//! with an [`Observer`](crate::Observer), with TLS, or whose connections
-//! carry cluster publishes never lend.
+//! Order holds: staged requests are sent in the order they were staged,
+//! by a holder or by the thread, and the core matches replies in that
+//! order on either path. A holder sends nothing while the thread has
+//! staged work of its own waiting (a submitter woke it): the thread takes
+//! the lend back and sends everything. Request deadlines hold: a caller
+//! waits at most until the core's next deadline, and then runs the core's
+//! timeout. Engines with an [`Observer`](crate::Observer), with TLS, or
+//! whose connections carry cluster publishes never lend.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::conn::{Connection, Request};
 use crate::engine::backoff::Backoff;
@@ -73,6 +88,11 @@ pub(crate) const LEASE: Duration = Duration::from_millis(20);
 /// lend short for another submitter (so that contention costs at most one
 /// lend and reclaim, four `epoll_ctl` calls, per this interval).
 pub(crate) const RELEND: Duration = Duration::from_millis(1);
+
+/// How long a caller whose request is staged for the lend holder waits
+/// for its turn before it has the thread send it (a holder waits as long
+/// as its own reply takes: a `BLPOP`'s, for example).
+const COMBINE_WAIT: Duration = Duration::from_millis(50);
 
 /// The waker's token in the lend's epoll instance.
 const WAKE: Token = Token(0);
@@ -127,8 +147,11 @@ pub(crate) struct Lent {
     pub(crate) core: Connection<Completion>,
     pub(crate) socket: Transport,
     pub(crate) poll: LendPoll,
-    /// The request bytes of the current call (kept for its capacity).
+    /// The staged request bytes a caller takes to send (kept for its
+    /// capacity).
     scratch: Vec<u8>,
+    /// The staged requests a caller takes to send (kept for its capacity).
+    requests: VecDeque<Request<Completion>>,
     /// The core reported the connection closed during a caller's turn: the
     /// thread tears it down when it takes the lend back.
     pub(crate) closed: Option<Error>,
@@ -157,6 +180,7 @@ impl Lent {
             socket,
             poll,
             scratch,
+            requests: VecDeque::new(),
             closed: None,
             io_error: None,
             used_at: now,
@@ -191,23 +215,24 @@ pub(crate) struct Lend {
     pub(crate) waker: OnceLock<Waker>,
 }
 
-/// Whether a lent core can take a request that is matched to the next
-/// reply: ready, open, nothing awaited or unsent.
-fn quiet(core: &Connection<Completion>) -> bool {
-    core.is_ready() && !core.is_closed() && core.pending_len() == 0 && core.unsent_len() == 0
-}
-
 impl ConnShared {
     /// Sends `request` (its bytes from `encode`) on the lent connection and
     /// reads until `done` says its completion has its outcome, on this
     /// thread. `Err` gives the encoder and the request back when the
-    /// connection is not lent to this caller now (then stage them; the
-    /// connection is lent after its next idle turn).
+    /// connection is not lent now (then stage them; the connection is lent
+    /// after its next idle turn).
     ///
-    /// After `Ok` the completion has its outcome, or the thread gives it
-    /// one (a reply it reads after taking the lend back, or a failure).
-    /// `until`: the caller stops reading then (its wait is over) and hands
-    /// the lend back, so the thread reads the reply.
+    /// Callers combine: each stages its request without waking the thread
+    /// and takes the lend's lock in turn. The one holding it sends every
+    /// request staged so far, its own among them, and reads until its own
+    /// reply is in; the replies it reads complete the others' requests
+    /// too. It hands the lock straight to the next caller waiting, whose
+    /// reply is then often in already (see the module docs).
+    ///
+    /// After `Ok` the completion has its outcome, or another caller or the
+    /// thread gives it one (a reply read after taking the lend over, or a
+    /// failure). `until`: the caller stops reading then (its wait is over)
+    /// and hands the lend back, so the thread reads the reply.
     pub(crate) fn call_lent<F>(
         &self,
         settings: &Settings,
@@ -230,52 +255,130 @@ impl ConnShared {
         if lend.reclaim.load(Ordering::SeqCst) {
             return Err((encode, request));
         }
-        let Some(mut guard) = lend.slot.try_lock() else {
-            return Err((encode, request));
+        self.stage_quietly(encode, request)?;
+        // Staged without a wake: from here on this caller sees that it is
+        // sent, by the caller holding the lend, by itself, or by the thread.
+        let now = Instant::now();
+        let wait_until = until.map_or(now + COMBINE_WAIT, |u| u.min(now + COMBINE_WAIT));
+        let Some(mut guard) = lend.slot.try_lock_until(wait_until) else {
+            self.hand_over_to_thread();
+            return Ok(());
         };
         let Some(lent) = guard.as_mut() else {
-            lend.wanted.store(true, Ordering::Relaxed);
-            return Err((encode, request));
+            drop(guard);
+            self.hand_over_to_thread();
+            return Ok(());
         };
-        if lend.handback.load(Ordering::SeqCst)
-            || lend.reclaim.load(Ordering::SeqCst)
-            || !quiet(&lent.core)
-        {
-            return Err((encode, request));
+        if lend.handback.load(Ordering::SeqCst) || lend.reclaim.load(Ordering::SeqCst) {
+            drop(guard);
+            self.hand_over_to_thread();
+            return Ok(());
         }
-        {
-            // Staged requests (their thread is about to take the lend back)
-            // go first; a connection that is not up takes nothing here.
-            let staging = self.staging.lock();
-            if !staging.requests.is_empty() || self.state.load(Ordering::Acquire) != UP {
-                return Err((encode, request));
-            }
+        let open = lent.core.is_ready() && !lent.core.is_closed() && lent.core.unsent_len() == 0;
+        if !open || !self.send_staged(lent, settings) {
+            drop(guard);
+            self.hand_over_to_thread();
+            return Ok(());
         }
-        let now = Instant::now();
-        encode(&mut lent.scratch);
-        lent.core
-            .send_encoded_vec(&mut lent.scratch, std::iter::once(request), now);
         let counters = &settings.counters;
-        Counters::add(&counters.requests, 1);
-        Counters::add(&counters.lent, 1);
+        let now = Instant::now();
+        // Behind requests in flight the flush delay would hold these; the
+        // caller waits for a reply next, so nothing more would gather.
+        lent.core.flush_now(now);
         let w = lent.socket.write_from(&mut lent.core, now);
         Counters::add(&counters.writes, w.writes);
         Counters::add(&counters.bytes_written, w.bytes);
         if w.blocked {
             Counters::add(&counters.write_would_block, 1);
         }
-        // A short write leaves the rest (or the failure) to the thread.
+        // A short write leaves the rest (or the failure) to the thread. A
+        // caller whose reply an earlier holder read only sends what others
+        // staged (their callers read their replies in their turn).
         let give_back = w.blocked
             || lent.core.unsent_len() > 0
             || lent.core.is_closed()
-            || self.read_lent(lent, settings, until, &done);
+            || (!done() && self.read_lent(lent, settings, until, &done));
         lent.used_at = Instant::now();
-        drop(guard);
         if give_back {
+            drop(guard);
             lend.handback.store(true, Ordering::SeqCst);
             self.thread.notify(self.local);
+        } else {
+            // Straight to the next caller waiting (it may not barge in
+            // behind this one's next call).
+            MutexGuard::unlock_fair(guard);
         }
         Ok(())
+    }
+
+    /// Stages a lent connection's request without waking the thread (the
+    /// caller holding the lend sends it). Gives it back when the thread
+    /// has work staged already (it takes the lend back and sends this one
+    /// with its own), the connection is not up, or the staged bytes are
+    /// over their bound.
+    fn stage_quietly<F>(
+        &self,
+        encode: F,
+        request: Request<Completion>,
+    ) -> Result<(), (F, Request<Completion>)>
+    where
+        F: FnOnce(&mut Vec<u8>),
+    {
+        let mut staging = self.staging.lock();
+        if self.state.load(Ordering::Acquire) != UP
+            || self.wake_pending.load(Ordering::Acquire)
+            || staging.buf.len() >= self.max_buffered
+        {
+            return Err((encode, request));
+        }
+        encode(&mut staging.buf);
+        staging.requests.push_back(request);
+        Ok(())
+    }
+
+    /// Moves what is staged into the lent core (the lend holder's part of
+    /// [`ConnShared::call_lent`]). False when it is the thread's to send:
+    /// a submitter woke the thread for it, the connection is not up, or
+    /// it holds kept publishes.
+    fn send_staged(&self, lent: &mut Lent, settings: &Settings) -> bool {
+        let mut staging = self.staging.lock();
+        if self.wake_pending.load(Ordering::Acquire)
+            || self.state.load(Ordering::Acquire) != UP
+            || !staging.kept.is_empty()
+        {
+            return false;
+        }
+        if staging.requests.is_empty() {
+            // A caller before this one sent them: this one's reply is to
+            // be read.
+            return true;
+        }
+        std::mem::swap(&mut staging.buf, &mut lent.scratch);
+        std::mem::swap(&mut staging.requests, &mut lent.requests);
+        self.wake_waiters(&staging);
+        drop(staging);
+        let n = lent.requests.len() as u64;
+        Counters::add(&settings.counters.requests, n);
+        Counters::add(&settings.counters.lent, n);
+        lent.core
+            .send_encoded_vec(&mut lent.scratch, lent.requests.drain(..), Instant::now());
+        true
+    }
+
+    /// Makes the thread send what is staged and read what is in flight: a
+    /// caller whose request was staged for a lend holder could not take
+    /// the lend over (it was taken back, handed back, held past
+    /// [`COMBINE_WAIT`], or could not send).
+    fn hand_over_to_thread(&self) {
+        let staging = self.staging.lock();
+        let wake = !staging.requests.is_empty() && !self.wake_pending.swap(true, Ordering::AcqRel);
+        drop(staging);
+        if self.lend.lent.load(Ordering::Acquire) {
+            self.lend.handback.store(true, Ordering::SeqCst);
+            self.thread.notify(self.local);
+        } else if wake {
+            self.thread.notify(self.local);
+        }
     }
 
     /// Reads replies on the lent connection until `done` or the thread

@@ -63,6 +63,66 @@ fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Gets the first connection lent (a warm-up `PING`), then calls `BLPOP
+/// key timeout` on a thread and returns once that call is lent: its caller
+/// holds the lend, waiting for the reply.
+fn blpop_on_the_lend(
+    e: &Arc<Engine>,
+    key: &'static str,
+    timeout: &'static str,
+) -> std::thread::JoinHandle<Result<Value, Error>> {
+    e.command(["PING"]).unwrap();
+    await_lent(e);
+    let lent_before = e.stats().lent;
+    let blocked = {
+        let e = Arc::clone(e);
+        std::thread::spawn(move || e.command(["BLPOP", key, timeout]))
+    };
+    testkit::wait_for("the BLPOP lent", BOUND, || {
+        Ok((e.stats().lent > lent_before).then_some(()))
+    })
+    .unwrap();
+    blocked
+}
+
+/// `callers` threads each publish `"{t}:{i}"` for `i` in `0..n` to
+/// `channel` with `publish_wait`; `sub` must read every caller's messages,
+/// in its order.
+fn callers_publish_in_order(
+    kind: testkit::ServerKind,
+    e: &Arc<Engine>,
+    sub: &mut Client,
+    channel: &'static [u8],
+    callers: usize,
+    n: usize,
+) {
+    let threads: Vec<_> = (0..callers)
+        .map(|t| {
+            let e = Arc::clone(e);
+            std::thread::spawn(move || {
+                for i in 0..n {
+                    let p = format!("{t}:{i}");
+                    let r = e.publish_wait(channel, p.as_bytes(), PublishOptions::classic());
+                    assert_eq!(r.unwrap(), 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let got = read_payloads(sub, callers * n);
+    for t in 0..callers {
+        let mine: Vec<String> = got
+            .iter()
+            .map(|p| String::from_utf8(p.clone()).unwrap())
+            .filter(|p| p.starts_with(&format!("{t}:")))
+            .collect();
+        let want: Vec<String> = (0..n).map(|i| format!("{t}:{i}")).collect();
+        assert_eq!(mine, want, "{kind:?}: caller {t} in order, none lost");
+    }
+}
+
 /// A fake server that answers the handshake and one `PING` (after which
 /// the connection is lent), then takes the command `last` and never
 /// answers it.
@@ -155,32 +215,36 @@ fn two_sequential_callers_share_the_connection_in_order() {
         let server = Server::start(kind).unwrap();
         let mut sub = subscriber(server.addr(), b"lend2");
         let e = Arc::new(engine(server.addr()));
-        let threads: Vec<_> = (0..2)
-            .map(|t| {
-                let e = Arc::clone(&e);
-                std::thread::spawn(move || {
-                    for i in 0..N {
-                        let p = format!("{t}:{i}");
-                        let n = e.publish_wait(b"lend2", p.as_bytes(), PublishOptions::classic());
-                        assert_eq!(n.unwrap(), 1);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        let got = read_payloads(&mut sub, 2 * N);
-        for t in 0..2 {
-            let mine: Vec<String> = got
-                .iter()
-                .map(|p| String::from_utf8(p.clone()).unwrap())
-                .filter(|p| p.starts_with(&format!("{t}:")))
-                .collect();
-            let want: Vec<String> = (0..N).map(|i| format!("{t}:{i}")).collect();
-            assert_eq!(mine, want, "{kind:?}: caller {t} in order, none lost");
-        }
+        callers_publish_in_order(kind, &e, &mut sub, b"lend2", 2, N);
         eprintln!("{kind:?}: {} of {} lent", e.stats().lent, 2 * N);
+    }
+}
+
+#[test]
+fn four_sequential_callers_combine_on_the_lent_connection() {
+    const N: usize = 400;
+    const CALLERS: usize = 4;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"lend4");
+        let e = Arc::new(engine(server.addr()));
+        e.command(["PING"]).unwrap();
+        await_lent(&e);
+        let before = e.stats();
+        callers_publish_in_order(kind, &e, &mut sub, b"lend4", CALLERS, N);
+        let s = e.stats();
+        let (lent, requests) = (s.lent - before.lent, s.requests - before.requests);
+        let writes = s.writes - before.writes;
+        eprintln!("{kind:?}: {lent} of {requests} lent, {writes} writes");
+        assert_eq!(s.failed, before.failed, "{kind:?}");
+        // The callers send each other's requests: the thread, which would
+        // take the lend back for each one staged beside a holder, sends
+        // few of them (a caller hands over to it only after waiting
+        // `COMBINE_WAIT` for its turn).
+        assert!(
+            lent * 10 >= requests * 9,
+            "{kind:?}: only {lent} of {requests} requests sent on the lent connection"
+        );
     }
 }
 
@@ -198,19 +262,8 @@ fn a_caller_waiting_on_the_lend_gives_way_to_another_submitter() {
                 .build()
                 .unwrap(),
         );
-        // Warm up: the connection is lent after this reply.
-        e.command(["PING"]).unwrap();
-        await_lent(&e);
-        let lent_before = e.stats().lent;
-        let blocked = {
-            let e = Arc::clone(&e);
-            // Waits on the lent connection for 3 s.
-            std::thread::spawn(move || e.command(["BLPOP", "lend-nothing", "3"]))
-        };
-        testkit::wait_for("the BLPOP lent", BOUND, || {
-            Ok((e.stats().lent > lent_before).then_some(()))
-        })
-        .unwrap();
+        // Waits on the lent connection for 3 s.
+        let blocked = blpop_on_the_lend(&e, "lend-nothing", "3");
         // Staged behind the BLPOP: the thread takes the lend back, waking
         // the waiting caller (else it would wait for the lock until the
         // BLPOP's reply, serving nothing else), and sends it.
@@ -234,6 +287,50 @@ fn a_caller_waiting_on_the_lend_gives_way_to_another_submitter() {
                 .unwrap();
         }
     }
+}
+
+#[test]
+fn a_caller_behind_a_long_held_lend_has_the_thread_send_its_request() {
+    // The server answers the BLPOP only once it has the PING staged
+    // behind it, then both in order.
+    let enc = |args: &[&[u8]]| {
+        let mut b = Vec::new();
+        resp::encode_command(&mut b, args);
+        b
+    };
+    let fake = FakeServer::start_each(vec![vec![
+        Step::expect(enc(&[b"HELLO", b"3"])),
+        Step::send(&b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"[..]),
+        Step::expect(enc(&[b"PING"])),
+        Step::send(&b"+PONG\r\n"[..]),
+        Step::expect(enc(&[b"BLPOP", b"k", b"0"])),
+        Step::expect(enc(&[b"PING"])),
+        Step::send(&b"_\r\n+PONG\r\n"[..]),
+        Step::Silence,
+    ]])
+    .unwrap();
+    let e = Arc::new(
+        Engine::builder()
+            .address(fake.addr().to_string())
+            .io_threads(1)
+            .request_timeout(BOUND)
+            .lease(LONG_LEASE)
+            .build()
+            .unwrap(),
+    );
+    let blocked = blpop_on_the_lend(&e, "k", "0");
+    // Staged for the lend holder, which waits for the BLPOP's reply: after
+    // `COMBINE_WAIT` the caller has the thread take the lend back and send
+    // it (were it to wait for its turn, the server would never answer).
+    let started = Instant::now();
+    let pong = e.command(["PING"]);
+    eprintln!(
+        "PING behind the held lend: {pong:?} after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(pong.unwrap(), Value::Simple(b"PONG".to_vec()));
+    assert_eq!(blocked.join().unwrap().unwrap(), Value::Null);
+    assert_eq!(e.stats().failed, 0);
 }
 
 #[test]

@@ -1,18 +1,21 @@
-//! The four publishers: shardsub, the `redis` crate's multiplexed async
-//! connection, `fred` 10, and `redis-benchmark` (the C reference).
+//! The publishers: shardsub (from threads, or from tokio tasks like the
+//! peers), the `redis` crate's multiplexed async connection, `fred` 10,
+//! and `redis-benchmark` (the C reference).
 //!
 //! Each run publishes `messages` 256-byte messages round-robin over 10,000
 //! channels `bench:%012d` (no subscribers) and returns once every one of
 //! them is acknowledged. `conc` submitters: threads for shardsub (each one
 //! fire-and-forget, then waits for its last publish: replies come in
-//! order), tasks awaiting each publish for the async peers, and for
-//! `conc == 1` a single task keeping `WINDOW` publishes in flight.
+//! order), tasks awaiting each publish for the async peers and for
+//! shardsub's tasks, and for `conc == 1` a single task keeping `WINDOW`
+//! publishes in flight.
 //!
 //! Sequential mode (`sequential`): every submitter awaits each publish's
 //! reply before the next one (shardsub: `publish_wait` on a thread, which
 //! writes and reads on the caller's thread while the connection is lent to
-//! it; the peers: a spawned task `.await`ing each), `conc == 1`
-//! included.
+//! it; shardsub's tasks and the peers: a spawned task `.await`ing each,
+//! shardsub's a `publish_pending`, which its I/O thread completes),
+//! `conc == 1` included.
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -41,6 +44,9 @@ pub enum Kind {
     Reference,
     /// This repository's engine.
     Shardsub,
+    /// This repository's engine from tokio tasks, `.await`ing each
+    /// `publish_pending` like the peers' tasks do theirs.
+    ShardsubTasks,
     /// The `redis` crate, multiplexed async connection.
     RedisRs,
     /// `fred` 10.
@@ -49,23 +55,35 @@ pub enum Kind {
 
 impl Kind {
     /// Every publisher, the C reference first.
-    pub const ALL: [Kind; 4] = [Kind::Reference, Kind::Shardsub, Kind::RedisRs, Kind::Fred];
+    pub const ALL: [Kind; 5] = [
+        Kind::Reference,
+        Kind::Shardsub,
+        Kind::ShardsubTasks,
+        Kind::RedisRs,
+        Kind::Fred,
+    ];
+
+    /// The publishers that run when `--only` is not given.
+    pub const DEFAULT: [Kind; 4] = [Kind::Reference, Kind::Shardsub, Kind::RedisRs, Kind::Fred];
 
     /// Name in tables and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Reference => "redis-benchmark",
             Kind::Shardsub => "shardsub",
+            Kind::ShardsubTasks => "shardsub",
             Kind::RedisRs => "redis 1.8.1",
             Kind::Fred => "fred 10.1.0",
         }
     }
 
-    /// Parses a command-line name (`c`, `shardsub`, `redis`, `fred`).
+    /// Parses a command-line name (`c`, `shardsub`, `shardsub-tasks`,
+    /// `redis`, `fred`).
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
             "c" | "redis-benchmark" => Some(Kind::Reference),
             "shardsub" => Some(Kind::Shardsub),
+            "shardsub-tasks" => Some(Kind::ShardsubTasks),
             "redis" => Some(Kind::RedisRs),
             "fred" => Some(Kind::Fred),
             _ => None,
@@ -76,7 +94,7 @@ impl Kind {
 /// Connected clients of every kind, to one server.
 pub struct Clients {
     rt: tokio::runtime::Runtime,
-    engine: Engine,
+    engine: Arc<Engine>,
     redis: redis::aio::MultiplexedConnection,
     fred: fred::prelude::Client,
     port: u16,
@@ -140,7 +158,7 @@ impl Clients {
         let fred_payload = Bytes::from(payload.clone());
         Ok(Clients {
             rt,
-            engine,
+            engine: Arc::new(engine),
             redis,
             fred,
             port: addr.port(),
@@ -174,7 +192,7 @@ impl Clients {
         match kind {
             Kind::Reference => self.run_reference(conc, messages, sequential, snap),
             Kind::Shardsub => self.run_shardsub(conc, messages, sequential, snap),
-            Kind::RedisRs | Kind::Fred => {
+            Kind::ShardsubTasks | Kind::RedisRs | Kind::Fred => {
                 let fut = self.run_async(kind, conc, messages, sequential, snap);
                 self.rt.block_on(async {
                     tokio::time::timeout(RUN_LIMIT, fut)
@@ -264,6 +282,7 @@ impl Clients {
             let before = snap()?;
             match kind {
                 Kind::RedisRs => self.redis_window(messages).await?,
+                Kind::ShardsubTasks => self.shardsub_window(messages).await?,
                 _ => self.fred_window(messages).await?,
             }
             return Ok((before, snap()?));
@@ -276,13 +295,19 @@ impl Clients {
             let (ready, go) = (ready.clone(), go.clone());
             let (names, fred_names) = (self.names.clone(), self.fred_names.clone());
             let (mut redis, fred) = (self.redis.clone(), self.fred.clone());
+            let engine = self.engine.clone();
             let (payload, fred_payload) = (self.payload.clone(), self.fred_payload.clone());
             tasks.push(tokio::spawn(async move {
                 ready.wait().await;
                 go.wait().await;
                 for i in 0..per as usize {
                     let c = (i * conc + t) % CHANNELS;
-                    if kind == Kind::RedisRs {
+                    if kind == Kind::ShardsubTasks {
+                        engine
+                            .publish_pending(names[c].as_bytes(), &payload, PublishOptions::classic())
+                            .await
+                            .map_err(|e| format!("shardsub: {e}"))?;
+                    } else if kind == Kind::RedisRs {
                         let _: i64 = redis
                             .publish(names[c].as_str(), payload.as_slice())
                             .await
@@ -307,45 +332,30 @@ impl Clients {
     }
 
     async fn redis_window(&self, messages: u64) -> Result<(), String> {
-        let mut in_flight = FuturesUnordered::new();
-        for i in 0..messages as usize {
-            if in_flight.len() == WINDOW {
-                in_flight
-                    .next()
-                    .await
-                    .unwrap_or(Ok(0))
-                    .map_err(|e| format!("redis: {e}"))?;
-            }
+        window("redis", messages, |i| {
             let mut conn = self.redis.clone();
             let (name, payload) = (self.names[i % CHANNELS].as_str(), self.payload.as_slice());
-            in_flight.push(async move { conn.publish::<_, _, i64>(name, payload).await });
-        }
-        while let Some(r) = in_flight.next().await {
-            r.map_err(|e| format!("redis: {e}"))?;
-        }
-        Ok(())
+            async move { conn.publish::<_, _, i64>(name, payload).await }
+        })
+        .await
+    }
+
+    async fn shardsub_window(&self, messages: u64) -> Result<(), String> {
+        window("shardsub", messages, |i| {
+            let name = self.names[i % CHANNELS].as_bytes();
+            self.engine
+                .publish_pending(name, &self.payload, PublishOptions::classic())
+        })
+        .await
     }
 
     async fn fred_window(&self, messages: u64) -> Result<(), String> {
-        let mut in_flight = FuturesUnordered::new();
-        for i in 0..messages as usize {
-            if in_flight.len() == WINDOW {
-                in_flight
-                    .next()
-                    .await
-                    .unwrap_or(Ok(0))
-                    .map_err(|e| format!("fred: {e}"))?;
-            }
+        window("fred", messages, |i| {
             let name = self.fred_names[i % CHANNELS].clone();
-            in_flight.push(
-                self.fred
-                    .publish::<i64, _, _>(name, self.fred_payload.clone()),
-            );
-        }
-        while let Some(r) = in_flight.next().await {
-            r.map_err(|e| format!("fred: {e}"))?;
-        }
-        Ok(())
+            self.fred
+                .publish::<i64, _, _>(name, self.fred_payload.clone())
+        })
+        .await
     }
 
     /// `redis-benchmark -3 -c CONC -P 64 -n N -r 10000 PUBLISH bench:__rand_int__ <payload>`.
@@ -398,4 +408,30 @@ impl Clients {
         }
         Ok((before, snap()?))
     }
+}
+
+/// Keeps [`WINDOW`] of `publish(i)` in flight, `i` counting up, until
+/// `messages` of them are acknowledged; `who` names the client in errors.
+async fn window<F, E>(
+    who: &str,
+    messages: u64,
+    publish: impl Fn(usize) -> F,
+) -> Result<(), String>
+where
+    F: std::future::Future<Output = Result<i64, E>>,
+    E: std::fmt::Display,
+{
+    let mut in_flight: FuturesUnordered<F> = FuturesUnordered::new();
+    for i in 0..messages as usize {
+        if in_flight.len() == WINDOW {
+            if let Some(r) = in_flight.next().await {
+                r.map_err(|e| format!("{who}: {e}"))?;
+            }
+        }
+        in_flight.push(publish(i));
+    }
+    while let Some(r) = in_flight.next().await {
+        r.map_err(|e| format!("{who}: {e}"))?;
+    }
+    Ok(())
 }
