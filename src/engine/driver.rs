@@ -213,6 +213,9 @@ impl Driver {
         let mut slot = lend.slot.lock();
         lend.wanted.store(false, Ordering::Relaxed);
         lend.reclaim.store(false, Ordering::SeqCst);
+        // A caller may have handed the last lend back after the thread
+        // took it (its flag, set outside the lock, outlived that lend).
+        lend.handback.store(false, Ordering::SeqCst);
         let backoff = self.backoff.clone();
         *slot = Some(Lent::new(core, socket, poll, scratch, backoff, now));
         lend.lent.store(true, Ordering::Release);

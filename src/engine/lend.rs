@@ -258,8 +258,15 @@ impl ConnShared {
         self.stage_quietly(encode, request)?;
         // Staged without a wake: from here on this caller sees that it is
         // sent, by the caller holding the lend, by itself, or by the thread.
+        // A staged request's timeout runs from its write: a short one
+        // shortens the wait for the turn too.
         let now = Instant::now();
-        let wait_until = until.map_or(now + COMBINE_WAIT, |u| u.min(now + COMBINE_WAIT));
+        let timeout = settings.conn.request_timeout;
+        let wait = match timeout.is_zero() {
+            true => COMBINE_WAIT,
+            false => COMBINE_WAIT.min(timeout),
+        };
+        let wait_until = until.map_or(now + wait, |u| u.min(now + wait));
         let Some(mut guard) = lend.slot.try_lock_until(wait_until) else {
             self.hand_over_to_thread();
             return Ok(());
@@ -274,7 +281,10 @@ impl ConnShared {
             self.hand_over_to_thread();
             return Ok(());
         }
-        let open = lent.core.is_ready() && !lent.core.is_closed() && lent.core.unsent_len() == 0;
+        let open = lent.core.is_ready()
+            && !lent.core.is_closed()
+            && lent.core.unsent_len() == 0
+            && lent.io_error.is_none();
         if !open || !self.send_staged(lent, settings) {
             drop(guard);
             self.hand_over_to_thread();
@@ -300,8 +310,9 @@ impl ConnShared {
             || (!done() && self.read_lent(lent, settings, until, &done));
         lent.used_at = Instant::now();
         if give_back {
-            drop(guard);
+            // Before the next caller can take its turn on a failed socket.
             lend.handback.store(true, Ordering::SeqCst);
+            drop(guard);
             self.thread.notify(self.local);
         } else {
             // Straight to the next caller waiting (it may not barge in

@@ -299,9 +299,12 @@ pub struct Stats {
     pub bytes_written: u64,
     /// `read` system calls that returned data.
     pub reads: u64,
-    /// Requests their caller wrote and read the reply of itself, on a
-    /// connection its I/O thread had lent ([`Engine::publish_wait`],
-    /// [`Engine::command`]); included in `requests`.
+    /// Requests a sequential caller sent on a connection its I/O thread
+    /// had lent ([`Engine::publish_wait`], [`Engine::command`]): its own
+    /// and those of the callers it sent along with it, each counted once
+    /// when it is handed to the lent connection (the thread reads the
+    /// replies of those whose callers hand the lend back); included in
+    /// `requests`.
     ///
     /// [`Engine::publish_wait`]: crate::Engine::publish_wait
     /// [`Engine::command`]: crate::Engine::command
