@@ -607,19 +607,24 @@ fn pushes_and_confirmations_do_not_move_a_request_deadline() {
     );
 }
 
+/// On an idle connection A (1) and Z (9) go at once, written together;
+/// then both await their replies.
+fn write_a_and_z(c: &mut Connection<u32>, now: Instant) {
+    send(c, &["A"], 1, now);
+    send(c, &["Z"], 9, now);
+    let mut az = cmd(&["A"]);
+    az.extend(cmd(&["Z"]));
+    assert_eq!(c.poll_transmit(now), Some(&az[..]));
+    c.advance_transmit(az.len());
+}
+
 #[test]
 fn flush_delay_holds_commands_sent_behind_outstanding_ones() {
     let (mut c, t0) = ready(ConnConfig {
         flush_delay: Duration::from_micros(100),
         ..config()
     });
-    // Idle: goes at once (A and Z, written together).
-    send(&mut c, &["A"], 1, t0);
-    send(&mut c, &["Z"], 9, t0);
-    let mut az = cmd(&["A"]);
-    az.extend(cmd(&["Z"]));
-    assert_eq!(c.poll_transmit(t0), Some(&az[..]));
-    c.advance_transmit(az.len());
+    write_a_and_z(&mut c, t0);
     // Behind two written requests: held until t1 + 100 µs, joined by C.
     let t1 = t0 + Duration::from_micros(10);
     send(&mut c, &["B"], 2, t1);
@@ -653,12 +658,7 @@ fn flush_now_sends_what_the_flush_delay_holds_and_nothing_else() {
     // Nothing unsent: no flush time appears.
     c.flush_now(t0);
     assert_eq!(c.poll_flush_at(), None);
-    send(&mut c, &["A"], 1, t0);
-    send(&mut c, &["Z"], 9, t0);
-    let mut az = cmd(&["A"]);
-    az.extend(cmd(&["Z"]));
-    assert_eq!(c.poll_transmit(t0), Some(&az[..]));
-    c.advance_transmit(az.len());
+    write_a_and_z(&mut c, t0);
     // Behind two written requests B is held; flush_now makes it due at
     // once.
     let t1 = t0 + Duration::from_micros(10);

@@ -25,10 +25,11 @@
 //!   completes it: `write`, `epoll_wait`, `read`, one context switch.
 //! - **Taking it back.** Anything the thread must handle takes the
 //!   connection back ([`Driver`](crate::engine::driver::Driver)'s
-//!   `reclaim`): a request staged by another submitter, a socket event, a shutdown, a lease left
-//!   unused for [`LEASE`], or a caller that hands it back because it met
-//!   something only the thread handles (a short write, the end of the
-//!   stream, a read error, a timeout, a closed core). The thread sets
+//!   `reclaim`): a request staged by another submitter, a socket event, a
+//!   shutdown, a lease left unused for [`LEASE`], or a caller that hands
+//!   it back because it met something only the thread handles (a short
+//!   write, the end of the stream, a read error, a timeout, a closed
+//!   core). The thread sets
 //!   `reclaim`, wakes a caller that is waiting on the lend's epoll (its
 //!   request's reply is then read by the thread), and takes the slot's lock.
 //!   It registers the socket again (epoll reports what arrived meanwhile)
@@ -271,25 +272,14 @@ impl ConnShared {
             self.hand_over_to_thread();
             return Ok(());
         };
-        let Some(lent) = guard.as_mut() else {
+        let taken = guard
+            .as_mut()
+            .is_some_and(|lent| self.take_turn(lent, settings));
+        let (true, Some(lent)) = (taken, guard.as_mut()) else {
             drop(guard);
             self.hand_over_to_thread();
             return Ok(());
         };
-        if lend.handback.load(Ordering::SeqCst) || lend.reclaim.load(Ordering::SeqCst) {
-            drop(guard);
-            self.hand_over_to_thread();
-            return Ok(());
-        }
-        let open = lent.core.is_ready()
-            && !lent.core.is_closed()
-            && lent.core.unsent_len() == 0
-            && lent.io_error.is_none();
-        if !open || !self.send_staged(lent, settings) {
-            drop(guard);
-            self.hand_over_to_thread();
-            return Ok(());
-        }
         let counters = &settings.counters;
         let now = Instant::now();
         // Behind requests in flight the flush delay would hold these; the
@@ -320,6 +310,20 @@ impl ConnShared {
             MutexGuard::unlock_fair(guard);
         }
         Ok(())
+    }
+
+    /// The lend holder's turn: sends what is staged on the lent connection
+    /// if it is still this caller's to use (not being taken or handed
+    /// back, open, nothing unsent, no failed read). False: the thread's.
+    fn take_turn(&self, lent: &mut Lent, settings: &Settings) -> bool {
+        let lend = &self.lend;
+        !lend.handback.load(Ordering::SeqCst)
+            && !lend.reclaim.load(Ordering::SeqCst)
+            && lent.core.is_ready()
+            && !lent.core.is_closed()
+            && lent.core.unsent_len() == 0
+            && lent.io_error.is_none()
+            && self.send_staged(lent, settings)
     }
 
     /// Stages a lent connection's request without waking the thread (the
