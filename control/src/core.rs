@@ -264,8 +264,10 @@ pub(crate) struct Fetch {
     pub(crate) next: Option<Time>,
     /// Failed fetches in a row.
     pub(crate) failures: u32,
-    /// Which candidate to ask next.
+    /// Which candidate to ask next (an index into `Core::candidates`).
     pub(crate) cursor: usize,
+    /// The node the fetch in flight asked.
+    pub(crate) asked: Option<NodeAddr>,
     pub(crate) last_start: Option<Time>,
     /// While fetches fail: no fetch starts before this (the backoff holds
     /// against every trigger).

@@ -27,6 +27,7 @@ impl Core {
                 self.next_poll = now + self.cfg.poll_interval;
                 self.note_absent(&map);
                 self.apply_map(map, now);
+                self.ask_again_who_answered();
                 self.after_refresh(now);
             }
             Err(FetchError::BadReply) => {
@@ -157,6 +158,19 @@ impl Core {
         self.fetch.reason = Trigger::Retry;
     }
 
+    /// The next fetch asks the node that answered this one, found again in
+    /// the candidates of the map it gave (which reorders them); a node the
+    /// map no longer names leaves the cursor on its first primary. Without
+    /// this the cursor kept its old index into a list that had changed, and
+    /// a poll could start on a seed long gone while live primaries were known.
+    fn ask_again_who_answered(&mut self) {
+        let asked = self.fetch.asked.take();
+        let c = self.candidates();
+        self.fetch.cursor = asked
+            .and_then(|a| c.iter().position(|n| *n == a))
+            .unwrap_or(0);
+    }
+
     /// Known primaries (in map order), their replicas (which answer
     /// topology commands too, and are next in line), then the seeds.
     fn candidates(&self) -> Vec<NodeAddr> {
@@ -178,6 +192,7 @@ impl Core {
         };
         let id = self.fresh_id();
         self.fetch.in_flight = Some((id, now + self.cfg.fetch_timeout));
+        self.fetch.asked = Some(node.clone());
         self.fetch.last_start = Some(now);
         self.fetch.next = None;
         let why = core::mem::replace(&mut self.fetch.reason, Trigger::Retry);

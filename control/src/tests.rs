@@ -127,6 +127,51 @@ fn a_late_topology_reply_is_ignored() {
     assert!(core.poll_timeout().unwrap() > next);
 }
 
+/// Runs the core's timers (connections it opens come up at once) until it
+/// asks for a topology fetch; returns the fetch id, the node asked, and when.
+fn next_fetch(core: &mut Core, mut now: Time) -> (u64, topology::NodeAddr, Time) {
+    for _ in 0..100 {
+        for cmd in drain(core) {
+            match cmd {
+                Command::FetchTopology { id, node } => return (id, node, now),
+                Command::Open { conn, .. } => core.handle_conn_up(now, conn),
+                _ => {}
+            }
+        }
+        now = core.poll_timeout().expect("a timer");
+        core.handle_timeout(now);
+    }
+    panic!("no fetch in 100 timers")
+}
+
+#[test]
+fn the_poll_asks_the_node_that_answered_last_not_a_dead_seed() {
+    // Found by fuzzing (`fuzz/regressions/control_core/poll_on_dead_seeds`):
+    // the cursor kept its index into a candidate list the new map had
+    // reordered, so the 30 s poll went through dead seeds first.
+    let seeds = vec![addr("n0"), addr("n1"), addr("n2")];
+    let mut core = Core::new(Config::new(Partitions::new(4).unwrap(), seeds), Time::ZERO).unwrap();
+    let Some(Command::FetchTopology { id, node }) = core.poll_command() else {
+        panic!("no fetch first")
+    };
+    assert_eq!(node, addr("n0"));
+    core.handle_topology(Time(1), id, Err(FetchError::Unreachable));
+    let (id, node, at) = next_fetch(&mut core, Time(1));
+    assert_eq!(node, addr("n1"));
+    core.handle_topology(at, id, Err(FetchError::Unreachable));
+    let (id, node, at) = next_fetch(&mut core, at);
+    assert_eq!(node, addr("n2"));
+    let answered = at;
+    core.handle_topology(
+        at,
+        id,
+        Ok(map(&[("a", "n2", 0, 8191), ("b", "n3", 8192, 16383)])),
+    );
+    let (_, node, at) = next_fetch(&mut core, at);
+    assert_eq!(node, addr("n2"), "the poll asks the node that answered");
+    assert_eq!(at, answered + Duration::from_secs(30), "and it is the poll");
+}
+
 #[test]
 fn unwant_unsubscribes_where_it_was_sent() {
     let (mut core, conn) = up(512);
