@@ -56,11 +56,10 @@ impl Core {
     }
 
     fn subscribe_reply(&mut self, now: Time, conn: ConnId, reply: SubscribeReply) {
-        let Some(pending) = self
-            .conns
-            .get_mut(&conn)
-            .and_then(|c| c.pending.pop_front())
-        else {
+        let Some(pending) = self.conns.get_mut(&conn).and_then(|c| {
+            c.leaving.reply();
+            c.pending.pop_front()
+        }) else {
             return;
         };
         let Some(part) = self.parts.get_mut(pending.partition as usize) else {
@@ -119,7 +118,14 @@ impl Core {
             SubscribeReply::Routing(e) => {
                 for name in &still {
                     if let Some(chan) = part.channels.get_mut(name) {
+                        // Its older subscription on `conn` ended when the
+                        // node stopped serving the slot, or at our
+                        // unsubscribe: a loss nobody saw the end of.
+                        let lingered = chan.lingers();
                         chan.set_sub(Sub::Idle);
+                        if lingered {
+                            chan.set_gap(true);
+                        }
                     }
                 }
                 if !still.is_empty() {
@@ -239,6 +245,7 @@ impl Core {
                 state: ConnState::Opening { deadline },
                 failures,
                 pending: VecDeque::new(),
+                leaving: crate::core::Leaving::default(),
                 last_rx: now,
                 ping: None,
             },
@@ -338,7 +345,9 @@ impl Core {
     pub fn handle_pong(&mut self, now: Time, conn: ConnId) {
         self.tick(now);
         if let Some(c) = self.conns.get_mut(&conn) {
-            c.ping = None;
+            if c.ping.take().is_some() {
+                c.leaving.reply();
+            }
             c.last_rx = now;
         }
     }
@@ -411,6 +420,7 @@ impl Core {
             } else if let Some(c) = self.conns.get_mut(&id) {
                 // Silent for the ping interval: a liveness probe.
                 c.ping = Some(now);
+                c.leaving.command();
                 self.emit(Command::Ping { conn: id });
             }
         }

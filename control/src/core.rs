@@ -1,6 +1,6 @@
 //! The core's state, its application-facing inputs and its outputs.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 
 use topology::{Layout, NodeAddr, NodeKey, SlotMap};
@@ -119,16 +119,25 @@ impl Part {
     }
 }
 
-/// A wanted channel: where it stands ([`Sub`]) and whether its
-/// subscription broke (a gap is due before the next subscribe), packed in
-/// one word, since a core holds one per wanted channel (bits 0–1 the
-/// state, bit 2 the gap, the rest the connection id).
+/// A wanted channel: where it stands ([`Sub`]), whether its subscription
+/// broke (a gap is due before the next subscribe) and whether an older
+/// subscription of it may still be live, packed in one word, since a core
+/// holds one per wanted channel (bits 0–1 the state, bit 2 the gap, bit 3
+/// the lingering subscription, the rest the connection id).
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Chan(u64);
 
 impl Chan {
     const GAP: u64 = 4;
-    const CONN_SHIFT: u32 = 3;
+    /// Wanted again while the unsubscribe of its previous subscription may
+    /// not have reached the server: that subscription may still deliver
+    /// (and the application takes its messages, the channel being wanted),
+    /// so a subscribe the server turns away (`MOVED`, `ASK`, `TRYAGAIN`,
+    /// `CLUSTERDOWN`) owes a gap: the old subscription ended at a time
+    /// nobody saw. Kept while the channel is [`Sub::Sent`], cleared by any
+    /// other state.
+    const LINGER: u64 = 8;
+    const CONN_SHIFT: u32 = 4;
 
     /// Where it stands.
     pub(crate) fn sub(self) -> Sub {
@@ -141,8 +150,13 @@ impl Chan {
         }
     }
 
-    /// Sets where it stands (the gap flag is kept).
+    /// Sets where it stands (the gap flag is kept; the lingering flag only
+    /// while it is sent).
     pub(crate) fn set_sub(&mut self, sub: Sub) {
+        let keep = match sub {
+            Sub::Sent(_) => Self::GAP | Self::LINGER,
+            _ => Self::GAP,
+        };
         let (tag, conn) = match sub {
             Sub::Idle => (0, 0),
             Sub::Sent(c) => (1, c.0),
@@ -150,9 +164,20 @@ impl Chan {
             Sub::Refused => (3, 0),
         };
         // Connection ids count connections opened by one core: far below
-        // 2^61.
+        // 2^60.
         debug_assert!(conn >> (64 - Self::CONN_SHIFT) == 0, "connection id {conn}");
-        self.0 = (conn << Self::CONN_SHIFT) | (self.0 & Self::GAP) | tag;
+        self.0 = (conn << Self::CONN_SHIFT) | (self.0 & keep) | tag;
+    }
+
+    /// Whether an older subscription of it may still be live (see
+    /// [`Chan::LINGER`]).
+    pub(crate) fn lingers(self) -> bool {
+        self.0 & Self::LINGER != 0
+    }
+
+    /// Marks that an older subscription of it may still be live.
+    pub(crate) fn set_linger(&mut self) {
+        self.0 |= Self::LINGER;
     }
 
     /// Whether a gap is due before its next subscribe.
@@ -231,6 +256,63 @@ pub(crate) struct Conn {
     pub(crate) last_rx: Time,
     /// The liveness `PING` in flight, and when it was sent.
     pub(crate) ping: Option<Time>,
+    /// Channels given up on it whose unsubscribe may not have reached the
+    /// server yet (see [`Leaving`]).
+    pub(crate) leaving: Leaving,
+}
+
+/// Most names a connection's [`Leaving`] holds; past it every channel
+/// wanted again while it is open counts as lingering (more gaps, never
+/// fewer, and bounded memory after a mass unsubscribe).
+const LEAVING_MAX: usize = 4096;
+
+/// The unsubscribes on a connection that the server may not have read
+/// yet. Replies come in order, so once a reply arrives to a command sent
+/// after an unsubscribe, the server has read that unsubscribe.
+#[derive(Debug, Default)]
+pub(crate) struct Leaving {
+    names: BTreeSet<Channel>,
+    /// Too many names to keep: every name counts.
+    all: bool,
+    /// Commands with a reply sent (subscribes and pings).
+    sent: u64,
+    /// Replies received.
+    replied: u64,
+    /// `sent` when the last unsubscribe left.
+    mark: u64,
+}
+
+impl Leaving {
+    /// An unsubscribe of `names` leaves now.
+    pub(crate) fn unsubscribed(&mut self, names: &[Channel]) {
+        self.mark = self.sent;
+        if self.all || self.names.len() + names.len() > LEAVING_MAX {
+            self.names.clear();
+            self.all = true;
+        } else {
+            self.names.extend(names.iter().cloned());
+        }
+    }
+
+    /// A command with a reply leaves now.
+    pub(crate) fn command(&mut self) {
+        self.sent += 1;
+    }
+
+    /// A reply arrived: when it answers a command sent after the last
+    /// unsubscribe, every unsubscribe has been read.
+    pub(crate) fn reply(&mut self) {
+        self.replied += 1;
+        if self.replied > self.mark {
+            self.names.clear();
+            self.all = false;
+        }
+    }
+
+    /// Whether `name`'s unsubscribe may not have been read yet.
+    pub(crate) fn holds(&self, name: &[u8]) -> bool {
+        self.all || self.names.contains(name)
+    }
 }
 
 /// A connection's state.
@@ -408,8 +490,21 @@ impl Core {
             fresh.entry(p).or_default().push(key);
         }
         for (p, names) in added {
+            let leaving = self
+                .conn_of(p)
+                .and_then(|c| self.conns.get(&c))
+                .map(|c| &c.leaving);
+            let lingering: Vec<Channel> = match leaving {
+                Some(l) => names.iter().filter(|n| l.holds(n)).cloned().collect(),
+                None => Vec::new(),
+            };
             if let Some(part) = self.parts.get_mut(p as usize) {
                 part.add(names);
+                for name in lingering {
+                    if let Some(chan) = part.channels.get_mut(&name) {
+                        chan.set_linger();
+                    }
+                }
             }
         }
         self.subscribe_fresh(fresh, now);
@@ -433,6 +528,13 @@ impl Core {
             }
         }
         for ((conn, p), names) in drop {
+            if let Some(c) = self
+                .conns
+                .get_mut(&conn)
+                .filter(|c| c.state == ConnState::Up)
+            {
+                c.leaving.unsubscribed(&names);
+            }
             self.unsubscribe(conn, p, names);
         }
         self.check_restored(now);

@@ -164,6 +164,7 @@ impl Core {
             channels: channels.clone(),
         });
         if let Some(c) = self.conns.get_mut(&conn) {
+            c.leaving.command();
             c.pending.push_back(Pending {
                 partition: p,
                 carried: channels.len(),

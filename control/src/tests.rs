@@ -213,7 +213,7 @@ fn a_wanted_channels_packed_state_reads_back_what_was_set() {
         Sub::Sent(ConnId(0)),
         Sub::Sent(ConnId(7)),
         Sub::Active(ConnId(1 << 40)),
-        Sub::Active(ConnId((1 << 61) - 1)),
+        Sub::Active(ConnId((1 << 60) - 1)),
         Sub::Refused,
     ];
     for &sub in &subs {
@@ -233,6 +233,13 @@ fn a_wanted_channels_packed_state_reads_back_what_was_set() {
             assert!(!c.gap());
             c.break_off();
             assert_eq!((c.sub(), c.gap()), (Sub::Idle, true));
+            // The lingering flag stays while sent, and only then.
+            c.set_linger();
+            c.set_sub(Sub::Sent(ConnId(3)));
+            assert!(c.lingers(), "{c:?}");
+            assert_eq!((c.sub(), c.gap()), (Sub::Sent(ConnId(3)), true));
+            c.set_sub(sub);
+            assert_eq!(c.lingers(), matches!(sub, Sub::Sent(_)), "{c:?}");
         }
     }
 }
@@ -267,4 +274,66 @@ fn a_bulk_want_keeps_channels_already_known_and_subscribes_each_once() {
     assert!(core.is_settled(), "the first 400 stayed confirmed");
     core.handle_want(Time(6), names.iter().map(|n| &n[..]));
     assert!(drain(&mut core).is_empty(), "all known: nothing sent");
+}
+
+/// Whether a gap is due for `name` before its next subscribe.
+fn gap_due(core: &Core, name: &[u8]) -> bool {
+    let p = core.lane_of(name) as usize;
+    core.parts[p].channels.get(name).is_some_and(|c| c.gap())
+}
+
+/// A `MOVED` for `conn`'s oldest subscribe.
+fn moved(core: &mut Core, now: Time, conn: ConnId) {
+    let e = topology::ClusterError::Moved {
+        slot: 0,
+        addr: Some(addr("n9")),
+    };
+    core.handle_subscribe_reply(now, conn, SubscribeReply::Routing(e));
+}
+
+#[test]
+fn a_channel_wanted_again_before_its_unsubscribe_was_read_owes_a_gap_when_turned_away() {
+    // Found by fuzzing (`fuzz/regressions/control_core/rewant_then_moved`):
+    // the old subscription may still deliver (the channel is wanted, so the
+    // application takes its messages) until the server reads the
+    // unsubscribe or stops serving the slot; a `MOVED` for the new
+    // subscribe leaves a loss whose start nobody saw.
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    core.handle_want(Time(6), [&b"news"[..]]);
+    let cmds = drain(&mut core);
+    assert!(
+        matches!(&cmds[..], [Command::Unsubscribe { .. }, Command::Subscribe { conn: c, .. }] if *c == conn),
+        "{cmds:?}"
+    );
+    assert!(!gap_due(&core, b"news"));
+    moved(&mut core, Time(7), conn);
+    assert!(gap_due(&core, b"news"), "the lingering subscription's loss");
+}
+
+#[test]
+fn a_moved_subscribe_owes_no_gap_when_no_older_subscription_can_be_live() {
+    let (mut core, conn) = up(512);
+    // Never subscribed before.
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    moved(&mut core, Time(4), conn);
+    assert!(!gap_due(&core, b"news"));
+    // Given up and wanted again after a reply showed the server had read
+    // the unsubscribe.
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"chat"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"chat"[..]]);
+    core.handle_want(Time(6), [&b"other"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(7), conn, SubscribeReply::Ok);
+    core.handle_want(Time(8), [&b"chat"[..]]);
+    drain(&mut core);
+    moved(&mut core, Time(9), conn);
+    assert!(!gap_due(&core, b"chat"), "its unsubscribe was read before");
 }
