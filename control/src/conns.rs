@@ -141,8 +141,10 @@ impl Core {
         }
     }
 
-    /// The server dropped `channel` from `conn` (a `sunsubscribe` push we
-    /// did not ask for): its slot probably moved. The channel's partition
+    /// A `sunsubscribe` push for `channel` on `conn`. One that answers our
+    /// own unsubscribe of a channel wanted again since is passed over (each
+    /// unsubscribe is answered once). Otherwise the server dropped
+    /// `channel` from `conn`: its slot probably moved. The channel's partition
     /// is lost until a refresh moves it, or until
     /// [`Config::stale_rounds`](crate::Config::stale_rounds) refreshes
     /// have not, when it is resubscribed in place.
@@ -158,6 +160,13 @@ impl Core {
         };
         if chan.sub().conn() != Some(conn) {
             return; // about an older subscription
+        }
+        // Wanted again after we gave it up here: the answer to our own
+        // unsubscribe (the new subscribe follows it on the wire).
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if c.leaving.answered(channel) {
+                return;
+            }
         }
         chan.break_off();
         part.lost = true;

@@ -1,6 +1,6 @@
 //! The core's state, its application-facing inputs and its outputs.
 
-use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
 use topology::{Layout, NodeAddr, NodeKey, SlotMap};
@@ -262,17 +262,21 @@ pub(crate) struct Conn {
 }
 
 /// Most names a connection's [`Leaving`] holds; past it every channel
-/// wanted again while it is open counts as lingering (more gaps, never
-/// fewer, and bounded memory after a mass unsubscribe).
+/// wanted again while it is open counts as lingering, and every
+/// `sunsubscribe` push as the server's own (more gaps, never fewer, and
+/// bounded memory after a mass unsubscribe).
 const LEAVING_MAX: usize = 4096;
 
-/// The unsubscribes on a connection that the server may not have read
-/// yet. Replies come in order, so once a reply arrives to a command sent
-/// after an unsubscribe, the server has read that unsubscribe.
+/// The unsubscribes on a connection that the server may not have answered
+/// yet. The server answers each channel of an unsubscribe with a
+/// `sunsubscribe` push, and answers commands in order: once a reply
+/// arrives to a command sent after an unsubscribe, every push for it has
+/// arrived too.
 #[derive(Debug, Default)]
 pub(crate) struct Leaving {
-    names: BTreeSet<Channel>,
-    /// Too many names to keep: every name counts.
+    /// Pushes still due for our own unsubscribes, per name.
+    names: BTreeMap<Channel, u32>,
+    /// Too many names to keep: every name counts, no push is ours.
     all: bool,
     /// Commands with a reply sent (subscribes and pings).
     sent: u64,
@@ -290,7 +294,9 @@ impl Leaving {
             self.names.clear();
             self.all = true;
         } else {
-            self.names.extend(names.iter().cloned());
+            for n in names {
+                *self.names.entry(n.clone()).or_default() += 1;
+            }
         }
     }
 
@@ -300,7 +306,7 @@ impl Leaving {
     }
 
     /// A reply arrived: when it answers a command sent after the last
-    /// unsubscribe, every unsubscribe has been read.
+    /// unsubscribe, every unsubscribe has been answered.
     pub(crate) fn reply(&mut self) {
         self.replied += 1;
         if self.replied > self.mark {
@@ -309,9 +315,22 @@ impl Leaving {
         }
     }
 
-    /// Whether `name`'s unsubscribe may not have been read yet.
+    /// A `sunsubscribe` push for `name`: whether it answers one of our own
+    /// unsubscribes (each answers one; a push beyond them is the server's).
+    pub(crate) fn answered(&mut self, name: &[u8]) -> bool {
+        let Some(n) = self.names.get_mut(name) else {
+            return false;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.names.remove(name);
+        }
+        true
+    }
+
+    /// Whether an unsubscribe of `name` may not have been answered yet.
     pub(crate) fn holds(&self, name: &[u8]) -> bool {
-        self.all || self.names.contains(name)
+        self.all || self.names.contains_key(name)
     }
 }
 
@@ -528,13 +547,6 @@ impl Core {
             }
         }
         for ((conn, p), names) in drop {
-            if let Some(c) = self
-                .conns
-                .get_mut(&conn)
-                .filter(|c| c.state == ConnState::Up)
-            {
-                c.leaving.unsubscribed(&names);
-            }
             self.unsubscribe(conn, p, names);
         }
         self.check_restored(now);

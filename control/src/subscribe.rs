@@ -188,6 +188,7 @@ impl Core {
             for pending in &mut c.pending {
                 pending.channels.retain(|n| !gone.contains(n));
             }
+            c.leaving.unsubscribed(&names);
         }
         let slot = self.parts.get(p as usize).map_or(0, |x| x.slot);
         for chunk in names.chunks(self.cfg.batch) {

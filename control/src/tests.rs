@@ -337,3 +337,25 @@ fn a_moved_subscribe_owes_no_gap_when_no_older_subscription_can_be_live() {
     moved(&mut core, Time(9), conn);
     assert!(!gap_due(&core, b"chat"), "its unsubscribe was read before");
 }
+
+#[test]
+fn the_answer_to_our_own_unsubscribe_of_a_channel_wanted_again_is_not_a_drop() {
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    core.handle_want(Time(6), [&b"news"[..]]);
+    drain(&mut core);
+    // The push answering the unsubscribe, then the new subscribe's reply.
+    core.handle_sunsubscribe(Time(7), conn, b"news");
+    assert!(drain(&mut core).is_empty(), "no refresh, no resubscribe");
+    assert!(!gap_due(&core, b"news"));
+    core.handle_subscribe_reply(Time(8), conn, SubscribeReply::Ok);
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+    assert!(core.is_settled());
+    // A second push is the server's own: the subscription broke.
+    core.handle_sunsubscribe(Time(9), conn, b"news");
+    assert!(gap_due(&core, b"news"));
+    assert_eq!(core.subscribed_on(b"news"), None);
+}

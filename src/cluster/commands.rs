@@ -10,7 +10,7 @@ use topology::NodeKey;
 
 use crate::cluster::dispatch::SubObserver;
 use crate::cluster::driver::{Driver, SubConn};
-use crate::cluster::shared::{ConnState, Fetched};
+use crate::cluster::shared::{ConnRead, ConnState, Fetched};
 use crate::cluster::topo::resolve;
 use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::error::Error;
@@ -150,7 +150,7 @@ impl Driver {
             ReplyKind::Single,
             move |r| {
                 if r.is_ok() {
-                    s.post(|inbox| inbox.pongs.push(conn));
+                    s.post(|inbox| inbox.read.push((conn, ConnRead::Pong)));
                 }
             },
         );
@@ -217,7 +217,7 @@ impl Driver {
                     // The connection broke: its down report follows.
                     Err(_) => return,
                 };
-                s.post(|inbox| inbox.replies.push((conn, reply)));
+                s.post(|inbox| inbox.read.push((conn, ConnRead::Reply(reply))));
             },
         );
         if let Err(e) = r {

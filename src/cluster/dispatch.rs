@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use resp::{Parsed, PubSub};
 
 use crate::cluster::service;
-use crate::cluster::shared::{ConnState, Shared};
+use crate::cluster::shared::{ConnRead, ConnState, Shared};
 use crate::conn::Protocol;
 use crate::error::Error;
 use crate::metrics::add;
@@ -146,7 +146,7 @@ impl SubObserver {
         };
         if lost {
             let name: Box<[u8]> = channel.into();
-            s.post(|inbox| inbox.sunsubscribed.push((conn, name)));
+            s.post(|inbox| inbox.read.push((conn, ConnRead::Sunsubscribed(name))));
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::cluster::builder::NodeSettings;
 use crate::cluster::gate::Gate;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::service::Service;
-use crate::cluster::shared::{ConnState, Inbox, Retry, Shared};
+use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -186,21 +186,18 @@ impl Driver {
     /// One round: every report as an input, the due timers, then the sync.
     fn round(&mut self, inbox: Inbox) {
         log::trace!(
-            "control {:?}: up {:?} down {:?} replies {:?} dropped {} fetched {} probed {:?}",
+            "control {:?}: up {:?} down {:?} read {:?} fetched {} probed {:?}",
             self.s.config.mode,
             inbox.ups,
             inbox.downs,
-            inbox.replies,
-            inbox.sunsubscribed.len(),
+            inbox.read,
             inbox.fetched.len(),
             inbox.probed
         );
         let Inbox {
             ups,
             downs,
-            replies,
-            sunsubscribed,
-            pongs,
+            read,
             services_lost,
             fetched,
             probed,
@@ -217,14 +214,16 @@ impl Driver {
         for conn in downs {
             self.on_down(conn);
         }
-        for (conn, reply) in replies {
-            self.input(|core, now| core.handle_subscribe_reply(now, conn, reply));
-        }
-        for (conn, channel) in sunsubscribed {
-            self.input(|core, now| core.handle_sunsubscribe(now, conn, &channel));
-        }
-        for conn in pongs {
-            self.input(|core, now| core.handle_pong(now, conn));
+        for (conn, what) in read {
+            match what {
+                ConnRead::Reply(reply) => {
+                    self.input(|core, now| core.handle_subscribe_reply(now, conn, reply));
+                }
+                ConnRead::Sunsubscribed(channel) => {
+                    self.input(|core, now| core.handle_sunsubscribe(now, conn, &channel));
+                }
+                ConnRead::Pong => self.input(|core, now| core.handle_pong(now, conn)),
+            }
         }
         for conn in services_lost {
             self.on_service_lost(conn);

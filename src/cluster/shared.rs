@@ -122,6 +122,18 @@ pub(crate) struct Fetched {
     pub(crate) reply: Result<resp::Value, crate::Error>,
 }
 
+/// One thing a subscribe connection read, for the control core.
+#[derive(Debug)]
+pub(crate) enum ConnRead {
+    /// The reply to a subscribe command (they come in the order sent).
+    Reply(control::SubscribeReply),
+    /// A `sunsubscribe` push of a wanted channel (user name): the answer to
+    /// our own unsubscribe, or the server dropped it.
+    Sunsubscribed(Box<[u8]>),
+    /// The liveness `PING` was answered.
+    Pong,
+}
+
 /// The control thread's inbox: what the I/O threads, the application and
 /// the publish path report, each turned into an input of the control core
 /// (or of the publish side) in the next round.
@@ -131,12 +143,10 @@ pub(crate) struct Inbox {
     pub(crate) ups: Vec<control::ConnId>,
     /// Subscribe connections that went down (or never came up).
     pub(crate) downs: Vec<control::ConnId>,
-    /// Replies to subscribe commands, per connection in the order sent.
-    pub(crate) replies: Vec<(control::ConnId, control::SubscribeReply)>,
-    /// Server-initiated `sunsubscribe` of a wanted channel (user name).
-    pub(crate) sunsubscribed: Vec<(control::ConnId, Box<[u8]>)>,
-    /// Liveness `PING`s answered.
-    pub(crate) pongs: Vec<control::ConnId>,
+    /// What subscribe connections read, each connection's in the order it
+    /// read them (the core tells our own unsubscribe's answer from the
+    /// server's drop by that order).
+    pub(crate) read: Vec<(control::ConnId, ConnRead)>,
     /// Connections whose service channel the server dropped.
     pub(crate) services_lost: Vec<control::ConnId>,
     /// Topology fetch steps answered.
@@ -171,9 +181,7 @@ impl Inbox {
     pub(crate) fn quiet_but_dirty(&self) -> bool {
         self.ups.is_empty()
             && self.downs.is_empty()
-            && self.replies.is_empty()
-            && self.sunsubscribed.is_empty()
-            && self.pongs.is_empty()
+            && self.read.is_empty()
             && self.services_lost.is_empty()
             && self.fetched.is_empty()
             && self.probed.is_empty()

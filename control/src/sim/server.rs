@@ -95,10 +95,17 @@ impl Sim {
                 self.send_core(Some(node), Some(conn), Input::Reply(conn, reply));
             }
             ServerMsg::Unsub(conn, channels) => {
-                if let Some(c) = self.cluster.conns.get_mut(&conn) {
-                    for ch in &channels {
-                        c.subs.remove(ch);
-                    }
+                let Some(c) = self.cluster.conns.get_mut(&conn) else {
+                    return;
+                };
+                let node = c.node;
+                for ch in &channels {
+                    c.subs.remove(ch);
+                }
+                // One `sunsubscribe` push answers each channel, subscribed
+                // or not (the engine passes on only those wanted again).
+                for ch in channels {
+                    self.send_core(Some(node), Some(conn), Input::Push(conn, ch));
                 }
             }
             ServerMsg::Fetch(id, addr) => {
