@@ -144,10 +144,16 @@ impl Core {
     /// A `sunsubscribe` push for `channel` on `conn`. One that answers our
     /// own unsubscribe of a channel wanted again since is passed over (each
     /// unsubscribe is answered once). Otherwise the server dropped
-    /// `channel` from `conn`: its slot probably moved. The channel's partition
-    /// is lost until a refresh moves it, or until
+    /// `channel` from `conn`: its slot probably moved. A confirmed channel
+    /// broke: its partition is lost until a refresh moves it, or until
     /// [`Config::stale_rounds`](crate::Config::stale_rounds) refreshes
-    /// have not, when it is resubscribed in place.
+    /// have not, when it is resubscribed in place. A channel whose
+    /// subscribe is still in flight keeps waiting for its reply (the push
+    /// came first on the wire, so it speaks of an older subscription; the
+    /// reply says whether the server took the new one); when that older
+    /// subscription was live while the channel was wanted again (see
+    /// `Chan::LINGER`), its end is a loss, and the gap event goes now, in
+    /// its place in the connection's stream.
     pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
         self.tick(now);
         self.heard(conn, now);
@@ -167,6 +173,21 @@ impl Core {
             if c.leaving.answered(channel) {
                 return;
             }
+        }
+        if let Sub::Sent(_) = chan.sub() {
+            if chan.lingers() {
+                chan.clear_linger();
+                let name = part.channels.get_key_value(channel).map(|(k, _)| k.clone());
+                if let Some(name) = name {
+                    self.emit(Command::Gap {
+                        partition: p,
+                        channels: alloc::vec![name],
+                    });
+                    // Restored when the subscribe in flight is confirmed.
+                    self.disrupted(now);
+                }
+            }
+            return;
         }
         chan.break_off();
         part.lost = true;

@@ -180,6 +180,11 @@ impl Chan {
         self.0 |= Self::LINGER;
     }
 
+    /// The older subscription's end is known (and signalled).
+    pub(crate) fn clear_linger(&mut self) {
+        self.0 &= !Self::LINGER;
+    }
+
     /// Whether a gap is due before its next subscribe.
     pub(crate) fn gap(self) -> bool {
         self.0 & Self::GAP != 0

@@ -359,3 +359,50 @@ fn the_answer_to_our_own_unsubscribe_of_a_channel_wanted_again_is_not_a_drop() {
     assert!(gap_due(&core, b"news"));
     assert_eq!(core.subscribed_on(b"news"), None);
 }
+
+#[test]
+fn a_drop_pushed_before_a_subscribe_in_flight_is_answered_leaves_the_reply_to_decide() {
+    // Found by fuzzing (`fuzz/regressions/control_core/drop_before_reply`
+    // and `unwanted_left_subscribed`): the push speaks of an older
+    // subscription; breaking the channel off resent it while the first
+    // subscribe was in flight, or, when the reply then confirmed it, left
+    // the server holding a channel the core thought idle (and never
+    // unsubscribed when it was given up).
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_sunsubscribe(Time(4), conn, b"news");
+    assert!(drain(&mut core).is_empty(), "no resend, no gap, no refresh");
+    core.handle_subscribe_reply(Time(5), conn, SubscribeReply::Ok);
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+    core.handle_unwant(Time(6), [&b"news"[..]]);
+    let cmds = drain(&mut core);
+    assert!(
+        matches!(&cmds[..], [Command::Unsubscribe { conn: c, .. }] if *c == conn),
+        "{cmds:?}"
+    );
+}
+
+#[test]
+fn a_drop_of_a_lingering_subscription_is_a_gap_in_its_place() {
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    core.handle_want(Time(6), [&b"news"[..]]);
+    drain(&mut core);
+    // Our unsubscribe's answer, then the server drops the old subscription
+    // too (two pushes for one unsubscribe: one is the server's).
+    core.handle_sunsubscribe(Time(7), conn, b"news");
+    assert!(drain(&mut core).is_empty());
+    core.handle_sunsubscribe(Time(8), conn, b"news");
+    let cmds = drain(&mut core);
+    assert!(
+        matches!(&cmds[..], [Command::Gap { channels, .. }] if channels.len() == 1),
+        "{cmds:?}"
+    );
+    core.handle_subscribe_reply(Time(9), conn, SubscribeReply::Ok);
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+    assert!(!gap_due(&core, b"news"), "signalled once");
+}
