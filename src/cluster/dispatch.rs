@@ -110,8 +110,11 @@ impl SubObserver {
 
     /// A `sunsubscribe` push: our own unsubscribes remove the channel from
     /// the registry first, so a wanted, sent channel here means the server
-    /// dropped it (its slot moved away). It stops being active at once;
-    /// the core decides where it goes and whether it gets a gap.
+    /// dropped it (its slot moved away), or answers our unsubscribe of a
+    /// channel asked for again since. It stops being active at once (a
+    /// confirmation of the new subscribe follows it on the wire); the core,
+    /// which counts the answers it is owed, decides which it was, where the
+    /// channel goes and whether it gets a gap.
     fn unsubscribed(&self, wire: &[u8]) {
         let s = &self.shared;
         let conn = self.state.id;

@@ -35,7 +35,8 @@ commands:
             (also written as Markdown to FILE, default target/chaos-report.md)
 {BENCH}
   install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
-  fuzz [SECS]  run every fuzz target for SECS seconds (default 20)
+  fuzz [SECS]  the fuzz seeds and saved regressions (cargo test in fuzz/), then
+            every fuzz target for SECS seconds (default 20)
 
 environment:
   SHARDSUB_SERVERS=redis,valkey   server kinds the tests run against

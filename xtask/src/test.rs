@@ -265,6 +265,17 @@ fn fuzz_steps(report: &mut Report, secs: u64) {
         report.skip("fuzz", "`cargo fuzz list` finds no targets in fuzz/");
         return;
     }
+    // Every committed seed and every input saved from a finding
+    // (`fuzz/regressions/`) passes its target's check: the fuzz package is
+    // outside the workspace, so the suite's tests do not run them.
+    report.step("fuzz seeds and regressions", || {
+        let mut command = cargo();
+        command
+            .args(["test", "--manifest-path"])
+            .arg(fuzz_dir.join("Cargo.toml"))
+            .env("RUSTC_BOOTSTRAP", "1");
+        run::status(&mut command)
+    });
     if !report.step("fuzz build", || {
         run::status(&mut fuzz_cargo("build", &fuzz_dir))
     }) {
