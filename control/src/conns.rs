@@ -167,14 +167,16 @@ impl Core {
         if chan.sub().conn() != Some(conn) {
             return; // about an older subscription
         }
-        // Wanted again after we gave it up here: the answer to our own
-        // unsubscribe (the new subscribe follows it on the wire).
-        if let Some(c) = self.conns.get_mut(&conn) {
-            if c.leaving.answered(channel) {
-                return;
-            }
-        }
         if let Sub::Sent(_) = chan.sub() {
+            // Wanted again after we gave it up here: the answer to our own
+            // unsubscribe (the new subscribe follows it on the wire). Not
+            // for a confirmed channel: every answer due came before the
+            // reply that confirmed it.
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if c.leaving.answered(channel) {
+                    return;
+                }
+            }
             if chan.lingers() {
                 chan.clear_linger();
                 let name = part.channels.get_key_value(channel).map(|(k, _)| k.clone());
@@ -336,6 +338,7 @@ impl Core {
         c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
         c.ping = None;
+        c.leaving.clear();
         let node = c.node.clone();
         if avoid {
             self.avoid_replica(&node);

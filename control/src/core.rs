@@ -130,12 +130,15 @@ pub(crate) struct Chan(u64);
 impl Chan {
     const GAP: u64 = 4;
     /// Wanted again while the unsubscribe of its previous subscription may
-    /// not have reached the server: that subscription may still deliver
-    /// (and the application takes its messages, the channel being wanted),
-    /// so a subscribe the server turns away (`MOVED`, `ASK`, `TRYAGAIN`,
-    /// `CLUSTERDOWN`) owes a gap: the old subscription ended at a time
-    /// nobody saw. Kept while the channel is [`Sub::Sent`], cleared by any
-    /// other state.
+    /// not have been answered, and sent on that connection at once: that
+    /// subscription may still deliver (and the application takes its
+    /// messages, the channel being wanted) until the server reads the
+    /// unsubscribe, unless the server drops it first. Such a drop owes a
+    /// gap: when the new subscribe is turned away (`MOVED`, `ASK`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`), or pushed before its reply. (Our own
+    /// unsubscribe ending it is no loss: the channel was given up, and its
+    /// new subscription starts at its confirmation.) Kept while the
+    /// channel is [`Sub::Sent`], cleared by any other state.
     const LINGER: u64 = 8;
     const CONN_SHIFT: u32 = 4;
 
@@ -261,8 +264,8 @@ pub(crate) struct Conn {
     pub(crate) last_rx: Time,
     /// The liveness `PING` in flight, and when it was sent.
     pub(crate) ping: Option<Time>,
-    /// Channels given up on it whose unsubscribe may not have reached the
-    /// server yet (see [`Leaving`]).
+    /// Channels given up on it whose unsubscribe may not have been
+    /// answered yet (see [`Leaving`]).
     pub(crate) leaving: Leaving,
 }
 
@@ -276,32 +279,43 @@ const LEAVING_MAX: usize = 4096;
 /// yet. The server answers each channel of an unsubscribe with a
 /// `sunsubscribe` push, and answers commands in order: once a reply
 /// arrives to a command sent after an unsubscribe, every push for it has
-/// arrived too.
+/// arrived too (including those the driver did not pass on: it passes on
+/// only pushes of channels wanted again), so its names are forgotten then,
+/// each by the mark of its own last unsubscribe.
 #[derive(Debug, Default)]
 pub(crate) struct Leaving {
-    /// Pushes still due for our own unsubscribes, per name.
-    names: BTreeMap<Channel, u32>,
+    /// Per name: answers still due, and the mark of its last unsubscribe.
+    names: BTreeMap<Channel, (u32, u64)>,
+    /// Every unsubscribed name with its mark, oldest first (forgotten in
+    /// this order).
+    order: VecDeque<(u64, Channel)>,
     /// Too many names to keep: every name counts, no push is ours.
     all: bool,
+    /// When `all` was set: the mark it lasts to.
+    all_mark: u64,
     /// Commands with a reply sent (subscribes and pings).
     sent: u64,
     /// Replies received.
     replied: u64,
-    /// `sent` when the last unsubscribe left.
-    mark: u64,
 }
 
 impl Leaving {
-    /// An unsubscribe of `names` leaves now.
+    /// An unsubscribe of `names` leaves now (its mark: the commands with a
+    /// reply sent before it).
     pub(crate) fn unsubscribed(&mut self, names: &[Channel]) {
-        self.mark = self.sent;
-        if self.all || self.names.len() + names.len() > LEAVING_MAX {
+        let mark = self.sent;
+        if self.all || self.order.len() + names.len() > LEAVING_MAX {
             self.names.clear();
+            self.order.clear();
             self.all = true;
-        } else {
-            for n in names {
-                *self.names.entry(n.clone()).or_default() += 1;
-            }
+            self.all_mark = mark;
+            return;
+        }
+        for n in names {
+            let e = self.names.entry(n.clone()).or_default();
+            e.0 += 1;
+            e.1 = mark;
+            self.order.push_back((mark, n.clone()));
         }
     }
 
@@ -310,24 +324,36 @@ impl Leaving {
         self.sent += 1;
     }
 
-    /// A reply arrived: when it answers a command sent after the last
-    /// unsubscribe, every unsubscribe has been answered.
+    /// A reply arrived: the unsubscribes sent before the command it answers
+    /// have been answered.
     pub(crate) fn reply(&mut self) {
         self.replied += 1;
-        if self.replied > self.mark {
-            self.names.clear();
+        if self.all && self.replied > self.all_mark {
             self.all = false;
+        }
+        while let Some((mark, _)) = self.order.front() {
+            if *mark >= self.replied {
+                break;
+            }
+            let Some((_, name)) = self.order.pop_front() else {
+                break;
+            };
+            // Its last unsubscribe is answered: nothing more is due.
+            if self.names.get(&name).is_some_and(|e| e.1 < self.replied) {
+                self.names.remove(&name);
+            }
         }
     }
 
-    /// A `sunsubscribe` push for `name`: whether it answers one of our own
-    /// unsubscribes (each answers one; a push beyond them is the server's).
+    /// A `sunsubscribe` push for `name`, whose subscribe is in flight:
+    /// whether it answers one of our own unsubscribes (each answers one; a
+    /// push beyond them is the server's).
     pub(crate) fn answered(&mut self, name: &[u8]) -> bool {
-        let Some(n) = self.names.get_mut(name) else {
+        let Some(e) = self.names.get_mut(name) else {
             return false;
         };
-        *n -= 1;
-        if *n == 0 {
+        e.0 = e.0.saturating_sub(1);
+        if e.0 == 0 {
             self.names.remove(name);
         }
         true
@@ -336,6 +362,13 @@ impl Leaving {
     /// Whether an unsubscribe of `name` may not have been answered yet.
     pub(crate) fn holds(&self, name: &[u8]) -> bool {
         self.all || self.names.contains_key(name)
+    }
+
+    /// The connection is gone: nothing more will be answered on it.
+    pub(crate) fn clear(&mut self) {
+        self.names.clear();
+        self.order.clear();
+        self.all = false;
     }
 }
 
@@ -513,25 +546,32 @@ impl Core {
             };
             fresh.entry(p).or_default().push(key);
         }
+        let mut lingering: Vec<(u32, Channel)> = Vec::new();
         for (p, names) in added {
             let leaving = self
                 .conn_of(p)
                 .and_then(|c| self.conns.get(&c))
+                .filter(|c| c.state == ConnState::Up)
                 .map(|c| &c.leaving);
-            let lingering: Vec<Channel> = match leaving {
-                Some(l) => names.iter().filter(|n| l.holds(n)).cloned().collect(),
-                None => Vec::new(),
-            };
+            if let Some(l) = leaving {
+                lingering.extend(names.iter().filter(|n| l.holds(n)).map(|n| (p, n.clone())));
+            }
             if let Some(part) = self.parts.get_mut(p as usize) {
                 part.add(names);
-                for name in lingering {
-                    if let Some(chan) = part.channels.get_mut(&name) {
-                        chan.set_linger();
-                    }
-                }
             }
         }
         self.subscribe_fresh(fresh, now);
+        // Sent on the connection its unsubscribe left on: the old
+        // subscription may still deliver until it is answered.
+        for (p, name) in lingering {
+            let chan = self
+                .parts
+                .get_mut(p as usize)
+                .and_then(|x| x.channels.get_mut(&name));
+            if let Some(chan) = chan.filter(|c| matches!(c.sub(), Sub::Sent(_))) {
+                chan.set_linger();
+            }
+        }
     }
 
     /// The application no longer wants `channels`: each is unsubscribed

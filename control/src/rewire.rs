@@ -159,14 +159,27 @@ impl Core {
     }
 
     /// The next fetch asks the node that answered this one, found again in
-    /// the candidates of the map it gave (which reorders them); a node the
-    /// map no longer names leaves the cursor on its first primary. Without
-    /// this the cursor kept its old index into a list that had changed, and
-    /// a poll could start on a seed long gone while live primaries were known.
+    /// the candidates of the map it gave (which reorders them; seeds stay
+    /// among them, so a seed that answered stays the cursor's target).
+    /// Without this the cursor kept its old index into a list that had
+    /// changed, and a poll could start on a seed long gone while live
+    /// primaries were known.
     fn ask_again_who_answered(&mut self) {
         let asked = self.fetch.asked.take();
+        self.point_cursor_at(asked);
+    }
+
+    /// The candidate the cursor points at now.
+    fn cursor_target(&self) -> Option<NodeAddr> {
         let c = self.candidates();
-        self.fetch.cursor = asked
+        c.get(self.fetch.cursor % c.len().max(1)).cloned()
+    }
+
+    /// Points the cursor at `node` among the candidates (the first one
+    /// when it is not among them).
+    fn point_cursor_at(&mut self, node: Option<NodeAddr>) {
+        let c = self.candidates();
+        self.fetch.cursor = node
             .and_then(|a| c.iter().position(|n| *n == a))
             .unwrap_or(0);
     }
@@ -202,12 +215,17 @@ impl Core {
 
     /// Rewires from the current layout to the one of `map`.
     pub(crate) fn apply_map(&mut self, map: SlotMap, now: Time) {
+        // A new map reorders the fetch candidates: the cursor stays on the
+        // node it points at (a probe's owner or a renamed node changes the
+        // map too).
+        let target = self.cursor_target();
         let new = self.layout_for(&map);
         self.adopt_ids(&new);
         let plan = plan_rewire(&self.layout, &new);
         let stale = self.stale_on_replicas(&map, &new);
         self.map = map;
         self.map_epoch += 1;
+        self.point_cursor_at(target);
         self.run_plan(&plan, new, now);
         self.restart_conns_of(&stale, now);
         self.send_probes(now);

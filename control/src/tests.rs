@@ -406,3 +406,69 @@ fn a_drop_of_a_lingering_subscription_is_a_gap_in_its_place() {
     assert_eq!(core.subscribed_on(b"news"), Some(conn));
     assert!(!gap_due(&core, b"news"), "signalled once");
 }
+
+/// Answers every subscribe `cmds` holds with `OK`.
+fn confirm_all(core: &mut Core, now: Time, cmds: &[Command]) {
+    for c in cmds {
+        if let Command::Subscribe { conn, .. } = c {
+            core.handle_subscribe_reply(now, *conn, SubscribeReply::Ok);
+        }
+    }
+}
+
+#[test]
+fn a_confirmed_channels_drop_is_never_taken_for_an_answer_still_due() {
+    // From a review: the answer to our unsubscribe of `news` was not passed
+    // on (the channel was not wanted when it came), so one answer stayed
+    // due; a confirmed channel's drop must not be taken for it.
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..], b"z"]);
+    let cmds = drain(&mut core);
+    confirm_all(&mut core, Time(4), &cmds);
+    assert!(core.is_settled());
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    core.handle_want(Time(6), [&b"news"[..]]);
+    core.handle_unwant(Time(7), [&b"z"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(8), conn, SubscribeReply::Ok);
+    assert_eq!(core.subscribed_on(b"news"), Some(conn));
+    core.handle_sunsubscribe(Time(9), conn, b"news");
+    assert_eq!(core.subscribed_on(b"news"), None, "broke");
+    assert!(gap_due(&core, b"news"));
+}
+
+#[test]
+fn a_channel_wanted_again_after_its_connection_dropped_does_not_linger() {
+    // From a review: the old connection's unsubscribes cannot be answered
+    // any more; the channel's old subscription ended with it.
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_conn_down(Time(6), conn);
+    core.handle_want(Time(7), [&b"news"[..]]);
+    let (_, _, at) = next_fetch(&mut core, Time(7));
+    // Timers run until the new connection is up and the subscribe left.
+    let mut now = at;
+    let mut new_conn = None;
+    for _ in 0..100 {
+        for cmd in drain(&mut core) {
+            match cmd {
+                Command::Open { conn, .. } => core.handle_conn_up(now, conn),
+                Command::Subscribe { conn, .. } => new_conn = Some(conn),
+                _ => {}
+            }
+        }
+        if new_conn.is_some() {
+            break;
+        }
+        now = core.poll_timeout().expect("a timer");
+        core.handle_timeout(now);
+    }
+    let new_conn = new_conn.expect("resubscribed");
+    assert_ne!(new_conn, conn);
+    moved(&mut core, now, new_conn);
+    assert!(!gap_due(&core, b"news"), "nothing could be lost");
+}

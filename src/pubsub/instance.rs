@@ -98,6 +98,17 @@ impl PubSub {
     /// [`PubSub::wait_inactive`] learns when the servers have stopped
     /// sending them.
     ///
+    /// A channel given up and asked for again starts a new subscription,
+    /// as with the server's own commands: what is published between the
+    /// server reading the unsubscribe and the new subscribe is not
+    /// delivered, and no gap is signalled for it (the channel was given
+    /// up). Asked for again before the control thread sent the
+    /// unsubscribe, the subscription never lapses. Messages of the old
+    /// subscription that arrive after the channel is asked for again are
+    /// delivered; if the server drops that old subscription itself (its
+    /// slot moves) before reading the unsubscribe, that is a loss and is
+    /// signalled as a gap.
+    ///
     /// # Errors
     ///
     /// [`Error::Shutdown`] after shutdown.

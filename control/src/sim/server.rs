@@ -103,9 +103,13 @@ impl Sim {
                     c.subs.remove(ch);
                 }
                 // One `sunsubscribe` push answers each channel, subscribed
-                // or not (the engine passes on only those wanted again).
-                for ch in channels {
-                    self.send_core(Some(node), Some(conn), Input::Push(conn, ch));
+                // or not; the driver passes on only those wanted again (the
+                // core ignores the others), and in classic mode none (it
+                // reports no `unsubscribe` push to the core).
+                if !self.cluster.classic {
+                    for ch in channels {
+                        self.send_core(Some(node), Some(conn), Input::Push(conn, ch));
+                    }
                 }
             }
             ServerMsg::Fetch(id, addr) => {
