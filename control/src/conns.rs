@@ -66,13 +66,24 @@ impl Core {
             return;
         };
         if reply == SubscribeReply::Ok {
-            // One lookup per channel: those still sent on `conn` are in.
+            // One lookup per channel: those still sent on `conn` are in,
+            // but for a void one (sent with a gap due: see
+            // `handle_sunsubscribe`), resubscribed after its gap.
+            let mut void = false;
             for name in &pending.channels {
                 if let Some(chan) = part.channels.get_mut(name) {
                     if chan.sub() == Sub::Sent(conn) {
-                        chan.set_sub(Sub::Active(conn));
+                        if chan.gap() {
+                            chan.set_sub(Sub::Idle);
+                            void = true;
+                        } else {
+                            chan.set_sub(Sub::Active(conn));
+                        }
                     }
                 }
+            }
+            if void {
+                self.flush(&[pending.partition], false, now);
             }
             return;
         }
@@ -178,16 +189,14 @@ impl Core {
                 }
             }
             if chan.lingers() {
+                // The older subscription's end is a loss. The subscribe in
+                // flight is void: whatever its reply, the channel goes idle
+                // with its gap due and is resubscribed (the gap event goes
+                // first, as for every loss; the server takes a second
+                // subscribe of a channel it holds as one).
                 chan.clear_linger();
-                let name = part.channels.get_key_value(channel).map(|(k, _)| k.clone());
-                if let Some(name) = name {
-                    self.emit(Command::Gap {
-                        partition: p,
-                        channels: alloc::vec![name],
-                    });
-                    // Restored when the subscribe in flight is confirmed.
-                    self.disrupted(now);
-                }
+                chan.set_gap(true);
+                self.disrupted(now);
             }
             return;
         }
