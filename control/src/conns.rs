@@ -68,21 +68,24 @@ impl Core {
         if reply == SubscribeReply::Ok {
             // One lookup per channel: those still sent on `conn` are in,
             // but for a void one (sent with a gap due: see
-            // `handle_sunsubscribe`), resubscribed after its gap.
-            let mut void = false;
+            // `handle_sunsubscribe`): it is unsubscribed (the server holds
+            // it, the core does not count it in) and resubscribed after
+            // its gap.
+            let mut void = Vec::new();
             for name in &pending.channels {
                 if let Some(chan) = part.channels.get_mut(name) {
                     if chan.sub() == Sub::Sent(conn) {
                         if chan.gap() {
                             chan.set_sub(Sub::Idle);
-                            void = true;
+                            void.push(name.clone());
                         } else {
                             chan.set_sub(Sub::Active(conn));
                         }
                     }
                 }
             }
-            if void {
+            if !void.is_empty() {
+                self.unsubscribe(conn, pending.partition, void);
                 self.flush(&[pending.partition], false, now);
             }
             return;
