@@ -291,6 +291,19 @@ fn moved(core: &mut Core, now: Time, conn: ConnId) {
     core.handle_subscribe_reply(now, conn, SubscribeReply::Routing(e));
 }
 
+/// `news` confirmed on the one connection, given up and wanted again at
+/// once (its unsubscribe and its new subscribe are both unanswered; the
+/// commands are not drained).
+fn wanted_again() -> (Core, ConnId) {
+    let (mut core, conn) = up(512);
+    core.handle_want(Time(3), [&b"news"[..]]);
+    drain(&mut core);
+    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
+    core.handle_unwant(Time(5), [&b"news"[..]]);
+    core.handle_want(Time(6), [&b"news"[..]]);
+    (core, conn)
+}
+
 #[test]
 fn a_channel_wanted_again_before_its_unsubscribe_was_read_owes_a_gap_when_turned_away() {
     // Found by fuzzing (`fuzz/regressions/control_core/rewant_then_moved`):
@@ -298,12 +311,7 @@ fn a_channel_wanted_again_before_its_unsubscribe_was_read_owes_a_gap_when_turned
     // application takes its messages) until the server reads the
     // unsubscribe or stops serving the slot; a `MOVED` for the new
     // subscribe leaves a loss whose start nobody saw.
-    let (mut core, conn) = up(512);
-    core.handle_want(Time(3), [&b"news"[..]]);
-    drain(&mut core);
-    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
-    core.handle_unwant(Time(5), [&b"news"[..]]);
-    core.handle_want(Time(6), [&b"news"[..]]);
+    let (mut core, conn) = wanted_again();
     let cmds = drain(&mut core);
     assert!(
         matches!(&cmds[..], [Command::Unsubscribe { .. }, Command::Subscribe { conn: c, .. }] if *c == conn),
@@ -340,12 +348,7 @@ fn a_moved_subscribe_owes_no_gap_when_no_older_subscription_can_be_live() {
 
 #[test]
 fn the_answer_to_our_own_unsubscribe_of_a_channel_wanted_again_is_not_a_drop() {
-    let (mut core, conn) = up(512);
-    core.handle_want(Time(3), [&b"news"[..]]);
-    drain(&mut core);
-    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
-    core.handle_unwant(Time(5), [&b"news"[..]]);
-    core.handle_want(Time(6), [&b"news"[..]]);
+    let (mut core, conn) = wanted_again();
     drain(&mut core);
     // The push answering the unsubscribe, then the new subscribe's reply.
     core.handle_sunsubscribe(Time(7), conn, b"news");
@@ -385,12 +388,7 @@ fn a_drop_pushed_before_a_subscribe_in_flight_is_answered_leaves_the_reply_to_de
 
 #[test]
 fn a_drop_of_a_lingering_subscription_voids_the_subscribe_in_flight() {
-    let (mut core, conn) = up(512);
-    core.handle_want(Time(3), [&b"news"[..]]);
-    drain(&mut core);
-    core.handle_subscribe_reply(Time(4), conn, SubscribeReply::Ok);
-    core.handle_unwant(Time(5), [&b"news"[..]]);
-    core.handle_want(Time(6), [&b"news"[..]]);
+    let (mut core, conn) = wanted_again();
     drain(&mut core);
     // Our unsubscribe's answer, then the server drops the old subscription
     // too (two pushes for one unsubscribe: one is the server's).
