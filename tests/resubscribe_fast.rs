@@ -1,9 +1,9 @@
 //! A channel given up and asked for again at once, over and over, on a
 //! cluster: the answer to our own unsubscribe (a `sunsubscribe` push that
 //! can arrive after the new subscribe left) is not taken for the server
-//! dropping the channel. Before, now and then it was: a topology reread,
-//! the partition held as lost for the stale rounds (about 0.8 s without
-//! the channel), a gap event for nothing. Counted, not timed: no reread
+//! dropping the channel. Before, now and then it was: a topology reread
+//! and the partition held as lost for the stale rounds (about 0.8 s
+//! before the channel was active again). Counted, not timed: no reread
 //! but the startup, no gap, and the channel delivers every message after.
 
 use std::sync::atomic::{AtomicU64, Ordering};

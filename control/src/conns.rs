@@ -166,8 +166,8 @@ impl Core {
     /// came first on the wire, so it speaks of an older subscription; the
     /// reply says whether the server took the new one); when that older
     /// subscription was live while the channel was wanted again (see
-    /// `Chan::LINGER`), its end is a loss, and the gap event goes now, in
-    /// its place in the connection's stream.
+    /// `Chan::LINGER`), its end is a loss: the subscribe in flight is void,
+    /// and on its reply the channel is resubscribed, gap event first.
     pub fn handle_sunsubscribe(&mut self, now: Time, conn: ConnId, channel: &[u8]) {
         self.tick(now);
         self.heard(conn, now);

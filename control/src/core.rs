@@ -331,10 +331,7 @@ impl Leaving {
         if self.all && self.replied > self.all_mark {
             self.all = false;
         }
-        while let Some((mark, _)) = self.order.front() {
-            if *mark >= self.replied {
-                break;
-            }
+        while self.order.front().is_some_and(|o| o.0 < self.replied) {
             let Some((_, name)) = self.order.pop_front() else {
                 break;
             };
