@@ -263,3 +263,104 @@ fn a_serving_replica_missing_from_maps_past_the_stale_rounds_has_left() {
     }
     assert!(rig.core.is_settled(), "{cmds:?}");
 }
+
+/// Per-partition connections on replicas, a slot learnt by a probe (a node
+/// known only by address), the serving replica avoided after one of its
+/// connections failed, then a failover map that names the probed node and
+/// gives it a second partition: that partition's connection on the old
+/// serving replica is closed. The fuzzer's `replica_conn_leak`: naming
+/// the node recomputed the current layout, which then served the shard
+/// from its primary (the replica being avoided), so the plan to the new
+/// map started from a node that held none of the connections and left
+/// one open.
+#[test]
+fn naming_a_probed_node_after_a_replica_failed_leaves_no_connection_behind() {
+    use alloc::collections::BTreeMap;
+    use shardcore::Partitions;
+    use topology::NodeAddr;
+
+    use crate::test_maps::addr;
+    use crate::{Config, Core, Mode, ProbeReply, Time};
+
+    let parts = Partitions::new(16).unwrap();
+    let (s2, s6) = (parts.slot(2), parts.slot(6));
+    let mut cfg = Config::new(parts, vec![addr("seed")]);
+    cfg.mode = Mode::PerPartition;
+    cfg.replicas = Some(3);
+    let mut rig = Rig {
+        core: Core::new(cfg, Time::ZERO).unwrap(),
+        t: 0,
+        conns: BTreeMap::new(),
+        fetch: None,
+    };
+    rig.settle();
+    // Shard a (primary pa, replica ra) owns every slot but partition 2's.
+    let mut first = map2(("pa", &[("ra", ON)]), ("pb", &[]));
+    first.assign(0..=16383, Some(0));
+    first.assign(s2..=s2, None);
+    let cmds = rig.apply(first);
+    let probe = cmds.iter().find_map(|c| match c {
+        Command::ProbeSlot { id, slot, .. } if *slot == s2 => Some(*id),
+        _ => None,
+    });
+    let now = rig.now();
+    rig.core.handle_probe(
+        now,
+        probe.expect("partition 2's slot probed"),
+        ProbeReply::Moved(addr("pn")),
+    );
+    rig.settle();
+    let names = rig.want(64);
+    let bare: Vec<NodeAddr> = rig
+        .conns
+        .values()
+        .filter(|k| k.id.is_empty())
+        .map(|k| k.addr.clone())
+        .collect();
+    assert_eq!(bare, [addr("pn")], "partition 2 on the probed node");
+    assert_eq!(rig.nodes(), ["", "ra"].map(String::from).into());
+    // One of ra's connections fails: ra is avoided for a poll interval.
+    let on_ra = rig.core.conn_of(0).unwrap();
+    let now = rig.now();
+    rig.core.handle_conn_down(now, on_ra);
+    rig.conns.remove(&on_ra);
+    rig.settle();
+    // Failover (ra promoted), and pn, named now, owns partitions 2 and 6.
+    let mut next = SlotMap::new();
+    let a = next.push_shard(Shard {
+        primary: node("ra", Role::Primary, ON),
+        replicas: vec![node("pa", Role::Replica, ON)],
+    });
+    let n = next.push_shard(Shard {
+        primary: node("pn", Role::Primary, ON),
+        replicas: Vec::new(),
+    });
+    next.assign(0..=16383, a);
+    next.assign(s2..=s2, n);
+    next.assign(s6..=s6, n);
+    // (The degraded-mode fetch the probe's round started timed out
+    // meanwhile: the rig's clock jumps a second per step.)
+    rig.fetch = None;
+    rig.apply(next);
+    let now = rig.now();
+    rig.core.handle_timeout(now); // the failed connection reopens
+    rig.settle();
+    assert!(rig.core.is_settled());
+    assert_eq!(
+        rig.conns.len(),
+        16,
+        "one connection per partition: {:?}",
+        rig.conns
+    );
+    // (The rig keeps each connection's node as opened: pn's has no id.)
+    let on_pn = rig.conns.values().filter(|k| k.addr == addr("pn")).count();
+    assert_eq!(on_pn, 2, "partitions 2 and 6 on pn: {:?}", rig.conns);
+    let parts = Partitions::new(16).unwrap();
+    for n in &names {
+        let p = parts.partition_of(n);
+        let conn = rig.core.subscribed_on(n).expect("active");
+        let on = &rig.conns.get(&conn).expect("open").addr.host;
+        let want = if p == 2 || p == 6 { "pn" } else { "ra" };
+        assert_eq!(on, want, "{n:?} (partition {p})");
+    }
+}

@@ -234,10 +234,13 @@ impl Core {
     /// Nodes known only from a `MOVED` (no id) that `new` names with an id
     /// at the same address take that id: their connections and
     /// subscriptions stay (the node did not change, only what we know of
-    /// it).
+    /// it). The current layout is renamed, not recomputed: in replica mode
+    /// recomputing it would choose the serving nodes again (a replica
+    /// avoided since, say), and the plan to `new` would then start from
+    /// nodes that hold none of the connections (per-partition mode left the
+    /// connection of a moved partition open).
     fn adopt_ids(&mut self, new: &Layout) {
-        let mut changed = false;
-        let mut map = self.map.clone();
+        let mut renames = Vec::new();
         for key in self.layout.nodes().iter().map(|n| &n.key) {
             if !key.id.is_empty() || new.node(key).is_some() {
                 continue;
@@ -253,22 +256,24 @@ impl Core {
             if self.nodes.contains_key(named) {
                 continue;
             }
-            map = renamed(&map, &key.addr, &named.id);
-            if let Some(conns) = self.nodes.remove(key) {
+            renames.push((key.clone(), named.clone()));
+        }
+        if renames.is_empty() {
+            return;
+        }
+        for (key, named) in renames {
+            self.map = renamed(&self.map, &key.addr, &named.id);
+            self.layout = self.layout.renamed(&key, &named);
+            if let Some(conns) = self.nodes.remove(&key) {
                 for id in conns.values() {
                     if let Some(c) = self.conns.get_mut(id) {
                         c.node = named.clone();
                     }
                 }
-                self.nodes.insert(named.clone(), conns);
+                self.nodes.insert(named, conns);
             }
-            changed = true;
         }
-        if changed {
-            self.layout = self.layout_for(&map);
-            self.map = map;
-            self.map_epoch += 1;
-        }
+        self.map_epoch += 1;
     }
 
     /// Carries out `plan` (from the current layout to `new`): open its

@@ -130,7 +130,16 @@ impl Layout {
                 entry.1.sort_unstable();
             }
         }
-        let mut owner = alloc::vec![None; slots.len()];
+        Layout::assemble(slots.to_vec(), by_node, unresolved)
+    }
+
+    /// A layout of `by_node` (each node's health and partitions,
+    /// ascending), indexing each partition's node.
+    fn assemble(
+        slots: Vec<u16>,
+        by_node: BTreeMap<NodeKey, (Health, Vec<u32>)>,
+        unresolved: Vec<Unresolved>,
+    ) -> Layout {
         let nodes: Vec<LayoutNode> = by_node
             .into_iter()
             .map(|(key, (health, partitions))| LayoutNode {
@@ -139,6 +148,7 @@ impl Layout {
                 partitions,
             })
             .collect();
+        let mut owner = alloc::vec![None; slots.len()];
         for (i, n) in (0u32..).zip(&nodes) {
             for &p in &n.partitions {
                 if let Some(o) = owner.get_mut(p as usize) {
@@ -147,11 +157,47 @@ impl Layout {
             }
         }
         Layout {
-            slots: slots.to_vec(),
+            slots,
             owner,
             nodes,
             unresolved,
         }
+    }
+
+    /// This layout with node `from` called `to` (the same partitions on
+    /// it; merged with `to`'s when both are in it). Nothing changes when
+    /// `from` owns nothing here. This is how a node first known only by
+    /// address (from a `MOVED`) takes the id a later map gives it, without
+    /// recomputing which node serves what.
+    ///
+    /// ```
+    /// use topology::{Layout, NodeAddr, NodeKey, SlotMap};
+    /// let addr = NodeAddr { host: "10.0.0.1".into(), port: 7000 };
+    /// let mut map = SlotMap::new();
+    /// map.apply_moved(100, addr.clone());
+    /// let layout = Layout::for_slots(&map, &[100, 200]);
+    /// let bare = NodeKey { id: String::new(), addr: addr.clone() };
+    /// let named = NodeKey { id: "abc".into(), addr };
+    /// let renamed = layout.renamed(&bare, &named);
+    /// assert_eq!(renamed.node_of(0), Some(&named));
+    /// assert_eq!(renamed.node_of(1), None);
+    /// assert_eq!(renamed.unresolved(), layout.unresolved());
+    /// ```
+    #[must_use]
+    pub fn renamed(&self, from: &NodeKey, to: &NodeKey) -> Layout {
+        if self.node(from).is_none() || from == to {
+            return self.clone();
+        }
+        let mut by_node: BTreeMap<NodeKey, (Health, Vec<u32>)> = BTreeMap::new();
+        for n in &self.nodes {
+            let key = if n.key == *from { to } else { &n.key };
+            let entry = by_node
+                .entry(key.clone())
+                .or_insert_with(|| (n.health, Vec::new()));
+            entry.1.extend(&n.partitions);
+            entry.1.sort_unstable();
+        }
+        Layout::assemble(self.slots.clone(), by_node, self.unresolved.clone())
     }
 
     /// Number of partitions.
