@@ -104,8 +104,12 @@ const SOCKET: Token = Token(1);
 /// once per connection (at its first lend) and kept by the driver between
 /// lends.
 pub(crate) struct LendPoll {
-    poll: Poll,
-    events: Events,
+    pub(crate) poll: Poll,
+    pub(crate) events: Events,
+    /// This instance's descriptor in an async runtime's reactor, for
+    /// async callers (made at the first one's call).
+    #[cfg(feature = "tokio")]
+    pub(crate) async_fd: Option<crate::engine::lend_async::LendFd>,
 }
 
 impl LendPoll {
@@ -124,6 +128,8 @@ impl LendPoll {
         Ok(LendPoll {
             poll,
             events: Events::with_capacity(4),
+            #[cfg(feature = "tokio")]
+            async_fd: None,
         })
     }
 
@@ -164,7 +170,7 @@ pub(crate) struct Lent {
     /// marks the connection healthy, as on the thread.
     pub(crate) backoff: Backoff,
     /// The last read filled its room: the socket may hold more.
-    maybe_more: bool,
+    pub(crate) maybe_more: bool,
 }
 
 impl Lent {
@@ -245,18 +251,7 @@ impl ConnShared {
     where
         F: FnOnce(&mut Vec<u8>),
     {
-        if !settings.lendable || runtime::on_io_thread() {
-            return Err((encode, request));
-        }
-        let lend = &self.lend;
-        if !lend.lent.load(Ordering::Acquire) {
-            lend.wanted.store(true, Ordering::Relaxed);
-            return Err((encode, request));
-        }
-        if lend.reclaim.load(Ordering::SeqCst) {
-            return Err((encode, request));
-        }
-        self.stage_quietly(encode, request)?;
+        self.stage_for_lend(settings, encode, request)?;
         // Staged without a wake: from here on this caller sees that it is
         // sent, by the caller holding the lend, by itself, or by the thread.
         // A staged request's timeout runs from its write: a short one
@@ -268,48 +263,84 @@ impl ConnShared {
             false => COMBINE_WAIT.min(timeout),
         };
         let wait_until = until.map_or(now + wait, |u| u.min(now + wait));
-        let Some(mut guard) = lend.slot.try_lock_until(wait_until) else {
-            self.hand_over_to_thread();
+        let Some(mut guard) = self.lock_turn(settings, wait_until) else {
             return Ok(());
         };
-        let taken = guard
-            .as_mut()
-            .is_some_and(|lent| self.take_turn(lent, settings));
-        let (true, Some(lent)) = (taken, guard.as_mut()) else {
-            drop(guard);
-            self.hand_over_to_thread();
-            return Ok(());
+        let Some(lent) = guard.as_mut() else {
+            return Ok(()); // (`lock_turn` holds it lent)
         };
-        let counters = &settings.counters;
-        let now = Instant::now();
-        // Behind requests in flight the flush delay would hold these; the
-        // caller waits for a reply next, so nothing more would gather.
-        lent.core.flush_now(now);
-        let w = lent.socket.write_from(&mut lent.core, now);
-        Counters::add(&counters.writes, w.writes);
-        Counters::add(&counters.bytes_written, w.bytes);
-        if w.blocked {
-            Counters::add(&counters.write_would_block, 1);
+        // A caller whose reply an earlier holder read only sends what
+        // others staged (their callers read their replies in their turn).
+        let give_back =
+            write_lent(lent, settings) || (!done() && self.read_lent(lent, settings, until, &done));
+        self.end_turn(guard, give_back);
+        Ok(())
+    }
+
+    /// Ends a lend holder's turn: hands the lend back to the thread
+    /// (`give_back`: something only the thread handles), or straight to
+    /// the next caller waiting (it may not barge in behind this one's next
+    /// call).
+    pub(crate) fn end_turn(&self, mut guard: MutexGuard<'_, Option<Lent>>, give_back: bool) {
+        if let Some(lent) = guard.as_mut() {
+            lent.used_at = Instant::now();
         }
-        // A short write leaves the rest (or the failure) to the thread. A
-        // caller whose reply an earlier holder read only sends what others
-        // staged (their callers read their replies in their turn).
-        let give_back = w.blocked
-            || lent.core.unsent_len() > 0
-            || lent.core.is_closed()
-            || (!done() && self.read_lent(lent, settings, until, &done));
-        lent.used_at = Instant::now();
         if give_back {
             // Before the next caller can take its turn on a failed socket.
-            lend.handback.store(true, Ordering::SeqCst);
+            self.lend.handback.store(true, Ordering::SeqCst);
             drop(guard);
             self.thread.notify(self.local);
         } else {
-            // Straight to the next caller waiting (it may not barge in
-            // behind this one's next call).
             MutexGuard::unlock_fair(guard);
         }
-        Ok(())
+    }
+
+    /// Takes the lend's lock (waiting until `until` at most) and this
+    /// caller's turn ([`ConnShared::take_turn`]): the guard holds the lent
+    /// connection, with what was staged moved into its core. `None`: the
+    /// thread was asked to send what is staged.
+    pub(crate) fn lock_turn(
+        &self,
+        settings: &Settings,
+        until: Instant,
+    ) -> Option<MutexGuard<'_, Option<Lent>>> {
+        let guard = self.lend.slot.try_lock_until(until);
+        let turn = guard.filter(|g| g.is_some()).and_then(|mut g| {
+            let lent = g.as_mut()?;
+            self.take_turn(lent, settings).then_some(g)
+        });
+        if turn.is_none() {
+            self.hand_over_to_thread();
+        }
+        turn
+    }
+
+    /// A lent call's first step: stages the request without waking the
+    /// thread when the connection is lent. `Err` gives the encoder and the
+    /// request back when it is not (stage them; a caller that finds it not
+    /// lent asks for the lend), while it is being taken back, when the
+    /// engine never lends, or on an I/O thread.
+    pub(crate) fn stage_for_lend<F>(
+        &self,
+        settings: &Settings,
+        encode: F,
+        request: Request<Completion>,
+    ) -> Result<(), (F, Request<Completion>)>
+    where
+        F: FnOnce(&mut Vec<u8>),
+    {
+        if !settings.lendable || runtime::on_io_thread() {
+            return Err((encode, request));
+        }
+        let lend = &self.lend;
+        if !lend.lent.load(Ordering::Acquire) {
+            lend.wanted.store(true, Ordering::Relaxed);
+            return Err((encode, request));
+        }
+        if lend.reclaim.load(Ordering::SeqCst) {
+            return Err((encode, request));
+        }
+        self.stage_quietly(encode, request)
     }
 
     /// The lend holder's turn: sends what is staged on the lent connection
@@ -384,7 +415,7 @@ impl ConnShared {
     /// caller whose request was staged for a lend holder could not take
     /// the lend over (it was taken back, handed back, held past
     /// [`COMBINE_WAIT`], or could not send).
-    fn hand_over_to_thread(&self) {
+    pub(crate) fn hand_over_to_thread(&self) {
         let staging = self.staging.lock();
         let wake = !staging.requests.is_empty() && !self.wake_pending.swap(true, Ordering::AcqRel);
         drop(staging);
@@ -454,7 +485,7 @@ impl ConnShared {
                 (d, u) => d.or(u),
             };
             let timeout = wake_at.map(|d| d.saturating_duration_since(now));
-            let LendPoll { poll, events } = &mut lent.poll;
+            let LendPoll { poll, events, .. } = &mut lent.poll;
             match poll.poll(events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -464,11 +495,29 @@ impl ConnShared {
     }
 }
 
+/// Sends what the lent core holds, at once. Returns whether to hand the
+/// lend back: a short write leaves the rest (or the failure) to the
+/// thread, and so does a closed core.
+pub(crate) fn write_lent(lent: &mut Lent, settings: &Settings) -> bool {
+    let counters = &settings.counters;
+    let now = Instant::now();
+    // Behind requests in flight the flush delay would hold these; the
+    // caller waits for a reply next, so nothing more would gather.
+    lent.core.flush_now(now);
+    let w = lent.socket.write_from(&mut lent.core, now);
+    Counters::add(&counters.writes, w.writes);
+    Counters::add(&counters.bytes_written, w.bytes);
+    if w.blocked {
+        Counters::add(&counters.write_would_block, 1);
+    }
+    w.blocked || lent.core.unsent_len() > 0 || lent.core.is_closed()
+}
+
 /// Hands the lent core's events to their completions, as the thread does
 /// (only the caller's own request is in flight; lent connections carry no
 /// kept publishes and have finished their handshake). Returns whether the
 /// core reported the connection closed (kept for the thread's teardown).
-fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool {
+pub(crate) fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool {
     let mut kept = Kept::default(); // empty: allocates nothing
     let closed = dispatch(
         &mut lent.core,

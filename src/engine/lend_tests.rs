@@ -41,7 +41,7 @@ fn await_lent(e: &Engine) {
     .unwrap();
 }
 
-fn subscriber(addr: std::net::SocketAddr, channel: &[u8]) -> Client {
+pub(crate) fn subscriber(addr: std::net::SocketAddr, channel: &[u8]) -> Client {
     let mut sub = Client::connect(addr).unwrap();
     sub.set_timeout(BOUND).unwrap();
     sub.send(&[b"SUBSCRIBE", channel]).unwrap();
@@ -51,7 +51,7 @@ fn subscriber(addr: std::net::SocketAddr, channel: &[u8]) -> Client {
 }
 
 /// The payloads a subscriber reads, in order.
-fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
+pub(crate) fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|_| match sub.read_value().unwrap() {
             Value::Array(mut parts) if parts.len() == 3 => match parts.pop() {
@@ -111,6 +111,12 @@ fn callers_publish_in_order(
     for t in threads {
         t.join().unwrap();
     }
+    each_in_order(kind, sub, callers, n);
+}
+
+/// `sub` reads `callers * n` messages: `"{t}:{i}"` for `i` in `0..n` from
+/// each caller `t`, each caller's in order, none lost.
+pub(crate) fn each_in_order(kind: testkit::ServerKind, sub: &mut Client, callers: usize, n: usize) {
     let got = read_payloads(sub, callers * n);
     for t in 0..callers {
         let mine: Vec<String> = got
@@ -126,7 +132,7 @@ fn callers_publish_in_order(
 /// A fake server that answers the handshake and one `PING` (after which
 /// the connection is lent), then takes the command `last` and never
 /// answers it.
-fn fake_answering_one_ping(last: &[&[u8]]) -> FakeServer {
+pub(crate) fn fake_answering_one_ping(last: &[&[u8]]) -> FakeServer {
     let mut hello = Vec::new();
     resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
     let mut ping = Vec::new();
@@ -333,16 +339,15 @@ fn a_caller_behind_a_long_held_lend_has_the_thread_send_its_request() {
     assert_eq!(e.stats().failed, 0);
 }
 
-#[test]
-fn a_lent_request_still_times_out() {
-    let fake = fake_answering_one_ping(&[b"PING"]);
-    let timeout = Duration::from_millis(300);
+/// An engine on `fake` ([`fake_answering_one_ping`]) with request
+/// timeout `timeout`, its connection lent after the one `PING` answered.
+pub(crate) fn lent_to_fake(fake: &FakeServer, timeout: Duration, lease: Duration) -> Engine {
     let e = Engine::builder()
         .address(fake.addr().to_string())
         .io_threads(1)
         .request_timeout(timeout)
         .reconnect_backoff(Duration::from_secs(30), Duration::from_secs(60))
-        .lease(LONG_LEASE)
+        .lease(lease)
         .build()
         .unwrap();
     assert_eq!(
@@ -350,6 +355,14 @@ fn a_lent_request_still_times_out() {
         Value::Simple(b"PONG".to_vec())
     );
     await_lent(&e);
+    e
+}
+
+#[test]
+fn a_lent_request_still_times_out() {
+    let fake = fake_answering_one_ping(&[b"PING"]);
+    let timeout = Duration::from_millis(300);
+    let e = lent_to_fake(&fake, timeout, LONG_LEASE);
     let started = Instant::now();
     let result = e.command(["PING"]);
     let took = started.elapsed();

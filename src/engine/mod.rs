@@ -5,6 +5,10 @@ mod builder;
 mod driver;
 mod io_thread;
 mod lend;
+#[cfg(feature = "tokio")]
+mod lend_async;
+#[cfg(all(test, feature = "tokio"))]
+mod lend_async_tests;
 #[cfg(test)]
 mod lend_tests;
 mod pending;
@@ -38,6 +42,15 @@ pub(crate) use pending::KeptSink;
 use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
+
+/// The publish command `options` ask for.
+fn publish_command(options: PublishOptions) -> &'static [u8] {
+    if options.sharded {
+        b"SPUBLISH"
+    } else {
+        b"PUBLISH"
+    }
+}
 
 /// Settings every connection and I/O thread reads.
 pub(crate) struct Settings {
@@ -378,6 +391,45 @@ impl Engine {
         self.publish_wait_within(channel, payload, options, None)
     }
 
+    /// Publishes and awaits the reply, as a task on tokio (feature
+    /// `tokio`): the number of subscribers that received the message
+    /// (`SPUBLISH` with [`PublishOptions::sharded`]).
+    ///
+    /// This is [`Engine::publish_wait`] for a task that awaits each
+    /// publish before its next. While such callers leave the channel's
+    /// connection idle, its I/O thread lends it to them: the task writes
+    /// its request on its own worker and, when the runtime's reactor says
+    /// the reply is in, reads it there (the lend's epoll instance is
+    /// registered in the reactor, once per connection); no lock is held
+    /// across an await. That is one `write` and one wake of the worker per
+    /// publish, where [`Engine::publish_pending`]`.await` hands the write
+    /// and the read to the I/O thread (two eventfd wakes, about four
+    /// context switches). The first call after a pause, calls that meet
+    /// other traffic on the connection, and calls outside a tokio runtime
+    /// go through the I/O thread as [`Engine::publish_pending`] does; order
+    /// and request timeouts are the same either way. Engines with an
+    /// [`Builder::observer`] and TLS connections always go through the I/O
+    /// thread. Dropping the future before it completes leaves the publish
+    /// in flight (its outcome is lost to the caller).
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::publish_wait`].
+    #[cfg(feature = "tokio")]
+    pub async fn publish_async(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<i64, Error> {
+        let conn = self.route_channel(channel);
+        let cmd = publish_command(options);
+        let (pending, slot) = Pending::new();
+        let request = Request::single(Completion::Integer(slot));
+        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        lend_async::call_async(conn, &self.inner.settings, encode, request, pending).await
+    }
+
     /// [`Engine::publish_wait`], waiting at most `timeout` when given
     /// ([`Error::WaitTimeout`] after it).
     pub(crate) fn publish_wait_within(
@@ -388,11 +440,7 @@ impl Engine {
         timeout: Option<Duration>,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let cmd: &[u8] = if options.sharded {
-            b"SPUBLISH"
-        } else {
-            b"PUBLISH"
-        };
+        let cmd = publish_command(options);
         let until = timeout.map(|t| (Instant::now() + t, t));
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot.clone()));
@@ -630,11 +678,7 @@ impl Engine {
         completion: Completion,
     ) -> Result<(), Error> {
         let conn = self.route_channel(channel);
-        let cmd: &[u8] = if options.sharded {
-            b"SPUBLISH"
-        } else {
-            b"PUBLISH"
-        };
+        let cmd = publish_command(options);
         conn.submit(
             |buf| resp::encode_command(buf, [cmd, channel, payload]),
             Request::single(completion),

@@ -144,6 +144,28 @@ impl Fixed {
         r
     }
 
+    /// [`Fixed::publish`] as a task on tokio: on a lent connection when
+    /// nothing is added to the message (no history, no envelope).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn publish_async(&self, channel: &[u8], payload: &[u8]) -> Result<i64, Error> {
+        let plain = self.sub.shared.config.history.of(channel).is_none()
+            && !self.sub.shared.config.envelope;
+        let r = if plain {
+            let options = PublishOptions::classic();
+            self.publ.publish_async(channel, payload, options).await
+        } else {
+            let (pending, slot) = crate::engine::Pending::new();
+            self.publish_then(channel, payload, move |r| slot.complete(r));
+            return pending.await; // counted by `publish_then`'s path
+        };
+        let c = &self.sub.shared.counters;
+        match &r {
+            Ok(_) => add(&c.published, 1),
+            Err(_) => add(&c.publish_errors, 1),
+        }
+        r
+    }
+
     /// The envelope's publish time now, when it is on.
     fn envelope_us(&self) -> Option<u64> {
         self.sub.shared.config.envelope.then(now_us)

@@ -259,6 +259,35 @@ impl PubSub {
         pending
     }
 
+    /// Publishes and awaits the outcome as a task on tokio (feature
+    /// `tokio`): the number of receivers (on a cluster, those on the
+    /// slot's owner).
+    ///
+    /// For a task that awaits each publish before its next: on one server
+    /// or N shards, while such callers leave the channel's connection
+    /// idle, the task writes the publish and reads its reply on its own
+    /// worker (see [`Engine::publish_async`](crate::Engine::publish_async));
+    /// with history or the envelope on, on a cluster, and outside a tokio
+    /// runtime it is [`PubSub::publish_pending`]`.await`. Unlike
+    /// [`PubSub::publish_wait`] it has no timeout of its own: the request
+    /// timeout bounds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`PubSub::publish_pending`].
+    #[cfg(feature = "tokio")]
+    pub async fn publish_async(
+        &self,
+        channel: impl AsRef<[u8]>,
+        payload: impl AsRef<[u8]>,
+    ) -> Result<i64, Error> {
+        let (channel, payload) = (channel.as_ref(), payload.as_ref());
+        match &self.placed {
+            Placed::Fixed(p) => p.publish_async(channel, payload).await,
+            Placed::Cluster(_) => self.publish_pending(channel, payload).await,
+        }
+    }
+
     /// Publishes and waits for the outcome: the number of receivers (on a
     /// cluster, those on the slot's owner).
     ///

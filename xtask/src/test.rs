@@ -107,15 +107,16 @@ pub fn run() -> Result<(), String> {
             "warnings",
         ]))
     });
-    // TLS is an opt-in feature of the root package: the default build
-    // above leaves it out, so its code gets its own lint, tests and docs.
-    report.step("clippy (tls feature)", || {
+    // TLS and tokio are opt-in features of the root package: the default
+    // build above leaves them out, so their code gets its own lint, tests
+    // and docs.
+    report.step("clippy (tls and tokio features)", || {
         run::status(cargo().args([
             "clippy",
             "-p",
             "shardsub",
             "--features",
-            "tls",
+            "tls,tokio",
             "--all-targets",
             "--",
             "-D",
@@ -159,6 +160,21 @@ pub fn run() -> Result<(), String> {
                 .args(["--", "tls", "Tls"]),
         )
     });
+    report.step(
+        "tokio tests (nextest, redis+valkey; --features tokio)",
+        || {
+            // The lend for async callers (`src/engine/lend_async_tests.rs`).
+            let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
+            run::status_noting(
+                cargo()
+                    .args(["nextest", "run", "-p", "shardsub", "--features", "tokio"])
+                    .args(["--lib", "--no-fail-fast", "-E", "test(/lend_async/)"])
+                    .args(["--tool-config-file", &config])
+                    .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+                failure_line,
+            )
+        },
+    );
     report.step("doc tests", || {
         run::status(
             cargo()
@@ -174,7 +190,14 @@ pub fn run() -> Result<(), String> {
         )?;
         run::status(
             cargo()
-                .args(["doc", "--no-deps", "-p", "shardsub", "--features", "tls"])
+                .args([
+                    "doc",
+                    "--no-deps",
+                    "-p",
+                    "shardsub",
+                    "--features",
+                    "tls,tokio",
+                ])
                 .env("RUSTDOCFLAGS", "-D warnings"),
         )
     });

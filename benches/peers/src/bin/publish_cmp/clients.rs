@@ -14,8 +14,9 @@
 //! reply before the next one (shardsub: `publish_wait` on a thread, which
 //! writes and reads on the caller's thread while the connection is lent to
 //! it; shardsub's tasks and the peers: a spawned task `.await`ing each,
-//! shardsub's a `publish_pending`, which its I/O thread completes),
-//! `conc == 1` included.
+//! shardsub's a `publish_pending`, which its I/O thread completes, or a
+//! `publish_async`, which writes and reads a lent connection on the task's
+//! worker), `conc == 1` included.
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -47,6 +48,10 @@ pub enum Kind {
     /// This repository's engine from tokio tasks, `.await`ing each
     /// `publish_pending` like the peers' tasks do theirs.
     ShardsubTasks,
+    /// This repository's engine from tokio tasks, `.await`ing each
+    /// `publish_async` (feature `tokio`: a lent connection is written and
+    /// read on the task's worker).
+    ShardsubAsync,
     /// The `redis` crate, multiplexed async connection.
     RedisRs,
     /// `fred` 10.
@@ -55,10 +60,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every publisher, the C reference first.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Reference,
         Kind::Shardsub,
         Kind::ShardsubTasks,
+        Kind::ShardsubAsync,
         Kind::RedisRs,
         Kind::Fred,
     ];
@@ -71,19 +77,20 @@ impl Kind {
         match self {
             Kind::Reference => "redis-benchmark",
             Kind::Shardsub => "shardsub",
-            Kind::ShardsubTasks => "shardsub",
+            Kind::ShardsubTasks | Kind::ShardsubAsync => "shardsub",
             Kind::RedisRs => "redis 1.8.1",
             Kind::Fred => "fred 10.1.0",
         }
     }
 
     /// Parses a command-line name (`c`, `shardsub`, `shardsub-tasks`,
-    /// `redis`, `fred`).
+    /// `shardsub-async`, `redis`, `fred`).
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
             "c" | "redis-benchmark" => Some(Kind::Reference),
             "shardsub" => Some(Kind::Shardsub),
             "shardsub-tasks" => Some(Kind::ShardsubTasks),
+            "shardsub-async" => Some(Kind::ShardsubAsync),
             "redis" => Some(Kind::RedisRs),
             "fred" => Some(Kind::Fred),
             _ => None,
@@ -192,7 +199,7 @@ impl Clients {
         match kind {
             Kind::Reference => self.run_reference(conc, messages, sequential, snap),
             Kind::Shardsub => self.run_shardsub(conc, messages, sequential, snap),
-            Kind::ShardsubTasks | Kind::RedisRs | Kind::Fred => {
+            Kind::ShardsubTasks | Kind::ShardsubAsync | Kind::RedisRs | Kind::Fred => {
                 let fut = self.run_async(kind, conc, messages, sequential, snap);
                 self.rt.block_on(async {
                     tokio::time::timeout(RUN_LIMIT, fut)
@@ -225,11 +232,7 @@ impl Clients {
                                 self.names[(i as usize * threads + t) % CHANNELS].as_bytes();
                             if sequential {
                                 self.engine
-                                    .publish_wait(
-                                        channel,
-                                        &self.payload,
-                                        PublishOptions::classic(),
-                                    )
+                                    .publish_wait(channel, &self.payload, PublishOptions::classic())
                                     .map_err(|e| format!("shardsub: {e}"))?;
                             } else if i + 1 == per {
                                 // Replies come in order: this one is the
@@ -282,7 +285,7 @@ impl Clients {
             let before = snap()?;
             match kind {
                 Kind::RedisRs => self.redis_window(messages).await?,
-                Kind::ShardsubTasks => self.shardsub_window(messages).await?,
+                Kind::ShardsubTasks | Kind::ShardsubAsync => self.shardsub_window(messages).await?,
                 _ => self.fred_window(messages).await?,
             }
             return Ok((before, snap()?));
@@ -302,9 +305,18 @@ impl Clients {
                 go.wait().await;
                 for i in 0..per as usize {
                     let c = (i * conc + t) % CHANNELS;
-                    if kind == Kind::ShardsubTasks {
+                    if kind == Kind::ShardsubAsync {
                         engine
-                            .publish_pending(names[c].as_bytes(), &payload, PublishOptions::classic())
+                            .publish_async(names[c].as_bytes(), &payload, PublishOptions::classic())
+                            .await
+                            .map_err(|e| format!("shardsub: {e}"))?;
+                    } else if kind == Kind::ShardsubTasks {
+                        engine
+                            .publish_pending(
+                                names[c].as_bytes(),
+                                &payload,
+                                PublishOptions::classic(),
+                            )
                             .await
                             .map_err(|e| format!("shardsub: {e}"))?;
                     } else if kind == Kind::RedisRs {
@@ -412,11 +424,7 @@ impl Clients {
 
 /// Keeps [`WINDOW`] of `publish(i)` in flight, `i` counting up, until
 /// `messages` of them are acknowledged; `who` names the client in errors.
-async fn window<F, E>(
-    who: &str,
-    messages: u64,
-    publish: impl Fn(usize) -> F,
-) -> Result<(), String>
+async fn window<F, E>(who: &str, messages: u64, publish: impl Fn(usize) -> F) -> Result<(), String>
 where
     F: std::future::Future<Output = Result<i64, E>>,
     E: std::fmt::Display,

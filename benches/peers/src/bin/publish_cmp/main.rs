@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! publish_cmp [--kinds redis,valkey] [--messages 1000000] [--reps 3]
-//!             [--conc 1,64] [--only c,shardsub,shardsub-tasks,redis,fred]
+//!             [--conc 1,64] [--only c,shardsub,shardsub-tasks,shardsub-async,redis,fred]
 //!             [--warmup 50000]
 //!             [--addr HOST:PORT] [--mode window|sequential]
 //! publish_cmp --serve redis|valkey
@@ -19,7 +19,10 @@
 //! `shardsub-tasks` (not in the default set) runs the engine from tokio
 //! tasks on the peers' runtime, each `.await`ing `publish_pending` (a
 //! window of 64 of them for one task in window mode): the same callers as
-//! the peers', where `shardsub` runs threads.
+//! the peers', where `shardsub` runs threads. `shardsub-async` (not in the
+//! default set either) awaits `publish_async` instead (feature `tokio`: the
+//! task writes and reads a lent connection itself); in window mode it runs
+//! as `shardsub-tasks` does.
 //!
 //! `--addr` uses a running server instead of starting one (to strace the
 //! client alone); `--serve` starts one, prints its address and keeps it
@@ -129,6 +132,8 @@ fn submitters(kind: Kind, conc: usize, sequential: bool) -> String {
             (Kind::Shardsub, 1) => "1 thread, wait each".into(),
             (Kind::Shardsub, c) => format!("{c} threads, wait each"),
             (Kind::ShardsubTasks, 1) => "1 task, await each".into(),
+            (Kind::ShardsubAsync, 1) => "1 task, await `publish_async`".into(),
+            (Kind::ShardsubAsync, c) => format!("{c} tasks, await `publish_async`"),
             (_, 1) => "1 task, await each".into(),
             (_, c) => format!("{c} tasks, await each"),
         };
@@ -368,7 +373,10 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
         let w0 = clients.engine().stats().writes;
         let (a, b) = clients.run(k, conc, n, o.sequential, &snap)?;
         let mut s = Sample::between(&a, &b, n, !children);
-        if matches!(k, Kind::Shardsub | Kind::ShardsubTasks) {
+        if matches!(
+            k,
+            Kind::Shardsub | Kind::ShardsubTasks | Kind::ShardsubAsync
+        ) {
             s.engine_writes = Some(clients.engine().stats().writes - w0);
         }
         Ok(s)
