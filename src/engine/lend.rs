@@ -149,6 +149,17 @@ impl LendPoll {
     }
 }
 
+/// A caller's try for the lent connection ([`ConnShared::try_turn`]).
+pub(crate) enum Turn<'a> {
+    /// Its turn: the guard holds the lent connection, with what was staged
+    /// moved into its core.
+    Mine(MutexGuard<'a, Option<Lent>>),
+    /// Another caller holds the lend's lock.
+    Busy,
+    /// The thread's to send (it was asked to).
+    Thread,
+}
+
 /// A connection while it is lent.
 pub(crate) struct Lent {
     pub(crate) core: Connection<Completion>,
@@ -269,6 +280,14 @@ impl ConnShared {
         let Some(lent) = guard.as_mut() else {
             return Ok(()); // (`lock_turn` holds it lent)
         };
+        // A sync caller waits on the instance itself: while it is in an
+        // async runtime's reactor, each reply would wake that reactor too
+        // (a context switch per reply). The next async caller registers it
+        // again (two `epoll_ctl` calls per switch between the two kinds).
+        #[cfg(feature = "tokio")]
+        {
+            lent.poll.async_fd = None;
+        }
         // A caller whose reply an earlier holder read only sends what
         // others staged (their callers read their replies in their turn).
         let give_back =
@@ -304,15 +323,36 @@ impl ConnShared {
         settings: &Settings,
         until: Instant,
     ) -> Option<MutexGuard<'_, Option<Lent>>> {
-        let guard = self.lend.slot.try_lock_until(until);
-        let turn = guard.filter(|g| g.is_some()).and_then(|mut g| {
-            let lent = g.as_mut()?;
-            self.take_turn(lent, settings).then_some(g)
-        });
-        if turn.is_none() {
-            self.hand_over_to_thread();
+        match self.try_turn(settings, Some(until)) {
+            Turn::Mine(g) => Some(g),
+            Turn::Busy => {
+                self.hand_over_to_thread();
+                None
+            }
+            Turn::Thread => None,
         }
-        turn
+    }
+
+    /// [`ConnShared::lock_turn`] that tells a lock held past `until` (at
+    /// once when `None`) from a turn that is the thread's (it was asked to
+    /// send what is staged).
+    pub(crate) fn try_turn(&self, settings: &Settings, until: Option<Instant>) -> Turn<'_> {
+        let guard = match until {
+            Some(u) => self.lend.slot.try_lock_until(u),
+            None => self.lend.slot.try_lock(),
+        };
+        let Some(mut guard) = guard else {
+            return Turn::Busy;
+        };
+        let mine = guard
+            .as_mut()
+            .is_some_and(|lent| self.take_turn(lent, settings));
+        if mine {
+            return Turn::Mine(guard);
+        }
+        drop(guard);
+        self.hand_over_to_thread();
+        Turn::Thread
     }
 
     /// A lent call's first step: stages the request without waking the

@@ -11,8 +11,7 @@
 //! duplicate, owned by the registration) goes into the runtime's reactor,
 //! once per connection, and an async caller on a lent connection:
 //!
-//! 1. stages its request quietly and takes the lend's lock (briefly: at
-//!    most [`LOCK_WAIT`], then it has the thread send it), sends every
+//! 1. stages its request quietly and takes the lend's lock, sends every
 //!    request staged and releases the lock: one `write`;
 //! 2. awaits its outcome or the descriptor's readiness, whichever comes
 //!    first; on readiness it takes the lock again, empties the lend's
@@ -20,7 +19,11 @@
 //!    reads what arrived into the core and completes what it holds, its
 //!    own request and others' alike.
 //!
-//! No lock is held across an await: the thread takes the lend back
+//! The task never waits for the lock on its worker: held by another
+//! caller, it yields and tries again, for [`BUSY_FOR`] at most (a sync
+//! caller holds the lock across its wait for a reply), then has the thread
+//! take the lend back. No lock is held across an await: the thread takes
+//! the lend back
 //! whenever it must, exactly as from a sync caller, and completes what
 //! is still in flight; a caller that finds the lend gone just awaits its
 //! outcome. A read that ends the stream, fails or meets a closed core
@@ -40,7 +43,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use crate::conn::Request;
-use crate::engine::lend::{dispatch_lent, write_lent, Lent};
+use crate::engine::lend::{dispatch_lent, write_lent, Lent, Turn};
 use crate::engine::pending::Completion;
 use crate::engine::shared::{ConnShared, Counters};
 use crate::engine::{Pending, Settings};
@@ -49,61 +52,50 @@ use crate::error::Error;
 /// A lend's epoll instance in a tokio reactor.
 pub(crate) type LendFd = Arc<AsyncFd<OwnedFd>>;
 
-/// How long an async caller waits for the lend's lock. Another async
-/// caller holds it for one write or one read; a sync caller holds it
-/// across its wait for a reply, and then the thread is asked to take the
-/// lend back instead (it cuts that wait short).
-const LOCK_WAIT: Duration = Duration::from_micros(200);
+/// How long an async caller tries again for the lend's lock held by
+/// another caller. An async caller holds it for one write or one read; a
+/// sync caller holds it across its wait for a reply, and after this the
+/// thread is asked to take the lend back instead (it cuts that wait short).
+const BUSY_FOR: Duration = Duration::from_micros(200);
 
-/// What an async caller's read on the lent connection found.
+/// What an async caller's try on the lent connection found.
 enum Step {
-    /// It read what there was; the lend is still lent.
-    Read,
+    /// It wrote its request, or read what there was: the lend is still lent.
+    Done,
+    /// Another caller holds the lend's lock: try again soon.
+    Busy,
     /// The lend is the thread's (or about to be): it completes the rest.
     Gone,
 }
 
 impl ConnShared {
-    /// An async caller's request on the lent connection: staged and sent
-    /// on this thread. `Ok(Some(fd))`: sent; await the outcome or `fd`'s
-    /// readiness (then [`ConnShared::read_lent_async`]). `Ok(None)`:
-    /// staged, and the thread sends it. `Err` gives the encoder and the
-    /// request back when the connection is not lent (stage them; it is lent
-    /// after its next idle turn), or there is no tokio runtime here.
-    fn call_lent_async<F>(
-        &self,
-        settings: &Settings,
-        encode: F,
-        request: Request<Completion>,
-    ) -> Result<Option<LendFd>, (F, Request<Completion>)>
-    where
-        F: FnOnce(&mut Vec<u8>),
-    {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err((encode, request));
-        }
-        self.stage_for_lend(settings, encode, request)?;
-        // Staged without a wake: from here on it is sent, by this caller,
-        // by another one holding the lend, or by the thread.
-        let Some(mut guard) = self.lock_turn(settings, Instant::now() + LOCK_WAIT) else {
-            return Ok(None);
+    /// Sends what is staged on the lent connection, an async caller's
+    /// request among it (or already sent by another caller), and returns
+    /// the instance's descriptor in the reactor to await.
+    fn send_lent_async(&self, settings: &Settings) -> (Step, Option<LendFd>) {
+        let mut guard = match self.try_turn(settings, None) {
+            Turn::Mine(g) => g,
+            Turn::Busy => return (Step::Busy, None),
+            Turn::Thread => return (Step::Gone, None),
         };
         let Some(lent) = guard.as_mut() else {
-            return Ok(None); // (`lock_turn` holds it lent)
+            return (Step::Gone, None); // (`try_turn` holds it lent)
         };
         let fd = async_fd(lent);
         let give_back = write_lent(lent, settings) || fd.is_none();
         self.end_turn(guard, give_back);
-        Ok(fd)
+        match give_back {
+            true => (Step::Gone, None),
+            false => (Step::Done, fd),
+        }
     }
 
     /// Reads what arrived on the lent connection for an async caller
     /// whose request is in flight there (its descriptor was ready).
     fn read_lent_async(&self, settings: &Settings) -> Step {
         let lend = &self.lend;
-        let Some(mut guard) = lend.slot.try_lock_for(LOCK_WAIT) else {
-            self.hand_over_to_thread();
-            return Step::Gone;
+        let Some(mut guard) = lend.slot.try_lock() else {
+            return Step::Busy;
         };
         let usable = |l: &Lent| l.io_error.is_none() && l.closed.is_none();
         let Some(lent) = guard.as_mut().filter(|l| usable(l)) else {
@@ -122,10 +114,9 @@ impl ConnShared {
         }
         let give_back = read_ready(self, lent, settings);
         self.end_turn(guard, give_back);
-        if give_back {
-            Step::Gone
-        } else {
-            Step::Read
+        match give_back {
+            true => Step::Gone,
+            false => Step::Done,
         }
     }
 }
@@ -181,8 +172,22 @@ fn async_fd(lent: &mut Lent) -> Option<LendFd> {
     Some(fd)
 }
 
+/// Where an async call stands.
+enum Stage {
+    /// Staged for the lend holder; this caller sends it at its turn.
+    Staged,
+    /// Sent on the lent connection: await the outcome or the descriptor.
+    Sent(LendFd),
+    /// The thread (or another caller) completes it.
+    Await,
+}
+
 /// Sends a request as an async caller and awaits its outcome: on the lent
 /// connection when it is lent, else staged for the I/O thread.
+///
+/// A lock held by another caller is never waited for on the worker: the
+/// task yields and tries again (for [`BUSY_FOR`] at most, then the thread
+/// takes the lend back and sends or reads for it).
 pub(crate) async fn call_async<T, F>(
     conn: &ConnShared,
     settings: &Settings,
@@ -194,35 +199,71 @@ where
     T: Send + 'static,
     F: FnOnce(&mut Vec<u8>),
 {
-    let mut fd = match conn.call_lent_async(settings, encode, request) {
-        Ok(fd) => fd,
+    // Outside a runtime there is no reactor to register with.
+    let lendable = tokio::runtime::Handle::try_current().is_ok();
+    let staged = match lendable {
+        true => conn.stage_for_lend(settings, encode, request),
+        false => Err((encode, request)),
+    };
+    let staged = match staged {
+        Ok(()) => true,
         Err((encode, request)) => {
             if let Err((req, e)) = conn.submit(encode, request) {
                 req.user.fail_unstaged(e);
             }
-            None
+            false
         }
     };
+    let mut stage = if staged { Stage::Staged } else { Stage::Await };
+    let mut busy_since: Option<Instant> = None;
     std::future::poll_fn(move |cx: &mut Context<'_>| loop {
         if let Poll::Ready(r) = std::pin::Pin::new(&mut pending).poll(cx) {
             return Poll::Ready(r);
         }
-        let Some(f) = &fd else {
-            return Poll::Pending; // the thread (or a holder) completes it
-        };
-        let mut ready = match f.poll_read_ready(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(g)) => g,
-            Poll::Ready(Err(_)) => {
-                // The runtime is going away: the thread reads it.
-                fd = None;
-                conn.hand_over_to_thread();
-                continue;
+        let step = match &stage {
+            Stage::Await => return Poll::Pending,
+            Stage::Staged => {
+                let (step, fd) = conn.send_lent_async(settings);
+                if let Some(fd) = fd {
+                    stage = Stage::Sent(fd);
+                }
+                step
+            }
+            Stage::Sent(fd) => {
+                let mut ready = match fd.poll_read_ready(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(g)) => g,
+                    Poll::Ready(Err(_)) => {
+                        // The runtime is going away: the thread reads it.
+                        conn.hand_over_to_thread();
+                        stage = Stage::Await;
+                        continue;
+                    }
+                };
+                // The outcome is looked at again right after: a
+                // completion read here (this task's own) need not wake
+                // this task.
+                pending.forget_waker();
+                let step = conn.read_lent_async(settings);
+                if matches!(step, Step::Done) {
+                    ready.clear_ready();
+                }
+                step
             }
         };
-        match conn.read_lent_async(settings) {
-            Step::Read => ready.clear_ready(),
-            Step::Gone => fd = None,
+        match step {
+            Step::Done => busy_since = None,
+            Step::Gone => stage = Stage::Await,
+            Step::Busy => {
+                let since = *busy_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < BUSY_FOR {
+                    // Readiness stays set: the next poll tries again.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                conn.hand_over_to_thread();
+                stage = Stage::Await;
+            }
         }
     })
     .await

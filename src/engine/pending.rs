@@ -186,6 +186,20 @@ impl<T: Send + 'static> Pending<T> {
     }
 }
 
+impl<T> Pending<T> {
+    /// Forgets the waker the last poll stored: a task about to complete
+    /// this request itself (reading its reply on a lent connection) need
+    /// not be woken by it, which would poll it once more for nothing. Poll
+    /// again afterwards to learn the outcome (and to store a waker again).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn forget_waker(&self) {
+        let mut state = self.slot.state.lock();
+        if let State::Waiting(w) = &mut *state {
+            *w = None;
+        }
+    }
+}
+
 impl<T> Future for Pending<T> {
     type Output = Result<T, Error>;
 
