@@ -264,17 +264,18 @@ pub fn all() -> Vec<Entry> {
     // regeneration under 30 minutes.
     out.push(publish_cmp("publish_peers", 120, &["--messages", "500000"]));
     // Sequential runs go at ~10-50k msg/s: 20,000 per run keeps both
-    // servers near a minute. shardsub runs twice: threads waiting on
-    // `publish_wait`, and tokio tasks awaiting `publish_pending` like the
-    // peers' tasks (55 s on 10004df).
+    // servers near a minute. shardsub runs three times: threads waiting on
+    // `publish_wait`, and tokio tasks awaiting `publish_pending` or
+    // `publish_async` like the peers' tasks (55 s on 10004df, before the
+    // `publish_async` rows).
     out.push(publish_cmp(
         "publish_sequential",
-        60,
+        75,
         &[
             "--mode",
             "sequential",
             "--only",
-            "shardsub,shardsub-tasks,redis,fred",
+            "shardsub,shardsub-tasks,shardsub-async,redis,fred",
             "--conc",
             "1,4",
             "--messages",
