@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example cluster_bench -- cpu [redis|valkey] [messages]
-//! cargo run --release --example cluster_bench -- cpu-per-primary [redis|valkey] [messages-per-primary]
+//! cargo run --release --example cluster_bench -- cpu-per-primary [redis|valkey] [messages-per-primary] [runs]
 //! cargo run --release --example cluster_bench -- resubscribe [redis|valkey] [engines] [channels]
 //! cargo run --release --example cluster_bench -- publish-cost [redis|valkey] [messages]
 //! valgrind --tool=callgrind --zero-before='*instr_begin*' --dump-after='*instr_end*' \
@@ -24,6 +24,8 @@
 //! masters it publishes N × `messages-per-primary` messages in windows of
 //! N × 5,000, so every master sees the same batches as the one master
 //! does, and the table gives each master's messages per read and per write.
+//! Sharded rows are the median of `runs` runs (3 by default), with their
+//! spread; classic rows one run of a third of the messages.
 //!
 //! `resubscribe`: `engines` instances each subscribe to `channels` channels
 //! on 6 masters with 128 partitions; `CLIENT KILL TYPE pubsub` on every
@@ -383,7 +385,8 @@ fn main() {
         }
         Some("cpu-per-primary") => {
             let n = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(150_000);
-            cpu::run_per_primary(kind, n);
+            let reps = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(3);
+            cpu::run_per_primary(kind, n, reps);
         }
         Some("resubscribe") => {
             let e = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);

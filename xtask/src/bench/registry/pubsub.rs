@@ -139,8 +139,8 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             servers: true,
             build: vec![cluster_build.clone()],
             steps: vec![
-                cluster("Redis:", &["cpu-per-primary", "redis", "100000"]),
-                cluster("Valkey:", &["cpu-per-primary", "valkey", "100000"]),
+                cluster("Redis:", &["cpu-per-primary", "redis", "300000", "3"]),
+                cluster("Valkey:", &["cpu-per-primary", "valkey", "300000", "3"]),
             ],
             render: Render::Tables,
         },
