@@ -227,6 +227,12 @@ impl TlsConfig {
                 }
             }
         }
+        // rustls 0.23.48 deprecates the ring provider (ring has no
+        // post-quantum key exchange; aws-lc-rs, which has, needs a C and
+        // CMake toolchain to build). It is still rustls' ring provider, with
+        // the classical key exchanges every Redis and Valkey TLS build
+        // offers; `TlsConfig::from_client_config` takes any other one.
+        #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
