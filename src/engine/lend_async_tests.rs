@@ -307,3 +307,35 @@ fn publish_async_outside_a_tokio_runtime_goes_through_the_thread() {
         assert_eq!(s.lent, before.lent, "{kind:?}: no reactor, no lend");
     }
 }
+
+#[test]
+fn command_async_reads_its_replies_on_the_lent_connection_in_order() {
+    const N: usize = 300;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let e = engine(server.addr());
+        let before = e.stats();
+        let got = runtime(0).block_on(async {
+            let run = async {
+                let mut got = Vec::with_capacity(N);
+                for i in 0..N {
+                    let v = i.to_string();
+                    e.command_async(["SET", "k", v.as_str()]).await.unwrap();
+                    got.push(e.command_async(["GET", "k"]).await.unwrap());
+                }
+                got
+            };
+            tokio::time::timeout(BOUND, run)
+                .await
+                .expect("no call hung")
+        });
+        let want: Vec<Value> = (0..N)
+            .map(|i| Value::Bulk(i.to_string().into_bytes()))
+            .collect();
+        assert_eq!(got, want, "{kind:?}: each GET sees the SET before it");
+        let s = e.stats();
+        let (lent, requests) = (s.lent - before.lent, s.requests - before.requests);
+        eprintln!("{kind:?}: {lent} of {requests} commands lent");
+        assert!(lent + 2 >= requests, "{kind:?}: {lent} of {requests} lent");
+    }
+}

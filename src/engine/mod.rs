@@ -43,6 +43,16 @@ use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
 
+/// A request for one reply of any kind, its handle and its cell.
+fn value_request() -> (Pending<Value>, Arc<Slot<Value>>, Request<Completion>) {
+    let (pending, slot) = Pending::new();
+    let request = Request {
+        user: Completion::Value(slot.clone()),
+        kind: ReplyKind::Single,
+    };
+    (pending, slot, request)
+}
+
 /// The publish command `options` ask for.
 fn publish_command(options: PublishOptions) -> &'static [u8] {
     if options.sharded {
@@ -493,11 +503,7 @@ impl Engine {
     {
         // A sequential caller: the lend of `publish_wait` applies.
         let conn = self.route_server(0)?;
-        let (pending, slot) = Pending::new();
-        let request = Request {
-            user: Completion::Value(slot.clone()),
-            kind: ReplyKind::Single,
-        };
+        let (pending, slot, request) = value_request();
         let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, args);
         if let Err((encode, request)) =
             conn.call_lent(&self.inner.settings, encode, request, None, || {
@@ -510,6 +516,31 @@ impl Engine {
             }
         }
         pending.wait()
+    }
+
+    /// [`Engine::command`] as a task on tokio (feature `tokio`): any
+    /// command to the first server, its reply awaited. Like
+    /// [`Engine::publish_async`], a task that awaits each reply writes and
+    /// reads the connection on its own worker while it is lent; the first
+    /// call after a pause, calls meeting other traffic and calls outside a
+    /// tokio runtime go through the I/O thread. A blocking command
+    /// (`BLPOP`) holds up the requests behind it on the connection, since
+    /// replies come in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::command`].
+    #[cfg(feature = "tokio")]
+    pub async fn command_async<I>(&self, args: I) -> Result<Value, Error>
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let conn = self.route_server(0)?;
+        let (pending, _, request) = value_request();
+        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, args);
+        lend_async::call_async(conn, &self.inner.settings, encode, request, pending).await
     }
 
     /// Sends any command to server `server` (index in the builder's list)
