@@ -110,6 +110,10 @@ pub(crate) struct LendPoll {
     /// async callers (made at the first one's call).
     #[cfg(feature = "tokio")]
     pub(crate) async_fd: Option<crate::engine::lend_async::LendFd>,
+    /// Registering in a reactor failed (no I/O driver): async callers
+    /// take the thread's path.
+    #[cfg(feature = "tokio")]
+    pub(crate) async_fd_failed: bool,
 }
 
 impl LendPoll {
@@ -130,6 +134,8 @@ impl LendPoll {
             events: Events::with_capacity(4),
             #[cfg(feature = "tokio")]
             async_fd: None,
+            #[cfg(feature = "tokio")]
+            async_fd_failed: false,
         })
     }
 

@@ -82,11 +82,28 @@ impl ConnShared {
             return (Step::Gone, None); // (`try_turn` holds it lent)
         };
         let fd = async_fd(lent);
-        let give_back = write_lent(lent, settings) || fd.is_none();
+        let mut give_back = write_lent(lent, settings) || fd.is_none();
+        if !give_back && lent.maybe_more {
+            // A sync caller's last read filled its room and it stopped at
+            // its own reply: the rest waits in the socket, and its epoll
+            // event is spent, so no readiness would come for it.
+            give_back = read_ready(self, lent, settings);
+        }
         self.end_turn(guard, give_back);
         match give_back {
             true => (Step::Gone, None),
             false => (Step::Done, fd),
+        }
+    }
+
+    /// Drops the lend's registration in a reactor (it failed: its runtime
+    /// is going away); the next async caller registers again. Skipped when
+    /// another caller holds the lock (it may drop it next time).
+    fn forget_async_fd(&self) {
+        if let Some(mut guard) = self.lend.slot.try_lock() {
+            if let Some(lent) = guard.as_mut() {
+                lent.poll.async_fd = None;
+            }
         }
     }
 
@@ -159,6 +176,20 @@ fn async_fd(lent: &mut Lent) -> Option<LendFd> {
     if let Some(fd) = &lent.poll.async_fd {
         return Some(fd.clone());
     }
+    if lent.poll.async_fd_failed {
+        return None;
+    }
+    let fd = register(lent);
+    lent.poll.async_fd_failed = fd.is_none();
+    lent.poll.async_fd.clone_from(&fd);
+    fd
+}
+
+/// Registers a duplicate of the lend's epoll descriptor in the current
+/// runtime's reactor. `None` when that fails, or panics: a runtime built
+/// without `enable_io` has no reactor, and tokio panics then (caught here,
+/// once per connection; its message still reaches the panic hook).
+fn register(lent: &Lent) -> Option<LendFd> {
     // SAFETY: the descriptor is the epoll instance's, open while `lent`
     // (which owns the instance) is borrowed here; the borrow ends with
     // the duplicate made from it.
@@ -166,20 +197,32 @@ fn async_fd(lent: &mut Lent) -> Option<LendFd> {
     let dup = instance.try_clone_to_owned().ok()?;
     // SAFETY: the registration owns `dup`, an `OwnedFd`: open, and the
     // same descriptor, until the registration drops it.
-    let fd = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }.ok()?;
-    let fd = Arc::new(fd);
-    lent.poll.async_fd = Some(fd.clone());
-    Some(fd)
+    let registered = std::panic::catch_unwind(move || unsafe {
+        AsyncFd::register_with_interest(dup, Interest::READABLE)
+    });
+    Some(Arc::new(registered.ok()?.ok()?))
 }
 
-/// Where an async call stands.
-enum Stage {
-    /// Staged for the lend holder; this caller sends it at its turn.
-    Staged,
-    /// Sent on the lent connection: await the outcome or the descriptor.
-    Sent(LendFd),
-    /// The thread (or another caller) completes it.
-    Await,
+/// Hands a staged request to the thread if the call is dropped before it
+/// was sent (cancelled by `select!` or a timeout): a quietly staged request
+/// wakes nobody, so without this it could wait for the next submitter.
+struct StagedUntilSent<'a> {
+    conn: &'a ConnShared,
+    staged: bool,
+}
+
+impl Drop for StagedUntilSent<'_> {
+    fn drop(&mut self) {
+        if self.staged {
+            self.conn.hand_over_to_thread();
+        }
+    }
+}
+
+/// What came first: the outcome, or the lend's descriptor ready.
+enum First<T, G> {
+    Outcome(Result<T, Error>),
+    Ready(G),
 }
 
 /// Sends a request as an async caller and awaits its outcome: on the lent
@@ -187,7 +230,9 @@ enum Stage {
 ///
 /// A lock held by another caller is never waited for on the worker: the
 /// task yields and tries again (for [`BUSY_FOR`] at most, then the thread
-/// takes the lend back and sends or reads for it).
+/// takes the lend back and sends or reads for it). The descriptor is
+/// awaited through `readable()`, which wakes every task waiting on it (a
+/// connection's tasks share it).
 pub(crate) async fn call_async<T, F>(
     conn: &ConnShared,
     settings: &Settings,
@@ -205,66 +250,81 @@ where
         true => conn.stage_for_lend(settings, encode, request),
         false => Err((encode, request)),
     };
-    let staged = match staged {
-        Ok(()) => true,
-        Err((encode, request)) => {
-            if let Err((req, e)) = conn.submit(encode, request) {
-                req.user.fail_unstaged(e);
+    if let Err((encode, request)) = staged {
+        if let Err((req, e)) = conn.submit(encode, request) {
+            req.user.fail_unstaged(e);
+        }
+        return pending.await;
+    }
+    let mut unsent = StagedUntilSent { conn, staged: true };
+    let mut busy = Busy::default();
+    let fd = loop {
+        match conn.send_lent_async(settings) {
+            (Step::Done, Some(fd)) => break fd,
+            (Step::Busy, _) if busy.again() => tokio::task::yield_now().await,
+            (Step::Busy, _) => {
+                drop(unsent); // the thread sends it
+                return pending.await;
             }
-            false
+            (_, _) => {
+                unsent.staged = false; // the thread's now
+                return pending.await;
+            }
         }
     };
-    let mut stage = if staged { Stage::Staged } else { Stage::Await };
-    let mut busy_since: Option<Instant> = None;
-    std::future::poll_fn(move |cx: &mut Context<'_>| loop {
-        if let Poll::Ready(r) = std::pin::Pin::new(&mut pending).poll(cx) {
-            return Poll::Ready(r);
-        }
-        let step = match &stage {
-            Stage::Await => return Poll::Pending,
-            Stage::Staged => {
-                let (step, fd) = conn.send_lent_async(settings);
-                if let Some(fd) = fd {
-                    stage = Stage::Sent(fd);
+    unsent.staged = false;
+    let mut busy = Busy::default();
+    loop {
+        let first = {
+            let mut readable = std::pin::pin!(fd.readable());
+            std::future::poll_fn(|cx: &mut Context<'_>| {
+                if let Poll::Ready(r) = std::pin::Pin::new(&mut pending).poll(cx) {
+                    return Poll::Ready(First::Outcome(r));
                 }
-                step
-            }
-            Stage::Sent(fd) => {
-                let mut ready = match fd.poll_read_ready(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(g)) => g,
-                    Poll::Ready(Err(_)) => {
-                        // The runtime is going away: the thread reads it.
-                        conn.hand_over_to_thread();
-                        stage = Stage::Await;
-                        continue;
-                    }
-                };
-                // The outcome is looked at again right after: a
-                // completion read here (this task's own) need not wake
-                // this task.
-                pending.forget_waker();
-                let step = conn.read_lent_async(settings);
-                if matches!(step, Step::Done) {
-                    ready.clear_ready();
-                }
-                step
+                readable.as_mut().poll(cx).map(First::Ready)
+            })
+            .await
+        };
+        let mut ready = match first {
+            First::Outcome(r) => return r,
+            First::Ready(Ok(g)) => g,
+            First::Ready(Err(_)) => {
+                // The runtime that registered it is going away: the thread
+                // reads it, and the next call registers again.
+                conn.forget_async_fd();
+                conn.hand_over_to_thread();
+                return pending.await;
             }
         };
-        match step {
-            Step::Done => busy_since = None,
-            Step::Gone => stage = Stage::Await,
+        // The outcome is polled again right after: a completion read here
+        // (this task's own) need not wake this task.
+        pending.forget_waker();
+        match conn.read_lent_async(settings) {
+            Step::Done => {
+                ready.clear_ready();
+                busy = Busy::default();
+            }
+            Step::Gone => return pending.await,
+            Step::Busy if busy.again() => {
+                // Readiness stays set: the next look tries again.
+                drop(ready);
+                tokio::task::yield_now().await;
+            }
             Step::Busy => {
-                let since = *busy_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < BUSY_FOR {
-                    // Readiness stays set: the next poll tries again.
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
                 conn.hand_over_to_thread();
-                stage = Stage::Await;
+                return pending.await;
             }
         }
-    })
-    .await
+    }
+}
+
+/// How long a caller has found the lend's lock taken.
+#[derive(Default)]
+struct Busy(Option<Instant>);
+
+impl Busy {
+    /// Whether to try again (within [`BUSY_FOR`] of the first try).
+    fn again(&mut self) -> bool {
+        self.0.get_or_insert_with(Instant::now).elapsed() < BUSY_FOR
+    }
 }

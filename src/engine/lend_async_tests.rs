@@ -10,7 +10,8 @@ use resp::Value;
 use testkit::{kinds, Client, Server};
 
 use crate::engine::lend_tests::{
-    each_in_order, fake_answering_one_ping, lent_to_fake, read_payloads, subscriber,
+    blpop_on_the_lend, each_in_order, fake_answering_one_ping, lent_to_fake, read_payloads,
+    subscriber,
 };
 use crate::{Engine, Error, PublishOptions};
 
@@ -33,6 +34,17 @@ fn is_lent(e: &Engine) -> bool {
         .lend
         .lent
         .load(Ordering::Acquire)
+}
+
+/// A `PING` (a sync caller asks for the lend), then the connection lent.
+fn await_lent(e: &Engine) {
+    e.command(["PING"]).unwrap();
+    testkit::wait_for(
+        "the connection lent",
+        BOUND,
+        || Ok(is_lent(e).then_some(())),
+    )
+    .unwrap();
 }
 
 /// `tasks` tasks each publish `"{t}:{i}"` for `i` in `0..n` to `channel`
@@ -290,11 +302,7 @@ fn publish_async_outside_a_tokio_runtime_goes_through_the_thread() {
         let server = Server::start(kind).unwrap();
         let mut sub = subscriber(server.addr(), b"aplain");
         let e = engine(server.addr());
-        e.command(["PING"]).unwrap();
-        testkit::wait_for("the connection lent", BOUND, || {
-            Ok(is_lent(&e).then_some(()))
-        })
-        .unwrap();
+        await_lent(&e);
         let before = e.stats();
         for i in 0..20 {
             let p = format!("0:{i}");
@@ -337,5 +345,129 @@ fn command_async_reads_its_replies_on_the_lent_connection_in_order() {
         let (lent, requests) = (s.lent - before.lent, s.requests - before.requests);
         eprintln!("{kind:?}: {lent} of {requests} commands lent");
         assert!(lent + 2 >= requests, "{kind:?}: {lent} of {requests} lent");
+    }
+}
+
+#[test]
+fn two_tasks_each_publishing_once_are_both_woken() {
+    // Both await the same connection's descriptor: each must be woken by
+    // its reply, or the lease (a minute here) would have to end the wait.
+    // (On loopback both replies mostly come in one read, completing both:
+    // this passed with the single-waker `poll_read_ready` the review found,
+    // so it guards liveness in general, not that case.)
+    const ROUNDS: usize = 200;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"atwo");
+        let e = engine(server.addr());
+        await_lent(&e);
+        let before = e.stats();
+        let rt = runtime(2);
+        for round in 0..ROUNDS {
+            let both = async {
+                let tasks: Vec<_> = (0..2)
+                    .map(|t| {
+                        let e = Arc::clone(&e);
+                        tokio::spawn(async move {
+                            let p = format!("{t}:{round}");
+                            let publish =
+                                e.publish_async(b"atwo", p.as_bytes(), PublishOptions::classic());
+                            assert_eq!(publish.await.unwrap(), 1, "{kind:?}");
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            };
+            let done = rt.block_on(async { tokio::time::timeout(BOUND, both).await });
+            assert!(
+                done.is_ok(),
+                "{kind:?}: round {round}: a task was not woken"
+            );
+        }
+        each_in_order(kind, &mut sub, 2, ROUNDS);
+        let s = e.stats();
+        eprintln!(
+            "{kind:?}: {} of {} lent",
+            s.lent - before.lent,
+            s.requests - before.requests
+        );
+    }
+}
+
+#[test]
+fn publishes_cancelled_after_their_first_poll_are_still_sent_in_order() {
+    const N: usize = 200;
+    const TASKS: usize = 4;
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"acancel");
+        let e = engine(server.addr());
+        e.command(["PING"]).unwrap();
+        let rt = runtime(2);
+        let all = async {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let e = Arc::clone(&e);
+                    tokio::spawn(async move {
+                        for i in 0..N {
+                            let p = format!("{t}:{i}");
+                            // Polled once (the publish is staged or sent),
+                            // then dropped as the zero timeout has passed.
+                            let publish = e.publish_async(
+                                b"acancel",
+                                p.as_bytes(),
+                                PublishOptions::classic(),
+                            );
+                            let _ = tokio::time::timeout(Duration::ZERO, publish).await;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        };
+        let done = rt.block_on(async { tokio::time::timeout(BOUND, all).await });
+        assert!(done.is_ok(), "{kind:?}");
+        // Every one of them reaches the server, each task's in order.
+        each_in_order(kind, &mut sub, TASKS, N);
+        assert_eq!(e.stats().failed, 0, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_runtime_without_io_takes_the_threads_path() {
+    let server = Server::start(testkit::ServerKind::Redis).unwrap();
+    let e = engine(server.addr());
+    await_lent(&e);
+    let no_io = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let r = no_io.block_on(e.publish_async(b"noio", b"x", PublishOptions::classic()));
+        assert_eq!(r.unwrap(), 0);
+    }
+}
+
+#[test]
+fn a_publish_cancelled_while_staged_behind_a_held_lend_is_still_sent() {
+    for kind in kinds() {
+        let server = Server::start(kind).unwrap();
+        let mut sub = subscriber(server.addr(), b"astaged");
+        let e = engine(server.addr());
+        // A sync caller holds the lend's lock, waiting for its BLPOP.
+        let blocked = blpop_on_the_lend(&e, "k", "1");
+        runtime(0).block_on(async {
+            // Staged quietly, the lock busy: dropped before it was sent.
+            let publish = e.publish_async(b"astaged", b"0:0", PublishOptions::classic());
+            let r = tokio::time::timeout(Duration::ZERO, publish).await;
+            assert!(r.is_err(), "{kind:?}: not cancelled: {r:?}");
+        });
+        // The thread sends it (after the BLPOP's second, replies in order);
+        // staged without a wake it would wait for the next submitter.
+        each_in_order(kind, &mut sub, 1, 1);
+        assert_eq!(blocked.join().unwrap().unwrap(), Value::Null, "{kind:?}");
     }
 }

@@ -66,7 +66,7 @@ pub(crate) fn read_payloads(sub: &mut Client, n: usize) -> Vec<Vec<u8>> {
 /// Gets the first connection lent (a warm-up `PING`), then calls `BLPOP
 /// key timeout` on a thread and returns once that call is lent: its caller
 /// holds the lend, waiting for the reply.
-fn blpop_on_the_lend(
+pub(crate) fn blpop_on_the_lend(
     e: &Arc<Engine>,
     key: &'static str,
     timeout: &'static str,

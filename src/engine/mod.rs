@@ -419,8 +419,15 @@ impl Engine {
     /// go through the I/O thread as [`Engine::publish_pending`] does; order
     /// and request timeouts are the same either way. Engines with an
     /// [`Builder::observer`] and TLS connections always go through the I/O
-    /// thread. Dropping the future before it completes leaves the publish
-    /// in flight (its outcome is lost to the caller).
+    /// thread. The publish is submitted at the future's first poll:
+    /// dropped after that, it stays in flight (its outcome is lost to the
+    /// caller); dropped before, nothing is sent. On a lent connection a
+    /// request timeout shorter than the lend's lease (20 ms) may fire up to
+    /// the lease late: the thread runs it when it takes an unused lend
+    /// back. The connection's registration stays with the runtime that
+    /// made it (one per connection); tasks of a second runtime are woken
+    /// through it while that one is driven, and take the thread's path
+    /// once it is gone.
     ///
     /// # Errors
     ///
