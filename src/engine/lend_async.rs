@@ -129,7 +129,15 @@ impl ConnShared {
             self.hand_over_to_thread();
             return Step::Gone;
         }
-        let give_back = read_ready(self, lent, settings);
+        // Every task waiting on the descriptor is woken; the first one
+        // takes the event and reads. No event since, and no bytes left
+        // behind: nothing to read (one `read` saved per task woken).
+        let news = !events.is_empty() || lent.maybe_more;
+        let give_back = if news {
+            read_ready(self, lent, settings)
+        } else {
+            run_deadline(self, lent, settings)
+        };
         self.end_turn(guard, give_back);
         match give_back {
             true => Step::Gone,
@@ -162,6 +170,12 @@ fn read_ready(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool
             }
         }
     }
+    run_deadline(shared, lent, settings)
+}
+
+/// Runs the lent core's timeouts when one is due. Returns whether to hand
+/// the lend back.
+fn run_deadline(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool {
     let now = Instant::now();
     if lent.core.poll_deadline().is_some_and(|d| d <= now) {
         lent.core.handle_timeout(now);
