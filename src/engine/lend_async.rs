@@ -13,23 +13,25 @@
 //!
 //! 1. stages its request quietly and takes the lend's lock, sends every
 //!    request staged and releases the lock: one `write`;
-//! 2. awaits its outcome or the descriptor's readiness, whichever comes
-//!    first; on readiness it takes the lock again, empties the lend's
-//!    epoll instance (so its next event makes the descriptor ready again),
-//!    reads what arrived into the core and completes what it holds, its
-//!    own request and others' alike.
+//! 2. awaits its outcome or the descriptor's readiness (`readable()`, which
+//!    wakes every task waiting on it), whichever comes first; on readiness
+//!    it takes the lock again, empties the lend's epoll instance (so its
+//!    next event makes the descriptor ready again), reads what arrived into
+//!    the core and completes what it holds, its own request and others'
+//!    alike (a task that finds no event and nothing left behind skips the
+//!    read).
 //!
 //! The task never waits for the lock on its worker: held by another
 //! caller, it yields and tries again, for [`BUSY_FOR`] at most (a sync
 //! caller holds the lock across its wait for a reply), then has the thread
 //! take the lend back. No lock is held across an await: the thread takes
-//! the lend back
-//! whenever it must, exactly as from a sync caller, and completes what
-//! is still in flight; a caller that finds the lend gone just awaits its
-//! outcome. A read that ends the stream, fails or meets a closed core
-//! hands the lend back, as on the sync path. A future dropped before its
-//! reply leaves that reply to the next reader (another caller, or the
-//! thread once the lease runs out).
+//! the lend back whenever it must, exactly as from a sync caller, and
+//! completes what is still in flight; a caller that finds the lend gone
+//! just awaits its outcome. A read that ends the stream, fails or meets a
+//! closed core hands the lend back, as on the sync path. A future dropped
+//! after its request was sent leaves the reply to the next reader (another
+//! caller, or the thread once the lease runs out); dropped while its
+//! request was still staged, it hands the request to the thread.
 
 use std::future::Future;
 use std::io;
