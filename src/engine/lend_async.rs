@@ -73,15 +73,16 @@ enum Step {
 impl ConnShared {
     /// Sends what is staged on the lent connection, an async caller's
     /// request among it (or already sent by another caller), and returns
-    /// the instance's descriptor in the reactor to await.
-    fn send_lent_async(&self, settings: &Settings) -> (Step, Option<LendFd>) {
+    /// the instance's descriptor in the reactor to await; else
+    /// [`Step::Busy`] or [`Step::Gone`].
+    fn send_lent_async(&self, settings: &Settings) -> Result<LendFd, Step> {
         let mut guard = match self.try_turn(settings, None) {
             Turn::Mine(g) => g,
-            Turn::Busy => return (Step::Busy, None),
-            Turn::Thread => return (Step::Gone, None),
+            Turn::Busy => return Err(Step::Busy),
+            Turn::Thread => return Err(Step::Gone),
         };
         let Some(lent) = guard.as_mut() else {
-            return (Step::Gone, None); // (`try_turn` holds it lent)
+            return Err(Step::Gone); // (`try_turn` holds it lent)
         };
         let fd = async_fd(lent);
         let mut give_back = write_lent(lent, settings) || fd.is_none();
@@ -92,10 +93,7 @@ impl ConnShared {
             give_back = read_ready(self, lent, settings);
         }
         self.end_turn(guard, give_back);
-        match give_back {
-            true => (Step::Gone, None),
-            false => (Step::Done, fd),
-        }
+        fd.filter(|_| !give_back).ok_or(Step::Gone)
     }
 
     /// Drops the lend's registration in a reactor (it failed: its runtime
@@ -276,13 +274,13 @@ where
     let mut busy = Busy::default();
     let fd = loop {
         match conn.send_lent_async(settings) {
-            (Step::Done, Some(fd)) => break fd,
-            (Step::Busy, _) if busy.again() => tokio::task::yield_now().await,
-            (Step::Busy, _) => {
+            Ok(fd) => break fd,
+            Err(Step::Busy) if busy.again() => tokio::task::yield_now().await,
+            Err(Step::Busy) => {
                 drop(unsent); // the thread sends it
                 return pending.await;
             }
-            (_, _) => {
+            Err(_) => {
                 unsent.staged = false; // the thread's now
                 return pending.await;
             }
