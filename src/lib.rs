@@ -188,7 +188,7 @@ pub mod metrics;
 pub mod observer;
 pub mod pubsub;
 mod threads;
-mod tls;
+mod transport;
 mod url;
 mod workers;
 
@@ -200,4 +200,4 @@ pub use observer::{ConnInfo, Observer};
 pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;
 #[cfg(feature = "tls")]
-pub use tls::TlsConfig;
+pub use transport::tls::TlsConfig;

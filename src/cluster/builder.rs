@@ -78,7 +78,7 @@ pub(crate) struct NodeSettings {
     /// threads (set when the instance is built).
     pub(crate) runtime: Option<Runtime>,
     /// TLS for every node connection (publish, subscribe, topology).
-    pub(crate) tls: Option<crate::tls::TlsConfig>,
+    pub(crate) tls: Option<crate::transport::tls::TlsConfig>,
     /// Whether publish connections load the history script in their
     /// handshake (recoverable channels are configured).
     pub(crate) history: bool,

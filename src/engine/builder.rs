@@ -9,7 +9,7 @@ use crate::engine::shared::Counters;
 use crate::engine::{default_threads, Engine, KeptSink, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
-use crate::tls::TlsConfig;
+use crate::transport::tls::TlsConfig;
 use crate::url::UrlSettings;
 
 /// Settings for an [`Engine`]; start with [`Engine::builder`].
@@ -391,10 +391,10 @@ impl Builder {
             return config("connect_timeout must be above zero");
         }
         let tls = match self.urls.wants_tls() {
-            Ok(from_url) => crate::tls::prepare(self.tls.take(), from_url),
+            Ok(from_url) => crate::transport::tls::prepare(self.tls.take(), from_url),
             Err(e) => Err(e),
         };
-        let tls = match tls.and_then(|t| crate::tls::targets(t.as_ref(), &self.addrs)) {
+        let tls = match tls.and_then(|t| crate::transport::tls::targets(t.as_ref(), &self.addrs)) {
             Ok(t) => t,
             Err(e) => return config(&e),
         };

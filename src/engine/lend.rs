@@ -77,7 +77,7 @@ use crate::engine::driver::dispatch;
 use crate::engine::pending::{Completion, Kept};
 use crate::engine::runtime;
 use crate::engine::shared::{ConnShared, Counters, UP};
-use crate::engine::transport::Transport;
+use crate::transport::Transport;
 use crate::engine::Settings;
 use crate::error::Error;
 

@@ -16,7 +16,6 @@ mod runtime;
 mod shared;
 #[cfg(test)]
 mod tests;
-pub(crate) mod transport;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -36,7 +35,7 @@ pub use shared::Stats;
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
-use crate::tls::TlsTarget;
+use crate::transport::tls::TlsTarget;
 use driver::Driver;
 pub(crate) use pending::KeptSink;
 use pending::{Completion, Slot};

@@ -117,7 +117,7 @@ pub(crate) struct Common {
     /// `build`.
     pub(crate) history_error: Option<Error>,
     /// TLS for every connection (always `None` without the `tls` feature).
-    pub(crate) tls: Option<crate::tls::TlsConfig>,
+    pub(crate) tls: Option<crate::transport::tls::TlsConfig>,
 }
 
 impl Common {
@@ -531,7 +531,7 @@ impl PubSubBuilder {
             return config(e);
         }
         let tls = self.urls.wants_tls();
-        match tls.and_then(|from_url| crate::tls::prepare(c.tls.take(), from_url)) {
+        match tls.and_then(|from_url| crate::transport::tls::prepare(c.tls.take(), from_url)) {
             Ok(tls) => c.tls = tls,
             Err(e) => return config(e),
         }

@@ -1,4 +1,4 @@
-//! `cargo xtask demo | compare | size | test | chaos | bench | install | fuzz`: the project's
+//! `cargo xtask demo | compare | size | test | chaos | bench | layers | install | fuzz`: the project's
 //! entry points. Each installs what is missing first and says so.
 
 mod bench;
@@ -6,6 +6,7 @@ mod chaos;
 mod compare;
 mod demo;
 mod install;
+mod layers;
 mod run;
 mod size;
 mod test;
@@ -34,6 +35,8 @@ commands:
             seeded faults per server (default 1), then the per-fault tables
             (also written as Markdown to FILE, default target/chaos-report.md)
 {BENCH}
+  layers    the import rule of src/: each top-level module imports only the
+            modules below it in xtask/src/layers.rs (no cycles)
   install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
   fuzz [SECS]  the fuzz seeds and saved regressions (cargo test in fuzz/), then
             every fuzz target for SECS seconds (default 20)
@@ -41,7 +44,7 @@ commands:
 environment:
   SHARDSUB_SERVERS=redis,valkey   server kinds the tests run against
   XTASK_FUZZ_SECS=20              fuzz smoke time per target in `test`
-  XTASK_SKIP=fuzz,benches         test steps to skip (fmt, clippy, tests, doc, benches, fuzz)";
+  XTASK_SKIP=fuzz,benches         test steps to skip (fmt, layers, clippy, tests, doc, benches, fuzz)";
 
 fn usage() -> String {
     USAGE.replace("{BENCH}", bench::USAGE)
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Some("test") => test::run(),
         Some("chaos") => chaos::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("layers") => layers::run(),
         Some("install") => install::all().map(|_| ()),
         Some("fuzz") => {
             let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);

@@ -97,6 +97,7 @@ pub fn run() -> Result<(), String> {
     report.step("fmt", || {
         run::status(cargo().args(["fmt", "--all", "--", "--check"]))
     });
+    report.step("layers (imports only downward)", crate::layers::run);
     report.step("clippy", || {
         run::status(cargo().args([
             "clippy",

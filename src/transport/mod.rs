@@ -1,6 +1,6 @@
-//! What a driver's connection runs over: a plain TCP socket or, with the
-//! `tls` feature, a TLS session on one. The plain path reads straight into
-//! the core's buffer and writes straight from it, as it did before TLS.
+//! What an engine's connection runs over: a plain TCP socket or, with the
+//! `tls` feature, a TLS session on one ([`tls`]). The plain path reads
+//! straight into the core's buffer and writes straight from it.
 
 use std::io::{self, Write};
 use std::time::Instant;
@@ -8,7 +8,9 @@ use std::time::Instant;
 use mio::net::TcpStream;
 
 use crate::conn::Connection;
-use crate::tls::TlsTarget;
+pub(crate) mod tls;
+
+use tls::TlsTarget;
 
 /// What one write turn did.
 #[derive(Debug, Default)]
@@ -24,7 +26,7 @@ pub(crate) struct Flushed {
 pub(crate) enum Transport {
     Plain(TcpStream),
     #[cfg(feature = "tls")]
-    Tls(Box<crate::tls::TlsStream>),
+    Tls(Box<tls::TlsStream>),
 }
 
 impl Transport {
@@ -37,7 +39,7 @@ impl Transport {
         match tls {
             None => Ok(Transport::Plain(socket)),
             #[cfg(feature = "tls")]
-            Some(t) => Ok(Transport::Tls(Box::new(crate::tls::TlsStream::new(
+            Some(t) => Ok(Transport::Tls(Box::new(tls::TlsStream::new(
                 socket, t,
             )?))),
             #[cfg(not(feature = "tls"))]

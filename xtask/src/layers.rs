@@ -1,0 +1,588 @@
+//! `cargo xtask layers`: the library's import rule, checked from its sources.
+//!
+//! Every top-level module of `src/` (a file `src/NAME.rs` or a folder
+//! `src/NAME/`) has a place in [`LAYERS`], highest first, and may name
+//! (`crate::NAME…`, directly or through a re-export at the crate root)
+//! only modules below its own place. Since the order is total, this also
+//! rules out every import cycle between top-level modules. A module that
+//! is not in the table fails the check: a new module gets a place on
+//! purpose.
+//!
+//! [`KNOWN_UPWARD`] lists the upward imports that are still being taken
+//! out. An entry that no longer occurs fails the check too, so the list
+//! can only shrink.
+//!
+//! The reading is lexical: comments, string and character literals are
+//! skipped, then every `crate::` path is resolved by its first segment.
+//! Test modules inside `src/` count like any other code.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The top-level modules of `src/`, highest layer first.
+pub const LAYERS: &[&str] = &[
+    // The public face and, for now, the front (wanted set, waits).
+    "pubsub",
+    // The control thread of every placement and the publish routes.
+    "cluster",
+    // Delivery: the worker pool, receivers, recovery from history.
+    "workers",
+    // Recoverable channels: scripts, headers, reads.
+    "history",
+    // Runtime, I/O threads, pipelined connections, completions.
+    "engine",
+    // The one metrics model and its renderer.
+    "metrics",
+    // TCP and TLS streams under a connection.
+    "transport",
+    // Server addresses and URLs.
+    "url",
+    // Connection callbacks for applications.
+    "observer",
+    // The public error type.
+    "error",
+    // Thread naming and spawning.
+    "threads",
+    // The protocol printer.
+    "display",
+    // The sans-IO connection state machine.
+    "conn",
+];
+
+/// Upward imports (`from`, `to`) still being removed.
+pub const KNOWN_UPWARD: &[(&str, &str)] = &[
+    ("cluster", "pubsub"),
+    ("engine", "cluster"),
+    ("engine", "pubsub"),
+    ("history", "cluster"),
+    ("history", "pubsub"),
+    ("history", "workers"),
+    ("metrics", "cluster"),
+    ("workers", "pubsub"),
+];
+
+/// One `crate::` path that names a module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    /// The file it is in, relative to the repository root.
+    pub file: PathBuf,
+    /// Its line, from 1.
+    pub line: usize,
+    /// The top-level module of the file.
+    pub from: String,
+    /// The top-level module it names.
+    pub to: String,
+    /// The path as written (up to its first segment).
+    pub path: String,
+}
+
+/// What the check found wrong.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Imports from a module to one above it (or not below it).
+    pub upward: Vec<Import>,
+    /// Top-level modules missing from [`LAYERS`].
+    pub unplaced: Vec<String>,
+    /// [`KNOWN_UPWARD`] entries that no longer occur.
+    pub stale: Vec<(String, String)>,
+    /// `crate::` paths whose first segment names no module or re-export.
+    pub unresolved: Vec<Import>,
+}
+
+impl Findings {
+    /// Nothing wrong.
+    pub fn is_clean(&self) -> bool {
+        self.upward.is_empty()
+            && self.unplaced.is_empty()
+            && self.stale.is_empty()
+            && self.unresolved.is_empty()
+    }
+}
+
+impl fmt::Display for Findings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for i in &self.upward {
+            writeln!(
+                f,
+                "{}:{}: `{}` is in `{}`, which may not import `{}` (above it in xtask/src/layers.rs LAYERS)",
+                i.file.display(),
+                i.line,
+                i.path,
+                i.from,
+                i.to
+            )?;
+        }
+        for m in &self.unplaced {
+            writeln!(
+                f,
+                "src/{m}: a top-level module with no place in LAYERS (xtask/src/layers.rs): give it one"
+            )?;
+        }
+        for (from, to) in &self.stale {
+            writeln!(
+                f,
+                "KNOWN_UPWARD lists {from} -> {to}, which no longer occurs: delete the entry"
+            )?;
+        }
+        for i in &self.unresolved {
+            writeln!(
+                f,
+                "{}:{}: `{}` names no top-level module or root re-export",
+                i.file.display(),
+                i.line,
+                i.path
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `cargo xtask layers`: checks `src/` under the repository root.
+pub fn run() -> Result<(), String> {
+    let found = check(&crate::run::root())?;
+    if found.is_clean() {
+        println!(
+            "xtask: layers: {} modules, imports only downward ({} known upward pairs left)",
+            LAYERS.len(),
+            KNOWN_UPWARD.len()
+        );
+        Ok(())
+    } else {
+        print!("{found}");
+        Err("src/ imports a module above its own layer (see above)".into())
+    }
+}
+
+/// Reads `root/src` and checks it against [`LAYERS`] and [`KNOWN_UPWARD`].
+pub fn check(root: &Path) -> Result<Findings, String> {
+    let src = root.join("src");
+    let lib = read(&src.join("lib.rs"))?;
+    let reexports = root_reexports(&lib);
+    let mut modules = BTreeMap::new();
+    for entry in std::fs::read_dir(&src).map_err(|e| format!("read {}: {e}", src.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = match path.file_name().and_then(|n| n.to_str()) {
+            Some(n) if path.is_dir() => n.to_string(),
+            Some(n) if n.ends_with(".rs") && n != "lib.rs" => n.trim_end_matches(".rs").into(),
+            _ => continue,
+        };
+        let mut files = Vec::new();
+        rust_files(&path, &mut files)?;
+        modules.entry(name).or_insert_with(Vec::new).extend(files);
+    }
+    let mut imports = Vec::new();
+    for (module, files) in &modules {
+        for file in files {
+            let text = read(file)?;
+            let rel = file.strip_prefix(root).unwrap_or(file).to_path_buf();
+            imports.extend(crate_paths(&text).into_iter().map(|(line, first, path)| {
+                let to = if modules.contains_key(&first) {
+                    first
+                } else {
+                    reexports.get(&first).cloned().unwrap_or_default()
+                };
+                Import {
+                    file: rel.clone(),
+                    line,
+                    from: module.clone(),
+                    to,
+                    path,
+                }
+            }));
+        }
+    }
+    let modules = modules.keys().cloned().collect();
+    Ok(judge(LAYERS, KNOWN_UPWARD, &modules, imports))
+}
+
+/// Sorts the imports into findings against `layers` (highest first) and
+/// the `known` upward pairs.
+fn judge(
+    layers: &[&str],
+    known: &[(&str, &str)],
+    modules: &BTreeSet<String>,
+    imports: Vec<Import>,
+) -> Findings {
+    let place = |m: &str| layers.iter().position(|l| *l == m);
+    let mut found = Findings {
+        unplaced: modules
+            .iter()
+            .filter(|m| place(m).is_none())
+            .cloned()
+            .collect(),
+        ..Findings::default()
+    };
+    let mut seen = BTreeSet::new();
+    for i in imports {
+        if i.to.is_empty() {
+            found.unresolved.push(i);
+            continue;
+        }
+        // A re-export of another crate (`crate::Value`) or an item of the
+        // root itself: not a module of `src/`.
+        if i.to == i.from || !modules.contains(&i.to) {
+            continue;
+        }
+        let (Some(from), Some(to)) = (place(&i.from), place(&i.to)) else {
+            continue;
+        };
+        if to > from {
+            continue;
+        }
+        let pair = (i.from.clone(), i.to.clone());
+        if known
+            .iter()
+            .any(|(f, t)| (*f, *t) == (pair.0.as_str(), pair.1.as_str()))
+        {
+            seen.insert(pair);
+        } else {
+            found.upward.push(i);
+        }
+    }
+    found.stale = known
+        .iter()
+        .map(|(f, t)| (f.to_string(), t.to_string()))
+        .filter(|pair| !seen.contains(pair))
+        .collect();
+    found
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))
+}
+
+fn rust_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if path.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(path)
+            .map_err(|e| format!("read {}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for entry in entries {
+            rust_files(&entry, out)?;
+        }
+    } else if path.extension().is_some_and(|e| e == "rs") {
+        out.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+/// The root's `pub use MODULE::…` re-exports: exported name → module.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let code = strip(lib);
+    let mut map = BTreeMap::new();
+    for statement in code.split(';') {
+        // Attributes (`#[cfg(…)]`) may stand before it.
+        let Some((_, rest)) = statement.split_once("pub use ") else {
+            continue;
+        };
+        let rest = rest.trim();
+        let (module, items) = rest.split_once("::").unwrap_or((rest, ""));
+        let items = items.trim().trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let item = item.trim();
+            let name = match item.split_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => item.rsplit("::").next().unwrap_or(item).trim(),
+            };
+            if !name.is_empty() {
+                map.insert(name.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    map
+}
+
+/// Every `crate::` path in `text`: (line, first segment, the path up to it).
+/// A group `crate::{a, b::c}` gives one entry per item.
+fn crate_paths(text: &str) -> Vec<(usize, String, String)> {
+    let code = strip(text);
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("crate::") {
+        let start = at + found;
+        at = start + "crate::".len();
+        let before = start.checked_sub(1).and_then(|i| bytes.get(i)).copied();
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        let line = code[..start].matches('\n').count() + 1;
+        if bytes.get(at) == Some(&b'{') {
+            let Some(group) = braced(&code[at..]) else {
+                continue;
+            };
+            for item in top_level_items(group) {
+                let first = ident(item);
+                if !first.is_empty() && first != "self" {
+                    out.push((line, first.to_string(), format!("crate::{first}")));
+                }
+            }
+        } else {
+            let first = ident(&code[at..]);
+            if !first.is_empty() {
+                out.push((line, first.to_string(), format!("crate::{first}")));
+            }
+        }
+    }
+    out
+}
+
+/// The identifier at the start of `s`.
+fn ident(s: &str) -> &str {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The inside of the brace group `s` starts with.
+fn braced(s: &str) -> Option<&str> {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return s.get(1..i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The comma-separated items of a group, nested groups kept whole.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut from) = (0usize, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&group[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[from..]);
+    items
+}
+
+/// `text` with comments and the contents of string and character literals
+/// blanked out (newlines kept, so line numbers stay).
+fn strip(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while let Some(&c) = chars.get(i) {
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while let Some(&c) = chars.get(i) {
+                if c == '\n' {
+                    break;
+                }
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0usize;
+            while let Some(&c) = chars.get(i) {
+                let next = chars.get(i + 1).copied();
+                if c == '/' && next == Some('*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if c == '*' && next == Some('/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(c));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && matches!(next, Some('"' | '#')) && !ident_before(&chars, i) {
+            // A raw string: r"…", r#"…"#.
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            i += 2 + hashes;
+            out.push('"');
+            while let Some(&c) = chars.get(i) {
+                if c == '"' && chars[i + 1..].iter().take(hashes).all(|&h| h == '#') {
+                    i += 1 + hashes;
+                    break;
+                }
+                out.push(blank(c));
+                i += 1;
+            }
+            out.push('"');
+        } else if c == '"' {
+            out.push('"');
+            i += 1;
+            while let Some(&c) = chars.get(i) {
+                i += 1;
+                if c == '\\' {
+                    out.push(' ');
+                    if let Some(&e) = chars.get(i) {
+                        out.push(blank(e));
+                        i += 1;
+                    }
+                } else if c == '"' {
+                    break;
+                } else {
+                    out.push(blank(c));
+                }
+            }
+            out.push('"');
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{..}'), or a lifetime.
+            let len = if next == Some('\\') {
+                chars[i + 2..].iter().position(|&q| q == '\'').map(|p| p + 3)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(3)
+            } else {
+                None
+            };
+            match len {
+                Some(len) => {
+                    out.push_str(&" ".repeat(len));
+                    i += len;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i.checked_sub(1)
+        .and_then(|p| chars.get(p))
+        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_groups_and_nested_groups_are_read() {
+        let text = "use crate::engine::{Engine, Pending};\n\
+                    use crate::{error::Error, workers::{Pool, Queue}, self};\n\
+                    fn f() { crate::metrics::add(1); }\n";
+        let firsts: Vec<_> = crate_paths(text)
+            .into_iter()
+            .map(|(line, first, _)| (line, first))
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                (1, "engine".to_string()),
+                (2, "error".to_string()),
+                (2, "workers".to_string()),
+                (3, "metrics".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_strings_and_chars_do_not_count() {
+        let text = "// crate::pubsub\n/* crate::cluster /* nested */ crate::x */\n\
+                    let s = \"crate::history \\\" crate::y\";\n\
+                    let r = r#\"crate::workers \"# ;\n\
+                    let c = '\"'; let d = '\\''; fn g<'a>(x: &'a str) { crate::conn::f(x) }\n\
+                    pub(crate) fn h() {} my_crate::z();";
+        let firsts: Vec<_> = crate_paths(text).into_iter().map(|(_, f, _)| f).collect();
+        assert_eq!(firsts, ["conn"]);
+    }
+
+    #[test]
+    fn root_reexports_map_names_to_modules() {
+        let lib = "pub use engine::{Builder, Engine};\npub use error::Error;\n\
+                   #[cfg(feature = \"tls\")]\npub use transport::tls::TlsConfig;\n\
+                   pub use resp::Value;\npub use a::B as C;";
+        let map = root_reexports(lib);
+        assert_eq!(map["Builder"], "engine");
+        assert_eq!(map["Error"], "error");
+        assert_eq!(map["TlsConfig"], "transport");
+        assert_eq!(map["Value"], "resp");
+        assert_eq!(map["C"], "a");
+    }
+
+    fn import(from: &str, to: &str) -> Import {
+        Import {
+            file: PathBuf::from(format!("src/{from}/x.rs")),
+            line: 1,
+            from: from.into(),
+            to: to.into(),
+            path: format!("crate::{to}"),
+        }
+    }
+
+    const TOY: &[&str] = &["api", "driver", "engine", "conn"];
+
+    fn toy() -> BTreeSet<String> {
+        TOY.iter().map(|m| m.to_string()).collect()
+    }
+
+    #[test]
+    fn an_import_up_a_layer_fails_and_one_down_passes() {
+        let down = vec![import("api", "engine"), import("engine", "conn")];
+        let found = judge(TOY, &[], &toy(), down.clone());
+        assert!(found.is_clean(), "{found}");
+
+        let mut imports = down;
+        imports.push(import("conn", "engine"));
+        let found = judge(TOY, &[], &toy(), imports);
+        assert_eq!(found.upward, [import("conn", "engine")]);
+        assert!(found.to_string().contains("may not import `engine`"));
+    }
+
+    #[test]
+    fn known_pairs_pass_until_they_are_gone() {
+        let known = [("engine", "driver")];
+        let found = judge(TOY, &known, &toy(), vec![import("engine", "driver")]);
+        assert!(found.is_clean(), "{found}");
+        let found = judge(TOY, &known, &toy(), vec![]);
+        assert_eq!(found.stale, [("engine".to_string(), "driver".to_string())]);
+    }
+
+    #[test]
+    fn a_module_with_no_place_fails() {
+        let mut modules = toy();
+        modules.insert("newthing".into());
+        let found = judge(TOY, &[], &modules, vec![]);
+        assert_eq!(found.unplaced, ["newthing"]);
+    }
+
+    #[test]
+    fn the_tables_name_each_module_once_and_known_pairs_go_up() {
+        let set: BTreeSet<_> = LAYERS.iter().collect();
+        assert_eq!(set.len(), LAYERS.len());
+        for (from, to) in KNOWN_UPWARD {
+            let place = |m: &str| LAYERS.iter().position(|l| *l == m);
+            assert!(place(to) <= place(from), "{from} -> {to} is not upward");
+        }
+    }
+}
