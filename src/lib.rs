@@ -190,6 +190,7 @@ pub mod pubsub;
 mod threads;
 mod transport;
 mod url;
+mod wire;
 mod workers;
 
 pub use conn::Protocol;

@@ -413,7 +413,7 @@ pub(crate) fn build(
         for e in &engines {
             crate::history::script::preload(e);
         }
-        let r: Arc<dyn crate::workers::Reader> = Arc::new(crate::history::recover::ClusterReader {
+        let r: Arc<dyn crate::workers::Reader> = Arc::new(crate::cluster::recover::ClusterReader {
             shared: Arc::downgrade(&ps.shared),
         });
         for q in &ps.shared.queues {

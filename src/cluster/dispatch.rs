@@ -70,7 +70,7 @@ impl SubObserver {
                 },
             };
         let (sent_us, payload) = if s.config.envelope {
-            match crate::pubsub::envelope::decode(payload) {
+            match crate::wire::envelope::decode(payload) {
                 Some((t, p)) => (t.max(1), p),
                 None => {
                     self.state.unenveloped.fetch_add(1, Ordering::Relaxed);

@@ -105,6 +105,7 @@ mod metrics;
 mod outcome;
 pub(crate) mod publish;
 pub(crate) use publish::{KeptMsg, PubMsg};
+pub(crate) mod recover;
 mod replica_opts;
 mod service;
 pub(crate) mod shared;

@@ -539,9 +539,9 @@ fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> KeptMsg {
         out.extend_from_slice(channel);
         out.extend_from_slice(b"\r\n");
         if shared.config.envelope {
-            let env = crate::pubsub::envelope::HEADER_LEN;
+            let env = crate::wire::envelope::HEADER_LEN;
             resp::encode_bulk_header(out, env + payload.len());
-            crate::pubsub::envelope::encode_into(out, payload, crate::workers::now_us());
+            crate::wire::envelope::encode_into(out, payload, crate::workers::now_us());
             out.extend_from_slice(b"\r\n");
         } else {
             resp::encode_bulk(out, payload);

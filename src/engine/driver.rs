@@ -15,10 +15,10 @@ use crate::engine::backoff::Backoff;
 use crate::engine::lend::{LendPoll, Lent, RELEND};
 use crate::engine::pending::{Completion, Kept, Later, Slot};
 use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
-use crate::transport::Transport;
 use crate::engine::Settings;
 use crate::error::Error;
 use crate::transport::tls::TlsTarget;
+use crate::transport::Transport;
 
 /// Reads per readiness event before other connections get a turn (each at
 /// most 1 MiB, so a turn is bounded however fast the socket fills).

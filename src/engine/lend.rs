@@ -77,9 +77,9 @@ use crate::engine::driver::dispatch;
 use crate::engine::pending::{Completion, Kept};
 use crate::engine::runtime;
 use crate::engine::shared::{ConnShared, Counters, UP};
-use crate::transport::Transport;
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::transport::Transport;
 
 /// How long a lend may go unused before the thread takes it back (so it
 /// watches an idle connection's socket itself again).

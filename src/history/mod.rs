@@ -169,7 +169,6 @@
 pub(crate) mod fixed;
 pub mod header;
 pub(crate) mod read;
-pub(crate) mod recover;
 pub mod script;
 
 use std::time::Duration;

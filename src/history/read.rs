@@ -109,7 +109,7 @@ fn entry(v: &Value, envelope: bool) -> Option<HistoryMessage> {
     }
     let data = bytes(data)?;
     let payload = match envelope {
-        true => crate::pubsub::envelope::decode(data).map_or(data, |(_, p)| p),
+        true => crate::wire::envelope::decode(data).map_or(data, |(_, p)| p),
         false => data,
     };
     Some(HistoryMessage {

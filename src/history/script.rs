@@ -58,9 +58,9 @@ pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
     out.extend_from_slice(b"\r\n");
     match a.envelope_us {
         Some(t) => {
-            let len = crate::pubsub::envelope::HEADER_LEN + a.payload.len();
+            let len = crate::wire::envelope::HEADER_LEN + a.payload.len();
             resp::encode_bulk_header(out, len);
-            crate::pubsub::envelope::encode_into(out, a.payload, t);
+            crate::wire::envelope::encode_into(out, a.payload, t);
             out.extend_from_slice(b"\r\n");
         }
         None => resp::encode_bulk(out, a.payload),

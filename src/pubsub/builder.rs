@@ -718,7 +718,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         Ok(sub) => {
             if !common.history.is_empty() {
                 let r: Arc<dyn crate::workers::Reader> =
-                    Arc::new(crate::history::recover::FixedReader {
+                    Arc::new(crate::cluster::recover::FixedReader {
                         engine: Arc::downgrade(&publ),
                         rules: sub.shared.config.history.clone(),
                         servers: addrs.len(),

@@ -8,7 +8,7 @@ use crate::cluster::ClusterPubSub;
 use crate::engine::{Engine, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
-use crate::pubsub::envelope;
+use crate::wire::envelope;
 use crate::workers::now_us;
 
 /// One server or N client-side shards: a publish engine over the servers,

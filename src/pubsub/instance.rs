@@ -532,3 +532,36 @@ fn assert_send_sync() {
     is::<crate::pubsub::ReceiverHandler>();
     let _ = PublishOptions::classic;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use testkit::{kinds, Server};
+
+    use crate::PubSub;
+
+    const BOUND: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn pubsub_metrics_count_its_engines_thread_panics() {
+        for kind in kinds() {
+            let server = Server::start(kind).unwrap();
+            let ps = PubSub::builder()
+                .address(server.addr().to_string())
+                .workers(1)
+                .io_threads(1)
+                .handler(|_: &[u8], _: &[u8]| {})
+                .build()
+                .unwrap();
+            assert_eq!(ps.metrics().thread_panics, 0);
+            ps.publisher().unwrap().panic_io_thread();
+            testkit::wait_for("the panic counted", BOUND, || {
+                Ok((ps.metrics().thread_panics == 1).then_some(()))
+            })
+            .unwrap();
+            ps.shutdown();
+            assert_eq!(ps.metrics().thread_panics, 1, "{kind:?}: counted once");
+        }
+    }
+}

@@ -39,9 +39,7 @@ impl Transport {
         match tls {
             None => Ok(Transport::Plain(socket)),
             #[cfg(feature = "tls")]
-            Some(t) => Ok(Transport::Tls(Box::new(tls::TlsStream::new(
-                socket, t,
-            )?))),
+            Some(t) => Ok(Transport::Tls(Box::new(tls::TlsStream::new(socket, t)?))),
             #[cfg(not(feature = "tls"))]
             Some(t) => match *t {},
         }

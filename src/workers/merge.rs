@@ -102,7 +102,7 @@ fn note(item: &Item, open: &mut [Open]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pubsub::ChannelList;
+    use crate::workers::ChannelList;
 
     fn gap(server: u16, names: &[&str]) -> Item {
         let mut channels = ChannelList::default();

@@ -31,12 +31,13 @@ mod recovery;
 use crate::error::Error;
 use crate::history::{History, Position};
 use crate::metrics::{add, Counters};
-use crate::pubsub::{ChannelList, Event, Handler};
 use crate::threads::{self, PanicCount};
 
+mod handler;
 mod merge;
 mod stage;
 
+pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler};
 #[cfg(test)]
 use stage::STAGE;
 pub(crate) use stage::{LaneOwners, Origin, Stage};

@@ -38,6 +38,8 @@ pub const LAYERS: &[&str] = &[
     "transport",
     // Server addresses and URLs.
     "url",
+    // What shardsub adds to payloads on the wire (the lag envelope).
+    "wire",
     // Connection callbacks for applications.
     "observer",
     // The public error type.
@@ -54,12 +56,7 @@ pub const LAYERS: &[&str] = &[
 pub const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("cluster", "pubsub"),
     ("engine", "cluster"),
-    ("engine", "pubsub"),
-    ("history", "cluster"),
-    ("history", "pubsub"),
-    ("history", "workers"),
     ("metrics", "cluster"),
-    ("workers", "pubsub"),
 ];
 
 /// One `crate::` path that names a module.
@@ -452,7 +449,10 @@ fn strip(text: &str) -> String {
         } else if c == '\'' {
             // A character literal ('x', '\n', '\u{..}'), or a lifetime.
             let len = if next == Some('\\') {
-                chars[i + 2..].iter().position(|&q| q == '\'').map(|p| p + 3)
+                chars[i + 2..]
+                    .iter()
+                    .position(|&q| q == '\'')
+                    .map(|p| p + 3)
             } else if chars.get(i + 2) == Some(&'\'') {
                 Some(3)
             } else {
