@@ -183,6 +183,7 @@ pub mod conn;
 pub mod display;
 mod engine;
 mod error;
+mod front;
 pub mod history;
 pub mod metrics;
 pub mod observer;

@@ -17,15 +17,13 @@ use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Builder, Engine, Runtime};
 use crate::error::Error;
+use crate::front::active::ActiveWait;
+use crate::front::mailbox::Mailbox;
+use crate::front::registry::Registry;
+use crate::front::Front;
 use crate::metrics::Counters;
-use crate::pubsub::active::ActiveWait;
-use crate::pubsub::builder::Common;
-use crate::pubsub::front::Front;
-use crate::pubsub::mailbox::Mailbox;
-use crate::pubsub::registry::Registry;
-use crate::pubsub::PubSubBuilder;
 use crate::threads;
-use crate::workers::{LaneOwners, Pool};
+use crate::workers::{Handler, LaneOwners, Pool};
 
 /// How subscriptions and publishes use the cluster.
 #[non_exhaustive]
@@ -59,6 +57,49 @@ pub enum ResubscribeSplit {
     /// command per partition of its share: W times the commands. For
     /// comparison only.
     Channels,
+}
+
+/// The settings every placement shares (`None`: the placement's default).
+#[derive(Clone)]
+pub(crate) struct Common {
+    pub(crate) handler: Option<Arc<dyn Handler>>,
+    pub(crate) workers: Option<usize>,
+    pub(crate) queue_capacity: usize,
+    pub(crate) delivery_delay: Duration,
+    pub(crate) batch_size: usize,
+    pub(crate) probe_interval: Duration,
+    pub(crate) active_events: bool,
+    pub(crate) protocol: Protocol,
+    pub(crate) username: Option<Vec<u8>>,
+    pub(crate) password: Option<Vec<u8>>,
+    pub(crate) client_name: Option<Vec<u8>>,
+    pub(crate) io_threads: Option<usize>,
+    pub(crate) runtime: Option<Runtime>,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) backoff: Option<(Duration, Duration)>,
+    pub(crate) flush_delay: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) subscribe_connections: Option<usize>,
+    /// `None`: the placement's default (servers 500 µs, a cluster 0).
+    pub(crate) subscribe_delay: Option<Duration>,
+    pub(crate) envelope: bool,
+    /// `build` fails when a server or primary cannot be reached.
+    pub(crate) require_all: bool,
+    /// Recoverable prefixes ([`PubSubBuilder::history`]).
+    pub(crate) history: crate::history::Rules,
+    /// The first invalid [`PubSubBuilder::history`] call, reported by
+    /// `build`.
+    pub(crate) history_error: Option<Error>,
+    /// TLS for every connection (always `None` without the `tls` feature).
+    pub(crate) tls: Option<crate::transport::tls::TlsConfig>,
+}
+
+impl Common {
+    /// Worker threads: as set, or one per core.
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
 }
 
 /// How node engines are built.
@@ -190,114 +231,6 @@ impl Default for ClusterSettings {
             replicas: false,
             replica_seed: None,
         }
-    }
-}
-
-/// The cluster placement's setters. Each one applies to a cluster only:
-/// [`PubSubBuilder::build`] refuses it with servers given by
-/// [`PubSubBuilder::address`].
-impl PubSubBuilder {
-    /// Places the instance on a Redis/Valkey Cluster and adds a seed node
-    /// (`host:port`): any node of the cluster, asked for the topology at
-    /// start and when every known primary fails to answer. Not with
-    /// [`PubSubBuilder::address`].
-    pub fn seed(mut self, addr: impl Into<String>) -> Self {
-        self.seeds.push(addr.into());
-        self
-    }
-
-    /// Adds several seeds (see [`PubSubBuilder::seed`]).
-    pub fn seeds<I, S>(mut self, addrs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.seeds.extend(addrs.into_iter().map(Into::into));
-        self
-    }
-
-    /// App-level partitions (default 128). Every publisher and subscriber
-    /// of a fleet must use the same count: it decides channel names.
-    pub fn partitions(mut self, n: u32) -> Self {
-        self.cluster.partitions = n;
-        self.cluster_only("partitions")
-    }
-
-    /// Sharded node-grouped (default), per-partition, or classic.
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.cluster.mode = mode;
-        self.cluster_only("mode")
-    }
-
-    /// How often the slot map is read when nothing else triggers a rebuild
-    /// (default 30 s).
-    pub fn poll_interval(mut self, d: Duration) -> Self {
-        self.cluster.poll_interval = d;
-        self.cluster_only("poll_interval")
-    }
-
-    /// How soon a rebuild is retried while the layout is incomplete (a
-    /// slot without a reachable owner, a connection not up, a dropped
-    /// subscription not yet moved) (default 200 ms).
-    pub fn degraded_retry(mut self, d: Duration) -> Self {
-        self.cluster.degraded_retry = d;
-        self.cluster_only("degraded_retry")
-    }
-
-    /// How resubscribes divide channels into commands (default
-    /// [`ResubscribeSplit::Partitions`]).
-    pub fn resubscribe_split(mut self, split: ResubscribeSplit) -> Self {
-        self.cluster.split = split;
-        self.cluster_only("resubscribe_split")
-    }
-
-    /// Resubscribe workers the planner divides partitions over (default 16).
-    pub fn resubscribe_workers(mut self, n: u32) -> Self {
-        self.cluster.resubscribe_workers = n;
-        self.cluster_only("resubscribe_workers")
-    }
-
-    /// Most `MOVED`/`ASK` redirects one publish follows (default 5).
-    pub fn max_redirects(mut self, n: u32) -> Self {
-        self.cluster.max_redirects = n;
-        self.cluster_only("max_redirects")
-    }
-
-    /// How long a publish is retried on `TRYAGAIN`/`CLUSTERDOWN` or while
-    /// its slot has no known owner (default 2 s), counted from its first
-    /// such refusal (time held before it, in the publish hold, does not
-    /// count).
-    pub fn retry_window(mut self, d: Duration) -> Self {
-        self.cluster.retry_window = d;
-        self.cluster_only("retry_window")
-    }
-
-    /// How long a publish waits for its slot's owner while that owner
-    /// cannot be reached (default 5 s; [`Duration::ZERO`] fails at once,
-    /// with the connection's error, as without a hold).
-    ///
-    /// A publish whose owner's connection is down, broke before the reply
-    /// (it may have run: it can then arrive twice), or whose slot has no
-    /// known owner, is held, in publish order, with every later publish to
-    /// the same slot; once the topology names a reachable owner (the
-    /// promoted replica after a `kill -9` of a primary) they are sent there
-    /// oldest first and their outcomes reported. A publish still held after
-    /// this long fails with [`Error::OwnerUnreachable`]; set it above the
-    /// cluster's failover time (`cluster-node-timeout` plus the election)
-    /// for no publish to fail across a failover. Memory is bounded by
-    /// [`PubSubBuilder::publish_hold_limit`].
-    pub fn publish_hold(mut self, d: Duration) -> Self {
-        self.cluster.publish_hold = d;
-        self.cluster_only("publish_hold")
-    }
-
-    /// Most publishes, and most channel-plus-payload bytes, held at once
-    /// over all slots (defaults 100,000 and 64 MiB); a publish that would
-    /// pass either fails at once with [`Error::HoldFull`].
-    pub fn publish_hold_limit(mut self, messages: usize, bytes: usize) -> Self {
-        self.cluster.hold_messages = messages;
-        self.cluster.hold_bytes = bytes;
-        self.cluster_only("publish_hold_limit")
     }
 }
 
@@ -477,7 +410,7 @@ pub(crate) fn start(
         next_seq: AtomicU64::new(0),
         instance: crate::cluster::instance_seed(),
     });
-    crate::pubsub::leaving::install(&shared);
+    crate::cluster::fence::install(&shared);
     let core = match control::Core::new(core_config(&shared, &node, servers), Time::ZERO) {
         Ok(core) => core,
         Err(e) => {

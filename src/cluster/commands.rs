@@ -14,9 +14,9 @@ use crate::cluster::shared::{ConnRead, ConnState, Fetched};
 use crate::cluster::topo::resolve;
 use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::error::Error;
+use crate::front::registry::ACTIVE;
 use crate::metrics::add;
-use crate::pubsub::registry::ACTIVE;
-use crate::pubsub::ChannelList;
+use crate::workers::ChannelList;
 
 impl Driver {
     /// After an input: publish routes follow a new map first (so publishes

@@ -14,9 +14,9 @@ use crate::cluster::service;
 use crate::cluster::shared::{ConnRead, ConnState, Shared};
 use crate::conn::Protocol;
 use crate::error::Error;
+use crate::front::registry::{ACTIVE, SENT, WANT};
 use crate::metrics::add;
 use crate::observer::{ConnInfo, Observer};
-use crate::pubsub::registry::{ACTIVE, SENT, WANT};
 use crate::workers::Stage;
 
 /// Observer of one subscribe connection (its engine has one).

@@ -21,6 +21,7 @@ use control::{ConnId, Core, Time};
 use topology::TopologyCommand;
 
 use crate::cluster::builder::NodeSettings;
+use crate::cluster::fence::Fence;
 use crate::cluster::gate::Gate;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::service::Service;
@@ -28,9 +29,8 @@ use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::front::registry::Settled;
 use crate::metrics::add;
-use crate::pubsub::leaving::Fence;
-use crate::pubsub::registry::Settled;
 
 /// One subscribe connection the core opened: its engine (one connection)
 /// and its shared state.
@@ -67,7 +67,7 @@ pub(crate) struct Driver {
     pub(crate) services: BTreeMap<SocketAddr, Service>,
     /// Gap events were queued with their wake deferred (see `Driver::gap`).
     pub(crate) gaps_queued: bool,
-    /// A fence is in flight (see [`crate::pubsub::leaving`]).
+    /// A fence is in flight (see [`crate::front::leaving`]).
     pub(crate) fence_busy: bool,
     /// Publishes refused for now (`TRYAGAIN`, `CLUSTERDOWN`), due again
     /// at the time given; with the hold on, parked in their slot's hold
@@ -333,7 +333,7 @@ impl Driver {
     }
 
     /// Starts a fence for the leaves up to `upto` when some are incomplete
-    /// and none is in flight (see [`crate::pubsub::leaving`]): a `PING` on
+    /// and none is in flight (see [`crate::front::leaving`]): a `PING` on
     /// every subscribe connection that is up, after this round's
     /// unsubscribes.
     fn fence(&mut self, upto: u64) {

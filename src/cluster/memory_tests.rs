@@ -10,8 +10,8 @@ use control::{Command, Config, Core, Mode, SubscribeReply, Time};
 use shardcore::Partitions;
 use topology::NodeAddr;
 
+use crate::front::registry::{Registry, Settled, ACTIVE};
 use crate::pubsub::alloc_count::live_bytes;
-use crate::pubsub::registry::{Registry, Settled, ACTIVE};
 
 /// One server with `conns` subscribe connections (lanes), `n` channels
 /// `bench:%012d` (the 1M-channel bench's names): the bytes this thread

@@ -96,6 +96,7 @@ pub(crate) mod builder;
 mod commands;
 mod dispatch;
 mod driver;
+mod fence;
 mod gate;
 pub(crate) mod hold;
 pub(crate) mod keyed;
@@ -106,7 +107,6 @@ mod outcome;
 pub(crate) mod publish;
 pub(crate) use publish::{KeptMsg, PubMsg};
 pub(crate) mod recover;
-mod replica_opts;
 mod service;
 pub(crate) mod shared;
 mod topo;
@@ -122,11 +122,11 @@ pub use builder::{Mode, ResubscribeSplit};
 pub use metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 
 use crate::error::Error;
+use crate::front::{Front, Placement};
 use crate::metrics::add;
-use crate::pubsub::front::{Front, Placement};
-#[allow(unused_imports)]
-use crate::pubsub::{Event, Handler};
 use crate::workers::Pool;
+#[allow(unused_imports)]
+use crate::workers::{Event, Handler};
 use resp::Value;
 use shared::Shared;
 

@@ -12,9 +12,9 @@ use crate::cluster::builder::{Mode, ResubscribeSplit};
 use crate::cluster::hold::Hold;
 use crate::cluster::publish::PubMsg;
 use crate::engine::Engine;
-use crate::pubsub::front::Front;
-use crate::pubsub::mailbox::{DirtyLanes, Mailbox};
-use crate::pubsub::registry::ACTIVE;
+use crate::front::mailbox::{DirtyLanes, Mailbox};
+use crate::front::registry::ACTIVE;
+use crate::front::Front;
 use crate::workers::LaneOwners;
 
 /// Fixed settings.

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use crate::cluster::ClusterPubSub;
 use crate::engine::Pending;
 use crate::error::Error;
-use crate::pubsub::front::Placement;
+use crate::front::Placement;
 use crate::pubsub::PubSub;
 
 /// The future [`PubSub::active`](crate::PubSub::active) returns: ready once

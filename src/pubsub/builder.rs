@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster;
-use crate::cluster::builder::{ClusterSettings, NodeSettings, Parts};
+use crate::cluster::builder::{ClusterSettings, Common, NodeSettings, Parts};
 use crate::cluster::hold::Hold;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
+use crate::front::active::ActiveWait;
 use crate::metrics::Counters;
-use crate::pubsub::active::ActiveWait;
 use crate::pubsub::{Event, Fixed, Handler, PubSub};
 use crate::url::UrlSettings;
 use crate::workers::Pool;
@@ -84,49 +84,6 @@ impl Handler for Closures {
 const DEFAULT_DELIVERY_DELAY: Duration = Duration::from_millis(1);
 /// The longest [`PubSubBuilder::delivery_delay`].
 const MAX_DELIVERY_DELAY: Duration = Duration::from_secs(1);
-
-/// The settings every placement shares (`None`: the placement's default).
-#[derive(Clone)]
-pub(crate) struct Common {
-    pub(crate) handler: Option<Arc<dyn Handler>>,
-    pub(crate) workers: Option<usize>,
-    pub(crate) queue_capacity: usize,
-    pub(crate) delivery_delay: Duration,
-    pub(crate) batch_size: usize,
-    pub(crate) probe_interval: Duration,
-    pub(crate) active_events: bool,
-    pub(crate) protocol: Protocol,
-    pub(crate) username: Option<Vec<u8>>,
-    pub(crate) password: Option<Vec<u8>>,
-    pub(crate) client_name: Option<Vec<u8>>,
-    pub(crate) io_threads: Option<usize>,
-    pub(crate) runtime: Option<Runtime>,
-    pub(crate) connect_timeout: Option<Duration>,
-    pub(crate) backoff: Option<(Duration, Duration)>,
-    pub(crate) flush_delay: Option<Duration>,
-    pub(crate) request_timeout: Option<Duration>,
-    pub(crate) subscribe_connections: Option<usize>,
-    /// `None`: the placement's default (servers 500 µs, a cluster 0).
-    pub(crate) subscribe_delay: Option<Duration>,
-    pub(crate) envelope: bool,
-    /// `build` fails when a server or primary cannot be reached.
-    pub(crate) require_all: bool,
-    /// Recoverable prefixes ([`PubSubBuilder::history`]).
-    pub(crate) history: crate::history::Rules,
-    /// The first invalid [`PubSubBuilder::history`] call, reported by
-    /// `build`.
-    pub(crate) history_error: Option<Error>,
-    /// TLS for every connection (always `None` without the `tls` feature).
-    pub(crate) tls: Option<crate::transport::tls::TlsConfig>,
-}
-
-impl Common {
-    /// Worker threads: as set, or one per core.
-    pub(crate) fn workers(&self) -> usize {
-        self.workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-    }
-}
 
 /// The settings only servers (one, or N shards) have.
 #[derive(Clone, Debug)]

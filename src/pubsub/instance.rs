@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::cluster::{ClusterMetrics, ClusterPubSub};
 use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
+use crate::front::{self, Placement};
 use crate::history::{History, Position};
 use crate::metrics::Metrics;
-use crate::pubsub::front::{self, Placement};
 use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
 use resp::Value;
 

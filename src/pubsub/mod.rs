@@ -51,21 +51,17 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
-pub(crate) mod active;
 #[cfg(test)]
 pub(crate) mod alloc_count;
 mod awaiting;
 pub(crate) mod builder;
+mod builder_cluster;
 mod builder_url;
 pub use crate::wire::envelope;
 mod fixed;
-pub(crate) mod front;
 mod instance;
-pub(crate) mod leaving;
-pub(crate) mod mailbox;
 mod receiver;
-pub(crate) mod refusal;
-pub(crate) mod registry;
+mod replica_opts;
 
 pub use crate::workers::{handler_fn, ChannelList, Event, FnHandler, Handler};
 pub use awaiting::Active;

@@ -7,14 +7,20 @@
 //! a lane and a connection; that is passed in (`lane_of`, `is_active`).
 //! Subscribing, waiting, delivery and confirmation are written here once.
 
+pub(crate) mod active;
+pub(crate) mod leaving;
+pub(crate) mod mailbox;
+pub(crate) mod refusal;
+pub(crate) mod registry;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::front::active::ActiveWait;
+use crate::front::refusal::{Refusals, Targets};
+use crate::front::registry::Registry;
 use crate::metrics::Counters;
-use crate::pubsub::active::ActiveWait;
-use crate::pubsub::refusal::{Refusals, Targets};
-use crate::pubsub::registry::Registry;
 use crate::workers::Queue;
 
 /// What a placement tells the front: how a channel maps to a lane, how the
@@ -28,7 +34,7 @@ pub(crate) trait Placement {
     fn mark_dirty(&self, lane: usize);
     fn is_active(&self, channel: &[u8]) -> bool;
     fn check_open(&self) -> Result<(), Error>;
-    /// Asks the control thread for a fence (see [`crate::pubsub::leaving`]).
+    /// Asks the control thread for a fence (see [`crate::front::leaving`]).
     fn request_fence(&self);
 }
 
@@ -72,7 +78,7 @@ pub(crate) fn wait_inactive<P: Placement, C: AsRef<[u8]>>(
     let f = p.front();
     for c in channels {
         let c = c.as_ref();
-        if f.registry.flags(p.lane_of(c), c) & crate::pubsub::registry::WANT != 0 {
+        if f.registry.flags(p.lane_of(c), c) & crate::front::registry::WANT != 0 {
             let name = String::from_utf8_lossy(c);
             return Err(Error::InvalidArgument(
                 format!("channel {name:?} is subscribed (unsubscribe it first)").into(),
@@ -116,14 +122,14 @@ pub(crate) struct Front {
     /// Waiters in `wait_active`, woken on confirmations.
     pub(crate) active: ActiveWait,
     /// The server's text for each refused channel (see
-    /// [`REFUSED`](crate::pubsub::registry::REFUSED)); entries of channels
+    /// [`REFUSED`](crate::front::registry::REFUSED)); entries of channels
     /// subscribed again are stale and only read while the flag is set.
     pub(crate) refusals: Refusals,
     /// Whether confirmations become [`Event::Active`](crate::pubsub::Event)
     /// events for the handler.
     pub(crate) active_events: bool,
     /// Channels given up whose last messages may still be on their way.
-    pub(crate) leaving: Arc<crate::pubsub::leaving::Leaving>,
+    pub(crate) leaving: Arc<crate::front::leaving::Leaving>,
 }
 
 /// Channels per chunk of a large subscribe call: each chunk is sorted by

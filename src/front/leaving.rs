@@ -19,15 +19,10 @@
 //! fence is in flight at a time; leaves counted meanwhile wait for the
 //! next.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-
-use crate::cluster::shared::Shared;
-use crate::pubsub::registry::WANT;
-use crate::workers::{Passes, Queue};
 
 /// Leaves asked for and completed.
 #[derive(Default)]
@@ -60,7 +55,7 @@ impl Leaving {
     }
 
     /// The leaves up to `upto` are complete.
-    fn complete(&self, upto: u64) {
+    pub(crate) fn complete(&self, upto: u64) {
         self.done.fetch_max(upto, Ordering::AcqRel);
         let _g = self.lock.lock();
         self.cond.notify_all();
@@ -82,94 +77,5 @@ impl Leaving {
             let until = deadline.min(now + Duration::from_millis(50));
             self.cond.wait_until(&mut g, until);
         }
-    }
-}
-
-/// One fence in flight: `PING`s unanswered, then workers yet to pass its
-/// marker.
-pub(crate) struct Fence {
-    upto: u64,
-    pings: AtomicUsize,
-    workers: AtomicUsize,
-    shared: Weak<Shared>,
-}
-
-impl Fence {
-    /// A fence for the leaves up to `upto`, holding one `PING` slot for the
-    /// starter (released by [`Fence::ping_done`] once every `PING` is
-    /// submitted, so none completes it early).
-    pub(crate) fn new(upto: u64, shared: &Arc<Shared>) -> Arc<Fence> {
-        Arc::new(Fence {
-            upto,
-            pings: AtomicUsize::new(1),
-            workers: AtomicUsize::new(shared.queues.len()),
-            shared: Arc::downgrade(shared),
-        })
-    }
-
-    /// One more `PING` to wait for.
-    pub(crate) fn add_ping(&self) {
-        self.pings.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A `PING` answered or failed (or the starter done): after the last,
-    /// the marker goes through every worker queue.
-    pub(crate) fn ping_done(self: &Arc<Self>) {
-        if self.pings.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        let Some(s) = self.shared.upgrade() else {
-            return;
-        };
-        if s.queues.is_empty() {
-            return self.finish(&s);
-        }
-        for q in &s.queues {
-            let f = self.clone();
-            q.push_marker(Box::new(move || f.worker_passed()));
-        }
-    }
-
-    fn worker_passed(&self) {
-        if self.workers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(s) = self.shared.upgrade() {
-                self.finish(&s);
-            }
-        }
-    }
-
-    fn finish(&self, s: &Shared) {
-        s.leaving.complete(self.upto);
-        s.post(|inbox| inbox.fence_done = true);
-    }
-}
-
-/// What the workers ask before handing a message on: while a leave is
-/// incomplete, whether its channel is still wanted.
-pub(crate) struct WantedFilter {
-    pub(crate) leaving: Arc<Leaving>,
-    pub(crate) shared: Weak<Shared>,
-}
-
-impl Passes for WantedFilter {
-    fn passes(&self, channel: &[u8]) -> bool {
-        if !self.leaving.filtering() {
-            return true;
-        }
-        match self.shared.upgrade() {
-            Some(s) => s.registry.flags(s.lane_of(channel), channel) & WANT != 0,
-            None => true,
-        }
-    }
-}
-
-/// Installs the filter on every worker queue of `shared`.
-pub(crate) fn install(shared: &Arc<Shared>) {
-    let f: Arc<dyn Passes> = Arc::new(WantedFilter {
-        leaving: shared.leaving.clone(),
-        shared: Arc::downgrade(shared),
-    });
-    for q in &shared.queues {
-        Queue::set_filter(q, f.clone());
     }
 }

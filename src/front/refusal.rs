@@ -12,9 +12,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::Error;
+use crate::front::active::ActiveWait;
+use crate::front::registry::{Registry, REFUSED};
 use crate::metrics::{add, Counters};
-use crate::pubsub::active::ActiveWait;
-use crate::pubsub::registry::{Registry, REFUSED};
 use crate::workers::Queue;
 
 /// The server's text for each refused channel. An entry is read only
