@@ -99,3 +99,75 @@ pub(crate) fn install(shared: &Arc<Shared>) {
         Queue::set_filter(q, f.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+    use testkit::{kinds, Client, FaultProxy, Server};
+
+    use crate::PubSub;
+
+    const T: Duration = Duration::from_secs(20);
+    /// How long the proxy holds each chunk the server sends.
+    const HELD: Duration = Duration::from_millis(300);
+
+    /// Messages of `gone` published before its unsubscribe, still on their
+    /// way from the server when `unsubscribe` returns (a slow link holds
+    /// them), must be passed over, not handed to the handler: the fence's
+    /// `PING` comes back behind them. Without the `PING` the leave would
+    /// complete at once and the workers would stop looking messages up
+    /// before these arrive.
+    #[test]
+    fn messages_sent_before_an_unsubscribe_and_read_after_it_are_passed_over() {
+        for kind in kinds() {
+            let server = Server::start(kind).unwrap();
+            let proxy = FaultProxy::start(server.addr()).unwrap();
+            let seen: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+            let record = seen.clone();
+            let ps = PubSub::builder()
+                .address(proxy.addr().to_string())
+                .workers(1)
+                .handler(move |c: &[u8], p: &[u8]| record.lock().push((c.to_vec(), p.to_vec())))
+                .build()
+                .unwrap();
+            ps.subscribe(["gone", "kept"]).unwrap();
+            ps.wait_active(&["gone", "kept"], T).unwrap();
+
+            proxy.delay(HELD);
+            let mut direct = Client::connect(server.addr()).unwrap();
+            for i in 0..20u32 {
+                direct
+                    .cmd(&[b"PUBLISH", b"gone", i.to_string().as_bytes()])
+                    .unwrap();
+            }
+            // Behind them on the same subscribe connection: once it reaches
+            // the handler, every message of `gone` has been read.
+            direct.cmd(&[b"PUBLISH", b"kept", b"last"]).unwrap();
+            ps.unsubscribe(["gone"]).unwrap();
+            ps.wait_inactive(&["gone"], T).unwrap();
+            proxy.delay(Duration::ZERO);
+            testkit::wait_for("the message behind them", T, || {
+                Ok(seen
+                    .lock()
+                    .iter()
+                    .any(|(c, p)| c == b"kept" && p == b"last")
+                    .then_some(()))
+            })
+            .unwrap();
+            let leaked = seen.lock().iter().filter(|(c, _)| c == b"gone").count();
+            assert_eq!(
+                leaked, 0,
+                "{kind:?}: messages of an unsubscribed channel reached the handler"
+            );
+            assert_eq!(
+                ps.metrics().unwanted,
+                20,
+                "{kind:?}: each passed over and counted"
+            );
+            ps.shutdown();
+        }
+    }
+}
