@@ -111,6 +111,8 @@ mod tests {
     use crate::PubSub;
 
     const T: Duration = Duration::from_secs(20);
+    /// A message the handler got: channel and payload.
+    type Seen = (Vec<u8>, Vec<u8>);
     /// How long the proxy holds each chunk the server sends.
     const HELD: Duration = Duration::from_millis(300);
 
@@ -125,7 +127,7 @@ mod tests {
         for kind in kinds() {
             let server = Server::start(kind).unwrap();
             let proxy = FaultProxy::start(server.addr()).unwrap();
-            let seen: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+            let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
             let record = seen.clone();
             let ps = PubSub::builder()
                 .address(proxy.addr().to_string())

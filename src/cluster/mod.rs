@@ -105,7 +105,6 @@ mod memory_tests;
 mod metrics;
 mod outcome;
 pub(crate) mod publish;
-pub(crate) use publish::{KeptMsg, PubMsg};
 pub(crate) mod recover;
 mod service;
 pub(crate) mod shared;

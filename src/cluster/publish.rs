@@ -38,7 +38,8 @@ use std::sync::Arc;
 use crate::cluster::hold::Offer;
 pub(crate) use crate::cluster::outcome::{Done, Stamp, Waiter};
 use crate::cluster::shared::{Retry, Shared};
-use crate::engine::{Engine, KeptSink};
+use crate::engine::kept::{KeptItem, KeptSink, Staged};
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -70,29 +71,6 @@ pub(crate) struct PubMsg {
     /// be taken by a node that refuses this one a moment earlier.
     pub(crate) probe: bool,
     pub(crate) done: Option<Done>,
-}
-
-/// Where a new publish's bytes lie in a connection's staged bytes (4 + 4
-/// bytes, so a [`NewMsg`] stays small).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Staged {
-    at: u32,
-    len: u32,
-}
-
-impl Staged {
-    /// `range`, unless it lies past 4 GiB.
-    pub(crate) fn of(range: std::ops::Range<usize>) -> Option<Staged> {
-        Some(Staged {
-            at: u32::try_from(range.start).ok()?,
-            len: u32::try_from(range.len()).ok()?,
-        })
-    }
-
-    pub(crate) fn range(self) -> std::ops::Range<usize> {
-        let at = self.at as usize;
-        at..at + self.len as usize
-    }
 }
 
 /// A publish kept with its request until its reply (see
@@ -346,7 +324,36 @@ pub(crate) fn submit(
     }
 }
 
-impl KeptSink for Shared {
+impl KeptItem for KeptMsg {
+    type Whole = PubMsg;
+
+    fn staged(&self) -> Option<Staged> {
+        KeptMsg::staged(self)
+    }
+
+    /// A probe's reply unparks its slot: it goes to the sink.
+    fn wants_reply(&self) -> bool {
+        self.is_probe()
+    }
+
+    fn complete(&mut self, n: i64) {
+        if let Some(done) = self.take_done() {
+            done.run(Ok(n));
+        }
+    }
+
+    fn into_whole(self, staged: &[u8]) -> PubMsg {
+        self.into_msg(staged)
+    }
+
+    fn orphan(mut whole: PubMsg) {
+        if let Some(done) = whole.done.take() {
+            done.run(Err(Error::Shutdown));
+        }
+    }
+}
+
+impl KeptSink<KeptMsg> for Shared {
     fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>) {
         match result {
             // A probe's reply: finishing it unparks its slot.
@@ -548,7 +555,7 @@ fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> KeptMsg {
         }
     }
     let msg = NewMsg {
-        staged: Staged { at: 0, len: 0 },
+        staged: Staged::EMPTY,
         wire_len: u32::try_from(wire_len).unwrap_or(u32::MAX),
         payload_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
         slot: shared.parts.slot(p),
@@ -568,4 +575,17 @@ thread_local! {
     /// A history publish's key names (reused: no allocation per publish).
     static HISTORY_KEYS: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeptMsg;
+
+    #[test]
+    fn a_kept_publish_is_small() {
+        // Its connection's queue is as long as the publishes in flight (tens
+        // of thousands under load): every byte of it is moved twice.
+        let n = std::mem::size_of::<KeptMsg>();
+        assert!(n <= 56, "{n} bytes");
+    }
 }

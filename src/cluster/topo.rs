@@ -14,6 +14,7 @@ use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 
 use crate::cluster::builder::Mode;
 use crate::cluster::driver::Driver;
+use crate::cluster::publish::KeptMsg;
 use crate::cluster::shared::{Routes, Stage, NONE};
 use crate::conn::Role;
 use crate::engine::Engine;
@@ -50,7 +51,9 @@ impl Driver {
                 // Keeps trying after a failed first attempt (a detached
                 // engine otherwise stays closed).
                 .start_degraded(true)
-                .kept_sink(Arc::downgrade(&self.s) as _)
+                .kept_sink(crate::engine::kept::any_sink::<KeptMsg>(
+                    Arc::downgrade(&self.s) as _,
+                ))
                 .build_detached()
                 .inspect_err(|_| {
                     add(&self.s.cluster.errors[Stage::Connect as usize], 1);

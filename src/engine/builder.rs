@@ -1,12 +1,13 @@
 //! [`Builder`]: engine settings, validated and connected by [`Builder::build`].
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
+use crate::engine::kept::AnySink;
 use crate::engine::shared::Counters;
-use crate::engine::{default_threads, Engine, KeptSink, Runtime, Settings};
+use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
 use crate::transport::tls::TlsConfig;
@@ -49,7 +50,7 @@ pub struct Builder {
     /// See [`Settings::read_pause`](crate::engine::Settings).
     read_pause: Duration,
     /// Where kept publishes' outcomes go (see `kept_sink`).
-    kept: Option<Weak<dyn KeptSink>>,
+    kept: Option<AnySink>,
 }
 
 impl Default for Builder {
@@ -347,7 +348,7 @@ impl Builder {
     /// Where the outcomes of kept publishes ([`Engine::submit_kept`]) go
     /// when they need more than their callback (a cluster instance, held
     /// weakly: its routes hold this engine).
-    pub(crate) fn kept_sink(mut self, sink: Weak<dyn KeptSink>) -> Self {
+    pub(crate) fn kept_sink(mut self, sink: AnySink) -> Self {
         self.kept = Some(sink);
         self
     }

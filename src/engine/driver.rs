@@ -12,8 +12,9 @@ use mio::{Interest, Registry, Token};
 
 use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Backoff;
+use crate::engine::kept::{Kept, StagedKept};
 use crate::engine::lend::{LendPoll, Lent, RELEND};
-use crate::engine::pending::{Completion, Kept, Later, Slot};
+use crate::engine::pending::{Completion, Later, Slot};
 use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::Settings;
 use crate::error::Error;
@@ -51,7 +52,7 @@ pub(crate) struct Driver {
     write_blocked: bool,
     spare_buf: Vec<u8>,
     spare_reqs: VecDeque<Request<Completion>>,
-    spare_kept: VecDeque<crate::cluster::KeptMsg>,
+    spare_kept: Option<Box<dyn StagedKept>>,
     /// This connection's kept publishes in flight (see [`Kept`]).
     kept: Kept,
     backoff: Backoff,
@@ -109,7 +110,7 @@ impl Driver {
             write_blocked: false,
             spare_buf: Vec::new(),
             spare_reqs: VecDeque::new(),
-            spare_kept: VecDeque::new(),
+            spare_kept: None,
             kept: Kept::default(),
             backoff,
             initial: Some(initial),
@@ -641,9 +642,7 @@ impl Driver {
             std::mem::swap(&mut staging.kept, &mut self.spare_kept);
             self.shared.wake_waiters(&staging);
         }
-        if !self.spare_kept.is_empty() {
-            self.kept.take(&mut self.spare_kept, &self.spare_buf);
-        }
+        self.kept.take(&mut self.spare_kept, &self.spare_buf);
     }
 
     /// Fails what [`Driver::take_staged`] took with `error`, and every kept

@@ -74,7 +74,8 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::conn::{Connection, Request};
 use crate::engine::backoff::Backoff;
 use crate::engine::driver::dispatch;
-use crate::engine::pending::{Completion, Kept};
+use crate::engine::kept::Kept;
+use crate::engine::pending::Completion;
 use crate::engine::runtime;
 use crate::engine::shared::{ConnShared, Counters, UP};
 use crate::engine::Settings;
@@ -436,7 +437,7 @@ impl ConnShared {
         let mut staging = self.staging.lock();
         if self.wake_pending.load(Ordering::Acquire)
             || self.state.load(Ordering::Acquire) != UP
-            || !staging.kept.is_empty()
+            || staging.kept.as_ref().is_some_and(|k| !k.is_empty())
         {
             return false;
         }

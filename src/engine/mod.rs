@@ -4,6 +4,7 @@ mod backoff;
 mod builder;
 mod driver;
 mod io_thread;
+pub(crate) mod kept;
 mod lend;
 #[cfg(feature = "tokio")]
 mod lend_async;
@@ -37,7 +38,6 @@ use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
 use crate::transport::tls::TlsTarget;
 use driver::Driver;
-pub(crate) use pending::KeptSink;
 use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
@@ -74,7 +74,7 @@ pub(crate) struct Settings {
     /// A failed first attempt does not end the connection (it reconnects).
     pub(crate) degraded: bool,
     /// Where kept publishes' outcomes go (a cluster's publish engines).
-    pub(crate) kept: Option<std::sync::Weak<dyn KeptSink>>,
+    pub(crate) kept: Option<kept::AnySink>,
     /// Idle connections may be lent to sequential callers (see `lend.rs`):
     /// no observer, no kept publishes (TLS is checked per connection).
     pub(crate) lendable: bool,
@@ -643,27 +643,37 @@ impl Engine {
         let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
     }
 
-    /// Sends a cluster publish kept with its request until its reply
-    /// ([`Completion::Kept`]): `encode` appends the whole command to the
-    /// connection's staged bytes and returns the message (its bytes copied
-    /// out by the I/O thread when it takes them, unless it has them
-    /// already). The outcome goes to the callback of the message, or to the
-    /// engine's [`KeptSink`]. No allocation in steady state, and nothing
-    /// shared with the I/O thread but the staging lock.
+    /// Sends a request kept with its bytes until its reply
+    /// ([`Completion::Kept`], see [`kept`]): `encode` appends the whole
+    /// command to the connection's staged bytes and returns what the layer
+    /// above keeps with it (its bytes copied out by the I/O thread when it
+    /// takes them, unless it has them already). The outcome completes it,
+    /// or goes to the engine's [`KeptSink`](kept::KeptSink). No allocation
+    /// in steady state, and nothing shared with the I/O thread but the
+    /// staging lock.
     ///
     /// # Errors
     ///
     /// When the connection cannot take it: `state`, unused, with the
     /// reason.
-    pub(crate) fn submit_kept<S, F>(
+    pub(crate) fn submit_kept<S, M, F>(
         &self,
         state: S,
         asking: bool,
         encode: F,
     ) -> Result<(), (S, Error)>
     where
-        F: FnOnce(&mut Vec<u8>, S) -> crate::cluster::KeptMsg,
+        M: kept::KeptItem,
+        F: FnOnce(&mut Vec<u8>, S) -> M,
     {
+        if !kept::is_sink_of::<M>(self.inner.settings.kept.as_ref()) {
+            return Err((
+                state,
+                Error::InvalidArgument(
+                    "a kept request of a kind this engine has no sink for".into(),
+                ),
+            ));
+        }
         // One connection per publish engine. With more, every publish
         // routes by the same (empty) name: one connection while it is up.
         self.route_channel(&[]).submit_with(state, |staging, s| {
@@ -671,8 +681,16 @@ impl Engine {
                 stage_asking(staging);
             }
             let msg = encode(&mut staging.buf, s);
-            staging.kept.push_back(msg);
-            Request::single(Completion::Kept)
+            match kept::stage(&mut staging.kept, msg) {
+                Ok(()) => Request::single(Completion::Kept),
+                // Not reached: every kept request of an engine is of its
+                // sink's kind (checked above), so its staged queue is too.
+                Err(msg) => {
+                    debug_assert!(false, "kept requests of two kinds on one engine");
+                    M::orphan(msg.into_whole(&staging.buf));
+                    Request::single(Completion::Discard)
+                }
+            }
         })
     }
 

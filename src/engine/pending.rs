@@ -1,6 +1,5 @@
 //! Completions: how a reply reaches whoever asked for it.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use resp::{Frame, Parsed, Value};
 
-use crate::cluster::{KeptMsg, PubMsg};
+use crate::engine::kept::Kept;
 use crate::engine::Settings;
 use crate::error::Error;
 
@@ -230,144 +229,6 @@ impl<T> Future for Pending<T> {
     }
 }
 
-/// Takes the outcomes of cluster publishes kept with their requests
-/// ([`Completion::Kept`]) that need more than their callback: an error (a
-/// redirect, a retry, a failure) or a probe's reply. A plain reply is
-/// handled on the I/O thread without it.
-pub(crate) trait KeptSink: Send + Sync {
-    /// The outcome of `msg`, on the I/O thread of its connection (or the
-    /// thread that closes a connection no I/O thread serves). A publish
-    /// the connection refused at once never comes here: the submitter
-    /// gets it back.
-    fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>);
-}
-
-/// One connection's kept publishes ([`Completion::Kept`]) after its I/O
-/// thread took them: in request order (replies and failures come in that
-/// order too), with the staged bytes they were encoded into, kept whole
-/// until the last of them is answered. A plain reply copies nothing; a
-/// publish that needs its bytes again (an error, a probe) gets a copy.
-/// Owned by the I/O thread: nothing here crosses threads.
-#[derive(Default)]
-pub(crate) struct Kept {
-    queue: VecDeque<KeptMsg>,
-    /// Staged bytes with publishes of `queue` in them, oldest first.
-    batches: VecDeque<Batch>,
-    /// Empty buffers for the next batches.
-    spare: Vec<Vec<u8>>,
-    /// Their capacity.
-    spare_bytes: usize,
-}
-
-/// A copy of one drain's staged bytes, and how many of its publishes wait.
-struct Batch {
-    bytes: Vec<u8>,
-    waiting: usize,
-}
-
-/// Spare batch buffers kept at most.
-const SPARE_BATCHES: usize = 8;
-/// Capacity the spare batch buffers of one connection keep at most (a
-/// drain is about the staged-bytes bound, 4 MiB by default, or less).
-const SPARE_BYTES: usize = 16 << 20;
-
-impl Kept {
-    /// Takes the kept publishes just staged (`staged`, in order), and a
-    /// copy of `bytes` (what they were encoded into) when any of them has
-    /// no bytes of its own, before those bytes are sent or dropped.
-    pub(crate) fn take(&mut self, staged: &mut VecDeque<KeptMsg>, bytes: &[u8]) {
-        let waiting = staged.iter().filter(|m| m.staged().is_some()).count();
-        if waiting > 0 {
-            let mut copy = self.spare.pop().unwrap_or_default();
-            self.spare_bytes -= copy.capacity();
-            copy.extend_from_slice(bytes);
-            self.batches.push_back(Batch {
-                bytes: copy,
-                waiting,
-            });
-        }
-        self.queue.append(staged);
-    }
-
-    /// The next kept publish's reply: a plain one runs its callback; the
-    /// rest go to the sink.
-    fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
-        let Some(mut msg) = self.queue.pop_front() else {
-            debug_assert!(false, "a kept publish's reply with none kept");
-            return;
-        };
-        match result {
-            Ok(n) if !msg.is_probe() => {
-                if msg.staged().is_some() {
-                    self.done_with_front();
-                }
-                if let Some(done) = msg.take_done() {
-                    done.run(Ok(n));
-                }
-            }
-            r => {
-                let msg = self.whole(msg);
-                to_sink(settings, msg, r);
-            }
-        }
-    }
-
-    /// The next kept publish failed.
-    fn fail(&mut self, error: Error, settings: &Settings) {
-        if let Some(msg) = self.queue.pop_front() {
-            let msg = self.whole(msg);
-            to_sink(settings, msg, Err(error));
-        } else {
-            debug_assert!(false, "a kept publish's failure with none kept");
-        }
-    }
-
-    /// Fails every kept publish still here, once their requests are gone
-    /// (the connection is over): none is left waiting for an outcome, even
-    /// when a callback's panic cut the failing of their requests short.
-    pub(crate) fn fail_rest(&mut self, error: &Error, settings: &Settings) {
-        while !self.queue.is_empty() {
-            self.fail(error.clone(), settings);
-        }
-    }
-
-    /// The oldest kept publish as a whole message, with a copy of its
-    /// bytes, for its next send.
-    fn whole(&mut self, msg: KeptMsg) -> PubMsg {
-        let staged = msg.staged().is_some();
-        let msg = msg.into_msg(self.batches.front().map_or(&[][..], |b| &b.bytes));
-        if staged {
-            self.done_with_front();
-        }
-        msg
-    }
-
-    /// One publish of the oldest batch is answered: the batch goes once
-    /// none waits.
-    fn done_with_front(&mut self) {
-        let Some(b) = self.batches.front_mut() else {
-            return;
-        };
-        b.waiting -= 1;
-        if b.waiting == 0 {
-            if let Some(Batch { mut bytes, .. }) = self.batches.pop_front() {
-                let c = bytes.capacity();
-                if self.spare.len() < SPARE_BATCHES && self.spare_bytes + c <= SPARE_BYTES {
-                    bytes.clear();
-                    self.spare_bytes += c;
-                    self.spare.push(bytes);
-                }
-            }
-        }
-    }
-
-    /// Publishes waiting, batches kept, and spare batch buffers.
-    #[cfg(test)]
-    pub(crate) fn size(&self) -> (usize, usize, usize) {
-        (self.queue.len(), self.batches.len(), self.spare.len())
-    }
-}
-
 /// What the I/O thread does with a request's reply.
 pub(crate) enum Completion {
     /// Fire-and-forget: error replies are only counted.
@@ -376,11 +237,12 @@ pub(crate) enum Completion {
     Integer(Arc<Slot<i64>>),
     /// Any reply, as an owned value.
     Value(Arc<Slot<Value>>),
-    /// A cluster publish, kept until its reply (for a redirect or retry)
-    /// in the connection's [`Kept`] queue (staged beside the request, its
-    /// bytes in the I/O thread's copy of the staged bytes): a plain reply
-    /// runs its callback; anything else goes to the engine's [`KeptSink`]
-    /// with a copy of the publish's bytes.
+    /// A kept request: kept with its bytes until its reply in the
+    /// connection's [`Kept`] queue (staged beside the request, its bytes in
+    /// the I/O thread's copy of the staged bytes): a plain reply completes
+    /// it there; anything else goes to the engine's
+    /// [`KeptSink`](crate::engine::kept::KeptSink) with a copy of its
+    /// bytes, for the layer above to send it again.
     Kept,
     /// Initial connection's handshake (never a command).
     #[allow(dead_code)]
@@ -407,7 +269,7 @@ fn integer(addr: SocketAddr, err: Option<Arc<str>>, reply: &Parsed<'_>) -> Resul
 }
 
 impl Completion {
-    /// Delivers a reply (to the next of `kept` for a kept publish).
+    /// Delivers a reply (to the next of `kept` for a kept request).
     /// Returns true when it was an error reply.
     pub(crate) fn complete(
         self,
@@ -485,7 +347,7 @@ impl Completion {
         }
     }
 
-    /// Delivers a failure (to the next of `kept` for a kept publish).
+    /// Delivers a failure (to the next of `kept` for a kept request).
     pub(crate) fn fail(self, error: Error, settings: &Settings, kept: &mut Kept) {
         match self {
             Completion::Kept => kept.fail(error, settings),
@@ -494,7 +356,7 @@ impl Completion {
     }
 
     /// Delivers the failure of a request that was never staged (so never
-    /// a kept publish).
+    /// a kept request).
     pub(crate) fn fail_unstaged(self, error: Error) {
         match self {
             Completion::Discard | Completion::Kept => {}
@@ -520,19 +382,6 @@ impl Later {
         match self {
             Later::Integer(slot, r) => slot.complete(r),
             Later::Value(slot, r) => slot.complete(r),
-        }
-    }
-}
-
-/// Hands a kept publish's outcome to the engine's sink; with none (its
-/// instance is gone), it ends here with [`Error::Shutdown`].
-fn to_sink(settings: &Settings, mut msg: PubMsg, result: Result<i64, Error>) {
-    match settings.kept.as_ref().and_then(std::sync::Weak::upgrade) {
-        Some(sink) => sink.kept(msg, result),
-        None => {
-            if let Some(done) = msg.done.take() {
-                done.run(Err(Error::Shutdown));
-            }
         }
     }
 }

@@ -38,9 +38,9 @@ pub(crate) const STOPPED: u8 = 4;
 pub(crate) struct Staging {
     pub(crate) buf: Vec<u8>,
     pub(crate) requests: VecDeque<Request<Completion>>,
-    /// The kept publishes among `requests`, in order
-    /// ([`Completion::Kept`]).
-    pub(crate) kept: VecDeque<crate::cluster::KeptMsg>,
+    /// The kept requests among `requests`, in order
+    /// ([`Completion::Kept`]): none until the first.
+    pub(crate) kept: Option<Box<dyn crate::engine::kept::StagedKept>>,
     /// Submitters waiting for room (see [`ConnShared::space`]).
     pub(crate) waiters: usize,
 }
