@@ -3,8 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::ClusterMetrics;
-use crate::metrics::{Histogram, Metrics};
+use crate::metrics::{ClusterMetrics, Histogram, Metrics};
 
 /// Label names and values, in order.
 type Labels = Vec<(String, String)>;
@@ -267,15 +266,16 @@ fn metrics_follow_the_text_format_and_the_naming_rules() {
 
 #[test]
 fn cluster_metrics_add_their_own_families_once() {
-    let mut m = ClusterMetrics {
-        pubsub: sample_metrics(),
-        ..ClusterMetrics::default()
+    let mut c = ClusterMetrics::default();
+    c.rebuilds.startup = 1;
+    c.redirects.moved = 2;
+    c.last_restore = Some(std::time::Duration::from_millis(250));
+    c.max_restore = Some(std::time::Duration::from_millis(1500));
+    c.nodes = 3;
+    let m = Metrics {
+        cluster: Some(c),
+        ..sample_metrics()
     };
-    m.rebuilds.startup = 1;
-    m.redirects.moved = 2;
-    m.last_restore = Some(std::time::Duration::from_millis(250));
-    m.max_restore = Some(std::time::Duration::from_millis(1500));
-    m.nodes = 3;
     let mut text = String::new();
     m.to_prometheus(&mut text);
     let fams = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -292,7 +292,7 @@ fn cluster_metrics_add_their_own_families_once() {
     assert_eq!(fams.len(), 25 + 19, "{:?}", fams.keys());
     // Before the first restore the restore gauges are left out.
     let mut text = String::new();
-    ClusterMetrics::default().to_prometheus(&mut text);
+    fresh_cluster().to_prometheus(&mut text);
     let fams = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert!(!fams.contains_key("shardsub_cluster_last_restore_seconds"));
 }
@@ -361,12 +361,18 @@ fn distinct_metrics() -> Metrics {
     m
 }
 
-/// Every field of the cluster's section set to its own value.
-fn distinct_cluster() -> ClusterMetrics {
-    let mut c = ClusterMetrics {
-        pubsub: distinct_metrics(),
-        ..ClusterMetrics::default()
-    };
+/// A cluster placement's metrics before anything was counted.
+fn fresh_cluster() -> Metrics {
+    Metrics {
+        cluster: Some(ClusterMetrics::default()),
+        ..Metrics::default()
+    }
+}
+
+/// Every field of the cluster's section (and of the rest) set to its own
+/// value.
+fn distinct_cluster() -> Metrics {
+    let mut c = ClusterMetrics::default();
     let mut n = 200u64;
     let mut next = || {
         n += 1;
@@ -425,7 +431,10 @@ fn distinct_cluster() -> ClusterMetrics {
     h.bytes = next() as usize;
     c.nodes = next() as usize;
     c.subscribe_connections = next() as usize;
-    c
+    Metrics {
+        cluster: Some(c),
+        ..distinct_metrics()
+    }
 }
 
 /// The renderings of representative states, byte for byte, against the
@@ -443,9 +452,7 @@ fn renderings_match_the_golden_files() {
     };
     render("servers_fresh", &|o| Metrics::default().to_prometheus(o));
     render("servers_counted", &|o| distinct_metrics().to_prometheus(o));
-    render("cluster_fresh", &|o| {
-        ClusterMetrics::default().to_prometheus(o)
-    });
+    render("cluster_fresh", &|o| fresh_cluster().to_prometheus(o));
     render("cluster_counted", &|o| distinct_cluster().to_prometheus(o));
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/metrics/prometheus/golden");
