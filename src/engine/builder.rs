@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
-use crate::engine::shared::Counters;
+use crate::engine::shared::EngineCounters;
 use crate::engine::{default_threads, Engine, KeptSink, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
@@ -430,7 +430,7 @@ impl Builder {
             lease: self.lease,
             read_pause: self.read_pause,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
-            counters: Counters::default(),
+            counters: EngineCounters::default(),
             degraded: self.degraded,
             kept: self.kept,
         });

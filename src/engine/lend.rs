@@ -76,10 +76,11 @@ use crate::engine::backoff::Backoff;
 use crate::engine::driver::dispatch;
 use crate::engine::pending::{Completion, Kept};
 use crate::engine::runtime;
-use crate::engine::shared::{ConnShared, Counters, UP};
+use crate::engine::shared::{ConnShared, UP};
 use crate::engine::transport::Transport;
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::metrics::add;
 
 /// How long a lend may go unused before the thread takes it back (so it
 /// watches an idle connection's socket itself again).
@@ -450,8 +451,8 @@ impl ConnShared {
         self.wake_waiters(&staging);
         drop(staging);
         let n = lent.requests.len() as u64;
-        Counters::add(&settings.counters.requests, n);
-        Counters::add(&settings.counters.lent, n);
+        add(&settings.counters.requests, n);
+        add(&settings.counters.lent, n);
         lent.core
             .send_encoded_vec(&mut lent.scratch, lent.requests.drain(..), Instant::now());
         true
@@ -492,7 +493,7 @@ impl ConnShared {
                     // The thread reads the end of the stream again.
                     Ok(0) => return true,
                     Ok(_) => {
-                        Counters::add(&settings.counters.reads, 1);
+                        add(&settings.counters.reads, 1);
                         if dispatch_lent(self, lent, settings) {
                             return true;
                         }
@@ -551,10 +552,10 @@ pub(crate) fn write_lent(lent: &mut Lent, settings: &Settings) -> bool {
     // caller waits for a reply next, so nothing more would gather.
     lent.core.flush_now(now);
     let w = lent.socket.write_from(&mut lent.core, now);
-    Counters::add(&counters.writes, w.writes);
-    Counters::add(&counters.bytes_written, w.bytes);
+    add(&counters.writes, w.writes);
+    add(&counters.bytes_written, w.bytes);
     if w.blocked {
-        Counters::add(&counters.write_would_block, 1);
+        add(&counters.write_would_block, 1);
     }
     w.blocked || lent.core.unsent_len() > 0 || lent.core.is_closed()
 }
