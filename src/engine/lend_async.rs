@@ -47,7 +47,7 @@ use tokio::io::Interest;
 use crate::conn::Request;
 use crate::engine::lend::{dispatch_lent, write_lent, Lent, Turn};
 use crate::engine::pending::Completion;
-use crate::engine::shared::{ConnShared, EngineCounters};
+use crate::engine::shared::ConnShared;
 use crate::engine::{Pending, Settings};
 use crate::error::Error;
 use crate::metrics::add;
