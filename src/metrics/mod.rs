@@ -112,7 +112,9 @@ pub struct Metrics {
     pub probes_sent: u64,
     /// Connections restarted because a probe did not come back in time.
     pub probe_restarts: u64,
-    /// Open subscribe connections per server (builder order).
+    /// Open subscribe connections per server (builder order). Empty on a
+    /// cluster, which counts them in
+    /// [`ClusterMetrics::subscribe_connections`].
     pub active_connections: Vec<usize>,
     /// End-to-end lag (publish to handler), when the envelope is on.
     pub lag: Option<LagSnapshot>,

@@ -87,10 +87,12 @@ struct Family {
     get: fn(&Metrics) -> Samples<'_>,
 }
 
+/// One count.
 fn count(n: u64) -> Samples<'static> {
     Samples::One(Num::Count(n))
 }
 
+/// One size (a count of things held now).
 fn size(n: usize) -> Samples<'static> {
     count(n as u64)
 }

@@ -454,6 +454,9 @@ fn renderings_match_the_golden_files() {
     render("servers_counted", &|o| distinct_metrics().to_prometheus(o));
     render("cluster_fresh", &|o| fresh_cluster().to_prometheus(o));
     render("cluster_counted", &|o| distinct_cluster().to_prometheus(o));
+    // The counted cluster has a value in every family of the table.
+    let (_, all) = cases.last().unwrap();
+    assert_eq!(check(all).unwrap().len(), super::FAMILIES.len());
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/metrics/prometheus/golden");
     for (name, text) in cases {
@@ -480,4 +483,14 @@ fn renderings_match_the_golden_files() {
             );
         }
     }
+}
+
+#[test]
+fn help_texts_and_label_values_are_escaped() {
+    let mut out = String::new();
+    super::escaped(&mut out, "a\"b\\c\nd", true);
+    assert_eq!(out, "a\\\"b\\\\c\\nd");
+    out.clear();
+    super::escaped(&mut out, "a\"b\\c\nd", false);
+    assert_eq!(out, "a\"b\\\\c\\nd");
 }
