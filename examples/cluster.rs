@@ -44,16 +44,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while done() < channels.len() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let m = ps.cluster_metrics().expect("a cluster placement");
-    let ok = done() == channels.len() && m.pubsub.gaps == 0 && m.pubsub.dropped.total() == 0;
+    let all = ps.metrics();
+    let m = all.cluster.as_ref().expect("a cluster placement");
+    let ok = done() == channels.len() && all.gaps == 0 && all.dropped.total() == 0;
     println!(
         "result: {} delivered={} channels_complete={} primaries={} subscribe_connections={} gaps={}",
         if ok { "ok" } else { "fail" },
-        m.pubsub.delivered,
+        all.delivered,
         done(),
         m.nodes,
         m.subscribe_connections,
-        m.pubsub.gaps
+        all.gaps
     );
     std::process::exit(if ok { 0 } else { 1 });
 }

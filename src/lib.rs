@@ -195,7 +195,10 @@ mod wire;
 mod workers;
 
 pub use conn::Protocol;
-pub use engine::{Builder, Engine, Pending, PublishOptions, Runtime, Stats};
+pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime};
+/// The former name of [`EngineStats`].
+#[deprecated(note = "renamed `EngineStats` (the low-level engine's counters)")]
+pub type Stats = EngineStats;
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics};
 pub use observer::{ConnInfo, Observer};

@@ -79,13 +79,14 @@ fn refused(kind: ServerKind) {
     let mut want = no.clone();
     want.sort();
     assert_eq!(named, want, "{kind:?}");
-    let m = ps.cluster_metrics().unwrap();
-    assert_eq!(m.pubsub.refused_channels, 2, "{kind:?} {m:?}");
+    let all = ps.metrics();
+    let m = all.cluster.as_ref().unwrap();
+    assert_eq!(all.refused_channels, 2, "{kind:?} {m:?}");
     assert_eq!(
         m.rebuilds.subscribe_error, 0,
         "{kind:?}: an ACL refusal is no routing news: {m:?}"
     );
-    assert_eq!(m.pubsub.gaps, 0, "{kind:?}: {m:?}");
+    assert_eq!(all.gaps, 0, "{kind:?}: {m:?}");
     let publish = accounted::via_cluster(ps.clone());
     for _ in 0..3 {
         accounted::round(&ledger, &*publish);
@@ -98,8 +99,9 @@ fn refused(kind: ServerKind) {
         ps.wait_active(&[&no[0]], Duration::from_millis(50)),
         Err(Error::SubscribeRefused { .. })
     ));
-    let m2 = ps.cluster_metrics().unwrap();
-    assert_eq!(m2.pubsub.gaps, 0, "{kind:?}: {m2:?}");
+    let all2 = ps.metrics();
+    let m2 = all2.cluster.as_ref().unwrap();
+    assert_eq!(all2.gaps, 0, "{kind:?}: {m2:?}");
     assert_eq!(m2.rebuilds.subscribe_error, 0, "{kind:?}: {m2:?}");
     ps.shutdown();
 }

@@ -41,10 +41,11 @@ fn delivery(kind: ServerKind, masters: usize) {
     ps.wait_active(&chans, BOUND)
         .unwrap_or_else(|e| panic!("{kind:?}: {e}; {:?}", ps.cluster_metrics().unwrap()));
     publish_and_check(&ps, &ledger, 2, &format!("{kind:?} {masters} masters"));
-    let m = ps.cluster_metrics().unwrap();
+    let all = ps.metrics();
+    let m = all.cluster.as_ref().unwrap();
     assert_eq!(m.nodes, masters, "{m:?}");
     assert_eq!(m.subscribe_connections, masters, "{m:?}");
-    assert_eq!(m.pubsub.gap_channels, 0, "{m:?}");
+    assert_eq!(all.gap_channels, 0, "{m:?}");
     assert_eq!(handler.threads.lock().len(), 2, "both workers deliver");
     // Every master carries channels: delivery really spans the nodes.
     for &i in &cluster.masters() {

@@ -95,7 +95,7 @@ fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background) {
     );
     eprintln!(
         "{kind:?} {what}: {rounds} rounds; subscriber dropped {:?};\n{report}",
-        s.sub.cluster_metrics().unwrap().pubsub.dropped
+        s.sub.metrics().dropped
     );
     assert_eq!(report.failed_total(), 0, "{kind:?} {what}: {report}");
 }

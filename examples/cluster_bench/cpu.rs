@@ -111,12 +111,13 @@ fn measure(cluster: &Cluster, mode: Mode, messages: u64, window: u64) -> Cell {
     std::thread::sleep(idle_for);
     let idle = (server_cpu(cluster) - idle_start) * elapsed.as_secs_f64()
         / idle_for.as_secs_f64().max(1e-3);
-    let m = ps.cluster_metrics().unwrap();
+    let all = ps.metrics();
+    let m = all.cluster.as_ref().unwrap();
     ps.shutdown();
     Cell {
         sent,
         delivered,
-        lost: m.pubsub.dropped.total() + m.publish_failed,
+        lost: all.dropped.total() + m.publish_failed,
         elapsed,
         used,
         idle,

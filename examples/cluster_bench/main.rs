@@ -107,9 +107,7 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
         // Wait until every instance has reconnected and resubscribed.
         let deadline = Instant::now() + Duration::from_secs(60);
         for ps in &insts {
-            while ps.cluster_metrics().unwrap().pubsub.reconnects < masters.len() as u64
-                && Instant::now() < deadline
-            {
+            while ps.metrics().reconnects < masters.len() as u64 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
             ps.wait_active(&chans, Duration::from_secs(30)).unwrap();

@@ -12,7 +12,7 @@ use shardcore::Partitions;
 
 use crate::cluster::driver::Driver;
 use crate::cluster::hold::Hold;
-use crate::cluster::shared::{ClusterCounters, Config, Routes, Shared};
+use crate::cluster::shared::{Config, Routes, Shared};
 use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
 use crate::engine::{Builder, Engine, Runtime};
@@ -398,7 +398,6 @@ pub(crate) fn start(
             active_wait,
             common.active_events,
         ),
-        cluster: ClusterCounters::default(),
         core_stats: Default::default(),
         routes: RwLock::new(Routes::empty()),
         lane_conn: RwLock::new(vec![None; lanes]),

@@ -388,10 +388,7 @@ impl Driver {
             Ok(v) => v,
             Err(e) => {
                 if command.is_none() {
-                    add(
-                        &self.s.cluster.errors[crate::cluster::shared::Stage::Version as usize],
-                        1,
-                    );
+                    add(&self.s.counters.cluster.version_errors, 1);
                 }
                 log::warn!("cluster: topology request to {addr} failed: {e}");
                 if self.fetch_engines.contains_key(&id) {
@@ -405,10 +402,7 @@ impl Driver {
         let Some(command) = command else {
             let version = crate::cluster::topo::text(&value).and_then(topology::parse_info_version);
             let Some(version) = version else {
-                add(
-                    &self.s.cluster.errors[crate::cluster::shared::Stage::Version as usize],
-                    1,
-                );
+                add(&self.s.counters.cluster.version_errors, 1);
                 self.fetch_failed(id, FetchError::BadReply);
                 return self.drain();
             };

@@ -364,7 +364,7 @@ impl Driver {
         // Its lanes move elsewhere without naming it (it is gone from
         // `subs`): from now on its stage checks every message's lane.
         c.state.lanes_lost.fetch_add(1, Ordering::Release);
-        let cc = &self.s.cluster;
+        let cc = &self.s.counters.cluster;
         add(
             &cc.retired_received,
             c.state.received.load(Ordering::Relaxed),
@@ -525,7 +525,7 @@ impl Driver {
         }
         if hold_on {
             for m in s.hold.expired(now, s.config.publish_hold) {
-                add(&s.cluster.hold_expired, 1);
+                add(&s.counters.cluster.hold_expired, 1);
                 let (slot, held) = (
                     m.slot,
                     m.held_at

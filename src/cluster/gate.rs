@@ -142,7 +142,7 @@ impl Driver {
 
     fn finish_gate(&mut self, token: u64, timed_out: bool) {
         if timed_out {
-            add(&self.s.cluster.gate_timeouts, 1);
+            add(&self.s.counters.cluster.gate_timeouts, 1);
         }
         self.gates.remove(&token);
         self.s.hold.open(token);

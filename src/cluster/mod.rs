@@ -117,8 +117,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub use crate::metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 pub use builder::{Mode, ResubscribeSplit};
-pub use metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 
 use crate::error::Error;
 use crate::front::{Front, Placement};
@@ -220,7 +220,7 @@ impl ClusterPubSub {
         let deadline = Instant::now() + timeout;
         loop {
             let routed = s.routes.read().owner.iter().any(|&o| o != shared::NONE);
-            let ok = s.cluster.unknown_owners.load(Ordering::Relaxed) == 0;
+            let ok = s.counters.cluster.unknown_owners.load(Ordering::Relaxed) == 0;
             if routed && ok {
                 return Ok(());
             }
@@ -362,8 +362,8 @@ impl ClusterPubSub {
         &self.runtime
     }
 
-    /// A snapshot of the counters.
-    pub fn metrics(&self) -> ClusterMetrics {
+    /// A snapshot of the counters, with the cluster's section.
+    pub fn metrics(&self) -> crate::Metrics {
         metrics::snapshot(&self.shared)
     }
 
@@ -371,7 +371,7 @@ impl ClusterPubSub {
     /// with the subscribe connections up per server.
     pub(crate) fn subscriber_metrics(&self) -> crate::Metrics {
         let s = &self.shared;
-        let mut m = metrics::snapshot(s).pubsub;
+        let mut m = metrics::snapshot(s);
         if s.fixed() {
             let per = s.config.multiplier.max(1);
             let mut up = vec![0usize; s.config.fixed_servers];

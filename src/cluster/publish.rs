@@ -157,7 +157,7 @@ impl PubMsg {
             shared.hold.unpark(self.slot);
         }
         if r.is_err() {
-            add(&shared.cluster.publish_failed, 1);
+            add(&shared.counters.cluster.publish_failed, 1);
             add(&shared.counters.publish_errors, 1);
         }
         if let Some(done) = self.done.take() {
@@ -270,7 +270,7 @@ pub(crate) fn send(
 pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
     match shared.hold.hold(msg) {
         (Offer::Held(evicted), new) => {
-            add(&shared.cluster.held, 1);
+            add(&shared.counters.cluster.held, 1);
             if new {
                 shared.post(|inbox| inbox.held = true);
             }
@@ -285,7 +285,7 @@ pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
 
 /// Finishes `msg` with [`Error::HoldFull`], and returns that error.
 fn fail_full(shared: &Shared, msg: PubMsg) -> Result<(), Error> {
-    add(&shared.cluster.hold_full, 1);
+    add(&shared.counters.cluster.hold_full, 1);
     let h = &shared.hold;
     let (slot, messages, bytes) = (msg.slot, h.max_messages, h.max_bytes);
     msg.finish_with(
@@ -413,7 +413,7 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
     let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
         return msg.finish_result(shared, r);
     };
-    let c = &shared.cluster;
+    let c = &shared.counters.cluster;
     add(
         match error {
             topology::ClusterError::Moved { .. } => &c.moved,

@@ -1,7 +1,7 @@
 //! State shared by the application threads, the I/O threads (through the
 //! subscribe observers), the control thread and the workers.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,18 +46,6 @@ pub(crate) struct Config {
     /// for this instance (`None`: primaries only).
     pub(crate) replicas: Option<u64>,
 }
-
-/// Where a topology step failed that the control core does not see (it
-/// counts fetch, parse, probe and connect failures itself).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Stage {
-    /// `INFO server` (the version that chooses the topology command).
-    Version = 0,
-    /// A publish connection to a primary could not be opened.
-    Connect = 1,
-}
-
-pub(crate) const STAGES: usize = 2;
 
 /// One subscribe connection, as every thread sees it.
 #[derive(Debug)]
@@ -200,29 +188,6 @@ impl DirtyLanes for Inbox {
     }
 }
 
-/// Cluster counters (relaxed atomics).
-#[derive(Default)]
-pub(crate) struct ClusterCounters {
-    pub(crate) errors: [AtomicU64; STAGES],
-    /// Partitions with no known owner (the core's figure, for the start).
-    pub(crate) unknown_owners: AtomicU64,
-    pub(crate) moved: AtomicU64,
-    pub(crate) ask: AtomicU64,
-    pub(crate) try_again: AtomicU64,
-    pub(crate) cluster_down: AtomicU64,
-    pub(crate) publish_failed: AtomicU64,
-    pub(crate) held: AtomicU64,
-    pub(crate) hold_expired: AtomicU64,
-    pub(crate) hold_full: AtomicU64,
-    pub(crate) gates: AtomicU64,
-    pub(crate) gate_timeouts: AtomicU64,
-    pub(crate) nodes: AtomicUsize,
-    /// Received and dropped counts of closed subscribe connections.
-    pub(crate) retired_received: AtomicU64,
-    pub(crate) retired_dropped: AtomicU64,
-    pub(crate) retired_unenveloped: AtomicU64,
-}
-
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) parts: Partitions,
@@ -232,7 +197,6 @@ pub(crate) struct Shared {
     /// Per partition, what precedes a channel in its server name
     /// (`<prefix>{TAG}.`; empty in classic mode): see [`wire_heads`].
     pub(crate) heads: Vec<Box<[u8]>>,
-    pub(crate) cluster: ClusterCounters,
     /// The control core's counters, as of its last round.
     pub(crate) core_stats: parking_lot::Mutex<control::Stats>,
     pub(crate) routes: RwLock<Routes>,

@@ -15,7 +15,7 @@ use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 use crate::cluster::builder::Mode;
 use crate::cluster::driver::Driver;
 use crate::cluster::publish::KeptMsg;
-use crate::cluster::shared::{Routes, Stage, NONE};
+use crate::cluster::shared::{Routes, NONE};
 use crate::conn::Role;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -56,7 +56,7 @@ impl Driver {
                 ))
                 .build_detached()
                 .inspect_err(|_| {
-                    add(&self.s.cluster.errors[Stage::Connect as usize], 1);
+                    add(&self.s.counters.cluster.connect_errors, 1);
                 })?,
         );
         self.publ.insert(addr, e.clone());
@@ -98,7 +98,7 @@ impl Driver {
     /// A `PING` on `old` after every publish sent there: its reply (or
     /// failure) opens the gates of `token`.
     pub(crate) fn send_barrier(&self, old: &Engine, token: u64) {
-        add(&self.s.cluster.gates, 1);
+        add(&self.s.counters.cluster.gates, 1);
         let s = self.s.clone();
         old.command_then(0, [&b"PING"[..]], move |r| {
             let ok = r.is_ok();
@@ -154,7 +154,8 @@ impl Driver {
             }
         }
         let stats = self.core.stats();
-        s.cluster
+        s.counters
+            .cluster
             .unknown_owners
             .store(stats.unknown_slot_owners, Ordering::Relaxed);
         *s.core_stats.lock() = stats;
@@ -213,6 +214,7 @@ impl Driver {
             }
         }
         self.s
+            .counters
             .cluster
             .nodes
             .store(self.publ.len(), Ordering::Relaxed);

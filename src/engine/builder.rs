@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
 use crate::engine::kept::AnySink;
-use crate::engine::shared::Counters;
+use crate::engine::shared::EngineCounters;
 use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
@@ -431,7 +431,7 @@ impl Builder {
             lease: self.lease,
             read_pause: self.read_pause,
             observer: self.observer.unwrap_or_else(|| Arc::new(NoObserver)),
-            counters: Counters::default(),
+            counters: EngineCounters::default(),
             degraded: self.degraded,
             kept: self.kept,
         });

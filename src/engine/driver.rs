@@ -15,9 +15,10 @@ use crate::engine::backoff::Backoff;
 use crate::engine::kept::{Kept, StagedKept};
 use crate::engine::lend::{LendPoll, Lent, RELEND};
 use crate::engine::pending::{Completion, Later, Slot};
-use crate::engine::shared::{ConnShared, Counters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
+use crate::engine::shared::{ConnShared, EngineCounters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::metrics::add;
 use crate::transport::tls::TlsTarget;
 use crate::transport::Transport;
 
@@ -329,7 +330,7 @@ impl Driver {
         self.shared.info.addr
     }
 
-    fn counters(&self) -> &Counters {
+    fn counters(&self) -> &EngineCounters {
         &self.settings.counters
     }
 
@@ -500,7 +501,7 @@ impl Driver {
                 Ok(n) => {
                     got += n;
                     budget -= 1;
-                    Counters::add(&self.settings.counters.reads, 1);
+                    add(&self.settings.counters.reads, 1);
                     let later = self.deferring.then_some(&mut self.later);
                     if let Some(closed) = dispatch(
                         core,
@@ -604,7 +605,7 @@ impl Driver {
         if self.spare_reqs.is_empty() && self.spare_buf.is_empty() {
             return;
         }
-        Counters::add(&self.counters().requests, self.spare_reqs.len() as u64);
+        add(&self.counters().requests, self.spare_reqs.len() as u64);
         match &mut self.core {
             Some(core) => {
                 core.send_encoded_vec(&mut self.spare_buf, self.spare_reqs.drain(..), now)
@@ -665,10 +666,10 @@ impl Driver {
         let done = socket.write_from(core, now);
         let blocked = done.blocked;
         if blocked {
-            Counters::add(&self.settings.counters.write_would_block, 1);
+            add(&self.settings.counters.write_would_block, 1);
         }
-        Counters::add(&self.settings.counters.writes, done.writes);
-        Counters::add(&self.settings.counters.bytes_written, done.bytes);
+        add(&self.settings.counters.writes, done.writes);
+        add(&self.settings.counters.bytes_written, done.bytes);
         self.write_blocked = blocked;
         if blocked && self.paused_until.is_some() {
             // Registered again with both interests: the pause ends.
@@ -871,7 +872,7 @@ impl Driver {
                     user.fail(error.clone(), &self.settings, &mut self.kept);
                 }
             }
-            Counters::add(&self.counters().failed, failed);
+            add(&self.counters().failed, failed);
         }
         let retry_first = self.settings.degraded;
         let give_up = (self.initial.is_some() && !retry_first) || self.shutting_down;
@@ -889,7 +890,7 @@ impl Driver {
             Error::NotConnected { addr: self.addr() }
         };
         self.fail_staged(&staged_err);
-        Counters::add(&self.counters().disconnects, 1);
+        add(&self.counters().disconnects, 1);
         self.settings
             .observer
             .on_disconnected(&self.shared.info, &error);
@@ -926,7 +927,7 @@ fn fail_all(
     settings: &Settings,
     kept: &mut Kept,
 ) {
-    Counters::add(&settings.counters.failed, reqs.len() as u64);
+    add(&settings.counters.failed, reqs.len() as u64);
     for r in reqs.drain(..) {
         r.user.fail(error.clone(), settings, kept);
     }
@@ -970,7 +971,7 @@ pub(crate) fn dispatch(
                         shared.state.store(UP, Ordering::Release);
                     }
                 }
-                Counters::add(&settings.counters.connects, 1);
+                add(&settings.counters.connects, 1);
                 if backoff.attempts() > 0 {
                     log::info!("reconnected to {addr} ({protocol:?})");
                 } else {
@@ -1028,9 +1029,9 @@ pub(crate) fn dispatch(
         backoff.healthy();
     }
     let c = &settings.counters;
-    Counters::add(&c.replies, replies);
-    Counters::add(&c.error_replies, errors);
-    Counters::add(&c.pushes, pushes);
-    Counters::add(&c.failed, failed);
+    add(&c.replies, replies);
+    add(&c.error_replies, errors);
+    add(&c.pushes, pushes);
+    add(&c.failed, failed);
     closed
 }

@@ -77,9 +77,10 @@ use crate::engine::driver::dispatch;
 use crate::engine::kept::Kept;
 use crate::engine::pending::Completion;
 use crate::engine::runtime;
-use crate::engine::shared::{ConnShared, Counters, UP};
+use crate::engine::shared::{ConnShared, UP};
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::metrics::add;
 use crate::transport::Transport;
 
 /// How long a lend may go unused before the thread takes it back (so it
@@ -451,8 +452,8 @@ impl ConnShared {
         self.wake_waiters(&staging);
         drop(staging);
         let n = lent.requests.len() as u64;
-        Counters::add(&settings.counters.requests, n);
-        Counters::add(&settings.counters.lent, n);
+        add(&settings.counters.requests, n);
+        add(&settings.counters.lent, n);
         lent.core
             .send_encoded_vec(&mut lent.scratch, lent.requests.drain(..), Instant::now());
         true
@@ -493,7 +494,7 @@ impl ConnShared {
                     // The thread reads the end of the stream again.
                     Ok(0) => return true,
                     Ok(_) => {
-                        Counters::add(&settings.counters.reads, 1);
+                        add(&settings.counters.reads, 1);
                         if dispatch_lent(self, lent, settings) {
                             return true;
                         }
@@ -552,10 +553,10 @@ pub(crate) fn write_lent(lent: &mut Lent, settings: &Settings) -> bool {
     // caller waits for a reply next, so nothing more would gather.
     lent.core.flush_now(now);
     let w = lent.socket.write_from(&mut lent.core, now);
-    Counters::add(&counters.writes, w.writes);
-    Counters::add(&counters.bytes_written, w.bytes);
+    add(&counters.writes, w.writes);
+    add(&counters.bytes_written, w.bytes);
     if w.blocked {
-        Counters::add(&counters.write_would_block, 1);
+        add(&counters.write_would_block, 1);
     }
     w.blocked || lent.core.unsent_len() > 0 || lent.core.is_closed()
 }

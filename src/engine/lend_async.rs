@@ -47,9 +47,10 @@ use tokio::io::Interest;
 use crate::conn::Request;
 use crate::engine::lend::{dispatch_lent, write_lent, Lent, Turn};
 use crate::engine::pending::Completion;
-use crate::engine::shared::{ConnShared, Counters};
+use crate::engine::shared::ConnShared;
 use crate::engine::{Pending, Settings};
 use crate::error::Error;
+use crate::metrics::add;
 
 /// A lend's epoll instance in a tokio reactor.
 pub(crate) type LendFd = Arc<AsyncFd<OwnedFd>>;
@@ -154,7 +155,7 @@ fn read_ready(shared: &ConnShared, lent: &mut Lent, settings: &Settings) -> bool
         match lent.socket.read_into(&mut lent.core, Instant::now()) {
             Ok(0) => return true, // the thread reads the end again
             Ok(_) => {
-                Counters::add(&settings.counters.reads, 1);
+                add(&settings.counters.reads, 1);
                 if dispatch_lent(shared, lent, settings) {
                     return true;
                 }

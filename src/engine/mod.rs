@@ -31,7 +31,7 @@ pub use builder::Builder;
 pub use pending::Pending;
 pub(crate) use runtime::default_threads;
 pub use runtime::Runtime;
-pub use shared::Stats;
+pub use shared::EngineStats;
 
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
@@ -40,7 +40,7 @@ use crate::transport::tls::TlsTarget;
 use driver::Driver;
 use pending::{Completion, Slot};
 use runtime::Latch;
-use shared::{ConnShared, Control, Counters, Staging, ThreadShared, CONNECTING};
+use shared::{ConnShared, Control, EngineCounters, Staging, ThreadShared, CONNECTING};
 
 /// A request for one reply of any kind, its handle and its cell.
 fn value_request() -> (Pending<Value>, Arc<Slot<Value>>, Request<Completion>) {
@@ -70,7 +70,7 @@ pub(crate) struct Settings {
     pub(crate) backoff_base: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) observer: Arc<dyn Observer>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: EngineCounters,
     /// A failed first attempt does not end the connection (it reconnects).
     pub(crate) degraded: bool,
     /// Where kept publishes' outcomes go (a cluster's publish engines).
@@ -276,7 +276,7 @@ impl Engine {
     }
 
     /// A snapshot of the engine's counters.
-    pub fn stats(&self) -> Stats {
+    pub fn stats(&self) -> EngineStats {
         let mut stats = self.inner.settings.counters.snapshot();
         if self.inner.shared_runtime {
             stats.thread_panics += self.inner.runtime.thread_panics();
@@ -326,7 +326,7 @@ impl Engine {
     /// Publishes `payload` to `channel` with `PUBLISH`, fire-and-forget.
     /// Allocates nothing in steady state; the message leaves with the next
     /// write of its connection. An error reply is counted in
-    /// [`Stats::error_replies`].
+    /// [`EngineStats::error_replies`].
     ///
     /// When the connection already buffers
     /// [`Builder::max_buffered_bytes`] (the server is not keeping up), the
@@ -757,7 +757,7 @@ impl Engine {
 
     /// Seam for the Pub/Sub layer: encodes commands straight into connection
     /// `index` of server `server`, whose replies `kind` describes; the reply
-    /// is only counted (errors in [`Stats::error_replies`]).
+    /// is only counted (errors in [`EngineStats::error_replies`]).
     ///
     /// # Errors
     ///

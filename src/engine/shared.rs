@@ -251,9 +251,11 @@ pub(crate) fn settle_unserved(c: Control) {
     }
 }
 
-/// Engine-wide counters (relaxed atomics, bumped per batch, not per call).
+/// Engine-wide counters (relaxed atomics, bumped per batch, not per call,
+/// with [`crate::metrics::add`]): what [`Engine::stats`](crate::Engine::stats)
+/// reads, the low-level engine's own, apart from the Pub/Sub metrics.
 #[derive(Default, Debug)]
-pub(crate) struct Counters {
+pub(crate) struct EngineCounters {
     pub(crate) requests: AtomicU64,
     pub(crate) replies: AtomicU64,
     pub(crate) error_replies: AtomicU64,
@@ -271,16 +273,10 @@ pub(crate) struct Counters {
     pub(crate) thread_panics: PanicCount,
 }
 
-impl Counters {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// A snapshot of the engine's counters.
 #[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct EngineStats {
     /// Requests handed to connections (publishes and commands).
     pub requests: u64,
     /// Replies received.
@@ -318,10 +314,10 @@ pub struct Stats {
     pub thread_panics: u64,
 }
 
-impl Counters {
-    pub(crate) fn snapshot(&self) -> Stats {
+impl EngineCounters {
+    pub(crate) fn snapshot(&self) -> EngineStats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Stats {
+        EngineStats {
             requests: g(&self.requests),
             replies: g(&self.replies),
             error_replies: g(&self.error_replies),

@@ -1,9 +1,23 @@
-//! Pub/Sub metrics: relaxed atomic counters, a lag histogram, and the
-//! [`Metrics`] snapshot read by [`PubSub::metrics`](crate::PubSub::metrics).
+//! Pub/Sub metrics: the one model of what an instance counts, and its
+//! rendering.
+//!
+//! [`Metrics`] is the snapshot read by
+//! [`PubSub::metrics`](crate::PubSub::metrics): the delivery counters every
+//! placement shares, and on a cluster its own section ([`ClusterMetrics`]).
+//! Behind it are the live counters (`Counters`, relaxed atomics, with the
+//! cluster's in `ClusterCounters`) and a lag histogram. The layers above
+//! only bump counters; the placement fills in a snapshot.
+//! [`Metrics::to_prometheus`] writes a snapshot in the Prometheus text
+//! format from one table of families.
 //!
 //! Counters are bumped per batch where the code has batches (a worker adds
 //! its delivered count once per drained batch), and never take a lock.
+//!
+//! The low-level [`Engine`](crate::Engine)'s own per-connection counters
+//! ([`EngineStats`](crate::EngineStats)) are a different thing, kept by
+//! the engine.
 
+mod cluster;
 mod histogram;
 mod prometheus;
 
@@ -12,6 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) use histogram::Histogram;
 
 use crate::threads::PanicCount;
+pub(crate) use cluster::ClusterCounters;
+pub use cluster::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 pub use histogram::LagSnapshot;
 
 /// Why messages were dropped (delivery is at most once; a drop is counted,
@@ -80,7 +96,7 @@ pub struct Metrics {
     /// alone (counted in `refused_channels`), so the others get through.
     pub subscribe_errors: u64,
     /// Channels the server refused to subscribe, each isolated and
-    /// reported in an [`Event::Refused`](crate::pubsub::Event::Refused).
+    /// reported in an [`Event::Refused`](crate::Event::Refused).
     pub refused_channels: u64,
     /// Subscribe confirmations received (one per channel per command).
     pub confirmations: u64,
@@ -96,7 +112,9 @@ pub struct Metrics {
     pub probes_sent: u64,
     /// Connections restarted because a probe did not come back in time.
     pub probe_restarts: u64,
-    /// Open subscribe connections per server (builder order).
+    /// Open subscribe connections per server (builder order). Empty on a
+    /// cluster, which counts them in
+    /// [`ClusterMetrics::subscribe_connections`].
     pub active_connections: Vec<usize>,
     /// End-to-end lag (publish to handler), when the envelope is on.
     pub lag: Option<LagSnapshot>,
@@ -109,6 +127,9 @@ pub struct Metrics {
     /// panic message. A panicked thread has stopped and what it served
     /// stops with it: alert on any non-zero value and restart the instance.
     pub thread_panics: u64,
+    /// What only a cluster counts (topology, redirects, the publish hold,
+    /// nodes); `None` on servers (one server or shards).
+    pub cluster: Option<ClusterMetrics>,
 }
 
 /// The live counters behind [`Metrics`].
@@ -139,6 +160,9 @@ pub(crate) struct Counters {
     /// The I/O thread panics of a runtime given by the caller (shared with
     /// other instances), added to the count of the instance's own.
     pub(crate) runtime_panics: std::sync::OnceLock<PanicCount>,
+    /// What only the cluster placement counts, and the counts of closed
+    /// subscribe connections.
+    pub(crate) cluster: ClusterCounters,
 }
 
 /// Adds `n` to a counter (relaxed).
@@ -151,7 +175,8 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 impl Counters {
     /// The counters' part of a snapshot; the caller fills in what is
     /// counted per connection (received, queue-full drops, unenveloped),
-    /// queue depths, connections and the channel count.
+    /// queue depths, connections, the channel count and the cluster's
+    /// section.
     pub(crate) fn snapshot(&self, with_lag: bool) -> Metrics {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Metrics {
@@ -186,6 +211,7 @@ impl Counters {
             unenveloped: 0,
             thread_panics: self.thread_panics.get()
                 + self.runtime_panics.get().map_or(0, PanicCount::get),
+            cluster: None,
         }
     }
 }

@@ -326,7 +326,7 @@ impl PubSubBuilder {
     /// that answers but refuses the credentials or the handshake fails
     /// `build` either way. A cluster starts degraded as soon as a seed
     /// gives a slot map; its unreachable primaries are followed the same
-    /// way ([`ClusterMetrics::subscribe_connections`](crate::cluster::ClusterMetrics::subscribe_connections)
+    /// way ([`ClusterMetrics::subscribe_connections`](crate::metrics::ClusterMetrics::subscribe_connections)
     /// counts the subscribe connections up).
     pub fn require_all_servers(mut self, on: bool) -> Self {
         self.common.require_all = on;

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{ClusterMetrics, ClusterPubSub};
+use crate::cluster::ClusterPubSub;
 use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
 use crate::front::{self, Placement};
 use crate::history::{History, Position};
-use crate::metrics::Metrics;
+use crate::metrics::{ClusterMetrics, Metrics};
 use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
 use resp::Value;
 
@@ -460,34 +460,31 @@ impl PubSub {
         }
     }
 
-    /// A snapshot of the counters, queue depths and (with the envelope)
-    /// lag quantiles.
+    /// A snapshot of the counters, queue depths, (with the envelope) lag
+    /// quantiles and, on a cluster, its own section
+    /// ([`Metrics::cluster`]: topology, redirects, holds, nodes and
+    /// connections).
     pub fn metrics(&self) -> Metrics {
         match &self.placed {
             Placed::Fixed(p) => p.metrics(),
-            Placed::Cluster(p) => p.metrics().pubsub,
+            Placed::Cluster(p) => p.metrics(),
         }
     }
 
-    /// A cluster's counters: these metrics and the topology's, redirects,
-    /// holds, nodes and connections (a cluster placement only).
+    /// The cluster's section of the metrics: `metrics().cluster`, a
+    /// shorthand kept for code written before it was a section (`None` on
+    /// servers).
     pub fn cluster_metrics(&self) -> Option<ClusterMetrics> {
-        match &self.placed {
-            Placed::Fixed(_) => None,
-            Placed::Cluster(p) => Some(p.metrics()),
-        }
+        self.metrics().cluster
     }
 
     /// Appends the metrics to `out` in the Prometheus text exposition
-    /// format: [`Metrics::to_prometheus`], and on a cluster
-    /// [`ClusterMetrics::to_prometheus`] (the same families, and the
-    /// cluster's). Serve `out` with the content type `text/plain;
-    /// version=0.0.4` (`examples/metrics_http.rs` does, on `/metrics`).
+    /// format ([`Metrics::to_prometheus`]: the delivery families and, on a
+    /// cluster, the cluster's). Serve `out` with the content type
+    /// `text/plain; version=0.0.4` (`examples/metrics_http.rs` does, on
+    /// `/metrics`).
     pub fn render_prometheus(&self, out: &mut String) {
-        match &self.placed {
-            Placed::Fixed(p) => p.metrics().to_prometheus(out),
-            Placed::Cluster(p) => p.metrics().to_prometheus(out),
-        }
+        self.metrics().to_prometheus(out);
     }
 
     /// The runtime whose I/O threads serve this instance (pass it to other

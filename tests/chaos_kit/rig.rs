@@ -193,7 +193,7 @@ impl Rig {
     pub fn probe_restarts(&self) -> Vec<u64> {
         self.subs
             .iter()
-            .map(|s| s.ps.cluster_metrics().unwrap().pubsub.probe_restarts)
+            .map(|s| s.ps.metrics().probe_restarts)
             .collect()
     }
 

@@ -61,7 +61,6 @@ pub const KNOWN_UPWARD: &[(&str, &str)] = &[
     // testkit's counting allocator replaces it.
     ("front", "pubsub"),
     ("cluster", "pubsub"),
-    ("metrics", "cluster"),
 ];
 
 /// One `crate::` path that names a module.

@@ -3,8 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::ClusterMetrics;
-use crate::metrics::{Histogram, Metrics};
+use crate::metrics::{ClusterMetrics, Histogram, Metrics};
 
 /// Label names and values, in order.
 type Labels = Vec<(String, String)>;
@@ -267,15 +266,16 @@ fn metrics_follow_the_text_format_and_the_naming_rules() {
 
 #[test]
 fn cluster_metrics_add_their_own_families_once() {
-    let mut m = ClusterMetrics {
-        pubsub: sample_metrics(),
-        ..ClusterMetrics::default()
+    let mut c = ClusterMetrics::default();
+    c.rebuilds.startup = 1;
+    c.redirects.moved = 2;
+    c.last_restore = Some(std::time::Duration::from_millis(250));
+    c.max_restore = Some(std::time::Duration::from_millis(1500));
+    c.nodes = 3;
+    let m = Metrics {
+        cluster: Some(c),
+        ..sample_metrics()
     };
-    m.rebuilds.startup = 1;
-    m.redirects.moved = 2;
-    m.last_restore = Some(std::time::Duration::from_millis(250));
-    m.max_restore = Some(std::time::Duration::from_millis(1500));
-    m.nodes = 3;
     let mut text = String::new();
     m.to_prometheus(&mut text);
     let fams = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -292,7 +292,7 @@ fn cluster_metrics_add_their_own_families_once() {
     assert_eq!(fams.len(), 25 + 19, "{:?}", fams.keys());
     // Before the first restore the restore gauges are left out.
     let mut text = String::new();
-    ClusterMetrics::default().to_prometheus(&mut text);
+    fresh_cluster().to_prometheus(&mut text);
     let fams = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert!(!fams.contains_key("shardsub_cluster_last_restore_seconds"));
 }
@@ -321,4 +321,176 @@ fn the_checker_refuses_broken_texts() {
         let e = check(bad).expect_err(bad);
         assert!(e.contains(why), "{bad:?}: {e}");
     }
+}
+
+/// Every counter of `Metrics` set to its own value (a wrong getter in the
+/// table shows as a wrong number), with the lag histogram.
+fn distinct_metrics() -> Metrics {
+    let mut m = sample_metrics();
+    let mut n = 100u64;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    m.published = next();
+    m.publish_errors = next();
+    m.received = next();
+    m.delivered = next();
+    m.unwanted = next();
+    m.dropped.queue_full = next();
+    m.dropped.shutdown = next();
+    m.dropped.moved = next();
+    m.recovered = next();
+    m.duplicates = next();
+    m.unrecoverable = next();
+    m.queue_depths = vec![next() as usize, next() as usize, 0];
+    m.subscribe_commands = next();
+    m.unsubscribe_commands = next();
+    m.subscribe_errors = next();
+    m.refused_channels = next();
+    m.confirmations = next();
+    m.channels = next();
+    m.reconnects = next();
+    m.gaps = next();
+    m.gap_channels = next();
+    m.probes_sent = next();
+    m.probe_restarts = next();
+    m.active_connections = vec![next() as usize, 0, next() as usize];
+    m.unenveloped = next();
+    m.thread_panics = next();
+    m
+}
+
+/// A cluster placement's metrics before anything was counted.
+fn fresh_cluster() -> Metrics {
+    Metrics {
+        cluster: Some(ClusterMetrics::default()),
+        ..Metrics::default()
+    }
+}
+
+/// Every field of the cluster's section (and of the rest) set to its own
+/// value.
+fn distinct_cluster() -> Metrics {
+    let mut c = ClusterMetrics::default();
+    let mut n = 200u64;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    let r = &mut c.rebuilds;
+    for f in [
+        &mut r.startup,
+        &mut r.poll,
+        &mut r.sunsubscribe,
+        &mut r.moved,
+        &mut r.disconnect,
+        &mut r.subscribe_error,
+        &mut r.retry,
+        &mut r.manual,
+    ] {
+        *f = next();
+    }
+    let e = &mut c.topology_errors;
+    for f in [
+        &mut e.version,
+        &mut e.fetch,
+        &mut e.parse,
+        &mut e.probe,
+        &mut e.connect,
+    ] {
+        *f = next();
+    }
+    c.unknown_slot_owners = next();
+    c.last_restore = Some(std::time::Duration::from_micros(1_250_375));
+    c.max_restore = Some(std::time::Duration::from_millis(4_500));
+    c.restores = next();
+    c.moved_partitions = next();
+    c.subscribe_errors = next();
+    let d = &mut c.redirects;
+    for f in [
+        &mut d.moved,
+        &mut d.ask,
+        &mut d.try_again,
+        &mut d.cluster_down,
+    ] {
+        *f = next();
+    }
+    c.publish_failed = next();
+    let h = &mut c.holds;
+    for f in [
+        &mut h.held,
+        &mut h.expired,
+        &mut h.full,
+        &mut h.gates,
+        &mut h.gate_timeouts,
+    ] {
+        *f = next();
+    }
+    h.messages = next() as usize;
+    h.bytes = next() as usize;
+    c.nodes = next() as usize;
+    c.subscribe_connections = next() as usize;
+    Metrics {
+        cluster: Some(c),
+        ..distinct_metrics()
+    }
+}
+
+/// The renderings of representative states, byte for byte, against the
+/// files in `golden/` (`UPDATE_GOLDEN=1` rewrites them): a fresh instance
+/// on servers, servers with every counter set and the lag on, a fresh
+/// cluster, and a cluster with every counter set.
+#[test]
+fn renderings_match_the_golden_files() {
+    let mut cases: Vec<(&str, String)> = Vec::new();
+    let mut render = |name, f: &dyn Fn(&mut String)| {
+        let mut out = String::new();
+        f(&mut out);
+        check(&out).unwrap_or_else(|e| panic!("{name}: {e}\n{out}"));
+        cases.push((name, out));
+    };
+    render("servers_fresh", &|o| Metrics::default().to_prometheus(o));
+    render("servers_counted", &|o| distinct_metrics().to_prometheus(o));
+    render("cluster_fresh", &|o| fresh_cluster().to_prometheus(o));
+    render("cluster_counted", &|o| distinct_cluster().to_prometheus(o));
+    // The counted cluster has a value in every family of the table.
+    let (_, all) = cases.last().unwrap();
+    assert_eq!(check(all).unwrap().len(), super::FAMILIES.len());
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/metrics/prometheus/golden");
+    for (name, text) in cases {
+        let path = dir.join(format!("{name}.prom"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+        if want != text {
+            let line = want
+                .lines()
+                .zip(text.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.lines().count().min(text.lines().count()));
+            panic!(
+                "{name}: differs from {} at line {}:\n--- want\n{}\n--- got\n{}",
+                path.display(),
+                line + 1,
+                want.lines().nth(line).unwrap_or("<end>"),
+                text.lines().nth(line).unwrap_or("<end>"),
+            );
+        }
+    }
+}
+
+#[test]
+fn help_texts_and_label_values_are_escaped() {
+    let mut out = String::new();
+    super::escaped(&mut out, "a\"b\\c\nd", true);
+    assert_eq!(out, "a\\\"b\\\\c\\nd");
+    out.clear();
+    super::escaped(&mut out, "a\"b\\c\nd", false);
+    assert_eq!(out, "a\"b\\\\c\\nd");
 }
