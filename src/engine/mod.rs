@@ -166,7 +166,8 @@ impl Engine {
         let mut placed: Vec<(Arc<ThreadShared>, Vec<Driver>)> = Vec::new();
         let mut servers = Vec::with_capacity(addrs.len());
         let mut initial = Vec::new();
-        let mut global = 0usize;
+        // Each connection's jitter from its own seed, drawn from the engine's.
+        let mut seeds = control::Rng::new(seed);
         for (server, (addr, tls)) in addrs.iter().enumerate() {
             let addr = *addr;
             let mut conns = Vec::with_capacity(per_server);
@@ -203,7 +204,7 @@ impl Engine {
                 });
                 let (pending, slot) = Pending::<()>::new();
                 initial.push(pending);
-                let conn_seed = seed ^ (global as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let conn_seed = seeds.next_u64();
                 let driver = Driver::new(
                     shared.clone(),
                     settings.clone(),
@@ -218,7 +219,6 @@ impl Engine {
                     None => placed.push((thread, vec![driver])),
                 }
                 conns.push(shared);
-                global += 1;
             }
             servers.push(ServerEntry { addr, conns });
         }
