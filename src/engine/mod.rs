@@ -53,13 +53,10 @@ fn value_request() -> (Pending<Value>, Arc<Slot<Value>>, Request<Completion>) {
     (pending, slot, request)
 }
 
-/// The publish command `options` ask for.
-fn publish_command(options: PublishOptions) -> &'static [u8] {
-    if options.sharded {
-        b"SPUBLISH"
-    } else {
-        b"PUBLISH"
-    }
+/// Appends the publish command `options` ask for.
+fn encode_publish(buf: &mut Vec<u8>, options: PublishOptions, channel: &[u8], payload: &[u8]) {
+    let kind = resp::PublishKind::of(options.sharded);
+    resp::encode_publish(buf, kind, &[channel], &[payload]);
 }
 
 /// Settings every connection and I/O thread reads.
@@ -440,10 +437,9 @@ impl Engine {
         options: PublishOptions,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot));
-        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         lend_async::call_async(conn, &self.inner.settings, encode, request, pending).await
     }
 
@@ -457,11 +453,10 @@ impl Engine {
         timeout: Option<Duration>,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         let until = timeout.map(|t| (Instant::now() + t, t));
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot.clone()));
-        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         let lent = conn.call_lent(
             &self.inner.settings,
             encode,
@@ -716,9 +711,8 @@ impl Engine {
         completion: Completion,
     ) -> Result<(), Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         conn.submit(
-            |buf| resp::encode_command(buf, [cmd, channel, payload]),
+            |buf| encode_publish(buf, options, channel, payload),
             Request::single(completion),
         )
         .map_err(|(req, e)| {
