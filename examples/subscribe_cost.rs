@@ -26,6 +26,7 @@ use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use resp::PublishKind;
 use shardsub::PubSub;
 
 const CHANNELS: usize = 1000;
@@ -82,11 +83,12 @@ fn main() {
     let mut batch = Vec::new();
     let payload = [b'x'; PAYLOAD];
     for c in &chans {
-        batch.extend_from_slice(format!("*3\r\n$7\r\nPUBLISH\r\n${}\r\n", c.len()).as_bytes());
-        batch.extend_from_slice(c.as_bytes());
-        batch.extend_from_slice(format!("\r\n${PAYLOAD}\r\n").as_bytes());
-        batch.extend_from_slice(&payload);
-        batch.extend_from_slice(b"\r\n");
+        resp::encode_publish(
+            &mut batch,
+            PublishKind::Publish,
+            &[c.as_bytes()],
+            &[&payload],
+        );
     }
     let mut publisher = TcpStream::connect(&addr).expect("publisher");
     let mut replies = vec![0u8; 4 * CHANNELS]; // ":1\r\n" each

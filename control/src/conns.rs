@@ -340,13 +340,8 @@ impl Core {
             self.counters.stats.topology_errors.connect += 1;
             self.cfg.degraded_retry
         };
+        let backoff = self.reconnect.delay_at(c.failures);
         c.failures = c.failures.saturating_add(1);
-        let shift = c.failures.saturating_sub(1).min(16);
-        let backoff = self
-            .cfg
-            .reconnect_base
-            .saturating_mul(1 << shift)
-            .min(self.cfg.retry_max);
         c.state = ConnState::Retry { at: now + backoff };
         c.pending.clear();
         c.ping = None;

@@ -5,6 +5,7 @@ use alloc::vec::Vec;
 
 use topology::{Layout, NodeAddr, NodeKey, SlotMap};
 
+use crate::backoff::{Backoff, Jitter};
 use crate::command::{Channel, Command, ConnId};
 use crate::config::{Config, ConfigError};
 use crate::stats::{Counters, Trigger};
@@ -68,6 +69,9 @@ pub struct Core {
     pub(crate) next_conn: u64,
     pub(crate) next_id: u64,
     pub(crate) out: VecDeque<Command>,
+    /// The reconnect schedule (no jitter: the core is exact); each
+    /// connection keeps its own count of failures.
+    pub(crate) reconnect: Backoff,
     pub(crate) fetch: Fetch,
     pub(crate) probes: BTreeMap<u64, Probe>,
     /// Refreshes in a row that left lost partitions in place.
@@ -392,14 +396,14 @@ pub(crate) struct Pending {
 }
 
 /// The topology fetch state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Fetch {
     /// The request in flight: id, deadline.
     pub(crate) in_flight: Option<(u64, Time)>,
     /// When the next fetch starts (none in flight).
     pub(crate) next: Option<Time>,
-    /// Failed fetches in a row.
-    pub(crate) failures: u32,
+    /// Delays after failed fetches in a row (no jitter).
+    pub(crate) backoff: Backoff,
     /// Which candidate to ask next (an index into `Core::candidates`).
     pub(crate) cursor: usize,
     /// The node the fetch in flight asked.
@@ -439,6 +443,8 @@ impl Core {
                 ..Part::default()
             })
             .collect();
+        let reconnect = Backoff::new(config.reconnect_base, config.retry_max, Jitter::None, 0);
+        let fetch_backoff = Backoff::new(config.degraded_retry, config.retry_max, Jitter::None, 0);
         let mut core = Core {
             next_poll: now + config.poll_interval,
             cfg: config,
@@ -451,7 +457,17 @@ impl Core {
             next_conn: 0,
             next_id: 0,
             out: VecDeque::new(),
-            fetch: Fetch::default(),
+            reconnect,
+            fetch: Fetch {
+                in_flight: None,
+                next: None,
+                backoff: fetch_backoff,
+                cursor: 0,
+                asked: None,
+                last_start: None,
+                hold_until: Time::ZERO,
+                reason: Trigger::default(),
+            },
             probes: BTreeMap::new(),
             stale_rounds: 0,
             now,

@@ -56,6 +56,7 @@
 
 extern crate alloc;
 
+mod backoff;
 mod channel;
 mod classic;
 mod command;
@@ -72,6 +73,7 @@ mod replica_move_tests;
 mod replica_tests;
 mod replicas;
 mod rewire;
+mod rng;
 pub mod sim;
 mod stats;
 mod subscribe;
@@ -81,9 +83,11 @@ mod test_maps;
 mod tests;
 mod time;
 
+pub use crate::backoff::{Backoff, Jitter};
 pub use crate::channel::{Channel, MAX_CHANNEL_LEN};
 pub use crate::command::{Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;
+pub use crate::rng::Rng;
 pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;

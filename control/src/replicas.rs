@@ -357,10 +357,6 @@ fn rank(seed: u64, r: &Node) -> u64 {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    // splitmix64's finaliser: FNV's low bits alone mix poorly.
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    // A final mix: FNV's low bits alone mix poorly.
+    crate::Rng::mix(h)
 }

@@ -23,7 +23,7 @@ impl Core {
         self.fetch.in_flight = None;
         match result {
             Ok(map) if !map.shards().is_empty() => {
-                self.fetch.failures = 0;
+                self.fetch.backoff.reset();
                 self.next_poll = now + self.cfg.poll_interval;
                 self.note_absent(&map);
                 self.apply_map(map, now);
@@ -145,14 +145,8 @@ impl Core {
     }
 
     fn fetch_failed(&mut self, now: Time) {
-        self.fetch.failures = self.fetch.failures.saturating_add(1);
         self.fetch.cursor = self.fetch.cursor.wrapping_add(1);
-        let shift = self.fetch.failures.saturating_sub(1).min(16);
-        let delay = self
-            .cfg
-            .degraded_retry
-            .saturating_mul(1 << shift)
-            .min(self.cfg.retry_max);
+        let delay = self.fetch.backoff.next_delay();
         self.fetch.hold_until = now + delay;
         self.fetch.next = Some(self.fetch.hold_until);
         self.fetch.reason = Trigger::Retry;

@@ -42,7 +42,8 @@ fn publish_loop(o: &Options, k: usize, ps: &PubSub, books: &Books, names: &[Vec<
     let mine = o.channels.div_ceil(p);
     let mut body = Vec::with_capacity(books.payload_len());
     let mut buf = Vec::with_capacity(books.payload_len());
-    let mut rng = (o.seed.max(1)).wrapping_mul(k as u64 + 1) | 1;
+    // Repeatable: one stream per seed and publisher.
+    let mut rng = testkit::Rng::new(o.seed ^ testkit::Rng::mix(k as u64));
     let mut sent = 0u64;
     while !run.stop.load(Ordering::Relaxed) {
         let t = run.begin.elapsed().as_secs_f64();
@@ -56,10 +57,7 @@ fn publish_loop(o: &Options, k: usize, ps: &PubSub, books: &Books, names: &[Vec<
         // connection has 4 MiB staged, so memory stays bounded.
         let burst = (due - sent).min(512);
         for _ in 0..burst {
-            rng ^= rng << 13; // xorshift64: repeatable, seeded
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let mut i = k + p * (rng % mine as u64) as usize;
+            let mut i = k + p * rng.below(mine as u64) as usize;
             if i >= o.channels {
                 i = k;
             }

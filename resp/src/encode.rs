@@ -8,10 +8,8 @@ use core::fmt::Write as _;
 use crate::frame::{AggregateKind, Frame};
 use crate::value::Value;
 
-/// Appends the decimal form of `n` without allocating.
-#[inline]
-pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut buf = [0u8; 20];
+/// The decimal form of `n`, written at the end of `buf`.
+pub(crate) fn digits(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;
@@ -24,7 +22,14 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(buf.get(i..).unwrap_or_default());
+    buf.get(i..).unwrap_or_default()
+}
+
+/// Appends the decimal form of `n` without allocating.
+#[inline]
+pub(crate) fn push_u64(out: &mut Vec<u8>, n: u64) {
+    let mut buf = [0u8; 20];
+    out.extend_from_slice(digits(n, &mut buf));
 }
 
 #[inline]
@@ -150,6 +155,19 @@ pub fn encode_command_header(out: &mut Vec<u8>, argc: usize) {
 /// [`encode_command_header`], or a bulk string anywhere else.
 pub fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     push_blob(out, b'$', bytes);
+}
+
+/// Appends `n` in decimal as a bulk string (a count or a length as a
+/// command argument), without allocating.
+///
+/// ```
+/// let mut out = Vec::new();
+/// resp::encode_bulk_u64(&mut out, 100);
+/// assert_eq!(out, b"$3\r\n100\r\n");
+/// ```
+pub fn encode_bulk_u64(out: &mut Vec<u8>, n: u64) {
+    let mut buf = [0u8; 20];
+    encode_bulk(out, digits(n, &mut buf));
 }
 
 /// Appends a bulk string's header, `$len\r\n`: the caller then appends

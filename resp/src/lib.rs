@@ -21,6 +21,8 @@
 //!   reply arriving in small reads costs time linear in its size.
 //! - **Encodes** commands ([`encode_command`], [`encode_command_with`], or
 //!   [`encode_command_header`] then one [`encode_bulk`] per argument),
+//!   every publish shardsub sends ([`encode_publish`] for `PUBLISH` and
+//!   `SPUBLISH`, [`encode_script_head`] for a publish run as a script),
 //!   owned [`Value`]s, borrowed [`Frame`]s and the streamed forms,
 //!   appending to a caller's `Vec<u8>`. This is the library's only RESP
 //!   encoder.
@@ -109,6 +111,7 @@ mod error;
 mod flat;
 mod frame;
 mod parse;
+mod publish;
 pub mod pubsub;
 mod read;
 mod validate;
@@ -116,7 +119,7 @@ mod value;
 
 pub use decoder::Decoder;
 pub use encode::{
-    encode_aggregate_header, encode_bulk, encode_bulk_header, encode_command,
+    encode_aggregate_header, encode_bulk, encode_bulk_header, encode_bulk_u64, encode_command,
     encode_command_header, encode_command_with, encode_frame, encode_streamed_aggregate_end,
     encode_streamed_aggregate_start, encode_streamed_string, encode_value,
 };
@@ -125,5 +128,6 @@ pub use frame::{
     Aggregate, AggregateKind, ChunkIter, Chunks, Elements, Frame, Pairs, WithAttributes,
 };
 pub use parse::{parse, Parsed};
+pub use publish::{encode_bulk_parts, encode_publish, encode_script_head, PublishKind, Script};
 pub use pubsub::{classify, PubSub};
 pub use value::Value;

@@ -89,12 +89,9 @@ fn doubles_round_trip_bit_for_bit() {
         1e-5,
         9.999999999999999e-6,
     ];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = testkit::Rng::new(1);
     for _ in 0..10_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let d = f64::from_bits(x);
+        let d = f64::from_bits(rng.next_u64());
         if d.is_finite() {
             samples.push(d);
         }

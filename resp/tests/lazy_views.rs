@@ -144,11 +144,11 @@ proptest! {
     #[test]
     fn partial_walks_read_what_was_encoded(v in value(), seed in 1u64..) {
         let mut wire = Vec::new();
-        encode_varied(&mut wire, &v, &mut Coin(seed));
+        encode_varied(&mut wire, &v, &mut Coin::new(seed));
         let p = parsed(&wire);
         prop_assert_eq!(&p.to_value(), &v);
         if let Some(a) = p.frame.as_aggregate() {
-            partial_walk(a, plain(&v), &mut Coin(seed ^ 0x5555))?;
+            partial_walk(a, plain(&v), &mut Coin::new(seed ^ 0x5555))?;
         }
     }
 }

@@ -112,14 +112,14 @@ proptest! {
             }
         }).collect());
         let mut wire = Vec::new();
-        encode_varied(&mut wire, &v, &mut Coin(seed));
+        encode_varied(&mut wire, &v, &mut Coin::new(seed));
         prop_assert_eq!(parse_value(&wire), (v, wire.len()));
     }
 
     #[test]
     fn every_encoding_form_parses_to_the_same_value(v in value(), seed in 1u64..) {
         let mut wire = Vec::new();
-        encode_varied(&mut wire, &v, &mut Coin(seed));
+        encode_varied(&mut wire, &v, &mut Coin::new(seed));
         let (back, consumed) = parse_value(&wire);
         prop_assert_eq!(consumed, wire.len());
         prop_assert_eq!(back, v);
@@ -130,7 +130,7 @@ proptest! {
         v in value(), next in value(), seed in 1u64..,
     ) {
         let mut wire = Vec::new();
-        encode_varied(&mut wire, &v, &mut Coin(seed));
+        encode_varied(&mut wire, &v, &mut Coin::new(seed));
         let len = wire.len();
         encode_value(&mut wire, &next);
         let limits = Limits::default();
@@ -160,7 +160,7 @@ proptest! {
     #[test]
     fn parsing_and_walking_never_allocates(v in value(), seed in 1u64..) {
         let mut wire = Vec::new();
-        encode_varied(&mut wire, &v, &mut Coin(seed));
+        encode_varied(&mut wire, &v, &mut Coin::new(seed));
         let mut d = Decoder::default();
         let before = allocs();
         let Ok(Status::Complete(p)) = parse(&wire, &Limits::default()) else { panic!() };

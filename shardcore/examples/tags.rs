@@ -18,6 +18,7 @@ use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
 use shardcore::{cluster_create_ranges, key_slot, Partitions};
+use testkit::Rng;
 
 const USAGE: &str = "usage: tags --partitions P --masters N|A..=B [--layouts K] [--seed S]";
 
@@ -121,15 +122,6 @@ fn worst_over(slots: &[u16], masters: RangeInclusive<u16>) -> (u32, u16, usize) 
     (worst, at, over_one)
 }
 
-/// SplitMix64, for reproducible random layouts.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Worst (count - proportional share) over random weighted layouts.
 fn reshard_metric(
     slots: &[u16],
@@ -137,13 +129,13 @@ fn reshard_metric(
     layouts: u32,
     seed: u64,
 ) -> (f64, f64) {
-    let mut state = seed;
+    let mut rng = Rng::new(seed);
     let p = slots.len() as f64;
     let (mut excess, mut deficit) = (f64::MIN, f64::MIN);
     let span = u64::from(masters.end() - masters.start()) + 1;
     for _ in 0..layouts {
-        let m = u64::from(*masters.start()) + next(&mut state) % span;
-        let weights: Vec<u64> = (0..m).map(|_| 1 + next(&mut state) % 1000).collect();
+        let m = u64::from(*masters.start()) + rng.next_u64() % span;
+        let weights: Vec<u64> = (0..m).map(|_| 1 + rng.next_u64() % 1000).collect();
         let total: u64 = weights.iter().sum();
         let (mut acc, mut start, mut ranges) = (0, 0u64, Vec::new());
         for w in weights {

@@ -4,6 +4,7 @@
 use std::ops::RangeInclusive;
 
 use shardcore::{cluster_create_ranges, ideal_ranges, Partitions, SLOT_COUNT};
+use testkit::Rng;
 
 /// `prefix[s]` = partitions with slot < s.
 fn prefix_counts(table: &Partitions) -> Vec<u32> {
@@ -100,33 +101,20 @@ fn other_tables_stay_within_two() {
     }
 }
 
-/// SplitMix64: a seeded generator for reproducible layouts.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// Random contiguous layouts where master i owns a share proportional to a
 /// random weight (as after uneven resharding): no master holds a whole
 /// partition more than its proportional share, nor a whole one less.
 #[test]
 fn resharded_layouts_stay_within_one_of_proportional() {
     const SEED: u64 = 0x5eed_0001;
-    let mut rng = SplitMix(SEED);
+    let mut rng = Rng::new(SEED);
     let mut worst_excess = f64::MIN;
     let mut worst_deficit = f64::MIN;
     for p in [16, 128, 1000, 1024, 4096, 16384] {
         let table = Partitions::new(p).expect("valid count");
         for _ in 0..300 {
-            let masters = 2 + (rng.next() % 63) as usize;
-            let weights: Vec<u64> = (0..masters).map(|_| 1 + rng.next() % 1000).collect();
+            let masters = 2 + (rng.next_u64() % 63) as usize;
+            let weights: Vec<u64> = (0..masters).map(|_| 1 + rng.next_u64() % 1000).collect();
             let total: u64 = weights.iter().sum();
             let mut acc = 0;
             let mut start = 0u64;

@@ -3,21 +3,9 @@
 //! really makes.
 
 use shardcore::{cluster_create_ranges, key_slot, Partitions};
-use testkit::{Cluster, Server, Value};
+use testkit::{Cluster, Rng, Server, Value};
 
-/// SplitMix64: seeded, so a failure names its seed and key.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
+/// Seeded, so a failure names its seed and key.
 const SEED: u64 = 0x6b65_7973_6c6f_7401;
 
 /// Hand-picked edge cases, then random keys over bytes weighted toward
@@ -47,13 +35,13 @@ fn keys() -> Vec<Vec<u8>> {
     .iter()
     .map(|k| k.to_vec())
     .collect();
-    let mut rng = SplitMix(SEED);
+    let mut rng = Rng::new(SEED);
     let alphabet: &[u8] = b"{}{}{}ab.\x00\xff\x7f\r\n ";
     for _ in 0..3000 {
-        let len = (rng.next() % 24) as usize;
+        let len = (rng.next_u64() % 24) as usize;
         let key = (0..len)
             .map(|_| {
-                let r = rng.next();
+                let r = rng.next_u64();
                 if r % 3 == 0 {
                     (r >> 8) as u8
                 } else {

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control::{ConnId, Core, Time};
+use control::{Backoff, ConnId, Core, Jitter, Time};
 use topology::TopologyCommand;
 
 use crate::cluster::builder::NodeSettings;
@@ -31,6 +31,16 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::front::registry::Settled;
 use crate::metrics::add;
+
+/// The delay before a publish refused for now (`TRYAGAIN`, `CLUSTERDOWN`,
+/// no owner known) is sent again: 20 ms doubling to 500 ms, exact (each
+/// publish counts its own retries).
+const PUBLISH_RETRY: Backoff = Backoff::new(
+    Duration::from_millis(20),
+    Duration::from_millis(500),
+    Jitter::None,
+    0,
+);
 
 /// One subscribe connection the core opened: its engine (one connection)
 /// and its shared state.
@@ -464,8 +474,8 @@ impl Driver {
                 // A refresh within the degraded-mode delay (coalesced, so a
                 // burst of refusals costs one).
                 self.input(|core, now| core.handle_degraded(now));
-                let exp = msg.retries.min(6);
-                let delay = Duration::from_millis(10u64 << exp).min(Duration::from_millis(500));
+                let mut schedule = PUBLISH_RETRY;
+                let delay = schedule.delay_at(msg.retries - 1);
                 let now = Instant::now();
                 // With the hold on, the slot's later publishes wait behind
                 // this one (parked in the slot's hold entry until its

@@ -120,12 +120,15 @@ impl Driver {
             // Refused (`MOVED`: the old node still serves its own slots and
             // forwards nothing) or not sent: nothing to wait for. Accepted:
             // wait for it to come back.
-            g.old
-                .command_then(0, [&b"SPUBLISH"[..], &name, &payload], move |r| {
+            g.old.command_then(
+                0,
+                [resp::PublishKind::Spublish.command(), &name, &payload],
+                move |r| {
                     if r.is_err() {
                         s.post(|inbox| inbox.markers.push(token));
                     }
-                });
+                },
+            );
         }
     }
 

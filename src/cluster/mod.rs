@@ -155,10 +155,7 @@ pub(crate) fn instance_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut k = t ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^ (k >> 33)
+    control::Rng::mix(t ^ (u64::from(std::process::id()) << 32) ^ control::Rng::mix(n))
 }
 
 impl ClusterPubSub {

@@ -536,22 +536,12 @@ fn encode(shared: &Shared, out: &mut Vec<u8>, new: NewPub<'_>) -> KeptMsg {
             crate::history::script::encode_publish(out, &args);
         });
     } else {
-        out.extend_from_slice(if shared.sharded() {
-            b"*3\r\n$8\r\nSPUBLISH\r\n"
-        } else {
-            b"*3\r\n$7\r\nPUBLISH\r\n"
-        });
-        resp::encode_bulk_header(out, wire_len);
-        out.extend_from_slice(head);
-        out.extend_from_slice(channel);
-        out.extend_from_slice(b"\r\n");
+        let kind = resp::PublishKind::of(shared.sharded());
         if shared.config.envelope {
-            let env = crate::wire::envelope::HEADER_LEN;
-            resp::encode_bulk_header(out, env + payload.len());
-            crate::wire::envelope::encode_into(out, payload, crate::workers::now_us());
-            out.extend_from_slice(b"\r\n");
+            let header = crate::wire::envelope::header(crate::workers::now_us());
+            resp::encode_publish(out, kind, &[head, channel], &[&header, payload]);
         } else {
-            resp::encode_bulk(out, payload);
+            resp::encode_publish(out, kind, &[head, channel], &[payload]);
         }
     }
     let msg = NewMsg {

@@ -11,7 +11,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use crate::conn::{ConnConfig, Connection, Event, Request};
-use crate::engine::backoff::Backoff;
+use crate::engine::backoff::Reconnect;
 use crate::engine::kept::{Kept, StagedKept};
 use crate::engine::lend::{LendPoll, Lent, RELEND};
 use crate::engine::pending::{Completion, Later, Slot};
@@ -56,7 +56,7 @@ pub(crate) struct Driver {
     spare_kept: Option<Box<dyn StagedKept>>,
     /// This connection's kept publishes in flight (see [`Kept`]).
     kept: Kept,
-    backoff: Backoff,
+    backoff: Reconnect,
     /// Reports the first connect's outcome to `build()`.
     initial: Option<Arc<Slot<()>>>,
     pub(crate) more_to_read: bool,
@@ -98,7 +98,7 @@ impl Driver {
         tls: Option<Arc<TlsTarget>>,
         now: Instant,
     ) -> Self {
-        let backoff = Backoff::new(settings.backoff_base, settings.backoff_max, seed);
+        let backoff = Reconnect::new(settings.backoff_base, settings.backoff_max, seed);
         Driver {
             shared,
             settings,
@@ -950,7 +950,7 @@ pub(crate) fn dispatch(
     shared: &ConnShared,
     settings: &Settings,
     initial: &mut Option<Arc<Slot<()>>>,
-    backoff: &mut Backoff,
+    backoff: &mut Reconnect,
     kept: &mut Kept,
     mut later: Option<&mut Vec<Later>>,
 ) -> Option<Error> {

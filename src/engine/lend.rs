@@ -72,7 +72,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::conn::{Connection, Request};
-use crate::engine::backoff::Backoff;
+use crate::engine::backoff::Reconnect;
 use crate::engine::driver::dispatch;
 use crate::engine::kept::Kept;
 use crate::engine::pending::Completion;
@@ -187,7 +187,7 @@ pub(crate) struct Lent {
     pub(crate) used_at: Instant,
     /// The driver's reconnect schedule while lent: a reply read here
     /// marks the connection healthy, as on the thread.
-    pub(crate) backoff: Backoff,
+    pub(crate) backoff: Reconnect,
     /// The last read filled its room: the socket may hold more.
     pub(crate) maybe_more: bool,
 }
@@ -198,7 +198,7 @@ impl Lent {
         socket: Transport,
         poll: LendPoll,
         scratch: Vec<u8>,
-        backoff: Backoff,
+        backoff: Reconnect,
         now: Instant,
     ) -> Self {
         Lent {

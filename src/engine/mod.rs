@@ -52,13 +52,10 @@ fn value_request() -> (Pending<Value>, Arc<Slot<Value>>, Request<Completion>) {
     (pending, slot, request)
 }
 
-/// The publish command `options` ask for.
-fn publish_command(options: PublishOptions) -> &'static [u8] {
-    if options.sharded {
-        b"SPUBLISH"
-    } else {
-        b"PUBLISH"
-    }
+/// Appends the publish command `options` ask for.
+fn encode_publish(buf: &mut Vec<u8>, options: PublishOptions, channel: &[u8], payload: &[u8]) {
+    let kind = resp::PublishKind::of(options.sharded);
+    resp::encode_publish(buf, kind, &[channel], &[payload]);
 }
 
 /// Settings every connection and I/O thread reads.
@@ -165,7 +162,8 @@ impl Engine {
         let mut placed: Vec<(Arc<ThreadShared>, Vec<Driver>)> = Vec::new();
         let mut servers = Vec::with_capacity(addrs.len());
         let mut initial = Vec::new();
-        let mut global = 0usize;
+        // Each connection's jitter from its own seed, drawn from the engine's.
+        let mut seeds = control::Rng::new(seed);
         for (server, (addr, tls)) in addrs.iter().enumerate() {
             let addr = *addr;
             let mut conns = Vec::with_capacity(per_server);
@@ -202,7 +200,7 @@ impl Engine {
                 });
                 let (pending, slot) = Pending::<()>::new();
                 initial.push(pending);
-                let conn_seed = seed ^ (global as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let conn_seed = seeds.next_u64();
                 let driver = Driver::new(
                     shared.clone(),
                     settings.clone(),
@@ -217,7 +215,6 @@ impl Engine {
                     None => placed.push((thread, vec![driver])),
                 }
                 conns.push(shared);
-                global += 1;
             }
             servers.push(ServerEntry { addr, conns });
         }
@@ -439,10 +436,9 @@ impl Engine {
         options: PublishOptions,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot));
-        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         lend_async::call_async(conn, &self.inner.settings, encode, request, pending).await
     }
 
@@ -456,11 +452,10 @@ impl Engine {
         timeout: Option<Duration>,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         let until = timeout.map(|t| (Instant::now() + t, t));
         let (pending, slot) = Pending::new();
         let request = Request::single(Completion::Integer(slot.clone()));
-        let encode = |buf: &mut Vec<u8>| resp::encode_command(buf, [cmd, channel, payload]);
+        let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         let lent = conn.call_lent(
             &self.inner.settings,
             encode,
@@ -733,9 +728,8 @@ impl Engine {
         completion: Completion,
     ) -> Result<(), Error> {
         let conn = self.route_channel(channel);
-        let cmd = publish_command(options);
         conn.submit(
-            |buf| resp::encode_command(buf, [cmd, channel, payload]),
+            |buf| encode_publish(buf, options, channel, payload),
             Request::single(completion),
         )
         .map_err(|(req, e)| {

@@ -6,6 +6,10 @@
 //! server answers `NOSCRIPT`, again as `EVAL` (which caches the script
 //! there for the next `EVALSHA`).
 
+use std::sync::LazyLock;
+
+use resp::{PublishKind, Script};
+
 /// The publish script. KEYS: meta, stream. ARGV: server channel, payload,
 /// max_len, max_age in seconds, `PUBLISH` or `SPUBLISH`, and `c` on a
 /// cluster (the script then compares `CLUSTER MYID` with the node that
@@ -24,10 +28,27 @@ pub const READ: &str = include_str!("read.lua");
 /// SHA1 of [`READ`].
 pub const READ_SHA: &str = "a2270220ed085de19deae5fc6552e607d64f4346";
 
-/// The publish command's fixed start: an 11-element array, `EVALSHA`, the
+/// The publish script's keys (meta, stream) and arguments (see
+/// [`PUBLISH`]).
+const KEYS: usize = 2;
+const ARGS: usize = 6;
+
+/// The publish command's fixed start: the array header, `EVALSHA`, the
 /// SHA, the key count.
-const SHA_HEAD: &[u8] =
-    b"*11\r\n$7\r\nEVALSHA\r\n$40\r\nf411789b495b7c000fae68c7d443417a6e2dc903\r\n$1\r\n2\r\n";
+static SHA_HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut head = Vec::new();
+    resp::encode_script_head(&mut head, Script::Sha(PUBLISH_SHA.as_bytes()), KEYS, ARGS);
+    head
+});
+
+/// The start of [`to_eval`]'s commands: the array header, `EVAL` (the
+/// script and the key count follow).
+static EVAL_HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut head = Vec::new();
+    resp::encode_command_header(&mut head, KEYS + ARGS + 3);
+    resp::encode_bulk(&mut head, b"EVAL");
+    head
+});
 
 /// What the publish command carries.
 pub(crate) struct PublishArgs<'a> {
@@ -49,32 +70,20 @@ pub(crate) struct PublishArgs<'a> {
 /// Appends the whole `EVALSHA` publish command to `out`, and returns where
 /// the server channel's name starts in it.
 pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
-    out.extend_from_slice(SHA_HEAD);
+    out.extend_from_slice(&SHA_HEAD);
     resp::encode_bulk(out, a.meta);
     resp::encode_bulk(out, a.stream);
-    resp::encode_bulk_header(out, a.wire.len());
-    let wire_at = out.len();
-    out.extend_from_slice(a.wire);
-    out.extend_from_slice(b"\r\n");
+    let wire_at = resp::encode_bulk_parts(out, &[a.wire]);
     match a.envelope_us {
         Some(t) => {
-            let len = crate::wire::envelope::HEADER_LEN + a.payload.len();
-            resp::encode_bulk_header(out, len);
-            crate::wire::envelope::encode_into(out, a.payload, t);
-            out.extend_from_slice(b"\r\n");
+            let header = crate::wire::envelope::header(t);
+            resp::encode_bulk_parts(out, &[&header, a.payload]);
         }
         None => resp::encode_bulk(out, a.payload),
     }
-    resp::encode_bulk(out, a.max_len.to_string().as_bytes());
+    resp::encode_bulk_u64(out, a.max_len);
     resp::encode_bulk(out, a.ttl.as_bytes());
-    resp::encode_bulk(
-        out,
-        if a.sharded {
-            &b"SPUBLISH"[..]
-        } else {
-            &b"PUBLISH"[..]
-        },
-    );
+    resp::encode_bulk(out, PublishKind::of(a.sharded).command());
     resp::encode_bulk(out, if a.cluster { &b"c"[..] } else { b"" });
     wire_at
 }
@@ -82,11 +91,9 @@ pub(crate) fn encode_publish(out: &mut Vec<u8>, a: &PublishArgs<'_>) -> usize {
 /// The `EVAL` form of a publish command from [`encode_publish`], and how
 /// far every byte after the SHA moved; `None` for anything else.
 pub(crate) fn to_eval(command: &[u8]) -> Option<(Vec<u8>, usize)> {
-    let rest = command.strip_prefix(SHA_HEAD)?;
+    let rest = command.strip_prefix(&SHA_HEAD[..])?;
     let mut out = Vec::with_capacity(command.len() + PUBLISH.len());
-    out.extend_from_slice(EVAL_HEAD);
-    resp::encode_bulk(&mut out, PUBLISH.as_bytes());
-    out.extend_from_slice(b"$1\r\n2\r\n");
+    resp::encode_script_head(&mut out, Script::Source(PUBLISH.as_bytes()), KEYS, ARGS);
     out.extend_from_slice(rest);
     let moved = out.len() - rest.len() - (command.len() - rest.len());
     Some((out, moved))
@@ -111,11 +118,8 @@ pub(crate) fn preload(engine: &crate::Engine) {
 /// Whether `command` is a publish command from [`encode_publish`] (or its
 /// [`to_eval`] form).
 pub(crate) fn is_publish(command: &[u8]) -> bool {
-    command.starts_with(SHA_HEAD) || command.starts_with(EVAL_HEAD)
+    command.starts_with(&SHA_HEAD) || command.starts_with(&EVAL_HEAD)
 }
-
-/// The start of [`to_eval`]'s commands: the array, `EVAL`.
-const EVAL_HEAD: &[u8] = b"*11\r\n$4\r\nEVAL\r\n";
 
 /// Whether an error reply says the server lacks the script.
 pub(crate) fn is_noscript(message: &str) -> bool {

@@ -21,10 +21,19 @@ pub const MAGIC: [u8; 4] = *b"\0SS1";
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 12;
 
+/// The header for a message published at `sent_us`: what goes before
+/// the payload.
+pub fn header(sent_us: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    let (magic, time) = h.split_at_mut(MAGIC.len());
+    magic.copy_from_slice(&MAGIC);
+    time.copy_from_slice(&sent_us.to_le_bytes());
+    h
+}
+
 /// Appends the header (with `sent_us`) and `payload` to `out`.
 pub fn encode_into(out: &mut Vec<u8>, payload: &[u8], sent_us: u64) {
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&sent_us.to_le_bytes());
+    out.extend_from_slice(&header(sent_us));
     out.extend_from_slice(payload);
 }
 

@@ -21,6 +21,8 @@
 //!   prove a path allocates nothing.
 //! - [`accounting::Ledger`]: the message-accounting checker every delivery
 //!   test goes through (silent loss, duplicates, reorders).
+//! - [`Rng`]: the seeded generator for tests (the library's own, so a
+//!   test and the code under it draw from one implementation).
 //!
 //! What it does not do: install servers (that is `cargo xtask install`) or
 //! mock server behaviour.
@@ -61,6 +63,7 @@ pub mod values;
 
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};
 pub use cluster::{Cluster, SlotRange, CLUSTER_TIMEOUT};
+pub use control::Rng;
 pub use error::Error;
 pub use fake::{FakeServer, Step, EXPECT_TIMEOUT};
 pub use kind::{

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::{Error, Rng};
 
 /// How long a stopping server gets after SIGTERM before it is sent SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -58,17 +58,14 @@ pub(crate) fn free_port(bus: bool) -> Result<u16, Error> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     // A different walk per process (tests run as many processes at once)
     // and per call.
-    let seed = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    let seed = Rng::mix(u64::from(std::process::id()))
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
     let span = u64::from(PORTS.end - PORTS.start);
     for _ in 0..256 {
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut x = seed ^ k.wrapping_mul(0xD1B5_4A32_D192_ED03);
-        x ^= x >> 31;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x ^= x >> 29;
+        let x = Rng::mix(seed ^ Rng::mix(k));
         let port = PORTS.start + (x % span) as u16;
         let free = |p: u16| TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p)).is_ok();
         if free(port) && (!bus || free(port + 10_000)) {

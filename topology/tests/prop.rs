@@ -9,22 +9,8 @@ use std::collections::BTreeSet;
 use common::{n, Master, Model};
 use proptest::prelude::*;
 use shardcore::Partitions;
+use testkit::Rng;
 use topology::{plan_rewire, Layout, NodeAddr, NodeKey, TopologyCommand};
-
-/// A small deterministic generator (xorshift64*), seeded by proptest.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Node pool: m0…m11 on ports 7000…, and m0…m3 again on ports 8000… (the
 /// same id at a new address is a different node for the engine).
@@ -148,7 +134,7 @@ proptest! {
 
     #[test]
     fn layout_agrees_with_slot_ownership(seed in any::<u64>()) {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed);
         let slots = partition_slots(&mut rng);
         let m = random_model(&mut rng);
         let l = layout(&m, &slots, &mut rng);
@@ -173,7 +159,7 @@ proptest! {
 
     #[test]
     fn plan_applied_to_old_gives_new(seed in any::<u64>()) {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed);
         let slots = partition_slots(&mut rng);
         let a_model = random_model(&mut rng);
         // Half the time the new cluster is a random edit of the old one

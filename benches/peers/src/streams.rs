@@ -33,12 +33,10 @@ fn bulk(out: &mut Vec<u8>, data: &[u8]) {
 /// names of varied length and content (as a sharded deployment would use).
 pub fn smessage_pushes(n: usize, payload_len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * (payload_len + 64));
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    // Deterministic: varied names and payload bytes, the same every run.
+    let mut rng = testkit::Rng::new(0);
     for i in 0..n {
-        // xorshift: deterministic, varied names and payload bytes.
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
+        let seed = rng.next_u64();
         let channel = match i % 4 {
             0 => format!("orders:{{{}}}", seed % 16384),
             1 => format!("user:{}:notifications", seed % 1_000_000),

@@ -13,9 +13,9 @@ use crate::config::Config;
 use crate::core::Core;
 use crate::sim::check::Checker;
 use crate::sim::cluster::Cluster;
-use crate::sim::rng::Rng;
 use crate::sim::schedule::Schedule;
 use crate::time::Time;
+use crate::Rng;
 
 /// Partitions of every simulated run.
 pub const PARTITIONS: u32 = 16;

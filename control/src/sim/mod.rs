@@ -46,7 +46,6 @@ pub mod check;
 pub mod cluster;
 mod drive;
 mod faults;
-pub mod rng;
 pub mod schedule;
 mod server;
 mod settle;

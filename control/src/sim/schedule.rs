@@ -2,8 +2,8 @@
 
 use core::time::Duration;
 
-use crate::sim::rng::Rng;
 use crate::time::Time;
+use crate::Rng;
 
 /// One event of a schedule. Numbers pick among what exists when the event
 /// runs (a node index is taken modulo the live primaries, and so on), so

@@ -68,18 +68,18 @@ pub fn value() -> impl Strategy<Value = Value> {
     })
 }
 
-/// A tiny deterministic coin for choosing among equivalent encodings.
-pub struct Coin(pub u64);
+/// A deterministic coin for choosing among equivalent encodings.
+pub struct Coin(testkit::Rng);
 
 impl Coin {
+    pub fn new(seed: u64) -> Coin {
+        Coin(testkit::Rng::new(seed))
+    }
     pub fn flip(&mut self) -> bool {
         self.pick(2) == 0
     }
     pub fn pick(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
+        self.0.below(n)
     }
 }
 
