@@ -1,5 +1,4 @@
-//! The sans-IO control core of shardsub's cluster subscribe side, and a
-//! simulator to test it.
+//! The sans-IO control core of shardsub's cluster subscribe side.
 //!
 //! [`Core`] decides what the subscribe side of a Redis Cluster client does:
 //! which subscribe connections to hold (node-grouped: `multiplier` per
@@ -37,8 +36,10 @@
 //! A node first learnt from a `MOVED` (no id yet) keeps its connections
 //! when a later map names it with an id at the same address.
 //!
-//! [`sim`] runs the core against a seeded in-memory cluster with a virtual
-//! clock and checks its promises after random fault schedules.
+//! It is `no_std` + `alloc`: it cannot read a clock or open a socket.
+//! The simulator that runs it against a seeded in-memory cluster with a
+//! virtual clock, and checks its promises after random fault schedules,
+//! is a crate of its own (`control/sim`, not published).
 //!
 //! ```
 //! use control::{Command, Config, Core, Time};
@@ -49,6 +50,8 @@
 //! assert!(core.poll_timeout().is_some());
 //! assert_eq!(core.stats().rebuilds.startup, 1);
 //! ```
+// The library is no_std; its unit tests have std's prelude.
+#![cfg_attr(not(test), no_std)]
 // Unsafe code is denied everywhere but `channel`, the thin shared name
 // (see its module docs).
 #![deny(unsafe_code)]
@@ -74,7 +77,6 @@ mod replica_tests;
 mod replicas;
 mod rewire;
 mod rng;
-pub mod sim;
 mod stats;
 mod subscribe;
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! (× 12 ms, for black holes, stale maps and orphaned slots). Every schedule ends with the
 //! simulator's settle time, so the settle property applies to every input.
 //!
-//! Invariants (`control::sim`, which panics on a violation): no panic in the
+//! Invariants (`control_sim`, which panics on a violation): no panic in the
 //! core; every `SSUBSCRIBE` / `SUNSUBSCRIBE` holds 1..=batch channels of one
 //! partition with its slot, and no channel twice in flight on one
 //! connection; a gap precedes the resubscribe of every channel
@@ -23,7 +23,7 @@
 
 use core::time::Duration;
 
-use control::sim::{run, Fault, Schedule};
+use control_sim::{run, Fault, Schedule};
 use control::Time;
 
 use crate::input::Input;

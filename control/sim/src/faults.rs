@@ -3,9 +3,9 @@
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
-use crate::command::{Channel, ConnId};
-use crate::sim::drive::{Ev, Input, Sim};
-use crate::sim::schedule::Fault;
+use crate::drive::{Ev, Input, Sim};
+use crate::schedule::Fault;
+use control::{Channel, ConnId};
 
 impl Sim {
     fn slot_of_partition(&self, pick: u32) -> u16 {

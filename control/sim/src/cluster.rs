@@ -8,8 +8,8 @@ use alloc::vec::Vec;
 use shardcore::{cluster_create_ranges, SLOT_COUNT};
 use topology::{Health, Node as MapNode, NodeAddr, Role, Shard, SlotMap};
 
-use crate::command::{Channel, ConnId};
-use crate::time::Time;
+use control::Time;
+use control::{Channel, ConnId};
 
 /// Slot with no owner.
 const NONE: u16 = u16::MAX;

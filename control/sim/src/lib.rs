@@ -1,5 +1,5 @@
 //! A seeded, in-memory Redis Cluster with a virtual clock, driving a
-//! [`Core`](crate::Core) through random fault schedules and checking its
+//! [`Core`](control::Core) through random fault schedules and checking its
 //! promises (in the spirit of quinn-proto's `Pair` and raft-rs's test
 //! network).
 //!
@@ -33,7 +33,7 @@
 //! 5. no connection gets a `PING` before the ping interval has passed since
 //!    anything (a reply, a push, a pong, activity) last reached the core on
 //!    it;
-//! 6. at the end, [`Core::stats`](crate::Core::stats) agrees with what the
+//! 6. at the end, [`Core::stats`](control::Core::stats) agrees with what the
 //!    simulator saw (fetches, commands, gaps, pings, open connections), and
 //!    a run with gaps measured a restore.
 //!
@@ -41,6 +41,8 @@
 //! resubscribe splits and 1 to 4 workers;
 //! [`Schedule::random_replicas`] subscribes on replicas, with Redis's or
 //! Valkey's pushes and replicas re-pointed to other primaries.
+
+extern crate alloc;
 
 pub mod check;
 pub mod cluster;

@@ -1,4 +1,4 @@
-//! The simulator over many seeded fault schedules (see `control::sim`).
+//! The simulator over many seeded fault schedules (see `control_sim`).
 //!
 //! - `CONTROL_SIM_SEED=<n>` reruns one seed (the sweep then stays out of
 //!   the way); add `CONTROL_SIM_TRACE=1` to print every event and command.
@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use control::sim::{run, run_seed, Outcome, Schedule};
+use control_sim::{run, run_seed, Outcome, Schedule};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())

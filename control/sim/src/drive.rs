@@ -8,14 +8,14 @@ use core::time::Duration;
 use shardcore::Partitions;
 use topology::{NodeAddr, SlotMap};
 
-use crate::command::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
-use crate::config::Config;
-use crate::core::Core;
-use crate::sim::check::Checker;
-use crate::sim::cluster::Cluster;
-use crate::sim::schedule::Schedule;
-use crate::time::Time;
-use crate::Rng;
+use crate::check::Checker;
+use crate::cluster::Cluster;
+use crate::schedule::Schedule;
+use control::Config;
+use control::Core;
+use control::Rng;
+use control::Time;
+use control::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 
 /// Partitions of every simulated run.
 pub const PARTITIONS: u32 = 16;
@@ -26,7 +26,7 @@ const MAX_STEPS: u64 = 1_000_000;
 pub(crate) enum Ev {
     Server(ServerMsg),
     Core(Input),
-    Fault(crate::sim::schedule::Fault),
+    Fault(crate::schedule::Fault),
     /// Messages on a connection, and how many more rounds follow.
     Chatter(ConnId, u32),
 }
@@ -148,15 +148,15 @@ impl Sim {
         let mut cfg = Config::new(parts.clone(), seeds);
         cfg.multiplier = s.multiplier.max(1);
         if s.per_partition {
-            cfg.mode = crate::config::Mode::PerPartition;
+            cfg.mode = control::Mode::PerPartition;
         }
         if s.classic {
-            cfg.mode = crate::config::Mode::Classic;
+            cfg.mode = control::Mode::Classic;
         }
         cfg.batch = s.batch.max(1);
         cfg.workers = s.workers.max(1);
         if s.split_channels {
-            cfg.split = crate::config::ResubscribeSplit::Channels;
+            cfg.split = control::ResubscribeSplit::Channels;
         }
         if s.replicas {
             cfg.replicas = Some(s.seed);

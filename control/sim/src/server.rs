@@ -5,9 +5,9 @@ use alloc::collections::BTreeSet;
 
 use topology::ClusterError;
 
-use crate::command::{Channel, ConnId, FetchError, ProbeReply, SubscribeReply};
-use crate::sim::cluster::SimConn;
-use crate::sim::drive::{Input, ServerMsg, Sim};
+use crate::cluster::SimConn;
+use crate::drive::{Input, ServerMsg, Sim};
+use control::{Channel, ConnId, FetchError, ProbeReply, SubscribeReply};
 
 impl Sim {
     /// The server side of one request.

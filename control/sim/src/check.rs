@@ -4,8 +4,8 @@
 use alloc::collections::{BTreeSet, VecDeque};
 use alloc::string::String;
 
-use crate::command::{Channel, Command};
-use crate::time::Time;
+use control::Time;
+use control::{Channel, Command};
 
 /// Most fetch starts in any one second of virtual time (the core spaces
 /// them by at least `min_refresh_gap`, 20 ms: 50, plus one).

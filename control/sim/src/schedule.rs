@@ -2,8 +2,8 @@
 
 use core::time::Duration;
 
-use crate::time::Time;
-use crate::Rng;
+use control::Rng;
+use control::Time;
 
 /// One event of a schedule. Numbers pick among what exists when the event
 /// runs (a node index is taken modulo the live primaries, and so on), so
@@ -102,7 +102,7 @@ pub enum Fault {
         to: u32,
     },
     /// Messages arrive on connection `conn` every 5 s for 40 s
-    /// ([`handle_activity`](crate::Core::handle_activity)): it must not be
+    /// ([`handle_activity`](control::Core::handle_activity)): it must not be
     /// pinged meanwhile.
     Chatter {
         /// Connection pick.
@@ -122,22 +122,22 @@ pub struct Schedule {
     pub channels: u32,
     /// Subscribe connections per primary (node-grouped mode).
     pub multiplier: u32,
-    /// One connection per partition instead ([`Mode::PerPartition`](crate::Mode)).
+    /// One connection per partition instead ([`Mode::PerPartition`](control::Mode)).
     pub per_partition: bool,
     /// Channels per `SSUBSCRIBE`.
     pub batch: usize,
     /// Whether channels `c7`, `c18`, … (index % 11 == 7) are refused (ACL).
     pub acl: bool,
-    /// Resubscribe workers ([`Config::workers`](crate::Config::workers)).
+    /// Resubscribe workers ([`Config::workers`](control::Config::workers)).
     pub workers: u32,
     /// Split resubscribes by channel
-    /// ([`ResubscribeSplit::Channels`](crate::ResubscribeSplit)) instead
+    /// ([`ResubscribeSplit::Channels`](control::ResubscribeSplit)) instead
     /// of by partition.
     pub split_channels: bool,
-    /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](crate::Mode), over
+    /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](control::Mode), over
     /// `multiplier` lanes) instead of a sharded one.
     pub classic: bool,
-    /// Subscribe on replicas ([`Config::replicas`](crate::Config::replicas),
+    /// Subscribe on replicas ([`Config::replicas`](control::Config::replicas),
     /// seeded with the schedule's seed).
     pub replicas: bool,
     /// Valkey's pushes: a promoted replica, and one re-pointed to another

@@ -3,10 +3,10 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
-use crate::command::{Channel, ConnId};
-use crate::config::Mode;
-use crate::sim::check::{QUIET, QUIET_FETCHES};
-use crate::sim::drive::Sim;
+use crate::check::{QUIET, QUIET_FETCHES};
+use crate::drive::Sim;
+use control::Mode;
+use control::{Channel, ConnId};
 
 impl Sim {
     /// Property 1, at the end of the run.
