@@ -38,7 +38,7 @@ enum Phase {
     Closed,
 }
 
-pub(crate) struct Driver {
+pub(crate) struct ConnDriver {
     pub(crate) shared: Arc<ConnShared>,
     settings: Arc<Settings>,
     token: Token,
@@ -88,7 +88,7 @@ pub(crate) struct Driver {
 /// [`Settings::read_pause`]).
 pub(crate) const BUSY_READ: usize = 8 * 1024;
 
-impl Driver {
+impl ConnDriver {
     pub(crate) fn new(
         shared: Arc<ConnShared>,
         settings: Arc<Settings>,
@@ -99,7 +99,7 @@ impl Driver {
         now: Instant,
     ) -> Self {
         let backoff = Reconnect::new(settings.backoff_base, settings.backoff_max, seed);
-        Driver {
+        ConnDriver {
             shared,
             settings,
             token,
@@ -130,7 +130,7 @@ impl Driver {
     }
 
     /// Starts a turn: while a caller wants the connection lent, replies
-    /// are held back to its end ([`Driver::end_turn`]).
+    /// are held back to its end ([`ConnDriver::end_turn`]).
     fn begin_turn(&mut self) {
         self.deferring = self.settings.lendable && self.shared.lend.wanted.load(Ordering::Relaxed);
     }
@@ -646,7 +646,7 @@ impl Driver {
         self.kept.take(&mut self.spare_kept, &self.spare_buf);
     }
 
-    /// Fails what [`Driver::take_staged`] took with `error`, and every kept
+    /// Fails what [`ConnDriver::take_staged`] took with `error`, and every kept
     /// publish still queued: the connection is over, so none may be left
     /// waiting for an outcome (even when a callback's panic cut the failing
     /// of their requests short).

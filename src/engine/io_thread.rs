@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 
-use crate::engine::driver::Driver;
+use crate::engine::driver::ConnDriver;
 use crate::engine::runtime::Latch;
 use crate::engine::shared::{settle_unserved, Control, ThreadShared};
 use crate::threads::{self, PanicCount};
@@ -27,7 +27,7 @@ pub(crate) struct IoThread {
     shared: Arc<ThreadShared>,
     /// The connection table, by slot (engines reserve slots in
     /// `ThreadShared::slots`).
-    drivers: Vec<Option<Driver>>,
+    drivers: Vec<Option<ConnDriver>>,
     /// Per slot: a submitter asked for attention since the last turn.
     flags: Vec<bool>,
     closing: Vec<Closing>,
@@ -203,7 +203,7 @@ impl IoThread {
                 drivers
                     .get(s)
                     .and_then(Option::as_ref)
-                    .is_none_or(Driver::is_quiet)
+                    .is_none_or(ConnDriver::is_quiet)
             });
             if !quiet && now < c.deadline {
                 return true;

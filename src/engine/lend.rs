@@ -24,7 +24,7 @@
 //!   its request, waits on that epoll, reads the reply into the core and
 //!   completes it: `write`, `epoll_wait`, `read`, one context switch.
 //! - **Taking it back.** Anything the thread must handle takes the
-//!   connection back ([`Driver`](crate::engine::driver::Driver)'s
+//!   connection back ([`ConnDriver`](crate::engine::driver::ConnDriver)'s
 //!   `reclaim`): a request staged by another submitter, a socket event, a
 //!   shutdown, a lease left unused for [`LEASE`], or a caller that hands
 //!   it back because it met something only the thread handles (a short

@@ -37,7 +37,7 @@ use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::observer::{ConnInfo, Observer};
 use crate::transport::tls::TlsTarget;
-use driver::Driver;
+use driver::ConnDriver;
 use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, EngineCounters, Staging, ThreadShared, CONNECTING};
@@ -159,7 +159,7 @@ impl Engine {
     ) -> Result<Engine, Error> {
         let (runtime, shared_runtime) = runtime;
         let now = Instant::now();
-        let mut placed: Vec<(Arc<ThreadShared>, Vec<Driver>)> = Vec::new();
+        let mut placed: Vec<(Arc<ThreadShared>, Vec<ConnDriver>)> = Vec::new();
         let mut servers = Vec::with_capacity(addrs.len());
         let mut initial = Vec::new();
         // Each connection's jitter from its own seed, drawn from the engine's.
@@ -201,7 +201,7 @@ impl Engine {
                 let (pending, slot) = Pending::<()>::new();
                 initial.push(pending);
                 let conn_seed = seeds.next_u64();
-                let driver = Driver::new(
+                let driver = ConnDriver::new(
                     shared.clone(),
                     settings.clone(),
                     Token(local + 1),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::conn::Request;
-use crate::engine::driver::Driver;
+use crate::engine::driver::ConnDriver;
 use crate::engine::lend::Lend;
 use crate::engine::pending::Completion;
 use crate::engine::runtime::{Dead, Latch, Slots};
@@ -168,7 +168,7 @@ impl ConnShared {
 /// Requests to an I/O thread that are not commands.
 pub(crate) enum Control {
     /// Host these connections (in the slots their engine reserved).
-    Attach(Vec<Driver>),
+    Attach(Vec<ConnDriver>),
     /// Shut these connections down: flush, then fail what is left at the
     /// deadline; count `done` down once they are gone from the thread.
     Shutdown {
