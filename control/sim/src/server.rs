@@ -56,7 +56,6 @@ impl Sim {
                     false => self.cluster.owner(slot),
                 };
                 let moving = moving.filter(|_| !self.cluster.classic);
-                let on_replicas = self.core.config().replicas.is_some();
                 let reply = match (owner, moving) {
                     (Some(o), Some(from)) if from == node => {
                         SubscribeReply::Routing(ClusterError::Ask {
@@ -68,9 +67,10 @@ impl Sim {
                         SubscribeReply::Routing(ClusterError::TryAgain)
                     }
                     _ => match owner {
-                        // A replica serves its primary's slots (only
-                        // replica runs send it any).
-                        Some(o) if o == node || (on_replicas && self.cluster.serves(node, o)) => {
+                        // A replica serves its primary's slots, as real
+                        // ones do, whether or not the core subscribes on
+                        // replicas (a stale map can send it a subscribe).
+                        Some(o) if o == node || self.cluster.serves(node, o) => {
                             if channels.iter().any(|c| self.acl.contains(c)) {
                                 SubscribeReply::Refused(
                                     "NOPERM no permissions to access a channel".into(),

@@ -109,3 +109,14 @@ fn classic_mode_keeps_every_subscription_promise() {
     // Connections dropped and nodes killed or removed break lanes.
     assert!(total.gaps > 100, "{total:?}");
 }
+
+/// Seeds past the sweeps that once broke a promise, in both the default
+/// and the replica schedules.
+#[test]
+fn seeds_that_once_failed_keep_every_promise() {
+    const SEEDS: &[u64] = &[38_646];
+    for &seed in SEEDS {
+        run(&Schedule::random(seed));
+        run(&Schedule::random_replicas(seed));
+    }
+}
