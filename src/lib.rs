@@ -21,7 +21,7 @@
 //!  subscribe / unsubscribe / wait_active              publish(ch, payload)
 //!          │                                                  │
 //!          ▼                                                  ▼
-//!  front (pubsub::front): the registry of wanted     placement: channel → lane
+//!  front (src/front): the registry of wanted         placement: channel → lane
 //!  channels per lane, worker queues, refusals,       → node, and its wire name
 //!  active waits (one for every placement)            (servers: shard_of → server;
 //!          │ dirty lanes (mailbox)                    cluster: partition → slot →
