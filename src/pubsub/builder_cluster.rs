@@ -95,7 +95,7 @@ impl PubSubBuilder {
     /// the same slot; once the topology names a reachable owner (the
     /// promoted replica after a `kill -9` of a primary) they are sent there
     /// oldest first and their outcomes reported. A publish still held after
-    /// this long fails with [`Error::OwnerUnreachable`]; set it above the
+    /// this long fails with [`Error::OwnerUnreachable`](crate::Error::OwnerUnreachable); set it above the
     /// cluster's failover time (`cluster-node-timeout` plus the election)
     /// for no publish to fail across a failover. Memory is bounded by
     /// [`PubSubBuilder::publish_hold_limit`].
@@ -106,7 +106,7 @@ impl PubSubBuilder {
 
     /// Most publishes, and most channel-plus-payload bytes, held at once
     /// over all slots (defaults 100,000 and 64 MiB); a publish that would
-    /// pass either fails at once with [`Error::HoldFull`].
+    /// pass either fails at once with [`Error::HoldFull`](crate::Error::HoldFull).
     pub fn publish_hold_limit(mut self, messages: usize, bytes: usize) -> Self {
         self.cluster.hold_messages = messages;
         self.cluster.hold_bytes = bytes;
