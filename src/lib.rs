@@ -98,7 +98,7 @@
 //! rest, await `shutdown_pending` before the last handle drops, and keep
 //! `wait_active`/`publish_wait` for threads of your own.
 //! `examples/tokio_server.rs` is a TCP line server written so (its smoke
-//! test is `tests/tokio_example_smoke.rs`).
+//! test is `tests/suite/examples/tokio_server.rs`).
 //!
 //! # Engine data flow
 //!
@@ -175,7 +175,7 @@
 //! # }
 //! ```
 //!
-//! (`tests/engine_basic.rs` runs the same calls against real servers.)
+//! (`tests/suite/engine/basic.rs` runs the same calls against real servers.)
 #![deny(missing_docs)]
 
 pub mod cluster;
