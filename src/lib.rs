@@ -192,6 +192,13 @@ mod tls;
 mod url;
 mod workers;
 
+/// The unit tests' global allocator: testkit's counting one, so a test can
+/// measure what its own thread keeps allocated while others run beside it
+/// (`testkit::alloc::this_thread::live_bytes`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();
+
 pub use conn::Protocol;
 pub use engine::{Builder, Engine, Pending, PublishOptions, Runtime, Stats};
 pub use error::Error;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use control::{Command, Config, Core, Mode, SubscribeReply, Time};
 use shardcore::Partitions;
+use testkit::alloc::this_thread::live_bytes;
 use topology::NodeAddr;
 
-use crate::pubsub::alloc_count::live_bytes;
 use crate::pubsub::registry::{Registry, Settled, ACTIVE};
 
 /// One server with `conns` subscribe connections (lanes), `n` channels

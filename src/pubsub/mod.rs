@@ -52,8 +52,6 @@
 //! ```
 
 pub(crate) mod active;
-#[cfg(test)]
-pub(crate) mod alloc_count;
 mod awaiting;
 pub(crate) mod builder;
 mod builder_url;
