@@ -36,10 +36,11 @@
 
 use std::time::{Duration, Instant};
 
+use testkit::ServerKind;
+
 use crate::support::chaos_kit::rig::Rig;
 use crate::support::chaos_kit::table::{self, FaultRecord};
 use crate::support::chaos_kit::{faults, peak_rss_kib, Schedule, Settings};
-use testkit::ServerKind;
 
 /// Every subscriber must deliver, on every channel, a message published
 /// after a fault's operation ended, this soon after it ended.

@@ -8,10 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::GLOBAL;
 use shardsub::PubSub;
 use shardsub::{Engine, PublishOptions};
 use testkit::{kinds, Cluster, Server};
+
+use crate::GLOBAL;
 
 /// Publishes `n` messages, then waits (bounded) until all are answered.
 fn publish_all(e: &Engine, n: u64, payload: &[u8]) {

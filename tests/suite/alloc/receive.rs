@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::channels;
-use crate::GLOBAL;
 use shardsub::PubSub;
 use testkit::{kinds, Server};
+
+use crate::support::channels;
+use crate::GLOBAL;
 
 const BOUND: Duration = Duration::from_secs(30);
 

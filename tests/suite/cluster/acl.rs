@@ -6,17 +6,18 @@
 //! user, its password and a connection name reach every node connection,
 //! and a refused password fails the build at once with the server's text.
 
-use crate::support;
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::cluster::builder;
 use shardsub::Error;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::cluster::builder;
 
 const BOUND: Duration = Duration::from_secs(20);
 

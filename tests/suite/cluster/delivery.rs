@@ -4,17 +4,18 @@
 //! (receivers counted per node), and subscribe connections per master are
 //! exactly one per engine, in every mode.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::cluster::{builder, named_clients};
 use shardsub::cluster::Mode;
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::cluster::{builder, named_clients};
 
 const BOUND: Duration = Duration::from_secs(20);
 

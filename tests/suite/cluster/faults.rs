@@ -10,19 +10,20 @@
 //! machine), so only the triggers (sunsubscribe, MOVED, a lost connection)
 //! can explain recovery.
 
-use crate::support;
-use crate::support::accounted;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::{Accounted, Background};
-use crate::support::channels;
-use crate::support::cluster::{builder, named_clients};
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
+use crate::support::channels;
+use crate::support::cluster::{builder, named_clients};
 
 /// Delivery must be back on every channel within this of the cluster
 /// reporting ok (typically 20-350 ms here; the margin is for a loaded

@@ -9,15 +9,16 @@
 //! delivered after the newer ones: they are dropped and signalled, and the
 //! accounting checker finds no reordering and no silent loss.
 
-use crate::support;
-use crate::support::accounted;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::cluster::builder;
 use testkit::accounting::{Ledger, Outcome};
 use testkit::{Cluster, FaultProxy, ServerKind};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::cluster::builder;
 
 const BOUND: Duration = Duration::from_secs(20);
 const PAYLOAD_LEN: usize = 32;

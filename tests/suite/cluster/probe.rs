@@ -3,14 +3,15 @@
 //! is pinged, restarted when the `PING` goes unanswered, and its partitions
 //! are resubscribed with a gap event once the node answers again.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::{Accounted, Background};
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
 
 fn probe(kind: ServerKind) {
     let cluster = Cluster::start(kind, 3, 0).expect("cluster");

@@ -15,16 +15,17 @@
 //!   not hanging; past the hold's message cap they fail at once with
 //!   [`Error::HoldFull`]; with a zero hold they fail at once as before.
 
-use crate::support;
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::accounted::{Accounted, Background};
 use shardsub::Error;
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
 
 fn seeds(cluster: &Cluster) -> Vec<String> {
     cluster.seed_addrs().iter().map(|a| a.to_string()).collect()

@@ -7,16 +7,17 @@
 //! event), and `CLUSTERDOWN` is
 //! retried within the retry window and then fails with a clear error.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
 use shardsub::cluster::Mode;
 use shardsub::Error;
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
 
 fn state_of(cluster: &Cluster, i: usize) -> String {
     let v = cluster

@@ -12,18 +12,19 @@
 //! and at the end the accounting checker finds every message delivered
 //! once in order or lost inside a signalled window (none silently).
 
-use crate::support;
-use crate::support::accounted;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::{Accounted, Background};
-use crate::support::channels;
-use crate::support::cluster::{builder, named_clients};
 use shardsub::PubSub;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
+use crate::support::channels;
+use crate::support::cluster::{builder, named_clients};
 
 /// The slot map poll: the only thing that tells Redis clients a replica
 /// changed shard.

@@ -2,12 +2,13 @@
 //! `shardsub::display`, compared as exact text (an empty or truncated
 //! output fails); and the `cli` example run as a program for every type.
 
-use crate::support::examples::example_binary;
 use std::sync::{mpsc, Arc, Mutex};
 
 use shardsub::display::{format_push, format_reply};
 use shardsub::{ConnInfo, Engine, Error, Observer};
 use testkit::{kinds, Server, ServerKind};
+
+use crate::support::examples::example_binary;
 
 #[derive(Default)]
 struct Pushes(Mutex<Vec<String>>);

@@ -8,18 +8,19 @@
 //! test has its process to itself ([`testkit::alone`]) so it sees no other
 //! test's threads.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::cluster::builder;
 use shardsub::cluster::Mode;
 use shardsub::PubSub;
 use shardsub::Runtime;
 use testkit::accounting::Ledger;
 use testkit::{Cluster, ServerKind};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::cluster::builder;
 
 const BOUND: Duration = Duration::from_secs(30);
 

@@ -7,7 +7,6 @@
 //! the subscribed connections it saw. Not the demo's own verdict: its
 //! `result` is only printed on failure.
 
-use crate::support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -16,6 +15,8 @@ use std::time::{Duration, Instant};
 use fleet_report::RunReport;
 use testkit::values::{info_field, text};
 use testkit::{Client, Cluster};
+
+use crate::support;
 
 const ENGINES: usize = 5;
 const PUBLISHERS: usize = 2;

@@ -11,9 +11,10 @@
 //! restored, and exactly one subscribe and one publish connection per
 //! instance per master (none on the demoted one).
 
-use crate::support::examples::example_binary;
 use std::collections::HashMap;
 use std::process::Command;
+
+use crate::support::examples::example_binary;
 
 #[test]
 fn quick_fleet_demo_delivers_and_follows_a_failover() {

@@ -4,12 +4,13 @@
 //! format, with the messages it published delivered and timed in the lag
 //! histogram, then exits cleanly.
 
-use crate::support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use crate::support;
 
 /// Runs the example on `server` with `--once`, scrapes it, and returns
 /// the response (head and body), or what it printed when it stopped

@@ -4,10 +4,11 @@
 //! every message per channel in order and says `result: ok` only when all
 //! arrived with no gap or drop; the test checks that line and its counts.
 
-use crate::support;
 use std::process::Command;
 
 use testkit::{Cluster, Server, Servers};
+
+use crate::support;
 
 /// Runs `name` with `args`; returns its `result:` line.
 fn run(name: &str, args: &[String]) -> String {

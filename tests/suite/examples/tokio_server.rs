@@ -5,12 +5,13 @@
 //! message acknowledged and received, in order per channel, nothing
 //! dropped or lost silently, and every channel's last message seen.
 
-use crate::support;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
 use testkit::{kinds, Cluster, Server, Servers};
+
+use crate::support;
 
 const CHANNELS: u64 = 16;
 const MESSAGES: u64 = 200;

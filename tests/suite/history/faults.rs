@@ -11,17 +11,18 @@
 //!   a full worker queue) under the strict verdict of the accounting
 //!   checker (see `tests/suite/chaos.rs`).
 
-use crate::support::accounted;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::accounted::{Accounted, Background};
-use crate::support::chaos_kit::Rng;
 use shardsub::history::HistoryOptions;
 use shardsub::{handler_fn, PubSub, PubSubBuilder};
 use testkit::accounting::{Fate, Ledger};
 use testkit::{Cluster, FaultProxy, Server, ServerKind, Servers};
+
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
+use crate::support::chaos_kit::Rng;
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -5,17 +5,18 @@
 //! through the accounting checker; a receiver whose queue is full must
 //! signal the loss in order.
 
-use crate::support::accounted;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::PAYLOAD_LEN;
-use crate::support::channels;
 use shardsub::pubsub::{Delivery, Receiver};
 use shardsub::{PubSub, PubSubBuilder};
 use testkit::accounting::{Ledger, Signal, Tap};
 use testkit::{kinds, Cluster, Server, Servers};
+
+use crate::support::accounted;
+use crate::support::accounted::PAYLOAD_LEN;
+use crate::support::channels;
 
 const BOUND: Duration = Duration::from_secs(20);
 

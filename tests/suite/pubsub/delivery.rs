@@ -2,16 +2,17 @@
 //! 8 workers, client-side sharding over 3 servers, and the
 //! subscribe/unsubscribe race ending in the last-asked state.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::pubsub::numsub;
 use shardsub::{Handler, Protocol, PubSub};
 use testkit::accounting::Ledger;
 use testkit::{kinds, Server, Servers};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::pubsub::numsub;
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -3,20 +3,21 @@
 //! exactly the resubscribed channels, delivery resumes), a black-holed
 //! connection (the liveness probe restarts it), and the lag envelope.
 
-use crate::support;
-use crate::support::accounted;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::accounted::{Accounted, Background};
-use crate::support::channels;
 use parking_lot::{Condvar, Mutex};
 use shardsub::pubsub::Event;
 use shardsub::{Error, Protocol, PubSub};
 use testkit::accounting::Ledger;
 use testkit::{kinds, FaultProxy, Server};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::{Accounted, Background};
+use crate::support::channels;
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -3,14 +3,15 @@
 //! three client-side shards and on a three-primary cluster (Redis 7 and
 //! Valkey 9); only the builder's placement differs.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
 use shardsub::{PubSub, PubSubBuilder};
 use testkit::accounting::Ledger;
 use testkit::{Cluster, Server, Servers};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
 
 const BOUND: Duration = Duration::from_secs(20);
 

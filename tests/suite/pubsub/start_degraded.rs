@@ -8,14 +8,15 @@
 //! every channel is active and delivers; with `require_all_servers` that
 //! build fails, naming the primary.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
 use shardsub::{Error, PubSub};
 use testkit::accounting::Ledger;
 use testkit::{Cluster, Server};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
 
 const BOUND: Duration = Duration::from_secs(10);
 

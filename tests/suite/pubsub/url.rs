@@ -5,15 +5,16 @@
 //! URL fails `build` at once with the server's text; an engine built from
 //! a URL authenticates too.
 
-use crate::support;
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
 use shardsub::{Engine, Error, PubSub, Value};
 use testkit::accounting::Ledger;
 use testkit::{Cluster, Servers};
+
+use crate::support;
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
 
 const BOUND: Duration = Duration::from_secs(20);
 /// Needs percent-encoding in a URL: '@', ':', '/' and '%'.

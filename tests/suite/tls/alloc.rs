@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::tls::Pki;
-use crate::GLOBAL;
 use shardsub::{Engine, PublishOptions, TlsConfig};
 use testkit::{kinds, ServerKind, TlsAuthClients};
+
+use crate::support::tls::Pki;
+use crate::GLOBAL;
 
 fn publish_all(e: &Engine, n: u64, payload: &[u8]) {
     let target = e.stats().replies + n;

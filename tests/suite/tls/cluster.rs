@@ -9,17 +9,18 @@
 //!
 //! Redis only: the Valkey binary installed here is built without TLS.
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::tls::Pki;
 use shardsub::cluster::Mode;
 use shardsub::{PubSub, TlsConfig};
 use testkit::accounting::Ledger;
 use testkit::{kinds, Cluster, ServerKind, TlsAuthClients};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::tls::Pki;
 
 const BOUND: Duration = Duration::from_secs(30);
 

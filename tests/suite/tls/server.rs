@@ -9,16 +9,17 @@
 //! Redis only: the Valkey binary installed here is built without TLS
 //! (`tls_unavailable_on_valkey` checks that this is still so).
 
-use crate::support::accounted;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::accounted::Accounted;
-use crate::support::channels;
-use crate::support::tls::{unrelated_ca_pem, Pki};
 use shardsub::{Engine, Error, Protocol, PubSub, PublishOptions, TlsConfig, Value};
 use testkit::accounting::Ledger;
 use testkit::{kinds, Server, ServerKind, TlsAuthClients};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+use crate::support::channels;
+use crate::support::tls::{unrelated_ca_pem, Pki};
 
 const BOUND: Duration = Duration::from_secs(20);
 /// The connect timeout the failing cases use: their errors must come well
