@@ -11,7 +11,7 @@
 //! one channel and publishes to it ten times a second, with the envelope
 //! on so the lag histogram fills. `--once` publishes a few messages, waits
 //! for them, serves a single request and exits (the smoke test,
-//! `tests/metrics_http_smoke.rs`, runs it so).
+//! `tests/suite/examples/metrics_http.rs`, runs it so).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -16,7 +16,7 @@
 //! channel's numbers arrive in order, with a jump only after a drop or
 //! gap event that names the channel. It ends with one line,
 //! `result: ok published=… acked=… received=… dropped=… …` (exit 0) or
-//! `result: fail …` (exit 1); `tests/tokio_example_smoke.rs` runs it.
+//! `result: fail …` (exit 1); `tests/suite/examples/tokio_server.rs` runs it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

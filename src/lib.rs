@@ -98,7 +98,7 @@
 //! rest, await `shutdown_pending` before the last handle drops, and keep
 //! `wait_active`/`publish_wait` for threads of your own.
 //! `examples/tokio_server.rs` is a TCP line server written so (its smoke
-//! test is `tests/tokio_example_smoke.rs`).
+//! test is `tests/suite/examples/tokio_server.rs`).
 //!
 //! # Engine data flow
 //!
@@ -175,7 +175,7 @@
 //! # }
 //! ```
 //!
-//! (`tests/engine_basic.rs` runs the same calls against real servers.)
+//! (`tests/suite/engine/basic.rs` runs the same calls against real servers.)
 #![deny(missing_docs)]
 
 pub mod cluster;
@@ -193,6 +193,13 @@ mod transport;
 mod url;
 mod wire;
 mod workers;
+
+/// The unit tests' global allocator: testkit's counting one, so a test can
+/// measure what its own thread keeps allocated while others run beside it
+/// (`testkit::alloc::this_thread::live_bytes`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();
 
 pub use conn::Protocol;
 pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime};

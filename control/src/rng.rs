@@ -60,6 +60,24 @@ impl Rng {
         }
     }
 
+    /// An index below `len` (0 when `len` is 0).
+    pub fn index(&mut self, len: usize) -> usize {
+        // usize is at most 64 bits on every target this builds for.
+        self.below(len as u64) as usize
+    }
+
+    /// A copy of one element of `items`; `None` when it is empty.
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> Option<T> {
+        items.get(self.index(items.len())).copied()
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.index(i + 1));
+        }
+    }
+
     /// True with probability `percent` / 100.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -115,5 +133,21 @@ mod tests {
         let mut buf = [0u8; 13];
         r.fill(&mut buf);
         assert!(buf.iter().any(|&b| b != 0));
+    }
+
+    #[test]
+    fn index_pick_and_shuffle_stay_in_bounds_and_keep_every_element() {
+        let mut r = Rng::new(3);
+        assert_eq!(r.index(0), 0);
+        assert_eq!(r.pick::<u8>(&[]), None);
+        for _ in 0..100 {
+            assert!(r.index(5) < 5);
+            assert!(matches!(r.pick(&[1, 2, 3]), Some(1..=3)));
+        }
+        let mut v: Vec<u32> = (0..20).collect();
+        r.shuffle(&mut v);
+        assert_ne!(v, (0..20).collect::<Vec<_>>(), "seed 3 moves something");
+        v.sort_unstable();
+        assert_eq!(v, (0..20).collect::<Vec<_>>());
     }
 }

@@ -27,7 +27,7 @@ use shardsub::conn::{
     ConnConfig, ConnError, Connection, Event, Protocol, ReplyKind, Request, Role, SubscribeKind,
 };
 
-use crate::heap;
+use testkit::alloc::this_thread as heap;
 use crate::input::Input;
 
 /// Canned server frames a schedule can queue by index, so that replies the
@@ -241,11 +241,11 @@ struct Run {
 impl Run {
     fn new(config: ConnConfig) -> Self {
         let now = Instant::now();
-        let before = heap::live();
+        let before = heap::live_bytes();
         heap::reset_peak();
         let c = Connection::new(config.clone(), now);
-        let peak = heap::peak().saturating_sub(before);
-        let held = heap::live() as isize - before as isize;
+        let peak = (heap::peak_bytes() - before).max(0) as usize;
+        let held = heap::live_bytes() - before;
         Run {
             c,
             config,
@@ -275,14 +275,14 @@ impl Run {
 
     /// Calls `f` on the core, counting the heap it takes and gives back.
     fn call<R>(&mut self, f: impl FnOnce(&mut Connection<u32>, &mut Vec<u8>) -> R) -> R {
-        let before = heap::live();
+        let before = heap::live_bytes();
         heap::reset_peak();
         let r = f(&mut self.c, &mut self.written);
-        let peak = heap::peak().saturating_sub(before);
+        let peak = (heap::peak_bytes() - before).max(0) as usize;
         self.peak = self
             .peak
             .max((self.held.max(0) as usize).saturating_add(peak));
-        self.held += heap::live() as isize - before as isize;
+        self.held += heap::live_bytes() - before;
         r
     }
 
@@ -439,7 +439,7 @@ impl Run {
         }
         let chunk = &self.wire[self.at..self.at + n];
         let now = self.now;
-        let before = heap::live();
+        let before = heap::live_bytes();
         heap::reset_peak();
         let got = if through_read {
             let mut source = Cursor::new(chunk);
@@ -457,11 +457,11 @@ impl Run {
             self.c.handle_read(chunk, now);
             n
         };
-        let peak = heap::peak().saturating_sub(before);
+        let peak = (heap::peak_bytes() - before).max(0) as usize;
         self.peak = self
             .peak
             .max((self.held.max(0) as usize).saturating_add(peak));
-        self.held += heap::live() as isize - before as isize;
+        self.held += heap::live_bytes() - before;
         assert_eq!(got, n, "read_from took {got} of {n} bytes");
         self.at += n;
         self.fed += n;

@@ -9,12 +9,12 @@
 //! - [`control`]: the cluster control core in its simulator (`control_core`);
 //! - [`history`]: the recoverable channels' header (`history_header`).
 //!
-//! Every target runs under [`heap::Counting`], so a check can bound the heap
-//! the code under test holds.
+//! Every target runs under testkit's counting allocator
+//! ([`testkit::alloc::CountingAlloc`]), so a check can bound the heap the
+//! code under test holds on its thread.
 
 pub mod conn;
 pub mod control;
-pub mod heap;
 pub mod history;
 pub mod input;
 pub mod parse;
@@ -27,4 +27,4 @@ mod seeds;
 pub use parse::{check_chunked, check_whole};
 
 #[global_allocator]
-static HEAP: heap::Counting = heap::Counting;
+static HEAP: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();

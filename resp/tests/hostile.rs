@@ -2,37 +2,17 @@
 //! Each is rejected with a clear error, without panicking and without
 //! allocating (a counting allocator proves it).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use resp::{parse, Decoder, ErrorKind, Limits, ParseError, Status, MAX_DEPTH};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.with(|c| c.set(c.get() + layout.size() as u64));
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use testkit::alloc::{this_thread, CountingAlloc};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 /// Parses with `limits` (statelessly, and through a decoder fed in 7-byte
 /// reads), asserting that neither allocates; returns the stateless result.
 fn reject(wire: &[u8], limits: Limits) -> ParseError {
     let mut d = Decoder::new(limits);
-    let before = ALLOCATED.with(Cell::get);
+    let before = this_thread::allocations();
     let whole = parse(wire, &limits);
     let mut fed = Ok(Status::Incomplete);
     let mut end = 0;
@@ -40,8 +20,8 @@ fn reject(wire: &[u8], limits: Limits) -> ParseError {
         end = (end + 7).min(wire.len());
         fed = d.decode(&wire[..end]).map(|s| s.map(|p| p.consumed));
     }
-    let allocated = ALLOCATED.with(Cell::get) - before;
-    assert_eq!(allocated, 0, "parsing allocated {allocated} bytes");
+    let allocations = this_thread::allocations() - before;
+    assert_eq!(allocations, 0, "parsing allocated {allocations} times");
     let e = whole.map(|s| s.map(|p| p.consumed)).unwrap_err();
     assert_eq!(fed, Err(e), "decoder and parse disagree");
     println!("{e}");

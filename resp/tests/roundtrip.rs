@@ -4,37 +4,17 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use common::{encode_varied, value, walk, Coin};
 use proptest::prelude::*;
 use resp::{encode_frame, encode_value, parse, Decoder, Limits, Status, Value};
-
-/// Counts this thread's allocations.
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use testkit::alloc::{this_thread, CountingAlloc};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
+/// Allocation calls of this thread so far.
 fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
+    this_thread::allocations()
 }
 
 fn parse_value(wire: &[u8]) -> (Value, usize) {

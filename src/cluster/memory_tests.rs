@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use control::{Command, Config, Core, Mode, SubscribeReply, Time};
 use shardcore::Partitions;
+use testkit::alloc::this_thread::live_bytes;
 use topology::NodeAddr;
 
 use crate::front::registry::{Registry, Settled, ACTIVE};
-use crate::pubsub::alloc_count::live_bytes;
 
 /// One server with `conns` subscribe connections (lanes), `n` channels
 /// `bench:%012d` (the 1M-channel bench's names): the bytes this thread

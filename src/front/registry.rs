@@ -417,7 +417,7 @@ mod tests {
     /// channels: the settled state after the control thread has sent
     /// everything (dirty lists empty).
     fn bytes_per_channel(lanes: usize, n: usize) -> f64 {
-        use crate::pubsub::alloc_count::live_bytes;
+        use testkit::alloc::this_thread::live_bytes;
         let before = live_bytes();
         let r = Registry::new(lanes, 7);
         let mut names = 0usize;

@@ -76,8 +76,8 @@
 //! move or a full worker queue gives a `Gap` or `Dropped` event and the
 //! messages in between are gone. History turns that into exactly once, in
 //! order, for as far back as the caps reach. The chaos suite checks that
-//! under every fault (`tests/chaos.rs` with `CHAOS_HISTORY=1`,
-//! `tests/history_faults.rs`). Turn it on for channels where a missed
+//! under every fault (`tests/suite/chaos.rs` with `CHAOS_HISTORY=1`,
+//! `tests/suite/history/faults.rs`). Turn it on for channels where a missed
 //! message matters and the rate is moderate: chat rooms, document edits,
 //! order and state updates. Leave it off for firehoses of updates that
 //! are stale within seconds (prices, positions, presence), where the next
@@ -136,7 +136,7 @@
 //!   read succeeds give none), with no timed retry; the next gap or offset jump
 //!   reads again from the last offset delivered, so what the stream still
 //!   has is delivered then. Under faults most `Unrecoverable` events are of
-//!   this kind and lose nothing (`tests/history_faults.rs` counts them by
+//!   this kind and lose nothing (`tests/suite/history/faults.rs` counts them by
 //!   reason).
 //! - A publish whose reply was lost (the connection broke after it was
 //!   sent) fails with [`Error::ConnectionLost`]

@@ -51,8 +51,6 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
-#[cfg(test)]
-pub(crate) mod alloc_count;
 mod awaiting;
 pub(crate) mod builder;
 mod builder_cluster;

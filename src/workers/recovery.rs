@@ -512,5 +512,4 @@ fn step(
 }
 
 #[cfg(test)]
-#[path = "recovery_tests.rs"]
 mod tests;

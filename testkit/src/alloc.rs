@@ -1,7 +1,7 @@
-//! A counting global allocator for allocation-free-path tests.
+//! The counting global allocator for tests that prove a path allocates
+//! nothing, or bound what it holds.
 //!
-//! Install it once per test binary and read the count around the code
-//! under test:
+//! Install it once per binary and read a count around the code under test:
 //!
 //! ```
 //! #[global_allocator]
@@ -13,16 +13,27 @@
 //! # drop(v);
 //! ```
 //!
-//! The count is global: it sees every thread (I/O threads, workers), so
-//! it covers a whole path, and a test that needs an exact figure must be
-//! the only one running in its binary. `alloc` and `realloc` count one
-//! each; `dealloc` does not count.
+//! It keeps two kinds of count:
+//!
+//! - **Process-wide** ([`CountingAlloc::allocations`]): every thread (I/O
+//!   threads, workers), so it covers a whole path. A test that needs an
+//!   exact figure must have the process to itself: nextest runs each test
+//!   in a process of its own; under libtest's runner [`crate::alone`]
+//!   reruns the test by itself in a child process.
+//! - **This thread's** ([`this_thread`]): allocation calls, live bytes and
+//!   their peak, so a test can measure what its own thread does while
+//!   other tests run in parallel, and a harness can pause counting around
+//!   its own bookkeeping.
+//!
+//! `alloc`, `alloc_zeroed` and `realloc` count one call each; `dealloc`
+//! does not count a call (it lowers this thread's live bytes).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Forwards every call to [`System`] unchanged and counts allocations
-/// (`alloc` and `realloc` calls) across all threads.
+/// (`alloc`, `alloc_zeroed` and `realloc` calls) across all threads, and
+/// per thread (see [`this_thread`]).
 #[derive(Debug)]
 pub struct CountingAlloc {
     allocations: AtomicU64,
@@ -37,9 +48,18 @@ impl CountingAlloc {
         }
     }
 
-    /// `alloc` plus `realloc` calls seen so far, on every thread.
+    /// `alloc`, `alloc_zeroed` and `realloc` calls seen so far, on every
+    /// thread.
     pub fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::Relaxed)
+    }
+
+    fn counted(&self, p: *mut u8, grown_by: isize) -> *mut u8 {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        if !p.is_null() {
+            this_thread::record(1, grown_by);
+        }
+        p
     }
 }
 
@@ -50,23 +70,90 @@ impl Default for CountingAlloc {
 }
 
 // SAFETY: every call is forwarded to `System` unchanged; the only extra
-// work is a relaxed atomic increment, which never allocates.
+// work is a relaxed atomic increment and const-initialised thread-local
+// `Cell`s (no destructor, never allocate), so counting never allocates.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
+        let p = unsafe { System.alloc(layout) };
+        self.counted(p, layout.size() as isize)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as our caller's.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        self.counted(p, layout.size() as isize)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { System.dealloc(ptr, layout) };
+        this_thread::record(0, -(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        self.allocations.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        self.counted(p, new_size as isize - layout.size() as isize)
+    }
+}
+
+/// What [`CountingAlloc`] counted on the calling thread. Frees count on
+/// the thread that frees, so live bytes can drop below a starting point
+/// when the thread frees memory allocated elsewhere: measure what the
+/// thread owns.
+pub mod this_thread {
+    use std::cell::Cell;
+
+    thread_local! {
+        static CALLS: Cell<u64> = const { Cell::new(0) };
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+        static PAUSED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Counts `calls` allocation calls and `grown_by` bytes, unless
+    /// paused (or the thread's locals are gone: it is exiting).
+    pub(super) fn record(calls: u64, grown_by: isize) {
+        if PAUSED.try_with(Cell::get).unwrap_or(true) {
+            return;
+        }
+        let _ = CALLS.try_with(|c| c.set(c.get() + calls));
+        let _ = LIVE.try_with(|live| {
+            let v = live.get() + grown_by;
+            live.set(v);
+            let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+        });
+    }
+
+    /// `alloc`, `alloc_zeroed` and `realloc` calls of this thread so far
+    /// (not while paused).
+    pub fn allocations() -> u64 {
+        CALLS.try_with(Cell::get).unwrap_or(0)
+    }
+
+    /// Bytes this thread allocated and has not freed (not while paused).
+    pub fn live_bytes() -> isize {
+        LIVE.try_with(Cell::get).unwrap_or(0)
+    }
+
+    /// The most [`live_bytes`] has been since the last [`reset_peak`].
+    pub fn peak_bytes() -> isize {
+        PEAK.try_with(Cell::get).unwrap_or(0)
+    }
+
+    /// Starts a new peak from the current live bytes.
+    pub fn reset_peak() {
+        let _ = PEAK.try_with(|p| p.set(live_bytes()));
+    }
+
+    /// Runs `f` without counting what this thread allocates or frees in
+    /// it (a harness's own bookkeeping).
+    pub fn paused<R>(f: impl FnOnce() -> R) -> R {
+        let was = PAUSED.try_with(|p| p.replace(true)).unwrap_or(false);
+        let r = f();
+        let _ = PAUSED.try_with(|p| p.set(was));
+        r
     }
 }
 
@@ -90,5 +177,30 @@ mod tests {
             a.dealloc(q, Layout::from_size_align(64, 8).unwrap());
         }
         assert_eq!(a.allocations(), 2);
+    }
+
+    #[test]
+    fn this_thread_counts_calls_live_bytes_and_peak_unless_paused() {
+        let a = CountingAlloc::new();
+        let small = Layout::from_size_align(16, 8).unwrap();
+        let big = Layout::from_size_align(64, 8).unwrap();
+        let (calls, live) = (this_thread::allocations(), this_thread::live_bytes());
+        this_thread::reset_peak();
+        // SAFETY: non-zero-size layouts; each pointer is freed with the
+        // layout it has at that point.
+        unsafe {
+            let p = a.alloc(small);
+            let q = a.realloc(p, small, 64);
+            assert_eq!(this_thread::allocations() - calls, 2);
+            assert_eq!(this_thread::live_bytes() - live, 64);
+            a.dealloc(q, big);
+            assert_eq!(this_thread::live_bytes() - live, 0);
+            assert_eq!(this_thread::peak_bytes() - live, 64);
+            let r = this_thread::paused(|| a.alloc(big));
+            assert_eq!(this_thread::allocations() - calls, 2);
+            assert_eq!(this_thread::live_bytes() - live, 0);
+            this_thread::paused(|| a.dealloc(r, big));
+        }
+        assert_eq!(a.allocations(), 3, "the process-wide count is never paused");
     }
 }

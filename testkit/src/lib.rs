@@ -17,8 +17,10 @@
 //!   ([`ServerBuilder::tls`], Redis only here: the bundled Valkey has no
 //!   TLS).
 //! - [`Client`]: a small blocking RESP client.
-//! - [`alloc::CountingAlloc`]: a counting global allocator for tests that
-//!   prove a path allocates nothing.
+//! - [`alloc::CountingAlloc`]: the counting global allocator for tests that
+//!   prove a path allocates nothing or bound what a thread holds.
+//! - [`alone`]: a test that measures its whole process (allocations, peak
+//!   RSS, threads) gets the process to itself, under nextest or libtest.
 //! - [`accounting::Ledger`]: the message-accounting checker every delivery
 //!   test goes through (silent loss, duplicates, reorders).
 //! - [`Rng`]: the seeded generator for tests (the library's own, so a
@@ -46,6 +48,7 @@
 pub mod accounting;
 #[allow(unsafe_code)]
 pub mod alloc;
+mod alone;
 mod client;
 mod cluster;
 mod cluster_ops;
@@ -61,6 +64,7 @@ mod servers;
 mod tls;
 pub mod values;
 
+pub use alone::alone;
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};
 pub use cluster::{Cluster, SlotRange, CLUSTER_TIMEOUT};
 pub use control::Rng;

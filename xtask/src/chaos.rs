@@ -1,5 +1,6 @@
 //! `cargo xtask chaos --minutes N --seed S [--server redis|valkey] [--report FILE]
-//! [--history]`: the chaos suite (tests/chaos.rs) in release mode, for as
+//! [--history]`: the chaos suite (`chaos::chaos` in the test suite,
+//! tests/suite/chaos.rs) in release mode, for as
 //! long as asked, then its per-fault tables; with `--history`, half the
 //! channels recoverable under the strict verdict (`CHAOS_HISTORY=1`).
 
@@ -84,8 +85,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let mut command = run::cargo();
     command
-        .args(["test", "--release", "-p", "shardsub", "--test", "chaos"])
-        .args(["--", "--exact", "chaos", "--nocapture"])
+        .args(["test", "--release", "-p", "shardsub", "--test", "suite"])
+        .args(["--", "--exact", "chaos::chaos", "--nocapture"])
         .envs(tools.env())
         .env("CHAOS_MINUTES", o.minutes.to_string())
         .env("CHAOS_SEED", seed.to_string())

@@ -8,10 +8,6 @@
 //! is not in the table fails the check: a new module gets a place on
 //! purpose.
 //!
-//! [`KNOWN_UPWARD`] lists the upward imports that are still being taken
-//! out. An entry that no longer occurs fails the check too, so the list
-//! can only shrink.
-//!
 //! The reading is lexical: comments, string and character literals are
 //! skipped, then every `crate::` path is resolved by its first segment.
 //! Test modules inside `src/` count like any other code.
@@ -55,14 +51,6 @@ pub const LAYERS: &[&str] = &[
     "conn",
 ];
 
-/// Upward imports (`from`, `to`) still being removed.
-pub const KNOWN_UPWARD: &[(&str, &str)] = &[
-    // Unit tests' allocation counter (src/pubsub/alloc_count.rs), until
-    // testkit's counting allocator replaces it.
-    ("front", "pubsub"),
-    ("cluster", "pubsub"),
-];
-
 /// One `crate::` path that names a module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Import {
@@ -85,8 +73,6 @@ pub struct Findings {
     pub upward: Vec<Import>,
     /// Top-level modules missing from [`LAYERS`].
     pub unplaced: Vec<String>,
-    /// [`KNOWN_UPWARD`] entries that no longer occur.
-    pub stale: Vec<(String, String)>,
     /// `crate::` paths whose first segment names no module or re-export.
     pub unresolved: Vec<Import>,
 }
@@ -94,10 +80,7 @@ pub struct Findings {
 impl Findings {
     /// Nothing wrong.
     pub fn is_clean(&self) -> bool {
-        self.upward.is_empty()
-            && self.unplaced.is_empty()
-            && self.stale.is_empty()
-            && self.unresolved.is_empty()
+        self.upward.is_empty() && self.unplaced.is_empty() && self.unresolved.is_empty()
     }
 }
 
@@ -120,12 +103,6 @@ impl fmt::Display for Findings {
                 "src/{m}: a top-level module with no place in LAYERS (xtask/src/layers.rs): give it one"
             )?;
         }
-        for (from, to) in &self.stale {
-            writeln!(
-                f,
-                "KNOWN_UPWARD lists {from} -> {to}, which no longer occurs: delete the entry"
-            )?;
-        }
         for i in &self.unresolved {
             writeln!(
                 f,
@@ -144,18 +121,17 @@ pub fn run() -> Result<(), String> {
     let found = check(&crate::run::root())?;
     if found.is_clean() {
         println!(
-            "xtask: layers: {} modules, imports only downward ({} known upward pairs left)",
-            LAYERS.len(),
-            KNOWN_UPWARD.len()
+            "xtask: layers: {} modules, imports only downward",
+            LAYERS.len()
         );
         Ok(())
     } else {
-        print!("{found}");
+        eprint!("{found}");
         Err("src/ imports a module above its own layer (see above)".into())
     }
 }
 
-/// Reads `root/src` and checks it against [`LAYERS`] and [`KNOWN_UPWARD`].
+/// Reads `root/src` and checks it against [`LAYERS`].
 pub fn check(root: &Path) -> Result<Findings, String> {
     let src = root.join("src");
     let lib = read(&src.join("lib.rs"))?;
@@ -194,17 +170,11 @@ pub fn check(root: &Path) -> Result<Findings, String> {
         }
     }
     let modules = modules.keys().cloned().collect();
-    Ok(judge(LAYERS, KNOWN_UPWARD, &modules, imports))
+    Ok(judge(LAYERS, &modules, imports))
 }
 
-/// Sorts the imports into findings against `layers` (highest first) and
-/// the `known` upward pairs.
-fn judge(
-    layers: &[&str],
-    known: &[(&str, &str)],
-    modules: &BTreeSet<String>,
-    imports: Vec<Import>,
-) -> Findings {
+/// Sorts the imports into findings against `layers` (highest first).
+fn judge(layers: &[&str], modules: &BTreeSet<String>, imports: Vec<Import>) -> Findings {
     let place = |m: &str| layers.iter().position(|l| *l == m);
     let mut found = Findings {
         unplaced: modules
@@ -214,7 +184,6 @@ fn judge(
             .collect(),
         ..Findings::default()
     };
-    let mut seen = BTreeSet::new();
     for i in imports {
         if i.to.is_empty() {
             found.unresolved.push(i);
@@ -228,24 +197,10 @@ fn judge(
         let (Some(from), Some(to)) = (place(&i.from), place(&i.to)) else {
             continue;
         };
-        if to > from {
-            continue;
-        }
-        let pair = (i.from.clone(), i.to.clone());
-        if known
-            .iter()
-            .any(|(f, t)| (*f, *t) == (pair.0.as_str(), pair.1.as_str()))
-        {
-            seen.insert(pair);
-        } else {
+        if to <= from {
             found.upward.push(i);
         }
     }
-    found.stale = known
-        .iter()
-        .map(|(f, t)| (f.to_string(), t.to_string()))
-        .filter(|pair| !seen.contains(pair))
-        .collect();
     found
 }
 
@@ -553,40 +508,27 @@ mod tests {
     #[test]
     fn an_import_up_a_layer_fails_and_one_down_passes() {
         let down = vec![import("api", "engine"), import("engine", "conn")];
-        let found = judge(TOY, &[], &toy(), down.clone());
+        let found = judge(TOY, &toy(), down.clone());
         assert!(found.is_clean(), "{found}");
 
         let mut imports = down;
         imports.push(import("conn", "engine"));
-        let found = judge(TOY, &[], &toy(), imports);
+        let found = judge(TOY, &toy(), imports);
         assert_eq!(found.upward, [import("conn", "engine")]);
         assert!(found.to_string().contains("may not import `engine`"));
-    }
-
-    #[test]
-    fn known_pairs_pass_until_they_are_gone() {
-        let known = [("engine", "driver")];
-        let found = judge(TOY, &known, &toy(), vec![import("engine", "driver")]);
-        assert!(found.is_clean(), "{found}");
-        let found = judge(TOY, &known, &toy(), vec![]);
-        assert_eq!(found.stale, [("engine".to_string(), "driver".to_string())]);
     }
 
     #[test]
     fn a_module_with_no_place_fails() {
         let mut modules = toy();
         modules.insert("newthing".into());
-        let found = judge(TOY, &[], &modules, vec![]);
+        let found = judge(TOY, &modules, vec![]);
         assert_eq!(found.unplaced, ["newthing"]);
     }
 
     #[test]
-    fn the_tables_name_each_module_once_and_known_pairs_go_up() {
+    fn the_table_names_each_module_once() {
         let set: BTreeSet<_> = LAYERS.iter().collect();
         assert_eq!(set.len(), LAYERS.len());
-        for (from, to) in KNOWN_UPWARD {
-            let place = |m: &str| LAYERS.iter().position(|l| *l == m);
-            assert!(place(to) <= place(from), "{from} -> {to} is not upward");
-        }
     }
 }

@@ -31,7 +31,7 @@ commands:
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             benches once, fuzz smoke
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
-            the chaos suite (tests/chaos.rs) in release mode: N minutes of
+            the chaos suite (tests/suite/chaos.rs) in release mode: N minutes of
             seeded faults per server (default 1), then the per-fault tables
             (also written as Markdown to FILE, default target/chaos-report.md)
 {BENCH}

@@ -135,21 +135,15 @@ pub fn run() -> Result<(), String> {
         )
     });
     report.step("tls tests (nextest, redis; --features tls)", || {
-        // The unit tests (URLs, config) and tests/tls*.rs against Redis
-        // listening for TLS; the bundled Valkey has no TLS (a test says so).
+        // The unit tests (URLs, config) and the suite's `tls` area
+        // (tests/suite/tls/) against Redis listening for TLS; the bundled
+        // Valkey has no TLS (a test says so).
         let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
         run::status_noting(
             cargo()
                 .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
-                .args([
-                    "--lib",
-                    "--test",
-                    "tls",
-                    "--test",
-                    "tls_cluster",
-                    "--test",
-                    "tls_alloc",
-                ])
+                .args(["--lib", "--test", "suite"])
+                .args(["-E", "kind(lib) | (binary(suite) & test(/^tls::/))"])
                 .arg("--no-fail-fast")
                 .args(["--tool-config-file", &config])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),

@@ -44,10 +44,11 @@ mod syscalls;
 use std::collections::BTreeMap;
 
 use clients::{Clients, Kind, WINDOW};
-use measure::{CountingAlloc, Sample, Snapshot};
+use measure::{Sample, Snapshot};
+use testkit::alloc::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 struct Options {
     kinds: Vec<testkit::ServerKind>,

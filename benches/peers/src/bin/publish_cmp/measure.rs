@@ -1,48 +1,15 @@
-//! What each run measures: a counting global allocator, process CPU time,
+//! What each run measures: allocations (testkit's counting global
+//! allocator, installed in `main.rs`), process CPU time,
 //! write-type syscalls (see `syscalls.rs`), and the server's CPU time.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
 
 use crate::syscalls::{Counters, Writes};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The system allocator, counting every `alloc`, `alloc_zeroed` and
-/// `realloc` call of every thread in the process.
-pub struct CountingAlloc;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter is a
-// relaxed atomic that never allocates.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Allocation calls so far in this process.
+/// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`) of every thread
+/// so far, counted by the binary's global allocator.
 pub fn allocs() -> u64 {
-    ALLOCS.load(Ordering::Relaxed)
+    crate::GLOBAL.allocations()
 }
 
 /// User + system CPU seconds of this process (`RUSAGE_SELF`, all threads)

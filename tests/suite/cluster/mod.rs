@@ -1,0 +1,13 @@
+//! `PubSub` on real clusters (Redis 7 and Valkey 9), and on fake cluster
+//! nodes for what real servers never send.
+
+mod acl;
+mod ask;
+mod delivery;
+mod faults;
+mod lane_move;
+mod probe;
+mod publish_failover;
+mod redirects;
+mod replicas;
+mod resubscribe_fast;

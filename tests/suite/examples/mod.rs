@@ -1,0 +1,10 @@
+//! Programs run as child processes against real servers: the README's
+//! examples, the fleet demo and its report, the metrics and tokio
+//! examples, and a Python publisher speaking the wire format.
+
+mod demo_report;
+mod fanout;
+mod metrics_http;
+mod readme;
+mod tokio_server;
+mod wire_python;

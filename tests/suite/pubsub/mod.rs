@@ -1,0 +1,12 @@
+//! `PubSub` on one server and on client-side shards (a few tests also run
+//! the same code on a cluster, in every placement).
+
+mod async_api;
+mod command;
+mod delivery;
+mod faults;
+mod gap_events;
+mod placement;
+mod start_degraded;
+mod unsubscribe;
+mod url;

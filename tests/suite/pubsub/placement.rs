@@ -1,0 +1,71 @@
+//! One type, one code path: the same function subscribes, publishes and
+//! checks delivery (through the accounting checker) on one server, on
+//! three client-side shards and on a three-primary cluster (Redis 7 and
+//! Valkey 9); only the builder's placement differs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardsub::{PubSub, PubSubBuilder};
+use testkit::accounting::Ledger;
+use testkit::{Cluster, Server, Servers};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+
+const BOUND: Duration = Duration::from_secs(20);
+
+/// What an application would write, whatever the deployment.
+fn subscribe_publish_check(placement: PubSubBuilder, what: &str) -> shardsub::Metrics {
+    let chans: Vec<Vec<u8>> = (0..500).map(|i| format!("p:{i}").into_bytes()).collect();
+    let ledger = Arc::new(Ledger::new(&chans));
+    let handler = Accounted::new(&ledger, what);
+    let ps = placement
+        .handler_arc(handler.clone())
+        .workers(2)
+        .queue_capacity(1 << 16)
+        .active_events(true)
+        .build()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let ps = Arc::new(ps);
+    ps.subscribe(&chans).unwrap();
+    ps.wait_active(&chans, BOUND)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let publish = accounted::via_cluster(ps.clone());
+    for _ in 0..3 {
+        accounted::round(&ledger, &*publish);
+    }
+    let report = accounted::settle_and_check(&ledger, BOUND, what);
+    assert_eq!(report.counts.delivered, 3 * chans.len() as u64, "{what}");
+    assert_eq!(report.counts.signals, 0, "{what}: {report}");
+    testkit::wait_for("an active event per channel", BOUND, || {
+        Ok((handler.active.lock().len() == chans.len()).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let r = ps.publish_wait(&chans[0], b"x", BOUND);
+    assert_eq!(r.ok(), Some(1), "{what}: one receiver");
+    ps.metrics()
+}
+
+#[test]
+fn one_server_three_shards_and_a_cluster_run_the_same_code() {
+    for kind in testkit::kinds() {
+        let server = Server::start(kind).unwrap();
+        let one = PubSub::builder().address(server.addr().to_string());
+        let m = subscribe_publish_check(one, &format!("{kind:?} one server"));
+        assert_eq!(m.subscribe_errors, 0);
+
+        let shards = Servers::start(kind, 3).unwrap();
+        let three = PubSub::builder().addresses(shards.addrs().iter().map(|a| a.to_string()));
+        subscribe_publish_check(three, &format!("{kind:?} three shards"));
+
+        let cluster = Cluster::start(kind, 3, 0).unwrap();
+        let seeds = cluster
+            .seed_addrs()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>();
+        let on_cluster = PubSub::builder().seeds(seeds);
+        subscribe_publish_check(on_cluster, &format!("{kind:?} cluster"));
+    }
+}

@@ -1,0 +1,147 @@
+//! Servers start degraded: `build` succeeds while one of two shards is
+//! down, the live shard's channels deliver every message, the down one's
+//! channels are not active and their publishes fail at once, and once the
+//! server is back its channels become active and deliver too; with
+//! `require_all_servers` the same build fails with the connection error.
+//! A cluster starts the same way with one primary down: its channels wait,
+//! the metrics say it has no subscribe connection, and once it is back
+//! every channel is active and delivers; with `require_all_servers` that
+//! build fails, naming the primary.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardsub::{Error, PubSub};
+use testkit::accounting::Ledger;
+use testkit::{Cluster, Server};
+
+use crate::support::accounted;
+use crate::support::accounted::Accounted;
+
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
+    for kind in testkit::kinds() {
+        let a = Server::start(kind).expect("server a");
+        let mut b = Server::start(kind).expect("server b");
+        let addrs = [a.addr().to_string(), b.addr().to_string()];
+        b.stop();
+        let strict = PubSub::builder()
+            .addresses(addrs.clone())
+            .require_all_servers(true)
+            .connect_timeout(Duration::from_millis(500))
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build();
+        assert!(
+            matches!(
+                strict,
+                Err(Error::Connect { .. } | Error::ConnectTimeout { .. })
+            ),
+            "{kind:?}: {strict:?}"
+        );
+
+        let names: Vec<Vec<u8>> = (0..200).map(|i| format!("deg:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&names));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .addresses(addrs.clone())
+                .subscribe_connections(1)
+                .workers(2)
+                .connect_timeout(Duration::from_millis(500))
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{kind:?}: degraded start refused: {e}")),
+        );
+        let (on_a, on_b): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) =
+            names.iter().partition(|n| ps.server_of(n) == Some(0));
+        assert!(!on_a.is_empty() && !on_b.is_empty());
+        ps.subscribe(&names).unwrap();
+        ps.wait_active(&on_a, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the live shard: {e}"));
+        assert!(on_b.iter().all(|n| !ps.is_active(n)), "{kind:?}");
+        assert_eq!(ps.metrics().active_connections, vec![1, 0], "{kind:?}");
+        let r = ps.publish(on_b[0], b"x");
+        assert!(
+            matches!(r, Err(Error::NotConnected { .. })),
+            "{kind:?}: {r:?}"
+        );
+
+        b.restart().expect("server b back on its port");
+        ps.wait_active(&on_b, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the shard that came up: {e}"));
+        // A channel outside the ledger on the same shard: its publish
+        // succeeds once the publish connection is back.
+        let probe = (0..)
+            .map(|i| format!("deg:probe:{i}").into_bytes())
+            .find(|n| ps.server_of(n) == Some(1))
+            .unwrap();
+        testkit::wait_for("the publish connection back", BOUND, || {
+            Ok(ps.publish_wait(&probe, b"p", BOUND).is_ok().then_some(()))
+        })
+        .unwrap();
+        assert_eq!(ps.metrics().active_connections, vec![1, 1], "{kind:?}");
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} degraded"));
+        ps.shutdown();
+    }
+}
+
+#[test]
+fn a_cluster_with_a_primary_down_at_build_starts_and_joins_it_when_it_comes_up() {
+    for kind in testkit::kinds() {
+        let mut cluster = Cluster::start(kind, 3, 0).expect("cluster");
+        let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
+        let down = cluster.masters()[2];
+        cluster.node_mut(down).expect("node").kill();
+        let down_addr = cluster.node(down).addr().to_string();
+        let strict = PubSub::builder()
+            .seeds(seeds.clone())
+            .require_all_servers(true)
+            .connect_timeout(Duration::from_millis(500))
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build();
+        match &strict {
+            Err(Error::Cluster { reason, .. }) if reason.contains(&down_addr) => {}
+            Ok(ps) => panic!(
+                "{kind:?}: require_all_servers built: {:?}",
+                ps.cluster_metrics()
+            ),
+            other => panic!("{kind:?}: require_all_servers: {other:?}"),
+        }
+        let names: Vec<Vec<u8>> = (0..300).map(|i| format!("cdeg:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&names));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .seeds(seeds)
+                .workers(2)
+                .connect_timeout(Duration::from_millis(500))
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{kind:?}: degraded start refused: {e}")),
+        );
+        let parts = ps.partitions().expect("a cluster").clone();
+        let on_down: Vec<&Vec<u8>> = names
+            .iter()
+            .filter(|n| cluster.owner_of_slot(parts.slot(parts.partition_of(n))) == Some(down))
+            .collect();
+        assert!(!on_down.is_empty(), "{kind:?}");
+        ps.subscribe(&names).unwrap();
+        // While it is down its channels wait, and the metrics say so.
+        let m = ps.cluster_metrics().expect("a cluster");
+        assert!(m.subscribe_connections < 3, "{kind:?}: {m:?}");
+        assert!(on_down.iter().all(|n| !ps.is_active(n)), "{kind:?}");
+        cluster.restart_node(down).expect("the primary back");
+        ps.wait_active(&names, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{kind:?}: after the primary came back: {e}"));
+        let m = ps.cluster_metrics().expect("a cluster");
+        assert_eq!(m.subscribe_connections, 3, "{kind:?}: {m:?}");
+        accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} cluster degraded"));
+        ps.shutdown();
+    }
+}

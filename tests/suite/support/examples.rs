@@ -1,0 +1,30 @@
+//! Building an example for a smoke test: in the same target directory and
+//! profile as the test itself (a no-op when fresh), so an old binary never
+//! stands in for the code under test.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The path of example `name`, built now.
+pub fn example_binary(name: &str) -> PathBuf {
+    // Examples live next to <target>/<profile>/deps.
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("profile dir");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let mut build = Command::new(env!("CARGO"));
+    build
+        .args(["build", "--quiet", "-p", "shardsub", "--example", name])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().expect("cargo runs").success(),
+        "building example {name} failed"
+    );
+    let bin = profile_dir.join("examples").join(name);
+    assert!(bin.exists(), "{} missing", bin.display());
+    bin
+}
