@@ -9,13 +9,12 @@ use topology::{Layout, NodeKey, SlotMap};
 use crate::config::Mode;
 use crate::core::Core;
 
-/// Salt of the lane choice (the engine's `CONN_SALT`: independent of the
-/// resubscribe workers).
+/// Salt of the lane choice (independent of the resubscribe workers).
 const LANE_SALT: u64 = 0x2545_f491_4f6c_dd1d;
 
-/// The lane of `channel` among `lanes` in classic mode (the engine's
-/// `Shared::lane_of`).
-pub(crate) fn classic_lane(channel: &[u8], lanes: u32) -> u32 {
+/// The lane of `channel` among `lanes` (at least 1) in classic mode: the
+/// core's and the engine's one choice.
+pub fn classic_lane(channel: &[u8], lanes: u32) -> u32 {
     let h = (shardcore::channel_hash(channel) ^ LANE_SALT).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     ((u128::from(h) * u128::from(lanes.max(1))) >> 64) as u32
 }

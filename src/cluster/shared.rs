@@ -238,9 +238,6 @@ pub(crate) fn wire_heads(mode: Mode, parts: &Partitions) -> Vec<Box<[u8]>> {
         .collect()
 }
 
-/// Salt so the classic-mode connection choice is independent of workers.
-const CONN_SALT: u64 = 0x2545_f491_4f6c_dd1d;
-
 impl Shared {
     /// Number of lanes: one per partition, or one per connection (classic).
     pub(crate) fn lanes(config: &Config, parts: &Partitions) -> usize {
@@ -260,13 +257,8 @@ impl Shared {
         match self.config.mode {
             Mode::Classic => {
                 let mult = self.config.multiplier.max(1);
-                let index = if mult == 1 {
-                    0
-                } else {
-                    let h = (shardcore::channel_hash(channel) ^ CONN_SALT)
-                        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                    ((u128::from(h) * mult as u128) >> 64) as usize
-                };
+                let lanes = u32::try_from(mult).unwrap_or(u32::MAX);
+                let index = control::classic_lane(channel, lanes) as usize;
                 self.server_of(channel) * mult + index
             }
             Mode::Sharded | Mode::PerPartition => self.parts.partition_of(channel) as usize,
