@@ -123,6 +123,9 @@ pub struct Sim {
     pub(crate) repointed: BTreeSet<usize>,
     /// Print every event and command (set by `CONTROL_SIM_TRACE`).
     pub trace: bool,
+    /// A pushed `sunsubscribe` broke a confirmed subscription: the slot
+    /// map must be read again by then (see [`Sim::refresh_bound`]).
+    refresh_due: Option<Time>,
 }
 
 /// Runs `schedule` and checks every property; panics with the seed on a
@@ -200,6 +203,7 @@ impl Sim {
             valkey: s.valkey,
             repointed: BTreeSet::new(),
             trace: std::env::var_os("CONTROL_SIM_TRACE").is_some(),
+            refresh_due: None,
             names,
         };
         sim.seeds = seed_count;
@@ -236,6 +240,12 @@ impl Sim {
                     None => break,
                 },
             };
+            if let Some(due) = self.refresh_due.filter(|&d| d < next.min(end)) {
+                self.check.fail(&alloc::format!(
+                    "no topology fetch by {due}, {:?} after a pushed sunsubscribe broke a subscription",
+                    self.refresh_bound()
+                ));
+            }
             if next > end {
                 break;
             }
@@ -268,6 +278,16 @@ impl Sim {
             redirects: self.redirects,
             activity: self.activity,
         }
+    }
+
+    /// How soon a pushed `sunsubscribe` that breaks a confirmed
+    /// subscription must be followed by a topology fetch: a fetch in
+    /// flight may run to its timeout, then the fetch backoff may hold the
+    /// next one up to its longest delay (the poll would come only after
+    /// [`Config::poll_interval`](control::Config::poll_interval)).
+    fn refresh_bound(&self) -> Duration {
+        let c = self.core.config();
+        c.fetch_timeout + c.retry_max + c.min_refresh_gap + Duration::from_millis(500)
     }
 
     pub(crate) fn push(&mut self, at: Time, ev: Ev) {
@@ -398,6 +418,7 @@ impl Sim {
                 self.send_node(n, Some(conn), ServerMsg::Unsub(conn, channels));
             }
             Command::FetchTopology { id, node } => {
+                self.refresh_due = None;
                 let n = self.cluster.node_at(&node);
                 self.send_node(n, None, ServerMsg::Fetch(id, node));
             }
@@ -426,6 +447,13 @@ impl Sim {
                 | Input::Activity(c) = &i
                 {
                     self.heard_now.push(*c);
+                }
+                if let Input::Push(c, ch) = &i {
+                    // A drop of a confirmed subscription (not the answer
+                    // to our own unsubscribe): its slot probably moved.
+                    if self.core.subscribed_on(ch) == Some(*c) && self.refresh_due.is_none() {
+                        self.refresh_due = Some(now + self.refresh_bound());
+                    }
                 }
                 let core = &mut self.core;
                 match i {

@@ -35,7 +35,11 @@
 //!    it;
 //! 6. at the end, [`Core::stats`](control::Core::stats) agrees with what the
 //!    simulator saw (fetches, commands, gaps, pings, open connections), and
-//!    a run with gaps measured a restore.
+//!    a run with gaps measured a restore;
+//! 7. a pushed `sunsubscribe` that breaks a confirmed subscription is
+//!    followed by a topology fetch within the fetch timeout plus the
+//!    longest fetch backoff (and the least gap between fetches, plus
+//!    0.5 s), not at the next poll.
 //!
 //! Schedules mix the layouts (node-grouped, per-partition, classic), the
 //! resubscribe splits and 1 to 4 workers;
