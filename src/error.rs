@@ -122,7 +122,11 @@ pub enum Error {
         error: resp::ParseError,
     },
     /// The connection broke before the reply arrived; it is being
-    /// re-established. The command may or may not have run.
+    /// re-established. The command may or may not have run. A cluster
+    /// publish written on a connection this side then closed (a topology
+    /// change retired its node, or a shutdown's wait for replies ran out)
+    /// gets it too, with reason [`ConnError::Aborted`]: it may have run,
+    /// and nothing reconnects.
     ConnectionLost {
         /// The server.
         addr: SocketAddr,
@@ -144,7 +148,10 @@ pub enum Error {
         /// How long the call waited for room.
         waited: Duration,
     },
-    /// The engine has been shut down; nothing was sent.
+    /// The engine has been shut down; nothing was sent. (A request other
+    /// than a cluster publish that was already written when a shutdown's
+    /// wait for replies ran out gets it too, though it may have run; a
+    /// cluster publish gets [`Error::ConnectionLost`] then.)
     Shutdown,
     /// The I/O thread serving this connection stopped because it panicked
     /// (logged, and counted in `thread_panics`). Its connections are
@@ -301,6 +308,14 @@ impl fmt::Display for Error {
             Error::Protocol { addr, error } => write!(
                 f,
                 "{addr} sent invalid RESP ({error}); the connection is being restarted"
+            ),
+            Error::ConnectionLost {
+                addr,
+                reason: ConnError::Aborted,
+            } => write!(
+                f,
+                "connection to {addr} closed by this client before the reply; \
+                 the command may or may not have run"
             ),
             Error::ConnectionLost { addr, reason } => write!(
                 f,

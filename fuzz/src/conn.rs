@@ -526,7 +526,7 @@ impl Run {
                     Event::Push {
                         push, completes, ..
                     } => Seen::Push(completes, push.consumed),
-                    Event::Failed { user, error } => Seen::Failed(user, error),
+                    Event::Failed { user, error, .. } => Seen::Failed(user, error),
                     Event::Closed { error } => Seen::Closed(error),
                 })
             });

@@ -63,8 +63,11 @@
 //!   by [`PubSubBuilder::publish_hold_limit`](crate::PubSubBuilder::publish_hold_limit)), then sent to the new
 //!   owner; past the hold it fails with [`Error::OwnerUnreachable`], past
 //!   the limit at once with [`Error::HoldFull`]. One whose connection broke
-//!   before its reply is sent again, so it may arrive twice (a recoverable
-//!   channel's is not: it fails with [`Error::ConnectionLost`]). One the
+//!   (or was closed by a topology change that retired its node) after it
+//!   was written and before its reply is sent again, so it may arrive
+//!   twice (a recoverable channel's is not: it fails with
+//!   [`Error::ConnectionLost`]); one never written is simply sent to the
+//!   slot's owner. One the
 //!   server refused for now (`TRYAGAIN`, `CLUSTERDOWN`) is retried alone,
 //!   the slot's later publishes held until it was taken.
 //!

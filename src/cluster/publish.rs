@@ -372,24 +372,31 @@ impl KeptSink<KeptMsg> for Shared {
 ///
 /// The error it finished `msg` with (see [`send`]).
 fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Result<(), Error> {
-    // A node engine closed by a rewire while this publish was on its way:
-    // send it again wherever the slot lives now.
+    // A node engine closed by a rewire before this publish was written
+    // (`Shutdown` says nothing was sent): send it again wherever the slot
+    // lives now. One written before the close may have run: it comes as
+    // `ConnectionLost` (see `Completion::closed_error`), as when the
+    // connection broke, and is handled below.
     let closing = shared.closing.load(Ordering::Acquire);
     if matches!(r, Err(Error::Shutdown)) && !closing && msg.redirects < shared.config.max_redirects
     {
         msg.redirects += 1;
         return send(shared, msg, None, false);
     }
-    // A recoverable channel's publish that was sent and may have run: run
-    // again it would append a second copy (another offset, delivered too),
-    // so it fails with the error that says the outcome is unknown.
+    // A recoverable channel's publish that was sent and may have run (its
+    // connection broke, or was closed by a rewire or a shutdown, before
+    // the reply): run again it would append a second copy (another
+    // offset, delivered too), so it fails with the error that says the
+    // outcome is unknown.
     if matches!(r, Err(Error::ConnectionLost { .. }))
         && crate::history::script::is_publish(&msg.data)
     {
         return msg.finish_result(shared, r);
     }
     // The owner could not be reached (nothing sent, or the connection broke
-    // before the reply): held for the slot's next reachable owner.
+    // or was closed before the reply): held for the slot's next reachable
+    // owner. A plain publish that may have run is sent again, so it may
+    // arrive twice (see the module docs of `cluster`).
     if matches!(
         r,
         Err(Error::NotConnected { .. } | Error::ConnectionLost { .. })

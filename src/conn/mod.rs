@@ -246,6 +246,12 @@ pub enum Event<'a, T> {
         user: T,
         /// Why.
         error: ConnError,
+        /// Whether its bytes may have reached the server: it was written
+        /// whole, or its batch was being written when the connection
+        /// ended (its own bytes may be among those written). The server
+        /// may have run it. False means none of its bytes were written,
+        /// so it cannot have run: sending it again is safe.
+        sent: bool,
     },
     /// The connection ended (after every pending request got `Failed`).
     Closed {
@@ -326,10 +332,10 @@ struct State<T> {
     unsent_requests: usize,
     /// Bytes written since the connection opened.
     sent_total: u64,
-    /// Per queued batch: where its bytes end (counting every byte queued
-    /// since the connection opened) and how many requests it holds; popped
-    /// once written.
-    batches: VecDeque<(u64, usize)>,
+    /// Per queued batch: where its bytes start and end (counting every
+    /// byte queued since the connection opened) and how many requests it
+    /// holds; popped once written.
+    batches: VecDeque<(u64, u64, usize)>,
     /// In step with `pending`: when each request was written (until then,
     /// when it was queued). Its deadline is that plus the request timeout;
     /// nothing else (a reply to another request, a push, a confirmation)
@@ -388,7 +394,7 @@ impl<T> State<T> {
         self.unsent_requests += added;
         if added > 0 {
             let end = self.sent_total + self.unsent_len() as u64;
-            self.batches.push_back((end, added));
+            self.batches.push_back((end - appended as u64, end, added));
         }
         if appended == 0 {
             return;
@@ -415,10 +421,33 @@ impl<T> State<T> {
         } else {
             // Its bytes were not all written yet, but the server had them.
             self.unsent_requests = self.unsent_requests.saturating_sub(1);
-            if let Some((_, n)) = self.batches.front_mut() {
+            if let Some((_, _, n)) = self.batches.front_mut() {
                 *n = n.saturating_sub(1);
             }
         }
+    }
+
+    /// The front request of `pending` fails (the connection is over):
+    /// whether its bytes may have reached the server (see
+    /// [`Event::Failed`]). Written whole, or in the batch whose writing
+    /// began and did not end: its requests' bytes are not told apart, so
+    /// each of them may have been written whole. A later batch's writing
+    /// had not begun.
+    fn fail_front(&mut self) -> bool {
+        if self.in_flight > 0 {
+            self.in_flight -= 1;
+            return true;
+        }
+        self.unsent_requests = self.unsent_requests.saturating_sub(1);
+        while self.batches.front().is_some_and(|&(_, _, n)| n == 0) {
+            self.batches.pop_front();
+        }
+        let Some((start, _, n)) = self.batches.front_mut() else {
+            return false;
+        };
+        let begun = self.sent_total > *start;
+        *n -= 1;
+        begun
     }
 
     /// Fails the connection if the handshake or request deadline has passed
@@ -714,7 +743,7 @@ impl<T> Connection<T> {
         st.written += n;
         st.sent_total += n as u64;
         // Requests whose bytes have all been written now await replies.
-        while let Some(&(end, count)) = st.batches.front() {
+        while let Some(&(_, end, count)) = st.batches.front() {
             if end > st.sent_total {
                 break;
             }
@@ -758,10 +787,22 @@ impl<T> Connection<T> {
             }
             if let Some(error) = &st.closed {
                 st.sent_at.pop_front();
-                if let Some(r) = st.pending.pop_front().or_else(|| st.held.pop_front()) {
+                if let Some(r) = st.pending.pop_front() {
+                    let error = error.clone();
+                    let sent = st.fail_front();
+                    return Some(Event::Failed {
+                        user: r.user,
+                        error,
+                        sent,
+                    });
+                }
+                // Held for the handshake, or sent after the close: never
+                // written.
+                if let Some(r) = st.held.pop_front() {
                     return Some(Event::Failed {
                         user: r.user,
                         error: error.clone(),
+                        sent: false,
                     });
                 }
                 if !st.close_reported {

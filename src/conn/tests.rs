@@ -34,7 +34,7 @@ fn drain(c: &mut Connection<u32>) -> Vec<Ev> {
                 assert_eq!(class, resp::classify(&push.frame), "{push:?}");
                 Ev::Push(push.to_value(), completes)
             }
-            Event::Failed { user, error } => Ev::Failed(user, error),
+            Event::Failed { user, error, .. } => Ev::Failed(user, error),
             Event::Closed { error } => Ev::Closed(error),
         });
     }
@@ -519,6 +519,66 @@ fn eof_fails_pending_in_order() {
             Ev::Failed(2, ConnError::Closed),
             Ev::Closed(ConnError::Closed),
         ]
+    );
+}
+
+/// Each failed request's `sent`, in order, after the connection ends.
+fn failed_sent(c: &mut Connection<u32>) -> Vec<(u32, bool)> {
+    let mut out = Vec::new();
+    while let Some(ev) = c.poll_event() {
+        if let Event::Failed { user, sent, .. } = ev {
+            out.push((user, sent));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_failure_says_whether_the_request_may_have_reached_the_server() {
+    let (mut c, t0) = ready(config());
+    // Written whole (two requests in one batch), answered once.
+    let mut two = cmd(&["A"]);
+    two.extend_from_slice(&cmd(&["B"]));
+    c.send_encoded(&two, [Request::single(1), Request::single(2)], t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"+a\r\n", t0);
+    assert_eq!(drain(&mut c).len(), 1);
+    // A batch whose writing began and did not end: its first request is
+    // written whole, which the core cannot tell from its bytes.
+    let mut batch = cmd(&["C"]);
+    batch.extend_from_slice(&cmd(&["D"]));
+    c.send_encoded(&batch, [Request::single(3), Request::single(4)], t0);
+    let written = cmd(&["C"]).len();
+    assert!(c.poll_transmit(t0).is_some_and(|b| b.len() > written));
+    c.advance_transmit(written);
+    // A later batch, not written at all.
+    send(&mut c, &["E"], 5, t0);
+    c.close();
+    // One sent after the close.
+    send(&mut c, &["F"], 6, t0);
+    assert_eq!(
+        failed_sent(&mut c),
+        vec![(2, true), (3, true), (4, true), (5, false), (6, false)]
+    );
+
+    // Held for the handshake: never written.
+    let mut c = Connection::new(config(), t0);
+    send(&mut c, &["G"], 7, t0);
+    transmit(&mut c, t0);
+    c.handle_eof(t0);
+    assert_eq!(failed_sent(&mut c), vec![(7, false)]);
+
+    // Nothing of a batch written yet, then some of it after a reply to a
+    // request written before it.
+    let (mut c, t0) = ready(config());
+    send(&mut c, &["H"], 8, t0);
+    transmit(&mut c, t0);
+    send(&mut c, &["I"], 9, t0);
+    send(&mut c, &["J"], 10, t0);
+    c.handle_eof(t0);
+    assert_eq!(
+        failed_sent(&mut c),
+        vec![(8, true), (9, false), (10, false)]
     );
 }
 

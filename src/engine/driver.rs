@@ -866,10 +866,12 @@ impl ConnDriver {
             // Anything the core still holds fails with this error.
             core.close();
             let mut failed = 0u64;
+            let addr = self.addr();
             while let Some(ev) = core.poll_event() {
-                if let Event::Failed { user, .. } = ev {
+                if let Event::Failed { user, sent, .. } = ev {
                     failed += 1;
-                    user.fail(error.clone(), &self.settings, &mut self.kept);
+                    let e = user.closed_error(addr, error.clone(), sent);
+                    user.fail(e, &self.settings, &mut self.kept);
                 }
             }
             add(&self.counters().failed, failed);
@@ -1013,10 +1015,11 @@ pub(crate) fn dispatch(
                     user.complete(addr, &push, settings, kept);
                 }
             }
-            Event::Failed { user, error } => {
+            Event::Failed { user, error, sent } => {
                 failed += 1;
                 pushes_done(&mut unflushed, settings, shared);
                 let e = Error::from_conn(addr, error, settings.connect_timeout);
+                let e = user.closed_error(addr, e, sent);
                 user.fail_or_later(e, settings, kept, later.as_deref_mut());
             }
             Event::Closed { error } => {

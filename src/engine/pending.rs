@@ -347,6 +347,25 @@ impl Completion {
         }
     }
 
+    /// The error this request fails with when its connection ended with
+    /// `error`; `sent` says whether its bytes may have reached the server
+    /// ([`crate::conn::Event::Failed`]). A kept request is one the layer
+    /// above may send again, and [`Error::Shutdown`] tells it nothing was
+    /// sent: one that may have run when this side closed its connection
+    /// (an engine shut down, its wait for replies over) gets
+    /// [`Error::ConnectionLost`] instead, reason
+    /// [`ConnError::Aborted`](crate::conn::ConnError::Aborted): the
+    /// outcome is unknown. Other requests keep `Shutdown`.
+    pub(crate) fn closed_error(&self, addr: SocketAddr, error: Error, sent: bool) -> Error {
+        match (self, error) {
+            (Completion::Kept, Error::Shutdown) if sent => Error::ConnectionLost {
+                addr,
+                reason: crate::conn::ConnError::Aborted,
+            },
+            (_, error) => error,
+        }
+    }
+
     /// Delivers a failure (to the next of `kept` for a kept request).
     pub(crate) fn fail(self, error: Error, settings: &Settings, kept: &mut Kept) {
         match self {

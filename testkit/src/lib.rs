@@ -75,7 +75,7 @@ pub use kind::{
     VALKEY_RELATIVE_PATH, VALKEY_SERVER_ENV,
 };
 pub use process::{wait_for, STOP_GRACE};
-pub use proxy::{FaultProxy, ProxyStats};
+pub use proxy::{Direction, FaultProxy, ProxyStats};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;
 pub use tls::{TlsAuthClients, TlsFiles};

@@ -32,15 +32,41 @@ struct Pair {
     id: u64,
     client: TcpStream,
     server: TcpStream,
-    /// Set once the black hole swallowed bytes of this connection (either
-    /// direction): its streams have a hole, so it is never resumed.
-    tainted: Arc<AtomicBool>,
+    /// Set once the black hole swallowed bytes of this connection, per
+    /// direction (`[to the server, to the client]`): a stream with a hole
+    /// is never resumed.
+    tainted: Arc<[AtomicBool; 2]>,
+}
+
+/// Which way a fault acts: on the bytes a client sends to the server, on
+/// the bytes the server sends back, or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to server: requests.
+    ToServer,
+    /// Server to client: replies and pushes.
+    ToClient,
+    /// Both ways, as behind a dead link.
+    Both,
+}
+
+impl Direction {
+    /// Whether it acts on bytes going the way `up` says (client to server
+    /// when true).
+    fn covers(self, up: bool) -> bool {
+        match self {
+            Direction::Both => true,
+            Direction::ToServer => up,
+            Direction::ToClient => !up,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     stop: AtomicBool,
-    blackhole: AtomicBool,
+    /// The black hole, per direction (`[to the server, to the client]`).
+    blackhole: [AtomicBool; 2],
     delay_us: AtomicU64,
     delay_new_us: AtomicU64,
     next_id: AtomicU64,
@@ -58,10 +84,11 @@ struct Shared {
 /// By default it passes bytes through. [`FaultProxy::cut_all`] closes every
 /// open connection (both sides), [`FaultProxy::delay`] holds each forwarded
 /// chunk back, [`FaultProxy::blackhole`] swallows bytes in both directions
-/// while keeping connections open, and [`FaultProxy::heal`] ends a black
-/// hole the way a real partition ends: a connection that lost bytes is
-/// closed, never resumed with a hole in its stream. Dropping it closes
-/// everything.
+/// (or, with [`FaultProxy::blackhole_toward`], one: requests reach the
+/// server but its replies are lost) while keeping connections open, and
+/// [`FaultProxy::heal`] ends a black hole the way a real partition ends: a
+/// connection that lost bytes is closed, never resumed with a hole in its
+/// stream. Dropping it closes everything.
 ///
 /// ```
 /// use testkit::{FaultProxy, Server, ServerKind, Value};
@@ -156,9 +183,43 @@ impl FaultProxy {
     }
 
     /// While on, bytes in both directions are read and dropped; connections
-    /// stay open, as behind a dead link.
+    /// stay open, as behind a dead link. The same as
+    /// [`FaultProxy::blackhole_toward`] with [`Direction::Both`].
     pub fn blackhole(&self, on: bool) {
-        self.shared.blackhole.store(on, Ordering::SeqCst);
+        self.blackhole_toward(Direction::Both, on);
+    }
+
+    /// Turns the black hole on or off for the bytes going `direction`
+    /// (the other direction keeps its own setting). With
+    /// [`Direction::ToClient`] a request reaches the server and runs, but
+    /// its reply is lost: the client cannot tell whether it ran. Bytes
+    /// still flow the other way, so a connection that lost replies keeps
+    /// taking requests until [`FaultProxy::heal`] closes it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use testkit::{Direction, FaultProxy, Server, ServerKind, Value};
+    ///
+    /// let server = Server::start(ServerKind::Redis)?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// let mut client = testkit::Client::connect(proxy.addr())?;
+    /// client.set_timeout(Duration::from_millis(200))?;
+    /// proxy.blackhole_toward(Direction::ToClient, true);
+    /// assert!(client.cmd(&[b"INCR", b"runs"]).is_err()); // no reply...
+    /// // ...but it ran (seen on a direct connection).
+    /// testkit::wait_for("the INCR", Duration::from_secs(5), || {
+    ///     let runs = server.cmd(&[b"GET", b"runs"])?;
+    ///     Ok((runs == Value::Bulk(b"1".to_vec())).then_some(()))
+    /// })?;
+    /// assert_eq!(proxy.heal(), 1); // its replies have a hole: closed
+    /// # Ok::<(), testkit::Error>(())
+    /// ```
+    pub fn blackhole_toward(&self, direction: Direction, on: bool) {
+        for (i, up) in [true, false].into_iter().enumerate() {
+            if direction.covers(up) {
+                self.shared.blackhole[i].store(on, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Ends a black hole: stops swallowing bytes and closes every
@@ -167,12 +228,12 @@ impl FaultProxy {
     /// another request). Returns how many were closed. A connection that
     /// swallowed bytes after this call is closed on its next forward.
     pub fn heal(&self) -> usize {
-        self.shared.blackhole.store(false, Ordering::SeqCst);
+        self.blackhole_toward(Direction::Both, false);
         let tainted: Vec<Pair> = {
             let mut pairs = self.pairs();
             let (tainted, clean) = std::mem::take(&mut *pairs)
                 .into_iter()
-                .partition(|p| p.tainted.load(Ordering::SeqCst));
+                .partition(|p| p.tainted.iter().any(|t| t.load(Ordering::SeqCst)));
             *pairs = clean;
             tainted
         };
@@ -244,7 +305,7 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
         return;
     };
     let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
-    let tainted = Arc::new(AtomicBool::new(false));
+    let tainted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
     shared
         .pairs
         .lock()
@@ -280,15 +341,17 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
 
 /// Copies `from` → `to` until EOF or error, obeying black hole and delay
 /// (the proxy's, or `own_delay` of this connection if longer; `up`: client
-/// to server). Bytes swallowed by the black hole taint the connection; a tainted one
-/// is closed instead of forwarding again.
+/// to server). Bytes swallowed by the black hole taint the connection's
+/// stream that way; a tainted stream is closed (both ways) instead of
+/// forwarding again.
 fn forward(
     mut from: TcpStream,
     mut to: &TcpStream,
     (up, own_delay): (bool, u64),
     shared: &Shared,
-    tainted: &AtomicBool,
+    tainted: &[AtomicBool; 2],
 ) {
+    let way = usize::from(!up);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -297,12 +360,12 @@ fn forward(
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        if shared.blackhole.load(Ordering::SeqCst) {
-            tainted.store(true, Ordering::SeqCst);
+        if shared.blackhole[way].load(Ordering::SeqCst) {
+            tainted[way].store(true, Ordering::SeqCst);
             shared.dropped.fetch_add(n as u64, Ordering::SeqCst);
             continue;
         }
-        if tainted.load(Ordering::SeqCst) {
+        if tainted[way].load(Ordering::SeqCst) {
             let _ = from.shutdown(Shutdown::Both);
             let _ = to.shutdown(Shutdown::Both);
             return;
