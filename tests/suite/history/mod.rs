@@ -4,3 +4,4 @@
 mod basics;
 mod faults;
 mod recovery;
+mod rewire;

@@ -16,14 +16,14 @@
 //! error that says its outcome is unknown, and the channel's history holds
 //! it once.
 
-mod cluster_support;
-
 use std::sync::mpsc;
 use std::time::Duration;
 
 use shardsub::history::HistoryOptions;
 use shardsub::{handler_fn, Error, PubSub, Value};
 use testkit::{Cluster, Direction, FaultProxy, ServerKind};
+
+use crate::support::cluster::log_from_env;
 
 const BOUND: Duration = Duration::from_secs(30);
 const PARTITIONS: u32 = 16;
@@ -36,7 +36,7 @@ fn xlen(cluster: &Cluster, node: usize, key: &[u8]) -> i64 {
 }
 
 fn applied_once_when_its_node_engine_closes(kind: ServerKind) {
-    cluster_support::log_from_env();
+    log_from_env();
     let mut cluster = Cluster::start(kind, 2, 0).expect("cluster");
     let first = cluster.masters()[0];
     let third = cluster.add_master().expect("a third master");
