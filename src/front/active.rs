@@ -5,15 +5,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
+use crate::engine::wait::{keep_waker, Signal};
 use crate::error::Error;
 
 /// Callers blocked in `wait_active` (and the like), woken on
 /// confirmations.
 pub(crate) struct ActiveWait {
-    gate: Mutex<u64>,
-    cond: Condvar,
+    /// Notified on every wake-up that reaches the waiters. Its state:
+    /// tasks awaiting an [`Active`](crate::pubsub::Active) future, by
+    /// registration, taken (and woken) by the next wake-up, so a future
+    /// registers again on every poll.
+    tasks: Signal<Vec<(u64, Waker)>>,
     waiters: AtomicUsize,
     /// Set by a waiter before it looks; with `arming`, the next wake-up
     /// clears it and is the only one that takes the gate.
@@ -23,10 +25,6 @@ pub(crate) struct ActiveWait {
     arming: bool,
     /// The longest a waiter sleeps before it looks again.
     poll: Duration,
-    /// Tasks awaiting an [`Active`](crate::pubsub::Active) future, by
-    /// registration: taken (and woken) by the next wake-up, so a future
-    /// registers again on every poll.
-    tasks: Mutex<Vec<(u64, Waker)>>,
     next_task: AtomicU64,
 }
 
@@ -35,13 +33,11 @@ impl ActiveWait {
     /// every call, with waiters looking again at least every `poll`.
     pub(crate) fn new(arming: bool, poll: Duration) -> Self {
         ActiveWait {
-            gate: Mutex::new(0),
-            cond: Condvar::new(),
+            tasks: Signal::new(Vec::new()),
             waiters: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             arming,
             poll,
-            tasks: Mutex::new(Vec::new()),
             next_task: AtomicU64::new(0),
         }
     }
@@ -55,13 +51,11 @@ impl ActiveWait {
             self.waiters.fetch_add(1, Ordering::AcqRel);
             self.next_task.fetch_add(1, Ordering::Relaxed)
         });
-        let mut tasks = self.tasks.lock();
-        match tasks.iter_mut().find(|(t, _)| *t == id) {
-            Some((_, w)) if w.will_wake(waker) => {}
-            Some((_, w)) => w.clone_from(waker),
-            None => tasks.push((id, waker.clone())),
-        }
-        drop(tasks);
+        self.tasks
+            .with(|tasks| match tasks.iter_mut().find(|(t, _)| *t == id) {
+                Some((_, w)) => keep_waker(w, waker),
+                None => tasks.push((id, waker.clone())),
+            });
         // Arm after registering, before looking: a confirmation from now
         // on wakes the task.
         if self.arming {
@@ -73,7 +67,7 @@ impl ActiveWait {
     /// finished or was dropped).
     pub(crate) fn unregister(&self, id: &mut Option<u64>) {
         if let Some(id) = id.take() {
-            self.tasks.lock().retain(|(t, _)| *t != id);
+            self.tasks.with(|tasks| tasks.retain(|(t, _)| *t != id));
             self.waiters.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -89,9 +83,7 @@ impl ActiveWait {
         if self.waiters.load(Ordering::Acquire) > 0
             && (!self.arming || self.armed.swap(false, Ordering::AcqRel))
         {
-            *self.gate.lock() += 1;
-            self.cond.notify_all();
-            let tasks = std::mem::take(&mut *self.tasks.lock());
+            let tasks = self.tasks.update(std::mem::take);
             for (_, w) in tasks {
                 w.wake();
             }
@@ -101,9 +93,7 @@ impl ActiveWait {
     /// Sleeps until a wake-up or `until`, whichever comes first.
     pub(crate) fn sleep_until(&self, until: Instant) {
         self.waiters.fetch_add(1, Ordering::AcqRel);
-        let mut gate = self.gate.lock();
-        self.cond.wait_until(&mut gate, until);
-        drop(gate);
+        self.tasks.sleep_until(until);
         self.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -126,36 +116,29 @@ impl ActiveWait {
         let deadline = Instant::now() + timeout;
         self.waiters.fetch_add(1, Ordering::AcqRel);
         let mut next = 0;
-        let result = loop {
+        // Looks outside the lock (the registry has its own): a wake-up
+        // while it looks makes it look again rather than sleep.
+        let look = || {
             if let Err(e) = check_open() {
-                break Err(e);
+                return Some(Err(e));
             }
-            // Arm before looking: a confirmation from now on bumps the gate.
+            // Arm before looking: a confirmation from now on wakes.
             if self.arming {
                 self.arm();
             }
-            let seen = *self.gate.lock();
             while next < channels.len() && is_active(channels[next].as_ref()) {
                 next += 1;
             }
-            if next == channels.len() {
-                break Ok(());
-            }
-            if let Some(e) = refused(channels[next].as_ref()) {
-                break Err(e);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimeout { after: timeout });
-            }
-            let mut gate = self.gate.lock();
-            if *gate == seen {
-                let until = deadline.min(now + self.poll);
-                self.cond.wait_until(&mut gate, until);
+            match channels.get(next) {
+                None => Some(Ok(())),
+                Some(c) => refused(c.as_ref()).map(Err),
             }
         };
+        let result = self
+            .tasks
+            .wait_until_unlocked(Some(deadline), Some(self.poll), look);
         self.waiters.fetch_sub(1, Ordering::AcqRel);
-        result
+        result.unwrap_or(Err(Error::WaitTimeout { after: timeout }))
     }
 }
 
@@ -283,7 +266,7 @@ mod tests {
         w.unregister(&mut id);
         assert_eq!(id, None);
         assert_eq!(w.waiters.load(Ordering::SeqCst), 0);
-        assert!(w.tasks.lock().is_empty());
+        assert!(w.tasks.with(|t| t.is_empty()));
         w.arm();
         w.wake();
         assert_eq!(c2.0.load(Ordering::SeqCst), 2);
