@@ -74,3 +74,50 @@ impl Leaving {
             .unwrap_or(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_when_its_leaves_complete_or_shutdown_or_at_its_deadline() {
+        let l = Arc::new(Leaving::default());
+        let target = l.request();
+        assert!(l.filtering());
+        // Times out, then fails at once when closed.
+        let start = Instant::now();
+        assert!(!l.wait(target, start + Duration::from_millis(20), || true));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        let start = Instant::now();
+        assert!(!l.wait(target, start + Duration::from_secs(10), || false));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A shutdown seen within the 50 ms recheck, without a wake-up.
+        let open = AtomicBool::new(true);
+        let start = Instant::now();
+        let closing = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(10));
+                open.store(false, Ordering::SeqCst);
+            });
+            l.wait(target, start + Duration::from_secs(10), || {
+                open.load(Ordering::SeqCst)
+            })
+        });
+        assert!(!closing);
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // Completed from another thread while waiting (no recheck needed:
+        // the completion wakes it).
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.complete(target));
+        let start = Instant::now();
+        assert!(l.wait(target, start + Duration::from_secs(10), || true));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        assert!(!l.filtering());
+        // An earlier target is complete already.
+        assert!(l.wait(target - 1, Instant::now(), || false));
+    }
+}
