@@ -141,11 +141,13 @@ impl<S> Signal<S> {
     }
 }
 
-/// Keeps `new` as the waker to wake, unless `stored` wakes the same task
-/// already (the last poller wins; no clone when it polls again).
-pub(crate) fn keep_waker(stored: &mut Waker, new: &Waker) {
-    if !stored.will_wake(new) {
-        stored.clone_from(new);
+/// Keeps `new` as the waker to wake: the last poller's (no clone when it
+/// wakes the same task as the one stored).
+pub(crate) fn keep_waker(stored: &mut Option<Waker>, new: &Waker) {
+    match stored {
+        // `clone_from` keeps a waker that `will_wake` the same task.
+        Some(w) => w.clone_from(new),
+        None => *stored = Some(new.clone()),
     }
 }
 
@@ -311,10 +313,7 @@ impl<V> Outcome<V> {
             .with(|r| match std::mem::replace(&mut r.state, State::Taken) {
                 State::Done(v) => Poll::Ready(Some(v)),
                 State::Waiting(mut waker) => {
-                    match &mut waker {
-                        Some(w) => keep_waker(w, cx.waker()),
-                        None => waker = Some(cx.waker().clone()),
-                    }
+                    keep_waker(&mut waker, cx.waker());
                     r.state = State::Waiting(waker);
                     Poll::Pending
                 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::engine::wait::{keep_waker, Signal};
+use crate::engine::wait::Signal;
 use crate::error::Error;
 
 /// Callers blocked in `wait_active` (and the like), woken on
@@ -53,7 +53,8 @@ impl ActiveWait {
         });
         self.tasks
             .with(|tasks| match tasks.iter_mut().find(|(t, _)| *t == id) {
-                Some((_, w)) => keep_waker(w, waker),
+                // `clone_from` keeps a waker that `will_wake` the same task.
+                Some((_, w)) => w.clone_from(waker),
                 None => tasks.push((id, waker.clone())),
             });
         // Arm after registering, before looking: a confirmation from now
