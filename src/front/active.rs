@@ -230,39 +230,24 @@ mod tests {
         assert!(t.join().expect("waiter thread").is_ok());
     }
 
-    #[derive(Default)]
-    struct CountWake(AtomicUsize);
-    impl std::task::Wake for CountWake {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn a_registered_task_is_woken_once_per_registration_and_unregisters() {
         let w = ActiveWait::new(true, Duration::from_secs(10));
-        let (c1, c2) = (
-            std::sync::Arc::new(CountWake::default()),
-            std::sync::Arc::new(CountWake::default()),
-        );
-        let (w1, w2) = (Waker::from(c1.clone()), Waker::from(c2.clone()));
+        let ((c1, w1), (c2, w2)) = (testkit::counting_waker(), testkit::counting_waker());
         let mut id = None;
         w.register(&mut id, &w1);
         // Polled again from another task: only the new waker is kept.
         w.register(&mut id, &w2);
         assert_eq!(w.waiters.load(Ordering::SeqCst), 1);
         w.wake();
-        assert_eq!(
-            (c1.0.load(Ordering::SeqCst), c2.0.load(Ordering::SeqCst)),
-            (0, 1)
-        );
+        assert_eq!((c1.wakes(), c2.wakes()), (0, 1));
         // Taken by that wake: the next one needs a new registration (and,
         // with arming, the arm that comes with it).
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 1);
+        assert_eq!(c2.wakes(), 1);
         w.register(&mut id, &w2);
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+        assert_eq!(c2.wakes(), 2);
         w.register(&mut id, &w2);
         w.unregister(&mut id);
         assert_eq!(id, None);
@@ -270,6 +255,6 @@ mod tests {
         assert!(w.tasks.with(|t| t.is_empty()));
         w.arm();
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+        assert_eq!(c2.wakes(), 2);
     }
 }

@@ -1,6 +1,5 @@
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::task::Wake;
 
 use super::*;
 
@@ -83,15 +82,6 @@ fn an_update_while_an_unlocked_look_runs_is_not_lost() {
     t.join().unwrap();
 }
 
-/// A waker that counts its wakes.
-#[derive(Default)]
-struct CountWake(AtomicUsize);
-impl Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn an_outcome_is_taken_once_and_a_second_one_is_ignored() {
     let o = Outcome::<i32>::new();
@@ -102,8 +92,7 @@ fn an_outcome_is_taken_once_and_a_second_one_is_ignored() {
     assert!(o.is_done());
     assert_eq!(o.wait(Some(Instant::now())), Some(1));
     assert!(!o.is_done());
-    let count = Arc::new(CountWake::default());
-    let waker = Waker::from(count.clone());
+    let (_, waker) = testkit::counting_waker();
     assert_eq!(o.poll(&mut Context::from_waker(&waker)), Poll::Ready(None));
 }
 
@@ -128,56 +117,33 @@ fn a_callback_runs_at_once_or_on_the_completing_thread() {
 #[test]
 fn the_last_poller_is_woken_once() {
     let o = Outcome::<i32>::new();
-    let (c1, c2) = (
-        Arc::new(CountWake::default()),
-        Arc::new(CountWake::default()),
-    );
-    let (w1, w2) = (Waker::from(c1.clone()), Waker::from(c2.clone()));
+    let ((c1, w1), (c2, w2)) = (testkit::counting_waker(), testkit::counting_waker());
     assert!(o.poll(&mut Context::from_waker(&w1)).is_pending());
     assert!(o.poll(&mut Context::from_waker(&w2)).is_pending());
     o.complete(5);
     o.complete(6);
-    let wakes = |c: &CountWake| c.0.load(Ordering::SeqCst);
-    assert_eq!((wakes(&c1), wakes(&c2)), (0, 1));
+    assert_eq!((c1.wakes(), c2.wakes()), (0, 1));
     assert_eq!(o.poll(&mut Context::from_waker(&w2)), Poll::Ready(Some(5)));
     // Forgotten: a completion wakes nobody.
     o.begin();
     assert!(o.poll(&mut Context::from_waker(&w1)).is_pending());
     o.forget_waker();
     o.complete(7);
-    assert_eq!(wakes(&c1), 0);
-}
-
-/// A waker that unparks the thread that polls.
-struct Unpark(std::thread::Thread);
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
+    assert_eq!(c1.wakes(), 0);
 }
 
 #[test]
 fn no_wakeup_is_lost_when_completion_races_the_poll() {
     // Each round completes from another thread while this one polls; this
-    // thread sleeps only on park (woken by the waker), with a 10 s bound
-    // per round: a lost wake-up shows as a timeout.
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
+    // thread sleeps only until the waker unparks it: a lost wake-up shows
+    // as the 10 s bound passing.
     let o = Arc::new(Outcome::<u64>::new());
     for round in 0..2000u64 {
         let number = o.begin();
         let o2 = o.clone();
         let t = std::thread::spawn(move || o2.complete_in(number, round));
-        let deadline = Instant::now() + LONG;
-        let got = loop {
-            if let Poll::Ready(r) = o.poll(&mut cx) {
-                break r;
-            }
-            std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
-            // Polled again only when woken (or spuriously) before the bound.
-            assert!(Instant::now() < deadline, "round {round}: wake-up lost");
-        };
-        assert_eq!(got, Some(round));
+        let got = testkit::block_on(std::future::poll_fn(|cx| o.poll(cx)), LONG);
+        assert_eq!(got.expect("wake-up lost"), Some(round));
         t.join().unwrap();
     }
 }
