@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
+use crate::engine::wait::Outcome;
 use crate::error::Error;
 
 /// A moment, as nanoseconds since a process-wide epoch (0: not set): 8
@@ -65,15 +64,13 @@ impl Done {
 }
 
 /// One thread's cell for [`ClusterPubSub::publish_wait`], reused by every
-/// call on that thread (nothing allocated per call). Each call is a new
-/// round; an outcome for an older round (one that timed out) is dropped.
+/// call on that thread (nothing allocated per call): an [`Outcome`] with a
+/// round per call, so an outcome for an older round (one that timed out)
+/// is dropped.
 ///
 /// [`ClusterPubSub::publish_wait`]: crate::cluster::ClusterPubSub::publish_wait
 #[derive(Default)]
-pub(crate) struct Waiter {
-    state: Mutex<(u64, Option<Result<i64, Error>>)>,
-    cond: Condvar,
-}
+pub(crate) struct Waiter(Outcome<Result<i64, Error>>);
 
 impl Waiter {
     /// This thread's waiter.
@@ -86,34 +83,16 @@ impl Waiter {
 
     /// Starts a new round; returns its number.
     pub(crate) fn begin(&self) -> u64 {
-        let mut st = self.state.lock();
-        st.0 += 1;
-        st.1 = None;
-        st.0
+        self.0.begin()
     }
 
     fn put(&self, round: u64, r: Result<i64, Error>) {
-        let mut st = self.state.lock();
-        if st.0 == round {
-            st.1 = Some(r);
-            self.cond.notify_one();
-        }
+        self.0.complete_in(round, r);
     }
 
     /// The outcome of `round`, or `None` once `timeout` has passed.
     pub(crate) fn wait(&self, round: u64, timeout: Duration) -> Option<Result<i64, Error>> {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.state.lock();
-        loop {
-            if st.0 == round {
-                if let Some(r) = st.1.take() {
-                    return Some(r);
-                }
-            }
-            if self.cond.wait_until(&mut st, deadline).timed_out() {
-                return if st.0 == round { st.1.take() } else { None };
-            }
-        }
+        self.0.wait_in(round, Instant::now() + timeout)
     }
 }
 

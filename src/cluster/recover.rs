@@ -9,6 +9,7 @@ use std::sync::{Arc, Weak};
 use resp::Value;
 
 use crate::cluster::shared::Shared;
+use crate::engine::wait::Outcome;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::history::{keys_into, read, script, History, Position, Rules};
@@ -132,10 +133,10 @@ impl Reader for ClusterReader {
 
 /// The blocking, redirect-following read, on a helper thread.
 fn follow(shared: Weak<Shared>, args: Args, done: Done) {
-    // Shared with the error path: a thread that cannot start still
-    // finishes the read (with the error).
-    let done = Arc::new(parking_lot::Mutex::new(Some(done)));
-    let finish = done.clone();
+    // Completed by the thread, or by the error path when it cannot start.
+    let outcome = Arc::new(Outcome::new());
+    outcome.then(done);
+    let finish = outcome.clone();
     let spawned = std::thread::Builder::new()
         .name("shardsub-history-read".into())
         .spawn(move || {
@@ -147,15 +148,9 @@ fn follow(shared: Weak<Shared>, args: Args, done: Done) {
                 }
                 None => Err(Error::Shutdown),
             };
-            let done = finish.lock().take();
-            if let Some(done) = done {
-                done(r);
-            }
+            finish.complete(r);
         });
     if let Err(e) = spawned {
-        let done = done.lock().take();
-        if let Some(done) = done {
-            done(Err(Error::runtime("history read thread", &e)));
-        }
+        outcome.complete(Err(Error::runtime("history read thread", &e)));
     }
 }

@@ -272,30 +272,6 @@ fn a_connection_killed_under_async_publishes_fails_them_and_recovers() {
     }
 }
 
-/// Runs `f` on this thread with no runtime around it, for `bound` at most.
-fn block_on_plain<F: std::future::Future>(f: F, bound: Duration) -> Option<F::Output> {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let deadline = Instant::now() + bound;
-    loop {
-        if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
-            return Some(r);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        std::thread::park_timeout(left);
-    }
-}
-
 #[test]
 fn publish_async_outside_a_tokio_runtime_goes_through_the_thread() {
     for kind in kinds() {
@@ -307,7 +283,7 @@ fn publish_async_outside_a_tokio_runtime_goes_through_the_thread() {
         for i in 0..20 {
             let p = format!("0:{i}");
             let publish = e.publish_async(b"aplain", p.as_bytes(), PublishOptions::classic());
-            let r = block_on_plain(publish, BOUND).expect("no reply: never sent?");
+            let r = testkit::block_on(publish, BOUND).expect("no reply: never sent?");
             assert_eq!(r.unwrap(), 1, "{kind:?}");
         }
         each_in_order(kind, &mut sub, 1, 20);

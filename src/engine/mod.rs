@@ -17,6 +17,7 @@ mod runtime;
 mod shared;
 #[cfg(test)]
 mod tests;
+pub(crate) mod wait;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};

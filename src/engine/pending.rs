@@ -5,67 +5,19 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use resp::{Frame, Parsed, Value};
 
 use crate::engine::kept::Kept;
+use crate::engine::wait::Outcome;
 use crate::engine::Settings;
 use crate::error::Error;
 
-type Callback<T> = Box<dyn FnOnce(Result<T, Error>) + Send + 'static>;
-
-enum State<T> {
-    /// Not complete; the waker of the task that polled last, if any.
-    Waiting(Option<Waker>),
-    Callback(Callback<T>),
-    Done(Result<T, Error>),
-    Taken,
-}
-
-/// The shared cell between a [`Pending`] and the I/O thread.
-pub(crate) struct Slot<T> {
-    state: Mutex<State<T>>,
-    cond: Condvar,
-}
-
-impl<T> Slot<T> {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Slot {
-            state: Mutex::new(State::Waiting(None)),
-            cond: Condvar::new(),
-        })
-    }
-
-    /// Whether the result is in (and not taken yet).
-    pub(crate) fn is_done(&self) -> bool {
-        matches!(&*self.state.lock(), State::Done(_))
-    }
-
-    /// Delivers the result: wakes a waiter (a thread, and the task that
-    /// polled last) or runs the callback (on this thread, outside the
-    /// lock). A second result is ignored.
-    pub(crate) fn complete(&self, result: Result<T, Error>) {
-        let mut state = self.state.lock();
-        match std::mem::replace(&mut *state, State::Taken) {
-            State::Waiting(waker) => {
-                *state = State::Done(result);
-                drop(state);
-                self.cond.notify_all();
-                if let Some(w) = waker {
-                    w.wake();
-                }
-            }
-            State::Callback(f) => {
-                drop(state);
-                f(result);
-            }
-            done @ (State::Done(_) | State::Taken) => *state = done,
-        }
-    }
-}
+/// The shared cell between a [`Pending`] and the I/O thread: an
+/// [`Outcome`] used once.
+pub(crate) type Slot<T> = Outcome<Result<T, Error>>;
 
 /// The outcome of a request that is in flight: wait for it (with or without
 /// a timeout), poll it, `.await` it, or hand it a callback.
@@ -89,14 +41,14 @@ pub struct Pending<T> {
 impl<T> fmt::Debug for Pending<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pending")
-            .field("done", &matches!(&*self.slot.state.lock(), State::Done(_)))
+            .field("done", &self.slot.is_done())
             .finish()
     }
 }
 
 impl<T: Send + 'static> Pending<T> {
     pub(crate) fn new() -> (Self, Arc<Slot<T>>) {
-        let slot = Slot::new();
+        let slot = Arc::new(Slot::new());
         (Pending { slot: slot.clone() }, slot)
     }
 
@@ -115,13 +67,11 @@ impl<T: Send + 'static> Pending<T> {
     /// The request's error: an error reply, a timeout, a lost connection or
     /// shutdown.
     pub fn wait(self) -> Result<T, Error> {
-        let mut state = self.slot.state.lock();
         loop {
-            match std::mem::replace(&mut *state, State::Taken) {
-                State::Done(r) => return r,
-                other => *state = other,
+            // Without a deadline the wait ends only with the outcome.
+            if let Some(r) = self.slot.wait(None) {
+                return r;
             }
-            self.slot.cond.wait(&mut state);
         }
     }
 
@@ -133,37 +83,19 @@ impl<T: Send + 'static> Pending<T> {
     /// stays in flight; its outcome is then lost to this handle), otherwise
     /// as [`Pending::wait`].
     pub fn wait_timeout(self, timeout: Duration) -> Result<T, Error> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.slot.state.lock();
-        loop {
-            match std::mem::replace(&mut *state, State::Taken) {
-                State::Done(r) => return r,
-                other => *state = other,
-            }
-            if self.slot.cond.wait_until(&mut state, deadline).timed_out() {
-                if let State::Done(_) = &*state {
-                    continue;
-                }
-                return Err(Error::WaitTimeout { after: timeout });
-            }
-        }
+        self.slot
+            .wait(Some(Instant::now() + timeout))
+            .unwrap_or(Err(Error::WaitTimeout { after: timeout }))
     }
 
     /// True once the outcome is known.
     pub fn is_done(&self) -> bool {
-        matches!(&*self.slot.state.lock(), State::Done(_))
+        self.slot.is_done()
     }
 
     /// Takes the outcome if it is known, without blocking.
     pub fn try_take(&mut self) -> Option<Result<T, Error>> {
-        let mut state = self.slot.state.lock();
-        match std::mem::replace(&mut *state, State::Taken) {
-            State::Done(r) => Some(r),
-            other => {
-                *state = other;
-                None
-            }
-        }
+        self.slot.try_take()
     }
 
     /// Runs `f` with the outcome: at once on this thread if it is known,
@@ -173,15 +105,7 @@ impl<T: Send + 'static> Pending<T> {
     where
         F: FnOnce(Result<T, Error>) + Send + 'static,
     {
-        let mut state = self.slot.state.lock();
-        match std::mem::replace(&mut *state, State::Taken) {
-            State::Done(r) => {
-                drop(state);
-                f(r);
-            }
-            State::Waiting(_) => *state = State::Callback(Box::new(f)),
-            other => *state = other,
-        }
+        self.slot.then(f);
     }
 }
 
@@ -192,10 +116,7 @@ impl<T> Pending<T> {
     /// again afterwards to learn the outcome (and to store a waker again).
     #[cfg(feature = "tokio")]
     pub(crate) fn forget_waker(&self) {
-        let mut state = self.slot.state.lock();
-        if let State::Waiting(w) = &mut *state {
-            *w = None;
-        }
+        self.slot.forget_waker();
     }
 }
 
@@ -203,29 +124,13 @@ impl<T> Future for Pending<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.slot.state.lock();
-        match std::mem::replace(&mut *state, State::Taken) {
-            State::Done(r) => Poll::Ready(r),
-            State::Waiting(Some(w)) if w.will_wake(cx.waker()) => {
-                *state = State::Waiting(Some(w));
-                Poll::Pending
-            }
-            State::Waiting(_) => {
-                // Replaced under the lock the completion takes: a result
-                // that comes after this wakes the new waker.
-                *state = State::Waiting(Some(cx.waker().clone()));
-                Poll::Pending
-            }
-            // `then` consumed the handle, so a callback cannot be here;
-            // kept for completeness.
-            other @ State::Callback(_) => {
-                *state = other;
-                Poll::Pending
-            }
-            State::Taken => Poll::Ready(Err(Error::InvalidArgument(
-                "Pending polled again after it completed".into(),
-            ))),
-        }
+        self.slot.poll(cx).map(|r| {
+            r.unwrap_or_else(|| {
+                Err(Error::InvalidArgument(
+                    "Pending polled again after it completed".into(),
+                ))
+            })
+        })
     }
 }
 

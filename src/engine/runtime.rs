@@ -16,10 +16,11 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use mio::{Poll, Waker};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::engine::io_thread::{IoThread, WAKER};
 use crate::engine::shared::{Control, ThreadShared};
+use crate::engine::wait::Signal;
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
 
@@ -234,35 +235,25 @@ impl Drop for RuntimeInner {
 /// Counts threads down to zero (an engine's shutdown waits for each of its
 /// threads to let go of its connections).
 pub(crate) struct Latch {
-    left: Mutex<usize>,
-    cond: Condvar,
+    left: Signal<usize>,
 }
 
 impl Latch {
     pub(crate) fn new(n: usize) -> Arc<Latch> {
         Arc::new(Latch {
-            left: Mutex::new(n),
-            cond: Condvar::new(),
+            left: Signal::new(n),
         })
     }
 
     pub(crate) fn count_down(&self) {
-        let mut left = self.left.lock();
-        *left = left.saturating_sub(1);
-        if *left == 0 {
-            self.cond.notify_all();
-        }
+        self.left.update(|left| *left = left.saturating_sub(1));
     }
 
     /// Waits until the count is zero or `deadline` passes; true when zero.
     pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
-        let mut left = self.left.lock();
-        while *left > 0 {
-            if self.cond.wait_until(&mut left, deadline).timed_out() {
-                return *left == 0;
-            }
-        }
-        true
+        self.left
+            .wait_until(Some(deadline), None, |left| (*left == 0).then_some(()))
+            .is_some()
     }
 }
 

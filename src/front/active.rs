@@ -5,15 +5,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
+use crate::engine::wait::Signal;
 use crate::error::Error;
 
 /// Callers blocked in `wait_active` (and the like), woken on
 /// confirmations.
 pub(crate) struct ActiveWait {
-    gate: Mutex<u64>,
-    cond: Condvar,
+    /// Notified on every wake-up that reaches the waiters. Its state:
+    /// tasks awaiting an [`Active`](crate::pubsub::Active) future, by
+    /// registration, taken (and woken) by the next wake-up, so a future
+    /// registers again on every poll.
+    tasks: Signal<Vec<(u64, Waker)>>,
     waiters: AtomicUsize,
     /// Set by a waiter before it looks; with `arming`, the next wake-up
     /// clears it and is the only one that takes the gate.
@@ -23,10 +25,6 @@ pub(crate) struct ActiveWait {
     arming: bool,
     /// The longest a waiter sleeps before it looks again.
     poll: Duration,
-    /// Tasks awaiting an [`Active`](crate::pubsub::Active) future, by
-    /// registration: taken (and woken) by the next wake-up, so a future
-    /// registers again on every poll.
-    tasks: Mutex<Vec<(u64, Waker)>>,
     next_task: AtomicU64,
 }
 
@@ -35,13 +33,11 @@ impl ActiveWait {
     /// every call, with waiters looking again at least every `poll`.
     pub(crate) fn new(arming: bool, poll: Duration) -> Self {
         ActiveWait {
-            gate: Mutex::new(0),
-            cond: Condvar::new(),
+            tasks: Signal::new(Vec::new()),
             waiters: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             arming,
             poll,
-            tasks: Mutex::new(Vec::new()),
             next_task: AtomicU64::new(0),
         }
     }
@@ -55,13 +51,12 @@ impl ActiveWait {
             self.waiters.fetch_add(1, Ordering::AcqRel);
             self.next_task.fetch_add(1, Ordering::Relaxed)
         });
-        let mut tasks = self.tasks.lock();
-        match tasks.iter_mut().find(|(t, _)| *t == id) {
-            Some((_, w)) if w.will_wake(waker) => {}
-            Some((_, w)) => w.clone_from(waker),
-            None => tasks.push((id, waker.clone())),
-        }
-        drop(tasks);
+        self.tasks
+            .with(|tasks| match tasks.iter_mut().find(|(t, _)| *t == id) {
+                // `clone_from` keeps a waker that `will_wake` the same task.
+                Some((_, w)) => w.clone_from(waker),
+                None => tasks.push((id, waker.clone())),
+            });
         // Arm after registering, before looking: a confirmation from now
         // on wakes the task.
         if self.arming {
@@ -73,7 +68,7 @@ impl ActiveWait {
     /// finished or was dropped).
     pub(crate) fn unregister(&self, id: &mut Option<u64>) {
         if let Some(id) = id.take() {
-            self.tasks.lock().retain(|(t, _)| *t != id);
+            self.tasks.with(|tasks| tasks.retain(|(t, _)| *t != id));
             self.waiters.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -89,9 +84,7 @@ impl ActiveWait {
         if self.waiters.load(Ordering::Acquire) > 0
             && (!self.arming || self.armed.swap(false, Ordering::AcqRel))
         {
-            *self.gate.lock() += 1;
-            self.cond.notify_all();
-            let tasks = std::mem::take(&mut *self.tasks.lock());
+            let tasks = self.tasks.update(std::mem::take);
             for (_, w) in tasks {
                 w.wake();
             }
@@ -101,9 +94,7 @@ impl ActiveWait {
     /// Sleeps until a wake-up or `until`, whichever comes first.
     pub(crate) fn sleep_until(&self, until: Instant) {
         self.waiters.fetch_add(1, Ordering::AcqRel);
-        let mut gate = self.gate.lock();
-        self.cond.wait_until(&mut gate, until);
-        drop(gate);
+        self.tasks.sleep_until(until);
         self.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -126,36 +117,29 @@ impl ActiveWait {
         let deadline = Instant::now() + timeout;
         self.waiters.fetch_add(1, Ordering::AcqRel);
         let mut next = 0;
-        let result = loop {
+        // Looks outside the lock (the registry has its own): a wake-up
+        // while it looks makes it look again rather than sleep.
+        let look = || {
             if let Err(e) = check_open() {
-                break Err(e);
+                return Some(Err(e));
             }
-            // Arm before looking: a confirmation from now on bumps the gate.
+            // Arm before looking: a confirmation from now on wakes.
             if self.arming {
                 self.arm();
             }
-            let seen = *self.gate.lock();
             while next < channels.len() && is_active(channels[next].as_ref()) {
                 next += 1;
             }
-            if next == channels.len() {
-                break Ok(());
-            }
-            if let Some(e) = refused(channels[next].as_ref()) {
-                break Err(e);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(Error::WaitTimeout { after: timeout });
-            }
-            let mut gate = self.gate.lock();
-            if *gate == seen {
-                let until = deadline.min(now + self.poll);
-                self.cond.wait_until(&mut gate, until);
+            match channels.get(next) {
+                None => Some(Ok(())),
+                Some(c) => refused(c.as_ref()).map(Err),
             }
         };
+        let result = self
+            .tasks
+            .wait_until_unlocked(Some(deadline), Some(self.poll), look);
         self.waiters.fetch_sub(1, Ordering::AcqRel);
-        result
+        result.unwrap_or(Err(Error::WaitTimeout { after: timeout }))
     }
 }
 
@@ -246,46 +230,31 @@ mod tests {
         assert!(t.join().expect("waiter thread").is_ok());
     }
 
-    #[derive(Default)]
-    struct CountWake(AtomicUsize);
-    impl std::task::Wake for CountWake {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn a_registered_task_is_woken_once_per_registration_and_unregisters() {
         let w = ActiveWait::new(true, Duration::from_secs(10));
-        let (c1, c2) = (
-            std::sync::Arc::new(CountWake::default()),
-            std::sync::Arc::new(CountWake::default()),
-        );
-        let (w1, w2) = (Waker::from(c1.clone()), Waker::from(c2.clone()));
+        let ((c1, w1), (c2, w2)) = (testkit::counting_waker(), testkit::counting_waker());
         let mut id = None;
         w.register(&mut id, &w1);
         // Polled again from another task: only the new waker is kept.
         w.register(&mut id, &w2);
         assert_eq!(w.waiters.load(Ordering::SeqCst), 1);
         w.wake();
-        assert_eq!(
-            (c1.0.load(Ordering::SeqCst), c2.0.load(Ordering::SeqCst)),
-            (0, 1)
-        );
+        assert_eq!((c1.wakes(), c2.wakes()), (0, 1));
         // Taken by that wake: the next one needs a new registration (and,
         // with arming, the arm that comes with it).
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 1);
+        assert_eq!(c2.wakes(), 1);
         w.register(&mut id, &w2);
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+        assert_eq!(c2.wakes(), 2);
         w.register(&mut id, &w2);
         w.unregister(&mut id);
         assert_eq!(id, None);
         assert_eq!(w.waiters.load(Ordering::SeqCst), 0);
-        assert!(w.tasks.lock().is_empty());
+        assert!(w.tasks.with(|t| t.is_empty()));
         w.arm();
         w.wake();
-        assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+        assert_eq!(c2.wakes(), 2);
     }
 }

@@ -22,15 +22,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use crate::engine::wait::Signal;
 
 /// Leaves asked for and completed.
 #[derive(Default)]
 pub(crate) struct Leaving {
     requested: AtomicU64,
     done: AtomicU64,
-    lock: Mutex<()>,
-    cond: Condvar,
+    /// Notified when leaves complete.
+    completed: Signal<()>,
 }
 
 impl Leaving {
@@ -57,25 +57,67 @@ impl Leaving {
     /// The leaves up to `upto` are complete.
     pub(crate) fn complete(&self, upto: u64) {
         self.done.fetch_max(upto, Ordering::AcqRel);
-        let _g = self.lock.lock();
-        self.cond.notify_all();
+        self.completed.update(|()| ());
     }
 
     /// Waits until the leaves up to `target` are complete, `open` fails,
     /// or `deadline` passes; true when they are.
     pub(crate) fn wait(&self, target: u64, deadline: Instant, open: impl Fn() -> bool) -> bool {
-        let mut g = self.lock.lock();
-        loop {
-            if self.done() >= target {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline || !open() {
-                return false;
-            }
-            // Woken by `complete`; shutdown is looked at every 50 ms.
-            let until = deadline.min(now + Duration::from_millis(50));
-            self.cond.wait_until(&mut g, until);
-        }
+        // Woken by `complete`; shutdown is looked at every 50 ms.
+        let recheck = Some(Duration::from_millis(50));
+        let look = |_: &mut ()| match self.done() >= target {
+            true => Some(true),
+            false => (!open()).then_some(false),
+        };
+        self.completed
+            .wait_until(Some(deadline), recheck, look)
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_when_its_leaves_complete_or_shutdown_or_at_its_deadline() {
+        let l = Arc::new(Leaving::default());
+        let target = l.request();
+        assert!(l.filtering());
+        // Times out, then fails at once when closed.
+        let start = Instant::now();
+        assert!(!l.wait(target, start + Duration::from_millis(20), || true));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        let start = Instant::now();
+        assert!(!l.wait(target, start + Duration::from_secs(10), || false));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A shutdown seen within the 50 ms recheck, without a wake-up.
+        let open = AtomicBool::new(true);
+        let start = Instant::now();
+        let closing = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(10));
+                open.store(false, Ordering::SeqCst);
+            });
+            l.wait(target, start + Duration::from_secs(10), || {
+                open.load(Ordering::SeqCst)
+            })
+        });
+        assert!(!closing);
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // Completed from another thread while waiting (no recheck needed:
+        // the completion wakes it).
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.complete(target));
+        let start = Instant::now();
+        assert!(l.wait(target, start + Duration::from_secs(10), || true));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        assert!(!l.filtering());
+        // An earlier target is complete already.
+        assert!(l.wait(target - 1, Instant::now(), || false));
     }
 }

@@ -26,6 +26,7 @@ use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
+use crate::engine::wait::keep_waker;
 use crate::pubsub::{ChannelList, Event, Handler};
 use crate::workers::Drops;
 
@@ -327,10 +328,7 @@ impl Receiver {
         if g.closed {
             return Poll::Ready(None);
         }
-        match &mut g.waker {
-            Some(w) => w.clone_from(cx.waker()),
-            none => *none = Some(cx.waker().clone()),
-        }
+        keep_waker(&mut g.waker, cx.waker());
         Poll::Pending
     }
 

@@ -25,6 +25,8 @@
 //!   test goes through (silent loss, duplicates, reorders).
 //! - [`Rng`]: the seeded generator for tests (the library's own, so a
 //!   test and the code under it draw from one implementation).
+//! - [`block_on`] and [`counting_waker`]: polling futures by hand, with
+//!   a lost wake-up shown as a timeout.
 //!
 //! What it does not do: install servers (that is `cargo xtask install`) or
 //! mock server behaviour.
@@ -63,6 +65,7 @@ mod server;
 mod servers;
 mod tls;
 pub mod values;
+mod wake;
 
 pub use alone::alone;
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};
@@ -79,6 +82,7 @@ pub use proxy::{Direction, FaultProxy, ProxyStats};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;
 pub use tls::{TlsAuthClients, TlsFiles};
+pub use wake::{block_on, counting_waker, unpark_waker, WakeCount};
 
 /// The owned reply tree (re-exported from the `resp` crate).
 pub use resp::Value;

@@ -41,34 +41,18 @@ fn try_take() {
     assert!(matches!(p.try_take(), Some(Err(Error::Shutdown))));
 }
 
-/// A waker that counts its wakes.
-#[derive(Default)]
-struct CountWake(std::sync::atomic::AtomicUsize);
-impl std::task::Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-fn counting() -> (Arc<CountWake>, Waker) {
-    let c = Arc::new(CountWake::default());
-    (c.clone(), Waker::from(c))
-}
-fn wakes(c: &CountWake) -> usize {
-    c.0.load(std::sync::atomic::Ordering::SeqCst)
-}
-
 #[test]
 fn poll_wakes_once_on_completion_and_then_is_ready() {
     let (mut p, slot) = Pending::<i64>::new();
-    let (count, waker) = counting();
+    let (count, waker) = testkit::counting_waker();
     let mut cx = Context::from_waker(&waker);
     assert!(Pin::new(&mut p).poll(&mut cx).is_pending());
     assert!(Pin::new(&mut p).poll(&mut cx).is_pending());
-    assert_eq!(wakes(&count), 0);
+    assert_eq!(count.wakes(), 0);
     slot.complete(Ok(7));
-    assert_eq!(wakes(&count), 1);
+    assert_eq!(count.wakes(), 1);
     slot.complete(Ok(8)); // ignored, no second wake
-    assert_eq!(wakes(&count), 1);
+    assert_eq!(count.wakes(), 1);
     assert!(matches!(Pin::new(&mut p).poll(&mut cx), Poll::Ready(Ok(7))));
     assert!(matches!(
         Pin::new(&mut p).poll(&mut cx),
@@ -79,8 +63,8 @@ fn poll_wakes_once_on_completion_and_then_is_ready() {
 #[test]
 fn the_last_poller_is_woken_when_the_future_moves_between_tasks() {
     let (mut p, slot) = Pending::<i64>::new();
-    let (first, w1) = counting();
-    let (second, w2) = counting();
+    let (first, w1) = testkit::counting_waker();
+    let (second, w2) = testkit::counting_waker();
     assert!(Pin::new(&mut p)
         .poll(&mut Context::from_waker(&w1))
         .is_pending());
@@ -88,7 +72,7 @@ fn the_last_poller_is_woken_when_the_future_moves_between_tasks() {
         .poll(&mut Context::from_waker(&w2))
         .is_pending());
     slot.complete(Err(Error::Shutdown));
-    assert_eq!((wakes(&first), wakes(&second)), (0, 1));
+    assert_eq!((first.wakes(), second.wakes()), (0, 1));
     let r = Pin::new(&mut p).poll(&mut Context::from_waker(&w2));
     assert!(matches!(r, Poll::Ready(Err(Error::Shutdown))), "{r:?}");
 }
@@ -96,40 +80,22 @@ fn the_last_poller_is_woken_when_the_future_moves_between_tasks() {
 #[test]
 fn a_ready_pending_needs_no_wake() {
     let mut p = Pending::ready(Ok(3));
-    let (count, waker) = counting();
+    let (count, waker) = testkit::counting_waker();
     let r = Pin::new(&mut p).poll(&mut Context::from_waker(&waker));
     assert!(matches!(r, Poll::Ready(Ok(3))));
-    assert_eq!(wakes(&count), 0);
-}
-
-/// A waker that unparks the thread that polls.
-struct Unpark(std::thread::Thread);
-impl std::task::Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
+    assert_eq!(count.wakes(), 0);
 }
 
 #[test]
 fn no_wakeup_is_lost_when_completion_races_the_poll() {
-    // Each round completes from another thread while this one polls;
-    // this thread sleeps only on park (woken by the waker), with a
-    // 10 s bound per round: a lost wake-up shows as a timeout.
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
+    // Each round completes from another thread while this one polls; this
+    // thread sleeps only until the waker unparks it: a lost wake-up shows
+    // as the 10 s bound passing.
     for round in 0..2000i64 {
-        let (mut p, slot) = Pending::<i64>::new();
+        let (p, slot) = Pending::<i64>::new();
         let t = std::thread::spawn(move || slot.complete(Ok(round)));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let got = loop {
-            if let Poll::Ready(r) = Pin::new(&mut p).poll(&mut cx) {
-                break r;
-            }
-            let now = Instant::now();
-            assert!(now < deadline, "round {round}: wake-up lost");
-            std::thread::park_timeout(deadline - now);
-        };
-        assert_eq!(got.unwrap(), round);
+        let got = testkit::block_on(p, Duration::from_secs(10));
+        assert_eq!(got.expect("wake-up lost").unwrap(), round);
         t.join().unwrap();
     }
 }

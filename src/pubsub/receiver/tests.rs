@@ -1,14 +1,4 @@
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use super::*;
-
-#[derive(Default)]
-struct CountWake(AtomicUsize);
-impl std::task::Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
 
 /// Every item queued now, as text: `a1` for a message, `dropped N a,b`.
 fn drain(rx: &mut Receiver) -> Vec<String> {
@@ -77,18 +67,11 @@ fn drops_after_the_last_item_are_signalled_once_the_queue_is_read() {
 #[test]
 fn poll_recv_wakes_the_last_poller_and_ends_when_the_handler_is_gone() {
     let (h, mut rx) = receiver(4);
-    let (c1, c2) = (
-        Arc::new(CountWake::default()),
-        Arc::new(CountWake::default()),
-    );
-    let (w1, w2) = (Waker::from(c1.clone()), Waker::from(c2.clone()));
+    let ((c1, w1), (c2, w2)) = (testkit::counting_waker(), testkit::counting_waker());
     assert!(rx.poll_recv(&mut Context::from_waker(&w1)).is_pending());
     assert!(rx.poll_recv(&mut Context::from_waker(&w2)).is_pending());
     h.on_message(b"a", b"1");
-    assert_eq!(
-        (c1.0.load(Ordering::SeqCst), c2.0.load(Ordering::SeqCst)),
-        (0, 1)
-    );
+    assert_eq!((c1.wakes(), c2.wakes()), (0, 1));
     let r = rx.poll_recv(&mut Context::from_waker(&w2));
     assert!(
         matches!(r, Poll::Ready(Some(Delivery::Message { .. }))),
@@ -96,7 +79,7 @@ fn poll_recv_wakes_the_last_poller_and_ends_when_the_handler_is_gone() {
     );
     assert!(rx.poll_recv(&mut Context::from_waker(&w2)).is_pending());
     drop(h);
-    assert_eq!(c2.0.load(Ordering::SeqCst), 2);
+    assert_eq!(c2.wakes(), 2);
     assert!(rx.is_closed());
     assert!(matches!(
         rx.poll_recv(&mut Context::from_waker(&w2)),
