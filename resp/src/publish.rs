@@ -32,6 +32,15 @@ impl PublishKind {
         }
     }
 
+    /// The command's head on the wire: the array header of three and
+    /// the command's name.
+    const fn head(self) -> &'static [u8] {
+        match self {
+            PublishKind::Publish => b"*3\r\n$7\r\nPUBLISH\r\n",
+            PublishKind::Spublish => b"*3\r\n$8\r\nSPUBLISH\r\n",
+        }
+    }
+
     /// The command's name: `PUBLISH` or `SPUBLISH`.
     pub const fn command(self) -> &'static [u8] {
         match self {
@@ -51,7 +60,22 @@ impl PublishKind {
 /// assert_eq!(&out[at..at + 8], b"{7}.news");
 /// ```
 pub fn encode_bulk_parts(out: &mut Vec<u8>, parts: &[&[u8]]) -> usize {
-    let len = parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()));
+    let len = parts_len(parts);
+    out.reserve(len + BULK_OVERHEAD);
+    push_bulk_parts(out, parts, len)
+}
+
+/// The bytes a bulk string adds to its data at most: `$`, 20 digits and
+/// two line ends.
+const BULK_OVERHEAD: usize = 1 + 20 + 2 + 2;
+
+fn parts_len(parts: &[&[u8]]) -> usize {
+    parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()))
+}
+
+/// [`encode_bulk_parts`] with the length known and room reserved.
+#[inline]
+fn push_bulk_parts(out: &mut Vec<u8>, parts: &[&[u8]], len: usize) -> usize {
     encode_bulk_header(out, len);
     let at = out.len();
     for p in parts {
@@ -79,10 +103,19 @@ pub fn encode_publish(
     channel: &[&[u8]],
     payload: &[&[u8]],
 ) -> usize {
-    encode_command_header(out, 3);
-    encode_bulk(out, kind.command());
-    let at = encode_bulk_parts(out, channel);
-    encode_bulk_parts(out, payload);
+    // The hot path of every publish: one reservation, the head as one
+    // constant, then the two bulk strings.
+    let (channel_len, payload_len) = (parts_len(channel), parts_len(payload));
+    let head = kind.head();
+    out.reserve(
+        head.len()
+            .saturating_add(channel_len)
+            .saturating_add(payload_len)
+            .saturating_add(2 * BULK_OVERHEAD),
+    );
+    out.extend_from_slice(head);
+    let at = push_bulk_parts(out, channel, channel_len);
+    push_bulk_parts(out, payload, payload_len);
     at
 }
 

@@ -53,7 +53,7 @@ pub(crate) struct ConnDriver {
     write_blocked: bool,
     spare_buf: Vec<u8>,
     spare_reqs: VecDeque<Request<Completion>>,
-    spare_kept: Option<Box<dyn StagedKept>>,
+    spare_kept: StagedKept,
     /// This connection's kept publishes in flight (see [`Kept`]).
     kept: Kept,
     backoff: Reconnect,
@@ -111,7 +111,7 @@ impl ConnDriver {
             write_blocked: false,
             spare_buf: Vec::new(),
             spare_reqs: VecDeque::new(),
-            spare_kept: None,
+            spare_kept: StagedKept::default(),
             kept: Kept::default(),
             backoff,
             initial: Some(initial),

@@ -96,53 +96,53 @@ pub(crate) fn is_sink_of<M: KeptItem>(sink: Option<&AnySink>) -> bool {
 }
 
 /// Kept requests staged on one connection (the submitters' side), in
-/// order among its requests.
-pub(crate) trait StagedKept: Send {
-    fn is_empty(&self) -> bool;
-    fn as_any(&mut self) -> &mut dyn Any;
-    /// An empty queue in flight for requests of this kind.
-    fn in_flight(&self) -> Box<dyn InFlight>;
+/// order among its requests: a `VecDeque<M>` behind `dyn Any`, created at
+/// the first (one type check per request, nothing allocated after).
+#[derive(Default)]
+pub(crate) struct StagedKept {
+    queue: Option<Box<dyn Any + Send>>,
+    len: usize,
+    /// An empty queue in flight for requests of the staged kind.
+    in_flight: Option<fn() -> Box<dyn InFlight>>,
 }
 
-impl<M: KeptItem> StagedKept for VecDeque<M> {
-    fn is_empty(&self) -> bool {
-        VecDeque::is_empty(self)
+impl StagedKept {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
-    fn as_any(&mut self) -> &mut dyn Any {
-        self
-    }
-
-    fn in_flight(&self) -> Box<dyn InFlight> {
-        Box::new(InFlightOf::<M>::default())
-    }
-}
-
-/// Stages `msg` after the kept requests already in `staged`.
-///
-/// # Errors
-///
-/// `msg` back when `staged` holds requests of another kind (an engine
-/// keeps one kind).
-pub(crate) fn stage<M: KeptItem>(
-    staged: &mut Option<Box<dyn StagedKept>>,
-    msg: M,
-) -> Result<(), M> {
-    let queue = staged.get_or_insert_with(|| Box::new(VecDeque::<M>::new()));
-    match queue.as_any().downcast_mut::<VecDeque<M>>() {
-        Some(q) => {
-            q.push_back(msg);
-            Ok(())
+    /// Stages `msg` after the kept requests already here.
+    ///
+    /// # Errors
+    ///
+    /// `msg` back when requests of another kind are staged here (an
+    /// engine keeps one kind).
+    pub(crate) fn stage<M: KeptItem>(&mut self, msg: M) -> Result<(), M> {
+        let queue = self
+            .queue
+            .get_or_insert_with(|| Box::new(VecDeque::<M>::new()));
+        match queue.downcast_mut::<VecDeque<M>>() {
+            Some(q) => {
+                q.push_back(msg);
+                self.len += 1;
+                self.in_flight.get_or_insert(new_in_flight::<M>);
+                Ok(())
+            }
+            None => Err(msg),
         }
-        None => Err(msg),
     }
+}
+
+fn new_in_flight<M: KeptItem>() -> Box<dyn InFlight> {
+    Box::new(InFlightOf::<M>::default())
 }
 
 /// One connection's kept requests in flight, whatever their kind.
 pub(crate) trait InFlight: Send {
-    /// Takes the requests just staged (in order), and a copy of `bytes`
-    /// when any of them has no bytes of its own.
-    fn take(&mut self, staged: &mut dyn StagedKept, bytes: &[u8]);
+    /// Takes the requests just staged (`staged`, a `VecDeque` of its
+    /// kind, in order), and a copy of `bytes` when any of them has no
+    /// bytes of its own.
+    fn take(&mut self, staged: &mut dyn Any, bytes: &[u8]);
     /// The next one's reply.
     fn reply(&mut self, result: Result<i64, Error>, settings: &Settings);
     /// The next one failed.
@@ -161,13 +161,15 @@ pub(crate) struct Kept(Option<Box<dyn InFlight>>);
 
 impl Kept {
     /// Takes the kept requests just staged (see [`InFlight::take`]).
-    pub(crate) fn take(&mut self, staged: &mut Option<Box<dyn StagedKept>>, bytes: &[u8]) {
-        let Some(staged) = staged.as_mut().filter(|s| !s.is_empty()) else {
+    pub(crate) fn take(&mut self, staged: &mut StagedKept, bytes: &[u8]) {
+        if staged.is_empty() {
+            return;
+        }
+        let (Some(queue), Some(new)) = (staged.queue.as_mut(), staged.in_flight) else {
             return;
         };
-        self.0
-            .get_or_insert_with(|| staged.in_flight())
-            .take(staged.as_mut(), bytes);
+        self.0.get_or_insert_with(new).take(queue.as_mut(), bytes);
+        staged.len = 0;
     }
 
     pub(crate) fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
@@ -237,8 +239,8 @@ pub(crate) const SPARE_BATCHES: usize = 8;
 pub(crate) const SPARE_BYTES: usize = 16 << 20;
 
 impl<M: KeptItem> InFlight for InFlightOf<M> {
-    fn take(&mut self, staged: &mut dyn StagedKept, bytes: &[u8]) {
-        let Some(staged) = staged.as_any().downcast_mut::<VecDeque<M>>() else {
+    fn take(&mut self, staged: &mut dyn Any, bytes: &[u8]) {
+        let Some(staged) = staged.downcast_mut::<VecDeque<M>>() else {
             debug_assert!(false, "kept requests of two kinds on one connection");
             return;
         };
@@ -451,10 +453,10 @@ mod tests {
     }
 
     /// `items`, staged.
-    fn staged(items: impl IntoIterator<Item = Item>) -> Option<Box<dyn StagedKept>> {
-        let mut s = None;
+    fn staged(items: impl IntoIterator<Item = Item>) -> StagedKept {
+        let mut s = StagedKept::default();
         for i in items {
-            assert!(stage(&mut s, i).is_ok());
+            assert!(s.stage(i).is_ok());
         }
         s
     }
@@ -477,7 +479,7 @@ mod tests {
             new(2, 7..9, None),
         ]);
         kept.take(&mut queue, &staged_bytes);
-        assert!(queue.as_ref().is_some_and(|q| q.is_empty()));
+        assert!(queue.is_empty());
         assert_eq!(kept.size(), (3, 1, 0), "three waiting in one batch");
         // A plain reply: the callback runs, nothing is copied.
         kept.reply(Ok(4), &s);
@@ -573,7 +575,7 @@ mod tests {
     #[test]
     fn requests_of_another_kind_are_not_staged_and_a_sink_names_its_kind() {
         let mut queue = staged([new(0, 0..1, None)]);
-        assert!(stage(&mut queue, 7u8).is_err());
+        assert!(queue.stage(7u8).is_err());
         let sink = Arc::new(Sink::default());
         let s = settings(Some(&sink));
         assert!(is_sink_of::<Item>(s.kept.as_ref()));

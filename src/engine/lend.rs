@@ -438,7 +438,7 @@ impl ConnShared {
         let mut staging = self.staging.lock();
         if self.wake_pending.load(Ordering::Acquire)
             || self.state.load(Ordering::Acquire) != UP
-            || staging.kept.as_ref().is_some_and(|k| !k.is_empty())
+            || !staging.kept.is_empty()
         {
             return false;
         }

@@ -662,14 +662,12 @@ impl Engine {
         M: kept::KeptItem,
         F: FnOnce(&mut Vec<u8>, S) -> M,
     {
-        if !kept::is_sink_of::<M>(self.inner.settings.kept.as_ref()) {
-            return Err((
-                state,
-                Error::InvalidArgument(
-                    "a kept request of a kind this engine has no sink for".into(),
-                ),
-            ));
-        }
+        // An engine keeps one kind of request, its sink's (the one user
+        // is the cluster's publish path): checked in debug builds only.
+        debug_assert!(
+            kept::is_sink_of::<M>(self.inner.settings.kept.as_ref()),
+            "a kept request of a kind this engine has no sink for"
+        );
         // One connection per publish engine. With more, every publish
         // routes by the same (empty) name: one connection while it is up.
         self.route_channel(&[]).submit_with(state, |staging, s| {
@@ -677,10 +675,10 @@ impl Engine {
                 stage_asking(staging);
             }
             let msg = encode(&mut staging.buf, s);
-            match kept::stage(&mut staging.kept, msg) {
+            match staging.kept.stage(msg) {
                 Ok(()) => Request::single(Completion::Kept),
-                // Not reached: every kept request of an engine is of its
-                // sink's kind (checked above), so its staged queue is too.
+                // Not reached: every kept request of an engine is of one
+                // kind, so its staged queue is too.
                 Err(msg) => {
                     debug_assert!(false, "kept requests of two kinds on one engine");
                     M::orphan(msg.into_whole(&staging.buf));

@@ -40,7 +40,7 @@ pub(crate) struct Staging {
     pub(crate) requests: VecDeque<Request<Completion>>,
     /// The kept requests among `requests`, in order
     /// ([`Completion::Kept`]): none until the first.
-    pub(crate) kept: Option<Box<dyn crate::engine::kept::StagedKept>>,
+    pub(crate) kept: crate::engine::kept::StagedKept,
     /// Submitters waiting for room (see [`ConnShared::space`]).
     pub(crate) waiters: usize,
 }
