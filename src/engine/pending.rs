@@ -23,7 +23,7 @@ pub(crate) type Slot<T> = Outcome<Result<T, Error>>;
 /// a timeout), poll it, `.await` it, or hand it a callback.
 ///
 /// It is a [`Future`] on any executor (no runtime is needed or assumed):
-/// polling stores the task's [`Waker`] (the last poller's, so it may move
+/// polling stores the task's [`Waker`](std::task::Waker) (the last poller's, so it may move
 /// between tasks) and the I/O thread wakes it when the outcome is known.
 /// Polling never blocks. Poll it again after it returned
 /// [`Poll::Ready`] and it answers [`Error::InvalidArgument`].
