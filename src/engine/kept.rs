@@ -145,6 +145,9 @@ pub(crate) trait InFlight: Send {
     fn take(&mut self, staged: &mut dyn Any, bytes: &[u8]);
     /// The next one's reply.
     fn reply(&mut self, result: Result<i64, Error>, settings: &Settings);
+    /// The next one's reply, a plain integer (the common case, kept apart
+    /// so that no `Result` crosses the dynamic call).
+    fn reply_ok(&mut self, n: i64, settings: &Settings);
     /// The next one failed.
     fn fail(&mut self, error: Error, settings: &Settings);
     /// Fails every one still here (the connection is over).
@@ -175,6 +178,13 @@ impl Kept {
     pub(crate) fn reply(&mut self, result: Result<i64, Error>, settings: &Settings) {
         match &mut self.0 {
             Some(q) => q.reply(result, settings),
+            None => debug_assert!(false, "a kept request's reply with none kept"),
+        }
+    }
+
+    pub(crate) fn reply_ok(&mut self, n: i64, settings: &Settings) {
+        match &mut self.0 {
+            Some(q) => q.reply_ok(n, settings),
             None => debug_assert!(false, "a kept request's reply with none kept"),
         }
     }
@@ -274,6 +284,10 @@ impl<M: KeptItem> InFlight for InFlightOf<M> {
                 to_sink::<M>(settings, msg, r);
             }
         }
+    }
+
+    fn reply_ok(&mut self, n: i64, settings: &Settings) {
+        self.reply(Ok(n), settings);
     }
 
     fn fail(&mut self, error: Error, settings: &Settings) {

@@ -193,7 +193,10 @@ impl Completion {
                 Some(m) => Err(as_error(m)),
                 None => Ok(reply.to_value()),
             }),
-            Completion::Kept => kept.reply(integer(addr, err, reply), settings),
+            Completion::Kept => match integer(addr, err, reply) {
+                Ok(n) => kept.reply_ok(n, settings),
+                r => kept.reply(r, settings),
+            },
             Completion::Unit(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
                 None => Ok(()),
