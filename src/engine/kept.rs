@@ -118,18 +118,28 @@ impl StagedKept {
     /// `msg` back when requests of another kind are staged here (an
     /// engine keeps one kind).
     pub(crate) fn stage<M: KeptItem>(&mut self, msg: M) -> Result<(), M> {
-        let queue = self
-            .queue
-            .get_or_insert_with(|| Box::new(VecDeque::<M>::new()));
-        match queue.downcast_mut::<VecDeque<M>>() {
+        match self.queue_of::<M>() {
             Some(q) => {
                 q.push_back(msg);
-                self.len += 1;
-                self.in_flight.get_or_insert(new_in_flight::<M>);
                 Ok(())
             }
             None => Err(msg),
         }
+    }
+
+    /// The staged queue of kind `M` (created at the first), counting the
+    /// request the caller then pushes on it; `None` when requests of
+    /// another kind are staged here.
+    fn queue_of<M: KeptItem>(&mut self) -> Option<&mut VecDeque<M>> {
+        if self.in_flight.is_none() {
+            self.in_flight = Some(new_in_flight::<M>);
+        }
+        let q = self
+            .queue
+            .get_or_insert_with(|| Box::new(VecDeque::<M>::new()))
+            .downcast_mut::<VecDeque<M>>()?;
+        self.len += 1;
+        Some(q)
     }
 }
 
