@@ -27,9 +27,11 @@
 //!
 //! Every layout of [`Mode`] is covered: node-grouped (the default), one
 //! connection per partition, and classic `SUBSCRIBE` (hash lanes on one
-//! primary). It does not cover the publish side (routes, gates, held
-//! publishes, the service channel, publish redirect counts); the engine
-//! keeps those.
+//! primary). The publish side's decisions are beside it: [`Gates`] keep
+//! a slot's publishes behind a route change until the old route is drained,
+//! and [`RetryPolicy`] bounds and times a refused publish's redirects and
+//! retries. (The publish routes themselves and the held publishes are the
+//! engine's, shared with the application's threads.)
 //! With [`Config::replicas`] each shard's connections go to one of its
 //! replicas (the primary while it has none usable): the layout is then
 //! partition → serving node, and everything above follows it.
@@ -70,11 +72,13 @@ mod core;
 mod driver_tests;
 #[cfg(test)]
 mod fixed_tests;
+mod gates;
 #[cfg(test)]
 mod replica_move_tests;
 #[cfg(test)]
 mod replica_tests;
 mod replicas;
+mod retry;
 mod rewire;
 mod rng;
 mod stats;
@@ -91,6 +95,8 @@ pub use crate::classic::classic_lane;
 pub use crate::command::{Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;
+pub use crate::gates::{GateCommand, Gates};
+pub use crate::retry::{RetryFailure, RetryPolicy};
 pub use crate::rng::Rng;
 pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;

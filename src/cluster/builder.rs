@@ -4,9 +4,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use control::Time;
 use parking_lot::RwLock;
 use shardcore::Partitions;
 
@@ -410,7 +409,10 @@ pub(crate) fn start(
         instance: crate::cluster::instance_seed(),
     });
     crate::cluster::fence::install(&shared);
-    let core = match control::Core::new(core_config(&shared, &node, servers), Time::ZERO) {
+    let core = match control::Core::new(
+        core_config(&shared, &node, servers),
+        crate::engine::clock::now(),
+    ) {
         Ok(core) => core,
         Err(e) => {
             pool.shutdown();
@@ -421,7 +423,6 @@ pub(crate) fn start(
         s: shared.clone(),
         node,
         core,
-        origin: Instant::now(),
         command: None,
         routes_epoch: 0,
         map_seen: false,
@@ -433,8 +434,8 @@ pub(crate) fn start(
         gaps_queued: false,
         fence_busy: false,
         delayed: Vec::new(),
-        next_token: 0,
-        gates: Default::default(),
+        gates: crate::cluster::gate::gates(),
+        retry_policy: shared.config.retry_policy(),
         retiring: Vec::new(),
         enc: Vec::new(),
         name: Vec::new(),

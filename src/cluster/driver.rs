@@ -15,32 +15,22 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use control::{Backoff, ConnId, Core, Jitter, Time};
+use control::{ConnId, Core, Gates, RetryPolicy, Time};
 use topology::TopologyCommand;
 
 use crate::cluster::builder::NodeSettings;
 use crate::cluster::fence::Fence;
-use crate::cluster::gate::Gate;
+use crate::cluster::gate::OldRoute;
 use crate::cluster::publish::{self, PubMsg};
 use crate::cluster::service::Service;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
-use crate::engine::Engine;
+use crate::engine::{clock, Engine};
 use crate::error::Error;
 use crate::front::registry::Settled;
 use crate::metrics::add;
-
-/// The delay before a publish refused for now (`TRYAGAIN`, `CLUSTERDOWN`,
-/// no owner known) is sent again: 20 ms doubling to 500 ms, exact (each
-/// publish counts its own retries).
-const PUBLISH_RETRY: Backoff = Backoff::new(
-    Duration::from_millis(20),
-    Duration::from_millis(500),
-    Jitter::None,
-    0,
-);
 
 /// One subscribe connection the core opened: its engine (one connection)
 /// and its shared state.
@@ -56,8 +46,6 @@ pub(crate) struct Driver {
     pub(crate) s: Arc<Shared>,
     pub(crate) node: NodeSettings,
     pub(crate) core: Core,
-    /// The instant the core's time counts from.
-    pub(crate) origin: Instant,
     /// The topology command, once a node's version chose it.
     pub(crate) command: Option<TopologyCommand>,
     /// The core's map epoch the publish routes were last set from.
@@ -83,11 +71,11 @@ pub(crate) struct Driver {
     /// at the time given; with the hold on, parked in their slot's hold
     /// entry (`true`), which keeps the slot's later publishes behind them
     /// (see `Driver::retry`).
-    pub(crate) delayed: Vec<(Instant, Box<PubMsg>, bool)>,
-    /// The next route barrier's token.
-    pub(crate) next_token: u64,
-    /// Closed route gates by token.
-    pub(crate) gates: HashMap<u64, Gate>,
+    pub(crate) delayed: Vec<(Time, Box<PubMsg>, bool)>,
+    /// Route gates (see `gate`).
+    pub(crate) gates: Gates<OldRoute>,
+    /// The bounds on a refused publish.
+    pub(crate) retry_policy: RetryPolicy,
     /// Publish engines of former primaries, kept until their gates open.
     pub(crate) retiring: Vec<Arc<Engine>>,
     pub(crate) enc: Vec<u8>,
@@ -95,14 +83,10 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    /// The core's time for `t`.
-    pub(crate) fn time(&self, t: Instant) -> Time {
-        Time::ZERO + t.saturating_duration_since(self.origin)
-    }
-
-    /// The core's time now.
+    /// The time now: the driver is where the control thread reads the
+    /// clock.
     pub(crate) fn now(&self) -> Time {
-        self.time(Instant::now())
+        clock::now()
     }
 
     /// Feeds the core one input at the current time, then carries out the
@@ -113,17 +97,12 @@ impl Driver {
         self.drain();
     }
 
-    /// The instant of the core's time `t`.
-    fn instant(&self, t: Time) -> Instant {
-        self.origin + t.since(Time::ZERO)
-    }
-
     /// Runs until the inbox says stop.
     pub(crate) fn run(mut self) {
         self.drain();
         self.sync();
         loop {
-            let wake = self.next_wake(Instant::now());
+            let wake = clock::instant_of(self.next_wake(self.now()));
             let (inbox, leaves) = {
                 let mut inbox = self.s.mail.inbox.lock();
                 while !inbox.has_work() {
@@ -160,7 +139,7 @@ impl Driver {
         if delay.is_zero() || !only_dirty {
             return inbox;
         }
-        let until = Instant::now() + delay;
+        let until = clock::instant_of(self.now() + delay);
         let mut more = self.s.mail.inbox.lock();
         while !more.stop
             && more.ups.is_empty()
@@ -172,15 +151,15 @@ impl Driver {
     }
 
     /// When the loop must look again without a report.
-    fn next_wake(&self, now: Instant) -> Instant {
+    fn next_wake(&self, now: Time) -> Time {
         let mut wake = now + Duration::from_secs(3600);
         if let Some(t) = self.core.poll_timeout() {
-            wake = wake.min(self.instant(t));
+            wake = wake.min(t);
         }
         if let Some(t) = self.delayed.iter().map(|d| d.0).min() {
             wake = wake.min(t);
         }
-        if let Some(t) = self.next_gate_deadline() {
+        if let Some(t) = self.gates.poll_timeout() {
             wake = wake.min(t);
         }
         if self.s.hold.busy() {
@@ -255,28 +234,25 @@ impl Driver {
         }
         // After the retries: redirected publishes that were in flight on
         // the old route go out before the gate opens.
+        let now = self.now();
         for (token, ok) in barriers {
-            self.on_barrier(token, ok);
+            self.gates.handle_barrier(now, token, ok);
         }
         for token in markers {
-            self.on_marker(token);
+            self.gates.handle_marker(token);
         }
-        let now = Instant::now();
-        if self
-            .core
-            .poll_timeout()
-            .is_some_and(|t| self.instant(t) <= now)
-        {
+        self.run_gates();
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.report_activity();
-            let t = self.time(now);
-            self.core.handle_timeout(t);
+            self.core.handle_timeout(now);
             self.drain();
         }
         self.sync();
-        if !self.gates.is_empty() {
-            self.service_gates(Instant::now());
+        let now = self.now();
+        if self.gates.poll_timeout().is_some_and(|t| t <= now) {
+            self.gates.handle_timeout(now);
+            self.run_gates();
         }
-        let now = Instant::now();
         let due: Vec<(PubMsg, bool)> = {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
                 .into_iter()
@@ -303,7 +279,7 @@ impl Driver {
             }
         }
         if self.s.hold.busy() {
-            self.service_hold(Instant::now());
+            self.service_hold(self.now());
         }
     }
 
@@ -432,15 +408,12 @@ impl Driver {
             message,
         } = r;
         let mut msg = *msg;
-        let cfg = &self.s.config;
         let ask = matches!(error, topology::ClusterError::Ask { .. });
         match error {
             topology::ClusterError::Moved { slot, addr }
             | topology::ClusterError::Ask { slot, addr } => {
-                msg.redirects += 1;
-                if msg.redirects > cfg.max_redirects {
-                    let n = msg.redirects - 1;
-                    return msg.fail(&self.s, format!("{n} redirects, last: {message}"));
+                if let Err(e) = self.retry_policy.redirect(&mut msg.redirects) {
+                    return msg.fail(&self.s, format!("{e}, last: {message}"));
                 }
                 let Some(node) = addr else {
                     return msg.fail(
@@ -466,17 +439,15 @@ impl Driver {
                 let _ = publish::send(&self.s, msg, Some(engine), ask);
             }
             topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
-                msg.retries += 1;
-                if msg.first.get_or_now().elapsed() >= cfg.retry_window {
-                    let n = msg.retries;
-                    return msg.fail(&self.s, format!("still failing after {n} tries: {message}"));
-                }
+                let now = self.now();
+                let first = msg.first.get_or_now();
+                let at = match self.retry_policy.retry(now, first, &mut msg.retries) {
+                    Ok(at) => at,
+                    Err(e) => return msg.fail(&self.s, format!("{e}: {message}")),
+                };
                 // A refresh within the degraded-mode delay (coalesced, so a
                 // burst of refusals costs one).
                 self.input(|core, now| core.handle_degraded(now));
-                let mut schedule = PUBLISH_RETRY;
-                let delay = schedule.delay_at(msg.retries - 1);
-                let now = Instant::now();
                 // With the hold on, the slot's later publishes wait behind
                 // this one (parked in the slot's hold entry until its
                 // outcome, whatever route gates do meanwhile): when due it
@@ -493,14 +464,14 @@ impl Driver {
                     }
                     self.s.hold.park(msg.slot);
                 }
-                self.delayed.push((now + delay, Box::new(msg), parked));
+                self.delayed.push((at, Box::new(msg), parked));
             }
         }
     }
 
     /// Held publishes: sends what a reachable owner can take (oldest
     /// first), fails what was held too long.
-    fn service_hold(&mut self, now: Instant) {
+    fn service_hold(&mut self, now: Time) {
         let s = self.s.clone();
         let hold_on = !s.config.publish_hold.is_zero();
         for slot in s.hold.releasable() {
@@ -538,9 +509,7 @@ impl Driver {
                 add(&s.counters.cluster.hold_expired, 1);
                 let (slot, held) = (
                     m.slot,
-                    m.held_at
-                        .get()
-                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+                    m.held_at.get().map_or(Duration::ZERO, |t| now.since(t)),
                 );
                 m.finish(&s, Err(Error::OwnerUnreachable { slot, held }));
             }
@@ -563,7 +532,7 @@ impl Driver {
         for (_, e) in std::mem::take(&mut self.publ) {
             e.shutdown();
         }
-        self.gates.clear();
+        self.gates = crate::cluster::gate::gates();
         for e in std::mem::take(&mut self.retiring) {
             e.shutdown();
         }

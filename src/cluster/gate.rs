@@ -1,41 +1,41 @@
-//! Route gates: when a slot's publish route moves, its publishes are held
-//! (see `hold`) until the old route has delivered what it was sent.
+//! Carrying out the route gates ([`control::Gates`]: when a slot's
+//! publish route moves, its publishes are held until the old route has
+//! delivered what it was sent): the barrier `PING` and the markers go out
+//! on the old route's publish engine, an open gate releases its slots in
+//! the hold (see `hold`) and lets go of an old engine no gate needs.
 //!
-//! 1. A `PING` goes out on the old route after every publish sent there;
-//!    its reply means each of them was answered.
-//! 2. An answer is not a delivery when the old node became a replica of
-//!    the new owner (a failover): a replica accepts `SPUBLISH` and forwards
-//!    it over the cluster bus, which may take longer than a direct publish.
-//!    So a marker (`SPUBLISH` of the new owner's service channel, with
-//!    this instance's id and the gate's token) is sent on the old route
-//!    every 20 ms until it comes back on our service subscription at the
-//!    new owner: the bus link carries the forwarded publishes in order, so
-//!    every earlier publish has reached the new owner. A marker the old
-//!    node refuses (`MOVED`: it is still a primary, a slot migrated, and
-//!    it forwards nothing) opens the gate at once.
-//! 3. A `PING` that fails (the old node is gone) opens the gate at once;
-//!    a gate still closed after `GATE_TIMEOUT` opens anyway (counted).
+//! A marker is `SPUBLISH` of the new owner's service channel (see
+//! `service`), with this instance's id and the gate's token: it comes back
+//! on our service subscription at the new owner once the old node (now its
+//! replica) forwarded every earlier publish, or the old node refuses it
+//! (`MOVED`: still a primary, it forwards nothing).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use control::{GateCommand, Gates};
 
 use crate::cluster::driver::Driver;
-use crate::cluster::hold::GATE_TIMEOUT;
 use crate::cluster::service::service_name;
-use crate::engine::Engine;
+use crate::engine::{clock, Engine};
 use crate::metrics::add;
+
+/// The longest a slot's publishes wait for the old route to drain.
+const GATE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often a marker is sent again until one comes back.
 const MARKER_EVERY: Duration = Duration::from_millis(20);
 
-/// A closed gate: the old route and where its slots went.
-pub(crate) struct Gate {
+/// A gate's old route, and where its slots went.
+pub(crate) struct OldRoute {
     pub(crate) old: Arc<Engine>,
     pub(crate) new_addr: Option<SocketAddr>,
-    pub(crate) since: Instant,
-    /// When the next marker is due (set once the `PING` was answered).
-    pub(crate) marker_due: Option<Instant>,
+}
+
+/// No gate closed yet.
+pub(crate) fn gates() -> Gates<OldRoute> {
+    Gates::new(GATE_TIMEOUT, MARKER_EVERY)
 }
 
 /// The payload of this instance's marker for `token`.
@@ -53,106 +53,76 @@ pub(crate) fn parse_marker(instance: u64, payload: &[u8]) -> Option<u64> {
 
 impl Driver {
     /// Closes a gate for slots leaving `old` for `new_addr`; the caller
-    /// gates the slots with the returned token and then calls
-    /// [`Control::send_barrier`].
-    pub(crate) fn open_gate_record(
-        &mut self,
-        old: Arc<Engine>,
-        new_addr: Option<SocketAddr>,
-    ) -> u64 {
-        let token = self.new_token();
-        self.gates.insert(
-            token,
-            Gate {
-                old,
-                new_addr,
-                since: Instant::now(),
-                marker_due: None,
+    /// gates the slots with the returned token, then lets go of the routes
+    /// and calls [`Driver::run_gates`] (which sends the barrier).
+    pub(crate) fn close_gate(&mut self, old: Arc<Engine>, new_addr: Option<SocketAddr>) -> u64 {
+        let forwards = new_addr.is_some();
+        self.gates
+            .close(clock::now(), OldRoute { old, new_addr }, forwards)
+    }
+
+    /// Carries out what the gates decided.
+    pub(crate) fn run_gates(&mut self) {
+        while let Some(cmd) = self.gates.poll_command() {
+            match cmd {
+                GateCommand::Barrier { token } => self.send_barrier(token),
+                GateCommand::Marker { token } => self.send_marker(token),
+                GateCommand::Open { token, timed_out } => self.gate_opened(token, timed_out),
+            }
+        }
+    }
+
+    /// A `PING` on the old route after every publish sent there.
+    fn send_barrier(&self, token: u64) {
+        let Some(route) = self.gates.route(token) else {
+            return;
+        };
+        add(&self.s.counters.cluster.gates, 1);
+        let s = self.s.clone();
+        route.old.command_then(0, [&b"PING"[..]], move |r| {
+            let ok = r.is_ok();
+            s.post(|inbox| inbox.barriers.push((token, ok)));
+        });
+    }
+
+    /// A marker on the old route, when the new owner's service channel is
+    /// known (else the next one goes).
+    fn send_marker(&self, token: u64) {
+        let Some(route) = self.gates.route(token) else {
+            return;
+        };
+        let Some(slot) = route
+            .new_addr
+            .and_then(|a| self.services.get(&a))
+            .map(|sv| sv.slot)
+        else {
+            return;
+        };
+        let name = service_name(slot);
+        let payload = marker_payload(self.s.instance, token);
+        let s = self.s.clone();
+        // Refused (`MOVED`) or not sent: nothing to wait for. Accepted:
+        // it comes back on the service subscription.
+        route.old.command_then(
+            0,
+            [resp::PublishKind::Spublish.command(), &name, &payload],
+            move |r| {
+                if r.is_err() {
+                    s.post(|inbox| inbox.markers.push(token));
+                }
             },
         );
-        token
     }
 
-    /// The barrier `PING` of `token` was answered (`ok`) or failed.
-    pub(crate) fn on_barrier(&mut self, token: u64, ok: bool) {
-        match self.gates.get_mut(&token) {
-            // Markers next: the old node may forward what it accepted.
-            Some(g) if ok && g.new_addr.is_some() => g.marker_due = Some(Instant::now()),
-            Some(_) => self.finish_gate(token, false),
-            None => {}
-        }
-    }
-
-    /// Our marker `token` came back at the new owner.
-    pub(crate) fn on_marker(&mut self, token: u64) {
-        if self.gates.contains_key(&token) {
-            self.finish_gate(token, false);
-        }
-    }
-
-    /// Sends due markers and opens gates past their timeout.
-    pub(crate) fn service_gates(&mut self, now: Instant) {
-        let stale: Vec<u64> = self
-            .gates
-            .iter()
-            .filter(|(_, g)| now.duration_since(g.since) >= GATE_TIMEOUT)
-            .map(|(&t, _)| t)
-            .collect();
-        for t in stale {
-            self.finish_gate(t, true);
-        }
-        let instance = self.s.instance;
-        for (&token, g) in self.gates.iter_mut() {
-            if g.marker_due.is_none_or(|t| t > now) {
-                continue;
-            }
-            g.marker_due = Some(now + MARKER_EVERY);
-            let Some(slot) = g
-                .new_addr
-                .and_then(|a| self.services.get(&a))
-                .map(|sv| sv.slot)
-            else {
-                continue; // no service channel there yet: next round
-            };
-            let name = service_name(slot);
-            let payload = marker_payload(instance, token);
-            let s = self.s.clone();
-            // Refused (`MOVED`: the old node still serves its own slots and
-            // forwards nothing) or not sent: nothing to wait for. Accepted:
-            // wait for it to come back.
-            g.old.command_then(
-                0,
-                [resp::PublishKind::Spublish.command(), &name, &payload],
-                move |r| {
-                    if r.is_err() {
-                        s.post(|inbox| inbox.markers.push(token));
-                    }
-                },
-            );
-        }
-    }
-
-    /// When the control loop must look at the gates next.
-    pub(crate) fn next_gate_deadline(&self) -> Option<Instant> {
-        self.gates
-            .values()
-            .map(|g| {
-                let t = g.since + GATE_TIMEOUT;
-                g.marker_due.map_or(t, |m| m.min(t))
-            })
-            .min()
-    }
-
-    fn finish_gate(&mut self, token: u64, timed_out: bool) {
+    fn gate_opened(&mut self, token: u64, timed_out: bool) {
         if timed_out {
             add(&self.s.counters.cluster.gate_timeouts, 1);
         }
-        self.gates.remove(&token);
         self.s.hold.open(token);
         // Old publish engines kept only for their gates.
         let gates = &self.gates;
         self.retiring.retain(|e| {
-            let used = gates.values().any(|g| Arc::ptr_eq(&g.old, e));
+            let used = gates.routes().any(|r| Arc::ptr_eq(&r.old, e));
             if !used {
                 e.shutdown();
             }

@@ -15,15 +15,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use control::Time;
 
 use parking_lot::Mutex;
 
 use crate::cluster::publish::PubMsg;
-
-/// How long a route change waits for the old route's barrier before it
-/// lets the slot's publishes go to the new owner anyway.
-pub(crate) const GATE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What became of a message offered to the hold.
 pub(crate) enum Offer {
@@ -40,8 +38,9 @@ pub(crate) enum Offer {
 /// One slot's held publishes.
 struct Entry {
     queue: Vec<PubMsg>,
-    /// A route change waiting for this barrier on the old route, since.
-    gate: Option<(u64, Instant)>,
+    /// A route change waiting for the old route to drain: its gate's
+    /// token (see [`control::Gates`], which also bounds its time).
+    gate: Option<u64>,
     /// Publishes of the slot waiting for a retry (`TRYAGAIN`,
     /// `CLUSTERDOWN`) outside the hold: the queue waits for them (they
     /// join it when due), whatever the gate does meanwhile.
@@ -194,9 +193,9 @@ impl Hold {
     }
 
     /// Closes `slot`'s gate until barrier `token` completes.
-    pub(crate) fn gate(&self, slot: u16, token: u64, now: Instant) {
+    pub(crate) fn gate(&self, slot: u16, token: u64) {
         let mut st = self.state.lock();
-        st.slots.entry(slot).or_insert_with(Entry::new).gate = Some((token, now));
+        st.slots.entry(slot).or_insert_with(Entry::new).gate = Some(token);
         self.entries.store(st.slots.len(), Ordering::Release);
     }
 
@@ -227,7 +226,7 @@ impl Hold {
     pub(crate) fn open(&self, token: u64) {
         let mut st = self.state.lock();
         for e in st.slots.values_mut() {
-            if e.gate.is_some_and(|(t, _)| t == token) {
+            if e.gate == Some(token) {
                 e.gate = None;
             }
         }
@@ -264,7 +263,7 @@ impl Hold {
     }
 
     /// Publishes held (outside a gate) since `hold` or longer, removed.
-    pub(crate) fn expired(&self, now: Instant, hold: Duration) -> Vec<PubMsg> {
+    pub(crate) fn expired(&self, now: Time, hold: Duration) -> Vec<PubMsg> {
         let mut st = self.state.lock();
         if st.slots.is_empty() {
             return Vec::new();
@@ -274,11 +273,7 @@ impl Hold {
             if e.gate.is_some() {
                 continue;
             }
-            let old = |m: &PubMsg| {
-                m.held_at
-                    .get()
-                    .is_some_and(|t| now.duration_since(t) >= hold)
-            };
+            let old = |m: &PubMsg| m.held_at.get().is_some_and(|t| now.since(t) >= hold);
             if e.queue.iter().any(old) {
                 let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut e.queue)
                     .into_iter()
@@ -293,23 +288,19 @@ impl Hold {
         out
     }
 
-    /// When the oldest held publish expires (outside gates), or a gate
-    /// times out.
-    pub(crate) fn next_deadline(&self, hold: Duration) -> Option<Instant> {
+    /// When the oldest held publish outside a gate expires (a gate's own
+    /// time is [`control::Gates`]'s).
+    pub(crate) fn next_deadline(&self, hold: Duration) -> Option<Time> {
+        if hold.is_zero() {
+            return None;
+        }
         let st = self.state.lock();
         st.slots
             .values()
-            .filter_map(|e| match e.gate {
-                Some((_, at)) => Some(at + GATE_TIMEOUT),
-                None if hold.is_zero() => None,
-                None => e
-                    .queue
-                    .iter()
-                    .filter_map(|m| m.held_at.get())
-                    .min()
-                    .map(|t| t + hold),
-            })
+            .filter(|e| e.gate.is_none())
+            .flat_map(|e| e.queue.iter().filter_map(|m| m.held_at.get()))
             .min()
+            .map(|t| t + hold)
     }
 
     /// Everything held, for shutdown.
@@ -332,7 +323,7 @@ impl Hold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::publish::Stamp;
+    use crate::engine::clock::Stamp;
 
     fn msg(seq: u64, slot: u16) -> PubMsg {
         PubMsg {
@@ -416,7 +407,7 @@ mod tests {
         }
         assert!(h.releasable().is_empty());
         // The slot's route moves and its gate opens: still parked.
-        h.gate(4, 77, Instant::now());
+        h.gate(4, 77);
         h.open(77);
         assert!(h.releasable().is_empty());
         assert!(h.take(4).is_none(), "nothing goes ahead of the retry");

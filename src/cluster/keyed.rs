@@ -9,13 +9,14 @@
 //! route or a retry up to the retry window.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use resp::Value;
 use topology::ClusterError;
 
 use crate::cluster::shared::Shared;
-use crate::engine::Engine;
+use crate::engine::wait::Deadline;
+use crate::engine::{clock, Engine};
 use crate::error::Error;
 
 /// Longest wait between looks at the routes while a slot has no owner or
@@ -24,7 +25,9 @@ const ROUTE_POLL: Duration = Duration::from_millis(10);
 
 /// Waits for the routes to change, at most [`ROUTE_POLL`].
 fn await_routes(shared: &Shared) {
-    shared.active.sleep_until(Instant::now() + ROUTE_POLL);
+    shared
+        .active
+        .sleep_until(Deadline::after(ROUTE_POLL).instant());
 }
 
 /// Sends `args` to the owner of `key`'s slot and returns its reply.
@@ -41,8 +44,11 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
         reason: reason.into(),
     };
     let window = shared.config.retry_window;
-    let mut started_waiting: Option<Instant> = None;
-    let mut redirects = 0u32;
+    let policy = shared.config.retry_policy();
+    // The first wait for an owner or refusal for now: the retry window's
+    // start.
+    let mut first_wait: Option<control::Time> = None;
+    let (mut redirects, mut tries) = (0u32, 0u32);
     // Where the next attempt goes: the slot's route, or the node a
     // redirect named (with `ASKING` first for `ASK`); the routes follow a
     // `MOVED` only after the refresh it asks for.
@@ -57,8 +63,8 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
                 return Err(Error::Shutdown);
             }
             shared.request_refresh();
-            let since = *started_waiting.get_or_insert_with(Instant::now);
-            if since.elapsed() >= window {
+            let since = *first_wait.get_or_insert_with(clock::now);
+            if clock::now().since(since) >= window {
                 return Err(fail(format!("no known owner within {window:?}")));
             }
             await_routes(shared);
@@ -79,9 +85,8 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
         let ask = matches!(error, ClusterError::Ask { .. });
         match error {
             ClusterError::Moved { addr: to, .. } | ClusterError::Ask { addr: to, .. } => {
-                redirects += 1;
-                if redirects > shared.config.max_redirects {
-                    return Err(fail(format!("more than {redirects} redirects: {message}")));
+                if let Err(e) = policy.redirect(&mut redirects) {
+                    return Err(fail(format!("{e}, last: {message}")));
                 }
                 if !ask {
                     shared.request_refresh();
@@ -97,11 +102,13 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
                 }
             }
             ClusterError::TryAgain | ClusterError::ClusterDown => {
-                let since = *started_waiting.get_or_insert_with(Instant::now);
-                if since.elapsed() >= window {
+                // The publishes' schedule (20 ms doubling to 500 ms).
+                let now = clock::now();
+                let since = *first_wait.get_or_insert(now);
+                let Ok(at) = policy.retry(now, since, &mut tries) else {
                     return r;
-                }
-                std::thread::sleep(ROUTE_POLL * 5);
+                };
+                std::thread::sleep(at.since(now));
             }
         }
     }
@@ -115,7 +122,7 @@ fn wait_for_engine(
     window: Duration,
 ) -> Option<Arc<Engine>> {
     let want = crate::cluster::topo::resolve(to)?;
-    let deadline = Instant::now() + window;
+    let deadline = Deadline::after(window);
     loop {
         let found = shared
             .routes
@@ -124,7 +131,7 @@ fn wait_for_engine(
             .iter()
             .find(|e| e.servers().first() == Some(&want))
             .cloned();
-        if found.is_some() || Instant::now() >= deadline {
+        if found.is_some() || deadline.passed() {
             return found;
         }
         await_routes(shared);

@@ -116,13 +116,14 @@ mod topo;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 pub use crate::metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 pub use builder::{Mode, ResubscribeSplit};
 
+use crate::engine::wait::Deadline;
 use crate::error::Error;
 use crate::front::{Front, Placement};
 use crate::metrics::add;
@@ -186,7 +187,7 @@ impl ClusterPubSub {
     /// [`Error::Cluster`] naming a primary that was not reached in time.
     pub(crate) fn wait_all_primaries(&self, timeout: Duration) -> Result<(), Error> {
         let s = &self.shared;
-        let deadline = Instant::now() + timeout;
+        let deadline = Deadline::after(timeout);
         loop {
             let down: Option<(u16, std::net::SocketAddr)> = {
                 let routes = s.routes.read();
@@ -199,8 +200,7 @@ impl ClusterPubSub {
             let Some((slot, addr)) = down else {
                 return Ok(());
             };
-            let now = Instant::now();
-            if now >= deadline {
+            if deadline.passed() {
                 self.shutdown();
                 return Err(Error::Cluster {
                     slot,
@@ -211,13 +211,13 @@ impl ClusterPubSub {
                 });
             }
             s.active
-                .sleep_until(deadline.min(now + Duration::from_millis(20)));
+                .sleep_until(deadline.or_within(Duration::from_millis(20)));
         }
     }
 
     fn wait_started(&self, timeout: Duration) -> Result<(), Error> {
         let s = &self.shared;
-        let deadline = Instant::now() + timeout;
+        let deadline = Deadline::after(timeout);
         loop {
             let routed = s.routes.read().owner.iter().any(|&o| o != shared::NONE);
             let ok = s.counters.cluster.unknown_owners.load(Ordering::Relaxed) == 0;
@@ -236,8 +236,7 @@ impl ClusterPubSub {
                 self.shutdown();
                 return Err(e);
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if deadline.passed() {
                 if routed {
                     return Ok(()); // partly served; the tracker keeps trying
                 }
@@ -253,7 +252,7 @@ impl ClusterPubSub {
                 });
             }
             s.active
-                .sleep_until(deadline.min(now + Duration::from_millis(20)));
+                .sleep_until(deadline.or_within(Duration::from_millis(20)));
         }
     }
 

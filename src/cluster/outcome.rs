@@ -1,45 +1,11 @@
 //! Who gets a publish's outcome ([`Done`]: a boxed callback, or a thread
-//! blocked in `publish_wait` on its reusable [`Waiter`]), and [`Stamp`],
-//! the compact moment a message in flight keeps.
+//! blocked in `publish_wait` on its reusable [`Waiter`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::engine::wait::Outcome;
+use crate::engine::wait::{Deadline, Outcome};
 use crate::error::Error;
-
-/// A moment, as nanoseconds since a process-wide epoch (0: not set): 8
-/// bytes where an `Option<Instant>` takes 16, so a [`PubMsg`] stays small
-/// enough to move without a `memcpy` call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Stamp(u64);
-
-impl Stamp {
-    pub(crate) const UNSET: Stamp = Stamp(0);
-
-    fn epoch() -> Instant {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        *EPOCH.get_or_init(Instant::now)
-    }
-
-    fn of(t: Instant) -> Stamp {
-        let ns = t.saturating_duration_since(Self::epoch()).as_nanos();
-        Stamp(u64::try_from(ns).unwrap_or(u64::MAX).max(1))
-    }
-
-    /// The moment, if set.
-    pub(crate) fn get(self) -> Option<Instant> {
-        (self.0 != 0).then(|| Self::epoch() + Duration::from_nanos(self.0))
-    }
-
-    /// The moment; set to now first if it was not set.
-    pub(crate) fn get_or_now(&mut self) -> Instant {
-        if self.0 == 0 {
-            *self = Self::of(Instant::now());
-        }
-        self.get().unwrap_or_else(Instant::now)
-    }
-}
 
 /// Who gets a publish's outcome.
 pub(crate) enum Done {
@@ -92,7 +58,7 @@ impl Waiter {
 
     /// The outcome of `round`, or `None` once `timeout` has passed.
     pub(crate) fn wait(&self, round: u64, timeout: Duration) -> Option<Result<i64, Error>> {
-        self.0.wait_in(round, Instant::now() + timeout)
+        self.0.wait_in(round, Deadline::after(timeout))
     }
 }
 
@@ -102,15 +68,7 @@ mod tests {
     use crate::cluster::publish::PubMsg;
 
     #[test]
-    fn a_stamp_is_unset_until_set_and_keeps_its_moment() {
-        let mut st = Stamp::UNSET;
-        assert_eq!(st.get(), None);
-        let before = Instant::now();
-        let t = st.get_or_now();
-        assert!(t >= before - Duration::from_micros(1) && t <= Instant::now());
-        std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(st.get_or_now(), t, "set once");
-        assert_eq!(st.get(), Some(t));
+    fn a_publish_in_flight_stays_small() {
         assert!(
             std::mem::size_of::<PubMsg>() <= 112,
             "{}",

@@ -36,8 +36,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cluster::hold::Offer;
-pub(crate) use crate::cluster::outcome::{Done, Stamp, Waiter};
+pub(crate) use crate::cluster::outcome::{Done, Waiter};
 use crate::cluster::shared::{Retry, Shared};
+use crate::engine::clock::Stamp;
 use crate::engine::kept::{KeptItem, KeptSink, Staged};
 use crate::engine::Engine;
 use crate::error::Error;

@@ -47,6 +47,13 @@ pub(crate) struct Config {
     pub(crate) replicas: Option<u64>,
 }
 
+impl Config {
+    /// The bounds on a refused publish or command.
+    pub(crate) fn retry_policy(&self) -> control::RetryPolicy {
+        control::RetryPolicy::new(self.max_redirects, self.retry_window)
+    }
+}
+
 /// One subscribe connection, as every thread sees it.
 #[derive(Debug)]
 pub(crate) struct ConnState {

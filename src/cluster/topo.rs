@@ -7,7 +7,6 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use resp::Value;
 use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
@@ -83,27 +82,11 @@ impl Driver {
         }
         let old = old.filter(|o| !Arc::ptr_eq(o, &engine));
         if let Some(old) = old {
-            let token = self.open_gate_record(old.clone(), Some(addr));
-            self.s.hold.gate(slot, token, Instant::now());
+            let token = self.close_gate(old, Some(addr));
+            self.s.hold.gate(slot, token);
             drop(routes);
-            self.send_barrier(&old, token);
+            self.run_gates();
         }
-    }
-
-    pub(crate) fn new_token(&mut self) -> u64 {
-        self.next_token += 1;
-        self.next_token
-    }
-
-    /// A `PING` on `old` after every publish sent there: its reply (or
-    /// failure) opens the gates of `token`.
-    pub(crate) fn send_barrier(&self, old: &Engine, token: u64) {
-        add(&self.s.counters.cluster.gates, 1);
-        let s = self.s.clone();
-        old.command_then(0, [&b"PING"[..]], move |r| {
-            let ok = r.is_ok();
-            s.post(|inbox| inbox.barriers.push((token, ok)));
-        });
     }
 
     /// The address of a publish engine.
@@ -206,7 +189,7 @@ impl Driver {
             .collect();
         for a in gone {
             if let Some(e) = self.publ.remove(&a) {
-                if self.gates.values().any(|g| Arc::ptr_eq(&g.old, &e)) {
+                if self.gates.routes().any(|r| Arc::ptr_eq(&r.old, &e)) {
                     self.retiring.push(e); // markers still go out on it
                 } else {
                     e.shutdown();
@@ -265,7 +248,6 @@ impl Driver {
         // publish slips between) until the old route answers a barrier.
         let shared = self.s.clone();
         let mut current = shared.routes.write();
-        let now = Instant::now();
         let mut barriers: Vec<(Arc<Engine>, Option<Arc<Engine>>, u64)> = Vec::new();
         for &slot in shared.parts.slots() {
             let Some(old) = current.engine_of(slot) else {
@@ -287,18 +269,17 @@ impl Driver {
                 Some(&(_, _, t)) => t,
                 None => {
                     let new_addr = new.as_ref().and_then(|n| self.addr_of(n));
-                    let t = self.open_gate_record(old.clone(), new_addr);
+                    let t = self.close_gate(old.clone(), new_addr);
                     barriers.push((old, new, t));
                     t
                 }
             };
-            shared.hold.gate(slot, token, now);
+            shared.hold.gate(slot, token);
         }
         *current = routes;
         drop(current);
-        for (old, _, token) in barriers {
-            self.send_barrier(&old, token);
-        }
+        // The barriers go out now, after every publish the old routes took.
+        self.run_gates();
     }
 }
 

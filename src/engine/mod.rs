@@ -2,6 +2,7 @@
 
 mod backoff;
 mod builder;
+pub(crate) mod clock;
 mod driver;
 mod io_thread;
 pub(crate) mod kept;

@@ -27,6 +27,40 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+/// When a caller's wait gives up: its timeout counted from now (a timeout
+/// too long for the clock never passes). The one place a caller's timeout
+/// meets the clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Deadline(Instant);
+
+impl Deadline {
+    /// `timeout` from now.
+    pub(crate) fn after(timeout: Duration) -> Deadline {
+        let now = Instant::now();
+        let far = Duration::from_secs(100 * 365 * 24 * 3600);
+        Deadline(
+            now.checked_add(timeout.min(far))
+                .unwrap_or(now + Duration::from_secs(3600)),
+        )
+    }
+
+    /// The deadline as an instant.
+    pub(crate) fn instant(self) -> Instant {
+        self.0
+    }
+
+    /// Whether it has passed.
+    pub(crate) fn passed(self) -> bool {
+        Instant::now() >= self.0
+    }
+
+    /// The sooner of the deadline and `poll` from now: how long to sleep
+    /// before looking again.
+    pub(crate) fn or_within(self, poll: Duration) -> Instant {
+        self.0.min(Deadline::after(poll).0)
+    }
+}
+
 struct Changed<S> {
     /// Changes made through [`Signal::update`] so far.
     changes: u64,
@@ -274,12 +308,13 @@ impl<V> Outcome<V> {
 
     /// [`Outcome::wait`] for the outcome of `round`: `None` at the
     /// deadline, or when a newer round has begun.
-    pub(crate) fn wait_in(&self, round: u64, deadline: Instant) -> Option<V> {
-        self.signal
-            .wait_until(Some(deadline), None, |r| match r.number == round {
+    pub(crate) fn wait_in(&self, round: u64, deadline: Deadline) -> Option<V> {
+        self.signal.wait_until(Some(deadline.instant()), None, |r| {
+            match r.number == round {
                 true => take_done(r),
                 false => None,
-            })
+            }
+        })
     }
 
     /// Runs `f` with the outcome: at once on this thread if it is in,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::engine::wait::Signal;
+use crate::engine::wait::{Deadline, Signal};
 use crate::error::Error;
 
 /// Callers blocked in `wait_active` (and the like), woken on
@@ -114,7 +114,7 @@ impl ActiveWait {
         is_active: impl Fn(&[u8]) -> bool,
         refused: impl Fn(&[u8]) -> Option<Error>,
     ) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Deadline::after(timeout).instant();
         self.waiters.fetch_add(1, Ordering::AcqRel);
         let mut next = 0;
         // Looks outside the lock (the registry has its own): a wake-up

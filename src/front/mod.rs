@@ -87,8 +87,10 @@ pub(crate) fn wait_inactive<P: Placement, C: AsRef<[u8]>>(
     }
     let target = f.leaving.requested();
     p.request_fence();
-    let deadline = std::time::Instant::now() + timeout;
-    if f.leaving.wait(target, deadline, || p.check_open().is_ok()) {
+    let deadline = crate::engine::wait::Deadline::after(timeout);
+    if f.leaving
+        .wait(target, deadline.instant(), || p.check_open().is_ok())
+    {
         return Ok(());
     }
     p.check_open()?;

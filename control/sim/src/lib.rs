@@ -52,9 +52,11 @@ pub mod check;
 pub mod cluster;
 mod drive;
 mod faults;
+pub mod gates;
 pub mod schedule;
 mod server;
 mod settle;
 
 pub use drive::{run, run_seed, Outcome, Sim};
+pub use gates::{run_gate, GateRun};
 pub use schedule::{Fault, Schedule};
