@@ -7,7 +7,8 @@
 //! - [`topo`]: the `CLUSTER SLOTS` / `CLUSTER SHARDS` parsers (`topology_reply`);
 //! - [`rewire`]: layouts, the rewire plan and the resubscribe plan (`rewire_plan`);
 //! - [`control`]: the cluster control core in its simulator (`control_core`);
-//! - [`history`]: the recoverable channels' header (`history_header`).
+//! - [`history`]: the recoverable channels' header (`history_header`);
+//! - [`publish`]: the publish side's route gates and retry bounds (`publish_gates`).
 //!
 //! Every target runs under testkit's counting allocator
 //! ([`testkit::alloc::CountingAlloc`]), so a check can bound the heap the
@@ -18,6 +19,7 @@ pub mod control;
 pub mod history;
 pub mod input;
 pub mod parse;
+pub mod publish;
 pub mod rewire;
 pub mod topo;
 

@@ -58,6 +58,11 @@ fn history_seeds_pass() {
 }
 
 #[test]
+fn publish_seeds_pass() {
+    each_seed("publish_gates", 4, crate::publish::check);
+}
+
+#[test]
 fn control_seeds_pass() {
     each_seed("control_core", 4, crate::control::check);
 }

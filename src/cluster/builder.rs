@@ -317,7 +317,7 @@ pub(crate) fn build(
         coalesce: common.subscribe_delay.unwrap_or(Duration::ZERO),
         replicas: c
             .replicas
-            .then(|| c.replica_seed.unwrap_or_else(crate::cluster::instance_seed)),
+            .then(|| c.replica_seed.unwrap_or_else(crate::engine::clock::seed)),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes);
     let parts_for = Parts {
@@ -384,7 +384,7 @@ pub(crate) fn start(
         name,
     } = p;
     let lanes = Shared::lanes(&cfg, &parts);
-    let seed = crate::cluster::instance_seed();
+    let seed = crate::engine::clock::seed();
     let heads = crate::cluster::shared::wire_heads(cfg.mode, &parts);
     let shared = Arc::new(Shared {
         config: cfg,
@@ -406,7 +406,7 @@ pub(crate) fn start(
         closing: AtomicBool::new(false),
         hold,
         next_seq: AtomicU64::new(0),
-        instance: crate::cluster::instance_seed(),
+        instance: crate::engine::clock::seed(),
     });
     crate::cluster::fence::install(&shared);
     let core = match control::Core::new(

@@ -45,6 +45,11 @@ struct Entry {
     /// `CLUSTERDOWN`) outside the hold: the queue waits for them (they
     /// join it when due), whatever the gate does meanwhile.
     parked: u32,
+    /// Held because the owner could not be reached: the oldest publish
+    /// goes first and alone, as a probe, and the rest once it was taken
+    /// (an owner just promoted or reconnected could refuse one and take
+    /// the next).
+    probe_first: bool,
 }
 
 impl Entry {
@@ -53,6 +58,7 @@ impl Entry {
             queue: Vec::new(),
             gate: None,
             parked: 0,
+            probe_first: false,
         }
     }
 
@@ -141,7 +147,7 @@ impl Hold {
         Some(out)
     }
 
-    fn push(&self, st: &mut State, mut msg: PubMsg) -> Offer {
+    fn push(&self, st: &mut State, mut msg: PubMsg, unreachable: bool) -> Offer {
         // A probe that is held (its owner unreachable, a resend) is queued
         // in publish order with the rest: its slot is no longer parked for it.
         if std::mem::take(&mut msg.probe) {
@@ -164,11 +170,9 @@ impl Hold {
         st.bytes += c;
         let slot = msg.slot;
         let before = st.slots.len();
-        st.slots
-            .entry(slot)
-            .or_insert_with(Entry::new)
-            .queue
-            .push(msg);
+        let e = st.slots.entry(slot).or_insert_with(Entry::new);
+        e.probe_first |= unreachable;
+        e.queue.push(msg);
         if st.slots.len() != before {
             self.entries.store(st.slots.len(), Ordering::Release);
         }
@@ -181,7 +185,7 @@ impl Hold {
         if !st.slots.contains_key(&msg.slot) {
             return Offer::Free(msg);
         }
-        self.push(&mut st, msg)
+        self.push(&mut st, msg, false)
     }
 
     /// Holds `msg` (its owner is unreachable); returns whether this opened
@@ -189,7 +193,7 @@ impl Hold {
     pub(crate) fn hold(&self, msg: PubMsg) -> (Offer, bool) {
         let mut st = self.state.lock();
         let new = !st.slots.contains_key(&msg.slot);
-        (self.push(&mut st, msg), new)
+        (self.push(&mut st, msg, true), new)
     }
 
     /// Closes `slot`'s gate until barrier `token` completes.
@@ -243,7 +247,9 @@ impl Hold {
     }
 
     /// The slot's held publishes, oldest first, to be sent now; `None`
-    /// (and the entry removed) when there are none left.
+    /// (and the entry removed) when there are none left. After the owner
+    /// could not be reached, the oldest comes alone first, as a probe (its
+    /// slot parked until its outcome).
     pub(crate) fn take(&self, slot: u16) -> Option<Vec<PubMsg>> {
         let mut st = self.state.lock();
         let e = st.slots.get_mut(&slot)?;
@@ -254,6 +260,15 @@ impl Hold {
             st.slots.remove(&slot);
             self.entries.store(st.slots.len(), Ordering::Release);
             return None;
+        }
+        if std::mem::take(&mut e.probe_first) {
+            let oldest = (0..e.queue.len()).min_by_key(|&i| e.queue[i].seq)?;
+            let mut probe = e.queue.swap_remove(oldest);
+            probe.probe = true;
+            e.parked += 1;
+            st.messages -= 1;
+            st.bytes -= cost(&probe);
+            return Some(vec![probe]);
         }
         let mut batch = std::mem::take(&mut e.queue);
         st.messages -= batch.len();
@@ -341,6 +356,20 @@ mod tests {
         }
     }
 
+    /// Everything `slot` releases, a probe's outcome taken as a success.
+    fn take_all(h: &Hold, slot: u16) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let Some(batch) = h.take(slot) {
+            for m in batch {
+                if m.probe {
+                    h.unpark(slot);
+                }
+                out.push(m.seq);
+            }
+        }
+        out
+    }
+
     fn held(offer: (Offer, bool)) -> Vec<u64> {
         match offer.0 {
             Offer::Held(evicted) => evicted.iter().map(|m| m.seq).collect(),
@@ -368,8 +397,7 @@ mod tests {
         assert_eq!(h.size().0, 3);
         let mut all: Vec<u64> = [1u16, 2]
             .into_iter()
-            .flat_map(|s| h.take(s).unwrap_or_default())
-            .map(|m| m.seq)
+            .flat_map(|s| take_all(&h, s))
             .collect();
         all.sort();
         assert_eq!(all, vec![2, 3, 5], "the first three by publish order");
@@ -411,14 +439,44 @@ mod tests {
         h.open(77);
         assert!(h.releasable().is_empty());
         assert!(h.take(4).is_none(), "nothing goes ahead of the retry");
-        // The retry is due: it joins the queue, and goes first.
+        // The retry is due and finds no owner up: it joins the queue, and
+        // goes first, alone.
         assert!(held(h.hold(msg(1, 4))).is_empty());
         h.unpark(4);
         assert_eq!(h.releasable(), vec![4]);
-        let order: Vec<u64> = h.take(4).unwrap().iter().map(|m| m.seq).collect();
-        assert_eq!(order, vec![1, 2, 3]);
+        assert_eq!(take_all(&h, 4), vec![1, 2, 3]);
         assert!(h.take(4).is_none());
         assert!(!h.busy(), "the entry is gone once empty");
+    }
+
+    #[test]
+    fn publishes_held_for_an_unreachable_owner_leave_behind_a_probe() {
+        // Slot 6's owner could not be reached: 3, 1, 2 held; 4 joins.
+        let h = Hold::new(100, 1 << 20);
+        for seq in [3, 1, 2] {
+            assert!(held(h.hold(msg(seq, 6))).is_empty());
+        }
+        assert!(matches!(h.offer(msg(4, 6)), Offer::Held(_)));
+        // The owner is back: the oldest goes alone, as a probe, and the
+        // slot stays shut until its outcome.
+        let first = h.take(6).unwrap();
+        assert_eq!(first.iter().map(|m| m.seq).collect::<Vec<_>>(), [1]);
+        assert!(first[0].probe && h.is_parked(6));
+        assert_eq!(h.size().0, 3);
+        assert!(h.take(6).is_none() && h.releasable().is_empty());
+        assert!(matches!(h.offer(msg(5, 6)), Offer::Held(_)), "5 waits too");
+        // Taken (its outcome unparks the slot): the rest, in order.
+        h.unpark(6);
+        let rest: Vec<u64> = h.take(6).unwrap().iter().map(|m| m.seq).collect();
+        assert_eq!(rest, [2, 3, 4, 5]);
+        assert!(h.take(6).is_none() && !h.busy());
+        // A gate alone (the route moved, the owner reachable) sends its
+        // batch at once.
+        h.gate(7, 1);
+        assert!(matches!(h.offer(msg(8, 7)), Offer::Held(_)));
+        h.open(1);
+        assert_eq!(h.take(7).unwrap().len(), 1);
+        assert!(!h.is_parked(7));
     }
 
     #[test]
@@ -439,8 +497,7 @@ mod tests {
         probe.probe = true;
         assert!(held(h.hold(probe)).is_empty());
         assert!(!h.is_parked(4));
-        let order: Vec<u64> = h.take(4).unwrap().iter().map(|m| m.seq).collect();
-        assert_eq!(order, vec![1, 2]);
+        assert_eq!(take_all(&h, 4), vec![1, 2]);
         assert!(h.take(4).is_none());
     }
 }

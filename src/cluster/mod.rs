@@ -113,7 +113,7 @@ mod service;
 pub(crate) mod shared;
 mod topo;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -150,16 +150,6 @@ impl std::fmt::Debug for ClusterPubSub {
             .field("workers", &self.shared.queues.len())
             .finish_non_exhaustive()
     }
-}
-
-/// A seed that differs between instances (registry hash seeds).
-pub(crate) fn instance_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    control::Rng::mix(t ^ (u64::from(std::process::id()) << 32) ^ control::Rng::mix(n))
 }
 
 impl ClusterPubSub {

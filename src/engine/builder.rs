@@ -404,11 +404,7 @@ impl Builder {
             addrs.push((resolve(a)?, tls));
         }
         let total = addrs.len() * self.connections_per_server;
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
+        let seed = self.seed.unwrap_or_else(crate::engine::clock::seed);
         let settings = Arc::new(Settings {
             max_buffered: self.max_buffered.max(64 << 10),
             conn: ConnConfig {

@@ -3,6 +3,7 @@
 //! The control thread reads the clock here and hands the cores `Time`;
 //! [`Stamp`] is the compact moment a message in flight keeps.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,18 @@ pub(crate) fn time_of(t: Instant) -> Time {
 /// The instant of `t`.
 pub(crate) fn instant_of(t: Time) -> Instant {
     epoch() + Duration::from_nanos(t.0)
+}
+
+/// A seed that differs between calls, instances and processes (the wall
+/// clock, the process id and a counter, mixed): for hash seeds, jitter and
+/// replica ranks where the application gave none.
+pub(crate) fn seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    control::Rng::mix(t ^ (u64::from(std::process::id()) << 32) ^ control::Rng::mix(n))
 }
 
 /// A moment that may be unset, in 8 bytes (an `Option<Time>` takes 16),
@@ -67,6 +80,11 @@ mod tests {
         assert_eq!(time_of(i), t);
         assert!(now() >= t);
         assert_eq!(time_of(epoch() - Duration::from_secs(1)), Time::ZERO);
+    }
+
+    #[test]
+    fn seeds_differ() {
+        assert_ne!(seed(), seed());
     }
 
     #[test]

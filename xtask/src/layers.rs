@@ -11,6 +11,12 @@
 //! The reading is lexical: comments, string and character literals are
 //! skipped, then every `crate::` path is resolved by its first segment.
 //! Test modules inside `src/` count like any other code.
+//!
+//! A second rule keeps decisions off the wall clock: outside tests, only
+//! the paths in [`CLOCK_READERS`] read it (`Instant::now`,
+//! `SystemTime::now`). Everything else gets its time from them (the
+//! control cores take it as an argument; callers' timeouts are
+//! `engine::wait::Deadline`s).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -51,6 +57,11 @@ pub const LAYERS: &[&str] = &[
     "conn",
 ];
 
+/// Where library code may read the clock: the engine (its I/O threads, the
+/// process-wide clock map, waits), the workers (delivery lag) and the
+/// control thread's driver.
+pub const CLOCK_READERS: &[&str] = &["src/engine/", "src/workers/", "src/cluster/driver.rs"];
+
 /// One `crate::` path that names a module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Import {
@@ -75,12 +86,17 @@ pub struct Findings {
     pub unplaced: Vec<String>,
     /// `crate::` paths whose first segment names no module or re-export.
     pub unresolved: Vec<Import>,
+    /// Clock reads outside [`CLOCK_READERS`] and tests: (file, line).
+    pub clock_reads: Vec<(PathBuf, usize)>,
 }
 
 impl Findings {
     /// Nothing wrong.
     pub fn is_clean(&self) -> bool {
-        self.upward.is_empty() && self.unplaced.is_empty() && self.unresolved.is_empty()
+        self.upward.is_empty()
+            && self.unplaced.is_empty()
+            && self.unresolved.is_empty()
+            && self.clock_reads.is_empty()
     }
 }
 
@@ -101,6 +117,13 @@ impl fmt::Display for Findings {
             writeln!(
                 f,
                 "src/{m}: a top-level module with no place in LAYERS (xtask/src/layers.rs): give it one"
+            )?;
+        }
+        for (file, line) in &self.clock_reads {
+            writeln!(
+                f,
+                "{}:{line}: reads the clock outside CLOCK_READERS (xtask/src/layers.rs): take the time as an argument, or an engine::wait::Deadline",
+                file.display()
             )?;
         }
         for i in &self.unresolved {
@@ -127,7 +150,7 @@ pub fn run() -> Result<(), String> {
         Ok(())
     } else {
         eprint!("{found}");
-        Err("src/ imports a module above its own layer (see above)".into())
+        Err("src/ breaks its layering: an upward import or a clock read (see above)".into())
     }
 }
 
@@ -149,10 +172,15 @@ pub fn check(root: &Path) -> Result<Findings, String> {
         modules.entry(name).or_insert_with(Vec::new).extend(files);
     }
     let mut imports = Vec::new();
+    let mut clock_reads = Vec::new();
     for (module, files) in &modules {
         for file in files {
             let text = read(file)?;
             let rel = file.strip_prefix(root).unwrap_or(file).to_path_buf();
+            let rel_text = rel.to_string_lossy().replace('\\', "/");
+            if !CLOCK_READERS.iter().any(|r| rel_text.starts_with(r)) && !is_test_file(&rel) {
+                clock_reads.extend(clock_lines(&text).into_iter().map(|l| (rel.clone(), l)));
+            }
             imports.extend(crate_paths(&text).into_iter().map(|(line, first, path)| {
                 let to = if modules.contains_key(&first) {
                     first
@@ -170,7 +198,64 @@ pub fn check(root: &Path) -> Result<Findings, String> {
         }
     }
     let modules = modules.keys().cloned().collect();
-    Ok(judge(LAYERS, &modules, imports))
+    let mut found = judge(LAYERS, &modules, imports);
+    found.clock_reads = clock_reads;
+    Ok(found)
+}
+
+/// A file of unit tests by the naming convention (`tests.rs`,
+/// `*_tests.rs`, `proptests.rs`, or under a `tests/` folder).
+fn is_test_file(rel: &Path) -> bool {
+    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || name == "proptests.rs"
+        || rel.components().any(|c| c.as_os_str() == "tests")
+}
+
+/// Lines of `text` that read the clock, outside items under `#[cfg(test)]`.
+fn clock_lines(text: &str) -> Vec<usize> {
+    let code = without_tests(&strip(text));
+    let mut out = Vec::new();
+    for needle in ["Instant::now", "SystemTime::now"] {
+        let mut at = 0;
+        while let Some(found) = code[at..].find(needle) {
+            let start = at + found;
+            at = start + needle.len();
+            out.push(code[..start].matches('\n').count() + 1);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// `code` (already stripped) with every item under `#[cfg(test)]` blanked
+/// out, newlines kept: up to its `;`, or through its brace group.
+fn without_tests(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("#[cfg(test)]") {
+        let start = at + found;
+        let rest = &code[start + "#[cfg(test)]".len()..];
+        let semi = rest.find(';');
+        let brace = rest.find('{');
+        let len = match (semi, brace) {
+            (Some(s), b) if b.is_none_or(|b| s < b) => s + 1,
+            (_, Some(b)) => match braced(&rest[b..]) {
+                Some(inner) => b + inner.len() + 2,
+                None => rest.len(),
+            },
+            _ => rest.len(),
+        };
+        let end = start + "#[cfg(test)]".len() + len;
+        let blank: String = code[start..end]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(start..end, &blank);
+        at = end;
+    }
+    out
 }
 
 /// Sorts the imports into findings against `layers` (highest first).
@@ -474,6 +559,20 @@ mod tests {
                     pub(crate) fn h() {} my_crate::z();";
         let firsts: Vec<_> = crate_paths(text).into_iter().map(|(_, f, _)| f).collect();
         assert_eq!(firsts, ["conn"]);
+    }
+
+    #[test]
+    fn clock_reads_count_outside_test_items_only() {
+        let text = "fn a() { let t = Instant::now(); }\n\
+                    // Instant::now() in a comment\n\
+                    #[cfg(test)]\nmod tests;\n\
+                    fn b() { std::time::SystemTime::now(); }\n\
+                    #[cfg(test)]\nmod tests {\n fn c() { Instant::now(); { } }\n}\n\
+                    fn d() { Instant::now(); }\n";
+        assert_eq!(clock_lines(text), [1, 5, 10]);
+        assert!(is_test_file(Path::new("src/engine/lend_tests.rs")));
+        assert!(is_test_file(Path::new("src/engine/wait/tests.rs")));
+        assert!(!is_test_file(Path::new("src/cluster/gate.rs")));
     }
 
     #[test]
