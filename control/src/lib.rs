@@ -73,6 +73,7 @@ mod driver_tests;
 #[cfg(test)]
 mod fixed_tests;
 mod gates;
+mod hold;
 #[cfg(test)]
 mod replica_move_tests;
 #[cfg(test)]
@@ -96,6 +97,7 @@ pub use crate::command::{Command, ConnId, FetchError, ProbeReply, SubscribeReply
 pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;
 pub use crate::gates::{GateCommand, Gates};
+pub use crate::hold::{Due, Held, Hold, Offer, Refused};
 pub use crate::retry::{RetryFailure, RetryPolicy};
 pub use crate::rng::Rng;
 pub use crate::stats::{Rebuilds, Stats, TopologyErrors};

@@ -319,7 +319,7 @@ pub(crate) fn build(
             .replicas
             .then(|| c.replica_seed.unwrap_or_else(crate::engine::clock::seed)),
     };
-    let hold = Hold::new(c.hold_messages, c.hold_bytes);
+    let hold = Hold::new(c.hold_messages, c.hold_bytes, c.publish_hold);
     let parts_for = Parts {
         parts,
         active_wait: ActiveWait::new(false, Duration::from_millis(50)),

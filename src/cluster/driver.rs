@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::{ConnId, Core, Gates, RetryPolicy, Time};
+use control::{ConnId, Core, Due, Gates, Refused, RetryPolicy, Time};
 use topology::TopologyCommand;
 
 use crate::cluster::builder::NodeSettings;
@@ -165,7 +165,7 @@ impl Driver {
         if self.s.hold.busy() {
             // Held publishes: look for a reachable owner often.
             wake = wake.min(now + Duration::from_millis(5));
-            if let Some(t) = self.s.hold.next_deadline(self.s.config.publish_hold) {
+            if let Some(t) = self.s.hold.next_deadline() {
                 wake = wake.min(t);
             }
         }
@@ -260,23 +260,19 @@ impl Driver {
             self.delayed = later;
             due.into_iter().map(|d| (*d.1, d.2)).collect()
         };
-        for (mut msg, parked) in due {
-            if parked {
-                // Alone to the slot's owner, the slot still parked (see
-                // `retry`); held in publish order when no owner is up.
-                msg.probe = true;
-                let engine = self.s.routes.read().engine_of(msg.slot);
-                match engine.filter(|e| e.is_connection_up(0, 0)) {
-                    Some(e) => {
-                        let _ = publish::submit(&self.s, msg, &e, false);
-                    }
-                    None => {
-                        let _ = publish::hold(&self.s, msg);
-                    }
-                }
-            } else {
-                let _ = publish::send(&self.s, msg, None, false);
-            }
+        for (msg, parked) in due {
+            // Alone to the slot's owner, the slot still parked (see
+            // `retry`); held in publish order when no owner is up.
+            let engine = self.s.routes.read().engine_of(msg.slot);
+            let engine = engine.filter(|e| e.is_connection_up(0, 0));
+            let _ = match self.s.hold.due(now, msg, parked, engine.is_some()) {
+                Due::Probe(msg) => match engine {
+                    Some(e) => publish::submit(&self.s, msg, &e, false),
+                    None => publish::send(&self.s, msg, None, false),
+                },
+                Due::Held(offer, new) => publish::held(&self.s, (offer, new)),
+                Due::Route(msg) => publish::send(&self.s, msg, None, false),
+            };
         }
         if self.s.hold.busy() {
             self.service_hold(self.now());
@@ -439,15 +435,6 @@ impl Driver {
                 let _ = publish::send(&self.s, msg, Some(engine), ask);
             }
             topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
-                let now = self.now();
-                let first = msg.first.get_or_now();
-                let at = match self.retry_policy.retry(now, first, &mut msg.retries) {
-                    Ok(at) => at,
-                    Err(e) => return msg.fail(&self.s, format!("{e}: {message}")),
-                };
-                // A refresh within the degraded-mode delay (coalesced, so a
-                // burst of refusals costs one).
-                self.input(|core, now| core.handle_degraded(now));
                 // With the hold on, the slot's later publishes wait behind
                 // this one (parked in the slot's hold entry until its
                 // outcome, whatever route gates do meanwhile): when due it
@@ -455,16 +442,25 @@ impl Driver {
                 // whose state changes between two reads cannot refuse it
                 // and take a later one (a recoverable channel's offsets
                 // follow the server's order). Another refused publish of a
-                // slot already parked joins the held queue behind it.
-                let parked = !self.s.config.publish_hold.is_zero();
-                if parked && !msg.probe {
-                    if self.s.hold.is_parked(msg.slot) {
-                        let _ = publish::hold(&self.s, msg);
-                        return;
-                    }
-                    self.s.hold.park(msg.slot);
+                // slot already parked joins the held queue behind it (see
+                // `control::Hold::refused`).
+                let now = self.now();
+                let refused = self.s.hold.refused(now, msg, &self.retry_policy);
+                if let Refused::GiveUp(msg, e) = refused {
+                    return msg.fail(&self.s, format!("{e}: {message}"));
                 }
-                self.delayed.push((at, Box::new(msg), parked));
+                // A refresh within the degraded-mode delay (coalesced, so a
+                // burst of refusals costs one).
+                self.input(|core, now| core.handle_degraded(now));
+                match refused {
+                    Refused::Later { at, msg, parked } => {
+                        self.delayed.push((at, Box::new(msg), parked));
+                    }
+                    Refused::Held(offer, new) => {
+                        let _ = publish::held(&self.s, (offer, new));
+                    }
+                    Refused::GiveUp(..) => {}
+                }
             }
         }
     }
@@ -505,7 +501,7 @@ impl Driver {
             }
         }
         if hold_on {
-            for m in s.hold.expired(now, s.config.publish_hold) {
+            for m in s.hold.expired(now) {
                 add(&s.counters.cluster.hold_expired, 1);
                 let (slot, held) = (
                     m.slot,

@@ -269,7 +269,17 @@ pub(crate) fn send(
 ///
 /// [`Error::HoldFull`] when the hold had no room for it (it is finished).
 pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
-    match shared.hold.hold(msg) {
+    held(shared, shared.hold.hold(msg))
+}
+
+/// Carries out what the hold made of a publish it was given (and whether
+/// that opened an entry).
+///
+/// # Errors
+///
+/// [`Error::HoldFull`] when the hold had no room for it (it is finished).
+pub(crate) fn held(shared: &Arc<Shared>, offer: (Offer, bool)) -> Result<(), Error> {
+    match offer {
         (Offer::Held(evicted), new) => {
             add(&shared.counters.cluster.held, 1);
             if new {

@@ -56,15 +56,10 @@ impl Stamp {
         (self.0 != 0).then(|| Time(self.0 - 1))
     }
 
-    /// The moment; set to `now()` first if it was not set.
-    pub(crate) fn get_or_now(&mut self) -> Time {
-        match self.get() {
-            Some(t) => t,
-            None => {
-                let t = now();
-                self.0 = t.0.saturating_add(1);
-                t
-            }
+    /// Sets the moment to `t` unless it was set.
+    pub(crate) fn set_once(&mut self, t: Time) {
+        if self.0 == 0 {
+            self.0 = t.0.saturating_add(1);
         }
     }
 }
@@ -91,11 +86,14 @@ mod tests {
     fn a_stamp_is_unset_until_set_and_keeps_its_moment() {
         let mut st = Stamp::UNSET;
         assert_eq!(st.get(), None);
-        let before = now();
-        let t = st.get_or_now();
-        assert!(t >= before && t <= now());
-        std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(st.get_or_now(), t, "set once");
+        let t = now();
+        st.set_once(t);
+        st.set_once(t + Duration::from_millis(2));
+        assert_eq!(st.get(), Some(t), "set once");
+        st.set_once(Time::ZERO);
         assert_eq!(st.get(), Some(t));
+        let mut zero = Stamp::UNSET;
+        zero.set_once(Time::ZERO);
+        assert_eq!(zero.get(), Some(Time::ZERO));
     }
 }

@@ -665,7 +665,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         common,
         servers,
         (runtime, pool),
-        Hold::new(0, 0),
+        Hold::new(0, 0, Duration::ZERO),
         counters,
     );
     if !common.history.is_empty() {
