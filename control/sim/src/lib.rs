@@ -41,6 +41,14 @@
 //!    longest fetch backoff (and the least gap between fetches, plus
 //!    0.5 s), not at the next poll.
 //!
+//! The publish side has two models of its own, each over 10,000 seeded
+//! schedules in `tests/sim.rs`: [`gates`] (one slot's route change through
+//! [`control::Gates`]: migrations, failovers with the bus delayed, the old
+//! node dying; publish order unless the gate timed out, and the gate's time
+//! bound) and [`publish`] (slots whose owners go away and refuse for a
+//! while, through [`control::Hold`] and [`control::RetryPolicy`]: publish
+//! order, every publish ending once within its bounds, the hold's limits).
+//!
 //! Schedules mix the layouts (node-grouped, per-partition, classic), the
 //! resubscribe splits and 1 to 4 workers;
 //! [`Schedule::random_replicas`] subscribes on replicas, with Redis's or
@@ -53,10 +61,12 @@ pub mod cluster;
 mod drive;
 mod faults;
 pub mod gates;
+pub mod publish;
 pub mod schedule;
 mod server;
 mod settle;
 
 pub use drive::{run, run_seed, Outcome, Sim};
 pub use gates::{run_gate, GateRun};
+pub use publish::{run_publish, PublishRun};
 pub use schedule::{Fault, Schedule};

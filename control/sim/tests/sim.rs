@@ -154,3 +154,39 @@ fn ten_thousand_route_changes_keep_publish_order() {
         "{timed_out} of {n} timed out"
     );
 }
+
+#[test]
+fn ten_thousand_publish_schedules_keep_order_and_bounds() {
+    if let Some(seed) = env("CONTROL_SIM_PUBLISH_SEED") {
+        eprintln!("{:?}", control_sim::run_publish(seed));
+        return;
+    }
+    let started = Instant::now();
+    let n = env("CONTROL_SIM_RUNS").unwrap_or(10_000);
+    let mut total = control_sim::PublishRun::default();
+    for seed in 0..n {
+        let r = control_sim::run_publish(seed);
+        total.publishes += r.publishes;
+        total.taken += r.taken;
+        total.failed += r.failed;
+        total.held += r.held;
+        total.refusals += r.refusals;
+        total.probes += r.probes;
+        total.inflight_reorders += r.inflight_reorders;
+    }
+    eprintln!(
+        "{n} publish schedules in {:?}: {total:?}",
+        started.elapsed()
+    );
+    // The sweep exercised what it is for: held publishes, refusals,
+    // probes, failures.
+    let n = n as u32;
+    assert!(
+        total.held > n && total.refusals > n && total.probes > n / 2,
+        "{total:?}"
+    );
+    assert!(
+        total.failed > 0 && total.taken > total.publishes / 2,
+        "{total:?}"
+    );
+}
