@@ -27,8 +27,8 @@ use shardsub::conn::{
     ConnConfig, ConnError, Connection, Event, Protocol, ReplyKind, Request, Role, SubscribeKind,
 };
 
-use testkit::alloc::this_thread as heap;
 use crate::input::Input;
+use testkit::alloc::this_thread as heap;
 
 /// Canned server frames a schedule can queue by index, so that replies the
 /// core understands are a byte away for the fuzzer.

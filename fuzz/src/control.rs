@@ -23,8 +23,8 @@
 
 use core::time::Duration;
 
-use control_sim::{run, Fault, Schedule};
 use control::Time;
+use control_sim::{run, Fault, Schedule};
 
 use crate::input::Input;
 

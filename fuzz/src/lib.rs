@@ -8,7 +8,7 @@
 //! - [`rewire`]: layouts, the rewire plan and the resubscribe plan (`rewire_plan`);
 //! - [`control`]: the cluster control core in its simulator (`control_core`);
 //! - [`history`]: the recoverable channels' header (`history_header`);
-//! - [`publish`]: the publish side's route gates and retry bounds (`publish_gates`).
+//! - [`publish`]: the publish side's route gates and retry bounds (`publish_side`).
 //!
 //! Every target runs under testkit's counting allocator
 //! ([`testkit::alloc::CountingAlloc`]), so a check can bound the heap the

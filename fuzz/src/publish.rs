@@ -1,8 +1,10 @@
 //! The publish side's sans-IO decisions (`shardsub-control`'s
-//! [`control::Gates`] and [`control::RetryPolicy`]) under operations read
-//! from fuzz bytes (`publish_gates`).
+//! [`control::Gates`], [`control::RetryPolicy`] and [`control::Hold`])
+//! under operations read from fuzz bytes (`publish_side`). The same bytes
+//! are read twice: as gate and retry operations ([`check_gates`]), and as
+//! hold operations ([`check_hold`]).
 //!
-//! Input: a header byte (the retry policy's redirect bound, 0 to 15), then
+//! Gates and retries. Input: a header byte (the retry policy's redirect bound, 0 to 15), then
 //! operations of 3 bytes: a kind, a pick (of a gate closed so far, taken
 //! modulo how many there are) and a time step (× 1 ms, times 2 for the
 //! kind's high bit): close a gate (forwarding or not), answer or fail its
@@ -22,7 +24,7 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use control::{GateCommand, Gates, RetryPolicy, Time};
+use control::{Due, GateCommand, Gates, Held, Hold, Offer, Refused, RetryPolicy, Time};
 
 use crate::input::Input;
 
@@ -39,8 +41,14 @@ struct Seen {
     open: bool,
 }
 
-/// Runs the operations `data` describes; panics on a broken invariant.
+/// Both readings of `data`; panics on a broken invariant.
 pub fn check(data: &[u8]) {
+    check_gates(data);
+    check_hold(data);
+}
+
+/// The gate and retry operations `data` describes.
+pub fn check_gates(data: &[u8]) {
     let mut input = Input::new(data);
     let max_redirects = u32::from(input.u8() % 16);
     let policy = RetryPolicy::new(max_redirects, WINDOW);
@@ -98,7 +106,10 @@ pub fn check(data: &[u8]) {
                     // Once the driver looked, no gate is closed past its
                     // timeout.
                     for (t, s) in &seen {
-                        assert!(s.open || now < s.closed_at + TIMEOUT, "gate {t} still closed");
+                        assert!(
+                            s.open || now < s.closed_at + TIMEOUT,
+                            "gate {t} still closed"
+                        );
                     }
                 }
             }
@@ -149,7 +160,9 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
         let (GateCommand::Barrier { token }
         | GateCommand::Marker { token }
         | GateCommand::Open { token, .. }) = cmd;
-        let s = seen.get_mut(&token).expect("a command for a gate never closed");
+        let s = seen
+            .get_mut(&token)
+            .expect("a command for a gate never closed");
         assert!(!s.open, "{cmd:?} after gate {token} opened");
         match cmd {
             GateCommand::Barrier { .. } => {}
@@ -169,4 +182,261 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
     }
     let closed = seen.values().filter(|s| !s.open).count();
     assert_eq!(gates.len(), closed);
+}
+
+/// A held publish in the hold checks.
+#[derive(Debug)]
+struct Msg {
+    seq: u64,
+    slot: u16,
+    cost: usize,
+    since: Option<Time>,
+    probe: bool,
+    refusals: u32,
+    first: Option<Time>,
+}
+
+impl Held for Msg {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+    fn slot(&self) -> u16 {
+        self.slot
+    }
+    fn cost(&self) -> usize {
+        self.cost
+    }
+    fn held_since(&self) -> Option<Time> {
+        self.since
+    }
+    fn mark_held(&mut self, now: Time) {
+        self.since.get_or_insert(now);
+    }
+    fn probe(&self) -> bool {
+        self.probe
+    }
+    fn set_probe(&mut self, on: bool) {
+        self.probe = on;
+    }
+    fn refusals(&mut self) -> &mut u32 {
+        &mut self.refusals
+    }
+    fn first_refused(&mut self, now: Time) -> Time {
+        *self.first.get_or_insert(now)
+    }
+}
+
+/// Where each publish is, as the hold's caller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// Inside the hold.
+    Held,
+    /// With the caller (sent, or waiting for its retry).
+    Out,
+    /// Finished.
+    Gone,
+}
+
+/// Hold operations. Input: a header of 3 bytes (the hold's bound in
+/// publishes, 0 to 15; in bytes, × 8; its time limit, × 10 ms, 0 for no
+/// hold), then operations of 3 bytes: a kind, a pick (a slot of 4, or a
+/// publish out of the hold) and a time step (× 1 ms): a new publish
+/// offered or held, a refusal for now (the retry policy's), a retry due
+/// with its owner up or down, a probe's outcome, a gate closed or opened,
+/// a release of a slot, the expiry.
+///
+/// Invariants: no panic; every publish is in exactly one place (held,
+/// with the caller, finished) and the hold's size is the sum of what it
+/// holds, never above its bounds; a release is in publish order, and the
+/// first release of a slot held for an unreachable owner is one publish,
+/// a probe, with the slot parked until its outcome; nothing comes out of a
+/// gated or parked slot; expiry gives only publishes held the limit or
+/// longer, and after it `next_deadline` lies after now.
+pub fn check_hold(data: &[u8]) {
+    let mut input = Input::new(data);
+    let max_messages = usize::from(input.u8() % 16);
+    let max_bytes = usize::from(input.u8()) * 8;
+    let limit = Duration::from_millis(u64::from(input.u8()) * 10);
+    let policy = RetryPolicy::new(3, WINDOW);
+    let mut hold: Hold<Msg> = Hold::new(max_messages, max_bytes, limit);
+    let mut place: BTreeMap<u64, (Place, u16, usize)> = BTreeMap::new();
+    let mut out: Vec<Msg> = Vec::new();
+    let mut gated: BTreeMap<u16, u64> = BTreeMap::new();
+    // Publishes waiting for a retry, and whether their slot waits too.
+    let mut later: BTreeMap<u64, bool> = BTreeMap::new();
+    let mut unreachable: BTreeMap<u16, bool> = BTreeMap::new();
+    let (mut now, mut seq, mut token) = (Time::ZERO, 0u64, 0u64);
+    let mut settle = |place: &mut BTreeMap<u64, (Place, u16, usize)>, m: &Msg, p: Place| {
+        if let Some(e) = place.get_mut(&m.seq) {
+            e.0 = p;
+        }
+    };
+    while !input.is_empty() {
+        let kind = input.u8();
+        let pick = usize::from(input.u8());
+        now = now + Duration::from_millis(u64::from(input.u8()));
+        let slot = (pick % 4) as u16;
+        match kind % 10 {
+            0 | 1 => {
+                seq += 1;
+                let m = Msg {
+                    seq,
+                    slot,
+                    cost: 1 + pick % 40,
+                    since: None,
+                    probe: false,
+                    refusals: 0,
+                    first: None,
+                };
+                place.insert(seq, (Place::Held, slot, m.cost));
+                let offer = if kind % 10 == 0 {
+                    hold.offer(now, m)
+                } else {
+                    unreachable.insert(slot, true);
+                    hold.hold(now, m).0
+                };
+                offered(&mut place, &mut out, (seq, offer), &mut settle);
+            }
+            2 => {
+                if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
+                    let m = out.swap_remove(i);
+                    let (was_probe, s) = (m.probe, m.seq);
+                    later.remove(&s);
+                    let parked_before = hold.is_parked(m.slot);
+                    match hold.refused(now, m, &policy) {
+                        Refused::GiveUp(m, _) => {
+                            if m.probe {
+                                hold.unpark(m.slot);
+                            }
+                            settle(&mut place, &m, Place::Gone);
+                        }
+                        Refused::Later { msg, parked, .. } => {
+                            assert_eq!(parked, !limit.is_zero());
+                            if parked {
+                                assert!(hold.is_parked(msg.slot));
+                            }
+                            later.insert(msg.seq, parked);
+                            out.push(msg);
+                        }
+                        Refused::Held(offer, _) => {
+                            assert!(parked_before && !was_probe);
+                            offered(&mut place, &mut out, (s, offer), &mut settle);
+                        }
+                    }
+                }
+            }
+            3 | 4 => {
+                // A retry due, as its refusal said.
+                let waiting: Vec<usize> = (0..out.len())
+                    .filter(|&i| later.contains_key(&out[i].seq))
+                    .collect();
+                if let Some(&i) = (!waiting.is_empty()).then(|| &waiting[pick % waiting.len()]) {
+                    let m = out.swap_remove(i);
+                    let s = m.seq;
+                    let parked = later.remove(&s).unwrap_or(false);
+                    match hold.due(now, m, parked, kind % 10 == 3) {
+                        Due::Probe(m) => {
+                            assert!(m.probe);
+                            out.push(m);
+                        }
+                        Due::Held(offer, _) => {
+                            offered(&mut place, &mut out, (s, offer), &mut settle)
+                        }
+                        Due::Route(m) => out.push(m),
+                    }
+                }
+            }
+            5 => {
+                // An outcome: the publish finishes (a probe unparks).
+                if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
+                    let m = out.swap_remove(i);
+                    later.remove(&m.seq);
+                    if m.probe {
+                        hold.unpark(m.slot);
+                    }
+                    settle(&mut place, &m, Place::Gone);
+                }
+            }
+            6 => {
+                token += 1;
+                hold.gate(slot, token);
+                gated.insert(slot, token);
+            }
+            7 => {
+                if let Some(t) = gated.remove(&slot) {
+                    hold.open(t);
+                }
+            }
+            8 => {
+                let shut = gated.contains_key(&slot) || hold.is_parked(slot);
+                let first = unreachable.remove(&slot).unwrap_or(false);
+                if let Some(batch) = hold.take(slot) {
+                    assert!(!shut, "slot {slot} released while gated or parked");
+                    assert!(batch.windows(2).all(|w| w[0].seq < w[1].seq));
+                    if first && batch.iter().any(|m| m.probe) {
+                        assert_eq!(batch.len(), 1, "a probe goes alone");
+                        assert!(hold.is_parked(slot), "its slot waits for it");
+                    }
+                    for m in batch {
+                        assert_eq!(m.slot, slot);
+                        settle(&mut place, &m, Place::Out);
+                        out.push(m);
+                    }
+                } else if first {
+                    unreachable.insert(slot, true);
+                }
+            }
+            _ => {
+                let gone = hold.expired(now);
+                for m in &gone {
+                    let since = m.held_since().expect("a held publish has its time");
+                    assert!(now.since(since) >= limit && !limit.is_zero());
+                    settle(&mut place, m, Place::Gone);
+                }
+                if let Some(t) = hold.next_deadline() {
+                    assert!(t > now, "next_deadline {t} not after {now}");
+                }
+            }
+        }
+        // Every publish in one place; the hold's size adds up.
+        let (messages, bytes) = hold.size();
+        let held: Vec<_> = place.values().filter(|p| p.0 == Place::Held).collect();
+        assert_eq!(messages, held.len(), "held count");
+        assert_eq!(bytes, held.iter().map(|p| p.2).sum::<usize>(), "held bytes");
+        assert!(messages <= max_messages && bytes <= max_bytes.max(0));
+        let outside = place.values().filter(|p| p.0 == Place::Out).count();
+        assert_eq!(outside, out.len(), "publishes with the caller");
+    }
+    // Shutdown: everything held comes out.
+    let rest = hold.drain();
+    assert_eq!(rest.len(), hold_count(&place));
+    assert_eq!(hold.size(), (0, 0));
+}
+
+fn hold_count(place: &BTreeMap<u64, (Place, u16, usize)>) -> usize {
+    place.values().filter(|p| p.0 == Place::Held).count()
+}
+
+/// Books what the hold made of publish `seq` offered to it.
+fn offered(
+    place: &mut BTreeMap<u64, (Place, u16, usize)>,
+    out: &mut Vec<Msg>,
+    (seq, offer): (u64, Offer<Msg>),
+    settle: &mut impl FnMut(&mut BTreeMap<u64, (Place, u16, usize)>, &Msg, Place),
+) {
+    match offer {
+        Offer::Held(evicted) => {
+            if let Some(e) = place.get_mut(&seq) {
+                e.0 = Place::Held;
+            }
+            for m in &evicted {
+                settle(place, m, Place::Gone);
+            }
+        }
+        Offer::Full(m) => settle(place, &m, Place::Gone),
+        Offer::Free(m) => {
+            settle(place, &m, Place::Out);
+            out.push(m);
+        }
+    }
 }

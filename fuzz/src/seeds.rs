@@ -59,7 +59,7 @@ fn history_seeds_pass() {
 
 #[test]
 fn publish_seeds_pass() {
-    each_seed("publish_gates", 4, crate::publish::check);
+    each_seed("publish_side", 4, crate::publish::check);
 }
 
 #[test]
