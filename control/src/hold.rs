@@ -340,6 +340,9 @@ impl<M: Held> Hold<M> {
         // parked slot waits in the queue behind the parked one.
         if parked && !msg.probe() {
             if self.is_parked(msg.slot()) {
+                // Queued like a publish whose owner could not take it: the
+                // node's answers are changing, so once the parked one was
+                // taken the queue still starts with a probe.
                 let (offer, new) = self.hold(now, msg);
                 return Refused::Held(offer, new);
             }
