@@ -426,3 +426,23 @@ fn tryagain_parks_the_slot_and_retries_alone() {
     s.taken("n2");
     s.check("tryagain");
 }
+
+#[test]
+fn a_dropped_connection_holds_until_it_is_back_and_takes_a_probe() {
+    let mut s = Script::new(
+        "n0's publish connection drops and comes back (slot 2048)",
+        &[(2048, "n0")],
+    );
+    s.publish(2048);
+    s.publish(2048);
+    s.conn_down("n0");
+    s.publish(2048);
+    s.tick(5);
+    s.conn_up("n0");
+    s.tick(5); // the oldest alone
+    s.taken("n0");
+    s.tick(5);
+    s.taken("n0");
+    s.taken("n0");
+    s.check("reconnect");
+}
