@@ -84,16 +84,14 @@ pub trait Held {
 pub enum Refused<M> {
     /// Its retry window ran out: fail it.
     GiveUp(M, RetryFailure),
-    /// Send it again at `at`. `parked` (the hold is on): its slot's later
-    /// publishes are held behind it, it goes alone when due
-    /// ([`Hold::due`]), and they follow once it was taken, so a node whose
-    /// state changes between two reads cannot refuse it and take a later
-    /// one.
+    /// Kept until `at` ([`Hold::take_due`]), then sent again. `parked`
+    /// (the hold is on): its slot's later publishes are held behind it, it
+    /// goes alone when due ([`Hold::due`]), and they follow once it was
+    /// taken, so a node whose state changes between two reads cannot
+    /// refuse it and take a later one.
     Later {
         /// When.
         at: Time,
-        /// The publish.
-        msg: M,
         /// Its slot is parked for it.
         parked: bool,
     },
@@ -174,6 +172,9 @@ pub struct Hold<M> {
     /// How long a publish stays held outside a gate (zero: no hold for
     /// unreachable owners; gates and parking still hold).
     limit: Duration,
+    /// Refused publishes waiting for their retry: when, the publish,
+    /// whether its slot is parked for it (not counted in the hold's size).
+    later: Vec<(Time, M, bool)>,
 }
 
 impl<M: Held> Hold<M> {
@@ -188,6 +189,7 @@ impl<M: Held> Hold<M> {
             max_messages,
             max_bytes,
             limit,
+            later: Vec::new(),
         }
     }
 
@@ -327,8 +329,9 @@ impl<M: Held> Hold<M> {
         }
     }
 
-    /// A publish refused for now at `now`: when it goes again, within
-    /// `policy`'s window, and whether its slot waits for it.
+    /// A publish refused for now at `now`: kept for its retry, within
+    /// `policy`'s window, its slot parked for it or not; held behind an
+    /// earlier parked one; or given up.
     pub fn refused(&mut self, now: Time, mut msg: M, policy: &RetryPolicy) -> Refused<M> {
         let first = msg.first_refused(now);
         let at = match policy.retry(now, first, msg.refusals()) {
@@ -348,7 +351,33 @@ impl<M: Held> Hold<M> {
             }
             self.park(msg.slot());
         }
-        Refused::Later { at, msg, parked }
+        self.later.push((at, msg, parked));
+        Refused::Later { at, parked }
+    }
+
+    /// The refused publishes whose retry is due at `now`, in the order
+    /// they were refused, each with whether its slot is parked for it (for
+    /// [`Hold::due`]).
+    pub fn take_due(&mut self, now: Time) -> Vec<(M, bool)> {
+        if !self.later.iter().any(|l| l.0 <= now) {
+            return Vec::new();
+        }
+        let mut due = Vec::new();
+        let mut kept = Vec::with_capacity(self.later.len());
+        for (at, msg, parked) in core::mem::take(&mut self.later) {
+            if at <= now {
+                due.push((msg, parked));
+            } else {
+                kept.push((at, msg, parked));
+            }
+        }
+        self.later = kept;
+        due
+    }
+
+    /// Refused publishes waiting for their retry.
+    pub fn waiting(&self) -> usize {
+        self.later.len()
     }
 
     /// The retry of `msg` is due (`parked` as [`Refused::Later`] said;
@@ -433,25 +462,33 @@ impl<M: Held> Hold<M> {
         out
     }
 
-    /// When the oldest held publish outside a gate expires.
+    /// When the driver must look next: the oldest held publish outside a
+    /// gate expires, or a retry is due.
     pub fn next_deadline(&self) -> Option<Time> {
+        let retry = self.later.iter().map(|l| l.0).min();
         if self.limit.is_zero() {
-            return None;
+            return retry;
         }
-        self.slots
+        let expiry = self
+            .slots
             .values()
             .filter(|e| e.gate.is_none())
             .flat_map(|e| e.queue.iter().filter_map(Held::held_since))
             .min()
-            .map(|t| t + self.limit)
+            .map(|t| t + self.limit);
+        match (retry, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Everything held, for shutdown.
+    /// Everything held or waiting for a retry, for shutdown.
     pub fn drain(&mut self) -> Vec<M> {
-        let out: Vec<M> = core::mem::take(&mut self.slots)
+        let mut out: Vec<M> = core::mem::take(&mut self.slots)
             .into_values()
             .flat_map(|e| e.queue)
             .collect();
+        out.extend(core::mem::take(&mut self.later).into_iter().map(|l| l.1));
         self.messages = 0;
         self.bytes = 0;
         out
@@ -546,16 +583,12 @@ mod tests {
         let policy = RetryPolicy::new(5, Duration::from_secs(2));
         let mut h = new(100, 1 << 20);
         let t0 = Time::from_millis(100);
-        let Refused::Later {
-            at,
-            msg: m1,
-            parked,
-        } = h.refused(t0, msg(1, 3), &policy)
-        else {
+        let Refused::Later { at, parked } = h.refused(t0, msg(1, 3), &policy) else {
             panic!("1 must be retried later");
         };
         assert_eq!((at, parked), (Time::from_millis(120), true));
         assert!(h.is_parked(3));
+        assert_eq!((h.waiting(), h.next_deadline()), (1, Some(at)));
         // A later publish of the slot, refused too, waits behind it.
         assert!(matches!(
             h.refused(t0, msg(2, 3), &policy),
@@ -564,17 +597,21 @@ mod tests {
         assert!(matches!(h.offer(t0, msg(3, 3)), Offer::Held(_)));
         assert!(h.take(3).is_none(), "nothing overtakes the parked one");
         // Due with its owner up: alone, as a probe; the rest after it.
+        assert!(h.take_due(t0).is_empty());
+        let (m1, parked) = h.take_due(at).pop().unwrap();
+        assert_eq!((m1.seq, parked, h.waiting()), (1, true, 0));
         let Due::Probe(m1) = h.due(at, m1, parked, true) else {
             panic!("1 goes alone");
         };
         assert!(m1.probe && h.take(3).is_none());
         // The probe is refused again: still its slot's first.
-        let Refused::Later { msg: m1, .. } = h.refused(at, m1, &policy) else {
+        let Refused::Later { at: again, .. } = h.refused(at, m1, &policy) else {
             panic!("1 again later");
         };
+        let (m1, _) = h.take_due(again).pop().unwrap();
         // Due with no owner up: held first in line (its parking ends).
         assert!(matches!(
-            h.due(at, m1, true, false),
+            h.due(again, m1, true, false),
             Due::Held(Offer::Held(_), false)
         ));
         assert_eq!(take_all(&mut h, 3), [1, 2, 3]);
@@ -585,14 +622,23 @@ mod tests {
             h.refused(Time::from_millis(2000), late, &policy),
             Refused::GiveUp(_, crate::RetryFailure::Window { tries: 1 })
         ));
-        // Without the hold: retried later, nothing parked.
+        // Without the hold: retried later, nothing parked, and its time
+        // known all the same.
         let mut off: Hold<Msg> = Hold::new(100, 1 << 20, Duration::ZERO);
         assert!(matches!(
             off.refused(t0, msg(5, 3), &policy),
             Refused::Later { parked: false, .. }
         ));
         assert!(!off.is_parked(3));
-        assert!(matches!(off.due(at, msg(5, 3), false, true), Due::Route(_)));
+        assert_eq!(off.next_deadline(), Some(at));
+        let (m5, parked) = off.take_due(at).pop().unwrap();
+        assert!(matches!(off.due(at, m5, parked, true), Due::Route(_)));
+        // Shutdown takes the waiting ones too.
+        assert!(matches!(
+            off.refused(at, msg(6, 3), &policy),
+            Refused::Later { .. }
+        ));
+        assert_eq!(off.drain().len(), 1);
     }
 
     #[test]

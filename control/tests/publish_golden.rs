@@ -67,8 +67,6 @@ struct Script {
     down: Vec<&'static str>,
     /// Publishes written and not answered, by node, in order.
     wire: Vec<(&'static str, Msg)>,
-    /// Refused publishes waiting for their retry: (at, msg, parked).
-    later: Vec<(Time, Msg, bool)>,
     next_seq: u64,
 }
 
@@ -89,7 +87,6 @@ impl Script {
             routes: routes.to_vec(),
             down: Vec::new(),
             wire: Vec::new(),
-            later: Vec::new(),
             next_seq: 0,
         }
     }
@@ -188,10 +185,9 @@ impl Script {
         self.at(1, &format!("{node} refuses #{seq}: TRYAGAIN"));
         match self.hold.refused(self.now, m, &self.policy) {
             Refused::GiveUp(m, e) => self.out(format!("fail #{} ({e})", m.seq)),
-            Refused::Later { at, msg, parked } => {
+            Refused::Later { at, parked } => {
                 let p = if parked { ", s parked" } else { "" };
-                self.out(format!("retry #{} at {}ms{p}", msg.seq, at.as_millis()));
-                self.later.push((at, msg, parked));
+                self.out(format!("retry #{seq} at {}ms{p}", at.as_millis()));
             }
             Refused::Held(offer, _) => self.offered(seq, offer),
         }
@@ -286,14 +282,7 @@ impl Script {
             self.gates.handle_timeout(now);
             self.run_gates();
         }
-        let due: Vec<(Time, Msg, bool)> = {
-            let (due, later) = std::mem::take(&mut self.later)
-                .into_iter()
-                .partition(|l| l.0 <= now);
-            self.later = later;
-            due
-        };
-        for (_, m, parked) in due {
+        for (m, parked) in self.hold.take_due(now) {
             let up = !self.down.contains(&self.route(m.slot));
             let seq = m.seq;
             match self.hold.due(now, m, parked, up) {

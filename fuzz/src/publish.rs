@@ -231,8 +231,10 @@ impl Held for Msg {
 enum Place {
     /// Inside the hold.
     Held,
-    /// With the caller (sent, or waiting for its retry).
+    /// With the caller (sent).
     Out,
+    /// In the hold, waiting for its retry.
+    Waiting,
     /// Finished.
     Gone,
 }
@@ -262,8 +264,6 @@ pub fn check_hold(data: &[u8]) {
     let mut place: BTreeMap<u64, (Place, u16, usize)> = BTreeMap::new();
     let mut out: Vec<Msg> = Vec::new();
     let mut gated: BTreeMap<u16, u64> = BTreeMap::new();
-    // Publishes waiting for a retry, and whether their slot waits too.
-    let mut later: BTreeMap<u64, bool> = BTreeMap::new();
     let mut unreachable: BTreeMap<u16, bool> = BTreeMap::new();
     let (mut now, mut seq, mut token) = (Time::ZERO, 0u64, 0u64);
     let mut settle = |place: &mut BTreeMap<u64, (Place, u16, usize)>, m: &Msg, p: Place| {
@@ -301,7 +301,6 @@ pub fn check_hold(data: &[u8]) {
                 if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
                     let m = out.swap_remove(i);
                     let (was_probe, s) = (m.probe, m.seq);
-                    later.remove(&s);
                     let parked_before = hold.is_parked(m.slot);
                     match hold.refused(now, m, &policy) {
                         Refused::GiveUp(m, _) => {
@@ -310,13 +309,15 @@ pub fn check_hold(data: &[u8]) {
                             }
                             settle(&mut place, &m, Place::Gone);
                         }
-                        Refused::Later { msg, parked, .. } => {
+                        Refused::Later { at, parked } => {
                             assert_eq!(parked, !limit.is_zero());
+                            assert!(at > now);
                             if parked {
-                                assert!(hold.is_parked(msg.slot));
+                                assert!(hold.is_parked(slot_of(&place, s)));
                             }
-                            later.insert(msg.seq, parked);
-                            out.push(msg);
+                            if let Some(e) = place.get_mut(&s) {
+                                e.0 = Place::Waiting;
+                            }
                         }
                         Refused::Held(offer, _) => {
                             assert!(parked_before && !was_probe);
@@ -326,17 +327,14 @@ pub fn check_hold(data: &[u8]) {
                 }
             }
             3 | 4 => {
-                // A retry due, as its refusal said.
-                let waiting: Vec<usize> = (0..out.len())
-                    .filter(|&i| later.contains_key(&out[i].seq))
-                    .collect();
-                if let Some(&i) = (!waiting.is_empty()).then(|| &waiting[pick % waiting.len()]) {
-                    let m = out.swap_remove(i);
+                // The retries due now, as their refusals said.
+                for (m, parked) in hold.take_due(now) {
                     let s = m.seq;
-                    let parked = later.remove(&s).unwrap_or(false);
+                    assert_eq!(place.get(&s).map(|p| p.0), Some(Place::Waiting));
+                    settle(&mut place, &m, Place::Out);
                     match hold.due(now, m, parked, kind % 10 == 3) {
                         Due::Probe(m) => {
-                            assert!(m.probe);
+                            assert!(m.probe && parked);
                             out.push(m);
                         }
                         Due::Held(offer, _) => {
@@ -350,7 +348,6 @@ pub fn check_hold(data: &[u8]) {
                 // An outcome: the publish finishes (a probe unparks).
                 if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
                     let m = out.swap_remove(i);
-                    later.remove(&m.seq);
                     if m.probe {
                         hold.unpark(m.slot);
                     }
@@ -393,8 +390,12 @@ pub fn check_hold(data: &[u8]) {
                     assert!(now.since(since) >= limit && !limit.is_zero());
                     settle(&mut place, m, Place::Gone);
                 }
+                // Nothing left to expire: only a retry can be due.
                 if let Some(t) = hold.next_deadline() {
-                    assert!(t > now, "next_deadline {t} not after {now}");
+                    assert!(
+                        t > now || hold.waiting() > 0,
+                        "next_deadline {t} not after {now}"
+                    );
                 }
             }
         }
@@ -406,15 +407,28 @@ pub fn check_hold(data: &[u8]) {
         assert!(messages <= max_messages && bytes <= max_bytes.max(0));
         let outside = place.values().filter(|p| p.0 == Place::Out).count();
         assert_eq!(outside, out.len(), "publishes with the caller");
+        let waiting = place.values().filter(|p| p.0 == Place::Waiting).count();
+        assert_eq!(waiting, hold.waiting(), "publishes waiting for a retry");
+        if waiting > 0 {
+            assert!(hold.next_deadline().is_some());
+        }
     }
-    // Shutdown: everything held comes out.
+    // Shutdown: everything held or waiting comes out.
     let rest = hold.drain();
     assert_eq!(rest.len(), hold_count(&place));
+    assert_eq!(hold.waiting(), 0);
     assert_eq!(hold.size(), (0, 0));
 }
 
 fn hold_count(place: &BTreeMap<u64, (Place, u16, usize)>) -> usize {
-    place.values().filter(|p| p.0 == Place::Held).count()
+    place
+        .values()
+        .filter(|p| matches!(p.0, Place::Held | Place::Waiting))
+        .count()
+}
+
+fn slot_of(place: &BTreeMap<u64, (Place, u16, usize)>, seq: u64) -> u16 {
+    place.get(&seq).map_or(0, |p| p.1)
 }
 
 /// Books what the hold made of publish `seq` offered to it.

@@ -433,7 +433,6 @@ pub(crate) fn start(
         services: Default::default(),
         gaps_queued: false,
         fence_busy: false,
-        delayed: Vec::new(),
         gates: crate::cluster::gate::gates(),
         retry_policy: shared.config.retry_policy(),
         retiring: Vec::new(),

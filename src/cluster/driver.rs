@@ -23,7 +23,7 @@ use topology::TopologyCommand;
 use crate::cluster::builder::NodeSettings;
 use crate::cluster::fence::Fence;
 use crate::cluster::gate::OldRoute;
-use crate::cluster::publish::{self, PubMsg};
+use crate::cluster::publish;
 use crate::cluster::service::Service;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
@@ -67,11 +67,6 @@ pub(crate) struct Driver {
     pub(crate) gaps_queued: bool,
     /// A fence is in flight (see [`crate::front::leaving`]).
     pub(crate) fence_busy: bool,
-    /// Publishes refused for now (`TRYAGAIN`, `CLUSTERDOWN`), due again
-    /// at the time given; with the hold on, parked in their slot's hold
-    /// entry (`true`), which keeps the slot's later publishes behind them
-    /// (see `Driver::retry`).
-    pub(crate) delayed: Vec<(Time, Box<PubMsg>, bool)>,
     /// Route gates (see `gate`).
     pub(crate) gates: Gates<OldRoute>,
     /// The bounds on a refused publish.
@@ -156,7 +151,8 @@ impl Driver {
         if let Some(t) = self.core.poll_timeout() {
             wake = wake.min(t);
         }
-        if let Some(t) = self.delayed.iter().map(|d| d.0).min() {
+        // Held publishes expiring, refused ones due again.
+        if let Some(t) = self.s.hold.next_deadline() {
             wake = wake.min(t);
         }
         if let Some(t) = self.gates.poll_timeout() {
@@ -165,9 +161,6 @@ impl Driver {
         if self.s.hold.busy() {
             // Held publishes: look for a reachable owner often.
             wake = wake.min(now + Duration::from_millis(5));
-            if let Some(t) = self.s.hold.next_deadline() {
-                wake = wake.min(t);
-            }
         }
         wake
     }
@@ -253,14 +246,7 @@ impl Driver {
             self.gates.handle_timeout(now);
             self.run_gates();
         }
-        let due: Vec<(PubMsg, bool)> = {
-            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
-                .into_iter()
-                .partition(|d| d.0 <= now);
-            self.delayed = later;
-            due.into_iter().map(|d| (*d.1, d.2)).collect()
-        };
-        for (msg, parked) in due {
+        for (msg, parked) in self.s.hold.take_due(now) {
             // Alone to the slot's owner, the slot still parked (see
             // `retry`); held in publish order when no owner is up.
             let engine = self.s.routes.read().engine_of(msg.slot);
@@ -452,14 +438,10 @@ impl Driver {
                 // A refresh within the degraded-mode delay (coalesced, so a
                 // burst of refusals costs one).
                 self.input(|core, now| core.handle_degraded(now));
-                match refused {
-                    Refused::Later { at, msg, parked } => {
-                        self.delayed.push((at, Box::new(msg), parked));
-                    }
-                    Refused::Held(offer, new) => {
-                        let _ = publish::held(&self.s, (offer, new));
-                    }
-                    Refused::GiveUp(..) => {}
+                // `Later`: the hold keeps it until its retry is due (see
+                // `round`).
+                if let Refused::Held(offer, new) = refused {
+                    let _ = publish::held(&self.s, (offer, new));
                 }
             }
         }
@@ -519,9 +501,7 @@ impl Driver {
         for (_, e) in std::mem::take(&mut self.fetch_engines) {
             e.shutdown();
         }
-        for msg in std::mem::take(&mut self.delayed) {
-            msg.1.finish(&self.s, Err(Error::Shutdown));
-        }
+        // Held publishes and refused ones waiting for their retry.
         for msg in self.s.hold.drain() {
             msg.finish(&self.s, Err(Error::Shutdown));
         }

@@ -126,6 +126,11 @@ impl Hold {
         self.with(|h| h.refused(now, msg, policy))
     }
 
+    /// See [`control::Hold::take_due`].
+    pub(crate) fn take_due(&self, now: Time) -> Vec<(PubMsg, bool)> {
+        self.with(|h| h.take_due(now))
+    }
+
     /// See [`control::Hold::due`].
     pub(crate) fn due(&self, now: Time, msg: PubMsg, parked: bool, owner_up: bool) -> Due<PubMsg> {
         self.with(|h| h.due(now, msg, parked, owner_up))
@@ -146,7 +151,7 @@ impl Hold {
         self.with(|h| h.expired(now))
     }
 
-    /// See [`control::Hold::next_deadline`].
+    /// See [`control::Hold::next_deadline`] (expiry, and retries due).
     pub(crate) fn next_deadline(&self) -> Option<Time> {
         self.state.lock().next_deadline()
     }

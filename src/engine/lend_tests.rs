@@ -526,7 +526,16 @@ fn every_sequential_call_after_the_first_is_lent() {
         }
         // The first goes through the thread, which lends the connection
         // before it completes that call (its outcome is held back to the
-        // end of the turn), so the caller finds it lent from then on.
-        assert_eq!(e.stats().lent, N - 1, "{kind:?}");
+        // end of the turn), so the caller finds it lent from then on. On a
+        // starved machine the thread can take the lend back between two
+        // calls (it was seen 11 times in 200 with builds and valgrind
+        // running beside the test); the next call then goes through the
+        // thread and is lent again. A lend that stopped working, or worked
+        // every other call, still fails this by far.
+        let lent = e.stats().lent;
+        assert!(
+            lent <= N - 1 && lent >= N * 9 / 10,
+            "{kind:?}: {lent} of {N} lent"
+        );
     }
 }

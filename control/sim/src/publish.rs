@@ -103,7 +103,8 @@ enum Ev {
     /// The driver reads the answer: taken, refused for now, or lost with
     /// the connection (not run).
     Reply(Msg, Answer),
-    Due(Msg, bool),
+    /// A refused publish's retry is due.
+    Due,
     Look,
 }
 
@@ -265,7 +266,7 @@ impl Model {
                 }
                 self.end(m.seq, false);
             }
-            Refused::Later { at, msg, parked } => self.at(at, Ev::Due(msg, parked)),
+            Refused::Later { at, .. } => self.at(at, Ev::Due),
             Refused::Held(offer, _) => self.offered(offer),
         }
     }
@@ -330,12 +331,14 @@ impl Model {
                     self.end(msg.seq, false);
                 }
             },
-            Ev::Due(msg, parked) => {
-                let up = !self.nodes[usize::from(msg.slot)].is_down(self.now);
-                match self.hold.due(self.now, msg, parked, up) {
-                    Due::Probe(m) => self.submit(m),
-                    Due::Held(offer, _) => self.offered(offer),
-                    Due::Route(m) => self.route(m),
+            Ev::Due => {
+                for (msg, parked) in self.hold.take_due(self.now) {
+                    let up = !self.nodes[usize::from(msg.slot)].is_down(self.now);
+                    match self.hold.due(self.now, msg, parked, up) {
+                        Due::Probe(m) => self.submit(m),
+                        Due::Held(offer, _) => self.offered(offer),
+                        Due::Route(m) => self.route(m),
+                    }
                 }
             }
             Ev::Look => {
