@@ -534,7 +534,7 @@ fn every_sequential_call_after_the_first_is_lent() {
         // every other call, still fails this by far.
         let lent = e.stats().lent;
         assert!(
-            lent < N && lent >= N * 9 / 10,
+            (N * 9 / 10..N).contains(&lent),
             "{kind:?}: {lent} of {N} lent"
         );
     }
