@@ -1,15 +1,17 @@
-//! The cluster control thread: the driver of the sans-IO control core
-//! ([`control::Core`]) and the publish side's background work.
+//! The control thread: the driver of the sans-IO cores (the subscribe
+//! side's [`control::Core`], and the publish side's [`control::Gates`],
+//! [`control::Hold`] and [`control::RetryPolicy`]) and the one place in
+//! `src/cluster` that reads the clock.
 //!
 //! Each round takes the inbox (what the subscribe connections, the
 //! application and the publish path reported), feeds every report to the
-//! core as an input with the current time, carries out the core's commands
-//! in order (`commands`), then brings the publish routes, the service
+//! cores as an input with the current time, carries out their commands in
+//! order (`commands`, `gate`), then brings the publish routes, the service
 //! channels and the shared state in line with the core (`sync`), and
-//! sleeps until the next report or the earliest of the core's timeout, a
-//! delayed publish retry, a route gate or a held publish. Nothing here
-//! waits for a server: every request is sent with a callback that posts
-//! its answer to the inbox.
+//! sleeps until the next report or the earliest of the cores' timeouts (the
+//! subscribe core's, a route gate's, a held publish expiring, a refused one
+//! due again). Nothing here waits for a server: every request is sent with
+//! a callback that posts its answer to the inbox.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
