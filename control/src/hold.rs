@@ -345,7 +345,8 @@ impl<M: Held> Hold<M> {
             if self.is_parked(msg.slot()) {
                 // Queued like a publish whose owner could not take it: the
                 // node's answers are changing, so once the parked one was
-                // taken the queue still starts with a probe.
+                // taken the queue still starts with a probe (one round trip
+                // more, on a path that is rare anyway).
                 let (offer, new) = self.hold(now, msg);
                 return Refused::Held(offer, new);
             }

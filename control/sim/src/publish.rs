@@ -12,10 +12,11 @@
 //! Properties ([`run_publish`] panics with the seed when one fails):
 //!
 //! 1. with the hold on, each slot's publishes are taken in publish order,
-//!    but for a publish already on the wire when an earlier one's refusal
-//!    came back (its node judged them one by one, and nothing recalls a
-//!    request: counted, see RELIABILITY.md); with refusals ended by a
-//!    publish sent after the refusal was known, none;
+//!    but for a publish written while an earlier one was on the wire and
+//!    then refused or lost (its node judged them one by one, and nothing
+//!    recalls a request: counted, and bounded by the sweep, see
+//!    RELIABILITY.md); a publish written after a refusal or loss was known
+//!    never overtakes it;
 //! 2. every publish ends exactly once: taken, or failed (the hold full,
 //!    held past its limit, refused past its retry window), and none is
 //!    taken after it failed or taken twice;
@@ -154,8 +155,8 @@ struct Model {
     window: Duration,
     /// When each publish was last written to its node.
     submitted: BTreeMap<u64, Time>,
-    /// When the driver first heard each refused publish was refused.
-    refused_at: BTreeMap<u64, Time>,
+    /// Each publish's writes: when, and when its answer came back.
+    flights: BTreeMap<u64, Vec<(Time, Option<Time>)>>,
     run: PublishRun,
 }
 
@@ -205,14 +206,28 @@ impl Model {
     /// Writes `msg` on its slot's connection (the owner is up).
     fn submit(&mut self, msg: Msg) {
         self.submitted.insert(msg.seq, self.now);
+        self.flights
+            .entry(msg.seq)
+            .or_default()
+            .push((self.now, None));
         if msg.probe {
             self.run.probes += 1;
         }
         let d = self.delay();
+        let detect = Duration::from_micros(self.rng.range(10, 500));
+        let now = self.now;
         let node = &mut self.nodes[usize::from(msg.slot)];
-        node.link = node.link.max(self.now + d);
-        let t = node.link;
-        self.at(t, Ev::Arrive(msg));
+        let arrival = node.link.max(now + d);
+        node.link = arrival;
+        // Written on a connection that dies before it arrives: lost unrun,
+        // and known lost by the time a new connection is up (the engine
+        // fails what was in flight on a connection before it reconnects).
+        if let Some(&(a, b)) = node.down.iter().find(|&&(a, b)| now < b && arrival >= a) {
+            let notice = (now.max(a) + detect).min(b);
+            self.at(notice, Ev::Reply(msg, Answer::Lost));
+            return;
+        }
+        self.at(arrival, Ev::Arrive(msg));
     }
 
     /// The ordinary way: behind the slot's held publishes, to an owner that
@@ -257,7 +272,6 @@ impl Model {
 
     fn refused(&mut self, msg: Msg) {
         self.run.refusals += 1;
-        self.refused_at.entry(msg.seq).or_insert(self.now);
         match self.hold.refused(self.now, msg, &self.policy) {
             Refused::GiveUp(m, _) => {
                 let slot = m.slot;
@@ -268,6 +282,30 @@ impl Model {
             }
             Refused::Later { at, .. } => self.at(at, Ev::Due),
             Refused::Held(offer, _) => self.offered(offer),
+        }
+    }
+
+    /// The driver reads an answer.
+    fn reply(&mut self, mut msg: Msg, answer: Answer) {
+        match answer {
+            Answer::Taken => {
+                if msg.probe {
+                    self.hold.unpark(msg.slot);
+                    self.look();
+                }
+                self.end(msg.seq, true);
+            }
+            Answer::Refused => self.refused(msg),
+            Answer::Lost if self.hold_on => {
+                let offer = self.hold.hold(self.now, msg).0;
+                self.offered(offer);
+            }
+            Answer::Lost => {
+                if core::mem::take(&mut msg.probe) {
+                    self.hold.unpark(msg.slot);
+                }
+                self.end(msg.seq, false);
+            }
         }
     }
 
@@ -297,9 +335,10 @@ impl Model {
             }
             Ev::Arrive(msg) => {
                 let node = &self.nodes[usize::from(msg.slot)];
-                let answer = if node.is_down(self.now) {
-                    Answer::Lost
-                } else if node.refuses(self.now) {
+                if node.is_down(self.now) {
+                    self.fail(format!("{} reached its node while it was down", msg.seq));
+                }
+                let answer = if node.refuses(self.now) {
                     Answer::Refused
                 } else {
                     self.taken[usize::from(msg.slot)].push(msg.seq);
@@ -311,26 +350,12 @@ impl Model {
                 let t = node.replies;
                 self.at(t, Ev::Reply(msg, answer));
             }
-            Ev::Reply(mut msg, answer) => match answer {
-                Answer::Taken => {
-                    if msg.probe {
-                        self.hold.unpark(msg.slot);
-                        self.look();
-                    }
-                    self.end(msg.seq, true);
+            Ev::Reply(msg, answer) => {
+                if let Some(f) = self.flights.get_mut(&msg.seq).and_then(|f| f.last_mut()) {
+                    f.1 = Some(self.now);
                 }
-                Answer::Refused => self.refused(msg),
-                Answer::Lost if self.hold_on => {
-                    let offer = self.hold.hold(self.now, msg).0;
-                    self.offered(offer);
-                }
-                Answer::Lost => {
-                    if core::mem::take(&mut msg.probe) {
-                        self.hold.unpark(msg.slot);
-                    }
-                    self.end(msg.seq, false);
-                }
-            },
+                self.reply(msg, answer);
+            }
             Ev::Due => {
                 for (msg, parked) in self.hold.take_due(self.now) {
                     let up = !self.nodes[usize::from(msg.slot)].is_down(self.now);
@@ -444,7 +469,7 @@ pub fn run_publish(seed: u64) -> PublishRun {
         max_messages,
         window,
         submitted: BTreeMap::new(),
-        refused_at: BTreeMap::new(),
+        flights: BTreeMap::new(),
         run: PublishRun::default(),
         rng,
     };
@@ -493,14 +518,22 @@ impl Model {
             for (slot, seqs) in self.taken.iter().enumerate() {
                 for (i, &b) in seqs.iter().enumerate() {
                     for &a in seqs[i + 1..].iter().filter(|&&a| a < b) {
+                        // Allowed only when `b` was written while `a` was
+                        // on the wire, its refusal not yet known.
                         let sent = self.submitted.get(&b).copied();
-                        let known = self.refused_at.get(&a).copied();
-                        match (sent, known) {
-                            (Some(s), Some(k)) if s < k => self.run.inflight_reorders += 1,
-                            _ => self.fail(format!(
-                                "slot {slot}: {a} taken after {b} (sent {sent:?}, \
-                                 {a} known refused {known:?})"
-                            )),
+                        let in_flight = sent.is_some_and(|s| {
+                            self.flights.get(&a).is_some_and(|f| {
+                                f.iter()
+                                    .any(|&(w, answer)| w <= s && answer.is_none_or(|t| s < t))
+                            })
+                        });
+                        if in_flight {
+                            self.run.inflight_reorders += 1;
+                        } else {
+                            self.fail(format!(
+                                "slot {slot}: {a} taken after {b} (sent {sent:?}; {a}'s writes {:?})",
+                                self.flights.get(&a)
+                            ));
                         }
                     }
                 }
