@@ -181,6 +181,7 @@ pub fn encode_bulk_u64(out: &mut Vec<u8>, n: u64) {
 /// resp::encode_bulk(&mut whole, b"{a}.b");
 /// assert_eq!(out, whole);
 /// ```
+#[inline]
 pub fn encode_bulk_header(out: &mut Vec<u8>, len: usize) {
     // Most names are short: one fixed-size copy for up to 3 digits (each
     // digit below 10, so the casts cannot truncate).

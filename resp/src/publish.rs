@@ -69,6 +69,7 @@ pub fn encode_bulk_parts(out: &mut Vec<u8>, parts: &[&[u8]]) -> usize {
 /// two line ends.
 const BULK_OVERHEAD: usize = 1 + 20 + 2 + 2;
 
+#[inline]
 fn parts_len(parts: &[&[u8]]) -> usize {
     parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()))
 }
@@ -97,6 +98,7 @@ fn push_bulk_parts(out: &mut Vec<u8>, parts: &[&[u8]], len: usize) -> usize {
 /// assert_eq!(out, b"*3\r\n$8\r\nSPUBLISH\r\n$6\r\n{a}.ch\r\n$2\r\nhi\r\n");
 /// assert_eq!(&out[at..at + 6], b"{a}.ch");
 /// ```
+#[inline]
 pub fn encode_publish(
     out: &mut Vec<u8>,
     kind: PublishKind,

@@ -117,6 +117,10 @@ impl StagedKept {
     ///
     /// `msg` back when requests of another kind are staged here (an
     /// engine keeps one kind).
+    // Inlined into the staging closure of every kept publish: the
+    // message is built in place in the queue instead of moved through a
+    // call (callgrind: 20 instructions per cluster publish).
+    #[inline(always)]
     pub(crate) fn stage<M: KeptItem>(&mut self, msg: M) -> Result<(), M> {
         match self.queue_of::<M>() {
             Some(q) => {
@@ -130,6 +134,7 @@ impl StagedKept {
     /// The staged queue of kind `M` (created at the first), counting the
     /// request the caller then pushes on it; `None` when requests of
     /// another kind are staged here.
+    #[inline(always)]
     fn queue_of<M: KeptItem>(&mut self) -> Option<&mut VecDeque<M>> {
         if self.in_flight.is_none() {
             self.in_flight = Some(new_in_flight::<M>);
@@ -297,7 +302,20 @@ impl<M: KeptItem> InFlight for InFlightOf<M> {
     }
 
     fn reply_ok(&mut self, n: i64, settings: &Settings) {
-        self.reply(Ok(n), settings);
+        // `reply` with `Ok(n)`, without building the `Result` (the path of
+        // nearly every reply).
+        let Some(mut msg) = self.queue.pop_front() else {
+            debug_assert!(false, "a kept request's reply with none kept");
+            return;
+        };
+        if msg.wants_reply() {
+            let msg = self.whole(msg);
+            return to_sink::<M>(settings, msg, Ok(n));
+        }
+        if msg.staged().is_some() {
+            self.done_with_front();
+        }
+        msg.complete(n);
     }
 
     fn fail(&mut self, error: Error, settings: &Settings) {
@@ -338,6 +356,7 @@ impl<M: KeptItem> InFlightOf<M> {
 
     /// One request of the oldest batch is answered: the batch goes once
     /// none waits.
+    #[inline]
     fn done_with_front(&mut self) {
         let Some(b) = self.batches.front_mut() else {
             return;
