@@ -347,6 +347,7 @@ impl KeptItem for KeptMsg {
         self.is_probe()
     }
 
+    #[inline]
     fn complete(&mut self, n: i64) {
         if let Some(done) = self.take_done() {
             done.run(Ok(n));

@@ -356,7 +356,7 @@ impl<M: KeptItem> InFlightOf<M> {
 
     /// One request of the oldest batch is answered: the batch goes once
     /// none waits.
-    #[inline]
+    #[inline(always)]
     fn done_with_front(&mut self) {
         let Some(b) = self.batches.front_mut() else {
             return;
