@@ -94,7 +94,9 @@ impl PubSubBuilder {
     /// known owner, is held, in publish order, with every later publish to
     /// the same slot; once the topology names a reachable owner (the
     /// promoted replica after a `kill -9` of a primary) they are sent there
-    /// oldest first and their outcomes reported. A publish still held after
+    /// oldest first, the oldest alone until the owner took it (a node just
+    /// promoted may still refuse one and take the next), and their
+    /// outcomes reported. A publish still held after
     /// this long fails with [`Error::OwnerUnreachable`](crate::Error::OwnerUnreachable); set it above the
     /// cluster's failover time (`cluster-node-timeout` plus the election)
     /// for no publish to fail across a failover. Memory is bounded by
