@@ -153,10 +153,13 @@ struct Model {
     hold_on: bool,
     max_messages: usize,
     window: Duration,
-    /// When each publish was last written to its node.
-    submitted: BTreeMap<u64, Time>,
-    /// Each publish's writes: when, and when its answer came back.
-    flights: BTreeMap<u64, Vec<(Time, Option<Time>)>>,
+    /// The step at which each publish was last written to its node.
+    submitted: BTreeMap<u64, u64>,
+    /// Each publish's writes: the step, and the step its answer came back.
+    flights: BTreeMap<u64, Vec<(u64, Option<u64>)>>,
+    /// Events handled so far: the order of writes and answers (two events
+    /// at one virtual time are still handled one after the other).
+    step: u64,
     run: PublishRun,
 }
 
@@ -205,11 +208,11 @@ impl Model {
 
     /// Writes `msg` on its slot's connection (the owner is up).
     fn submit(&mut self, msg: Msg) {
-        self.submitted.insert(msg.seq, self.now);
+        self.submitted.insert(msg.seq, self.step);
         self.flights
             .entry(msg.seq)
             .or_default()
-            .push((self.now, None));
+            .push((self.step, None));
         if msg.probe {
             self.run.probes += 1;
         }
@@ -352,7 +355,7 @@ impl Model {
             }
             Ev::Reply(msg, answer) => {
                 if let Some(f) = self.flights.get_mut(&msg.seq).and_then(|f| f.last_mut()) {
-                    f.1 = Some(self.now);
+                    f.1 = Some(self.step);
                 }
                 self.reply(msg, answer);
             }
@@ -470,6 +473,7 @@ pub fn run_publish(seed: u64) -> PublishRun {
         window,
         submitted: BTreeMap::new(),
         flights: BTreeMap::new(),
+        step: 0,
         run: PublishRun::default(),
         rng,
     };
@@ -499,6 +503,7 @@ pub fn run_publish(seed: u64) -> PublishRun {
             continue;
         };
         m.now = t;
+        m.step += 1;
         if trace {
             std::eprintln!("{t} {ev:?}");
         }
