@@ -120,6 +120,18 @@ impl Core {
                     }
                     return;
                 }
+                // A channel whose older subscription ended while this one
+                // was in flight owes its gap: not sent again here, but
+                // idle, resubscribed by the flush below after its gap
+                // event (the refused command subscribed nothing).
+                let (gapped, still): (Vec<Channel>, Vec<Channel>) = still
+                    .into_iter()
+                    .partition(|n| part.channels.get(n).is_some_and(|c| c.gap()));
+                for name in &gapped {
+                    if let Some(chan) = part.channels.get_mut(name) {
+                        chan.set_sub(Sub::Idle);
+                    }
+                }
                 // Bisect: each half again on the same connection, until
                 // every refused channel stands alone.
                 let (a, b) = still.split_at(still.len().div_ceil(2));
@@ -127,6 +139,9 @@ impl Core {
                     if !half.is_empty() {
                         self.send_subscribe(conn, pending.partition, half.to_vec(), now);
                     }
+                }
+                if !gapped.is_empty() {
+                    self.flush(&[pending.partition], false, now);
                 }
             }
             SubscribeReply::Routing(e) => {
