@@ -281,6 +281,11 @@ impl<M: Held> Hold<M> {
         Offer::Held(evicted)
     }
 
+    /// Whether `slot` has an entry (a publish to it joins the entry).
+    pub fn holds(&self, slot: u16) -> bool {
+        self.slots.contains_key(&slot)
+    }
+
     /// Joins the slot's entry if it has one.
     pub fn offer(&mut self, now: Time, msg: M) -> Offer<M> {
         if !self.slots.contains_key(&msg.slot()) {
