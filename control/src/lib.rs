@@ -27,11 +27,12 @@
 //!
 //! Every layout of [`Mode`] is covered: node-grouped (the default), one
 //! connection per partition, and classic `SUBSCRIBE` (hash lanes on one
-//! primary). The publish side's decisions are beside it: [`Gates`] keep
-//! a slot's publishes behind a route change until the old route is drained,
-//! and [`RetryPolicy`] bounds and times a refused publish's redirects and
-//! retries. (The publish routes themselves and the held publishes are the
-//! engine's, shared with the application's threads.)
+//! primary). The publish side's decisions are beside it: [`Routes`] say
+//! which node takes each slot's publishes and which slots a new map or a
+//! `MOVED` moves, [`Gates`] keep a moved slot's publishes until the old
+//! route is drained, [`Hold`] keeps a slot's publishes while it has no
+//! reachable owner, and [`RetryPolicy`] bounds and times a refused
+//! publish's redirects and retries.
 //! With [`Config::replicas`] each shard's connections go to one of its
 //! replicas (the primary while it has none usable): the layout is then
 //! partition → serving node, and everything above follows it.
@@ -82,6 +83,7 @@ mod replicas;
 mod retry;
 mod rewire;
 mod rng;
+mod routes;
 mod stats;
 mod subscribe;
 #[cfg(test)]
@@ -100,5 +102,6 @@ pub use crate::gates::{GateCommand, Gates};
 pub use crate::hold::{Due, Held, Hold, Offer, Refused};
 pub use crate::retry::{RetryFailure, RetryPolicy};
 pub use crate::rng::Rng;
+pub use crate::routes::{RouteMove, Routes, NO_ROUTE};
 pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;

@@ -425,6 +425,7 @@ pub(crate) fn start(
         core,
         command: None,
         routes_epoch: 0,
+        routes: control::Routes::new(),
         map_seen: false,
         services_due: false,
         publ: Default::default(),

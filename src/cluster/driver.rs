@@ -1,6 +1,6 @@
 //! The control thread: the driver of the sans-IO cores (the subscribe
-//! side's [`control::Core`], and the publish side's [`control::Gates`],
-//! [`control::Hold`] and [`control::RetryPolicy`]) and the one place in
+//! side's [`control::Core`], and the publish side's [`control::Routes`],
+//! [`control::Gates`], [`control::Hold`] and [`control::RetryPolicy`]) and the one place in
 //! `src/cluster` that reads the clock.
 //!
 //! Each round takes the inbox (what the subscribe connections, the
@@ -52,6 +52,9 @@ pub(crate) struct Driver {
     pub(crate) command: Option<TopologyCommand>,
     /// The core's map epoch the publish routes were last set from.
     pub(crate) routes_epoch: u64,
+    /// The publish routes' decisions (the engines' table in
+    /// `Shared::routes` follows them, index for index).
+    pub(crate) routes: control::Routes<crate::cluster::topo::Route>,
     /// A map arrived since the last `sync`.
     pub(crate) map_seen: bool,
     /// A subscribe connection came up or lost its service channel since

@@ -209,7 +209,12 @@ impl ClusterPubSub {
         let s = &self.shared;
         let deadline = Deadline::after(timeout);
         loop {
-            let routed = s.routes.read().owner.iter().any(|&o| o != shared::NONE);
+            let routed = s
+                .routes
+                .read()
+                .owner
+                .iter()
+                .any(|&o| o != control::NO_ROUTE);
             let ok = s.counters.cluster.unknown_owners.load(Ordering::Relaxed) == 0;
             if routed && ok {
                 return Ok(());

@@ -73,18 +73,18 @@ pub(crate) struct ConnState {
     pub(crate) lanes_lost: Arc<AtomicU64>,
 }
 
-/// Where publishes go: slot → index into `engines` (`NONE` for unknown).
+/// Where publishes go: slot → index into `engines`
+/// ([`control::NO_ROUTE`] for unknown), as the driver's
+/// [`control::Routes`] say.
 pub(crate) struct Routes {
     pub(crate) owner: Vec<u16>,
     pub(crate) engines: Vec<Arc<Engine>>,
 }
 
-pub(crate) const NONE: u16 = u16::MAX;
-
 impl Routes {
     pub(crate) fn empty() -> Self {
         Routes {
-            owner: vec![NONE; usize::from(shardcore::SLOT_COUNT)],
+            owner: vec![control::NO_ROUTE; usize::from(shardcore::SLOT_COUNT)],
             engines: Vec::new(),
         }
     }

@@ -14,11 +14,26 @@ use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 use crate::cluster::builder::Mode;
 use crate::cluster::driver::Driver;
 use crate::cluster::publish::KeptMsg;
-use crate::cluster::shared::{Routes, NONE};
+use crate::cluster::shared::Routes;
 use crate::conn::Role;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
+
+/// A primary's publish route: its address and publish engine (one
+/// engine per address at a time; a new engine at the same address is
+/// another route).
+#[derive(Clone)]
+pub(crate) struct Route {
+    pub(crate) addr: SocketAddr,
+    pub(crate) engine: Arc<Engine>,
+}
+
+impl PartialEq for Route {
+    fn eq(&self, other: &Route) -> bool {
+        self.addr == other.addr && Arc::ptr_eq(&self.engine, &other.engine)
+    }
+}
 
 /// A node address as a socket address.
 pub(crate) fn resolve(addr: &NodeAddr) -> Option<SocketAddr> {
@@ -62,39 +77,46 @@ impl Driver {
         Ok(e)
     }
 
-    /// Records a `MOVED` in the publish routes (the engine exists).
+    /// Records a `MOVED` in the publish routes (the engine exists); a
+    /// slot that leaves another route is gated.
     pub(crate) fn route_slot(&mut self, slot: u16, addr: SocketAddr) {
         let Some(engine) = self.publ.get(&addr).cloned() else {
             return;
         };
+        let moved = self.routes.handle_moved(slot, Route { addr, engine });
         let shared = self.s.clone();
-        let mut routes = shared.routes.write();
-        let old = routes.engine_of(slot);
-        let i = match routes.engines.iter().position(|e| Arc::ptr_eq(e, &engine)) {
-            Some(i) => i,
-            None => {
-                routes.engines.push(engine.clone());
-                routes.engines.len() - 1
-            }
-        };
-        if let Some(o) = routes.owner.get_mut(usize::from(slot)) {
-            *o = i as u16;
+        let mut table = shared.routes.write();
+        // A `MOVED` adds at most the node it names, at the end.
+        for n in self
+            .routes
+            .nodes()
+            .get(table.engines.len()..)
+            .unwrap_or(&[])
+        {
+            table.engines.push(n.engine.clone());
         }
-        let old = old.filter(|o| !Arc::ptr_eq(o, &engine));
-        if let Some(old) = old {
-            let token = self.close_gate(old, Some(addr));
-            self.s.hold.gate(slot, token);
-            drop(routes);
-            self.run_gates();
+        if let (Some(o), Some(&i)) = (
+            table.owner.get_mut(usize::from(slot)),
+            self.routes.owners().get(usize::from(slot)),
+        ) {
+            *o = i;
         }
+        self.gate_moves(moved.into_iter().collect());
+        drop(table);
+        self.run_gates();
     }
 
-    /// The address of a publish engine.
-    pub(crate) fn addr_of(&self, engine: &Arc<Engine>) -> Option<SocketAddr> {
-        self.publ
-            .iter()
-            .find(|(_, e)| Arc::ptr_eq(e, engine))
-            .map(|(a, _)| *a)
+    /// Closes a gate for each route move and holds its slots behind it
+    /// (the caller holds the routes' write lock: no publish slips
+    /// between), then the caller calls [`Driver::run_gates`], which sends
+    /// the barriers after every publish the old routes took.
+    fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
+        for m in moves {
+            let token = self.close_gate(m.from.engine, m.to.map(|r| r.addr));
+            for slot in m.slots {
+                self.s.hold.gate(slot, token);
+            }
+        }
     }
 
     /// Brings everything outside the core in line with it, after a round:
@@ -222,63 +244,30 @@ impl Driver {
         }
     }
 
-    /// Publish routes from the slot map.
+    /// Publish routes from the slot map; partitions' slots whose route
+    /// moved are gated.
     fn set_routes(&mut self, map: &SlotMap) {
-        let mut routes = Routes::empty();
-        let mut index: Vec<Option<u16>> = Vec::with_capacity(map.shards().len());
-        for sh in map.shards() {
-            let e = sh
-                .primary
-                .addr
-                .as_ref()
-                .and_then(resolve)
-                .and_then(|a| self.publ.get(&a));
-            index.push(e.map(|e| {
-                routes.engines.push(e.clone());
-                (routes.engines.len() - 1) as u16
-            }));
-        }
-        for (slot, o) in routes.owner.iter_mut().enumerate() {
-            *o = map
-                .owner_index(slot as u16)
-                .and_then(|i| index.get(i).copied().flatten())
-                .unwrap_or(NONE);
-        }
-        // Slots whose route moves are gated (under the write lock, so no
-        // publish slips between) until the old route answers a barrier.
+        let publ = &self.publ;
+        let reachable = |sh: &topology::Shard| {
+            let addr = sh.primary.addr.as_ref().and_then(resolve)?;
+            let engine = publ.get(&addr)?.clone();
+            Some(Route { addr, engine })
+        };
+        let moves = self.routes.handle_map(map, reachable, self.s.parts.slots());
+        let table = Routes {
+            owner: self.routes.owners().to_vec(),
+            engines: self
+                .routes
+                .nodes()
+                .iter()
+                .map(|r| r.engine.clone())
+                .collect(),
+        };
         let shared = self.s.clone();
         let mut current = shared.routes.write();
-        let mut barriers: Vec<(Arc<Engine>, Option<Arc<Engine>>, u64)> = Vec::new();
-        for &slot in shared.parts.slots() {
-            let Some(old) = current.engine_of(slot) else {
-                continue;
-            };
-            let new = routes.engine_of(slot);
-            if new.as_ref().is_some_and(|n| Arc::ptr_eq(n, &old)) {
-                continue;
-            }
-            let same = |e: &Arc<Engine>, n: &Option<Arc<Engine>>| {
-                Arc::ptr_eq(e, &old)
-                    && match (n, &new) {
-                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                        (None, None) => true,
-                        _ => false,
-                    }
-            };
-            let token = match barriers.iter().find(|(e, n, _)| same(e, n)) {
-                Some(&(_, _, t)) => t,
-                None => {
-                    let new_addr = new.as_ref().and_then(|n| self.addr_of(n));
-                    let t = self.close_gate(old.clone(), new_addr);
-                    barriers.push((old, new, t));
-                    t
-                }
-            };
-            shared.hold.gate(slot, token);
-        }
-        *current = routes;
+        self.gate_moves(moves);
+        *current = table;
         drop(current);
-        // The barriers go out now, after every publish the old routes took.
         self.run_gates();
     }
 }

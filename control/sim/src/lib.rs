@@ -47,7 +47,10 @@
 //! node dying; publish order unless the gate timed out, and the gate's time
 //! bound) and [`publish`] (slots whose owners go away and refuse for a
 //! while, through [`control::Hold`] and [`control::RetryPolicy`]: publish
-//! order, every publish ending once within its bounds, the hold's limits).
+//! order, every publish ending once within its bounds, the hold's limits),
+//! and [`routes`] checks [`control::Routes`] (which slots a map or a `MOVED`
+//! moves, each behind one gate per old and new route) against a plain
+//! model.
 //!
 //! Schedules mix the layouts (node-grouped, per-partition, classic), the
 //! resubscribe splits and 1 to 4 workers;
@@ -62,6 +65,7 @@ mod drive;
 mod faults;
 pub mod gates;
 pub mod publish;
+pub mod routes;
 pub mod schedule;
 mod server;
 mod settle;
@@ -69,4 +73,5 @@ mod settle;
 pub use drive::{run, run_seed, Outcome, Sim};
 pub use gates::{run_gate, GateRun};
 pub use publish::{run_publish, PublishRun};
+pub use routes::{run_routes, RoutesRun};
 pub use schedule::{Fault, Schedule};

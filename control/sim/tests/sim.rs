@@ -196,3 +196,30 @@ fn ten_thousand_publish_schedules_keep_order_and_bounds() {
     // without the probe).
     assert!(total.inflight_reorders <= n / 50, "{total:?}");
 }
+
+#[test]
+fn ten_thousand_route_tables_move_exactly_the_slots_that_moved() {
+    if let Some(seed) = env("CONTROL_SIM_ROUTES_SEED") {
+        eprintln!("{:?}", control_sim::run_routes(seed));
+        return;
+    }
+    let started = Instant::now();
+    let n = env("CONTROL_SIM_RUNS").unwrap_or(10_000);
+    let mut total = control_sim::RoutesRun::default();
+    for seed in 0..n {
+        let r = control_sim::run_routes(seed);
+        total.maps += r.maps;
+        total.moveds += r.moveds;
+        total.moves += r.moves;
+        total.slots_moved += r.slots_moved;
+        total.to_none += r.to_none;
+    }
+    eprintln!("{n} route tables in {:?}: {total:?}", started.elapsed());
+    // The sweep exercised what it is for: moves by maps and by `MOVED`s,
+    // some to no route, several slots behind one gate.
+    let n = n as u32;
+    assert!(
+        total.moves > n && total.slots_moved > total.moves && total.to_none > 0,
+        "{total:?}"
+    );
+}

@@ -1,0 +1,256 @@
+//! Publish routes through a run of slot maps and `MOVED`s
+//! ([`control::Routes`]), against a plain model of who owns each slot.
+//!
+//! Each run has 2 to 6 nodes (some maps name a primary that cannot be
+//! reached, whose slots then have no route), 1 to 64 watched slots (the
+//! partitions' slots, where publishes go) and 8 to 24 inputs: new maps
+//! (random ranges, some slots unowned, often a single slot or a range
+//! moved from the previous map, as a migration or a failover does) and
+//! `MOVED`s (mostly of a watched slot, sometimes to a node no map names).
+//!
+//! Properties ([`run_routes`] panics with the seed when one fails), after
+//! every input:
+//!
+//! 1. every slot's route is its owner in the model (the last map, with the
+//!    `MOVED`s since), and the node table names each node once and holds
+//!    every route's index;
+//! 2. the moves name exactly the watched slots whose route left a node for
+//!    another node or for none, each slot once, with the model's old and
+//!    new owner; a slot with no route before is in none (nothing was in
+//!    flight to drain behind a gate);
+//! 3. one move per old and new route (a gate each), slots ascending.
+
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use control::{Rng, RouteMove, Routes, NO_ROUTE};
+use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
+
+const SLOTS: u16 = shardcore::SLOT_COUNT;
+
+/// What one run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoutesRun {
+    /// Maps handled.
+    pub maps: u32,
+    /// `MOVED`s handled.
+    pub moveds: u32,
+    /// Moves returned (gates the driver closes).
+    pub moves: u32,
+    /// Watched slots moved.
+    pub slots_moved: u32,
+    /// Of them, to no route.
+    pub to_none: u32,
+}
+
+fn shard(node: u8) -> Shard {
+    Shard {
+        primary: Node {
+            id: format!("n{node}"),
+            addr: Some(NodeAddr {
+                host: format!("10.0.0.{node}"),
+                port: 7000,
+            }),
+            hostname: None,
+            tls_port: None,
+            role: Role::Primary,
+            health: Health::Online,
+            replication_offset: None,
+        },
+        replicas: Vec::new(),
+    }
+}
+
+/// The node a shard's primary is, when it can be reached.
+fn node_of(unreachable: Option<u8>) -> impl Fn(&Shard) -> Option<u8> {
+    move |sh: &Shard| {
+        let host = &sh.primary.addr.as_ref()?.host;
+        let n: u8 = host.rsplit('.').next()?.parse().ok()?;
+        (Some(n) != unreachable).then_some(n)
+    }
+}
+
+/// A map from per-slot owners (`None`: unowned).
+fn build(owners: &[Option<u8>]) -> SlotMap {
+    let mut map = SlotMap::new();
+    let mut shards: Vec<(u8, usize)> = Vec::new();
+    let mut start = 0usize;
+    while start < owners.len() {
+        let o = owners[start];
+        let mut end = start;
+        while end + 1 < owners.len() && owners[end + 1] == o {
+            end += 1;
+        }
+        let index = o.and_then(|n| match shards.iter().find(|s| s.0 == n) {
+            Some(s) => Some(s.1),
+            None => {
+                let i = map.push_shard(shard(n))?;
+                shards.push((n, i));
+                Some(i)
+            }
+        });
+        map.assign(start as u16..=end as u16, index);
+        start = end + 1;
+    }
+    map
+}
+
+/// Owners in random ranges over `nodes` nodes, some unowned.
+fn random_owners(rng: &mut Rng, nodes: u8) -> Vec<Option<u8>> {
+    let mut cuts: Vec<u16> = (0..rng.range(0, 8))
+        .map(|_| rng.below(u64::from(SLOTS)) as u16)
+        .collect();
+    cuts.push(SLOTS);
+    cuts.sort_unstable();
+    let mut owners = vec![None; usize::from(SLOTS)];
+    let mut start = 0u16;
+    for cut in cuts {
+        let o = (!rng.chance(10)).then(|| rng.below(u64::from(nodes)) as u8);
+        for s in start..cut {
+            owners[usize::from(s)] = o;
+        }
+        start = cut;
+    }
+    owners
+}
+
+struct Model {
+    seed: u64,
+    routes: Routes<u8>,
+    /// The model's owner of every slot.
+    owner: Vec<Option<u8>>,
+    watched: Vec<u16>,
+    run: RoutesRun,
+}
+
+impl Model {
+    fn fail(&self, what: &str) -> ! {
+        panic!("routes seed {}: {what}", self.seed)
+    }
+
+    /// Properties 1 to 3, for the moves of an input whose owners were
+    /// `before`.
+    /// `slots`: the slots whose route property 1 checks.
+    fn check(&mut self, before: &[Option<u8>], moves: &[RouteMove<u8>], slots: &[u16]) {
+        let nodes = self.routes.nodes();
+        let unique: BTreeSet<u8> = nodes.iter().copied().collect();
+        if unique.len() != nodes.len() {
+            self.fail(&format!("node table {nodes:?} names a node twice"));
+        }
+        for &slot in slots {
+            let i = self.routes.owners()[usize::from(slot)];
+            if i != NO_ROUTE && usize::from(i) >= nodes.len() {
+                self.fail(&format!(
+                    "slot {slot} routed to index {i} of {}",
+                    nodes.len()
+                ));
+            }
+            let want = self.owner[usize::from(slot)];
+            if self.routes.owner(slot).copied() != want {
+                self.fail(&format!(
+                    "slot {slot} routed to {:?}, owned by {want:?}",
+                    self.routes.owner(slot)
+                ));
+            }
+        }
+        let mut seen: BTreeSet<u16> = BTreeSet::new();
+        for (k, m) in moves.iter().enumerate() {
+            if moves[..k].iter().any(|o| o.from == m.from && o.to == m.to) {
+                self.fail(&format!("two moves from {} to {:?}", m.from, m.to));
+            }
+            if m.slots.is_empty() || m.slots.windows(2).any(|w| w[0] >= w[1]) {
+                self.fail(&format!("move's slots {:?} not ascending", m.slots));
+            }
+            for &slot in &m.slots {
+                let (old, new) = (before[usize::from(slot)], self.owner[usize::from(slot)]);
+                if !seen.insert(slot) || old != Some(m.from) || new != m.to {
+                    self.fail(&format!(
+                        "slot {slot} moved {} -> {:?}, owned {old:?} -> {new:?}",
+                        m.from, m.to
+                    ));
+                }
+            }
+            self.run.moves += 1;
+            self.run.slots_moved += m.slots.len() as u32;
+            self.run.to_none += u32::from(m.to.is_none()) * m.slots.len() as u32;
+        }
+        for &slot in &self.watched {
+            let (old, new) = (before[usize::from(slot)], self.owner[usize::from(slot)]);
+            if old.is_some() && old != new && !seen.contains(&slot) {
+                self.fail(&format!(
+                    "slot {slot} left {old:?} for {new:?} without a move"
+                ));
+            }
+        }
+    }
+}
+
+/// One run of seed `seed`.
+pub fn run_routes(seed: u64) -> RoutesRun {
+    let mut rng = Rng::new(seed);
+    let nodes = rng.range(2, 7) as u8;
+    let mut watched: Vec<u16> = (0..rng.range(1, 65))
+        .map(|_| rng.below(u64::from(SLOTS)) as u16)
+        .collect();
+    watched.sort_unstable();
+    watched.dedup();
+    let mut m = Model {
+        seed,
+        routes: Routes::new(),
+        owner: vec![None; usize::from(SLOTS)],
+        watched,
+        run: RoutesRun::default(),
+    };
+    for _ in 0..rng.range(8, 25) {
+        let before = m.owner.clone();
+        let moves = if rng.chance(30) {
+            // A `MOVED`, mostly of a watched slot; sometimes to a node no
+            // map names.
+            let slot = match rng.pick(&m.watched) {
+                Some(s) if rng.chance(80) => s,
+                _ => rng.below(u64::from(SLOTS)) as u16,
+            };
+            let to = rng.below(u64::from(nodes) + 1) as u8;
+            m.owner[usize::from(slot)] = Some(to);
+            m.run.moveds += 1;
+            m.routes.handle_moved(slot, to).into_iter().collect()
+        } else {
+            // A map: all new, or the last one with a slot or a range moved.
+            let mut owners = if rng.chance(40) {
+                random_owners(&mut rng, nodes)
+            } else {
+                m.owner.clone()
+            };
+            let first = match rng.pick(&m.watched) {
+                Some(s) if rng.chance(70) => s,
+                _ => rng.below(u64::from(SLOTS)) as u16,
+            };
+            let last = first.saturating_add(rng.below(300) as u16).min(SLOTS - 1);
+            let to = (!rng.chance(10)).then(|| rng.below(u64::from(nodes)) as u8);
+            for s in first..=last {
+                owners[usize::from(s)] = to;
+            }
+            let unreachable = rng.chance(15).then(|| rng.below(u64::from(nodes)) as u8);
+            m.owner = owners
+                .iter()
+                .map(|&o| o.filter(|&n| Some(n) != unreachable))
+                .collect();
+            m.run.maps += 1;
+            let watched = m.watched.clone();
+            m.routes
+                .handle_map(&build(&owners), node_of(unreachable), &watched)
+        };
+        // Property 1 on the watched slots, the input's and some others
+        // (every slot at the end).
+        let mut slots = m.watched.clone();
+        slots.extend(moves.iter().flat_map(|mv| mv.slots.iter().copied()));
+        slots.extend((0..32).map(|_| rng.below(u64::from(SLOTS)) as u16));
+        m.check(&before, &moves, &slots);
+    }
+    let all: Vec<u16> = (0..SLOTS).collect();
+    let now = m.owner.clone();
+    m.check(&now, &[], &all);
+    m.run
+}
