@@ -30,7 +30,8 @@
 //! primary). The publish side's decisions are beside it: [`Routes`] say
 //! which node takes each slot's publishes and which slots a new map or a
 //! `MOVED` moves, [`Gates`] keep a moved slot's publishes until the old
-//! route is drained, [`Hold`] keeps a slot's publishes while it has no
+//! route is drained, [`Services`] keep a service channel on every node
+//! (its drop reveals a lost slot at once), [`Hold`] keeps a slot's publishes while it has no
 //! reachable owner, and [`RetryPolicy`] bounds and times a refused
 //! publish's redirects and retries.
 //! With [`Config::replicas`] each shard's connections go to one of its
@@ -84,6 +85,7 @@ mod retry;
 mod rewire;
 mod rng;
 mod routes;
+mod services;
 mod stats;
 mod subscribe;
 #[cfg(test)]
@@ -103,5 +105,6 @@ pub use crate::hold::{Due, Held, Hold, Offer, Refused};
 pub use crate::retry::{RetryFailure, RetryPolicy};
 pub use crate::rng::Rng;
 pub use crate::routes::{RouteMove, Routes, NO_ROUTE};
+pub use crate::services::{ServiceNode, Services, ServicesRound, STALE_ROUNDS};
 pub use crate::stats::{Rebuilds, Stats, TopologyErrors};
 pub use crate::time::Time;

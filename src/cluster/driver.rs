@@ -26,7 +26,6 @@ use crate::cluster::builder::NodeSettings;
 use crate::cluster::fence::Fence;
 use crate::cluster::gate::OldRoute;
 use crate::cluster::publish;
-use crate::cluster::service::Service;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
 use crate::engine::{clock, Engine};
@@ -67,7 +66,7 @@ pub(crate) struct Driver {
     /// Subscribe connections by the core's id.
     pub(crate) subs: HashMap<ConnId, SubConn>,
     /// The service channel kept on each node (node-grouped mode).
-    pub(crate) services: BTreeMap<SocketAddr, Service>,
+    pub(crate) services: control::Services<SocketAddr>,
     /// Gap events were queued with their wake deferred (see `Driver::gap`).
     pub(crate) gaps_queued: bool,
     /// A fence is in flight (see [`crate::front::leaving`]).

@@ -91,11 +91,7 @@ impl Driver {
         let Some(route) = self.gates.route(token) else {
             return;
         };
-        let Some(slot) = route
-            .new_addr
-            .and_then(|a| self.services.get(&a))
-            .map(|sv| sv.slot)
-        else {
+        let Some(slot) = route.new_addr.and_then(|a| self.services.slot_of(&a)) else {
             return;
         };
         let name = service_name(slot);
