@@ -4,7 +4,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 
-use topology::{ClusterError, NodeAddr, NodeKey};
+use topology::{ClusterError, NodeAddr, NodeKey, TopologyCommand};
 
 /// A channel name as the application gave it (without the partition tag;
 /// the driver builds the wire name with
@@ -127,13 +127,26 @@ pub enum Command {
         /// The server's text.
         message: Box<str>,
     },
-    /// Fetch the slot map from `node`; answer with
+    /// Ask `node` its version (`INFO server`), the first step of the
+    /// first fetch: the version chooses the topology command
+    /// ([`topology::choose_command`]) for this fetch and every later one.
+    /// Answer with [`handle_version`](crate::Core::handle_version) and the
+    /// same `id`; the fetch goes on as [`Command::FetchTopology`] under it.
+    AskVersion {
+        /// The fetch.
+        id: u64,
+        /// Whom to ask.
+        node: NodeAddr,
+    },
+    /// Fetch the slot map from `node` with `command`; answer with
     /// [`handle_topology`](crate::Core::handle_topology) and the same `id`.
     FetchTopology {
         /// The request.
         id: u64,
         /// Whom to ask.
         node: NodeAddr,
+        /// `CLUSTER SHARDS` or `CLUSTER SLOTS`, as the version chose.
+        command: TopologyCommand,
     },
     /// `GET` a key of `slot` on `node` to learn its owner; answer with
     /// [`handle_probe`](crate::Core::handle_probe) and the same `id`.
@@ -199,7 +212,10 @@ impl fmt::Display for Command {
                 "refused p{partition} {} ({message})",
                 alloc::string::String::from_utf8_lossy(channel)
             ),
-            Command::FetchTopology { id, node } => write!(f, "fetch #{id} {node}"),
+            Command::AskVersion { id, node } => write!(f, "version #{id} {node}"),
+            Command::FetchTopology { id, node, command } => {
+                write!(f, "fetch #{id} {node} ({})", command.name())
+            }
             Command::ProbeSlot { id, slot, node } => write!(f, "probe #{id} s{slot} {node}"),
         }
     }

@@ -3,7 +3,7 @@
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
-use topology::{Layout, NodeAddr, NodeKey, SlotMap};
+use topology::{Layout, NodeAddr, NodeKey, SlotMap, TopologyCommand};
 
 use crate::backoff::{Backoff, Jitter};
 use crate::command::{Channel, Command, ConnId};
@@ -133,8 +133,9 @@ pub(crate) struct Chan(u64);
 
 impl Chan {
     const GAP: u64 = 4;
-    /// Wanted again while the unsubscribe of its previous subscription may
-    /// not have been answered, and sent on that connection at once: that
+    /// Sent on a connection where the unsubscribe of its previous
+    /// subscription may not have been answered (wanted again at once, or
+    /// its partition moved away and back): that
     /// subscription may still deliver (and the application takes its
     /// messages, the channel being wanted) until the server reads the
     /// unsubscribe, unless the server drops it first. Such a drop owes a
@@ -414,6 +415,8 @@ pub(crate) struct Fetch {
     pub(crate) hold_until: Time,
     /// What asked for the fetch at `next`.
     pub(crate) reason: Trigger,
+    /// The topology command, once a node's version chose it.
+    pub(crate) command: Option<TopologyCommand>,
 }
 
 /// A probe in flight.
@@ -467,6 +470,7 @@ impl Core {
                 last_start: None,
                 hold_until: Time::ZERO,
                 reason: Trigger::default(),
+                command: None,
             },
             probes: BTreeMap::new(),
             stale_rounds: 0,
@@ -559,32 +563,14 @@ impl Core {
             };
             fresh.entry(p).or_default().push(key);
         }
-        let mut lingering: Vec<(u32, Channel)> = Vec::new();
         for (p, names) in added {
-            let leaving = self
-                .conn_of(p)
-                .and_then(|c| self.conns.get(&c))
-                .filter(|c| c.state == ConnState::Up)
-                .map(|c| &c.leaving);
-            if let Some(l) = leaving {
-                lingering.extend(names.iter().filter(|n| l.holds(n)).map(|n| (p, n.clone())));
-            }
             if let Some(part) = self.parts.get_mut(p as usize) {
                 part.add(names);
             }
         }
+        // A channel sent on the connection its unsubscribe left on lingers
+        // (see `send_subscribe`).
         self.subscribe_fresh(fresh, now);
-        // Sent on the connection its unsubscribe left on: the old
-        // subscription may still deliver until it is answered.
-        for (p, name) in lingering {
-            let chan = self
-                .parts
-                .get_mut(p as usize)
-                .and_then(|x| x.channels.get_mut(&name));
-            if let Some(chan) = chan.filter(|c| matches!(c.sub(), Sub::Sent(_))) {
-                chan.set_linger();
-            }
-        }
     }
 
     /// The application no longer wants `channels`: each is unsubscribed

@@ -3,7 +3,8 @@
 //! [`Core`] decides what the subscribe side of a Redis Cluster client does:
 //! which subscribe connections to hold (node-grouped: `multiplier` per
 //! primary, partition `p` on connection `p % multiplier`), which channels
-//! each carries, when to fetch the slot map and probe unowned slots, how to
+//! each carries, when to fetch the slot map (the first node's version
+//! chooses `CLUSTER SHARDS` or `CLUSTER SLOTS`) and probe unowned slots, how to
 //! rewire when the layout changes ([`topology::plan_rewire`], the plan that
 //! runs), how to resubscribe (whole partitions through
 //! [`shardcore::plan_resubscribe`], or channels split by hash for
@@ -19,8 +20,9 @@
 //!  publish path: MOVED redirect ──┤
 //!  conns: up / down / reply /     ├─> Core ─> poll_command: Open, Close, Ping,
 //!         sunsubscribe push /     │          Subscribe, Unsubscribe, Gap,
-//!         pong / activity ────────┤          Refused, FetchTopology, ProbeSlot
-//!  topology / probe replies ──────┤   ├─> poll_timeout
+//!         pong / activity ────────┤          Refused, AskVersion, FetchTopology,
+//!  version / topology /           │          ProbeSlot
+//!    probe replies ───────────────┤   ├─> poll_timeout
 //!  timer (poll_timeout) ──────────┘   └─> queries: stats, conn_of, node_of,
 //!                                         is_settled, subscribed_on, layout
 //! ```
@@ -50,7 +52,7 @@
 //! let parts = shardcore::Partitions::new(16).unwrap();
 //! let seed = topology::NodeAddr { host: "10.0.0.1".into(), port: 7000 };
 //! let mut core = Core::new(Config::new(parts, vec![seed]), Time::ZERO).unwrap();
-//! assert!(matches!(core.poll_command(), Some(Command::FetchTopology { .. })));
+//! assert!(matches!(core.poll_command(), Some(Command::AskVersion { .. })));
 //! assert!(core.poll_timeout().is_some());
 //! assert_eq!(core.stats().rebuilds.startup, 1);
 //! ```

@@ -99,6 +99,11 @@ impl Rig {
                     self.core
                         .handle_subscribe_reply(t, *conn, SubscribeReply::Ok);
                 }
+                Command::AskVersion { id, .. } => {
+                    let t = Time(self.t);
+                    self.core
+                        .handle_version(t, *id, Ok(crate::test_maps::REDIS_7_INFO));
+                }
                 Command::FetchTopology { id, .. } => self.fetch = Some(*id),
                 _ => {}
             }
@@ -277,7 +282,9 @@ fn replicas_off_keeps_primaries() {
     let mut cfg = Config::new(Partitions::new(16).unwrap(), vec![addr("seed")]);
     cfg.replicas = None;
     let mut core = Core::new(cfg, Time::ZERO).unwrap();
-    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no fetch first")
     };
     core.handle_topology(Time(1), id, Ok(map2(("pa", &[("ra", ON)]), ("pb", &[]))));
@@ -296,7 +303,9 @@ fn per_partition_connections_go_to_the_serving_replica() {
     cfg.mode = Mode::PerPartition;
     cfg.replicas = Some(2);
     let mut core = Core::new(cfg, Time::ZERO).unwrap();
-    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no fetch first")
     };
     let m = map2(("pa", &[("ra", ON)]), ("pb", &[("rb", ON)]));

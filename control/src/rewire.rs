@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap};
+use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap, TopologyCommand};
 
 use crate::command::{Command, FetchError, ProbeReply};
 use crate::config::Mode;
@@ -40,6 +40,39 @@ impl Core {
             }
         }
         self.fetch_timers(now);
+    }
+
+    /// The reply to [`Command::AskVersion`] `id`: the `INFO server` text,
+    /// or why there is none. A version chooses the topology command, and
+    /// the fetch goes on at once ([`Command::FetchTopology`], the same `id`
+    /// and deadline); a reply without a version fails the fetch as a
+    /// [`FetchError::BadReply`] (both count a version error). A late reply
+    /// is ignored.
+    pub fn handle_version(&mut self, now: Time, id: u64, info: Result<&[u8], FetchError>) {
+        self.tick(now);
+        if self.fetch.in_flight.map(|f| f.0) != Some(id) {
+            return;
+        }
+        let version =
+            info.and_then(|text| topology::parse_info_version(text).ok_or(FetchError::BadReply));
+        match (version, self.fetch.asked.clone()) {
+            (Ok(version), Some(node)) => {
+                let command = topology::choose_command(version);
+                self.fetch.command = Some(command);
+                self.emit(Command::FetchTopology { id, node, command });
+            }
+            (Ok(_), None) => self.handle_topology(now, id, Err(FetchError::Unreachable)),
+            (Err(why), _) => {
+                self.counters.stats.topology_errors.version += 1;
+                self.handle_topology(now, id, Err(why));
+            }
+        }
+    }
+
+    /// The topology command a node's version chose (none before the
+    /// first version reply).
+    pub fn topology_command(&self) -> Option<TopologyCommand> {
+        self.fetch.command
     }
 
     /// The reply to [`Command::ProbeSlot`] `id`. An owner learnt this way
@@ -204,7 +237,10 @@ impl Core {
         self.fetch.next = None;
         let why = core::mem::replace(&mut self.fetch.reason, Trigger::Retry);
         self.count_rebuild(why);
-        self.emit(Command::FetchTopology { id, node });
+        self.emit(match self.fetch.command {
+            Some(command) => Command::FetchTopology { id, node, command },
+            None => Command::AskVersion { id, node },
+        });
     }
 
     /// Rewires from the current layout to the one of `map`.

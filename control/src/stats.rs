@@ -86,6 +86,9 @@ impl Rebuilds {
 #[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopologyErrors {
+    /// A version request (`INFO server`) failed or named no version (it
+    /// also counts as a failed or unparsable fetch).
+    pub version: u64,
     /// A fetch failed ([`FetchError::Unreachable`](crate::FetchError)),
     /// timed out, or described no shard.
     pub fetch: u64,

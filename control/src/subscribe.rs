@@ -151,9 +151,17 @@ impl Core {
         let Some(part) = self.parts.get_mut(p as usize) else {
             return;
         };
+        // Sent on a connection where its unsubscribe may not have been
+        // answered (wanted again, or its partition moved away and back):
+        // that older subscription may still deliver until it is (see
+        // `Chan::LINGER`).
+        let leaving = self.conns.get(&conn).map(|c| &c.leaving);
         for name in &channels {
             if let Some(chan) = part.channels.get_mut(name) {
                 chan.set_sub(Sub::Sent(conn));
+                if leaving.is_some_and(|l| l.holds(name)) {
+                    chan.set_linger();
+                }
             }
         }
         let slot = part.slot;

@@ -19,7 +19,9 @@ fn config(batch: usize) -> Config {
 /// A core with one node and its connection up.
 fn up(batch: usize) -> (Core, ConnId) {
     let mut core = Core::new(config(batch), Time::ZERO).unwrap();
-    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no fetch first")
     };
     core.handle_topology(Time(1), id, Ok(map(&[("a", "n0", 0, 16383)])));
@@ -106,7 +108,9 @@ fn replies_and_pushes_for_unknown_connections_are_ignored() {
 #[test]
 fn a_late_topology_reply_is_ignored() {
     let mut core = Core::new(config(512), Time::ZERO).unwrap();
-    let Some(Command::FetchTopology { id, .. }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no fetch first")
     };
     let deadline = core.poll_timeout().unwrap();
@@ -119,7 +123,9 @@ fn a_late_topology_reply_is_ignored() {
     let next = core.poll_timeout().unwrap();
     assert!(next > deadline);
     core.handle_timeout(next);
-    let Some(Command::FetchTopology { id: id2, .. }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id: id2, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no retry")
     };
     assert_ne!(id, id2);
@@ -133,7 +139,7 @@ fn next_fetch(core: &mut Core, mut now: Time) -> (u64, topology::NodeAddr, Time)
     for _ in 0..100 {
         for cmd in drain(core) {
             match cmd {
-                Command::FetchTopology { id, node } => return (id, node, now),
+                Command::FetchTopology { id, node, .. } => return (id, node, now),
                 Command::Open { conn, .. } => core.handle_conn_up(now, conn),
                 _ => {}
             }
@@ -151,7 +157,9 @@ fn the_poll_asks_the_node_that_answered_last_not_a_dead_seed() {
     // reordered, so the 30 s poll went through dead seeds first.
     let seeds = vec![addr("n0"), addr("n1"), addr("n2")];
     let mut core = Core::new(Config::new(Partitions::new(4).unwrap(), seeds), Time::ZERO).unwrap();
-    let Some(Command::FetchTopology { id, node }) = core.poll_command() else {
+    let Some(Command::FetchTopology { id, node, .. }) =
+        crate::test_maps::next_after_version(&mut core, Time::ZERO)
+    else {
         panic!("no fetch first")
     };
     assert_eq!(node, addr("n0"));

@@ -423,7 +423,6 @@ pub(crate) fn start(
         s: shared.clone(),
         node,
         core,
-        command: None,
         routes_epoch: 0,
         routes: control::Routes::new(),
         map_seen: false,

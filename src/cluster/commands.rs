@@ -78,7 +78,10 @@ impl Driver {
                 s.refusals
                     .refuse(&s.refusal_targets(), lane, &channel, &message);
             }
-            Command::FetchTopology { id, node } => self.start_fetch(id, &node),
+            Command::AskVersion { id, node } => self.start_fetch(id, &node, None),
+            Command::FetchTopology { id, node, command } => {
+                self.start_fetch(id, &node, Some(command))
+            }
             Command::ProbeSlot { id, slot, node } => self.probe(id, slot, &node),
         }
     }
@@ -315,18 +318,26 @@ impl Driver {
         }
     }
 
-    /// A topology fetch from `node`: on its publish connection when it has
-    /// one that is up, else on a connection opened for this fetch.
-    fn start_fetch(&mut self, id: u64, node: &topology::NodeAddr) {
+    /// A step of topology fetch `id` from `node` (`command`: `None` asks
+    /// its version): on the connection the fetch opened, else on its
+    /// publish connection when it has one that is up, else on a connection
+    /// opened for this fetch.
+    fn start_fetch(
+        &mut self,
+        id: u64,
+        node: &topology::NodeAddr,
+        command: Option<topology::TopologyCommand>,
+    ) {
         let Some(addr) = resolve(node) else {
             self.fetch_failed(id, FetchError::Unreachable);
             return;
         };
-        let known = self
-            .publ
-            .get(&addr)
-            .filter(|e| e.is_connection_up(0, 0))
-            .cloned();
+        let known = self.fetch_engines.get(&id).cloned().or_else(|| {
+            self.publ
+                .get(&addr)
+                .filter(|e| e.is_connection_up(0, 0))
+                .cloned()
+        });
         let engine = match known {
             Some(e) => e,
             None => match self.node.engine(addr, Role::Command, 1).build_detached() {
@@ -342,14 +353,7 @@ impl Driver {
                 }
             },
         };
-        self.fetch_step(id, addr, &engine);
-    }
-
-    /// Sends the next request of fetch `id`: `INFO server` while no node's
-    /// version chose the command, else the topology command.
-    fn fetch_step(&self, id: u64, addr: std::net::SocketAddr, engine: &crate::engine::Engine) {
         let s = self.s.clone();
-        let command = self.command;
         let post = move |reply| {
             s.post(|inbox| {
                 inbox.fetched.push(Fetched {
@@ -363,6 +367,17 @@ impl Driver {
         match command {
             None => engine.command_then(0, [&b"INFO"[..], b"server"], post),
             Some(c) => engine.command_then(0, c.args(), post),
+        }
+    }
+
+    /// After a version reply: the fetch went on under a topology command
+    /// the version chose, or it ended, and lets go of the connection it
+    /// opened.
+    fn version_done(&mut self, id: u64) {
+        if self.core.topology_command().is_none() {
+            if let Some(e) = self.fetch_engines.remove(&id) {
+                e.shutdown();
+            }
         }
     }
 
@@ -387,41 +402,29 @@ impl Driver {
         let value = match reply {
             Ok(v) => v,
             Err(e) => {
-                if command.is_none() {
-                    add(&self.s.counters.cluster.version_errors, 1);
-                }
                 log::warn!("cluster: topology request to {addr} failed: {e}");
                 if self.fetch_engines.contains_key(&id) {
                     // What a failed start reports.
                     *self.s.seed_error.lock() = Some(e);
+                }
+                if command.is_none() {
+                    self.input(|core, now| {
+                        core.handle_version(now, id, Err(FetchError::Unreachable))
+                    });
+                    return self.version_done(id);
                 }
                 self.fetch_failed(id, FetchError::Unreachable);
                 return self.drain();
             }
         };
         let Some(command) = command else {
-            let version = crate::cluster::topo::text(&value).and_then(topology::parse_info_version);
-            let Some(version) = version else {
-                add(&self.s.counters.cluster.version_errors, 1);
-                self.fetch_failed(id, FetchError::BadReply);
-                return self.drain();
-            };
-            let c = topology::choose_command(version);
-            log::info!("cluster: {version:?} at {addr}: using {}", c.name());
-            self.command = Some(c);
-            let engine = self
-                .fetch_engines
-                .get(&id)
-                .or_else(|| self.publ.get(&addr))
-                .cloned();
-            match engine {
-                Some(e) => self.fetch_step(id, addr, &e),
-                None => {
-                    self.fetch_failed(id, FetchError::Unreachable);
-                    self.drain();
-                }
+            let text = crate::cluster::topo::text(&value).unwrap_or_default();
+            self.input(|core, now| core.handle_version(now, id, Ok(text)));
+            match self.core.topology_command() {
+                Some(c) => log::info!("cluster: {addr}'s version chose {}", c.name()),
+                None => log::warn!("cluster: {addr} named no version in INFO server"),
             }
-            return;
+            return self.version_done(id);
         };
         if let Some(e) = self.fetch_engines.remove(&id) {
             e.shutdown();

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::{ConnId, Core, Due, Gates, Refused, RetryPolicy, Time};
-use topology::TopologyCommand;
 
 use crate::cluster::builder::NodeSettings;
 use crate::cluster::fence::Fence;
@@ -47,8 +46,6 @@ pub(crate) struct Driver {
     pub(crate) s: Arc<Shared>,
     pub(crate) node: NodeSettings,
     pub(crate) core: Core,
-    /// The topology command, once a node's version chose it.
-    pub(crate) command: Option<TopologyCommand>,
     /// The core's map epoch the publish routes were last set from.
     pub(crate) routes_epoch: u64,
     /// The publish routes' decisions (the engines' table in

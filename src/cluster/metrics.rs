@@ -50,7 +50,7 @@ pub(crate) fn snapshot(s: &Shared) -> Metrics {
             manual: r.manual,
         },
         topology_errors: TopologyErrors {
-            version: g(&c.version_errors),
+            version: t.version,
             fetch: t.fetch,
             parse: t.parse,
             probe: t.probe,

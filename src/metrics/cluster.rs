@@ -140,9 +140,6 @@ pub struct ClusterMetrics {
 /// counts of closed subscribe connections (every placement's).
 #[derive(Default)]
 pub(crate) struct ClusterCounters {
-    /// `INFO server` (the version that chooses the topology command)
-    /// failed or carried no version.
-    pub(crate) version_errors: AtomicU64,
     /// A publish connection to a primary could not be opened.
     pub(crate) connect_errors: AtomicU64,
     /// Partitions with no known owner (the core's figure, for the start).

@@ -46,6 +46,8 @@ pub struct Checker {
     fetch_failures: (u32, Time),
     /// Every fetch start.
     pub fetch_starts: alloc::vec::Vec<Time>,
+    /// The fetch that started with a version request.
+    versioned: Option<u64>,
     /// Gap events seen.
     pub gaps: u64,
     /// Subscribe commands seen.
@@ -159,7 +161,12 @@ impl Checker {
             Command::Refused { channel, .. } => {
                 self.refused.insert(channel.clone());
             }
-            Command::FetchTopology { .. } => {
+            // A fetch goes on under its version request's id: one start.
+            Command::FetchTopology { id, .. } if self.versioned == Some(*id) => {}
+            Command::AskVersion { id, .. } | Command::FetchTopology { id, .. } => {
+                if matches!(cmd, Command::AskVersion { .. }) {
+                    self.versioned = Some(*id);
+                }
                 let failed = self.fetch_failures.0;
                 let last = self.fetch_starts.last().copied().unwrap_or_default();
                 if failed >= BACKOFF_AFTER && now.since(last) < MIN_BACKOFF {

@@ -38,6 +38,7 @@ pub(crate) enum ServerMsg {
     Ping(ConnId),
     Sub(ConnId, u16, Vec<Channel>),
     Unsub(ConnId, Vec<Channel>),
+    Version(u64, NodeAddr),
     Fetch(u64, NodeAddr),
     Probe(u64, u16, NodeAddr),
 }
@@ -50,6 +51,8 @@ pub(crate) enum Input {
     Push(ConnId, Channel),
     Pong(ConnId),
     Activity(ConnId),
+    /// An `INFO server` answer.
+    Version(u64, Result<&'static [u8], FetchError>),
     Topology(u64, Result<SlotMap, FetchError>),
     Probe(u64, ProbeReply),
 }
@@ -417,7 +420,12 @@ impl Sim {
                 let n = self.conn_node.get(&conn).copied();
                 self.send_node(n, Some(conn), ServerMsg::Unsub(conn, channels));
             }
-            Command::FetchTopology { id, node } => {
+            Command::AskVersion { id, node } => {
+                self.refresh_due = None;
+                let n = self.cluster.node_at(&node);
+                self.send_node(n, None, ServerMsg::Version(id, node));
+            }
+            Command::FetchTopology { id, node, .. } => {
                 self.refresh_due = None;
                 let n = self.cluster.node_at(&node);
                 self.send_node(n, None, ServerMsg::Fetch(id, node));
@@ -470,6 +478,12 @@ impl Sim {
                     Input::Activity(c) => {
                         self.activity += 1;
                         core.handle_activity(now, c);
+                    }
+                    Input::Version(id, r) => {
+                        if r.is_err() {
+                            self.check.fetch_reply(now, false);
+                        }
+                        core.handle_version(now, id, r);
                     }
                     Input::Topology(id, r) => {
                         self.check.fetch_reply(now, r.is_ok());

@@ -112,6 +112,23 @@ impl Sim {
                     }
                 }
             }
+            ServerMsg::Version(id, addr) => {
+                let n = self
+                    .cluster
+                    .node_at(&addr)
+                    .filter(|&n| self.cluster.nodes[n].alive);
+                // Redis 7 (`CLUSTER SLOTS`) or Valkey 9 (`CLUSTER
+                // SHARDS`): the map reads the same either way here.
+                let redis: &'static [u8] = b"# Server\r\nredis_version:7.0.15\r\n";
+                let valkey: &'static [u8] =
+                    b"# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.0\r\n";
+                let reply = match n {
+                    Some(_) if self.rng.chance(50) => Ok(redis),
+                    Some(_) => Ok(valkey),
+                    None => Err(FetchError::Unreachable),
+                };
+                self.send_core(n, None, Input::Version(id, reply));
+            }
             ServerMsg::Fetch(id, addr) => {
                 let n = self
                     .cluster

@@ -155,6 +155,11 @@ impl Script {
                         .collect();
                     self.subs.push_back((conn, names));
                 }
+                // The version is answered at once: a Redis 7 node.
+                Command::AskVersion { id, .. } => {
+                    let info = b"# Server\r\nredis_version:7.2.4\r\n";
+                    self.core.handle_version(self.now, id, Ok(&info[..]));
+                }
                 Command::FetchTopology { id, .. } => self.fetch = Some(id),
                 Command::ProbeSlot { id, .. } => self.probes.push_back(id),
                 _ => {}
