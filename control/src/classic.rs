@@ -13,8 +13,14 @@ use crate::core::Core;
 const LANE_SALT: u64 = 0x2545_f491_4f6c_dd1d;
 
 /// The lane of `channel` among `lanes` (at least 1) in classic mode: the
-/// core's and the engine's one choice.
+/// core's and the engine's one choice. With one lane (the default, one
+/// subscribe connection per server) it is 0 without hashing: every
+/// delivered message asks.
+#[inline]
 pub fn classic_lane(channel: &[u8], lanes: u32) -> u32 {
+    if lanes <= 1 {
+        return 0;
+    }
     let h = (shardcore::channel_hash(channel) ^ LANE_SALT).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     ((u128::from(h) * u128::from(lanes.max(1))) >> 64) as u32
 }
@@ -32,12 +38,7 @@ impl Core {
                     shardcore::shard_of(channel, servers)
                 };
                 let mult = self.cfg.multiplier.max(1);
-                let index = if mult <= 1 {
-                    0
-                } else {
-                    classic_lane(channel, mult)
-                };
-                server * mult + index
+                server * mult + classic_lane(channel, mult)
             }
             Mode::NodeGrouped | Mode::PerPartition => self.cfg.partitions.partition_of(channel),
         }
