@@ -260,6 +260,7 @@ impl Shared {
     }
 
     /// The lane of a user channel.
+    #[inline]
     pub(crate) fn lane_of(&self, channel: &[u8]) -> usize {
         match self.config.mode {
             Mode::Classic => {
@@ -274,6 +275,7 @@ impl Shared {
 
     /// The server of a channel in a fixed placement
     /// ([`shardcore::shard_of`]; 0 with one server or on a cluster).
+    #[inline]
     pub(crate) fn server_of(&self, channel: &[u8]) -> usize {
         match self.config.fixed_servers {
             0 | 1 => 0,
@@ -287,6 +289,7 @@ impl Shared {
     }
 
     /// The lane and user channel of a channel name as the server sent it.
+    #[inline]
     pub(crate) fn user_of<'a>(&self, wire: &'a [u8]) -> Option<(usize, &'a [u8])> {
         match self.config.mode {
             Mode::Classic => Some((self.lane_of(wire), wire)),

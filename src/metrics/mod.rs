@@ -166,6 +166,7 @@ pub(crate) struct Counters {
 }
 
 /// Adds `n` to a counter (relaxed).
+#[inline]
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
     if n != 0 {
         counter.fetch_add(n, Ordering::Relaxed);
