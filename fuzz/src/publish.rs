@@ -1,8 +1,9 @@
 //! The publish side's sans-IO decisions (`shardsub-control`'s
-//! [`control::Gates`], [`control::RetryPolicy`] and [`control::Hold`])
-//! under operations read from fuzz bytes (`publish_side`). The same bytes
-//! are read twice: as gate and retry operations ([`check_gates`]), and as
-//! hold operations ([`check_hold`]).
+//! [`control::Gates`], [`control::RetryPolicy`], [`control::Hold`] and
+//! [`control::Routes`]) under operations read from fuzz bytes
+//! (`publish_side`). The same bytes are read three times: as gate and
+//! retry operations ([`check_gates`]), as hold operations
+//! ([`check_hold`]), and as maps and `MOVED`s ([`check_routes`]).
 //!
 //! Gates and retries. Input: a header byte (the retry policy's redirect bound, 0 to 15), then
 //! operations of 3 bytes: a kind, a pick (of a gate closed so far, taken
@@ -45,6 +46,52 @@ struct Seen {
 pub fn check(data: &[u8]) {
     check_gates(data);
     check_hold(data);
+    check_routes(data);
+}
+
+/// Maps and `MOVED`s through [`control::Routes`], checked against the
+/// simulator's plain model after each (`control_sim::routes`: every
+/// slot's route, exactly the watched slots that left a node moved, one
+/// move per old and new route). Input: a header byte (1 to 32 watched
+/// slots), two bytes per watched slot, then operations of 4 bytes: a
+/// kind, a slot (2 bytes) and a length or node: a `MOVED` of the slot, or
+/// a map (the last one, or every slot on one node) with a range from the
+/// slot moved to a node or to none, and sometimes a node unreachable.
+pub fn check_routes(data: &[u8]) {
+    use control_sim::routes::{Model, Op};
+    const SLOTS: u16 = 16384;
+    let mut input = Input::new(data);
+    let n = 1 + usize::from(input.u8() % 32);
+    let watched: Vec<u16> = (0..n).map(|_| input.u16() % SLOTS).collect();
+    let mut model = Model::new("fuzz input".into(), watched);
+    while !input.is_empty() {
+        let kind = input.u8();
+        let slot = input.u16() % SLOTS;
+        let arg = input.u8();
+        let node = (kind >> 5) % 5;
+        let op = match kind % 3 {
+            0 => Op::Moved { slot, to: arg % 6 },
+            k => {
+                let mut owners = if k == 1 {
+                    model.owners().to_vec()
+                } else {
+                    vec![Some(node); usize::from(SLOTS)]
+                };
+                let to = (kind & 0x10 == 0).then_some(arg % 5);
+                let last = slot.saturating_add(u16::from(arg) * 64).min(SLOTS - 1);
+                for o in &mut owners[usize::from(slot)..=usize::from(last)] {
+                    *o = to;
+                }
+                let unreachable = (kind & 0x08 != 0).then_some(node);
+                Op::Map {
+                    owners,
+                    unreachable,
+                }
+            }
+        };
+        model.apply(op, &[]);
+    }
+    model.finish();
 }
 
 /// The gate and retry operations `data` describes.

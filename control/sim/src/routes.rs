@@ -22,6 +22,7 @@
 
 use alloc::collections::BTreeSet;
 use alloc::format;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -116,8 +117,31 @@ fn random_owners(rng: &mut Rng, nodes: u8) -> Vec<Option<u8>> {
     owners
 }
 
-struct Model {
-    seed: u64,
+/// One input to the routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A map with these owners per slot (`None`: unowned), where node
+    /// `unreachable` (if any) cannot be reached.
+    Map {
+        /// Each slot's owner.
+        owners: Vec<Option<u8>>,
+        /// The node no connection reaches.
+        unreachable: Option<u8>,
+    },
+    /// A `MOVED` of `slot` to node `to`.
+    Moved {
+        /// The slot.
+        slot: u16,
+        /// Its new owner.
+        to: u8,
+    },
+}
+
+/// [`control::Routes`] beside a plain model of the owners, checked after
+/// every [`Op`] (the properties above; `label` names the run in a
+/// failure).
+pub struct Model {
+    label: String,
     routes: Routes<u8>,
     /// The model's owner of every slot.
     owner: Vec<Option<u8>>,
@@ -126,12 +150,70 @@ struct Model {
 }
 
 impl Model {
-    fn fail(&self, what: &str) -> ! {
-        panic!("routes seed {}: {what}", self.seed)
+    /// No route yet; `watched`: the slots publishes go to.
+    pub fn new(label: String, mut watched: Vec<u16>) -> Model {
+        watched.retain(|&s| s < SLOTS);
+        watched.sort_unstable();
+        watched.dedup();
+        Model {
+            label,
+            routes: Routes::new(),
+            owner: vec![None; usize::from(SLOTS)],
+            watched,
+            run: RoutesRun::default(),
+        }
     }
 
-    /// Properties 1 to 3, for the moves of an input whose owners were
-    /// `before`.
+    /// The model's owners now.
+    pub fn owners(&self) -> &[Option<u8>] {
+        &self.owner
+    }
+
+    /// Applies `op` and checks properties 1 to 3 (property 1 on the
+    /// watched slots, the moved ones and `also`).
+    pub fn apply(&mut self, op: Op, also: &[u16]) {
+        let before = self.owner.clone();
+        let moves = match op {
+            Op::Moved { slot, to } => {
+                if let Some(o) = self.owner.get_mut(usize::from(slot)) {
+                    *o = Some(to);
+                }
+                self.run.moveds += 1;
+                self.routes.handle_moved(slot, to).into_iter().collect()
+            }
+            Op::Map {
+                mut owners,
+                unreachable,
+            } => {
+                owners.resize(usize::from(SLOTS), None);
+                self.owner = owners
+                    .iter()
+                    .map(|&o| o.filter(|&n| Some(n) != unreachable))
+                    .collect();
+                self.run.maps += 1;
+                let watched = self.watched.clone();
+                self.routes
+                    .handle_map(&build(&owners), node_of(unreachable), &watched)
+            }
+        };
+        let mut slots = self.watched.clone();
+        slots.extend(moves.iter().flat_map(|mv| mv.slots.iter().copied()));
+        slots.extend(also.iter().copied().filter(|&s| s < SLOTS));
+        self.check(&before, &moves, &slots);
+    }
+
+    /// Property 1 on every slot; what the run did.
+    pub fn finish(mut self) -> RoutesRun {
+        let all: Vec<u16> = (0..SLOTS).collect();
+        let now = self.owner.clone();
+        self.check(&now, &[], &all);
+        self.run
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        panic!("routes {}: {what}", self.label)
+    }
+
     /// `slots`: the slots whose route property 1 checks.
     fn check(&mut self, before: &[Option<u8>], moves: &[RouteMove<u8>], slots: &[u16]) {
         let nodes = self.routes.nodes();
@@ -191,21 +273,12 @@ impl Model {
 pub fn run_routes(seed: u64) -> RoutesRun {
     let mut rng = Rng::new(seed);
     let nodes = rng.range(2, 7) as u8;
-    let mut watched: Vec<u16> = (0..rng.range(1, 65))
+    let watched: Vec<u16> = (0..rng.range(1, 65))
         .map(|_| rng.below(u64::from(SLOTS)) as u16)
         .collect();
-    watched.sort_unstable();
-    watched.dedup();
-    let mut m = Model {
-        seed,
-        routes: Routes::new(),
-        owner: vec![None; usize::from(SLOTS)],
-        watched,
-        run: RoutesRun::default(),
-    };
+    let mut m = Model::new(format!("seed {seed}"), watched);
     for _ in 0..rng.range(8, 25) {
-        let before = m.owner.clone();
-        let moves = if rng.chance(30) {
+        let op = if rng.chance(30) {
             // A `MOVED`, mostly of a watched slot; sometimes to a node no
             // map names.
             let slot = match rng.pick(&m.watched) {
@@ -213,9 +286,7 @@ pub fn run_routes(seed: u64) -> RoutesRun {
                 _ => rng.below(u64::from(SLOTS)) as u16,
             };
             let to = rng.below(u64::from(nodes) + 1) as u8;
-            m.owner[usize::from(slot)] = Some(to);
-            m.run.moveds += 1;
-            m.routes.handle_moved(slot, to).into_iter().collect()
+            Op::Moved { slot, to }
         } else {
             // A map: all new, or the last one with a slot or a range moved.
             let mut owners = if rng.chance(40) {
@@ -233,24 +304,15 @@ pub fn run_routes(seed: u64) -> RoutesRun {
                 owners[usize::from(s)] = to;
             }
             let unreachable = rng.chance(15).then(|| rng.below(u64::from(nodes)) as u8);
-            m.owner = owners
-                .iter()
-                .map(|&o| o.filter(|&n| Some(n) != unreachable))
-                .collect();
-            m.run.maps += 1;
-            let watched = m.watched.clone();
-            m.routes
-                .handle_map(&build(&owners), node_of(unreachable), &watched)
+            Op::Map {
+                owners,
+                unreachable,
+            }
         };
-        // Property 1 on the watched slots, the input's and some others
-        // (every slot at the end).
-        let mut slots = m.watched.clone();
-        slots.extend(moves.iter().flat_map(|mv| mv.slots.iter().copied()));
-        slots.extend((0..32).map(|_| rng.below(u64::from(SLOTS)) as u16));
-        m.check(&before, &moves, &slots);
+        let also: Vec<u16> = (0..32)
+            .map(|_| rng.below(u64::from(SLOTS)) as u16)
+            .collect();
+        m.apply(op, &also);
     }
-    let all: Vec<u16> = (0..SLOTS).collect();
-    let now = m.owner.clone();
-    m.check(&now, &[], &all);
-    m.run
+    m.finish()
 }
