@@ -29,9 +29,9 @@
 //!  control core (shardsub-control, sans-IO):                 │
 //!   handle_want / unwant / conn_up / down /                  │
 //!   subscribe_reply / sunsubscribe / pong /                  │
-//!   topology / probe / redirect / timeout(now)               │
+//!   version / topology / probe / redirect / timeout(now)     │
 //!   ─► poll_command: Open, Close, Subscribe,                 │
-//!      Unsubscribe, Gap, Refused, Ping,                      │
+//!      Unsubscribe, Gap, Refused, Ping, AskVersion,          │
 //!      FetchTopology, ProbeSlot; poll_timeout                │
 //!   (modes: fixed servers, node-grouped cluster,             │
 //!    per-partition, classic; one implementation of           │
@@ -42,7 +42,8 @@
 //!  driver: the one control thread per instance (cluster::    │
 //!   driver) carries each command out with a non-blocking     │
 //!   call (a callback posts the answer back as an input),     │
-//!   and moves the publish routes with the core's map         │
+//!   and carries out the publish side's decisions (control::  │
+//!   Routes, Gates, Hold, RetryPolicy, Services)              │
 //!          │ SUBSCRIBE / SSUBSCRIBE ...                      │ PUBLISH / SPUBLISH
 //!          ▼                                                 ▼
 //!  engines: pipelined connections (conn, sans-IO) on the Runtime's I/O

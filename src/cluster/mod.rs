@@ -15,7 +15,8 @@
 //!                       MOVED/ASK/TRYAGAIN/CLUSTERDOWN ─► driver: reroute, retry (bounded), tell the core
 //! subscribe(ch) ─► registry lane p ─► core.handle_want ─► Subscribe (one partition, ≤512)
 //!                                                      ─► driver: SSUBSCRIBE on the conn of p's primary
-//! core: FetchTopology ─► driver: INFO server, CLUSTER SHARDS|SLOTS (non-blocking) ─► handle_topology
+//! core: AskVersion (first fetch) ─► driver: INFO server ─► handle_version ─► FetchTopology
+//!       ─► driver: CLUSTER SHARDS|SLOTS, as the version chose (non-blocking) ─► handle_topology
 //!       ─► Layout ─► plan_rewire ─► Open / Unsubscribe / Gap / Subscribe / Close; ProbeSlot for
 //!       unowned slots; pings for silent connections
 //! triggers: start, poll (30 s), server sunsubscribe of a wanted channel or of a node's
@@ -27,8 +28,10 @@
 //! (`driver.rs`, `commands.rs`): it feeds each report of a connection, the
 //! application or the publish path to the core with the time, carries out
 //! the core's commands with non-blocking calls whose answers come back as
-//! inputs, and keeps the publish side (routes from the core's map, route
-//! gates, the hold, the service channels) beside it. The same driver, with
+//! inputs, and carries out the publish side's sans-IO decisions beside it
+//! ([`control::Routes`] from the core's map and `MOVED`s,
+//! [`control::Gates`], [`control::Hold`], [`control::RetryPolicy`],
+//! [`control::Services`]). The same driver, with
 //! the core in its fixed mode, serves one server and N client-side shards:
 //! there is one control loop in the crate.
 //!
