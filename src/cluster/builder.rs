@@ -283,7 +283,7 @@ pub(crate) fn build(
     let handler = common
         .handler
         .clone()
-        .ok_or_else(|| Error::Config("no handler".into()))?;
+        .unwrap_or_else(crate::workers::handler::publish_only);
     let workers = common.workers();
     let counters = Arc::new(Counters::default());
     let runtime = Runtime::for_instance(
@@ -318,6 +318,7 @@ pub(crate) fn build(
         replicas: c
             .replicas
             .then(|| c.replica_seed.unwrap_or_else(crate::engine::clock::seed)),
+        publish_only: common.handler.is_none(),
     };
     let hold = Hold::new(c.hold_messages, c.hold_bytes, c.publish_hold);
     let parts_for = Parts {

@@ -45,6 +45,9 @@ pub(crate) struct Config {
     /// Subscribe on replicas: the seed that ranks each shard's replicas
     /// for this instance (`None`: primaries only).
     pub(crate) replicas: Option<u64>,
+    /// Built without a handler: it publishes only, and refuses to
+    /// subscribe (nothing could take the messages).
+    pub(crate) publish_only: bool,
 }
 
 impl Config {

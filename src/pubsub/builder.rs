@@ -341,10 +341,13 @@ impl PubSubBuilder {
         self
     }
 
-    /// The handler (required): a type implementing [`Handler`], a closure
-    /// with its parameter types written out (`|channel: &[u8], payload:
-    /// &[u8]| …`), or [`handler_fn`](crate::handler_fn)`(|channel, payload|
-    /// …)`, which infers them.
+    /// The handler: a type implementing [`Handler`], a closure with its
+    /// parameter types written out (`|channel: &[u8], payload: &[u8]| …`),
+    /// or [`handler_fn`](crate::handler_fn)`(|channel, payload| …)`, which
+    /// infers them. An instance built with none (nor
+    /// [`on_message`](PubSubBuilder::on_message) or
+    /// [`receiver`](PubSubBuilder::receiver)) publishes only:
+    /// [`PubSub::subscribe`] refuses it.
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.common.handler = Some(Arc::new(handler));
         self
@@ -467,9 +470,10 @@ impl PubSubBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for invalid settings (no placement or two, no
-    /// handler, a zero count, a setting of another placement, a URL that
-    /// cannot be read or whose credentials contradict others),
+    /// [`Error::Config`] for invalid settings (no placement or two, a
+    /// handler and closures both, a zero count, a setting of another
+    /// placement, a URL that cannot be read or whose credentials contradict
+    /// others),
     /// [`Error::Resolve`] for an address that does not resolve,
     /// [`Error::Runtime`] when the OS refuses a thread; otherwise what
     /// starting the placement returns: [`Error::Auth`] / [`Error::Handshake`]
@@ -504,9 +508,6 @@ impl PubSubBuilder {
             (Some(_), _, None) => self.common.handler = Some(Arc::new(closures)),
         }
         let c = &self.common;
-        if c.handler.is_none() {
-            return config("no handler given (use PubSubBuilder::handler or on_message)".into());
-        }
         if c.queue_capacity == 0 || c.batch_size == 0 || c.workers == Some(0) {
             return config("workers, queue_capacity and batch_size must be at least 1".into());
         }
@@ -521,6 +522,13 @@ impl PubSubBuilder {
         }
         if let Some(e) = &c.history_error {
             return Err(e.clone());
+        }
+        let named = |a: &&String| a.contains("://");
+        if let Some(url) = self.servers.iter().chain(&self.seeds).find(named) {
+            return config(format!(
+                "{url:?} is a URL: address and seed take host:port; \
+                 use PubSubBuilder::url for a URL"
+            ));
         }
         match (self.servers.is_empty(), self.seeds.is_empty()) {
             (true, true) => config(
@@ -598,9 +606,10 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
             "publish_connections must be at least 1".into(),
         ));
     }
-    let Some(handler) = common.handler.clone() else {
-        return Err(Error::Config("no handler".into()));
-    };
+    let handler = common
+        .handler
+        .clone()
+        .unwrap_or_else(crate::workers::handler::publish_only);
     let workers = common.workers();
     let per_server = common.subscribe_connections.unwrap_or(1);
     let servers = resolve_all(addrs)?;
@@ -651,6 +660,7 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
         history: Arc::new(common.history.clone()),
         coalesce: common.subscribe_delay.unwrap_or(Duration::from_micros(500)),
         replicas: None,
+        publish_only: common.handler.is_none(),
     };
     let parts = Parts {
         parts: shardcore::Partitions::new(1)
@@ -744,8 +754,14 @@ mod tests {
             .address("127.0.0.1:1")
             .delivery_delay(Duration::from_millis(1001));
         assert_eq!(refused(b), "delivery_delay 1.001s is over 1 s");
-        let b = PubSub::builder().address("127.0.0.1:1");
-        assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("no handler")));
+        let b = PubSub::builder().address("redis://127.0.0.1:6379");
+        assert_eq!(
+            refused(b),
+            "\"redis://127.0.0.1:6379\" is a URL: address and seed take host:port; \
+             use PubSubBuilder::url for a URL"
+        );
+        let b = PubSub::builder().seed("rediss://node:7000");
+        assert!(refused(b).contains("use PubSubBuilder::url"));
         let b = PubSub::builder().address("127.0.0.1:1").on_event(|_| {});
         assert!(matches!(b.build(), Err(Error::Config(w)) if w.starts_with("on_event needs")));
         let b = PubSub::builder()

@@ -78,7 +78,8 @@ impl PubSub {
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`] after shutdown. [`Error::InvalidArgument`] for
+    /// [`Error::Shutdown`] after shutdown. [`Error::InvalidArgument`] on an
+    /// instance built without a handler (it publishes only), and for
     /// a name longer than 4 GiB (no server takes one: Redis and Valkey
     /// refuse a bulk string over 512 MiB by default); the names after it
     /// are not asked for, some before it may be.
@@ -87,6 +88,13 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
+        if self.subscriber().shared.config.publish_only {
+            return Err(Error::InvalidArgument(
+                "this instance was built without a handler and publishes only: give the \
+                 builder a handler, on_message or receiver to subscribe"
+                    .into(),
+            ));
+        }
         front::set_wanted(self.subscriber(), channels, true)
     }
 

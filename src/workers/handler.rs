@@ -34,6 +34,20 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// The handler of an instance built without one: it publishes only
+/// ([`PubSub::subscribe`](crate::PubSub::subscribe) is refused), so nothing
+/// reaches it.
+struct PublishOnly;
+
+impl Handler for PublishOnly {
+    fn on_message(&self, _channel: &[u8], _payload: &[u8]) {}
+}
+
+/// The handler of a publish-only instance.
+pub(crate) fn publish_only() -> std::sync::Arc<dyn Handler> {
+    std::sync::Arc::new(PublishOnly)
+}
+
 impl<F> Handler for F
 where
     F: Fn(&[u8], &[u8]) + Send + Sync + 'static,

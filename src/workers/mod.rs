@@ -33,7 +33,7 @@ use crate::history::{History, Position};
 use crate::metrics::{add, Counters};
 use crate::threads::{self, PanicCount};
 
-mod handler;
+pub(crate) mod handler;
 mod merge;
 mod stage;
 

@@ -69,3 +69,52 @@ fn one_server_three_shards_and_a_cluster_run_the_same_code() {
         subscribe_publish_check(on_cluster, &format!("{kind:?} cluster"));
     }
 }
+
+/// An instance built without a handler publishes (every message reaches
+/// another instance's subscribers, through the accounting checker) and
+/// refuses to subscribe, on one server and on a cluster. It used to fail
+/// to build ("no handler given").
+#[test]
+fn a_publish_only_instance_needs_no_handler() {
+    let chans: Vec<Vec<u8>> = (0..200).map(|i| format!("po:{i}").into_bytes()).collect();
+    let check = |placement: &dyn Fn() -> PubSubBuilder, what: &str| {
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, what);
+        let sub = placement()
+            .handler_arc(handler)
+            .build()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        sub.subscribe(&chans).unwrap();
+        sub.wait_active(&chans, BOUND)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let publisher = Arc::new(
+            placement()
+                .build()
+                .unwrap_or_else(|e| panic!("{what}: a publish-only build: {e}")),
+        );
+        let e = publisher.subscribe(["po:x"]).unwrap_err();
+        assert!(
+            matches!(&e, shardsub::Error::InvalidArgument(w) if w.contains("without a handler")),
+            "{what}: {e}"
+        );
+        let publish = accounted::via_cluster(publisher.clone());
+        accounted::round(&ledger, &*publish);
+        let report = accounted::settle_and_check(&ledger, BOUND, what);
+        assert_eq!(report.counts.delivered, chans.len() as u64, "{what}");
+        assert_eq!(publisher.metrics().publish_errors, 0, "{what}");
+    };
+    for kind in testkit::kinds() {
+        let server = Server::start(kind).unwrap();
+        let addr = server.addr().to_string();
+        check(
+            &|| PubSub::builder().address(addr.clone()),
+            &format!("{kind:?} one server"),
+        );
+        let cluster = Cluster::start(kind, 3, 0).unwrap();
+        let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
+        check(
+            &|| PubSub::builder().seeds(seeds.clone()),
+            &format!("{kind:?} cluster"),
+        );
+    }
+}
