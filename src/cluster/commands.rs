@@ -402,6 +402,7 @@ impl Driver {
         let value = match reply {
             Ok(v) => v,
             Err(e) => {
+                let e = not_a_cluster(e);
                 log::warn!("cluster: topology request to {addr} failed: {e}");
                 if self.fetch_engines.contains_key(&id) {
                     // What a failed start reports.
@@ -466,6 +467,24 @@ impl Driver {
             };
             s.post(|inbox| inbox.probed.push((id, reply)));
         });
+    }
+}
+
+/// What a server without cluster support answers the topology command
+/// with (a plain server given as a cluster's seed) becomes a settings
+/// error that says so; any other error is kept.
+fn not_a_cluster(e: Error) -> Error {
+    match &e {
+        Error::Reply { addr, message } if message.contains("cluster support disabled") => {
+            Error::Config(
+                format!(
+                    "{addr} is not a cluster node ({message}): place a single server \
+                     with PubSubBuilder::address, or a URL without cluster=true"
+                )
+                .into(),
+            )
+        }
+        _ => e,
     }
 }
 

@@ -222,10 +222,13 @@ impl ClusterPubSub {
             if routed && ok {
                 return Ok(());
             }
-            // A seed that refuses the credentials or the handshake will go on
-            // refusing them: say so now, with the server's words.
+            // A seed that refuses the credentials or the handshake, or is
+            // no cluster node, will go on so: say so now, with the
+            // server's words.
             let refused = match &*s.seed_error.lock() {
-                Some(e @ (Error::Auth { .. } | Error::Handshake { .. })) if !routed => {
+                Some(e @ (Error::Auth { .. } | Error::Handshake { .. } | Error::Config(_)))
+                    if !routed =>
+                {
                     Some(e.clone())
                 }
                 _ => None,

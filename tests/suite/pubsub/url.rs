@@ -2,8 +2,9 @@
 //! `redis://:password@` URLs are two password-protected shards that
 //! deliver every message of an accounted round; `?cluster=true` with an ACL
 //! user makes a cluster instance from one seed URL; a wrong password in a
-//! URL fails `build` at once with the server's text; an engine built from
-//! a URL authenticates too.
+//! URL fails `build` at once with the server's text; `?cluster=true` at a
+//! plain server fails at once with a hint; an engine built from a URL
+//! authenticates too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,5 +158,36 @@ fn a_cluster_url_with_an_acl_user_makes_a_cluster_instance() {
         let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
         assert_eq!(report.counts.delivered, 100, "{kind:?}");
         ps.shutdown();
+    }
+}
+
+/// `?cluster=true` (or a seed) pointed at a plain server fails `build` at
+/// once with a settings error that names the server and the way to place
+/// it, not after the discovery bound with a cluster error about slot 0 (as
+/// it did: 10 s, "the cluster could not serve slot 0").
+#[test]
+fn a_cluster_url_at_a_plain_server_fails_at_once_with_a_hint() {
+    for kind in testkit::kinds() {
+        let servers = Servers::start(kind, 1).expect("server");
+        let addr = servers.addrs()[0];
+        let started = std::time::Instant::now();
+        let r = PubSub::builder()
+            .url(&format!("redis://{addr}?cluster=true"))
+            .build();
+        let e = r.expect_err("a cluster instance on a plain server");
+        let text = e.to_string();
+        assert!(
+            matches!(&e, Error::Config(_))
+                && text.contains(&addr.to_string())
+                && text.contains("not a cluster node")
+                && text.contains("PubSubBuilder::address"),
+            "{kind:?}: {e:?}"
+        );
+        // Before the discovery bound (10 s): the seed's answer decided it.
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{kind:?}: {:?}",
+            started.elapsed()
+        );
     }
 }
