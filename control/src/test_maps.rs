@@ -54,6 +54,20 @@ pub(crate) fn next_after_version(core: &mut Core, now: Time) -> Option<Command> 
     }
 }
 
+/// What a void subscribe's reply leads to: the channel unsubscribed, its
+/// gap event, then subscribed again, all on `conn`.
+pub(crate) fn assert_voided(core: &mut Core, conn: crate::ConnId) {
+    let cmds = drain(core);
+    assert!(
+        matches!(&cmds[..], [
+            Command::Unsubscribe { conn: u, .. },
+            Command::Gap { channels, .. },
+            Command::Subscribe { conn: c, .. },
+        ] if channels.len() == 1 && *c == conn && *u == conn),
+        "{cmds:?}"
+    );
+}
+
 /// Every command the core has queued.
 pub(crate) fn drain(core: &mut Core) -> Vec<Command> {
     core::iter::from_fn(|| core.poll_command()).collect()
