@@ -352,7 +352,7 @@ impl Engine {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<(), Error> {
-        self.submit_publish(channel, payload, options, Completion::Discard)
+        self.submit_publish(channel, payload, options, Completion::Publish)
     }
 
     /// Publishes and returns a handle to the outcome: the number of

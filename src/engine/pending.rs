@@ -14,6 +14,7 @@ use crate::engine::kept::Kept;
 use crate::engine::wait::Outcome;
 use crate::engine::Settings;
 use crate::error::Error;
+use crate::metrics::add;
 
 /// The shared cell between a [`Pending`] and the I/O thread: an
 /// [`Outcome`] used once.
@@ -138,6 +139,11 @@ impl<T> Future for Pending<T> {
 pub(crate) enum Completion {
     /// Fire-and-forget: error replies are only counted.
     Discard,
+    /// A fire-and-forget publish: an error reply, or a failure once
+    /// staged (its connection broke, the engine shut down), is counted in
+    /// [`EngineStats::publish_failed`](crate::EngineStats::publish_failed)
+    /// (a failure before staging is the caller's error).
+    Publish,
     /// An integer reply (for example `PUBLISH`'s receiver count).
     Integer(Arc<Slot<i64>>),
     /// Any reply, as an owned value.
@@ -188,6 +194,11 @@ impl Completion {
         let as_error = |message| Error::Reply { addr, message };
         match self {
             Completion::Discard => {}
+            Completion::Publish => {
+                if is_err {
+                    add(&settings.counters.publish_failed, 1);
+                }
+            }
             Completion::Integer(slot) => slot.complete(integer(addr, err, reply)),
             Completion::Value(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
@@ -278,6 +289,7 @@ impl Completion {
     pub(crate) fn fail(self, error: Error, settings: &Settings, kept: &mut Kept) {
         match self {
             Completion::Kept => kept.fail(error, settings),
+            Completion::Publish => add(&settings.counters.publish_failed, 1),
             other => other.fail_unstaged(error),
         }
     }
@@ -286,7 +298,7 @@ impl Completion {
     /// a kept request).
     pub(crate) fn fail_unstaged(self, error: Error) {
         match self {
-            Completion::Discard | Completion::Kept => {}
+            Completion::Discard | Completion::Publish | Completion::Kept => {}
             Completion::Integer(slot) => slot.complete(Err(error)),
             Completion::Value(slot) => slot.complete(Err(error)),
             Completion::Unit(slot) => slot.complete(Err(error)),

@@ -260,6 +260,7 @@ pub(crate) struct EngineCounters {
     pub(crate) replies: AtomicU64,
     pub(crate) error_replies: AtomicU64,
     pub(crate) failed: AtomicU64,
+    pub(crate) publish_failed: AtomicU64,
     pub(crate) pushes: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) write_would_block: AtomicU64,
@@ -285,6 +286,11 @@ pub struct EngineStats {
     pub error_replies: u64,
     /// Requests that failed without a reply (connection lost, timeout…).
     pub failed: u64,
+    /// Fire-and-forget publishes ([`Engine::publish`](crate::Engine::publish))
+    /// that were taken and then failed: an error reply, or no reply (their
+    /// connection broke, the engine shut down). A publish refused at once
+    /// returned its error instead.
+    pub publish_failed: u64,
     /// Push frames received.
     pub pushes: u64,
     /// `write` system calls that wrote something.
@@ -322,6 +328,7 @@ impl EngineCounters {
             replies: g(&self.replies),
             error_replies: g(&self.error_replies),
             failed: g(&self.failed),
+            publish_failed: g(&self.publish_failed),
             pushes: g(&self.pushes),
             writes: g(&self.writes),
             write_would_block: g(&self.write_would_block),

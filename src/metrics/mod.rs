@@ -62,8 +62,9 @@ pub struct Metrics {
     pub published: u64,
     /// Publishes that failed: refused at once (an `Err` from
     /// [`PubSub::publish`](crate::PubSub::publish)), or failed after they
-    /// were taken, where the outcome is known (every outcome of
-    /// `publish_then`/`publish_wait`; on a cluster, every publish).
+    /// were taken (an error reply, a connection lost before the reply,
+    /// a hold expired, redirects exhausted), each counted once, in every
+    /// placement and for every publish call.
     pub publish_errors: u64,
     /// Messages received from the servers (service probes excluded).
     pub received: u64,

@@ -188,7 +188,11 @@ impl Fixed {
     }
 
     pub(crate) fn metrics(&self) -> Metrics {
-        self.sub.subscriber_metrics()
+        let mut m = self.sub.subscriber_metrics();
+        // Fire-and-forget publishes taken and failing later are counted
+        // by the publish engine.
+        m.publish_errors += self.publ.stats().publish_failed;
+        m
     }
 
     pub(crate) fn shutdown(&self) {

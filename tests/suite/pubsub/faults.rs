@@ -499,3 +499,36 @@ fn a_refused_channel_is_isolated_reported_and_the_rest_of_its_batch_delivers() {
         assert!(ours.iter().all(|l| l.contains("user=app")), "{list}");
     }
 }
+
+/// Fire-and-forget publishes taken (`Ok`) by a server that then dies are
+/// each counted in `Metrics::publish_errors`, once: the server is frozen
+/// (the publishes are written, no reply comes), then killed. Before, the
+/// engine dropped their failures and `publish_errors` counted only
+/// publishes refused at once.
+#[test]
+fn taken_fire_and_forget_publishes_lost_with_their_server_are_counted() {
+    const N: u64 = 200;
+    for kind in kinds() {
+        let mut server = Server::start(kind).unwrap();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .build()
+            .unwrap();
+        // Connected, and a publish answered.
+        ps.publish_wait("pe:warm", b"x", BOUND).unwrap();
+        server.freeze();
+        for i in 0..N {
+            ps.publish(format!("pe:{i}"), b"lost")
+                .unwrap_or_else(|e| panic!("{kind:?}: publish {i} refused: {e}"));
+        }
+        assert_eq!(ps.metrics().publish_errors, 0, "{kind:?}: before the kill");
+        server.kill();
+        testkit::wait_for("every taken publish counted", BOUND, || {
+            Ok((ps.metrics().publish_errors >= N).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", ps.metrics()));
+        // Once each: nothing more comes of them.
+        ps.shutdown();
+        assert_eq!(ps.metrics().publish_errors, N, "{kind:?}");
+    }
+}
