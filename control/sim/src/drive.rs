@@ -374,6 +374,10 @@ impl Sim {
                 self.send_node(n, Some(conn), ServerMsg::Open(conn, node.addr));
             }
             Command::Close { conn } => {
+                // Closed here: nothing of its subscriptions reaches the
+                // application any more, so the server dropping one later
+                // is no loss (the core owes the gaps of the close itself).
+                self.last_sub.retain(|_, c| *c != conn);
                 let n = self.conn_node.get(&conn).copied();
                 self.send_node(n, Some(conn), ServerMsg::Close(conn));
             }
