@@ -209,6 +209,16 @@ pub enum Error {
         /// How long the wait was.
         after: Duration,
     },
+    /// [`PubSub::wait_active`](crate::PubSub::wait_active) gave up while
+    /// some servers could not be reached: each is named (`host:port`) with
+    /// why its last connection ended or failed to open. The instance keeps
+    /// trying; the channels are subscribed once their server answers.
+    Unreachable {
+        /// How long the wait was.
+        after: Duration,
+        /// The servers not connected now, each with its last error.
+        servers: Arc<[(Arc<str>, Arc<str>)]>,
+    },
     /// A channel's history keys hold something the history scripts did not
     /// write (another program uses the key names, or they were edited by
     /// hand): the text says what. Rename the channel's prefix or delete the
@@ -257,6 +267,7 @@ impl Error {
                 | Error::OwnerUnreachable { .. }
                 | Error::HoldFull { .. }
                 | Error::WaitTimeout { .. }
+                | Error::Unreachable { .. }
         )
     }
 }
@@ -365,6 +376,14 @@ impl fmt::Display for Error {
                 f,
                 "gave up waiting after {after:?}; the request is still in flight"
             ),
+            Error::Unreachable { after, servers } => {
+                write!(f, "gave up waiting after {after:?}: cannot reach ")?;
+                for (i, (server, why)) in servers.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(f, "{sep}{server} ({why})")?;
+                }
+                f.write_str(" (still trying)")
+            }
         }
     }
 }

@@ -208,7 +208,7 @@ pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime}
 #[deprecated(note = "renamed `EngineStats` (the low-level engine's counters)")]
 pub type Stats = EngineStats;
 pub use error::Error;
-pub use metrics::{Dropped, LagSnapshot, Metrics};
+pub use metrics::{Dropped, LagSnapshot, Metrics, ServerHealth};
 pub use observer::{ConnInfo, Observer};
 pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
 pub use resp::Value;

@@ -312,6 +312,15 @@ impl Core {
         id
     }
 
+    /// Whether `conn` ended and waits to be opened again (the core closed
+    /// it for not answering, or it was reported down), as opposed to closed
+    /// for good (its node left, its partition moved) or unknown.
+    pub fn is_retrying(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| matches!(c.state, ConnState::Retry { .. }))
+    }
+
     /// Closes every connection of a node that left the layout.
     pub(crate) fn close_node(&mut self, key: &NodeKey) {
         for id in self.nodes.remove(key).unwrap_or_default().into_values() {
@@ -455,6 +464,7 @@ impl Core {
                 let Some(c) = self.conns.remove(&id) else {
                     continue;
                 };
+                self.counters.stats.reconnects += 1;
                 let new = self.open_conn(c.node.clone(), c.index, c.failures, now);
                 if let Some(slot) = self
                     .nodes

@@ -135,6 +135,10 @@ pub struct Stats {
     pub pings: u64,
     /// Connections closed and reopened because a `PING` went unanswered.
     pub ping_restarts: u64,
+    /// Subscribe connections opened again after one ended, whatever ended
+    /// it (lost, never came up, closed for not answering): each attempt
+    /// counts.
+    pub reconnects: u64,
     /// Primaries the core holds subscribe connections for now.
     pub nodes: usize,
     /// Subscribe connections up now.

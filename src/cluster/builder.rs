@@ -399,6 +399,7 @@ pub(crate) fn start(
             common.active_events,
         ),
         core_stats: Default::default(),
+        health: Default::default(),
         routes: RwLock::new(Routes::empty()),
         lane_conn: RwLock::new(vec![None; lanes]),
         lane_owners: Arc::new(LaneOwners::new(lanes)),

@@ -46,6 +46,14 @@ impl Driver {
                 if let Some(c) = self.subs.remove(&conn) {
                     self.retire(c);
                 }
+                if self.core.is_retrying(conn) {
+                    // It stopped answering: a failure, reopened later.
+                    let why = "stopped answering (a reply or a liveness PING timed out)";
+                    let edge = self.s.health.lock().failed(conn, why.into());
+                    self.tell_health(edge);
+                } else {
+                    self.s.health.lock().closed(conn);
+                }
             }
             Command::Ping { conn } => self.ping(conn),
             Command::Subscribe {
@@ -89,9 +97,12 @@ impl Driver {
     /// Opens subscribe connection `conn` to `node` without waiting: it
     /// reports up or down through its observer.
     fn open(&mut self, conn: ConnId, node: &NodeKey) {
-        let Some(addr) = resolve(&node.addr) else {
-            log::warn!("cluster: cannot resolve {}", node.addr);
-            self.s.post(|inbox| inbox.downs.push(conn));
+        let name = node.addr.to_string();
+        let addr = resolve(&node.addr);
+        self.s.health.lock().opened(conn, &name, addr);
+        let Some(addr) = addr else {
+            let why: Arc<str> = format!("cannot resolve {name}").into();
+            self.s.post(|inbox| inbox.downs.push((conn, why)));
             return;
         };
         let state = Arc::new(ConnState {
@@ -125,8 +136,8 @@ impl Driver {
         let engine = match engine {
             Ok(e) => Arc::new(e),
             Err(e) => {
-                log::warn!("cluster: cannot open a subscribe connection to {addr}: {e}");
-                self.s.post(|inbox| inbox.downs.push(conn));
+                let why: Arc<str> = format!("cannot open a connection: {e}").into();
+                self.s.post(|inbox| inbox.downs.push((conn, why)));
                 return;
             }
         };

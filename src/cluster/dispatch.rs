@@ -197,20 +197,14 @@ impl Observer for SubObserver {
         if matches!(error, Error::Shutdown) {
             return;
         }
-        if was_ready {
-            log::warn!(
-                "cluster subscribe connection {} to {} lost ({error})",
-                self.state.id,
-                conn.addr
-            );
-        } else {
-            log::info!(
-                "cluster subscribe connection {} to {} failed ({error})",
-                self.state.id,
-                conn.addr
-            );
-        }
+        // The driver tells the application and logs once per incident.
+        log::debug!(
+            "subscribe connection {} to {} ended (was up: {was_ready}): {error}",
+            self.state.id,
+            conn.addr
+        );
         let id = self.state.id;
-        self.shared.post(|inbox| inbox.downs.push(id));
+        let why: Arc<str> = error.to_string().into();
+        self.shared.post(|inbox| inbox.downs.push((id, why)));
     }
 }

@@ -24,6 +24,7 @@ use control::{ConnId, Core, Due, Gates, Refused, RetryPolicy, Time};
 use crate::cluster::builder::NodeSettings;
 use crate::cluster::fence::Fence;
 use crate::cluster::gate::OldRoute;
+use crate::cluster::health::Edge;
 use crate::cluster::publish;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
@@ -194,8 +195,8 @@ impl Driver {
         for conn in ups {
             self.on_up(conn);
         }
-        for conn in downs {
-            self.on_down(conn);
+        for (conn, why) in downs {
+            self.on_down(conn, why);
         }
         for (conn, what) in read {
             match what {
@@ -284,6 +285,8 @@ impl Driver {
             return; // closed meanwhile
         };
         c.state.ready.store(true, Ordering::Release);
+        let edge = self.s.health.lock().up(conn);
+        self.tell_health(edge);
         self.services_due = true;
         self.input(|core, now| core.handle_conn_up(now, conn));
         self.s.active.wake();
@@ -291,14 +294,52 @@ impl Driver {
 
     /// A subscribe connection went down: its engine is closed (the core
     /// opens a new connection when it sees fit), then the core hears it.
-    pub(crate) fn on_down(&mut self, conn: ConnId) {
+    pub(crate) fn on_down(&mut self, conn: ConnId, why: Arc<str>) {
         if let Some(c) = self.subs.remove(&conn) {
-            if c.state.connects.load(Ordering::Relaxed) > 0 {
-                add(&self.s.counters.reconnects, 1);
-            }
             self.retire(c);
         }
+        // Told before the core hears it: before any gap it causes.
+        let edge = self.s.health.lock().failed(conn, why);
+        self.tell_health(edge);
         self.input(|core, now| core.handle_conn_down(now, conn));
+    }
+
+    /// Logs a server's connection edge and queues its event on the first
+    /// worker.
+    pub(crate) fn tell_health(&mut self, edge: Option<Edge>) {
+        let Some(edge) = edge else {
+            return;
+        };
+        if self.s.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let (server, addr, error) = match edge {
+            Edge::Lost {
+                server,
+                addr,
+                error,
+                first,
+            } => {
+                if first {
+                    log::warn!(
+                        "degraded start: cannot reach {server} ({error}); its channels are \
+                         subscribed once it answers"
+                    );
+                } else {
+                    log::warn!(
+                        "lost {server} ({error}); its channels are resubscribed once it answers"
+                    );
+                }
+                (server, addr, Some(error))
+            }
+            Edge::Restored { server, addr } => {
+                log::info!("{server} is back");
+                (server, addr, None)
+            }
+        };
+        if let Some(q) = self.s.queues.first() {
+            q.push_server(server, addr, error);
+        }
     }
 
     /// Starts a fence for the leaves up to `upto` when some are incomplete

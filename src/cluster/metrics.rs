@@ -21,6 +21,7 @@ pub(crate) fn snapshot(s: &Shared) -> Metrics {
     m.unenveloped = g(&c.retired_unenveloped);
     m.dropped.moved = s.lane_owners.late();
     m.probe_restarts += core.ping_restarts;
+    m.reconnects = core.reconnects;
     m.subscribe_errors += core.subscribe_errors;
     {
         let conns = s.lane_conn.read();

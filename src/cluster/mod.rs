@@ -104,6 +104,7 @@ mod dispatch;
 mod driver;
 mod fence;
 mod gate;
+pub(crate) mod health;
 pub(crate) mod hold;
 pub(crate) mod keyed;
 #[cfg(test)]

@@ -139,8 +139,8 @@ pub(crate) enum ConnRead {
 pub(crate) struct Inbox {
     /// Subscribe connections that came up.
     pub(crate) ups: Vec<control::ConnId>,
-    /// Subscribe connections that went down (or never came up).
-    pub(crate) downs: Vec<control::ConnId>,
+    /// Subscribe connections that went down (or never came up), and why.
+    pub(crate) downs: Vec<(control::ConnId, Arc<str>)>,
     /// What subscribe connections read, each connection's in the order it
     /// read them (the core tells our own unsubscribe's answer from the
     /// server's drop by that order).
@@ -209,6 +209,8 @@ pub(crate) struct Shared {
     pub(crate) heads: Vec<Box<[u8]>>,
     /// The control core's counters, as of its last round.
     pub(crate) core_stats: parking_lot::Mutex<control::Stats>,
+    /// Each server's subscribe connections (the control thread writes).
+    pub(crate) health: parking_lot::Mutex<crate::cluster::health::Health>,
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,

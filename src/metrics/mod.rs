@@ -53,6 +53,31 @@ impl Dropped {
     }
 }
 
+/// One server's subscribe connections, from
+/// [`PubSub::health`](crate::PubSub::health): one per server in a fixed
+/// placement, one per primary the instance subscribes on in a cluster.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerHealth {
+    /// The server's address as configured or announced (`host:port`).
+    pub server: String,
+    /// What it resolved to last, if it did.
+    pub addr: Option<std::net::SocketAddr>,
+    /// Whether every subscribe connection to it is up.
+    pub connected: bool,
+    /// Subscribe connections kept to it now, up or opening.
+    pub subscribe_connections: usize,
+    /// Of those, the ones up.
+    pub subscribe_connections_up: usize,
+    /// Subscribe connections to it that ended or failed to open, whatever
+    /// the reason (lost, refused, closed for not answering a probe).
+    pub failures: u64,
+    /// Why the last one ended or failed.
+    pub last_error: Option<String>,
+    /// How long it has been in its current state (connected or not).
+    pub since: std::time::Duration,
+}
+
 /// A snapshot of a [`PubSub`](crate::PubSub)'s counters.
 #[non_exhaustive]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -103,7 +128,9 @@ pub struct Metrics {
     pub confirmations: u64,
     /// Channels wanted now (the registry's size, pending unsubscribes aside).
     pub channels: u64,
-    /// Subscribe connections re-established after a loss.
+    /// Subscribe connections opened again after one ended, whatever ended
+    /// it (lost, failed to open, closed because a probe went unanswered):
+    /// each attempt counts.
     pub reconnects: u64,
     /// Gap events handed to workers (one per worker per resubscribe).
     pub gaps: u64,
@@ -149,7 +176,6 @@ pub(crate) struct Counters {
     pub(crate) subscribe_errors: AtomicU64,
     pub(crate) refused_channels: AtomicU64,
     pub(crate) confirmations: AtomicU64,
-    pub(crate) reconnects: AtomicU64,
     pub(crate) gaps: AtomicU64,
     pub(crate) gap_channels: AtomicU64,
     pub(crate) probes_sent: AtomicU64,
@@ -203,7 +229,7 @@ impl Counters {
             refused_channels: g(&self.refused_channels),
             confirmations: g(&self.confirmations),
             channels: 0,
-            reconnects: g(&self.reconnects),
+            reconnects: 0,
             gaps: g(&self.gaps),
             gap_channels: g(&self.gap_channels),
             probes_sent: g(&self.probes_sent),

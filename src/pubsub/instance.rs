@@ -158,8 +158,10 @@ impl PubSub {
     ///
     /// # Errors
     ///
-    /// [`Error::WaitTimeout`] when some channel is still not active at the
-    /// deadline (for example one that was never subscribed),
+    /// [`Error::Unreachable`] when some channel is still not active at the
+    /// deadline and some servers are not connected (naming each with its
+    /// last connect error), [`Error::WaitTimeout`] when all are (for
+    /// example for a channel that was never subscribed),
     /// [`Error::SubscribeRefused`] for a channel the server refused
     /// (naming it and the server's reason), [`Error::Shutdown`] after
     /// shutdown.
@@ -168,7 +170,30 @@ impl PubSub {
         channels: &[C],
         timeout: Duration,
     ) -> Result<(), Error> {
-        front::wait_active(self.subscriber(), channels, timeout)
+        let sub = self.subscriber();
+        front::wait_active(sub, channels, timeout).map_err(|e| match e {
+            Error::WaitTimeout { after } => {
+                let lost = sub.shared.health.lock().lost();
+                match lost.is_empty() {
+                    true => e,
+                    false => Error::Unreachable {
+                        after,
+                        servers: lost.into(),
+                    },
+                }
+            }
+            e => e,
+        })
+    }
+
+    /// Each server's subscribe connections now: whether they are up, how
+    /// often they failed and why last (one entry per server in a fixed
+    /// placement, per primary subscribed on in a cluster). Cheap: one
+    /// short lock. [`Event::Disconnected`](crate::Event::Disconnected) and
+    /// [`Event::Connected`](crate::Event::Connected) tell the changes as
+    /// they happen.
+    pub fn health(&self) -> Vec<crate::metrics::ServerHealth> {
+        self.subscriber().shared.health.lock().snapshot()
     }
 
     /// The awaitable form of [`PubSub::wait_active`]: a future, for any

@@ -71,6 +71,22 @@ pub enum Delivery {
         /// How many messages were dropped in all.
         messages: u64,
     },
+    /// As [`Event::Disconnected`].
+    Disconnected {
+        /// The server's address as configured or announced.
+        server: String,
+        /// What it resolved to, when it did.
+        addr: Option<std::net::SocketAddr>,
+        /// Why.
+        error: String,
+    },
+    /// As [`Event::Connected`].
+    Connected {
+        /// The server's address as configured or announced.
+        server: String,
+        /// What it resolved to.
+        addr: Option<std::net::SocketAddr>,
+    },
     /// As [`Event::Unrecoverable`].
     Unrecoverable {
         /// The channel.
@@ -99,6 +115,19 @@ impl Delivery {
             Delivery::Dropped { channels, messages } => Event::Dropped {
                 channels,
                 messages: *messages,
+            },
+            Delivery::Disconnected {
+                server,
+                addr,
+                error,
+            } => Event::Disconnected {
+                server,
+                addr: *addr,
+                error,
+            },
+            Delivery::Connected { server, addr } => Event::Connected {
+                server,
+                addr: *addr,
             },
             Delivery::Unrecoverable {
                 channel,
@@ -279,6 +308,19 @@ impl Handler for ReceiverHandler {
             Event::Dropped { channels, messages } => Delivery::Dropped {
                 channels: channels.clone(),
                 messages,
+            },
+            Event::Disconnected {
+                server,
+                addr,
+                error,
+            } => Delivery::Disconnected {
+                server: server.to_owned(),
+                addr,
+                error: error.to_owned(),
+            },
+            Event::Connected { server, addr } => Delivery::Connected {
+                server: server.to_owned(),
+                addr,
             },
             Event::Unrecoverable {
                 channel,

@@ -181,6 +181,30 @@ pub enum Event<'a> {
         /// How many messages were dropped in all.
         messages: u64,
     },
+    /// A subscribe connection to `server` ended or could not be opened
+    /// (at the start, this is a degraded start: the instance runs and keeps
+    /// trying). Messages published to its channels are lost from now on
+    /// until the resubscribe; the [`Event::Gap`] that follows it names
+    /// them. One event per incident, on the first worker, queued before
+    /// any gap the incident causes; [`Event::Connected`] ends it.
+    /// [`PubSub::health`](crate::PubSub::health) shows the state now.
+    Disconnected {
+        /// The server's address as configured or announced (`host:port`).
+        server: &'a str,
+        /// What it resolved to, when it did.
+        addr: Option<std::net::SocketAddr>,
+        /// Why, in words (the connect error, or why the connection ended).
+        error: &'a str,
+    },
+    /// Every subscribe connection to a server that was
+    /// [`Event::Disconnected`] is up again; the resubscribe and its
+    /// [`Event::Gap`] follow. On the first worker.
+    Connected {
+        /// The server's address as configured or announced (`host:port`).
+        server: &'a str,
+        /// What it resolved to.
+        addr: Option<std::net::SocketAddr>,
+    },
     /// A recoverable channel ([`PubSubBuilder::history`](crate::PubSubBuilder::history))
     /// lost messages that its history could not give back: the range
     /// after `since` was trimmed or expired, a new epoch began, or the read

@@ -40,6 +40,11 @@ pub(super) fn gaps(items: &mut VecDeque<Item>) {
     let mut out: VecDeque<Item> = VecDeque::with_capacity(items.len());
     let mut open: Vec<Open> = Vec::new();
     for item in items.drain(..) {
+        if let Item::Server { addr, .. } = &item {
+            // No later gap of the server moves before its connection
+            // event.
+            open.retain(|o| o.server != *addr);
+        }
         let Item::Gap { server, channels } = item else {
             note(&item, &mut open);
             out.push_back(item);
@@ -95,7 +100,7 @@ fn note(item: &Item, open: &mut [Open]) {
             add(buf)
         }
         Item::Dropped { channels, .. } => channels.iter().for_each(add),
-        Item::Gap { .. } | Item::Marker(_) => {}
+        Item::Gap { .. } | Item::Server { .. } | Item::Marker(_) => {}
     }
 }
 

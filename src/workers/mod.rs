@@ -87,6 +87,13 @@ enum Item {
         channels: ChannelList,
         messages: u64,
     },
+    /// A server's subscribe connections were lost (`error`) or are all up
+    /// again (`None`).
+    Server {
+        server: std::sync::Arc<str>,
+        addr: Option<std::net::SocketAddr>,
+        error: Option<std::sync::Arc<str>>,
+    },
     /// Run by the worker in order with the messages (a fence's marker).
     Marker(Box<dyn FnOnce() + Send>),
 }
@@ -357,6 +364,29 @@ impl Queue {
             } else {
                 self.wake();
             }
+        }
+    }
+
+    /// Queues a server's connection event (never dropped while open).
+    pub(crate) fn push_server(
+        &self,
+        server: std::sync::Arc<str>,
+        addr: Option<std::net::SocketAddr>,
+        error: Option<std::sync::Arc<str>>,
+    ) {
+        let mut g = self.inner.lock();
+        if g.closed {
+            return;
+        }
+        g.items.push_back(Item::Server {
+            server,
+            addr,
+            error,
+        });
+        let wake = g.waiting;
+        drop(g);
+        if wake {
+            self.wake();
         }
     }
 
@@ -651,6 +681,23 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                     recover_drops(q, handler, t, channels, a, d);
                     r
                 }
+                Item::Server {
+                    server,
+                    addr,
+                    error,
+                } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(match error {
+                        Some(error) => Event::Disconnected {
+                            server,
+                            addr: *addr,
+                            error,
+                        },
+                        None => Event::Connected {
+                            server,
+                            addr: *addr,
+                        },
+                    })
+                })),
                 Item::Marker(_) => Ok(()),
             };
             if let Err(payload) = outcome {

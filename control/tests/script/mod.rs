@@ -381,6 +381,7 @@ fn stats_line(s: &Stats) -> String {
         ("gap_channels", s.gap_channels),
         ("pings", s.pings),
         ("ping_restarts", s.ping_restarts),
+        ("reconnects", s.reconnects),
         ("nodes", s.nodes as u64),
         ("conns_up", s.subscribe_connections as u64),
     ];

@@ -231,6 +231,7 @@ fn liveness_probe_restarts_a_black_holed_connection() {
         })
         .unwrap();
         assert_eq!(ps.metrics().probe_restarts, 0, "{kind:?}");
+        assert_eq!(ps.metrics().reconnects, 0, "{kind:?}");
         let accepted = proxy.stats().accepted;
         proxy.blackhole(true);
         let started = Instant::now();
@@ -259,6 +260,23 @@ fn liveness_probe_restarts_a_black_holed_connection() {
         assert!(
             proxy.stats().accepted > accepted,
             "reconnected through the proxy"
+        );
+        // The restart is counted as one (reopened at least once), and the
+        // application heard of the loss before the gap, then of the
+        // connection back, then the gap.
+        assert!(ps.metrics().reconnects >= 1, "{kind:?}: {:?}", ps.metrics());
+        let at = proxy.addr().to_string();
+        let t = handler.timeline.lock().clone();
+        let down = t
+            .iter()
+            .position(|e| e.starts_with(&format!("down {at}: stopped answering")));
+        let up = t.iter().position(|e| *e == format!("up {at}"));
+        let gap = t.iter().position(|e| *e == format!("gap {at}"));
+        assert!(down.is_some() && down < up && up < gap, "{kind:?}: {t:?}");
+        let health = ps.health();
+        assert!(
+            health.len() == 1 && health[0].connected && health[0].failures >= 1,
+            "{kind:?}: {health:?}"
         );
         // The publish connection went through the black hole too.
         let mut payload = Vec::new();

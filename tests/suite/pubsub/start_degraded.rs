@@ -63,6 +63,31 @@ fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
             .unwrap_or_else(|e| panic!("{kind:?}: the live shard: {e}"));
         assert!(on_b.iter().all(|n| !ps.is_active(n)), "{kind:?}");
         assert_eq!(ps.metrics().active_connections, vec![1, 0], "{kind:?}");
+        // The wait names the server it cannot reach and why.
+        let b_addr = addrs[1].clone();
+        match ps.wait_active(&on_b, Duration::from_millis(300)) {
+            Err(Error::Unreachable { servers, .. })
+                if servers.len() == 1 && *servers[0].0 == *b_addr => {}
+            other => panic!("{kind:?}: waiting on the down shard: {other:?}"),
+        }
+        // So do the degraded start's event and the health view.
+        testkit::wait_for("the degraded start's event", BOUND, || {
+            let t = handler.timeline.lock();
+            Ok(t.iter()
+                .any(|e| e.starts_with(&format!("down {b_addr}:")))
+                .then_some(()))
+        })
+        .unwrap();
+        let health = ps.health();
+        let b_health = health.iter().find(|h| h.server == b_addr);
+        assert!(
+            b_health.is_some_and(|h| !h.connected && h.failures >= 1 && h.last_error.is_some()),
+            "{kind:?}: {health:?}"
+        );
+        assert!(
+            health.iter().any(|h| h.server == addrs[0] && h.connected),
+            "{kind:?}: {health:?}"
+        );
         let r = ps.publish(on_b[0], b"x");
         assert!(
             matches!(r, Err(Error::NotConnected { .. })),
@@ -72,6 +97,15 @@ fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
         b.restart().expect("server b back on its port");
         ps.wait_active(&on_b, BOUND)
             .unwrap_or_else(|e| panic!("{kind:?}: the shard that came up: {e}"));
+        {
+            let t = handler.timeline.lock();
+            let down = t
+                .iter()
+                .position(|e| e.starts_with(&format!("down {b_addr}:")));
+            let up = t.iter().position(|e| *e == format!("up {b_addr}"));
+            assert!(down < up && down.is_some(), "{kind:?}: {t:?}");
+        }
+        assert!(ps.health().iter().all(|h| h.connected), "{kind:?}");
         // A channel outside the ledger on the same shard: its publish
         // succeeds once the publish connection is back.
         let probe = (0..)
@@ -135,6 +169,12 @@ fn a_cluster_with_a_primary_down_at_build_starts_and_joins_it_when_it_comes_up()
         let m = ps.cluster_metrics().expect("a cluster");
         assert!(m.subscribe_connections < 3, "{kind:?}: {m:?}");
         assert!(on_down.iter().all(|n| !ps.is_active(n)), "{kind:?}");
+        // A wait names the primary it cannot reach.
+        match ps.wait_active(&on_down, Duration::from_millis(300)) {
+            Err(Error::Unreachable { servers, .. })
+                if servers.iter().any(|(s, _)| **s == *down_addr) => {}
+            other => panic!("{kind:?}: waiting on the down primary: {other:?}"),
+        }
         cluster.restart_node(down).expect("the primary back");
         ps.wait_active(&names, Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{kind:?}: after the primary came back: {e}"));

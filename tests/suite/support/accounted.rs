@@ -42,6 +42,9 @@ pub struct Accounted {
     /// Per channel: gap and active events, in the order the handler saw
     /// them.
     pub per_channel: Mutex<HashMap<Vec<u8>, ChannelEvents>>,
+    /// Connection and gap events in the order the handler saw them:
+    /// `down SERVER: ERROR`, `up SERVER`, `gap SERVER`.
+    pub timeline: Mutex<Vec<String>>,
 }
 
 /// One channel's gap and active events.
@@ -77,6 +80,7 @@ impl Accounted {
             refused: Mutex::new(Vec::new()),
             active: Mutex::new(HashSet::new()),
             per_channel: Mutex::new(HashMap::new()),
+            timeline: Mutex::new(Vec::new()),
         })
     }
 }
@@ -89,7 +93,15 @@ impl Handler for Accounted {
 
     fn on_event(&self, event: Event<'_>) {
         match event {
-            Event::Gap { channels, .. } => {
+            Event::Disconnected { server, error, .. } => {
+                self.timeline.lock().push(format!("down {server}: {error}"));
+            }
+            Event::Connected { server, .. } => {
+                self.timeline.lock().push(format!("up {server}"));
+            }
+            Event::Gap { channels, server } => {
+                let at = server.map_or("none".to_string(), |a| a.to_string());
+                self.timeline.lock().push(format!("gap {at}"));
                 self.gap_events.fetch_add(1, Ordering::Relaxed);
                 let mut named = self.gap_channels.lock();
                 let mut per = self.per_channel.lock();
