@@ -219,6 +219,20 @@ pub enum Error {
         /// The servers not connected now, each with its last error.
         servers: Arc<[(Arc<str>, Arc<str>)]>,
     },
+    /// A publish too large for the servers: the subscribers' output buffer
+    /// could not hold it (the server would disconnect every subscriber
+    /// of the channel), or the server refuses an argument that long.
+    /// Nothing was sent. Split the payload, or raise the server's limit
+    /// (and [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size)).
+    TooLarge {
+        /// The message's size at a subscriber (channel, payload and
+        /// frame).
+        size: usize,
+        /// The most allowed.
+        limit: usize,
+        /// What sets the limit, in words.
+        source: Arc<str>,
+    },
     /// A channel's history keys hold something the history scripts did not
     /// write (another program uses the key names, or they were edited by
     /// hand): the text says what. Rename the channel's prefix or delete the
@@ -375,6 +389,15 @@ impl fmt::Display for Error {
             Error::WaitTimeout { after } => write!(
                 f,
                 "gave up waiting after {after:?}; the request is still in flight"
+            ),
+            Error::TooLarge {
+                size,
+                limit,
+                source,
+            } => write!(
+                f,
+                "message of {size} bytes (channel, payload and frame) is over the {limit} \
+                 allowed by {source}; nothing was sent (split it or raise the limit)"
             ),
             Error::Unreachable { after, servers } => {
                 write!(f, "gave up waiting after {after:?}: cannot reach ")?;

@@ -84,6 +84,8 @@ pub(crate) struct Common {
     pub(crate) envelope: bool,
     /// `build` fails when a server or primary cannot be reached.
     pub(crate) require_all: bool,
+    /// [`PubSubBuilder::max_message_size`]: `None` reads the servers'.
+    pub(crate) max_message: Option<usize>,
     /// Recoverable prefixes ([`PubSubBuilder::history`]).
     pub(crate) history: crate::history::Rules,
     /// The first invalid [`PubSubBuilder::history`] call, reported by

@@ -15,6 +15,7 @@ use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;
 use crate::metrics::Counters;
+use crate::pubsub::limits::{self, MessageLimit};
 use crate::pubsub::{Event, Fixed, Handler, PubSub};
 use crate::url::UrlSettings;
 use crate::workers::Pool;
@@ -118,6 +119,7 @@ impl Default for PubSubBuilder {
                 subscribe_delay: None,
                 envelope: false,
                 require_all: false,
+                max_message: None,
                 history: crate::history::Rules::default(),
                 history_error: None,
                 tls: None,
@@ -333,6 +335,23 @@ impl PubSubBuilder {
         self
     }
 
+    /// The largest message (channel, payload and about 64 bytes of frame)
+    /// a publish may send; larger ones fail at once with
+    /// [`Error::TooLarge`], nothing sent. By default `build` reads it from
+    /// the servers it reaches: the hard `client-output-buffer-limit` for
+    /// Pub/Sub clients (a subscriber sent more is disconnected by the
+    /// server, losing every message queued for it) and
+    /// `proto-max-bulk-len`, the smaller of the two on any server (none
+    /// where `CONFIG GET` is refused, or on a server down at build). Redis
+    /// cuts a subscriber off as soon as one message is over its hard
+    /// limit; Valkey 9 was seen to deliver such a message, so there the
+    /// check errs on the safe side. A value here replaces what the
+    /// servers say; 0 turns the check off.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.common.max_message = Some(bytes);
+        self
+    }
+
     /// Send [`Event::Active`](crate::pubsub::Event::Active) to the handler
     /// for every confirmed channel: after its first subscribe, and after
     /// every resubscribe that followed a gap (default off).
@@ -543,14 +562,24 @@ impl PubSubBuilder {
                 if let Some(name) = self.cluster_only.first() {
                     return config(format!("{name} applies to a cluster (seeds) only"));
                 }
-                build_fixed(&self.servers, &self.fixed, &self.common).map(PubSub::fixed)
+                let (p, limit) = build_fixed(&self.servers, &self.fixed, &self.common)?;
+                Ok(PubSub::fixed(p, limit))
             }
             (true, false) => {
                 if let Some(name) = self.fixed_only.first() {
                     return config(format!("{name} applies to servers (addresses) only"));
                 }
-                crate::cluster::builder::build(&self.seeds, self.cluster, self.common)
-                    .map(PubSub::cluster)
+                let max = self.common.max_message;
+                let bound = self
+                    .common
+                    .connect_timeout
+                    .unwrap_or(Duration::from_secs(2));
+                let p = crate::cluster::builder::build(&self.seeds, self.cluster, self.common)?;
+                let limit = match max {
+                    Some(n) => MessageLimit::set(n),
+                    None => cluster_limit(&p, bound),
+                };
+                Ok(PubSub::cluster(p, limit))
             }
         }
     }
@@ -600,7 +629,11 @@ fn engine(
 /// Starts one server or N shards: the workers, the publish engine, then
 /// the subscribe side on the control core in its fixed mode (the servers
 /// are its nodes; it opens their subscribe connections without waiting).
-fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<Fixed, Error> {
+fn build_fixed(
+    addrs: &[String],
+    f: &FixedSettings,
+    common: &Common,
+) -> Result<(Fixed, Option<MessageLimit>), Error> {
     if f.publish_connections == 0 {
         return Err(Error::Config(
             "publish_connections must be at least 1".into(),
@@ -633,6 +666,14 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
     {
         Ok(e) => Arc::new(e),
         Err(e) => {
+            pool.shutdown();
+            return Err(e);
+        }
+    };
+    let limit = match servers_allow(common, &publ, addrs) {
+        Ok(limit) => limit,
+        Err(e) => {
+            publ.shutdown();
             pool.shutdown();
             return Err(e);
         }
@@ -695,13 +736,67 @@ fn build_fixed(addrs: &[String], f: &FixedSettings, common: &Common) -> Result<F
                     q.set_reader(r.clone());
                 }
             }
-            Ok(Fixed { sub, publ })
+            Ok((Fixed { sub, publ }, limit))
         }
         Err(e) => {
             publ.shutdown();
             Err(e)
         }
     }
+}
+
+/// What the servers reached at build allow (see [`crate::pubsub::limits`]):
+/// a cluster node given as a server fails the build; the message limit
+/// is the builder's, or the smallest the servers set. Every question is
+/// sent at once and each answer waited for at most the connect timeout.
+fn servers_allow(
+    common: &Common,
+    publ: &Engine,
+    addrs: &[String],
+) -> Result<Option<MessageLimit>, Error> {
+    let bound = common.connect_timeout.unwrap_or(Duration::from_secs(2));
+    let read = common.max_message.is_none();
+    let asks: Vec<_> = (0..addrs.len())
+        .filter(|&i| publ.is_connection_up(i, 0))
+        .map(|i| {
+            let config = |name: &str| publ.command_pending(i, ["CONFIG", "GET", name]);
+            let limits = read.then(|| {
+                (
+                    config("client-output-buffer-limit"),
+                    config("proto-max-bulk-len"),
+                )
+            });
+            (i, publ.command_pending(i, ["INFO", "cluster"]), limits)
+        })
+        .collect();
+    let mut limit = common.max_message.and_then(MessageLimit::set);
+    for (i, info, limits) in asks {
+        let server = addrs.get(i).map_or("?", String::as_str);
+        if let Ok(info) = info.wait_timeout(bound) {
+            limits::not_a_cluster_node(server, &info)?;
+        }
+        if let Some((buffers, bulk)) = limits {
+            let (a, b) = (buffers.wait_timeout(bound), bulk.wait_timeout(bound));
+            let found = limits::from_config(server, a.as_ref().ok(), b.as_ref().ok());
+            limit = MessageLimit::min(limit, found);
+        }
+    }
+    Ok(limit)
+}
+
+/// A cluster's message limit: the one the first primary connected sets
+/// (one configuration is the norm across a cluster), none where it cannot
+/// be read; each answer waited for at most `bound`.
+fn cluster_limit(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Option<MessageLimit> {
+    let engine = {
+        let routes = p.shared.routes.read();
+        let up = routes.engines.iter().find(|e| e.is_connection_up(0, 0));
+        up.cloned()
+    }?;
+    let ask = |name: &str| engine.command_pending(0, ["CONFIG", "GET", name]);
+    let (a, b) = (ask("client-output-buffer-limit"), ask("proto-max-bulk-len"));
+    let (a, b) = (a.wait_timeout(bound), b.wait_timeout(bound));
+    limits::from_config("the cluster", a.as_ref().ok(), b.as_ref().ok())
 }
 
 /// Every address resolved (the first address of each).

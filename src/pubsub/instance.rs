@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::front::{self, Placement};
 use crate::history::{History, Position};
 use crate::metrics::{ClusterMetrics, Metrics};
+use crate::pubsub::limits::MessageLimit;
 use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
 use resp::Value;
 
@@ -19,6 +20,9 @@ use resp::Value;
 /// takes `&self`. Dropping it shuts it down.
 pub struct PubSub {
     placed: Placed,
+    /// The largest message a publish may send (see
+    /// [`PubSubBuilder::max_message_size`]).
+    limit: Option<MessageLimit>,
 }
 
 enum Placed {
@@ -51,15 +55,26 @@ impl PubSub {
         PubSubBuilder::default()
     }
 
-    pub(crate) fn fixed(p: Fixed) -> Self {
+    pub(crate) fn fixed(p: Fixed, limit: Option<MessageLimit>) -> Self {
         PubSub {
             placed: Placed::Fixed(p),
+            limit,
         }
     }
 
-    pub(crate) fn cluster(p: ClusterPubSub) -> Self {
+    pub(crate) fn cluster(p: ClusterPubSub, limit: Option<MessageLimit>) -> Self {
         PubSub {
             placed: Placed::Cluster(p),
+            limit,
+        }
+    }
+
+    /// `Err` when a message is over the limit (nothing is sent).
+    #[inline]
+    fn fits(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
+        match &self.limit {
+            Some(l) => l.check(channel, payload),
+            None => Ok(()),
         }
     }
 
@@ -246,6 +261,8 @@ impl PubSub {
     ///   the hold is at its cap;
     /// - [`Error::Backpressure`] when the connection stayed full for the
     ///   request timeout;
+    /// - [`Error::TooLarge`] when the message is over what the servers
+    ///   allow ([`PubSubBuilder::max_message_size`]);
     /// - [`Error::Shutdown`] after shutdown.
     pub fn publish(
         &self,
@@ -253,6 +270,7 @@ impl PubSub {
         payload: impl AsRef<[u8]>,
     ) -> Result<(), Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
+        self.fits(channel, payload)?;
         on_placement!(self, p => p.publish(channel, payload))
     }
 
@@ -264,6 +282,9 @@ impl PubSub {
         F: FnOnce(Result<i64, Error>) + Send + 'static,
     {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
+        if let Err(e) = self.fits(channel, payload) {
+            return f(Err(e));
+        }
         on_placement!(self, p => p.publish_then(channel, payload, f))
     }
 
@@ -315,6 +336,7 @@ impl PubSub {
         payload: impl AsRef<[u8]>,
     ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
+        self.fits(channel, payload)?;
         match &self.placed {
             Placed::Fixed(p) => p.publish_async(channel, payload).await,
             Placed::Cluster(_) => self.publish_pending(channel, payload).await,
@@ -336,6 +358,7 @@ impl PubSub {
         timeout: Duration,
     ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
+        self.fits(channel, payload)?;
         on_placement!(self, p => p.publish_wait(channel, payload, timeout))
     }
 

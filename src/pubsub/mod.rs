@@ -58,6 +58,7 @@ mod builder_url;
 pub use crate::wire::envelope;
 mod fixed;
 mod instance;
+pub(crate) mod limits;
 mod receiver;
 mod replica_opts;
 

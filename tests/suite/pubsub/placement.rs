@@ -3,6 +3,7 @@
 //! three client-side shards and on a three-primary cluster (Redis 7 and
 //! Valkey 9); only the builder's placement differs.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,6 +116,88 @@ fn a_publish_only_instance_needs_no_handler() {
         check(
             &|| PubSub::builder().seeds(seeds.clone()),
             &format!("{kind:?} cluster"),
+        );
+    }
+}
+
+/// A message the subscribers' output buffers cannot hold fails at publish
+/// with `Error::TooLarge` (nothing sent; the limit read from the servers'
+/// `client-output-buffer-limit` at build), on one server and on a
+/// cluster, while the rest delivers. With the check off, the same
+/// publish is taken (`Ok(1)`) and Redis cuts the subscriber off: all the
+/// application saw before was the gap.
+#[test]
+fn a_message_over_the_subscribers_output_buffer_limit_fails_at_publish() {
+    let limit = [
+        "CONFIG",
+        "SET",
+        "client-output-buffer-limit",
+        "pubsub 1mb 512kb 60",
+    ];
+    let big = vec![b'x'; 2 << 20];
+    let too_large = |r: Result<(), shardsub::Error>, what: &str| match r {
+        Err(shardsub::Error::TooLarge {
+            limit: 1048576,
+            source,
+            ..
+        }) if source.contains("client-output-buffer-limit") => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    for kind in testkit::kinds() {
+        let what = format!("{kind:?} one server");
+        let server = Server::start(kind).unwrap();
+        server.cmd_str(&limit).unwrap();
+        let addr = server.addr().to_string();
+        let chans = [b"big".to_vec()];
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, &what);
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(addr.clone())
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap(),
+        );
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        too_large(ps.publish("big", &big), &what);
+        too_large(ps.publish_wait("big", &big, BOUND).map(drop), &what);
+        accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(report.counts.delivered, 1, "{what}");
+        assert_eq!(handler.gap_events.load(Ordering::Relaxed), 0, "{what}");
+
+        let unchecked = PubSub::builder()
+            .address(addr.clone())
+            .max_message_size(0)
+            .build()
+            .unwrap();
+        assert_eq!(
+            unchecked.publish_wait("big", &big, BOUND).unwrap(),
+            1,
+            "{what}"
+        );
+        // Redis cuts the subscriber off at once (Valkey 9 delivered it in
+        // this run: its large replies are not counted the same way).
+        if kind == testkit::ServerKind::Redis {
+            testkit::wait_for("the subscriber cut off", BOUND, || {
+                Ok((handler.gap_events.load(Ordering::Relaxed) >= 1).then_some(()))
+            })
+            .unwrap_or_else(|e| panic!("{what}: {e}: {:?}", handler.timeline.lock()));
+        }
+
+        let what = format!("{kind:?} cluster");
+        let cluster = Cluster::start(kind, 3, 0).unwrap();
+        for &m in &cluster.masters() {
+            cluster.node(m).cmd_str(&limit).unwrap();
+        }
+        let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
+        let ps = PubSub::builder().seeds(seeds).build().unwrap();
+        too_large(ps.publish("big", &big), &what);
+        assert_eq!(
+            ps.publish_wait("big", b"small", BOUND).unwrap(),
+            0,
+            "{what}"
         );
     }
 }

@@ -3,8 +3,8 @@
 //! deliver every message of an accounted round; `?cluster=true` with an ACL
 //! user makes a cluster instance from one seed URL; a wrong password in a
 //! URL fails `build` at once with the server's text; `?cluster=true` at a
-//! plain server fails at once with a hint; an engine built from a URL
-//! authenticates too.
+//! plain server fails at once with a hint, and so does a plain URL at a
+//! cluster node; an engine built from a URL authenticates too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -188,6 +188,27 @@ fn a_cluster_url_at_a_plain_server_fails_at_once_with_a_hint() {
             started.elapsed() < Duration::from_secs(5),
             "{kind:?}: {:?}",
             started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_plain_url_at_a_cluster_node_fails_at_once_with_a_hint() {
+    for kind in testkit::kinds() {
+        let node = testkit::Server::builder(kind)
+            .cluster(true)
+            .start()
+            .expect("a cluster node");
+        let addr = node.addr();
+        let r = PubSub::builder().url(&format!("redis://{addr}")).build();
+        let e = r.expect_err("a server instance on a cluster node");
+        let text = e.to_string();
+        assert!(
+            matches!(&e, Error::Config(_))
+                && text.contains(&format!("{addr} is a cluster node"))
+                && text.contains("PubSubBuilder::seed")
+                && text.contains("?cluster=true"),
+            "{kind:?}: {e:?}"
         );
     }
 }
