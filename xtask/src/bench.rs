@@ -13,8 +13,8 @@
 
 mod exec;
 mod machine;
-mod markers;
-mod registry;
+pub(crate) mod markers;
+pub(crate) mod registry;
 mod render;
 
 use std::path::PathBuf;

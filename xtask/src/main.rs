@@ -5,6 +5,8 @@ mod bench;
 mod chaos;
 mod compare;
 mod demo;
+#[cfg(test)]
+mod doc_limits;
 mod install;
 mod layers;
 mod run;
