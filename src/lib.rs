@@ -210,7 +210,9 @@ pub type Stats = EngineStats;
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics, ServerHealth};
 pub use observer::{ConnInfo, Observer};
-pub use pubsub::{handler_fn, ChannelList, Event, FnHandler, Handler, PubSub, PubSubBuilder};
+pub use pubsub::{
+    handler_fn, ChannelList, Channels, Event, FnHandler, Handler, PubSub, PubSubBuilder,
+};
 pub use resp::Value;
 #[cfg(feature = "tls")]
 pub use transport::tls::TlsConfig;

@@ -130,4 +130,4 @@ pub use frame::{
 pub use parse::{parse, Parsed};
 pub use publish::{encode_bulk_parts, encode_publish, encode_script_head, PublishKind, Script};
 pub use pubsub::{classify, PubSub};
-pub use value::Value;
+pub use value::{Value, WrongType};

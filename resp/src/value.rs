@@ -54,6 +54,149 @@ pub enum Value {
     },
 }
 
+impl Value {
+    /// The bytes of a string reply (simple, bulk or verbatim), looking
+    /// through attributes; `None` for any other type.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::Simple(b) | Value::Bulk(b) => Some(b),
+            Value::Verbatim { text, .. } => Some(text),
+            Value::Attributed { value, .. } => value.as_bytes(),
+            _ => None,
+        }
+    }
+
+    /// A string reply as UTF-8 text (`None` for another type or invalid
+    /// UTF-8).
+    pub fn as_str(&self) -> Option<&str> {
+        core::str::from_utf8(self.as_bytes()?).ok()
+    }
+
+    /// An integer reply, or a string reply that is a decimal integer (as
+    /// `CONFIG GET` and `GET` return numbers).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Value::Integer(i) => Some(*i),
+            Value::Attributed { value, .. } => value.as_int(),
+            v => v.as_str()?.parse().ok(),
+        }
+    }
+
+    /// The elements of an array, set or push reply.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(v) | Value::Set(v) | Value::Push(v) => Some(v),
+            Value::Attributed { value, .. } => value.as_array(),
+            _ => None,
+        }
+    }
+
+    /// The text of an error reply (simple or blob).
+    pub fn as_error(&self) -> Option<&[u8]> {
+        match self {
+            Value::Error(b) | Value::BlobError(b) => Some(b),
+            Value::Attributed { value, .. } => value.as_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether the reply is null.
+    pub fn is_null(&self) -> bool {
+        match self {
+            Value::Null => true,
+            Value::Attributed { value, .. } => value.is_null(),
+            _ => false,
+        }
+    }
+
+    /// The type of the reply, in the words of the RESP3 specification.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Simple(_) => "simple string",
+            Value::Error(_) => "simple error",
+            Value::Integer(_) => "number",
+            Value::Bulk(_) => "blob string",
+            Value::Null => "null",
+            Value::Double(_) => "double",
+            Value::Boolean(_) => "boolean",
+            Value::BlobError(_) => "blob error",
+            Value::Verbatim { .. } => "verbatim string",
+            Value::BigNumber(_) => "big number",
+            Value::Array(_) => "array",
+            Value::Set(_) => "set",
+            Value::Map(_) => "map",
+            Value::Push(_) => "push",
+            Value::Attributed { value, .. } => value.kind(),
+        }
+    }
+}
+
+/// A [`Value`] that is not of the type asked for, from its `TryFrom`
+/// conversions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrongType {
+    /// What was asked for.
+    pub expected: &'static str,
+    /// What the reply was ([`Value::kind`]).
+    pub found: &'static str,
+}
+
+impl core::fmt::Display for WrongType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "expected {}, the reply is a {}",
+            self.expected, self.found
+        )
+    }
+}
+
+impl core::error::Error for WrongType {}
+
+impl TryFrom<Value> for Vec<u8> {
+    type Error = WrongType;
+
+    /// A string reply's bytes.
+    fn try_from(v: Value) -> Result<Vec<u8>, WrongType> {
+        let found = v.kind();
+        match v {
+            Value::Simple(b) | Value::Bulk(b) | Value::Verbatim { text: b, .. } => Ok(b),
+            Value::Attributed { value, .. } => Vec::try_from(*value),
+            _ => Err(WrongType {
+                expected: "a string",
+                found,
+            }),
+        }
+    }
+}
+
+impl TryFrom<Value> for alloc::string::String {
+    type Error = WrongType;
+
+    /// A string reply as UTF-8 text.
+    fn try_from(v: Value) -> Result<alloc::string::String, WrongType> {
+        let found = v.kind();
+        let wrong = WrongType {
+            expected: "UTF-8 text",
+            found,
+        };
+        let bytes = Vec::try_from(v).map_err(|_| wrong.clone())?;
+        alloc::string::String::from_utf8(bytes).map_err(|_| wrong)
+    }
+}
+
+impl TryFrom<Value> for i64 {
+    type Error = WrongType;
+
+    /// As [`Value::as_int`].
+    fn try_from(v: Value) -> Result<i64, WrongType> {
+        v.as_int().ok_or(WrongType {
+            expected: "an integer",
+            found: v.kind(),
+        })
+    }
+}
+
 impl PartialEq for Value {
     fn eq(&self, other: &Value) -> bool {
         use Value::*;
@@ -139,5 +282,44 @@ pub(crate) fn frame_to_value(frame: &Frame<'_>) -> Value {
                 AggregateKind::Map | AggregateKind::Attribute => Value::Map(pairs_to_values(a)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_read_every_string_shape_and_say_what_they_found() {
+        assert_eq!(Value::Bulk(b"a".to_vec()).as_bytes(), Some(&b"a"[..]));
+        let verbatim = Value::Verbatim {
+            format: *b"txt",
+            text: b"b".to_vec(),
+        };
+        assert_eq!(verbatim.as_str(), Some("b"));
+        let attributed = Value::Attributed {
+            attributes: Vec::new(),
+            value: Box::new(Value::Simple(b"42".to_vec())),
+        };
+        assert_eq!(attributed.as_bytes(), Some(&b"42"[..]));
+        assert_eq!(attributed.as_int(), Some(42));
+        assert_eq!(Value::Integer(1).as_bytes(), None);
+        assert_eq!(i64::try_from(Value::Integer(7)), Ok(7));
+        assert_eq!(
+            alloc::string::String::try_from(Value::Bulk(b"x".to_vec())).as_deref(),
+            Ok("x")
+        );
+        let e = Vec::<u8>::try_from(Value::Integer(1)).unwrap_err();
+        assert_eq!(
+            alloc::string::ToString::to_string(&e),
+            "expected a string, the reply is a number"
+        );
+        assert!(Value::Null.is_null());
+        assert_eq!(
+            Value::Error(b"ERR x".to_vec()).as_error(),
+            Some(&b"ERR x"[..])
+        );
+        let arr = Value::Array(alloc::vec![Value::Null]);
+        assert_eq!(arr.as_array().map(<[Value]>::len), Some(1));
     }
 }

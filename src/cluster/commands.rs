@@ -430,7 +430,7 @@ impl Driver {
             }
         };
         let Some(command) = command else {
-            let text = crate::cluster::topo::text(&value).unwrap_or_default();
+            let text = value.as_bytes().unwrap_or_default();
             self.input(|core, now| core.handle_version(now, id, Ok(text)));
             match self.core.topology_command() {
                 Some(c) => log::info!("cluster: {addr}'s version chose {}", c.name()),

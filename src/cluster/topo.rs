@@ -40,15 +40,6 @@ pub(crate) fn resolve(addr: &NodeAddr) -> Option<SocketAddr> {
     addr.to_string().to_socket_addrs().ok()?.next()
 }
 
-pub(crate) fn text(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::Bulk(b) | Value::Simple(b) => Some(b),
-        Value::Verbatim { text, .. } => Some(text),
-        Value::Attributed { value, .. } => text(value),
-        _ => None,
-    }
-}
-
 impl Driver {
     /// The publish (and topology command) engine of a node, opened on
     /// first use without waiting for it (the control thread never waits
@@ -320,22 +311,6 @@ mod tests {
             port: 1,
         };
         assert_eq!(resolve(&bad), None);
-    }
-
-    #[test]
-    fn reads_info_text_from_every_string_shape() {
-        assert_eq!(text(&Value::Bulk(b"a".to_vec())), Some(&b"a"[..]));
-        let verbatim = Value::Verbatim {
-            format: *b"txt",
-            text: b"b".to_vec(),
-        };
-        assert_eq!(text(&verbatim), Some(&b"b"[..]));
-        let attributed = Value::Attributed {
-            attributes: Vec::new(),
-            value: Box::new(Value::Simple(b"c".to_vec())),
-        };
-        assert_eq!(text(&attributed), Some(&b"c"[..]));
-        assert_eq!(text(&Value::Integer(1)), None);
     }
 
     #[test]

@@ -367,6 +367,24 @@ impl PubSubBuilder {
     /// [`on_message`](PubSubBuilder::on_message) or
     /// [`receiver`](PubSubBuilder::receiver)) publishes only:
     /// [`PubSub::subscribe`] refuses it.
+    ///
+    /// A closure with its parameter types left out does not type-check
+    /// here (Rust infers a closure's parameters only from an `Fn` bound,
+    /// and this one is `Handler`; the error says "FnOnce is not general
+    /// enough"). Use [`on_message`](PubSubBuilder::on_message) for such a
+    /// closure:
+    ///
+    /// ```compile_fail
+    /// let b = shardsub::PubSub::builder().handler(|channel, payload| {
+    ///     let _ = (channel, payload);
+    /// });
+    /// ```
+    ///
+    /// ```
+    /// let b = shardsub::PubSub::builder().on_message(|channel, payload| {
+    ///     let _ = (channel, payload);
+    /// });
+    /// ```
     pub fn handler(mut self, handler: impl Handler) -> Self {
         self.common.handler = Some(Arc::new(handler));
         self

@@ -10,7 +10,7 @@ use crate::front::{self, Placement};
 use crate::history::{History, Position};
 use crate::metrics::{ClusterMetrics, Metrics};
 use crate::pubsub::limits::MessageLimit;
-use crate::pubsub::{awaiting, Active, Fixed, PubSubBuilder};
+use crate::pubsub::{awaiting, Active, Channels, Fixed, PubSubBuilder};
 use resp::Value;
 
 /// Subscriptions, publishing and delivery on one server, N client-side
@@ -86,7 +86,9 @@ impl PubSub {
         }
     }
 
-    /// Asks for these channels. Returns at once; the subscribe commands
+    /// Asks for these channels: one (`"room:1"`) or many (an array,
+    /// slice, `Vec`, set or iterator of names: see [`Channels`]). Returns
+    /// at once; the subscribe commands
     /// leave from the control thread, batched with other calls (by
     /// partition on a cluster). Use [`PubSub::wait_active`] to learn when
     /// they are confirmed.
@@ -98,11 +100,7 @@ impl PubSub {
     /// a name longer than 4 GiB (no server takes one: Redis and Valkey
     /// refuse a bulk string over 512 MiB by default); the names after it
     /// are not asked for, some before it may be.
-    pub fn subscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
+    pub fn subscribe(&self, channels: impl Channels) -> Result<(), Error> {
         if self.subscriber().shared.config.publish_only {
             return Err(Error::InvalidArgument(
                 "this instance was built without a handler and publishes only: give the \
@@ -110,7 +108,7 @@ impl PubSub {
                     .into(),
             ));
         }
-        front::set_wanted(self.subscriber(), channels, true)
+        front::set_wanted(self.subscriber(), channels.into_channels(), true)
     }
 
     /// Gives these channels up. Returns at once, like
@@ -135,12 +133,8 @@ impl PubSub {
     /// # Errors
     ///
     /// [`Error::Shutdown`] after shutdown.
-    pub fn unsubscribe<I>(&self, channels: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        front::set_wanted(self.subscriber(), channels, false)
+    pub fn unsubscribe(&self, channels: impl Channels) -> Result<(), Error> {
+        front::set_wanted(self.subscriber(), channels.into_channels(), false)
     }
 
     /// Blocks until the servers have stopped sending `channels` (given up

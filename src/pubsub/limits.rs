@@ -55,28 +55,18 @@ impl MessageLimit {
     }
 }
 
-/// The text of a bulk or simple reply.
-fn text(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::Bulk(b) | Value::Simple(b) => Some(b),
-        Value::Verbatim { text, .. } => Some(text),
-        Value::Attributed { value, .. } => text(value),
-        _ => None,
-    }
-}
-
 /// The value of `CONFIG GET name`'s reply (RESP2 pairs or a RESP3 map).
 fn config_value<'a>(v: &'a Value, name: &str) -> Option<&'a [u8]> {
     match v {
         Value::Map(pairs) => pairs
             .iter()
-            .find(|(k, _)| text(k) == Some(name.as_bytes()))
-            .and_then(|(_, v)| text(v)),
+            .find(|(k, _)| k.as_bytes() == Some(name.as_bytes()))
+            .and_then(|(_, v)| v.as_bytes()),
         Value::Array(items) => items
             .chunks(2)
-            .find(|p| p.first().and_then(text) == Some(name.as_bytes()))
+            .find(|p| p.first().and_then(Value::as_bytes) == Some(name.as_bytes()))
             .and_then(|p| p.get(1))
-            .and_then(text),
+            .and_then(Value::as_bytes),
         Value::Attributed { value, .. } => config_value(value, name),
         _ => None,
     }
@@ -121,7 +111,7 @@ pub(crate) fn from_config(
 
 /// `Err` when `INFO cluster`'s reply says `server` is a cluster node.
 pub(crate) fn not_a_cluster_node(server: &str, info: &Value) -> Result<(), Error> {
-    let on = text(info).is_some_and(|t| {
+    let on = info.as_bytes().is_some_and(|t| {
         t.split(|&b| b == b'\n')
             .any(|l| l.strip_suffix(b"\r").unwrap_or(l) == b"cluster_enabled:1")
     });
