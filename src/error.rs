@@ -219,6 +219,16 @@ pub enum Error {
         /// The servers not connected now, each with its last error.
         servers: Arc<[(Arc<str>, Arc<str>)]>,
     },
+    /// A cluster `build` got no usable slot map within
+    /// [`PubSubBuilder::discovery_timeout`](crate::PubSubBuilder::discovery_timeout):
+    /// each seed asked is named with why it failed (none when every
+    /// answer was a map without owners). Nothing is left running.
+    Discovery {
+        /// The bound.
+        after: Duration,
+        /// The seeds (and nodes) that failed, each with its last error.
+        seeds: Arc<[(Arc<str>, Arc<str>)]>,
+    },
     /// A publish too large for the servers: the subscribers' output buffer
     /// could not hold it (the server would disconnect every subscriber
     /// of the channel), or the server refuses an argument that long.
@@ -282,6 +292,7 @@ impl Error {
                 | Error::HoldFull { .. }
                 | Error::WaitTimeout { .. }
                 | Error::Unreachable { .. }
+                | Error::Discovery { .. }
         )
     }
 }
@@ -399,6 +410,17 @@ impl fmt::Display for Error {
                 "message of {size} bytes (channel, payload and frame) is over the {limit} \
                  allowed by {source}; nothing was sent (split it or raise the limit)"
             ),
+            Error::Discovery { after, seeds } => {
+                write!(f, "no seed gave a usable slot map within {after:?}")?;
+                for (i, (seed, why)) in seeds.iter().enumerate() {
+                    let sep = if i == 0 { ": " } else { "; " };
+                    write!(f, "{sep}{seed} ({why})")?;
+                }
+                if seeds.is_empty() {
+                    f.write_str(" (the seeds answered, but no slot had an owner)")?;
+                }
+                f.write_str("; check the seeds, or raise discovery_timeout")
+            }
             Error::Unreachable { after, servers } => {
                 write!(f, "gave up waiting after {after:?}: cannot reach ")?;
                 for (i, (server, why)) in servers.iter().enumerate() {

@@ -213,6 +213,8 @@ pub(crate) struct ClusterSettings {
     /// per instance).
     pub(crate) replicas: bool,
     pub(crate) replica_seed: Option<u64>,
+    /// How long `build` waits for a usable slot map.
+    pub(crate) discovery_timeout: Duration,
 }
 
 impl Default for ClusterSettings {
@@ -221,6 +223,7 @@ impl Default for ClusterSettings {
             partitions: 128,
             mode: Mode::Sharded,
             poll_interval: Duration::from_secs(30),
+            discovery_timeout: Duration::from_secs(10),
             degraded_retry: Duration::from_millis(200),
             split: ResubscribeSplit::Partitions,
             resubscribe_workers: 16,
@@ -244,7 +247,7 @@ impl Default for ClusterSettings {
 /// [`Error::Config`] for invalid cluster settings, [`Error::Resolve`] for a
 /// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
 /// thread, [`Error::Auth`] / [`Error::Handshake`] when the seeds refuse the
-/// credentials, [`Error::Cluster`] when no seed gave a usable slot map.
+/// credentials, [`Error::Discovery`] when no seed gave a usable slot map.
 /// Nothing is left running.
 pub(crate) fn build(
     seeds: &[String],
@@ -338,7 +341,7 @@ pub(crate) fn build(
         hold,
         counters,
     )?;
-    ps.wait_started(Duration::from_secs(10))?;
+    ps.wait_started(c.discovery_timeout)?;
     if common.require_all {
         let connect = common.connect_timeout.unwrap_or(Duration::from_secs(1));
         ps.wait_all_primaries(connect * 2)?;
@@ -406,7 +409,7 @@ pub(crate) fn start(
         lane_conn: RwLock::new(vec![None; lanes]),
         lane_owners: Arc::new(LaneOwners::new(lanes)),
         mail: Mailbox::new(lanes),
-        seed_error: Default::default(),
+        seed_errors: Default::default(),
         closing: AtomicBool::new(false),
         hold,
         next_seq: AtomicU64::new(0),

@@ -417,7 +417,7 @@ impl Driver {
                 log::warn!("cluster: topology request to {addr} failed: {e}");
                 if self.fetch_engines.contains_key(&id) {
                     // What a failed start reports.
-                    *self.s.seed_error.lock() = Some(e);
+                    self.s.seed_errors.lock().insert(addr, e);
                 }
                 if command.is_none() {
                     self.input(|core, now| {

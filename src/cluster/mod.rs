@@ -226,13 +226,14 @@ impl ClusterPubSub {
             // A seed that refuses the credentials or the handshake, or is
             // no cluster node, will go on so: say so now, with the
             // server's words.
-            let refused = match &*s.seed_error.lock() {
-                Some(e @ (Error::Auth { .. } | Error::Handshake { .. } | Error::Config(_)))
-                    if !routed =>
-                {
-                    Some(e.clone())
-                }
-                _ => None,
+            let refused = match routed {
+                true => None,
+                false => s.seed_errors.lock().values().find_map(|e| match e {
+                    Error::Auth { .. } | Error::Handshake { .. } | Error::Config(_) => {
+                        Some(e.clone())
+                    }
+                    _ => None,
+                }),
             };
             if let Some(e) = refused {
                 self.shutdown();
@@ -242,15 +243,16 @@ impl ClusterPubSub {
                 if routed {
                     return Ok(()); // partly served; the tracker keeps trying
                 }
-                let last = match &*s.seed_error.lock() {
-                    Some(e) => format!("; the last seed failed with: {e}"),
-                    None => String::new(),
-                };
+                let seeds: Vec<(Arc<str>, Arc<str>)> = s
+                    .seed_errors
+                    .lock()
+                    .iter()
+                    .map(|(a, e)| (a.to_string().into(), e.to_string().into()))
+                    .collect();
                 self.shutdown();
-                return Err(Error::Cluster {
-                    slot: 0,
-                    reason: format!("no seed gave a usable slot map within {timeout:?}{last}")
-                        .into(),
+                return Err(Error::Discovery {
+                    after: timeout,
+                    seeds: seeds.into(),
                 });
             }
             s.active

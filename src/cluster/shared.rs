@@ -221,9 +221,12 @@ pub(crate) struct Shared {
     pub(crate) lane_owners: Arc<LaneOwners>,
     /// The control thread's inbox.
     pub(crate) mail: Mailbox<Inbox>,
-    /// Why the last seed could not be asked for the topology (its
-    /// connection or handshake failed): what a failed start reports.
-    pub(crate) seed_error: parking_lot::Mutex<Option<crate::Error>>,
+    /// Why each seed could not be asked for the topology (its connection
+    /// or handshake failed).
+    /// Per seed (or node asked), the last error: what a failed start
+    /// reports.
+    pub(crate) seed_errors:
+        parking_lot::Mutex<std::collections::BTreeMap<std::net::SocketAddr, crate::Error>>,
     /// Set when the instance shuts down (node engines closing then is not
     /// a reason to re-route).
     pub(crate) closing: AtomicBool,

@@ -54,7 +54,6 @@ impl<T: Send + 'static> Pending<T> {
     }
 
     /// A `Pending` that is already complete.
-    #[cfg(test)]
     pub(crate) fn ready(result: Result<T, Error>) -> Self {
         let (p, slot) = Self::new();
         slot.complete(result);

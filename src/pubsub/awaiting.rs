@@ -5,14 +5,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::cluster::ClusterPubSub;
 use crate::engine::Pending;
 use crate::error::Error;
 use crate::front::Placement;
-use crate::pubsub::PubSub;
 
 /// The future [`PubSub::active`](crate::PubSub::active) returns: ready once
 /// every channel it names is active (confirmed on a connection that is
@@ -93,23 +91,21 @@ impl Drop for Active<'_> {
     }
 }
 
-/// Runs [`PubSub::shutdown`] on a helper thread and completes the returned
-/// handle when it has finished.
-pub(crate) fn shutdown_pending(ps: &Arc<PubSub>) -> Pending<()> {
+/// Runs `f` on a helper thread named after `what` and completes the
+/// returned handle with its result: how a blocking call (a build, a
+/// shutdown, a cluster command that follows redirects) becomes a future
+/// that never blocks an executor thread.
+pub(crate) fn off_thread<T, F>(what: &'static str, f: F) -> Pending<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, Error> + Send + 'static,
+{
     let (pending, slot) = Pending::new();
-    let ps2 = ps.clone();
     let spawned = std::thread::Builder::new()
-        .name("shardsub-shutdown".into())
-        .spawn(move || {
-            ps2.shutdown();
-            slot.complete(Ok(()));
-        });
+        .name(format!("shardsub-{what}"))
+        .spawn(move || slot.complete(f()));
     match spawned {
         Ok(_) => pending,
-        Err(e) => {
-            let (pending, slot) = Pending::new();
-            slot.complete(Err(Error::runtime("shutdown thread", &e)));
-            pending
-        }
+        Err(e) => Pending::ready(Err(Error::runtime("helper thread", &e))),
     }
 }

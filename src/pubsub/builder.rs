@@ -502,6 +502,19 @@ impl PubSubBuilder {
         self
     }
 
+    /// The awaitable form of [`PubSubBuilder::build`]: connecting, the
+    /// checks and (on a cluster) the discovery run on a helper thread, and
+    /// the handle completes with the instance. A future for any executor
+    /// that never blocks it: `PubSub::builder().url(u).build_pending().await?`.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSubBuilder::build`], and
+    /// [`Error::Runtime`] when the OS refused the helper thread.
+    pub fn build_pending(self) -> crate::Pending<PubSub> {
+        crate::pubsub::awaiting::off_thread("build", move || self.build())
+    }
+
     /// Checks the settings and starts the instance in the placement chosen:
     /// workers, connections, the control thread.
     ///
@@ -517,7 +530,7 @@ impl PubSubBuilder {
     /// when a server refuses the credentials; on servers with
     /// [`PubSubBuilder::require_all_servers`], the connection error of one
     /// that cannot be reached (by default they start degraded); on a
-    /// cluster [`Error::Cluster`] when no seed gave a usable slot map.
+    /// cluster [`Error::Discovery`] when no seed gave a usable slot map within [`PubSubBuilder::discovery_timeout`].
     /// Nothing is left running.
     pub fn build(mut self) -> Result<PubSub, Error> {
         let config = |what: String| Err(Error::Config(what.into()));

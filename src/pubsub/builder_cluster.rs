@@ -42,6 +42,16 @@ impl PubSubBuilder {
         self.cluster_only("mode")
     }
 
+    /// How long `build` waits for a seed to give a usable slot map
+    /// (default 10 s); past it, `build` fails with [`Error::Discovery`]
+    /// naming each seed and why it failed.
+    ///
+    /// [`Error::Discovery`]: crate::Error::Discovery
+    pub fn discovery_timeout(mut self, d: Duration) -> Self {
+        self.cluster.discovery_timeout = d;
+        self.cluster_only("discovery_timeout")
+    }
+
     /// How often the slot map is read when nothing else triggers a rebuild
     /// (default 30 s).
     pub fn poll_interval(mut self, d: Duration) -> Self {

@@ -17,9 +17,11 @@ use resp::Value;
 /// shards or a Redis/Valkey Cluster (the placement, chosen by
 /// [`PubSub::builder`]), with the same handler, events, metrics and
 /// errors in each. Share it between threads with an `Arc`; every method
-/// takes `&self`. Dropping it shuts it down.
+/// takes `&self`. Dropping it shuts it down, in the background ([`PubSub::close`]
+/// to await that; [`PubSub::shutdown`] to wait for it).
 pub struct PubSub {
-    placed: Placed,
+    /// Shared with a background shutdown when the last handle is dropped.
+    placed: Arc<Placed>,
     /// The largest message a publish may send (see
     /// [`PubSubBuilder::max_message_size`]).
     limit: Option<MessageLimit>,
@@ -32,7 +34,7 @@ enum Placed {
 
 impl std::fmt::Debug for PubSub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => p.fmt(f),
             Placed::Cluster(p) => p.fmt(f),
         }
@@ -42,7 +44,7 @@ impl std::fmt::Debug for PubSub {
 /// Calls `$call` on whichever placement `$self` has.
 macro_rules! on_placement {
     ($self:ident, $p:ident => $call:expr) => {
-        match &$self.placed {
+        match &*$self.placed {
             Placed::Fixed($p) => $call,
             Placed::Cluster($p) => $call,
         }
@@ -57,14 +59,14 @@ impl PubSub {
 
     pub(crate) fn fixed(p: Fixed, limit: Option<MessageLimit>) -> Self {
         PubSub {
-            placed: Placed::Fixed(p),
+            placed: Arc::new(Placed::Fixed(p)),
             limit,
         }
     }
 
     pub(crate) fn cluster(p: ClusterPubSub, limit: Option<MessageLimit>) -> Self {
         PubSub {
-            placed: Placed::Cluster(p),
+            placed: Arc::new(Placed::Cluster(p)),
             limit,
         }
     }
@@ -80,7 +82,7 @@ impl PubSub {
 
     /// The subscribe side, the same in every placement.
     fn subscriber(&self) -> &ClusterPubSub {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => &p.sub,
             Placed::Cluster(p) => p,
         }
@@ -331,7 +333,7 @@ impl PubSub {
     ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
         self.fits(channel, payload)?;
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => p.publish_async(channel, payload).await,
             Placed::Cluster(_) => self.publish_pending(channel, payload).await,
         }
@@ -401,14 +403,40 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.as_ref().to_vec()).collect();
-        if args.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a command needs at least its name".into(),
-            ));
-        }
+        let args = command_args(args)?;
         let key = key.as_ref();
         on_placement!(self, p => p.command(key, &args))
+    }
+
+    /// The awaitable form of [`PubSub::command`]: a future for any
+    /// executor that never blocks it. On servers the command is pipelined
+    /// with the publishes and the handle completes from the I/O thread; on
+    /// a cluster, where redirects are followed, it runs on a helper thread.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSub::command`].
+    pub fn command_pending<I>(&self, key: impl AsRef<[u8]>, args: I) -> Pending<Value>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let args = match command_args(args) {
+            Ok(args) => args,
+            Err(e) => return Pending::ready(Err(e)),
+        };
+        match &*self.placed {
+            Placed::Fixed(p) => p
+                .publisher()
+                .command_pending(p.server_of(key.as_ref()), args),
+            Placed::Cluster(_) => {
+                let (placed, key) = (self.placed.clone(), key.as_ref().to_vec());
+                awaiting::off_thread("command", move || match &*placed {
+                    Placed::Fixed(p) => p.command(&key, &args),
+                    Placed::Cluster(p) => p.command(&key, &args),
+                })
+            }
+        }
     }
 
     /// Reads a channel's history (see [`PubSubBuilder::history`]): the
@@ -435,24 +463,25 @@ impl PubSub {
         since: Option<Position>,
         limit: usize,
     ) -> Result<History, Error> {
-        let channel = channel.as_ref();
-        let (mut meta, mut stream) = (Vec::new(), Vec::new());
-        let route: Vec<u8> = match &self.placed {
-            Placed::Fixed(_) => {
-                crate::history::keys_into(channel, &mut meta, &mut stream);
-                channel.to_vec()
-            }
-            Placed::Cluster(p) => {
-                let parts = p.partitions();
-                let mut base = Vec::new();
-                parts.redis_channel_at(parts.partition_of(channel), channel, &mut base);
-                crate::history::keys_into(&base, &mut meta, &mut stream);
-                meta.clone()
-            }
-        };
-        let envelope = self.subscriber().shared.config.envelope;
-        let run = |args: &[Vec<u8>]| on_placement!(self, p => p.command(&route, args));
-        crate::history::read::read(run, &meta, &stream, since, limit, envelope)
+        read_history(&self.placed, channel.as_ref(), since, limit)
+    }
+
+    /// The awaitable form of [`PubSub::history`]: the read runs on a
+    /// helper thread, so no executor thread blocks.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSub::history`].
+    pub fn history_pending(
+        &self,
+        channel: impl AsRef<[u8]>,
+        since: Option<Position>,
+        limit: usize,
+    ) -> Pending<History> {
+        let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
+        awaiting::off_thread("history", move || {
+            read_history(&placed, &channel, since, limit)
+        })
     }
 
     /// The channel's position in its history now: its epoch and last
@@ -466,11 +495,24 @@ impl PubSub {
         Ok(self.history(channel, None, 1)?.position)
     }
 
+    /// The awaitable form of [`PubSub::position`] (on a helper thread, as
+    /// [`PubSub::history_pending`]).
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSub::history`].
+    pub fn position_pending(&self, channel: impl AsRef<[u8]>) -> Pending<Option<Position>> {
+        let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
+        awaiting::off_thread("history", move || {
+            Ok(read_history(&placed, &channel, None, 1)?.position)
+        })
+    }
+
     /// The channel's name on the wire: itself on servers and in classic
     /// cluster mode, `{tag}.channel` with its partition's tag in the
     /// sharded cluster modes.
     pub fn server_channel(&self, channel: &[u8]) -> Vec<u8> {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(_) => channel.to_vec(),
             Placed::Cluster(p) => p.server_channel(channel),
         }
@@ -478,7 +520,7 @@ impl PubSub {
 
     /// The app-level partitions (a cluster placement only).
     pub fn partitions(&self) -> Option<&shardcore::Partitions> {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(_) => None,
             Placed::Cluster(p) => Some(p.partitions()),
         }
@@ -487,7 +529,7 @@ impl PubSub {
     /// Index of the server (builder order) that owns `channel` (servers
     /// only; a cluster's owner is a slot's, and moves).
     pub fn server_of(&self, channel: &[u8]) -> Option<usize> {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => Some(p.server_of(channel)),
             Placed::Cluster(_) => None,
         }
@@ -496,7 +538,7 @@ impl PubSub {
     /// The publish engine of servers, for other commands
     /// (`command_pending`, …); `None` on a cluster.
     pub fn publisher(&self) -> Option<&Engine> {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => Some(p.publisher()),
             Placed::Cluster(_) => None,
         }
@@ -505,7 +547,7 @@ impl PubSub {
     /// Rereads a cluster's topology now (nothing on servers, which do not
     /// move).
     pub fn refresh(&self) {
-        if let Placed::Cluster(p) = &self.placed {
+        if let Placed::Cluster(p) = &*self.placed {
             p.refresh();
         }
     }
@@ -515,7 +557,7 @@ impl PubSub {
     /// ([`Metrics::cluster`]: topology, redirects, holds, nodes and
     /// connections).
     pub fn metrics(&self) -> Metrics {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => p.metrics(),
             Placed::Cluster(p) => p.metrics(),
         }
@@ -540,17 +582,20 @@ impl PubSub {
     /// The runtime whose I/O threads serve this instance (pass it to other
     /// builders to share them).
     pub fn runtime(&self) -> Runtime {
-        match &self.placed {
+        match &*self.placed {
             Placed::Fixed(p) => p.publisher().runtime().clone(),
             Placed::Cluster(p) => p.runtime().clone(),
         }
     }
 
     /// Stops: the control thread, every connection, then the workers
-    /// (messages still queued are counted as dropped at shutdown).
-    /// Idempotent; also run on drop.
+    /// (messages still queued are counted as dropped at shutdown), and
+    /// returns when all have stopped: it blocks for up to the shutdown
+    /// timeout plus a handler call still running. Idempotent. Dropping
+    /// the last handle shuts down too, in the background
+    /// ([`PubSub::close`] to await that).
     pub fn shutdown(&self) {
-        on_placement!(self, p => p.shutdown())
+        shut_down(&self.placed);
     }
 
     /// The awaitable form of [`PubSub::shutdown`]: runs it on a helper
@@ -565,7 +610,100 @@ impl PubSub {
     /// helper thread (nothing was shut down; dropping the last handle
     /// still shuts down).
     pub fn shutdown_pending(self: &Arc<Self>) -> Pending<()> {
-        awaiting::shutdown_pending(self)
+        let ps = self.clone();
+        awaiting::off_thread("shutdown", move || {
+            ps.shutdown();
+            Ok(())
+        })
+    }
+
+    /// Shuts down on a helper thread and returns a handle that completes
+    /// when it has finished: what dropping the instance does, with a way to
+    /// await it. Never blocks.
+    pub fn close(self) -> Pending<()> {
+        let placed = self.placed.clone();
+        drop(self); // shuts nothing down: `placed` is still shared
+        awaiting::off_thread("shutdown", move || {
+            shut_down(&placed);
+            Ok(())
+        })
+    }
+
+    /// Whether [`PubSub::shutdown`] has run (or is running).
+    fn is_shut(&self) -> bool {
+        self.subscriber().check_open().is_err()
+    }
+}
+
+/// A command's arguments, owned; at least its name.
+fn command_args<I>(args: I) -> Result<Vec<Vec<u8>>, Error>
+where
+    I: IntoIterator,
+    I::Item: AsRef<[u8]>,
+{
+    let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.as_ref().to_vec()).collect();
+    if args.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a command needs at least its name".into(),
+        ));
+    }
+    Ok(args)
+}
+
+/// Reads `channel`'s history on its server (see [`PubSub::history`]).
+fn read_history(
+    placed: &Placed,
+    channel: &[u8],
+    since: Option<Position>,
+    limit: usize,
+) -> Result<History, Error> {
+    let (mut meta, mut stream) = (Vec::new(), Vec::new());
+    let (route, envelope): (Vec<u8>, bool) = match placed {
+        Placed::Fixed(p) => {
+            crate::history::keys_into(channel, &mut meta, &mut stream);
+            (channel.to_vec(), p.sub.shared.config.envelope)
+        }
+        Placed::Cluster(p) => {
+            let parts = p.partitions();
+            let mut base = Vec::new();
+            parts.redis_channel_at(parts.partition_of(channel), channel, &mut base);
+            crate::history::keys_into(&base, &mut meta, &mut stream);
+            (meta.clone(), p.shared.config.envelope)
+        }
+    };
+    let run = |args: &[Vec<u8>]| match placed {
+        Placed::Fixed(p) => p.command(&route, args),
+        Placed::Cluster(p) => p.command(&route, args),
+    };
+    crate::history::read::read(run, &meta, &stream, since, limit, envelope)
+}
+
+/// Shuts `placed` down (blocking).
+fn shut_down(placed: &Placed) {
+    match placed {
+        Placed::Fixed(p) => p.shutdown(),
+        Placed::Cluster(p) => p.shutdown(),
+    }
+}
+
+/// Dropping the last handle never blocks the caller: when it was not shut
+/// down yet, the shutdown (joining the control thread and the workers, a
+/// handler call still running included) moves to a helper thread and
+/// finishes in the background ([`PubSub::close`] returns a handle to await
+/// it). Where the OS refuses the thread, it shuts down here.
+impl Drop for PubSub {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.placed) > 1 || self.is_shut() {
+            return; // `close`'s, or nothing left to do
+        }
+        let placed = self.placed.clone();
+        let spawned = std::thread::Builder::new()
+            .name("shardsub-shutdown".into())
+            .spawn(move || shut_down(&placed));
+        if let Err(e) = spawned {
+            log::warn!("no thread for a background shutdown ({e}); shutting down here");
+            shut_down(&self.placed);
+        }
     }
 }
 

@@ -51,7 +51,7 @@
 //! # Ok::<(), shardsub::Error>(())
 //! ```
 
-mod awaiting;
+pub(crate) mod awaiting;
 pub(crate) mod builder;
 mod builder_cluster;
 mod builder_url;

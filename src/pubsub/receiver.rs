@@ -415,6 +415,18 @@ impl Receiver {
     }
 }
 
+/// The receiver as the ecosystem's stream of deliveries
+/// (`futures_core::Stream`): read it with any `StreamExt`
+/// (`while let Some(d) = rx.next().await`). It ends once the handler is
+/// gone and the queue is empty.
+impl futures_core::Stream for Receiver {
+    type Item = Delivery;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        self.get_mut().poll_recv(cx)
+    }
+}
+
 impl Drop for Receiver {
     fn drop(&mut self) {
         let mut g = self.queue.inner.lock();

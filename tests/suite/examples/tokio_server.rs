@@ -1,9 +1,10 @@
 //! `examples/tokio_server.rs` against real servers (Redis 7 and Valkey 9):
 //! on one server, on two client-side shards and on a 3-master cluster it
-//! publishes through its TCP line server with `publish_pending().await`
-//! and receives with `recv().await`; its `result:` line must show every
+//! builds, publishes, receives (a `Stream`) and closes through the async
+//! API on a current-thread runtime; its `result:` line must show every
 //! message acknowledged and received, in order per channel, nothing
-//! dropped or lost silently, and every channel's last message seen.
+//! dropped or lost silently, every channel's last message seen, and no
+//! call or poll holding the runtime's thread (with a slow handler too).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,15 +14,16 @@ use testkit::{kinds, Cluster, Server, Servers};
 
 use crate::support;
 
-const CHANNELS: u64 = 16;
-const MESSAGES: u64 = 200;
-
-/// Runs the example with `args` and checks its `result:` line.
-fn run_and_check(bin: &PathBuf, args: &[String], what: &str) {
+/// Runs the example with `args` and checks its `result:` line: every
+/// message acknowledged and received, none lost, and no call into the
+/// library or poll of its futures holding the runtime's only thread:
+/// none over 1 ms but for at most two a busy machine preempted (none
+/// over 50 ms), and the drop of the last handle as quick.
+fn run_and_check(bin: &PathBuf, args: &[String], (channels, messages): (u64, u64), what: &str) {
     let out = Command::new(bin)
         .args(args)
-        .args(["--channels", &CHANNELS.to_string()])
-        .args(["--messages", &MESSAGES.to_string()])
+        .args(["--channels", &channels.to_string()])
+        .args(["--messages", &messages.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -43,7 +45,7 @@ fn run_and_check(bin: &PathBuf, args: &[String], what: &str) {
             .get(k)
             .unwrap_or_else(|| panic!("{k} missing: {ctx}"))
     };
-    let total = CHANNELS * MESSAGES;
+    let total = channels * messages;
     for (k, want) in [
         ("published", total),
         ("acked", total),
@@ -52,20 +54,30 @@ fn run_and_check(bin: &PathBuf, args: &[String], what: &str) {
         ("gaps", 0),
         ("reordered", 0),
         ("silent", 0),
-        ("channels", CHANNELS),
-        ("complete", CHANNELS),
+        ("channels", channels),
+        ("complete", channels),
     ] {
         assert_eq!(num(k), want, "{k} in {ctx}");
     }
+    assert!(num("polls") >= total, "{ctx}");
+    assert!(num("slow_polls") <= 2, "{ctx}");
+    assert!(num("max_poll_us") < 50_000, "{ctx}");
+    assert!(num("drop_us") < 50_000, "{ctx}");
 }
 
 #[test]
 fn tokio_example_publishes_and_receives_through_the_async_api() {
     let bin = support::examples::example_binary("tokio_server");
+    let size = (16, 200);
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
         let args = ["--server".to_string(), server.addr().to_string()];
-        run_and_check(&bin, &args, &format!("{kind:?} one server"));
+        run_and_check(&bin, &args, size, &format!("{kind:?} one server"));
+        // A slow handler (on the library's workers) never stalls the
+        // runtime, and dropping the last handle while its 500 ms call runs
+        // returns at once (it took the call's time before).
+        let slow = [&args[..], &["--handler-ms".to_string(), "2".to_string()]].concat();
+        run_and_check(&bin, &slow, (16, 50), &format!("{kind:?} slow handler"));
         drop(server);
 
         let servers = Servers::start(kind, 2).unwrap();
@@ -74,11 +86,11 @@ fn tokio_example_publishes_and_receives_through_the_async_api() {
             .iter()
             .flat_map(|a| ["--server".to_string(), a.to_string()])
             .collect();
-        run_and_check(&bin, &args, &format!("{kind:?} two shards"));
+        run_and_check(&bin, &args, size, &format!("{kind:?} two shards"));
         drop(servers);
 
         let cluster = Cluster::start(kind, 3, 0).expect("cluster");
         let args = ["--cluster".to_string(), cluster.seed_addrs()[0].to_string()];
-        run_and_check(&bin, &args, &format!("{kind:?} cluster"));
+        run_and_check(&bin, &args, size, &format!("{kind:?} cluster"));
     }
 }

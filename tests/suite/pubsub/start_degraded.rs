@@ -6,7 +6,8 @@
 //! A cluster starts the same way with one primary down: its channels wait,
 //! the metrics say it has no subscribe connection, and once it is back
 //! every channel is active and delivers; with `require_all_servers` that
-//! build fails, naming the primary.
+//! build fails, naming the primary. Discovery fails within its own bound,
+//! naming every seed with why.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,5 +184,38 @@ fn a_cluster_with_a_primary_down_at_build_starts_and_joins_it_when_it_comes_up()
         accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
         accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} cluster degraded"));
         ps.shutdown();
+    }
+}
+
+/// Discovery has a bound of its own, and its error names every seed with
+/// why it failed: one that refuses connections, one that accepts and never
+/// answers (a frozen server). It used to take a fixed 10 s and fail with
+/// `Error::Cluster { slot: 0, … }` naming only the last seed's error.
+#[test]
+fn discovery_fails_within_its_bound_naming_every_seed() {
+    for kind in testkit::kinds() {
+        let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let refusing_addr = refusing.local_addr().unwrap();
+        drop(refusing);
+        let mut frozen = Server::start(kind).expect("server");
+        frozen.freeze();
+        let started = std::time::Instant::now();
+        let r = PubSub::builder()
+            .seeds([refusing_addr.to_string(), frozen.addr().to_string()])
+            .connect_timeout(Duration::from_millis(300))
+            .discovery_timeout(Duration::from_millis(1500))
+            .build();
+        let took = started.elapsed();
+        frozen.thaw();
+        match &r {
+            Err(Error::Discovery { after, seeds })
+                if *after == Duration::from_millis(1500)
+                    && seeds.iter().any(|(s, _)| **s == *refusing_addr.to_string())
+                    && seeds.iter().any(|(s, _)| **s == *frozen.addr().to_string()) => {}
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        let text = r.unwrap_err().to_string();
+        assert!(text.contains("discovery_timeout"), "{kind:?}: {text}");
+        assert!(took < Duration::from_secs(5), "{kind:?}: {took:?}");
     }
 }
