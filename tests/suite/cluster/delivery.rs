@@ -175,6 +175,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 .ok(),
             Some(1)
         );
+        ps.shutdown(); // before the next instance counts its clients
         drop(ps);
         // A multiplier of 2: two subscribe connections per master.
         let ps = check_variant(&cluster, &chans, &format!("{kind:?} x2"), |b| {
@@ -187,6 +188,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 "{kind:?} master {i}"
             );
         }
+        ps.shutdown(); // before the next instance counts its clients
         drop(ps);
         // Comparison modes deliver too.
         for mode in [Mode::Classic, Mode::PerPartition] {
@@ -203,6 +205,7 @@ fn connection_count_is_one_per_engine_per_master_and_modes_deliver() {
                 .sum();
             let want = if mode == Mode::Classic { 1 } else { 16 };
             assert_eq!(subs, want, "{kind:?} {mode:?}");
+            ps.shutdown();
             drop(ps);
         }
     }
