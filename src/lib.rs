@@ -203,6 +203,7 @@ mod workers;
 static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();
 
 pub use conn::Protocol;
+pub use engine::resolve::Resolver;
 pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime};
 /// The former name of [`EngineStats`].
 #[deprecated(note = "renamed `EngineStats` (the low-level engine's counters)")]

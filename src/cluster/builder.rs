@@ -1,7 +1,7 @@
 //! The cluster placement: its settings (set on the one
 //! [`PubSubBuilder`]) and how a cluster instance is started.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,8 @@ pub(crate) struct Common {
     pub(crate) require_all: bool,
     /// [`PubSubBuilder::max_message_size`]: `None` reads the servers'.
     pub(crate) max_message: Option<usize>,
+    /// Looks host names up ([`PubSubBuilder::resolver`]).
+    pub(crate) resolver: Arc<dyn crate::Resolver>,
     /// Recoverable prefixes ([`PubSubBuilder::history`]).
     pub(crate) history: crate::history::Rules,
     /// The first invalid [`PubSubBuilder::history`] call, reported by
@@ -127,6 +129,8 @@ pub(crate) struct NodeSettings {
     /// How long a busy subscribe connection stops reading
     /// ([`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
     pub(crate) read_pause: Duration,
+    /// Looks host names up.
+    pub(crate) resolver: Arc<dyn crate::Resolver>,
 }
 
 impl NodeSettings {
@@ -153,6 +157,7 @@ impl NodeSettings {
             tls: common.tls.clone(),
             history: !common.history.is_empty(),
             read_pause: common.delivery_delay,
+            resolver: common.resolver.clone(),
         }
     }
 
@@ -171,7 +176,8 @@ impl NodeSettings {
             .flush_delay(self.flush_delay)
             .connect_timeout(self.connect_timeout)
             .reconnect_backoff(self.backoff.0, self.backoff.1)
-            .tls_option(self.tls.clone());
+            .tls_option(self.tls.clone())
+            .resolver(self.resolver.clone());
         if let Some(r) = &self.runtime {
             b = b.runtime(r);
         }
@@ -272,19 +278,7 @@ pub(crate) fn build(
     }
     let parts = Partitions::new(c.partitions)
         .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
-    let mut seed_addrs = Vec::with_capacity(seeds.len());
-    for s in seeds {
-        let err = |reason: String| Error::Resolve {
-            addr: s.as_str().into(),
-            reason: reason.into(),
-        };
-        let a = s
-            .to_socket_addrs()
-            .map_err(|e| err(e.to_string()))?
-            .next()
-            .ok_or_else(|| err("no address found".into()))?;
-        seed_addrs.push(a);
-    }
+    let seed_addrs = node_addrs(seeds, &*common.resolver)?;
     let handler = common
         .handler
         .clone()
@@ -379,7 +373,7 @@ pub(crate) fn start(
     p: Parts,
     node: NodeSettings,
     common: &Common,
-    servers: Vec<SocketAddr>,
+    servers: Vec<topology::NodeAddr>,
     (runtime, pool): (Runtime, Pool),
     hold: Hold,
     counters: Arc<Counters>,
@@ -405,6 +399,7 @@ pub(crate) fn start(
         ),
         core_stats: Default::default(),
         health: Default::default(),
+        resolver: common.resolver.clone(),
         routes: RwLock::new(Routes::empty()),
         lane_conn: RwLock::new(vec![None; lanes]),
         lane_owners: Arc::new(LaneOwners::new(lanes)),
@@ -459,14 +454,40 @@ pub(crate) fn start(
 }
 
 /// The control core's settings for this instance.
-fn core_config(shared: &Shared, node: &NodeSettings, seeds: Vec<SocketAddr>) -> control::Config {
-    let seeds = seeds
-        .into_iter()
-        .map(|a| topology::NodeAddr {
-            host: a.ip().to_string(),
-            port: a.port(),
+/// Servers or seeds given as `host:port`, as the core names nodes (a
+/// name stays a name: it is looked up again whenever a connection to it
+/// opens); each must resolve now.
+///
+/// # Errors
+///
+/// [`Error::Resolve`] for one that does not.
+pub(crate) fn node_addrs(
+    addrs: &[String],
+    resolver: &dyn crate::Resolver,
+) -> Result<Vec<topology::NodeAddr>, Error> {
+    addrs
+        .iter()
+        .map(|a| {
+            let err = |reason: String| Error::Resolve {
+                addr: a.as_str().into(),
+                reason: reason.into(),
+            };
+            crate::engine::resolve::lookup(resolver, a).map_err(err)?;
+            let (host, port) =
+                crate::engine::resolve::split(a).ok_or_else(|| err("expected host:port".into()))?;
+            Ok(topology::NodeAddr {
+                host: host.to_string(),
+                port,
+            })
         })
-        .collect();
+        .collect()
+}
+
+fn core_config(
+    shared: &Shared,
+    node: &NodeSettings,
+    seeds: Vec<topology::NodeAddr>,
+) -> control::Config {
     let cfg = &shared.config;
     let mut k = control::Config::new(shared.parts.clone(), seeds);
     k.mode = match cfg.mode {

@@ -11,7 +11,7 @@ use topology::NodeKey;
 use crate::cluster::dispatch::SubObserver;
 use crate::cluster::driver::{Driver, SubConn};
 use crate::cluster::shared::{ConnRead, ConnState, Fetched};
-use crate::cluster::topo::resolve;
+use crate::cluster::topo::{resolve, resolve_nth};
 use crate::conn::{ReplyKind, Role, SubscribeKind};
 use crate::error::Error;
 use crate::front::registry::ACTIVE;
@@ -98,7 +98,10 @@ impl Driver {
     /// reports up or down through its observer.
     fn open(&mut self, conn: ConnId, node: &NodeKey) {
         let name = node.addr.to_string();
-        let addr = resolve(&node.addr);
+        // A name is looked up again at every open; after failures, its
+        // next address.
+        let tried = self.s.health.lock().failures_of(&name);
+        let addr = resolve_nth(&*self.s.resolver, &node.addr, tried as usize);
         self.s.health.lock().opened(conn, &name, addr);
         let Some(addr) = addr else {
             let why: Arc<str> = format!("cannot resolve {name}").into();
@@ -271,7 +274,7 @@ impl Driver {
             .core
             .layout()
             .node_of(partition)
-            .and_then(|k| resolve(&k.addr));
+            .and_then(|k| resolve(&*s.resolver, &k.addr));
         let workers = s.queues.len().max(1);
         let mut per_worker = vec![ChannelList::default(); workers];
         for name in &channels {
@@ -339,7 +342,7 @@ impl Driver {
         node: &topology::NodeAddr,
         command: Option<topology::TopologyCommand>,
     ) {
-        let Some(addr) = resolve(node) else {
+        let Some(addr) = resolve(&*self.s.resolver, node) else {
             self.fetch_failed(id, FetchError::Unreachable);
             return;
         };
@@ -454,7 +457,7 @@ impl Driver {
 
     /// A `GET` of a key in `slot` on `node`, to learn the slot's owner.
     fn probe(&mut self, id: u64, slot: u16, node: &topology::NodeAddr) {
-        let engine = resolve(node).and_then(|a| self.publish_engine(a).ok());
+        let engine = resolve(&*self.s.resolver, node).and_then(|a| self.publish_engine(a).ok());
         let Some(engine) = engine else {
             self.s
                 .post(|inbox| inbox.probed.push((id, ProbeReply::Failed)));

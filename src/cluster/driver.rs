@@ -445,7 +445,7 @@ impl Driver {
                         format!("redirect without a usable address: {message}"),
                     );
                 };
-                let Some(to) = crate::cluster::topo::resolve(&node) else {
+                let Some(to) = crate::cluster::topo::resolve(&*self.s.resolver, &node) else {
                     return msg.fail(
                         &self.s,
                         format!("redirect without a usable address: {message}"),

@@ -86,6 +86,11 @@ impl Health {
         self.of_conn.insert(conn, s.name.clone());
     }
 
+    /// How many connections to `server` ended or failed to open.
+    pub(crate) fn failures_of(&self, server: &str) -> u64 {
+        self.servers.get(server).map_or(0, |s| s.failures)
+    }
+
     /// `conn` finished its handshake.
     pub(crate) fn up(&mut self, conn: ConnId) -> Option<Edge> {
         let s = self.server_of(conn)?;

@@ -121,7 +121,7 @@ fn wait_for_engine(
     to: &topology::NodeAddr,
     window: Duration,
 ) -> Option<Arc<Engine>> {
-    let want = crate::cluster::topo::resolve(to)?;
+    let want = crate::cluster::topo::resolve(&*shared.resolver, to)?;
     let deadline = Deadline::after(window);
     loop {
         let found = shared

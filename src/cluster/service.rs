@@ -43,7 +43,7 @@ impl Driver {
             .nodes()
             .iter()
             .filter_map(|n| {
-                let node = resolve(&n.key.addr)?;
+                let node = resolve(&*self.s.resolver, &n.key.addr)?;
                 let conn = self.core.node_conn(&n.key, 0);
                 let sub = conn.and_then(|c| self.subs.get(&c));
                 Some(ServiceNode {
@@ -54,7 +54,8 @@ impl Driver {
                 })
             })
             .collect();
-        let at = |n: &topology::Node| n.addr.as_ref().and_then(resolve);
+        let r = &*self.s.resolver;
+        let at = |n: &topology::Node| n.addr.as_ref().and_then(|a| resolve(r, a));
         let round = self
             .services
             .handle_round(self.core.map(), at, &nodes, map_changed);

@@ -209,6 +209,8 @@ pub(crate) struct Shared {
     pub(crate) heads: Vec<Box<[u8]>>,
     /// The control core's counters, as of its last round.
     pub(crate) core_stats: parking_lot::Mutex<control::Stats>,
+    /// Looks host names up (servers, seeds and nodes named by host).
+    pub(crate) resolver: Arc<dyn crate::Resolver>,
     /// Each server's subscribe connections (the control thread writes).
     pub(crate) health: parking_lot::Mutex<crate::cluster::health::Health>,
     pub(crate) routes: RwLock<Routes>,

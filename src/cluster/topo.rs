@@ -4,7 +4,7 @@
 //! after every round the shared state (which connection carries each
 //! lane, the core's counters) is brought in line with the core.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -35,9 +35,20 @@ impl PartialEq for Route {
     }
 }
 
-/// A node address as a socket address.
-pub(crate) fn resolve(addr: &NodeAddr) -> Option<SocketAddr> {
-    addr.to_string().to_socket_addrs().ok()?.next()
+/// A node address as a socket address (its first, when a name has
+/// several), looked up with `resolver`.
+pub(crate) fn resolve(resolver: &dyn crate::Resolver, addr: &NodeAddr) -> Option<SocketAddr> {
+    resolve_nth(resolver, addr, 0)
+}
+
+/// A node address's `n`-th address (wrapping), looked up with `resolver`.
+pub(crate) fn resolve_nth(
+    resolver: &dyn crate::Resolver,
+    addr: &NodeAddr,
+    n: usize,
+) -> Option<SocketAddr> {
+    let all = crate::engine::resolve::lookup(resolver, &addr.to_string()).ok()?;
+    all.get(n % all.len().max(1)).copied()
 }
 
 impl Driver {
@@ -192,7 +203,12 @@ impl Driver {
         let owners: std::collections::BTreeSet<SocketAddr> = map
             .shards()
             .iter()
-            .filter_map(|sh| sh.primary.addr.as_ref().and_then(resolve))
+            .filter_map(|sh| {
+                sh.primary
+                    .addr
+                    .as_ref()
+                    .and_then(|a| resolve(&*self.s.resolver, a))
+            })
             .collect();
         let gone: Vec<SocketAddr> = self
             .publ
@@ -226,7 +242,12 @@ impl Driver {
         let addrs: Vec<SocketAddr> = map
             .shards()
             .iter()
-            .filter_map(|sh| sh.primary.addr.as_ref().and_then(resolve))
+            .filter_map(|sh| {
+                sh.primary
+                    .addr
+                    .as_ref()
+                    .and_then(|a| resolve(&*self.s.resolver, a))
+            })
             .collect();
         for a in addrs {
             if let Err(e) = self.publish_engine(a) {
@@ -238,9 +259,9 @@ impl Driver {
     /// Publish routes from the slot map; partitions' slots whose route
     /// moved are gated.
     fn set_routes(&mut self, map: &SlotMap) {
-        let publ = &self.publ;
+        let (publ, r) = (&self.publ, &*self.s.resolver);
         let reachable = |sh: &topology::Shard| {
-            let addr = sh.primary.addr.as_ref().and_then(resolve)?;
+            let addr = sh.primary.addr.as_ref().and_then(|a| resolve(r, a))?;
             let engine = publ.get(&addr)?.clone();
             Some(Route { addr, engine })
         };
@@ -293,6 +314,7 @@ pub(crate) fn parse_map(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::resolve::System;
 
     #[test]
     fn resolves_announced_addresses() {
@@ -300,17 +322,20 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 7000,
         };
-        assert_eq!(resolve(&v4), Some("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(
+            resolve(&System, &v4),
+            Some("127.0.0.1:7000".parse().unwrap())
+        );
         let v6 = NodeAddr {
             host: "::1".into(),
             port: 7001,
         };
-        assert_eq!(resolve(&v6), Some("[::1]:7001".parse().unwrap()));
+        assert_eq!(resolve(&System, &v6), Some("[::1]:7001".parse().unwrap()));
         let bad = NodeAddr {
             host: "not a host name".into(),
             port: 1,
         };
-        assert_eq!(resolve(&bad), None);
+        assert_eq!(resolve(&System, &bad), None);
     }
 
     #[test]

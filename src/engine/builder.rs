@@ -1,11 +1,11 @@
 //! [`Builder`]: engine settings, validated and connected by [`Builder::build`].
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::{ConnConfig, Protocol, Role};
 use crate::engine::kept::AnySink;
+use crate::engine::resolve::{self, Resolver};
 use crate::engine::shared::EngineCounters;
 use crate::engine::{default_threads, Engine, Runtime, Settings};
 use crate::error::Error;
@@ -35,6 +35,7 @@ pub struct Builder {
     load_scripts: Vec<&'static str>,
     protocol: Protocol,
     observer: Option<Arc<dyn Observer>>,
+    resolver: Option<Arc<dyn Resolver>>,
     seed: Option<u64>,
     limits: resp::Limits,
     role: Role,
@@ -71,6 +72,7 @@ impl Default for Builder {
             load_scripts: Vec::new(),
             protocol: Protocol::Resp3,
             observer: None,
+            resolver: None,
             seed: None,
             limits: resp::Limits::default(),
             role: Role::Command,
@@ -259,6 +261,14 @@ impl Builder {
         self
     }
 
+    /// Looks host names up (default: the system's resolver). A server
+    /// given by name is looked up at build and again before every
+    /// reconnect, its addresses tried in turn (see [`Resolver`]).
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
     /// Receives pushes and connection changes.
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = Some(observer);
@@ -399,9 +409,21 @@ impl Builder {
             Ok(t) => t,
             Err(e) => return config(&e),
         };
+        let resolver = self.resolver.unwrap_or_else(resolve::system);
         let mut addrs = Vec::with_capacity(self.addrs.len());
         for (a, tls) in self.addrs.iter().zip(tls) {
-            addrs.push((resolve(a)?, tls));
+            let first = resolve::lookup(&*resolver, a)
+                .map_err(|reason| Error::Resolve {
+                    addr: a.as_str().into(),
+                    reason: reason.into(),
+                })?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Resolve {
+                    addr: a.as_str().into(),
+                    reason: "no address found".into(),
+                })?;
+            addrs.push((first, tls, resolve::Named::of(a, &resolver)));
         }
         let total = addrs.len() * self.connections_per_server;
         let seed = self.seed.unwrap_or_else(crate::engine::clock::seed);
@@ -453,13 +475,4 @@ impl Builder {
             wait,
         )
     }
-}
-
-fn resolve(addr: &str) -> Result<SocketAddr, Error> {
-    let err = |reason: String| Error::Resolve {
-        addr: addr.into(),
-        reason: reason.into(),
-    };
-    let mut it = addr.to_socket_addrs().map_err(|e| err(e.to_string()))?;
-    it.next().ok_or_else(|| err("no address found".to_string()))
 }

@@ -15,6 +15,7 @@ use crate::engine::backoff::Reconnect;
 use crate::engine::kept::{Kept, StagedKept};
 use crate::engine::lend::{LendPoll, Lent, RELEND};
 use crate::engine::pending::{Completion, Later, Slot};
+use crate::engine::resolve::Next;
 use crate::engine::shared::{ConnShared, EngineCounters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::Settings;
 use crate::error::Error;
@@ -82,6 +83,9 @@ pub(crate) struct ConnDriver {
     /// Not reading until then (the socket is deregistered): the last turn
     /// was busy (see [`Settings::read_pause`]).
     paused_until: Option<Instant>,
+    /// A connection ended: the next connect is a reconnect (a server given
+    /// by name is looked up again first).
+    reconnecting: bool,
 }
 
 /// A read turn of at least this many bytes makes a connection busy (see
@@ -126,6 +130,7 @@ impl ConnDriver {
             deferring: false,
             later: Vec::new(),
             paused_until: None,
+            reconnecting: false,
         }
     }
 
@@ -184,7 +189,7 @@ impl ConnDriver {
             match LendPoll::new(lend) {
                 Ok(p) => self.lend_poll = Some(p),
                 Err(e) => {
-                    log::debug!("no lend of {}: {e}", self.shared.info.addr);
+                    log::debug!("no lend of {}: {e}", self.shared.addr());
                     lend.wanted.store(false, Ordering::Relaxed);
                     return;
                 }
@@ -194,7 +199,7 @@ impl ConnDriver {
             return;
         };
         if let Err(e) = poll.watch(socket) {
-            log::debug!("no lend of {}: {e}", self.shared.info.addr);
+            log::debug!("no lend of {}: {e}", self.shared.addr());
             self.lend_poll = Some(poll);
             return;
         }
@@ -203,7 +208,7 @@ impl ConnDriver {
         // the replies are the caller's to read, and the thread looks again
         // when it takes the lend back.
         if let Err(e) = registry.deregister(socket.tcp_mut()) {
-            log::debug!("no lend of {}: {e}", self.shared.info.addr);
+            log::debug!("no lend of {}: {e}", self.shared.addr());
             poll.unwatch(socket);
             self.lend_poll = Some(poll);
             return;
@@ -327,7 +332,7 @@ impl ConnDriver {
     }
 
     fn addr(&self) -> std::net::SocketAddr {
-        self.shared.info.addr
+        self.shared.addr()
     }
 
     fn counters(&self) -> &EngineCounters {
@@ -393,6 +398,27 @@ impl ConnDriver {
     }
 
     fn start_connect(&mut self, registry: &Registry, now: Instant) {
+        if self.reconnecting {
+            if let Some(named) = &self.shared.named {
+                // A server given by name: looked up again (off this
+                // thread), its addresses taken in turn.
+                let attempt = self.backoff.attempts().max(1);
+                match named.next(attempt, self.addr()) {
+                    Next::Wait => {
+                        self.phase = Phase::Backoff {
+                            until: now + LOOKUP_POLL,
+                        };
+                        return;
+                    }
+                    Next::Connect(addr) => {
+                        if addr != self.addr() {
+                            log::info!("{} now resolves to {addr}", self.addr());
+                        }
+                        *self.shared.current.lock() = addr;
+                    }
+                }
+            }
+        }
         let addr = self.addr();
         let socket = match TcpStream::connect(addr) {
             Ok(s) => s,
@@ -522,7 +548,7 @@ impl ConnDriver {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     if let Some(reason) = socket.take_tls_error() {
-                        let addr = self.shared.info.addr;
+                        let addr = self.shared.addr();
                         let err = Error::Tls {
                             addr,
                             reason: reason.into(),
@@ -557,7 +583,7 @@ impl ConnDriver {
         }
         match registry.deregister(socket.tcp_mut()) {
             Ok(()) => self.paused_until = Some(now + pause),
-            Err(e) => log::debug!("no read pause for {}: {e}", self.shared.info.addr),
+            Err(e) => log::debug!("no read pause for {}: {e}", self.shared.addr()),
         }
     }
 
@@ -911,9 +937,13 @@ impl ConnDriver {
                 self.backoff.attempts()
             );
             self.phase = Phase::Backoff { until: now + delay };
+            self.reconnecting = true;
         }
     }
 }
+
+/// How often a connection waiting for a lookup looks whether it is done.
+const LOOKUP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
 fn connect_error(addr: std::net::SocketAddr, e: &io::Error) -> Error {
     Error::Connect {
@@ -956,7 +986,7 @@ pub(crate) fn dispatch(
     kept: &mut Kept,
     mut later: Option<&mut Vec<Later>>,
 ) -> Option<Error> {
-    let addr = shared.info.addr;
+    let addr = shared.addr();
     let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut closed = None;
     // Pushes passed to the observer since its last `on_pushes_done`.

@@ -14,6 +14,7 @@ mod lend_async_tests;
 #[cfg(test)]
 mod lend_tests;
 mod pending;
+pub(crate) mod resolve;
 mod runtime;
 mod shared;
 #[cfg(test)]
@@ -144,6 +145,14 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A server as an engine starts it: its address now, its TLS target, and
+/// its name when it was given by name (looked up again before reconnects).
+pub(crate) type Target = (
+    SocketAddr,
+    Option<Arc<TlsTarget>>,
+    Option<Arc<resolve::Named>>,
+);
+
 impl Engine {
     /// Settings for a new engine.
     pub fn builder() -> Builder {
@@ -152,7 +161,7 @@ impl Engine {
 
     fn start(
         settings: Arc<Settings>,
-        addrs: &[(SocketAddr, Option<Arc<TlsTarget>>)],
+        addrs: &[Target],
         per_server: usize,
         runtime: (Runtime, bool),
         seed: u64,
@@ -166,7 +175,7 @@ impl Engine {
         let mut initial = Vec::new();
         // Each connection's jitter from its own seed, drawn from the engine's.
         let mut seeds = control::Rng::new(seed);
-        for (server, (addr, tls)) in addrs.iter().enumerate() {
+        for (server, (addr, tls, named)) in addrs.iter().enumerate() {
             let addr = *addr;
             let mut conns = Vec::with_capacity(per_server);
             for index in 0..per_server {
@@ -190,6 +199,8 @@ impl Engine {
                         index,
                         role: settings.conn.role,
                     },
+                    current: parking_lot::Mutex::new(addr),
+                    named: named.clone(),
                     lend: lend::Lend::default(),
                     staging: Mutex::new(Staging::default()),
                     state: AtomicU8::new(CONNECTING),

@@ -47,7 +47,13 @@ pub(crate) struct Staging {
 
 /// One connection, as submitters see it.
 pub(crate) struct ConnShared {
+    /// Which connection; `info.addr` is the address at build.
     pub(crate) info: ConnInfo,
+    /// The address connected to now (a server given by name may move).
+    pub(crate) current: parking_lot::Mutex<std::net::SocketAddr>,
+    /// The server's name, looked up again before every reconnect (`None`
+    /// for an address given as an IP).
+    pub(crate) named: Option<Arc<crate::engine::resolve::Named>>,
     /// The connection while its I/O thread lends it to a sequential
     /// caller (see `lend.rs`).
     pub(crate) lend: Lend,
@@ -70,6 +76,11 @@ pub(crate) struct ConnShared {
 }
 
 impl ConnShared {
+    /// The address connected to now.
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+        *self.current.lock()
+    }
+
     /// Encodes a command into the staging area. On a connection that cannot
     /// take it, gives the completion back with the reason.
     pub(crate) fn submit<F>(
@@ -123,7 +134,7 @@ impl ConnShared {
                     return Err((
                         state,
                         Error::Backpressure {
-                            addr: self.info.addr,
+                            addr: self.addr(),
                             waited,
                         },
                     ));
@@ -144,9 +155,7 @@ impl ConnShared {
     /// Whether the connection takes submissions (call under the staging lock).
     fn check_state(&self) -> Result<(), Error> {
         match self.state.load(Ordering::Acquire) {
-            DOWN => Err(Error::NotConnected {
-                addr: self.info.addr,
-            }),
+            DOWN => Err(Error::NotConnected { addr: self.addr() }),
             CLOSED => Err(Error::Shutdown),
             STOPPED => Err(Error::RuntimeStopped),
             _ => Ok(()),

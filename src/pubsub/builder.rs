@@ -120,6 +120,7 @@ impl Default for PubSubBuilder {
                 envelope: false,
                 require_all: false,
                 max_message: None,
+                resolver: crate::engine::resolve::system(),
                 history: crate::history::Rules::default(),
                 history_error: None,
                 tls: None,
@@ -332,6 +333,16 @@ impl PubSubBuilder {
     /// counts the subscribe connections up).
     pub fn require_all_servers(mut self, on: bool) -> Self {
         self.common.require_all = on;
+        self
+    }
+
+    /// Looks host names up (default: the system's resolver). A server, seed
+    /// or node given by name is looked up at build and again whenever a
+    /// connection to it opens (every reconnect), its addresses tried in
+    /// turn, so a server whose address changes behind its name (a
+    /// restarted container or pod) is followed. See [`crate::Resolver`].
+    pub fn resolver(mut self, resolver: Arc<dyn crate::Resolver>) -> Self {
+        self.common.resolver = resolver;
         self
     }
 
@@ -635,7 +646,8 @@ fn engine(
         .protocol(common.protocol)
         .connect_timeout(common.connect_timeout.unwrap_or(Duration::from_secs(2)))
         .reconnect_backoff(backoff.0, backoff.1)
-        .tls_option(common.tls.clone());
+        .tls_option(common.tls.clone())
+        .resolver(common.resolver.clone());
     if let Some(p) = &common.password {
         b = b.password(p);
     }
@@ -676,7 +688,7 @@ fn build_fixed(
         .unwrap_or_else(crate::workers::handler::publish_only);
     let workers = common.workers();
     let per_server = common.subscribe_connections.unwrap_or(1);
-    let servers = resolve_all(addrs)?;
+    let servers = cluster::builder::node_addrs(addrs, &*common.resolver)?;
     let counters = Arc::new(Counters::default());
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
@@ -828,23 +840,6 @@ fn cluster_limit(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Option<M
     let (a, b) = (ask("client-output-buffer-limit"), ask("proto-max-bulk-len"));
     let (a, b) = (a.wait_timeout(bound), b.wait_timeout(bound));
     limits::from_config("the cluster", a.as_ref().ok(), b.as_ref().ok())
-}
-
-/// Every address resolved (the first address of each).
-fn resolve_all(addrs: &[String]) -> Result<Vec<std::net::SocketAddr>, Error> {
-    addrs
-        .iter()
-        .map(|a| {
-            let err = |reason: String| Error::Resolve {
-                addr: a.as_str().into(),
-                reason: reason.into(),
-            };
-            std::net::ToSocketAddrs::to_socket_addrs(a)
-                .map_err(|e| err(e.to_string()))?
-                .next()
-                .ok_or_else(|| err("no address found".into()))
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ mod command;
 mod delivery;
 mod faults;
 mod gap_events;
+mod names;
 mod placement;
 mod start_degraded;
 mod unsubscribe;
