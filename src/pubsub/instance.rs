@@ -158,6 +158,31 @@ impl PubSub {
         front::wait_inactive(self.subscriber(), channels, timeout)
     }
 
+    /// The awaitable form of [`PubSub::wait_inactive`]: ready once the
+    /// servers have stopped sending `channels`. The wait runs on a helper
+    /// thread (it ends at the latest when the instance shuts down); it has
+    /// no deadline: wrap it in the executor's timeout. Never blocks.
+    ///
+    /// # Errors
+    ///
+    /// Through the handle: as [`PubSub::wait_inactive`], less
+    /// [`Error::WaitTimeout`].
+    pub fn inactive(&self, channels: impl Channels) -> Pending<()> {
+        let names: Vec<Vec<u8>> = channels
+            .into_channels()
+            .map(|c| c.as_ref().to_vec())
+            .collect();
+        let placed = self.placed.clone();
+        awaiting::off_thread("wait", move || {
+            let sub = match &*placed {
+                Placed::Fixed(p) => &p.sub,
+                Placed::Cluster(p) => p,
+            };
+            // Until the fence completes or the instance shuts down.
+            front::wait_inactive(sub, &names, Duration::from_secs(365 * 24 * 3600))
+        })
+    }
+
     /// Whether the server has confirmed the channel's subscription on a
     /// connection that is still up.
     pub fn is_active(&self, channel: &[u8]) -> bool {

@@ -163,6 +163,23 @@ fn publish_and_receive(builder: PubSubBuilder, what: &str) {
     assert_eq!(report.counts.lost_signalled, 0, "{what}: {report}");
     assert_eq!(got, total, "{what}");
     rt.block_on(async {
+        // The other awaitable calls, on this placement: a wait for
+        // unsubscribes, and commands.
+        let half = &chans[..32];
+        ps.unsubscribe(half).unwrap();
+        within(BOUND, what, ps.inactive(half))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(half.iter().all(|c| !ps.is_active(c)), "{what}");
+        let set = ps.command_pending("async:key", ["SET", "async:key", "v"]);
+        within(BOUND, what, set)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let get = ps.command_pending("async:key", ["GET", "async:key"]);
+        let v = within(BOUND, what, get).await.unwrap();
+        assert_eq!(v.as_str(), Some("v"), "{what}");
+    });
+    rt.block_on(async {
         let done = within(BOUND, what, ps.shutdown_pending()).await;
         done.expect("shutdown");
         // Nothing more was queued; the handler is gone with the workers.
