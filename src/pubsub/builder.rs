@@ -54,6 +54,8 @@ pub struct PubSubBuilder {
     pub(crate) urls: UrlSettings,
     /// [`PubSubBuilder::on_message`] and [`PubSubBuilder::on_event`].
     pub(crate) closures: Closures,
+    /// [`PubSubBuilder::receiver_for`]: prefixes and their receivers.
+    pub(crate) routes: Vec<(Vec<u8>, crate::pubsub::ReceiverHandler)>,
 }
 
 type MessageFn = Box<dyn Fn(&[u8], &[u8]) + Send + Sync>;
@@ -133,6 +135,7 @@ impl Default for PubSubBuilder {
             cluster_only: Vec::new(),
             urls: UrlSettings::default(),
             closures: Closures::default(),
+            routes: Vec::new(),
         }
     }
 }
@@ -432,6 +435,41 @@ impl PubSubBuilder {
         (self.handler(handler), rx)
     }
 
+    /// A [`Receiver`](crate::pubsub::Receiver) of its own, with a queue of
+    /// `capacity` messages, for the channels that start with `prefix`:
+    /// their messages and events go there (the longest matching prefix
+    /// wins), the other channels' to the instance's handler or
+    /// [`receiver`](PubSubBuilder::receiver) (or nowhere, without one).
+    /// Each receiver has its own bound and the same rule: a full one drops
+    /// the message and names its channel in a
+    /// [`Delivery::Dropped`](crate::pubsub::Delivery::Dropped) before that
+    /// channel's next message. [`Event::Disconnected`] and
+    /// [`Event::Connected`] reach every receiver; a gap or worker-queue
+    /// drop event is split by channel (each part of a drop event carries
+    /// the batch's total count). An empty prefix takes every channel no
+    /// longer prefix matches.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), shardsub::Error> {
+    /// let (builder, mut rooms) = shardsub::PubSub::builder()
+    ///     .address("127.0.0.1:6379")
+    ///     .receiver_for("room:", 10_000);
+    /// let (builder, mut alerts) = builder.receiver_for("alert:", 100);
+    /// let ps = builder.build_pending().await?;
+    /// ps.subscribe(["room:1", "alert:disk"])?;
+    /// # let _ = (rooms.recv(), alerts.recv());
+    /// # Ok(()) }
+    /// ```
+    pub fn receiver_for(
+        mut self,
+        prefix: impl AsRef<[u8]>,
+        capacity: usize,
+    ) -> (Self, crate::pubsub::Receiver) {
+        let (handler, rx) = crate::pubsub::receiver(capacity);
+        self.routes.push((prefix.as_ref().to_vec(), handler));
+        (self, rx)
+    }
+
     /// The handler, already shared.
     pub fn handler_arc(mut self, handler: Arc<dyn Handler>) -> Self {
         self.common.handler = Some(handler);
@@ -567,6 +605,12 @@ impl PubSubBuilder {
                 return config("on_event needs on_message (or a handler)".into())
             }
             (Some(_), _, None) => self.common.handler = Some(Arc::new(closures)),
+        }
+        let routes = std::mem::take(&mut self.routes);
+        if !routes.is_empty() {
+            let rest = self.common.handler.take();
+            let router = crate::pubsub::router::Router::new(routes, rest);
+            self.common.handler = Some(Arc::new(router));
         }
         let c = &self.common;
         if c.queue_capacity == 0 || c.batch_size == 0 || c.workers == Some(0) {

@@ -62,6 +62,7 @@ mod instance;
 pub(crate) mod limits;
 mod receiver;
 mod replica_opts;
+mod router;
 
 pub use crate::workers::{handler_fn, ChannelList, Event, FnHandler, Handler};
 pub use awaiting::Active;

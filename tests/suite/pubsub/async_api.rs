@@ -366,3 +366,77 @@ fn a_refused_channel_fails_its_active_future_and_reaches_the_receiver() {
         ps.shutdown();
     }
 }
+
+/// Three receivers, each with its own bound: one per prefix
+/// (`receiver_for`) and the instance's for the rest. The small one drops
+/// and signals each loss in order (through the checker); the others get
+/// every message of their channels and nothing of the others'.
+#[test]
+fn receivers_by_prefix_keep_their_own_bounds() {
+    for kind in kinds() {
+        let what = format!("{kind:?}");
+        let server = Server::start(kind).unwrap();
+        let sets = [
+            channels("small", 2),
+            channels("big", 2),
+            channels("rest", 2),
+        ];
+        let ledgers: Vec<Arc<Ledger>> = sets.iter().map(|c| Arc::new(Ledger::new(c))).collect();
+        let taps: Vec<Arc<Tap>> = ledgers.iter().map(|l| l.tap("rx")).collect();
+        // One worker: each receiver sees the server's order.
+        let (b, small) = PubSub::builder()
+            .address(server.addr().to_string())
+            .workers(1)
+            .queue_capacity(1 << 16)
+            .receiver_for("small:", 4);
+        let (b, big) = b.receiver_for("big:", 1000);
+        let (b, rest) = b.receiver(1000);
+        let mut rxs = [small, big, rest];
+        let ps = b.build().unwrap();
+        let all: Vec<&Vec<u8>> = sets.iter().flatten().collect();
+        ps.subscribe(&all).unwrap();
+        ps.wait_active(&all, BOUND).unwrap();
+        let mut delivered = 0;
+        let mut publish = |n: usize| {
+            let mut payload = Vec::with_capacity(PAYLOAD_LEN);
+            for ledger in &ledgers {
+                for c in 0..ledger.names().len() {
+                    for _ in 0..n {
+                        let stamp = ledger.stamp(c, &mut payload, PAYLOAD_LEN);
+                        let r = ps.publish_wait(ledger.name(c), &payload, BOUND);
+                        accounted::record(ledger, stamp, &r.map(drop), false);
+                    }
+                }
+            }
+            delivered += (n * all.len()) as u64;
+            testkit::wait_for("handler calls", BOUND, || {
+                Ok((ps.metrics().delivered >= delivered).then_some(()))
+            })
+            .unwrap();
+        };
+        let mut drain = |rxs: &mut [Receiver; 3]| {
+            for ((rx, ledger), tap) in rxs.iter_mut().zip(&ledgers).zip(&taps) {
+                while let Some(d) = rx.try_recv() {
+                    account(ledger, tap, &d);
+                }
+            }
+        };
+        publish(20);
+        assert_eq!(rxs[0].dropped(), 36, "{what}: 4 of 40 fit");
+        assert_eq!((rxs[1].dropped(), rxs[2].dropped()), (0, 0), "{what}");
+        drain(&mut rxs);
+        // The last message of each channel, with room for it: what the
+        // checker wants after a drop.
+        publish(1);
+        drain(&mut rxs);
+        let counts: Vec<(u64, u64)> = ledgers
+            .iter()
+            .map(|l| {
+                let r = accounted::settle_and_check(l, BOUND, &what);
+                (r.counts.delivered, r.counts.lost_signalled)
+            })
+            .collect();
+        assert_eq!(counts, [(6, 36), (42, 0), (42, 0)], "{what}");
+        ps.shutdown();
+    }
+}
