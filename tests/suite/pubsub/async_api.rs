@@ -414,7 +414,7 @@ fn receivers_by_prefix_keep_their_own_bounds() {
             })
             .unwrap();
         };
-        let mut drain = |rxs: &mut [Receiver; 3]| {
+        let drain = |rxs: &mut [Receiver; 3]| {
             for ((rx, ledger), tap) in rxs.iter_mut().zip(&ledgers).zip(&taps) {
                 while let Some(d) = rx.try_recv() {
                     account(ledger, tap, &d);
