@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc, Mutex};
 
-use shardsub::display::{format_push, format_reply};
+use resp::display::{format_push, format_reply};
 use shardsub::{ConnInfo, Engine, Error, Observer, Protocol};
 
 /// What the connection received, formatted, in arrival order: pushes come

@@ -4,7 +4,7 @@
 //! connections to one or more servers, a write path that coalesces many commands into one
 //! `write`, and replies matched to requests in order. Parsing lives in
 //! [`resp`], hashing and partitions in [`shardcore`]; the connection
-//! protocol itself is the sans-IO state machine in [`conn`].
+//! protocol itself is the sans-IO state machine in `src/conn` (internal).
 //!
 //! # Pub/Sub: one type, three placements
 //!
@@ -180,8 +180,11 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod conn;
-pub mod display;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod conn;
 mod engine;
 mod error;
 mod front;
@@ -202,12 +205,9 @@ mod workers;
 #[global_allocator]
 static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();
 
-pub use conn::Protocol;
+pub use conn::{ConnError, Protocol, Role};
 pub use engine::resolve::Resolver;
 pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime};
-/// The former name of [`EngineStats`].
-#[deprecated(note = "renamed `EngineStats` (the low-level engine's counters)")]
-pub type Stats = EngineStats;
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics, ServerHealth};
 pub use observer::{ConnInfo, Observer};

@@ -106,6 +106,7 @@ extern crate alloc;
 extern crate std;
 
 mod decoder;
+pub mod display;
 mod encode;
 mod error;
 mod flat;

@@ -49,10 +49,10 @@ impl Driver {
                 if self.core.is_retrying(conn) {
                     // It stopped answering: a failure, reopened later.
                     let why = "stopped answering (a reply or a liveness PING timed out)";
-                    let edge = self.s.health.lock().failed(conn, why.into());
+                    let edge = self.s.health.lock().failed(self.now(), conn, why.into());
                     self.tell_health(edge);
                 } else {
-                    self.s.health.lock().closed(conn);
+                    self.s.health.lock().closed(self.now(), conn);
                 }
             }
             Command::Ping { conn } => self.ping(conn),
@@ -102,7 +102,7 @@ impl Driver {
         // next address.
         let tried = self.s.health.lock().failures_of(&name);
         let addr = resolve_nth(&*self.s.resolver, &node.addr, tried as usize);
-        self.s.health.lock().opened(conn, &name, addr);
+        self.s.health.lock().opened(self.now(), conn, &name, addr);
         let Some(addr) = addr else {
             let why: Arc<str> = format!("cannot resolve {name}").into();
             self.s.post(|inbox| inbox.downs.push((conn, why)));

@@ -285,7 +285,7 @@ impl Driver {
             return; // closed meanwhile
         };
         c.state.ready.store(true, Ordering::Release);
-        let edge = self.s.health.lock().up(conn);
+        let edge = self.s.health.lock().up(self.now(), conn);
         self.tell_health(edge);
         self.services_due = true;
         self.input(|core, now| core.handle_conn_up(now, conn));
@@ -299,7 +299,7 @@ impl Driver {
             self.retire(c);
         }
         // Told before the core hears it: before any gap it causes.
-        let edge = self.s.health.lock().failed(conn, why);
+        let edge = self.s.health.lock().failed(self.now(), conn, why);
         self.tell_health(edge);
         self.input(|core, now| core.handle_conn_down(now, conn));
     }

@@ -12,9 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
-use control::ConnId;
+use control::{ConnId, Time};
 
 use crate::metrics::ServerHealth;
 
@@ -47,7 +46,7 @@ struct Server {
     seen_up: bool,
     failures: u64,
     last_error: Option<Arc<str>>,
-    since: Instant,
+    since: Time,
 }
 
 /// Every server's subscribe connections, by the address the core names
@@ -61,7 +60,13 @@ pub(crate) struct Health {
 impl Health {
     /// `conn` is being opened to `server` (resolved to `addr`, when it
     /// resolved).
-    pub(crate) fn opened(&mut self, conn: ConnId, server: &str, addr: Option<SocketAddr>) {
+    pub(crate) fn opened(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        server: &str,
+        addr: Option<SocketAddr>,
+    ) {
         let s = match self.servers.get_mut(server) {
             Some(s) => s,
             None => {
@@ -75,7 +80,7 @@ impl Health {
                     seen_up: false,
                     failures: 0,
                     last_error: None,
-                    since: Instant::now(),
+                    since: now,
                 })
             }
         };
@@ -92,13 +97,13 @@ impl Health {
     }
 
     /// `conn` finished its handshake.
-    pub(crate) fn up(&mut self, conn: ConnId) -> Option<Edge> {
+    pub(crate) fn up(&mut self, now: Time, conn: ConnId) -> Option<Edge> {
         let s = self.server_of(conn)?;
         s.up.insert(conn);
         s.seen_up = true;
         if s.lost && s.up.len() == s.conns.len() {
             s.lost = false;
-            s.since = Instant::now();
+            s.since = now;
             return Some(Edge::Restored {
                 server: s.name.clone(),
                 addr: s.addr,
@@ -109,7 +114,7 @@ impl Health {
 
     /// `conn` ended or could not be opened, because of `error`; the core
     /// opens another in its place.
-    pub(crate) fn failed(&mut self, conn: ConnId, error: Arc<str>) -> Option<Edge> {
+    pub(crate) fn failed(&mut self, now: Time, conn: ConnId, error: Arc<str>) -> Option<Edge> {
         let name = self.of_conn.remove(&conn)?;
         let s = self.servers.get_mut(&name)?;
         s.conns.remove(&conn);
@@ -120,7 +125,7 @@ impl Health {
             return None;
         }
         s.lost = true;
-        s.since = Instant::now();
+        s.since = now;
         Some(Edge::Lost {
             server: s.name.clone(),
             addr: s.addr,
@@ -131,7 +136,7 @@ impl Health {
 
     /// `conn` was closed for good (its node left the map, its partition
     /// moved). A server left with no connection and not lost is forgotten.
-    pub(crate) fn closed(&mut self, conn: ConnId) {
+    pub(crate) fn closed(&mut self, now: Time, conn: ConnId) {
         let Some(name) = self.of_conn.remove(&conn) else {
             return;
         };
@@ -146,7 +151,7 @@ impl Health {
             // Its lost connection's replacement is gone too: what is left
             // is up.
             s.lost = false;
-            s.since = Instant::now();
+            s.since = now;
         }
     }
 
@@ -168,8 +173,7 @@ impl Health {
     }
 
     /// A snapshot, by server address.
-    pub(crate) fn snapshot(&self) -> Vec<ServerHealth> {
-        let now = Instant::now();
+    pub(crate) fn snapshot(&self, now: Time) -> Vec<ServerHealth> {
         self.servers
             .values()
             .map(|s| ServerHealth {
@@ -180,7 +184,7 @@ impl Health {
                 subscribe_connections_up: s.up.len(),
                 failures: s.failures,
                 last_error: s.last_error.as_deref().map(str::to_string),
-                since: now.saturating_duration_since(s.since),
+                since: now.since(s.since),
             })
             .collect()
     }
@@ -189,6 +193,8 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const T: Time = Time::ZERO;
 
     fn lost(server: &str, error: &str, first: bool) -> Option<Edge> {
         Some(Edge::Lost {
@@ -202,26 +208,26 @@ mod tests {
     #[test]
     fn one_lost_and_one_restored_per_incident() {
         let mut h = Health::default();
-        h.opened(ConnId(1), "a:1", None);
-        h.opened(ConnId(2), "a:1", None);
-        assert_eq!(h.up(ConnId(1)), None);
-        assert_eq!(h.up(ConnId(2)), None, "a first connect is no edge");
+        h.opened(T, ConnId(1), "a:1", None);
+        h.opened(T, ConnId(2), "a:1", None);
+        assert_eq!(h.up(T, ConnId(1)), None);
+        assert_eq!(h.up(T, ConnId(2)), None, "a first connect is no edge");
         assert_eq!(
-            h.failed(ConnId(1), "reset".into()),
+            h.failed(T, ConnId(1), "reset".into()),
             lost("a:1", "reset", false)
         );
-        assert_eq!(h.failed(ConnId(2), "reset".into()), None, "once");
-        h.opened(ConnId(3), "a:1", None);
-        assert_eq!(h.failed(ConnId(3), "refused".into()), None);
-        h.opened(ConnId(4), "a:1", None);
-        h.opened(ConnId(5), "a:1", None);
-        assert_eq!(h.up(ConnId(4)), None, "one of two is up");
-        let restored = h.up(ConnId(5));
+        assert_eq!(h.failed(T, ConnId(2), "reset".into()), None, "once");
+        h.opened(T, ConnId(3), "a:1", None);
+        assert_eq!(h.failed(T, ConnId(3), "refused".into()), None);
+        h.opened(T, ConnId(4), "a:1", None);
+        h.opened(T, ConnId(5), "a:1", None);
+        assert_eq!(h.up(T, ConnId(4)), None, "one of two is up");
+        let restored = h.up(T, ConnId(5));
         assert!(
             matches!(restored, Some(Edge::Restored { .. })),
             "{restored:?}"
         );
-        let snap = h.snapshot();
+        let snap = h.snapshot(T);
         assert_eq!(snap.len(), 1);
         assert!(snap[0].connected);
         assert_eq!(snap[0].failures, 3);
@@ -232,15 +238,15 @@ mod tests {
     #[test]
     fn a_degraded_start_is_lost_and_a_node_that_left_is_forgotten() {
         let mut h = Health::default();
-        h.opened(ConnId(1), "a:1", None);
+        h.opened(T, ConnId(1), "a:1", None);
         assert_eq!(
-            h.failed(ConnId(1), "refused".into()),
+            h.failed(T, ConnId(1), "refused".into()),
             lost("a:1", "refused", true)
         );
         assert_eq!(h.lost(), vec![("a:1".into(), "refused".into())]);
-        h.opened(ConnId(2), "b:1", None);
-        h.up(ConnId(2));
-        h.closed(ConnId(2));
-        assert_eq!(h.snapshot().len(), 1, "b left the map");
+        h.opened(T, ConnId(2), "b:1", None);
+        h.up(T, ConnId(2));
+        h.closed(T, ConnId(2));
+        assert_eq!(h.snapshot(T).len(), 1, "b left the map");
     }
 }

@@ -73,6 +73,7 @@ pub enum SubscribeKind {
     /// `SUBSCRIBE`.
     Channel,
     /// `PSUBSCRIBE`.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     Pattern,
     /// `SSUBSCRIBE`.
     Shard,
@@ -531,6 +532,7 @@ impl<T> Connection<T> {
     }
 
     /// The protocol in use (RESP3 until a refused `HELLO` says otherwise).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn protocol(&self) -> Protocol {
         self.st.protocol
     }
@@ -565,6 +567,7 @@ impl<T> Connection<T> {
     /// wait up to the flush delay to share a write with later commands.
     /// On a closed connection the requests fail through
     /// [`Connection::poll_event`].
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn send_encoded<I>(&mut self, bytes: &[u8], requests: I, now: Instant)
     where
         I: IntoIterator<Item = Request<T>>,
@@ -575,6 +578,7 @@ impl<T> Connection<T> {
     /// [`Connection::send_encoded`] taking the bytes out of `bytes`: when
     /// nothing is waiting to be written, the buffers are swapped instead of
     /// copied. `bytes` is left empty (with some capacity) either way.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn send_encoded_vec<I>(&mut self, bytes: &mut Vec<u8>, requests: I, now: Instant)
     where
         I: IntoIterator<Item = Request<T>>,
@@ -594,6 +598,7 @@ impl<T> Connection<T> {
     }
 
     /// Encodes and queues one command expecting one reply.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn send_command<I>(&mut self, args: I, user: T, now: Instant)
     where
         I: IntoIterator,
@@ -607,11 +612,13 @@ impl<T> Connection<T> {
 
     /// Queues bytes that produce no reply of their own (for example an
     /// `UNSUBSCRIBE`, whose confirmations are pushes).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn send_raw(&mut self, bytes: &[u8], now: Instant) {
         self.st.send_encoded(bytes, std::iter::empty(), now);
     }
 
     /// Bytes read from the socket.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn handle_read(&mut self, bytes: &[u8], now: Instant) {
         self.st.now = now;
         let mut rest = bytes;
@@ -683,6 +690,7 @@ impl<T> Connection<T> {
     /// The next instant at which [`Connection::handle_timeout`] or a flush
     /// ([`Connection::poll_transmit`]) is due: the earlier of
     /// [`Connection::poll_flush_at`] and [`Connection::poll_deadline`].
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (self.poll_flush_at(), self.poll_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),

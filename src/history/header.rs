@@ -26,6 +26,7 @@ const MAX_DIGITS: usize = 20;
 
 /// Appends the header for `at`, then `payload`, to `out` (what the
 /// publish script publishes).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn encode_into(out: &mut Vec<u8>, at: Position, payload: &[u8]) {
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(at.epoch.to_string().as_bytes());

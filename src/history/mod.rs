@@ -4,7 +4,7 @@
 //! A channel that starts with a prefix given to
 //! [`PubSubBuilder::history`](crate::PubSubBuilder::history) is
 //! *recoverable*: each publish to it runs one server-side script
-//! ([`script`]) that, atomically on the channel's server (its slot's owner
+//! (its `script` module) that, atomically on the channel's server (its slot's owner
 //! on a cluster),
 //!
 //! 1. reads the channel's epoch from its meta hash, and starts a new epoch
@@ -14,7 +14,7 @@
 //! 3. appends the payload to the stream with ID `offset-0` and
 //!    `MAXLEN ~ max_len`, and refreshes both keys' `EXPIRE` (`max_age`);
 //! 4. publishes the payload with a small header, epoch and offset
-//!    ([`header`]), and returns the receiver count.
+//!    (its `header` module), and returns the receiver count.
 //!
 //! ```text
 //!  publish(ch, p) ─► EVALSHA publish.lua  2  meta  stream  wire  p  max_len  max_age  [S]PUBLISH
@@ -167,9 +167,17 @@
 //!   `Delivery::Dropped` says so).
 
 pub(crate) mod fixed;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod header;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod header;
 pub(crate) mod read;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod script;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod script;
 
 use std::time::Duration;
 

@@ -229,7 +229,8 @@ impl PubSub {
     /// [`Event::Connected`](crate::Event::Connected) tell the changes as
     /// they happen.
     pub fn health(&self) -> Vec<crate::metrics::ServerHealth> {
-        self.subscriber().shared.health.lock().snapshot()
+        let now = crate::engine::clock::now();
+        self.subscriber().shared.health.lock().snapshot(now)
     }
 
     /// The awaitable form of [`PubSub::wait_active`]: a future, for any

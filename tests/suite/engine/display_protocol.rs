@@ -1,10 +1,10 @@
 //! Every `DEBUG PROTOCOL` type from real servers, through the engine and
-//! `shardsub::display`, compared as exact text (an empty or truncated
+//! `resp::display`, compared as exact text (an empty or truncated
 //! output fails); and the `cli` example run as a program for every type.
 
 use std::sync::{mpsc, Arc, Mutex};
 
-use shardsub::display::{format_push, format_reply};
+use resp::display::{format_push, format_reply};
 use shardsub::{ConnInfo, Engine, Error, Observer};
 use testkit::{kinds, Server, ServerKind};
 

@@ -11,17 +11,19 @@
 //!   `>`.
 //!
 //! ```
-//! use shardsub::display::{format_push, format_reply};
-//! use shardsub::Value;
+//! use shardsub_resp::display::{format_push, format_reply};
+//! use shardsub_resp::Value;
 //! let v = Value::Array(vec![Value::Integer(1), Value::Bulk(b"a\n".to_vec())]);
 //! assert_eq!(format_reply(&v), "1) (integer) 1\n2) \"a\\n\"\n");
 //! let p = Value::Push(vec![Value::Bulk(b"server-cpu-usage".to_vec()), Value::Integer(42)]);
 //! assert_eq!(format_push(&p), ">1) \"server-cpu-usage\"\n>2) (integer) 42\n");
 //! ```
 
-use std::fmt::Write;
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt::Write;
 
-use resp::Value;
+use crate::Value;
 
 /// Formats a reply (ending with a newline).
 pub fn format_reply(value: &Value) -> String {
@@ -144,14 +146,14 @@ fn map(pairs: &[(Value, Value)], sep: char, prefix: &str, out: &mut String) {
 /// Whether a value takes several lines (then a map puts it under its key).
 fn is_multiline(v: &Value) -> bool {
     match v {
-        Value::Array(items) | Value::Set(items) | Value::Push(items) => match items.len() {
-            0 => false,
-            1 => is_multiline(&items[0]),
+        Value::Array(items) | Value::Set(items) | Value::Push(items) => match items.as_slice() {
+            [] => false,
+            [one] => is_multiline(one),
             _ => true,
         },
-        Value::Map(pairs) => match pairs.len() {
-            0 => false,
-            1 => is_multiline(&pairs[0].1),
+        Value::Map(pairs) => match pairs.as_slice() {
+            [] => false,
+            [(_, one)] => is_multiline(one),
             _ => true,
         },
         Value::Attributed { .. } => true,
@@ -195,6 +197,8 @@ fn repr(bytes: &[u8], out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::boxed::Box;
+    use alloc::vec;
 
     fn bulk(s: &str) -> Value {
         Value::Bulk(s.as_bytes().to_vec())
