@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use shardsub::{Engine, PublishOptions};
+use shardsub::engine::{Engine, PublishOptions};
 use testkit::Server;
 
 fn engine(server: &Server, delay: Duration) -> Arc<Engine> {

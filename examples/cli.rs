@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc, Mutex};
 
 use resp::display::{format_push, format_reply};
-use shardsub::{ConnInfo, Engine, Error, Observer, Protocol};
+use shardsub::engine::{ConnInfo, Engine, Observer};
+use shardsub::{Error, Protocol};
 
 /// What the connection received, formatted, in arrival order: pushes come
 /// from the observer, the reply from the command's callback; both run on the

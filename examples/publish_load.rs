@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardsub::{Engine, PublishOptions};
+use shardsub::engine::{Engine, PublishOptions};
 
 /// User + system CPU seconds of this process so far.
 fn cpu_seconds() -> f64 {

@@ -89,7 +89,7 @@
 //!
 //! | call | blocks | at most |
 //! | --- | --- | --- |
-//! | `publish`, `publish_then`, `publish_pending` (the call, not the await) | only while the connection buffers [`Builder::max_buffered_bytes`] (backpressure) | the request timeout ([`PubSubBuilder::request_timeout`], 5 s) |
+//! | `publish`, `publish_then`, `publish_pending` (the call, not the await) | only while the connection buffers [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes) (backpressure) | the request timeout ([`PubSubBuilder::request_timeout`], 5 s) |
 //! | `wait_active`, `publish_wait`, `Pending::wait_timeout` | always | the timeout passed |
 //! | `Pending::wait` | always | about the request timeout |
 //! | `PubSubBuilder::build` | connecting | the connect timeout per attempt (2 s) |
@@ -131,7 +131,7 @@
 //! the flush delay, and held commands leave as soon as the pipeline drains
 //! or the batch fills (the delay is an upper bound, kept with epoll's
 //! millisecond resolution).
-//! Each connection buffers at most [`Builder::max_buffered_bytes`] of
+//! Each connection buffers at most [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes) of
 //! commands; beyond that, submitters wait for the server to catch up
 //! (backpressure), for at most the request timeout.
 //! Every request completes: with its reply, or with an [`Error`] when its
@@ -140,7 +140,7 @@
 //! Connections come back with exponential backoff and jitter.
 //!
 //! The I/O threads belong to a [`Runtime`]: a fixed set, one per core by
-//! default. An [`Engine`] or a [`PubSub`] (in any placement) builds
+//! default. An [`Engine`](crate::engine::Engine) or a [`PubSub`] (in any placement) builds
 //! its own unless it is given one, and puts all of its connections on it
 //! (publish and subscribe, every server, every cluster node or partition),
 //! so the thread count never follows the topology. Several instances can
@@ -152,7 +152,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use shardsub::{Engine, PublishOptions, Value};
+//! use shardsub::Value;
+//! use shardsub::engine::{Engine, PublishOptions};
 //!
 //! # fn main() -> Result<(), shardsub::Error> {
 //! let engine = Engine::builder()
@@ -185,12 +186,12 @@ pub mod cluster;
 pub mod conn;
 #[cfg(not(feature = "internals"))]
 pub(crate) mod conn;
-mod engine;
+pub mod engine;
 mod error;
 mod front;
 pub mod history;
 pub mod metrics;
-pub mod observer;
+mod observer;
 pub mod pubsub;
 mod threads;
 mod transport;
@@ -207,10 +208,9 @@ static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new
 
 pub use conn::{ConnError, Protocol, Role};
 pub use engine::resolve::Resolver;
-pub use engine::{Builder, Engine, EngineStats, Pending, PublishOptions, Runtime};
+pub use engine::{Pending, Runtime};
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics, ServerHealth};
-pub use observer::{ConnInfo, Observer};
 pub use pubsub::{
     handler_fn, ChannelList, Channels, Event, FnHandler, Handler, PubSub, PubSubBuilder,
 };

@@ -1,7 +1,7 @@
 //! Server URLs: `redis://user:password@host:port/0?cluster=true`, read into
 //! an address and credentials for the builders
 //! ([`PubSubBuilder::url`](crate::PubSubBuilder::url),
-//! [`Builder::url`](crate::Builder::url)).
+//! [`Builder::url`](crate::engine::Builder::url)).
 //!
 //! Pure: no I/O, no allocation beyond the parts it returns, never a panic
 //! (a proptest feeds it arbitrary strings). What it accepts:

@@ -160,7 +160,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
             }
         };
         // Engine: fire-and-forget SPUBLISH of the same server names.
-        let engine = shardsub::Engine::builder()
+        let engine = shardsub::engine::Engine::builder()
             .address(addr.clone())
             .io_threads(1)
             .build()
@@ -170,7 +170,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
         for n in names.iter().cycle().take(messages as usize) {
             while engine
-                .publish_with(n, &payload, shardsub::PublishOptions::sharded())
+                .publish_with(n, &payload, shardsub::engine::PublishOptions::sharded())
                 .is_err()
             {
                 std::thread::yield_now();
@@ -320,7 +320,7 @@ fn run_publish_instr(kind: ServerKind, messages: u64) {
     let payload = [b'x'; 64];
     let n = messages as usize;
 
-    let engine = shardsub::Engine::builder()
+    let engine = shardsub::engine::Engine::builder()
         .address(addr.clone())
         .io_threads(1)
         .build()
@@ -330,13 +330,17 @@ fn run_publish_instr(kind: ServerKind, messages: u64) {
     let engine_round = |n: usize| {
         for name in names.iter().cycle().take(n) {
             while engine
-                .publish_with(name, &payload, shardsub::PublishOptions::sharded())
+                .publish_with(name, &payload, shardsub::engine::PublishOptions::sharded())
                 .is_err()
             {
                 std::thread::yield_now();
             }
         }
-        let end = engine.publish_pending(b"{x}.end", b"end", shardsub::PublishOptions::sharded());
+        let end = engine.publish_pending(
+            b"{x}.end",
+            b"end",
+            shardsub::engine::PublishOptions::sharded(),
+        );
         end.wait().expect("engine end marker");
     };
     warm_up(&cluster, &engine_round, n);

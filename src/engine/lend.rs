@@ -57,7 +57,7 @@
 //! staged work of its own waiting (a submitter woke it): the thread takes
 //! the lend back and sends everything. Request deadlines hold: a caller
 //! waits at most until the core's next deadline, and then runs the core's
-//! timeout. Engines with an [`Observer`](crate::Observer), with TLS, or
+//! timeout. Engines with an [`Observer`](crate::engine::Observer), with TLS, or
 //! whose connections carry cluster publishes never lend.
 
 use std::collections::VecDeque;

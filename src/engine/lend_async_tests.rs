@@ -13,7 +13,8 @@ use crate::engine::lend_tests::{
     blpop_on_the_lend, each_in_order, fake_answering_one_ping, lent_to_fake, read_payloads,
     subscriber,
 };
-use crate::{Engine, Error, PublishOptions};
+use crate::engine::{Engine, PublishOptions};
+use crate::Error;
 
 const BOUND: Duration = Duration::from_secs(20);
 

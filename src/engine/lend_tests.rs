@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use resp::Value;
 use testkit::{kinds, Client, FakeServer, Server, Step};
 
-use crate::{Engine, Error, PublishOptions};
+use crate::engine::{Engine, PublishOptions};
+use crate::Error;
 
 const BOUND: Duration = Duration::from_secs(20);
 

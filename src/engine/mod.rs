@@ -1,4 +1,9 @@
-//! The engine: I/O threads, pipelined connections and the public API.
+//! The low-level client: [`Engine`], pipelined connections to one or more
+//! servers on a [`Runtime`]'s I/O threads, for any command, with
+//! [`Observer`] hooks on every connection. [`PubSub`](crate::PubSub) is
+//! built on it; use the engine directly for commands beside Pub/Sub, or to
+//! publish with explicit [`PublishOptions`] (it does not follow a cluster:
+//! see [`PubSub`](crate::PubSub) for that).
 
 mod backoff;
 mod builder;
@@ -30,6 +35,7 @@ use mio::Token;
 use parking_lot::{Condvar, Mutex};
 use resp::Value;
 
+pub use crate::observer::{ConnInfo, Observer};
 pub use builder::Builder;
 pub use pending::Pending;
 pub(crate) use runtime::default_threads;
@@ -38,7 +44,6 @@ pub use shared::EngineStats;
 
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
-use crate::observer::{ConnInfo, Observer};
 use crate::transport::tls::TlsTarget;
 use driver::ConnDriver;
 use pending::{Completion, Slot};

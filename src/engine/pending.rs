@@ -140,7 +140,7 @@ pub(crate) enum Completion {
     Discard,
     /// A fire-and-forget publish: an error reply, or a failure once
     /// staged (its connection broke, the engine shut down), is counted in
-    /// [`EngineStats::publish_failed`](crate::EngineStats::publish_failed)
+    /// [`EngineStats::publish_failed`](crate::engine::EngineStats::publish_failed)
     /// (a failure before staging is the caller's error).
     Publish,
     /// An integer reply (for example `PUBLISH`'s receiver count).

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 /// Looks up a host name's addresses. Set one with
-/// [`Builder::resolver`](crate::Builder::resolver) or
+/// [`Builder::resolver`](crate::engine::Builder::resolver) or
 /// [`PubSubBuilder::resolver`](crate::PubSubBuilder::resolver) to use your
 /// own service discovery (or, in tests, to move a name).
 pub trait Resolver: Send + Sync + 'static {

@@ -39,7 +39,7 @@ pub(crate) fn on_io_thread() -> bool {
 ///
 /// Cloning is cheap (a handle); the threads stop when the last handle and
 /// the last engine on it are gone. Build one and pass it to
-/// [`Builder::runtime`](crate::Builder::runtime) or
+/// [`Builder::runtime`](crate::engine::Builder::runtime) or
 /// [`PubSubBuilder::runtime`](crate::PubSubBuilder::runtime) (any
 /// placement) to
 /// run many instances (a simulated fleet, or several embedded clients) on
@@ -48,11 +48,11 @@ pub(crate) fn on_io_thread() -> bool {
 /// ```no_run
 /// # fn main() -> Result<(), shardsub::Error> {
 /// let runtime = shardsub::Runtime::new(2)?;
-/// let a = shardsub::Engine::builder()
+/// let a = shardsub::engine::Engine::builder()
 ///     .address("127.0.0.1:6379")
 ///     .runtime(&runtime)
 ///     .build()?;
-/// let b = shardsub::Engine::builder()
+/// let b = shardsub::engine::Engine::builder()
 ///     .address("127.0.0.1:6380")
 ///     .runtime(&runtime)
 ///     .build()?;

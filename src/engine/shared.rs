@@ -261,7 +261,7 @@ pub(crate) fn settle_unserved(c: Control) {
 }
 
 /// Engine-wide counters (relaxed atomics, bumped per batch, not per call,
-/// with [`crate::metrics::add`]): what [`Engine::stats`](crate::Engine::stats)
+/// with [`crate::metrics::add`]): what [`Engine::stats`](crate::engine::Engine::stats)
 /// reads, the low-level engine's own, apart from the Pub/Sub metrics.
 #[derive(Default, Debug)]
 pub(crate) struct EngineCounters {
@@ -295,7 +295,7 @@ pub struct EngineStats {
     pub error_replies: u64,
     /// Requests that failed without a reply (connection lost, timeout…).
     pub failed: u64,
-    /// Fire-and-forget publishes ([`Engine::publish`](crate::Engine::publish))
+    /// Fire-and-forget publishes ([`Engine::publish`](crate::engine::Engine::publish))
     /// that were taken and then failed: an error reply, or no reply (their
     /// connection broke, the engine shut down). A publish refused at once
     /// returned its error instead.
@@ -317,8 +317,8 @@ pub struct EngineStats {
     /// replies of those whose callers hand the lend back); included in
     /// `requests`.
     ///
-    /// [`Engine::publish_wait`]: crate::Engine::publish_wait
-    /// [`Engine::command`]: crate::Engine::command
+    /// [`Engine::publish_wait`]: crate::engine::Engine::publish_wait
+    /// [`Engine::command`]: crate::engine::Engine::command
     pub lent: u64,
     /// Successful handshakes (first connects and reconnects).
     pub connects: u64,

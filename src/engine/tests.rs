@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use testkit::{kinds, Server};
 
-use crate::{Engine, Runtime, Value};
+use crate::engine::Engine;
+use crate::{Runtime, Value};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -262,8 +263,8 @@ fn asking_reaches_the_server_right_before_its_command_whatever_else_is_sent() {
 #[derive(Default)]
 struct PushTimes(parking_lot::Mutex<Vec<std::time::Instant>>);
 
-impl crate::Observer for PushTimes {
-    fn on_push(&self, _: &crate::ConnInfo, _: &resp::Parsed<'_>) {
+impl crate::engine::Observer for PushTimes {
+    fn on_push(&self, _: &crate::engine::ConnInfo, _: &resp::Parsed<'_>) {
         self.0.lock().push(std::time::Instant::now());
     }
 }

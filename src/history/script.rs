@@ -104,7 +104,7 @@ pub(crate) fn to_eval(command: &[u8]) -> Option<(Vec<u8>, usize)> {
 /// resend as `EVAL` could let a later publish of the same channel, sent
 /// while the first waits for its reply, run first). A server that cannot
 /// be reached now is passed over (it meets `NOSCRIPT` once, later).
-pub(crate) fn preload(engine: &crate::Engine) {
+pub(crate) fn preload(engine: &crate::engine::Engine) {
     for i in 0..engine.servers().len() {
         if let Err(e) = engine
             .command_pending(i, [&b"SCRIPT"[..], b"LOAD", PUBLISH.as_bytes()])

@@ -13,8 +13,8 @@
 //! Counters are bumped per batch where the code has batches (a worker adds
 //! its delivered count once per drained batch), and never take a lock.
 //!
-//! The low-level [`Engine`](crate::Engine)'s own per-connection counters
-//! ([`EngineStats`](crate::EngineStats)) are a different thing, kept by
+//! The low-level [`Engine`](crate::engine::Engine)'s own per-connection counters
+//! ([`EngineStats`](crate::engine::EngineStats)) are a different thing, kept by
 //! the engine.
 
 mod cluster;

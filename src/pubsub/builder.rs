@@ -537,14 +537,14 @@ impl PubSubBuilder {
     }
 
     /// Publish flush delay (default 100 µs; see
-    /// [`crate::Builder::flush_delay`]).
+    /// [`crate::engine::Builder::flush_delay`]).
     pub fn flush_delay(mut self, d: Duration) -> Self {
         self.common.flush_delay = Some(d);
         self
     }
 
     /// The longest a command may wait for its reply (default 5 s; zero
-    /// disables; see [`crate::Builder::request_timeout`]). A publish that
+    /// disables; see [`crate::engine::Builder::request_timeout`]). A publish that
     /// times out fails with [`Error::Timeout`].
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.common.request_timeout = Some(d);

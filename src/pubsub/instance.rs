@@ -272,7 +272,7 @@ impl PubSub {
     /// outcome.
     ///
     /// It can block only while its connection has
-    /// [`Builder::max_buffered_bytes`](crate::Builder::max_buffered_bytes)
+    /// [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes)
     /// queued (backpressure), for at most the request timeout.
     ///
     /// # Errors
@@ -342,7 +342,7 @@ impl PubSub {
     /// For a task that awaits each publish before its next: on one server
     /// or N shards, while such callers leave the channel's connection
     /// idle, the task writes the publish and reads its reply on its own
-    /// worker (see [`Engine::publish_async`](crate::Engine::publish_async));
+    /// worker (see [`Engine::publish_async`](crate::engine::Engine::publish_async));
     /// with history or the envelope on, on a cluster, and outside a tokio
     /// runtime it is [`PubSub::publish_pending`]`.await`. Unlike
     /// [`PubSub::publish_wait`] it has no timeout of its own: the request

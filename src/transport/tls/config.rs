@@ -58,7 +58,7 @@ enum Roots {
 /// feature): which certificate authorities to trust, an optional client
 /// certificate, and the name the server's certificate must carry.
 ///
-/// Give it to [`Builder::tls`](crate::Builder::tls) or
+/// Give it to [`Builder::tls`](crate::engine::Builder::tls) or
 /// [`PubSubBuilder::tls`](crate::PubSubBuilder::tls); a `rediss://` or
 /// `valkeys://` URL turns TLS on with [`TlsConfig::system_roots`] when no
 /// config was given. Nothing is read until `build`, which fails with

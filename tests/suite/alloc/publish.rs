@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use shardsub::engine::{Engine, PublishOptions};
 use shardsub::PubSub;
-use shardsub::{Engine, PublishOptions};
 use testkit::{kinds, Cluster, Server};
 
 use crate::GLOBAL;

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use shardsub::{Engine, Error, Protocol, PublishOptions, Value};
+use shardsub::engine::{Engine, PublishOptions};
+use shardsub::{Error, Protocol, Value};
 use testkit::{kinds, Server};
 
 fn engine(server: &Server) -> Engine {

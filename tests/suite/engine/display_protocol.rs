@@ -5,7 +5,8 @@
 use std::sync::{mpsc, Arc, Mutex};
 
 use resp::display::{format_push, format_reply};
-use shardsub::{ConnInfo, Engine, Error, Observer};
+use shardsub::engine::{ConnInfo, Engine, Observer};
+use shardsub::Error;
 use testkit::{kinds, Server, ServerKind};
 
 use crate::support::examples::example_binary;

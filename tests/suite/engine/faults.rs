@@ -5,7 +5,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardsub::{ConnInfo, Engine, Error, Observer, Protocol, PublishOptions, Value};
+use shardsub::engine::{ConnInfo, Engine, Observer, PublishOptions};
+use shardsub::{Error, Protocol, Value};
 use testkit::{kinds, FakeServer, Server, Step};
 
 /// A connection change: connected?, protocol, fell back?

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use shardsub::{Engine, Error, PublishOptions, Value};
+use shardsub::engine::{Engine, PublishOptions};
+use shardsub::{Error, Value};
 use testkit::{kinds, FakeServer, Server, Servers, Step};
 
 #[test]

@@ -6,7 +6,8 @@
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardsub::{ConnInfo, Engine, Error, Observer, Protocol};
+use shardsub::engine::{ConnInfo, Engine, Observer};
+use shardsub::{Error, Protocol};
 use testkit::{FakeServer, Step};
 
 fn cmd(args: &[&str]) -> Vec<u8> {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use shardsub::{Engine, PublishOptions};
+use shardsub::engine::{Engine, PublishOptions};
 use testkit::{kinds, Server};
 
 #[test]

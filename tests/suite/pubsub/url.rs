@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardsub::{Engine, Error, PubSub, Value};
+use shardsub::engine::Engine;
+use shardsub::{Error, PubSub, Value};
 use testkit::accounting::Ledger;
 use testkit::{Cluster, Servers};
 

@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use shardsub::{Engine, PublishOptions, TlsConfig};
+use shardsub::engine::{Engine, PublishOptions};
+use shardsub::TlsConfig;
 use testkit::{kinds, ServerKind, TlsAuthClients};
 
 use crate::support::tls::Pki;

@@ -12,7 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardsub::{Engine, Error, Protocol, PubSub, PublishOptions, TlsConfig, Value};
+use shardsub::engine::{Engine, PublishOptions};
+use shardsub::{Error, Protocol, PubSub, TlsConfig, Value};
 use testkit::accounting::Ledger;
 use testkit::{kinds, Server, ServerKind, TlsAuthClients};
 

@@ -27,7 +27,7 @@ use fred::bytes_utils::Str;
 use fred::prelude::{ClientLike, PubsubInterface};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::AsyncCommands;
-use shardsub::{Engine, PublishOptions};
+use shardsub::engine::{Engine, PublishOptions};
 
 use crate::measure::Snapshot;
 
