@@ -110,6 +110,8 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         .seed(seed.addr().to_string())
         .handler(|_: &[u8], _: &[u8]| {})
         .workers(1)
+        // The scripted node answers only the publishes: no limits read.
+        .max_message_size(0)
         .build()
         .expect("cluster pubsub on the fakes");
     assert_eq!(ps.server_channel(channel), wire);
