@@ -4,6 +4,33 @@
 //! built on it; use the engine directly for commands beside Pub/Sub, or to
 //! publish with explicit [`PublishOptions`] (it does not follow a cluster:
 //! see [`PubSub`](crate::PubSub) for that).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shardsub::Value;
+//! use shardsub::engine::{Engine, PublishOptions};
+//!
+//! # fn main() -> Result<(), shardsub::Error> {
+//! let engine = Engine::builder()
+//!     .address("127.0.0.1:6379")
+//!     .flush_delay(Duration::from_micros(100))
+//!     .build()?;
+//!
+//! // Fire-and-forget: no allocation, leaves with the next batch.
+//! engine.publish(b"news", b"hello")?;
+//!
+//! // With an outcome: how many subscribers got it.
+//! let receivers = engine
+//!     .publish_pending(b"news", b"hello again", PublishOptions::sharded())
+//!     .wait_timeout(Duration::from_secs(1))?;
+//! println!("{receivers} subscribers got it");
+//!
+//! // Any command, with its owned reply.
+//! assert_eq!(engine.command(["PING"])?, Value::Simple(b"PONG".to_vec()));
+//! engine.shutdown();
+//! # Ok(())
+//! # }
+//! ```
 
 mod backoff;
 mod builder;

@@ -1,41 +1,18 @@
-//! Pub/Sub at scale on one server or on N client-side shards.
-//!
-//! [`PubSub`] on servers owns a publish engine (pipelined connections),
-//! subscribe connections, one control thread and a pool of worker threads.
-//! The control thread drives the same sans-IO control core as a cluster's
-//! ([`control::Core`] in its fixed mode: the servers are its nodes), so the
-//! two placements share every subscribe, resubscribe, gap, refusal and
-//! liveness decision:
-//!
-//! ```text
-//! subscribe()/unsubscribe() ─► registry (wanted state per channel, by lane)
-//!                                 │ dirty lanes
-//!                                 ▼
-//!                   control thread: core ─► commands ── SUBSCRIBE ≤512 ─► subscribe conns
-//!                   (resubscribe + gap, refusals, PING)      ▲ replies,     │ pushes
-//!                                                            └─ up / down ◄─┤
-//!                                                                           ▼
-//!   handler ◄── worker w ◄── bounded queue w ◄── worker_of(channel) ◄── I/O thread
-//! ```
-//!
-//! - A channel lives on server `shard_of(channel, N)` (publisher and
-//!   subscriber agree without talking) and on one of that server's
-//!   subscribe connections, chosen by a hash of the channel.
-//! - Calls close in time coalesce into commands of at most
-//!   [`PubSubBuilder::batch_size`] channels; a subscribe racing an
-//!   unsubscribe ends in the state asked for last.
-//! - Messages reach the [`Handler`] on worker `worker_of(channel, W)`, in
-//!   order per channel. A full worker queue drops and counts; the reader
-//!   never blocks.
-//! - After a reconnect every wanted channel is resubscribed and the handler
-//!   gets [`Event::Gap`] naming the channels that may have lost messages.
-//! - An idle subscribe connection gets a `PING` after
-//!   [`PubSubBuilder::probe_interval`] of silence; one that does not answer
-//!   within another interval is closed and reopened (a gap for its
-//!   channels).
-//!
-//! What it does not do: patterns, Redis Cluster (see the cluster mode),
-//! persistence or redelivery (Pub/Sub is at most once; gaps are signalled).
+//! [`PubSub`], the one type applications use, in every placement (one
+//! server, N client-side shards, a Redis/Valkey Cluster), with its builder,
+//! the [`Handler`] and its [`Event`]s, and the async [`Receiver`]. A channel
+//! lives on server `shard_of(channel, N)` or, on a cluster, in partition
+//! `partition_of(channel)` on that partition's slot owner; subscribe calls
+//! close in time coalesce into commands of at most
+//! [`PubSubBuilder::batch_size`] channels; messages reach the handler on
+//! worker `worker_of(channel, W)`, in order per channel; a full worker queue
+//! drops, counts and says so ([`Event::Dropped`]); after a reconnect every
+//! wanted channel is resubscribed and [`Event::Gap`] names the channels that
+//! may have lost messages; an idle subscribe connection gets a `PING` after
+//! [`PubSubBuilder::probe_interval`] of silence and is reopened when it does
+//! not answer. It does not do pattern subscriptions, nor persistence or
+//! redelivery of plain channels (see [`crate::history`] for recoverable
+//! ones).
 //!
 //! ```no_run
 //! use shardsub::PubSub;

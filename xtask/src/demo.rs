@@ -1,5 +1,6 @@
 //! `cargo xtask demo`: installs the servers if missing, then builds and runs
-//! the fleet demo, `examples/fanout` (see its doc comment for every flag).
+//! the fleet demo, `examples/fanout` (see its doc comment for every flag,
+//! and `examples/fanout/README.md` for the manual).
 
 use crate::{install, run};
 

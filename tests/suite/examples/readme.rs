@@ -1,4 +1,4 @@
-//! The README's three examples run against real servers (Redis 7 and
+//! The README's example programs run against real servers (Redis 7 and
 //! Valkey 9): `examples/server.rs` on one server, `examples/shards.rs` on
 //! three, `examples/cluster.rs` on a three-primary cluster. Each counts
 //! every message per channel in order and says `result: ok` only when all
