@@ -51,8 +51,6 @@ pub const LAYERS: &[&str] = &[
     "error",
     // Thread naming and spawning.
     "threads",
-    // The protocol printer.
-    "display",
     // The sans-IO connection state machine.
     "conn",
 ];
