@@ -11,8 +11,8 @@
 //!   `>`.
 //!
 //! ```
-//! use shardsub_resp::display::{format_push, format_reply};
-//! use shardsub_resp::Value;
+//! use resp::display::{format_push, format_reply};
+//! use resp::Value;
 //! let v = Value::Array(vec![Value::Integer(1), Value::Bulk(b"a\n".to_vec())]);
 //! assert_eq!(format_reply(&v), "1) (integer) 1\n2) \"a\\n\"\n");
 //! let p = Value::Push(vec![Value::Bulk(b"server-cpu-usage".to_vec()), Value::Integer(42)]);
