@@ -16,9 +16,9 @@ use crate::support;
 
 /// Runs the example with `args` and checks its `result:` line: every
 /// message acknowledged and received, none lost, and no call into the
-/// library or poll of its futures holding the runtime's only thread:
-/// none over 1 ms but for at most two a busy machine preempted (none
-/// over 50 ms), and the drop of the last handle as quick.
+/// library or poll of its futures holding the runtime's only thread (at
+/// most 1% over 1 ms, which a busy machine's preemption explains, none
+/// over 100 ms), and the drop of the last handle as quick.
 fn run_and_check(bin: &PathBuf, args: &[String], (channels, messages): (u64, u64), what: &str) {
     let out = Command::new(bin)
         .args(args)
@@ -59,10 +59,18 @@ fn run_and_check(bin: &PathBuf, args: &[String], (channels, messages): (u64, u64
     ] {
         assert_eq!(num(k), want, "{k} in {ctx}");
     }
-    assert!(num("polls") >= total, "{ctx}");
-    assert!(num("slow_polls") <= 2, "{ctx}");
-    assert!(num("max_poll_us") < 50_000, "{ctx}");
-    assert!(num("drop_us") < 50_000, "{ctx}");
+    // A call that blocks holds the thread for the whole wait (the slow
+    // handler's call is 500 ms); a busy machine preempts some polls for
+    // a few ms (30 of 12,856 over 1 ms, the longest 12.7 ms, in one loaded
+    // CI run), which the bounds leave room for.
+    let polls = num("polls");
+    assert!(polls >= total, "{ctx}");
+    assert!(
+        num("slow_polls") * 100 <= polls,
+        "over 1% of polls took 1 ms: {ctx}"
+    );
+    assert!(num("max_poll_us") < 100_000, "{ctx}");
+    assert!(num("drop_us") < 100_000, "{ctx}");
 }
 
 #[test]
