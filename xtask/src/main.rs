@@ -31,7 +31,7 @@ commands:
             the sizing answer for a target from a run's measured knee
             (primaries, client cores, and the assumptions behind them)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
-            benches once, fuzz smoke
+            cargo package of the shipped crates, benches once, fuzz smoke
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
             the chaos suite (tests/suite/chaos.rs) in release mode: N minutes of
             seeded faults per server (default 1), then the per-fault tables
@@ -48,7 +48,7 @@ commands:
 environment:
   SHARDSUB_SERVERS=redis,valkey   server kinds the tests run against
   XTASK_FUZZ_SECS=20              fuzz smoke time per target in `test`
-  XTASK_SKIP=fuzz,benches         test steps to skip (fmt, layers, clippy, tests, doc, benches, fuzz)";
+  XTASK_SKIP=fuzz,benches         test steps to skip (fmt, layers, clippy, tests, doc, package, benches, fuzz)";
 
 fn usage() -> String {
     USAGE.replace("{BENCH}", bench::USAGE)

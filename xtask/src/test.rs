@@ -10,6 +10,22 @@ use crate::run::{self, cargo, root, Note};
 /// Default fuzz smoke time per target, in seconds.
 const FUZZ_SECS: u64 = 20;
 
+/// The workspace crates that ship: `shardsub` and the crates its API is
+/// built on. Every other member is `publish = false` (a test checks that
+/// this list is exactly the members cargo would publish).
+const SHIPPED: [&str; 5] = [
+    "shardsub-shardcore",
+    "shardsub-resp",
+    "shardsub-topology",
+    "shardsub-control",
+    "shardsub",
+];
+
+/// The one metadata warning a shipped crate may give: no real URL exists
+/// for a homepage or repository (the documentation link defaults to the
+/// crate's generated docs).
+const NO_URL_WARNING: &str = "warning: manifest has no documentation, homepage or repository";
+
 enum Outcome {
     Passed,
     Failed(String),
@@ -196,6 +212,7 @@ pub fn run() -> Result<(), String> {
                 .env("RUSTDOCFLAGS", "-D warnings"),
         )
     });
+    report.step("package (cargo package, shipped crates)", package);
     report.step("benches once", || {
         run::status(
             cargo()
@@ -221,6 +238,61 @@ pub fn run() -> Result<(), String> {
         .unwrap_or(FUZZ_SECS);
     fuzz_steps(&mut report, secs);
     report.finish(total)
+}
+
+/// `cargo package` for every shipped crate at once: cargo packages them in
+/// dependency order and verifies each by building its `.crate` against the
+/// others' fresh packages, so the unpublished path dependencies between
+/// them are checked too. Cargo only warns when a manifest lacks a
+/// description, license or readme; here that fails the step. In CI (a clean
+/// clone) the tree must be clean; elsewhere uncommitted changes are allowed.
+fn package() -> Result<(), String> {
+    let mut command = cargo();
+    command.arg("package");
+    for krate in SHIPPED {
+        command.args(["-p", krate]);
+    }
+    if std::env::var_os("CI").is_none() {
+        command.arg("--allow-dirty");
+    }
+    let line = run::show(&command);
+    println!("xtask: $ {line}");
+    let out = command
+        .output()
+        .map_err(|e| format!("`{line}` could not run: {e}"))?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprint!("{err}");
+    if !out.status.success() {
+        return Err(format!("`{line}` failed ({})", out.status));
+    }
+    let missing = missing_metadata(&err);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "a shipped crate lacks metadata:\n    {}",
+            missing.join("\n    ")
+        ))
+    }
+}
+
+/// The lines of `cargo package`'s output saying that a manifest lacks
+/// metadata other than a documentation, homepage or repository URL, each
+/// with the crate it is about (cargo warns just before `Packaging <crate>`).
+fn missing_metadata(output: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = Vec::new();
+    for line in output.lines().map(str::trim) {
+        if line.starts_with("warning: manifest has no") && line != NO_URL_WARNING {
+            pending.push(line);
+        } else if let Some(rest) = line.strip_prefix("Packaging ") {
+            let name = rest.split_whitespace().next().unwrap_or(rest);
+            found.extend(pending.drain(..).map(|w| format!("{name}: {w}")));
+        }
+    }
+    found.extend(pending.into_iter().map(String::from));
+    found
 }
 
 /// The lines of nextest's output that name a failed test or say why it
@@ -354,5 +426,44 @@ mod tests {
         assert_eq!(failure_line("        SLOW [> 60.0s] a b"), Note::Skip);
         let summary = "     Summary [ 586.3s] 526 tests run: 525 passed, 1 failed";
         assert_eq!(failure_line(summary), Note::Skip);
+    }
+
+    #[test]
+    fn missing_metadata_names_all_but_the_url_warning() {
+        let output = format!(
+            "{NO_URL_WARNING}\n   Packaging shardsub-resp v0.1.0 (/r/resp)\n\
+             warning: manifest has no description, documentation, homepage or repository\n   \
+             Packaging shardsub v0.1.0 (/r)\n\
+             warning: ignoring test `suite` as `tests/suite/main.rs` is not included\n"
+        );
+        assert_eq!(
+            missing_metadata(&output),
+            ["shardsub: warning: manifest has no description, documentation, homepage or repository"]
+        );
+        assert!(missing_metadata(NO_URL_WARNING).is_empty());
+    }
+
+    /// `SHIPPED` is exactly the workspace members without `publish = false`
+    /// (cargo reports those with an empty `publish` list).
+    #[test]
+    fn shipped_crates_are_the_publishable_members() {
+        let out = cargo()
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .output()
+            .expect("cargo metadata runs");
+        assert!(out.status.success(), "cargo metadata failed");
+        let metadata: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+        let mut publishable: Vec<&str> = metadata["packages"]
+            .as_array()
+            .expect("a package list")
+            .iter()
+            .filter(|p| p["publish"].as_array().is_none_or(|r| !r.is_empty()))
+            .map(|p| p["name"].as_str().expect("a name"))
+            .collect();
+        publishable.sort_unstable();
+        let mut shipped = SHIPPED.to_vec();
+        shipped.sort_unstable();
+        assert_eq!(publishable, shipped);
     }
 }
