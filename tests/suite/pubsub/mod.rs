@@ -2,6 +2,7 @@
 //! the same code on a cluster, in every placement).
 
 mod async_api;
+mod blocking;
 mod command;
 mod delivery;
 mod faults;
