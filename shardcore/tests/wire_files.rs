@@ -33,12 +33,7 @@ fn vectors() -> String {
          server name in 128 partitions (hex), its key slot, shard of 3, shard of 10, worker of 4\n",
     );
     let parts = Partitions::new(128).expect("128");
-    let mut names: Vec<Vec<u8>> = vec![b"".to_vec(), b"a".to_vec(), b"news".to_vec()];
-    names.extend((0..40).map(|i| format!("room:{i}").into_bytes()));
-    names.push(b"{braces}.in.name".to_vec());
-    names.push("çà unicode ✓".as_bytes().to_vec());
-    names.push((0u8..=255).collect());
-    for n in names {
+    for n in names() {
         let wire = parts.redis_channel(&n);
         let _ = writeln!(
             out,
@@ -52,6 +47,69 @@ fn vectors() -> String {
             shard_of(&n, 10),
             worker_of(&n, 4),
         );
+    }
+    out
+}
+
+/// The channel names of every vector file.
+fn names() -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = vec![b"".to_vec(), b"a".to_vec(), b"news".to_vec()];
+    names.extend((0..40).map(|i| format!("room:{i}").into_bytes()));
+    names.push(b"{braces}.in.name".to_vec());
+    names.push("çà unicode ✓".as_bytes().to_vec());
+    names.push((0u8..=255).collect());
+    names
+}
+
+/// The partition counts of `vectors-partitions.tsv`: one, not a power of
+/// two, the default, neither, and the largest exported table.
+const PARTITION_COUNTS: [u32; 5] = [1, 3, 128, 1000, 4096];
+
+/// The server and worker counts of `vectors-shards.tsv` (0 is treated as
+/// 1).
+const SHARD_COUNTS: [u32; 6] = [0, 1, 2, 3, 10, 1024];
+
+/// Per channel and partition count: the partition, its tag and slot, and
+/// the server name with its key slot.
+fn partition_vectors() -> String {
+    let mut out = String::from(
+        "# shardsub wire vectors per partition count: channel (hex), P, partition, tag, \
+         partition's slot, server name (hex), its key slot\n",
+    );
+    for p in PARTITION_COUNTS {
+        let parts = Partitions::new(p).expect("count in range");
+        for n in names() {
+            let k = parts.partition_of(&n);
+            let wire = parts.redis_channel(&n);
+            let _ = writeln!(
+                out,
+                "{}\t{p}\t{k}\t{}\t{}\t{}\t{}",
+                hex(&n),
+                String::from_utf8_lossy(parts.tag(k)),
+                parts.slot(k),
+                hex(&wire),
+                key_slot(&wire),
+            );
+        }
+    }
+    out
+}
+
+/// Per channel and count: `shard_of` and `worker_of`.
+fn shard_vectors() -> String {
+    let mut out = String::from(
+        "# shardsub wire vectors per server count: channel (hex), N, shard_of(N), worker_of(N)\n",
+    );
+    for count in SHARD_COUNTS {
+        for n in names() {
+            let _ = writeln!(
+                out,
+                "{}\t{count}\t{}\t{}",
+                hex(&n),
+                shard_of(&n, count),
+                worker_of(&n, count),
+            );
+        }
     }
     out
 }
@@ -91,4 +149,6 @@ fn the_exported_tag_tables_are_the_code_s() {
 #[test]
 fn the_exported_vectors_are_the_code_s() {
     check("vectors.tsv", &vectors());
+    check("vectors-partitions.tsv", &partition_vectors());
+    check("vectors-shards.tsv", &shard_vectors());
 }
