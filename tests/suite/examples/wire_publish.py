@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""A publisher in another language: shardsub's wire format (WIRE_FORMAT.md)
-from its exported files, over RESP on plain sockets, standard library only.
+"""A publisher in another language: shardsub's wire format, written from
+WIRE_FORMAT.md alone, over RESP on plain sockets, standard library only.
 
-    publish.py --node HOST:PORT --wire DIR --partitions P \
-               --prefix NAME --channels C --messages M
+    wire_publish.py --wire DIR
+    wire_publish.py --wire DIR --node HOST:PORT --partitions P \
+                    --prefix NAME --channels C --messages M
 
-It checks itself against DIR/vectors.tsv, reads the cluster's slot owners
+It computes the tag tables itself and checks itself against every file in
+DIR (shardcore/wire: tags-P.tsv, vectors*.tsv, every column); without
+--node that is all it does. Then it reads the cluster's slot owners
 with CLUSTER SLOTS, and sends M messages ("<seq>") to each of the channels
 NAME:0 .. NAME:C-1 with SPUBLISH to the owner of each channel's slot,
 pipelined per node, in order per channel. The last line says what it did:
@@ -13,6 +16,8 @@ pipelined per node, in order per channel. The last line says what it did:
 """
 
 import argparse
+import itertools
+import os
 import socket
 import sys
 
@@ -58,13 +63,25 @@ def worker_of(data, n):
     return jump(fmix64(channel_hash(data) ^ 0x9E3779B97F4A7C15), n)
 
 
-def crc16(data):
-    crc = 0
-    for b in data:
-        crc ^= b << 8
+def _crc16_table():
+    table = []
+    for i in range(256):
+        crc = i << 8
         for _ in range(8):
             crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
             crc &= 0xFFFF
+        table.append(crc)
+    return table
+
+
+CRC16_TABLE = _crc16_table()
+
+
+def crc16(data):
+    """CRC16-XMODEM (polynomial 0x1021, init 0, no reflection, no final xor)."""
+    crc = 0
+    for b in data:
+        crc = ((crc << 8) & 0xFFFF) ^ CRC16_TABLE[(crc >> 8) ^ b]
     return crc
 
 
@@ -77,56 +94,101 @@ def key_slot(key):
     return crc16(key) % 16384
 
 
-def load_tags(path):
-    tags = []
-    with open(path, encoding="ascii") as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            p, slot, tag = line.rstrip("\n").split("\t")
-            assert int(p) == len(tags), f"{path}: partition {p} out of order"
-            tags.append((int(slot), tag.encode()))
-    return tags
+ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_SLOT_TAGS = []
+
+
+def slot_tags():
+    """Slot -> tag: the first alphanumeric string, by length (1, 2, 3) and
+    then in ALPHABET order, whose key slot is that slot."""
+    if not _SLOT_TAGS:
+        tags, missing = [None] * 16384, 16384
+        for length in (1, 2, 3):
+            for combo in itertools.product(ALPHABET, repeat=length):
+                tag = bytes(combo)
+                slot = crc16(tag) % 16384
+                if tags[slot] is None:
+                    tags[slot] = tag
+                    missing -= 1
+            if missing == 0:
+                break
+        assert missing == 0
+        _SLOT_TAGS.extend(tags)
+    return _SLOT_TAGS
 
 
 class Partitions:
-    def __init__(self, tags):
-        self.tags = tags
+    """P partitions: partition k's slot is floor((2k + 1) * 16384 / (2P)),
+    its tag that slot's tag."""
+
+    def __init__(self, count):
+        assert 1 <= count <= 16384, count
+        tags = slot_tags()
+        self.slots = [(2 * k + 1) * 16384 // (2 * count) for k in range(count)]
+        self.tags = [tags[s] for s in self.slots]
 
     def partition_of(self, channel):
         return (channel_hash(channel) * len(self.tags)) >> 64
 
     def server_name(self, channel):
-        return b"{" + self.tags[self.partition_of(channel)][1] + b"}." + channel
+        return b"{" + self.tags[self.partition_of(channel)] + b"}." + channel
+
+
+def rows(path):
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("#"):
+                yield line.rstrip("\n").split("\t")
+
+
+def expect(got, want, what):
+    if got != want:
+        raise SystemExit(f"{what}: computed {got} != file {want}")
 
 
 def self_check(wire_dir):
-    """Every column of vectors.tsv, and every table slot, recomputed."""
-    parts = Partitions(load_tags(f"{wire_dir}/tags-128.tsv"))
-    for slot, tag in parts.tags:
-        if key_slot(b"{" + tag + b"}.x") != slot:
-            raise SystemExit(f"tag {tag!r}: slot {slot} is not its key slot")
+    """Every exported table and every column of the vector files,
+    recomputed from WIRE_FORMAT.md alone."""
+    tables = 0
+    for name in sorted(os.listdir(wire_dir)):
+        if name.startswith("tags-") and name.endswith(".tsv"):
+            parts = Partitions(int(name[5:-4]))
+            want = list(rows(f"{wire_dir}/{name}"))
+            got = [[str(k), str(s), t.decode()] for k, (s, t) in enumerate(zip(parts.slots, parts.tags))]
+            expect(got, want, name)
+            tables += 1
+    p128 = Partitions(128)
     n = 0
-    with open(f"{wire_dir}/vectors.tsv", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("#"):
-                continue
-            cols = line.rstrip("\n").split("\t")
-            ch = bytes.fromhex(cols[0])
-            got = [
-                cols[0],
-                f"{channel_hash(ch):016x}",
-                str(parts.partition_of(ch)),
-                parts.server_name(ch).hex(),
-                str(key_slot(parts.server_name(ch))),
-                str(shard_of(ch, 3)),
-                str(shard_of(ch, 10)),
-                str(worker_of(ch, 4)),
-            ]
-            if got != cols:
-                raise SystemExit(f"vector mismatch for {ch!r}: {got} != {cols}")
-            n += 1
-    print(f"self-check: {n} vectors and {len(parts.tags)} tags agree")
+    for cols in rows(f"{wire_dir}/vectors.tsv"):
+        ch = bytes.fromhex(cols[0])
+        got = [
+            cols[0],
+            f"{channel_hash(ch):016x}",
+            str(p128.partition_of(ch)),
+            p128.server_name(ch).hex(),
+            str(key_slot(p128.server_name(ch))),
+            str(shard_of(ch, 3)),
+            str(shard_of(ch, 10)),
+            str(worker_of(ch, 4)),
+        ]
+        expect(got, cols, f"vectors.tsv {ch!r}")
+        n += 1
+    cache = {}
+    for cols in rows(f"{wire_dir}/vectors-partitions.tsv"):
+        ch, count = bytes.fromhex(cols[0]), int(cols[1])
+        parts = cache.setdefault(count, Partitions(count))
+        k = parts.partition_of(ch)
+        name = parts.server_name(ch)
+        got = [cols[0], str(count), str(k), parts.tags[k].decode(), str(parts.slots[k]),
+               name.hex(), str(key_slot(name))]
+        expect(got, cols, f"vectors-partitions.tsv {ch!r} P={count}")
+        n += 1
+    for cols in rows(f"{wire_dir}/vectors-shards.tsv"):
+        ch, count = bytes.fromhex(cols[0]), int(cols[1])
+        got = [cols[0], str(count), str(shard_of(ch, count)), str(worker_of(ch, count))]
+        expect(got, cols, f"vectors-shards.tsv {ch!r} N={count}")
+        n += 1
+    print(f"self-check: {n} vectors and {tables} tag tables agree")
 
 
 class Resp:
@@ -189,15 +251,19 @@ class Resp:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--node", required=True)
+    ap.add_argument("--node")
     ap.add_argument("--wire", required=True)
     ap.add_argument("--partitions", type=int, default=128)
-    ap.add_argument("--prefix", required=True)
-    ap.add_argument("--channels", type=int, required=True)
-    ap.add_argument("--messages", type=int, required=True)
+    ap.add_argument("--prefix")
+    ap.add_argument("--channels", type=int)
+    ap.add_argument("--messages", type=int)
     a = ap.parse_args()
     self_check(a.wire)
-    parts = Partitions(load_tags(f"{a.wire}/tags-{a.partitions}.tsv"))
+    if a.node is None:
+        return 0
+    if a.prefix is None or a.channels is None or a.messages is None:
+        ap.error("--node needs --prefix, --channels and --messages")
+    parts = Partitions(a.partitions)
     host, port = a.node.rsplit(":", 1)
     seed = Resp(host, int(port))
     owner = {}

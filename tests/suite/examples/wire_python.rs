@@ -3,6 +3,9 @@
 //! socket) computes channel names from the exported tag table
 //! (`shardcore/wire/`, `WIRE_FORMAT.md`) and reaches shardsub subscribers
 //! on a cluster: every message counted per channel, in order, no gap.
+//! Before it publishes, and alone in the first test (no server), it
+//! recomputes every exported tag table and every column of every vector
+//! file from `WIRE_FORMAT.md`'s formulas.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -47,6 +50,27 @@ impl Handler for Ordered {
             self.gaps.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+#[test]
+fn a_python_check_reproduces_every_wire_vector_from_the_document() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(root.join("tests/suite/examples/wire_publish.py"))
+        .arg("--wire")
+        .arg(root.join("shardcore/wire"))
+        .output()
+        .expect("python3 runs (installed with the test tools)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // 46 names: vectors.tsv once, 5 partition counts, 6 server counts; the
+    // 13 power-of-two tables.
+    assert_eq!(
+        stdout.trim(),
+        "self-check: 552 vectors and 13 tag tables agree",
+        "{stderr}"
+    );
 }
 
 #[test]
