@@ -257,8 +257,20 @@ def main():
     ap.add_argument("--prefix")
     ap.add_argument("--channels", type=int)
     ap.add_argument("--messages", type=int)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--names", nargs="+", help="print where these channels live")
     a = ap.parse_args()
     self_check(a.wire)
+    if a.names:
+        # The lines of shardcore's wire_name example.
+        parts = Partitions(a.partitions)
+        print(f"# P = {a.partitions}, N = {a.servers}: channel, partition, tag, slot, "
+              "server name, shard")
+        for c in a.names:
+            ch = c.encode()
+            k = parts.partition_of(ch)
+            print(f"{c}\t{k}\t{parts.tags[k].decode()}\t{parts.slots[k]}\t"
+                  f"{parts.server_name(ch).decode()}\t{shard_of(ch, a.servers)}")
     if a.node is None:
         return 0
     if a.prefix is None or a.channels is None or a.messages is None:
