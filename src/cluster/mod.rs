@@ -79,9 +79,9 @@
 //!   answer within another interval is closed, reopened and resubscribed
 //!   (with gap events).
 //!
-//! What it does not do: the envelope (lag histogram) of servers,
-//! subscriptions on replicas, patterns; the service channel (failover
-//! detection for publish-only instances) exists only in [`Mode::Sharded`].
+//! What it does not do: subscriptions on replicas, patterns; the service
+//! channel (failover detection for publish-only instances) exists only in
+//! [`Mode::Sharded`]. The envelope works here as on servers.
 //! A node that joins adds connections to the runtime, not threads.
 //!
 //! ```no_run

@@ -35,7 +35,7 @@ pub(crate) struct Config {
     /// with `mode` [`Mode::Classic`] (plain names, `SUBSCRIBE`) and
     /// `multiplier` connections per server; 0 on a cluster.
     pub(crate) fixed_servers: usize,
-    /// Fixed placements: payloads carry the envelope (lag measured).
+    /// Payloads carry the envelope (lag measured), in every placement.
     pub(crate) envelope: bool,
     /// The recoverable prefixes and their caps.
     pub(crate) history: Arc<crate::history::Rules>,
