@@ -79,7 +79,7 @@
 //!   answer within another interval is closed, reopened and resubscribed
 //!   (with gap events).
 //!
-//! What it does not do: subscriptions on replicas, patterns; the service
+//! What it does not do: patterns (sharded Pub/Sub has none); the service
 //! channel (failover detection for publish-only instances) exists only in
 //! [`Mode::Sharded`]. The envelope works here as on servers.
 //! A node that joins adds connections to the runtime, not threads.
