@@ -73,6 +73,43 @@ fn a_python_check_reproduces_every_wire_vector_from_the_document() {
     );
 }
 
+/// The name-printing example (`shardcore`'s `wire_name`) and the Python
+/// check, given the same partition and server counts, print the same
+/// lines for names of every shape.
+#[test]
+fn the_name_printing_example_agrees_with_the_python_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = crate::support::examples::example_binary_of("shardsub-shardcore", "wire_name");
+    let names = ["news", "room:1", "{x}y", "", "{}", "a{b}c{d}", "é"];
+    for (p, n) in [(128, 3), (1000, 1024), (3, 2), (16384, 1)] {
+        let (p, n) = (p.to_string(), n.to_string());
+        let rust = Command::new(&bin)
+            .args(["--partitions", &p, "--servers", &n])
+            .args(names)
+            .output()
+            .expect("wire_name runs");
+        let python = Command::new("python3")
+            .arg(root.join("tests/suite/examples/wire_publish.py"))
+            .arg("--wire")
+            .arg(root.join("shardcore/wire"))
+            .args(["--partitions", &p, "--servers", &n, "--names"])
+            .args(names)
+            .output()
+            .expect("python3 runs");
+        let (rust, python) = (
+            String::from_utf8_lossy(&rust.stdout),
+            String::from_utf8_lossy(&python.stdout),
+        );
+        let python: Vec<&str> = python
+            .lines()
+            .filter(|l| !l.starts_with("self-check"))
+            .collect();
+        let rust: Vec<&str> = rust.lines().collect();
+        assert_eq!(rust.len(), names.len() + 1, "P = {p}, N = {n}: {rust:?}");
+        assert_eq!(rust, python, "P = {p}, N = {n}");
+    }
+}
+
 #[test]
 fn a_python_publisher_reaches_cluster_subscribers_through_the_tag_table() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

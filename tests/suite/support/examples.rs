@@ -7,13 +7,19 @@ use std::process::Command;
 
 /// The path of example `name`, built now.
 pub fn example_binary(name: &str) -> PathBuf {
+    example_binary_of("shardsub", name)
+}
+
+/// Builds example `name` of workspace package `package` (in the test
+/// binary's target directory and profile) and returns its path.
+pub fn example_binary_of(package: &str, name: &str) -> PathBuf {
     // Examples live next to <target>/<profile>/deps.
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|d| d.parent()).expect("profile dir");
     let target_dir = profile_dir.parent().expect("target dir");
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "--quiet", "-p", "shardsub", "--example", name])
+        .args(["build", "--quiet", "-p", package, "--example", name])
         .arg("--target-dir")
         .arg(target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"));
