@@ -26,7 +26,7 @@ use registry::{Entry, Render};
 
 pub const USAGE: &str = "  \
   bench [--only NAME[,NAME]] [--list] [--dry-run] [--lock FILE] [--note TEXT]
-            rerun the tables of BENCHMARKS.md (all, or the named ones) and
+            rerun the tables of BENCHMARKS.md and the crates' BENCHMARKS.md (all, or the named ones) and
             rewrite them between their markers; --list: names and time
             estimates; --dry-run: print the commands only; --lock FILE: run
             each measuring step under `flock -x FILE`; --note: added to the
@@ -62,8 +62,57 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-fn doc_path() -> PathBuf {
-    root().join("BENCHMARKS.md")
+/// The pages with generated tables: the workspace's, and the crates'
+/// own (the parser's, shardcore's). Each table is marked on one of them.
+pub(crate) const DOCS: &[&str] = &[
+    "BENCHMARKS.md",
+    "resp/BENCHMARKS.md",
+    "shardcore/BENCHMARKS.md",
+];
+
+/// A page of [`DOCS`], as read.
+struct Page {
+    path: PathBuf,
+    name: &'static str,
+    text: String,
+    marked: Vec<String>,
+}
+
+/// Every page of [`DOCS`] with the tables it marks.
+///
+/// # Errors
+///
+/// An unreadable page, bad markers, or a table marked on no page.
+fn pages(known: &[&str], entries: &[registry::Entry]) -> Result<Vec<Page>, String> {
+    let mut pages = Vec::new();
+    for name in DOCS {
+        let path = root().join(name);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        let marked = markers::regions(&text, known)
+            .map_err(|e| format!("{name} {e}"))?
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        pages.push(Page {
+            path,
+            name,
+            text,
+            marked,
+        });
+    }
+    for e in entries {
+        if !pages.iter().any(|p| p.marked.iter().any(|m| m == e.name)) {
+            return Err(format!(
+                "{} {}",
+                DOCS.join(", "),
+                markers::MarkerError::NoMarkers {
+                    name: e.name.into()
+                }
+            ));
+        }
+    }
+    Ok(pages)
 }
 
 /// `cargo xtask bench …`.
@@ -75,20 +124,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
     let entries = registry::select(o.only.as_deref())?;
     let known: Vec<&str> = registry::all().iter().map(|e| e.name).collect();
-    let path = doc_path();
-    let mut doc =
-        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let regions = markers::regions(&doc, &known).map_err(|e| format!("BENCHMARKS.md {e}"))?;
-    for e in &entries {
-        if !regions.iter().any(|r| r.name == e.name) {
-            return Err(format!(
-                "BENCHMARKS.md {}",
-                markers::MarkerError::NoMarkers {
-                    name: e.name.into()
-                }
-            ));
-        }
-    }
+    let mut pages = pages(&known, &entries)?;
     if o.list {
         list(&entries);
         return Ok(());
@@ -119,9 +155,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         match table(&ctx, &prepared, e, &commit, o.note.as_deref()) {
             Ok((text, secs)) => {
                 let tables = [(e.name.to_string(), text)];
-                doc = markers::replace(&doc, &known, &tables).map_err(|err| err.to_string())?;
-                std::fs::write(&path, &doc)
-                    .map_err(|err| format!("write {}: {err}", path.display()))?;
+                let Some(page) = pages
+                    .iter_mut()
+                    .find(|p| p.marked.iter().any(|m| m == e.name))
+                else {
+                    return Err(format!("{}: no page marks it", e.name));
+                };
+                page.text = markers::replace(&page.text, &known, &tables)
+                    .map_err(|err| format!("{} {err}", page.name))?;
+                std::fs::write(&page.path, &page.text)
+                    .map_err(|err| format!("write {}: {err}", page.path.display()))?;
                 println!("xtask: bench {}: written ({secs:.0} s measured)", e.name);
                 times.push((e.name, secs, e.estimate_s));
             }

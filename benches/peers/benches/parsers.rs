@@ -4,7 +4,7 @@
 //! holding the whole stream) or `chunked_1460` (the stream arriving in
 //! 1,460-byte reads, parsed with each parser's incremental API). Throughput is
 //! in bytes; `cargo run --release --bin table` turns the results into the
-//! BENCHMARKS.md table with frames/s. See README.md.
+//! resp/BENCHMARKS.md table with frames/s. See README.md.
 //!
 //! Time is the benchmark thread's CPU time, not wall time: the machine these
 //! numbers come from is shared, and wall time there mostly measures how often

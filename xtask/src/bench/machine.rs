@@ -19,8 +19,8 @@ pub fn utc_now() -> String {
 }
 
 /// `git rev-parse --short HEAD`, with `+dirty` when tracked files differ
-/// from it (untracked files and BENCHMARKS.md itself, which this command
-/// rewrites, do not count).
+/// from it (untracked files and the pages this command rewrites,
+/// [`crate::bench::DOCS`], do not count).
 pub fn commit() -> String {
     let git = |args: &[&str]| {
         let mut command = Command::new("git");
@@ -30,15 +30,13 @@ pub fn commit() -> String {
     let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown commit".into();
     };
-    let dirty = git(&[
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
-        "--",
-        ".",
-        ":(exclude)BENCHMARKS.md",
-    ])
-    .is_some_and(|s| !s.trim().is_empty());
+    let mut args = vec!["status", "--porcelain", "--untracked-files=no", "--", "."];
+    let excluded: Vec<String> = crate::bench::DOCS
+        .iter()
+        .map(|d| format!(":(exclude){d}"))
+        .collect();
+    args.extend(excluded.iter().map(String::as_str));
+    let dirty = git(&args).is_some_and(|s| !s.trim().is_empty());
     format!("{}{}", head.trim(), if dirty { "+dirty" } else { "" })
 }
 

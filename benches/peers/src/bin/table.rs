@@ -1,4 +1,4 @@
-//! Prints the BENCHMARKS.md parser table from criterion's results.
+//! Prints the resp/BENCHMARKS.md parser table from criterion's results.
 //!
 //! `table <criterion dir>` (the `criterion` folder in the target directory).
 //! Uses each benchmark's median time per pass.

@@ -70,16 +70,26 @@ fn every_command_names_a_target_that_exists() {
 }
 
 #[test]
-fn benchmarks_md_marks_every_table_once() {
-    let path = crate::run::root().join("BENCHMARKS.md");
-    let doc = std::fs::read_to_string(&path).unwrap();
+fn the_pages_mark_every_table_once_in_registry_order() {
     let names: Vec<&str> = all().iter().map(|e| e.name).collect();
-    let regions = super::super::markers::regions(&doc, &names).unwrap();
-    let marked: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        marked, names,
-        "BENCHMARKS.md order and registry order differ"
-    );
+    let mut marked: Vec<String> = Vec::new();
+    for page in crate::bench::DOCS {
+        let path = crate::run::root().join(page);
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let regions = super::super::markers::regions(&doc, &names).unwrap();
+        let here: Vec<String> = regions.into_iter().map(|r| r.name).collect();
+        let order: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| here.iter().any(|h| h == n))
+            .collect();
+        assert_eq!(here, order, "{page}: order differs from the registry's");
+        marked.extend(here);
+    }
+    marked.sort();
+    let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    want.sort();
+    assert_eq!(marked, want, "each table marked on exactly one page");
 }
 
 #[test]
