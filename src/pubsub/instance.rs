@@ -720,14 +720,19 @@ fn shut_down(placed: &Placed) {
 impl Drop for PubSub {
     fn drop(&mut self) {
         if Arc::strong_count(&self.placed) > 1 || self.is_shut() {
-            return; // `close`'s, or nothing left to do
+            // Nothing left to do, or another holder (`close`, a helper
+            // thread of a `*_pending` call) lets go last: the placement
+            // shuts down when dropped, on that thread.
+            return;
         }
         let placed = self.placed.clone();
-        let spawned = std::thread::Builder::new()
-            .name("shardsub-shutdown".into())
-            .spawn(move || shut_down(&placed));
-        if let Err(e) = spawned {
-            log::warn!("no thread for a background shutdown ({e}); shutting down here");
+        let mut done = awaiting::off_thread("shutdown", move || {
+            shut_down(&placed);
+            Ok(())
+        });
+        // Only a thread the OS refused fails it.
+        if let Some(Err(e)) = done.try_take() {
+            log::warn!("no background shutdown ({e}); shutting down here");
             shut_down(&self.placed);
         }
     }
