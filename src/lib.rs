@@ -68,14 +68,15 @@
 //! [`PubSubBuilder::receiver`] (or
 //! [`receiver_for`](PubSubBuilder::receiver_for), one per channel prefix)
 //! gives a bounded [`pubsub::Receiver`] that is a `futures_core::Stream` of
-//! [`pubsub::Delivery`]. With the `tokio` feature, `publish_async` writes
+//! [`pubsub::Delivery`]. With the `tokio` feature, the low-level
+//! [`Engine::publish_async`](crate::engine::Engine::publish_async) writes
 //! and reads on the task's own worker.
 //!
 //! Which calls can block, and for how long (the rest return at once):
 //!
 //! | call | blocks | at most |
 //! | --- | --- | --- |
-//! | `publish`, `publish_then`, `publish_pending` (the call, not the await) | only while the connection buffers [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes) (backpressure) | the request timeout ([`PubSubBuilder::request_timeout`], 5 s) |
+//! | `publish`, `publish_pending` (the call, not the await) | only while the connection buffers [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes) (backpressure) | the request timeout ([`PubSubBuilder::request_timeout`], 5 s) |
 //! | `wait_active`, `wait_inactive`, `publish_wait`, `Pending::wait_timeout` | always | the timeout passed |
 //! | `Pending::wait` | always | about the request timeout |
 //! | `command`, `history`, `position` | always | the request timeout per round trip (on a cluster, per redirect, and the retry window while a slot has no owner) |

@@ -140,8 +140,8 @@ fn process_cpu() -> f64 {
 const COST_REPS: usize = 5;
 
 /// Client CPU and wall time per publish on a 1-master cluster:
-/// `PubSub::publish_then` (slot routing, redirect-safe copy, a callback
-/// per publish) and fire-and-forget `PubSub::publish` against the plain
+/// `PubSub::publish_pending` with a callback (slot routing, redirect-safe
+/// copy, a pooled handle and a callback per publish) and fire-and-forget `PubSub::publish` against the plain
 /// engine's `SPUBLISH` to the same node (zero-allocation path), all waited
 /// for (no subscribers). A warm-up round, then [`COST_REPS`] rounds of the
 /// three paths in turn; the table gives each path's median and spread, and
@@ -197,7 +197,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
         let (c0, s0, t0) = (process_cpu(), server_cpu(&cluster), Instant::now());
         for c in chans.iter().cycle().take(messages as usize) {
             let d = done.clone();
-            ps.publish_then(c, payload, move |_| {
+            ps.publish_pending(c, payload).then(move |_| {
                 d.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -232,7 +232,7 @@ fn run_publish_cost(kind: ServerKind, messages: u64) {
     println!("|---|---:|---:|---:|---:|---:|");
     let names = [
         "Engine::publish_with (SPUBLISH, no redirects)",
-        "PubSub::publish_then (routed, redirect-safe)",
+        "PubSub::publish_pending + then (routed, redirect-safe)",
         "PubSub::publish on a cluster (fire-and-forget, routed, redirect-safe)",
     ];
     for (path, name) in names.iter().enumerate() {

@@ -54,7 +54,7 @@
 //! CI: 3 engines, 2,000 channels, 3 s, 5,000/s.
 //!
 //! Known: with `--history`, a `--kill` stops publishing on Redis (the
-//! publisher blocks in `publish_then`, so the run does not end) and shows
+//! publisher blocks in `publish_pending`, so the run does not end) and shows
 //! reordered recovered messages on Valkey; without `--history` every
 //! fault runs clean on both.
 //!

@@ -128,6 +128,7 @@ pub use crate::metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, Topolo
 pub use builder::{Mode, ResubscribeSplit};
 
 use crate::engine::wait::Deadline;
+use crate::engine::Pending;
 use crate::error::Error;
 use crate::front::{Front, Placement};
 use crate::metrics::add;
@@ -285,25 +286,22 @@ impl ClusterPubSub {
         r
     }
 
-    /// [`PubSub::publish`](crate::PubSub::publish) with a callback: `f` gets the number of
-    /// receivers on the owning node, or why the publish failed
-    /// ([`Error::Cluster`] past the redirect or retry bounds,
-    /// [`Error::OwnerUnreachable`] past the publish hold,
+    /// [`PubSub::publish`](crate::PubSub::publish) with a handle to the
+    /// outcome: the number of receivers on the owning node, or why the
+    /// publish failed ([`Error::Cluster`] past the redirect or retry
+    /// bounds, [`Error::OwnerUnreachable`] past the publish hold,
     /// [`Error::HoldFull`]; with a zero hold, a connection error as it
-    /// happened). It runs on an I/O thread, the control thread, or this
-    /// one (when the outcome is known before `publish_then` returns: a
-    /// reply faster than the rest of the call, or a failure at once); keep
-    /// it short. `f` is boxed: one allocation per call, none when it
-    /// captures nothing.
-    pub fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
-    where
-        F: FnOnce(Result<i64, Error>) + Send + 'static,
-    {
-        if let Err(e) = self.check_open() {
-            return f(Err(e));
+    /// happened). The handle's slot is pooled: nothing is allocated per
+    /// call in steady state (a callback given to
+    /// [`Pending::then`](crate::engine::Pending::then) is boxed, which
+    /// allocates unless it captures nothing).
+    pub fn publish_pending(&self, channel: &[u8], payload: &[u8]) -> Pending<i64> {
+        let (pending, slot) = Pending::pooled();
+        match self.check_open() {
+            Err(e) => slot.complete(Err(e)),
+            Ok(()) => self.publish_done(channel, payload, publish::Done::Slot(slot)),
         }
-        // Boxed: one allocation per call unless `f` captures nothing.
-        self.publish_done(channel, payload, publish::Done::Call(Box::new(f)));
+        pending
     }
 
     fn publish_done(&self, channel: &[u8], payload: &[u8], done: publish::Done) {
@@ -313,13 +311,13 @@ impl ClusterPubSub {
     }
 
     /// Publishes and waits for the outcome (see
-    /// [`PubSub::publish_then`](crate::PubSub::publish_then)). Allocates
+    /// [`ClusterPubSub::publish_pending`]). Allocates
     /// nothing in steady state (the wait reuses a cell of the calling
     /// thread).
     ///
     /// # Errors
     ///
-    /// As [`PubSub::publish_then`](crate::PubSub::publish_then), and [`Error::WaitTimeout`].
+    /// As [`ClusterPubSub::publish_pending`], and [`Error::WaitTimeout`].
     pub fn publish_wait(
         &self,
         channel: &[u8],

@@ -1,18 +1,21 @@
-//! Who gets a publish's outcome ([`Done`]: a boxed callback, or a thread
+//! Who gets a publish's outcome ([`Done`]: a caller's
+//! [`Pending`](crate::engine::Pending), or a thread
 //! blocked in `publish_wait` on its reusable [`Waiter`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::wait::{Deadline, Outcome};
+use crate::engine::SlotRef;
 use crate::error::Error;
 
 /// Who gets a publish's outcome.
 pub(crate) enum Done {
-    /// The caller's callback ([`ClusterPubSub::publish_then`]), boxed.
+    /// The caller's handle ([`ClusterPubSub::publish_pending`]): a pooled
+    /// slot, so nothing is allocated per call.
     ///
-    /// [`ClusterPubSub::publish_then`]: crate::cluster::ClusterPubSub::publish_then
-    Call(Box<dyn FnOnce(Result<i64, Error>) + Send>),
+    /// [`ClusterPubSub::publish_pending`]: crate::cluster::ClusterPubSub::publish_pending
+    Slot(SlotRef<i64>),
     /// A caller blocked in [`ClusterPubSub::publish_wait`]: its thread's
     /// reusable cell, and the round it waits for.
     ///
@@ -23,7 +26,7 @@ pub(crate) enum Done {
 impl Done {
     pub(crate) fn run(self, r: Result<i64, Error>) {
         match self {
-            Done::Call(f) => f(r),
+            Done::Slot(slot) => slot.complete(r),
             Done::Wait(w, round) => w.put(round, r),
         }
     }

@@ -14,7 +14,7 @@ use crate::conn::{ConnConfig, Connection, Event, Request};
 use crate::engine::backoff::Reconnect;
 use crate::engine::kept::{Kept, StagedKept};
 use crate::engine::lend::{LendPoll, Lent, RELEND};
-use crate::engine::pending::{Completion, Later, Slot};
+use crate::engine::pending::{Completion, Later, SlotRef};
 use crate::engine::resolve::Next;
 use crate::engine::shared::{ConnShared, EngineCounters, CLOSED, CONNECTING, DOWN, STOPPED, UP};
 use crate::engine::Settings;
@@ -59,7 +59,7 @@ pub(crate) struct ConnDriver {
     kept: Kept,
     backoff: Reconnect,
     /// Reports the first connect's outcome to `build()`.
-    initial: Option<Arc<Slot<()>>>,
+    initial: Option<SlotRef<()>>,
     pub(crate) more_to_read: bool,
     /// The socket reported its read side closed (or an error): reads go
     /// on to the end of stream, since no later event will announce it.
@@ -98,7 +98,7 @@ impl ConnDriver {
         settings: Arc<Settings>,
         token: Token,
         seed: u64,
-        initial: Arc<Slot<()>>,
+        initial: SlotRef<()>,
         tls: Option<Arc<TlsTarget>>,
         now: Instant,
     ) -> Self {
@@ -981,7 +981,7 @@ pub(crate) fn dispatch(
     core: &mut Connection<Completion>,
     shared: &ConnShared,
     settings: &Settings,
-    initial: &mut Option<Arc<Slot<()>>>,
+    initial: &mut Option<SlotRef<()>>,
     backoff: &mut Reconnect,
     kept: &mut Kept,
     mut later: Option<&mut Vec<Later>>,

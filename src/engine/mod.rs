@@ -71,14 +71,16 @@ pub use shared::EngineStats;
 
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
+use crate::metrics::add;
 use crate::transport::tls::TlsTarget;
 use driver::ConnDriver;
+pub(crate) use pending::SlotRef;
 use pending::{Completion, Slot};
 use runtime::Latch;
 use shared::{ConnShared, Control, EngineCounters, Staging, ThreadShared, CONNECTING};
 
 /// A request for one reply of any kind, its handle and its cell.
-fn value_request() -> (Pending<Value>, Arc<Slot<Value>>, Request<Completion>) {
+fn value_request() -> (Pending<Value>, SlotRef<Value>, Request<Completion>) {
     let (pending, slot) = Pending::new();
     let request = Request {
         user: Completion::Value(slot.clone()),
@@ -406,8 +408,31 @@ impl Engine {
         payload: &[u8],
         options: PublishOptions,
     ) -> Pending<i64> {
-        let (pending, slot) = Pending::new();
-        let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
+        self.publish_handle(channel, payload, options, false)
+    }
+
+    /// [`Engine::publish_pending`]; with `counted`, every failure is also
+    /// counted in [`EngineStats::publish_failed`] (a refusal at once
+    /// included): the Pub/Sub layer's acknowledged publish. The handle's
+    /// slot is pooled.
+    pub(crate) fn publish_handle(
+        &self,
+        channel: &[u8],
+        payload: &[u8],
+        options: PublishOptions,
+        counted: bool,
+    ) -> Pending<i64> {
+        let (pending, slot) = Pending::pooled();
+        let completion = match counted {
+            true => Completion::Acked(slot),
+            false => Completion::Integer(slot),
+        };
+        let refused = self
+            .submit_publish(channel, payload, options, completion)
+            .is_err();
+        if refused && counted {
+            add(&self.inner.settings.counters.publish_failed, 1);
+        }
         pending
     }
 
@@ -481,7 +506,7 @@ impl Engine {
         options: PublishOptions,
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
-        let (pending, slot) = Pending::new();
+        let (pending, slot) = Pending::pooled();
         let request = Request::single(Completion::Integer(slot));
         let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         lend_async::call_async(conn, &self.inner.settings, encode, request, pending).await
@@ -498,7 +523,7 @@ impl Engine {
     ) -> Result<i64, Error> {
         let conn = self.route_channel(channel);
         let until = timeout.map(|t| (Instant::now() + t, t));
-        let (pending, slot) = Pending::new();
+        let (pending, slot) = Pending::pooled();
         let request = Request::single(Completion::Integer(slot.clone()));
         let encode = |buf: &mut Vec<u8>| encode_publish(buf, options, channel, payload);
         let lent = conn.call_lent(
@@ -646,7 +671,7 @@ impl Engine {
 
     /// Stages one command whose reply completes `slot`, with `ASKING` right
     /// before it under the same lock when `asking`.
-    fn submit_value<I>(&self, server: usize, args: I, slot: Arc<Slot<Value>>, asking: bool)
+    fn submit_value<I>(&self, server: usize, args: I, slot: SlotRef<Value>, asking: bool)
     where
         I: IntoIterator,
         I::IntoIter: ExactSizeIterator,
@@ -678,7 +703,7 @@ impl Engine {
     where
         F: FnOnce(Result<i64, Error>) + Send + 'static,
     {
-        let (pending, slot) = Pending::new();
+        let (pending, slot) = Pending::pooled();
         pending.then(f);
         let _ = self.submit_publish(channel, payload, options, Completion::Integer(slot));
     }
@@ -750,7 +775,7 @@ impl Engine {
     where
         F: FnOnce(Result<i64, Error>) + Send + 'static,
     {
-        let (pending, slot) = Pending::new();
+        let (pending, slot) = Pending::pooled();
         pending.then(f);
         let conn = self.route_channel(channel);
         conn.submit(

@@ -2,12 +2,15 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use resp::{Frame, Parsed, Value};
 
 use crate::engine::kept::Kept;
@@ -16,9 +19,118 @@ use crate::engine::Settings;
 use crate::error::Error;
 use crate::metrics::add;
 
-/// The shared cell between a [`Pending`] and the I/O thread: an
-/// [`Outcome`] used once.
-pub(crate) type Slot<T> = Outcome<Result<T, Error>>;
+/// The cell between a [`Pending`] and whoever completes it: an
+/// [`Outcome`] used once, and the pool it returns to, if any.
+pub(crate) struct Slot<T: 'static> {
+    outcome: Outcome<Result<T, Error>>,
+    /// Where the slot goes when its last holder lets go ([`SlotRef`]'s
+    /// drop): a pool of slots of its type, or nowhere (freed).
+    home: Option<&'static SlotPool<T>>,
+}
+
+impl<T> Deref for Slot<T> {
+    type Target = Outcome<Result<T, Error>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.outcome
+    }
+}
+
+impl<T> Slot<T> {
+    /// A slot of its own, freed after use.
+    pub(crate) fn new() -> Self {
+        Slot {
+            outcome: Outcome::new(),
+            home: None,
+        }
+    }
+}
+
+/// A shared handle to a [`Slot`]: the [`Pending`]'s, and the completer's
+/// (a request in flight, a callback). Whichever holder lets go last
+/// returns a pooled slot to its pool, reset for its next use; so a
+/// publish whose outcome is awaited, waited for or handed to a
+/// capture-free callback allocates nothing in steady state. (When both
+/// let go at the same moment, neither may see itself last: the slot is
+/// then freed, not pooled, which costs an allocation later and nothing
+/// else.)
+pub(crate) struct SlotRef<T: 'static>(ManuallyDrop<Arc<Slot<T>>>);
+
+impl<T> SlotRef<T> {
+    fn new(slot: Slot<T>) -> Self {
+        SlotRef(ManuallyDrop::new(Arc::new(slot)))
+    }
+}
+
+impl<T> Clone for SlotRef<T> {
+    fn clone(&self) -> Self {
+        SlotRef(ManuallyDrop::new(Arc::clone(&self.0)))
+    }
+}
+
+impl<T> Deref for SlotRef<T> {
+    type Target = Slot<T>;
+
+    fn deref(&self) -> &Slot<T> {
+        &self.0
+    }
+}
+
+impl<T> Drop for SlotRef<T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `self.0` is not used after.
+        let mut slot = unsafe { ManuallyDrop::take(&mut self.0) };
+        if let Some(pool) = slot.home {
+            // The last holder (no other strong or weak reference): no one
+            // else can see the slot while it is reset and pooled.
+            if Arc::get_mut(&mut slot).is_some() {
+                pool.put(slot);
+            }
+        }
+    }
+}
+
+/// Slots of one type kept for reuse, up to [`SlotPool::CAP`]: enough for
+/// the requests in flight at once on a busy instance, about 8 MB at most
+/// (`Slot<i64>` is about 100 bytes), reached only after that many were
+/// in flight together.
+pub(crate) struct SlotPool<T: 'static> {
+    free: Mutex<Vec<Arc<Slot<T>>>>,
+}
+
+impl<T> SlotPool<T> {
+    const CAP: usize = 1 << 16;
+
+    const fn new() -> Self {
+        SlotPool {
+            free: parking_lot::const_mutex(Vec::new()),
+        }
+    }
+
+    /// A slot from the pool, or a new one that returns to it.
+    fn take(&'static self) -> SlotRef<T> {
+        match self.free.lock().pop() {
+            Some(slot) => SlotRef(ManuallyDrop::new(slot)),
+            None => SlotRef::new(Slot {
+                outcome: Outcome::new(),
+                home: Some(self),
+            }),
+        }
+    }
+
+    /// Resets `slot` (its last outcome, waker or callback dropped) and
+    /// keeps it, unless the pool is full.
+    fn put(&self, slot: Arc<Slot<T>>) {
+        slot.begin();
+        let mut free = self.free.lock();
+        if free.len() < Self::CAP {
+            free.push(slot);
+        }
+    }
+}
+
+/// Integer slots: publishes' receiver counts.
+static INTEGER_SLOTS: SlotPool<i64> = SlotPool::new();
 
 /// The outcome of a request that is in flight: wait for it (with or without
 /// a timeout), poll it, `.await` it, or hand it a callback.
@@ -35,8 +147,8 @@ pub(crate) type Slot<T> = Outcome<Result<T, Error>>;
 /// that timeout was set to zero). Never wait on the engine's own I/O thread
 /// (from inside a callback): the reply could then never arrive.
 #[must_use = "a Pending does nothing unless waited on; drop it to ignore the outcome"]
-pub struct Pending<T> {
-    slot: Arc<Slot<T>>,
+pub struct Pending<T: 'static> {
+    slot: SlotRef<T>,
 }
 
 impl<T> fmt::Debug for Pending<T> {
@@ -48,8 +160,8 @@ impl<T> fmt::Debug for Pending<T> {
 }
 
 impl<T: Send + 'static> Pending<T> {
-    pub(crate) fn new() -> (Self, Arc<Slot<T>>) {
-        let slot = Arc::new(Slot::new());
+    pub(crate) fn new() -> (Self, SlotRef<T>) {
+        let slot = SlotRef::new(Slot::new());
         (Pending { slot: slot.clone() }, slot)
     }
 
@@ -109,6 +221,15 @@ impl<T: Send + 'static> Pending<T> {
     }
 }
 
+impl Pending<i64> {
+    /// [`Pending::new`] with a slot from the pool of integer slots: a
+    /// publish's outcome, allocated once and reused.
+    pub(crate) fn pooled() -> (Self, SlotRef<i64>) {
+        let slot = INTEGER_SLOTS.take();
+        (Pending { slot: slot.clone() }, slot)
+    }
+}
+
 impl<T> Pending<T> {
     /// Forgets the waker the last poll stored: a task about to complete
     /// this request itself (reading its reply on a lent connection) need
@@ -144,9 +265,14 @@ pub(crate) enum Completion {
     /// (a failure before staging is the caller's error).
     Publish,
     /// An integer reply (for example `PUBLISH`'s receiver count).
-    Integer(Arc<Slot<i64>>),
+    Integer(SlotRef<i64>),
+    /// A publish whose outcome its caller gets (an integer), a failure
+    /// also counted in
+    /// [`EngineStats::publish_failed`](crate::engine::EngineStats::publish_failed):
+    /// the Pub/Sub layer's acknowledged publish.
+    Acked(SlotRef<i64>),
     /// Any reply, as an owned value.
-    Value(Arc<Slot<Value>>),
+    Value(SlotRef<Value>),
     /// A kept request: kept with its bytes until its reply in the
     /// connection's [`Kept`] queue (staged beside the request, its bytes in
     /// the I/O thread's copy of the staged bytes): a plain reply completes
@@ -156,7 +282,7 @@ pub(crate) enum Completion {
     Kept,
     /// Initial connection's handshake (never a command).
     #[allow(dead_code)]
-    Unit(Arc<Slot<()>>),
+    Unit(SlotRef<()>),
 }
 
 fn error_text(frame: &Frame<'_>) -> Option<Arc<str>> {
@@ -199,6 +325,12 @@ impl Completion {
                 }
             }
             Completion::Integer(slot) => slot.complete(integer(addr, err, reply)),
+            Completion::Acked(slot) => {
+                if is_err {
+                    add(&settings.counters.publish_failed, 1);
+                }
+                slot.complete(integer(addr, err, reply))
+            }
             Completion::Value(slot) => slot.complete(match err {
                 Some(m) => Err(as_error(m)),
                 None => Ok(reply.to_value()),
@@ -289,6 +421,10 @@ impl Completion {
         match self {
             Completion::Kept => kept.fail(error, settings),
             Completion::Publish => add(&settings.counters.publish_failed, 1),
+            Completion::Acked(slot) => {
+                add(&settings.counters.publish_failed, 1);
+                slot.complete(Err(error));
+            }
             other => other.fail_unstaged(error),
         }
     }
@@ -298,7 +434,7 @@ impl Completion {
     pub(crate) fn fail_unstaged(self, error: Error) {
         match self {
             Completion::Discard | Completion::Publish | Completion::Kept => {}
-            Completion::Integer(slot) => slot.complete(Err(error)),
+            Completion::Integer(slot) | Completion::Acked(slot) => slot.complete(Err(error)),
             Completion::Value(slot) => slot.complete(Err(error)),
             Completion::Unit(slot) => slot.complete(Err(error)),
         }
@@ -310,8 +446,8 @@ impl Completion {
 /// the caller it wakes asks for it again. Kept in order; only waiting
 /// callers' requests (integers and values) are held back.
 pub(crate) enum Later {
-    Integer(Arc<Slot<i64>>, Result<i64, Error>),
-    Value(Arc<Slot<Value>>, Result<Value, Error>),
+    Integer(SlotRef<i64>, Result<i64, Error>),
+    Value(SlotRef<Value>, Result<Value, Error>),
 }
 
 impl Later {

@@ -298,7 +298,9 @@ pub struct EngineStats {
     /// Fire-and-forget publishes ([`Engine::publish`](crate::engine::Engine::publish))
     /// that were taken and then failed: an error reply, or no reply (their
     /// connection broke, the engine shut down). A publish refused at once
-    /// returned its error instead.
+    /// returned its error instead. The publish engine of a
+    /// [`PubSub`](crate::PubSub) counts its acknowledged publishes'
+    /// failures here too (its [`Metrics::publish_errors`](crate::Metrics::publish_errors)).
     pub publish_failed: u64,
     /// Push frames received.
     pub pushes: u64,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster::ClusterPubSub;
-use crate::engine::{Engine, PublishOptions};
+use crate::engine::{Engine, Pending, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
 use crate::wire::envelope;
@@ -78,34 +78,34 @@ impl Fixed {
         r
     }
 
-    /// [`Fixed::publish`] with the outcome handed to `f` (the receivers, or
-    /// why it failed).
-    pub(crate) fn publish_then<F>(&self, channel: &[u8], payload: &[u8], f: F)
-    where
-        F: FnOnce(Result<i64, Error>) + Send + 'static,
-    {
-        let counters = self.sub.shared.counters.clone();
-        let f = move |r: Result<i64, Error>| {
-            if r.is_err() {
-                add(&counters.publish_errors, 1);
-            }
-            f(r)
-        };
+    /// [`Fixed::publish`] with a handle to the outcome (the receivers, or
+    /// why it failed). A failure is counted in the metrics' publish
+    /// errors (by the publish engine, or here for history's publishes).
+    pub(crate) fn publish_pending(&self, channel: &[u8], payload: &[u8]) -> Pending<i64> {
         add(&self.sub.shared.counters.published, 1);
         let options = PublishOptions::classic();
         if let Some(o) = self.sub.shared.config.history.of(channel) {
+            let (pending, slot) = Pending::pooled();
+            let counters = self.sub.shared.counters.clone();
+            let done = move |r: Result<i64, Error>| {
+                if r.is_err() {
+                    add(&counters.publish_errors, 1);
+                }
+                slot.complete(r)
+            };
             let env = self.envelope_us();
-            // A failure at once has reached `f` already.
-            let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, f);
+            // A failure at once has reached `done` already.
+            let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, done);
+            pending
         } else if self.sub.shared.config.envelope {
             ENVELOPE_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 b.clear();
                 envelope::encode_into(&mut b, payload, now_us());
-                self.publ.publish_then(channel, &b, options, f)
+                self.publ.publish_handle(channel, &b, options, true)
             })
         } else {
-            self.publ.publish_then(channel, payload, options, f)
+            self.publ.publish_handle(channel, payload, options, true)
         }
     }
 
@@ -118,7 +118,7 @@ impl Fixed {
     ) -> Result<i64, Error> {
         let options = PublishOptions::classic();
         let r = if let Some(o) = self.sub.shared.config.history.of(channel) {
-            let (pending, slot) = crate::engine::Pending::new();
+            let (pending, slot) = Pending::pooled();
             let env = self.envelope_us();
             let done = move |r| slot.complete(r);
             let _ = crate::history::fixed::publish(&self.publ, channel, payload, o, env, done);
@@ -135,28 +135,6 @@ impl Fixed {
             // A sequential caller: the engine may lend it the connection.
             self.publ
                 .publish_wait_within(channel, payload, options, Some(timeout))
-        };
-        let c = &self.sub.shared.counters;
-        match &r {
-            Ok(_) => add(&c.published, 1),
-            Err(_) => add(&c.publish_errors, 1),
-        }
-        r
-    }
-
-    /// [`Fixed::publish`] as a task on tokio: on a lent connection when
-    /// nothing is added to the message (no history, no envelope).
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn publish_async(&self, channel: &[u8], payload: &[u8]) -> Result<i64, Error> {
-        let plain = self.sub.shared.config.history.of(channel).is_none()
-            && !self.sub.shared.config.envelope;
-        let r = if plain {
-            let options = PublishOptions::classic();
-            self.publ.publish_async(channel, payload, options).await
-        } else {
-            let (pending, slot) = crate::engine::Pending::new();
-            self.publish_then(channel, payload, move |r| slot.complete(r));
-            return pending.await; // counted by `publish_then`'s path
         };
         let c = &self.sub.shared.counters;
         match &r {

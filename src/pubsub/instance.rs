@@ -268,7 +268,7 @@ impl PubSub {
     /// nothing of it will reach a server. A publish taken and failing
     /// later (its connection broke, its hold expired, redirects ran out)
     /// is counted in [`Metrics::publish_errors`]; use
-    /// [`PubSub::publish_then`] or [`PubSub::publish_wait`] to learn each
+    /// [`PubSub::publish_pending`] or [`PubSub::publish_wait`] to learn each
     /// outcome.
     ///
     /// It can block only while its connection has
@@ -296,30 +296,21 @@ impl PubSub {
         on_placement!(self, p => p.publish(channel, payload))
     }
 
-    /// Publishes and runs `f` with the outcome (the number of receivers,
-    /// or why it failed), on an I/O thread or at once on this one. Keep `f`
-    /// short; never block in it.
-    pub fn publish_then<F>(&self, channel: impl AsRef<[u8]>, payload: impl AsRef<[u8]>, f: F)
-    where
-        F: FnOnce(Result<i64, Error>) + Send + 'static,
-    {
-        let (channel, payload) = (channel.as_ref(), payload.as_ref());
-        if let Err(e) = self.fits(channel, payload) {
-            return f(Err(e));
-        }
-        on_placement!(self, p => p.publish_then(channel, payload, f))
-    }
-
     /// Publishes and returns a handle to the outcome, the number of
     /// receivers (on a cluster, those on the slot's owner): `.await` it on
-    /// any executor, or wait on it. The same path as
-    /// [`PubSub::publish_then`], in every placement.
+    /// any executor, [`wait`](Pending::wait) on it, or hand it a callback
+    /// with [`then`](Pending::then) (run on an I/O thread, or at once on
+    /// this one when the outcome is already known; keep it short, never
+    /// block in it). The same path in every placement; in steady state
+    /// nothing is allocated per call (the handle's cell is reused; a
+    /// callback is boxed, which allocates unless it captures nothing).
     ///
     /// The call itself returns at once, except when the channel's
     /// connection already buffers its limit of unsent bytes (the server is
     /// not keeping up): then it waits for room, at most the request
     /// timeout ([`PubSubBuilder::request_timeout`], 5 s by default), and
-    /// the handle fails with [`Error::Backpressure`] if none came.
+    /// the handle fails with [`Error::Backpressure`] if none came. Dropping
+    /// the handle does not withdraw the publish.
     ///
     /// # Errors
     ///
@@ -330,39 +321,11 @@ impl PubSub {
         channel: impl AsRef<[u8]>,
         payload: impl AsRef<[u8]>,
     ) -> Pending<i64> {
-        let (pending, slot) = Pending::new();
-        self.publish_then(channel, payload, move |r| slot.complete(r));
-        pending
-    }
-
-    /// Publishes and awaits the outcome as a task on tokio (feature
-    /// `tokio`): the number of receivers (on a cluster, those on the
-    /// slot's owner).
-    ///
-    /// For a task that awaits each publish before its next: on one server
-    /// or N shards, while such callers leave the channel's connection
-    /// idle, the task writes the publish and reads its reply on its own
-    /// worker (see [`Engine::publish_async`](crate::engine::Engine::publish_async));
-    /// with history or the envelope on, on a cluster, and outside a tokio
-    /// runtime it is [`PubSub::publish_pending`]`.await`. Unlike
-    /// [`PubSub::publish_wait`] it has no timeout of its own: the request
-    /// timeout bounds it.
-    ///
-    /// # Errors
-    ///
-    /// As [`PubSub::publish_pending`].
-    #[cfg(feature = "tokio")]
-    pub async fn publish_async(
-        &self,
-        channel: impl AsRef<[u8]>,
-        payload: impl AsRef<[u8]>,
-    ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
-        self.fits(channel, payload)?;
-        match &*self.placed {
-            Placed::Fixed(p) => p.publish_async(channel, payload).await,
-            Placed::Cluster(_) => self.publish_pending(channel, payload).await,
+        if let Err(e) = self.fits(channel, payload) {
+            return Pending::ready(Err(e));
         }
+        on_placement!(self, p => p.publish_pending(channel, payload))
     }
 
     /// Publishes and waits for the outcome: the number of receivers (on a

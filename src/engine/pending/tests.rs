@@ -99,3 +99,33 @@ fn no_wakeup_is_lost_when_completion_races_the_poll() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn a_pooled_slot_is_reused_reset_whichever_holder_lets_go_last() {
+    // Unit tests share the pool: look for the slot among the next few.
+    let reused = |addr: *const Slot<i64>| {
+        let held: Vec<_> = (0..64).map(|_| Pending::pooled()).collect();
+        let found = held.iter().find(|(_, s)| std::ptr::eq(&**s, addr));
+        found.map(|(p, _)| p.is_done())
+    };
+    // The completer lets go last (a callback taken first).
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    p.then(|_| {});
+    slot.complete(Ok(1));
+    drop(slot);
+    assert_eq!(reused(addr), Some(false), "reused, and not done");
+    // The handle lets go last (awaited or waited on after the reply).
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    slot.complete(Ok(2));
+    drop(slot);
+    assert_eq!(p.wait().unwrap(), 2);
+    assert_eq!(reused(addr), Some(false), "reused, and not done");
+    // A slot still held is never handed out again.
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    drop(p);
+    assert_eq!(reused(addr), None);
+    slot.complete(Ok(3));
+}

@@ -172,84 +172,119 @@ fn fire_and_forget_cluster_publish_allocates_nothing_in_steady_state() {
     }
 }
 
-/// Outcomes counted by a `publish_then` callback that captures nothing (a
-/// zero-sized closure: boxing it allocates nothing).
+/// Outcomes counted by a `publish_pending(..).then` callback that captures
+/// nothing (a zero-sized closure: boxing it allocates nothing).
 static THEN_OK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-#[test]
-fn publish_wait_and_capture_free_publish_then_allocate_nothing_in_steady_state() {
+/// Measures `publish_wait`, `publish_pending(..).wait()` and
+/// `publish_pending(..).then` with a capture-free callback on `ps`, after
+/// a warm-up with one round all in flight (`pause` pauses the server),
+/// and asserts that none allocates per call.
+fn acknowledged_publishes_allocate_nothing(ps: &PubSub, what: &str, pause: impl Fn()) {
     use std::sync::atomic::Ordering;
-    if !testkit::alone() {
-        return; // it ran, alone, in a child process
-    }
     let payload = [b'x'; 256];
     let channels: Vec<Vec<u8>> = (0..100)
         .map(|i| format!("alloc:{i}").into_bytes())
         .collect();
+    const WAITS: usize = 2_000;
+    const THENS: u64 = 20_000;
+    let then_all = |n: u64| {
+        let target = THEN_OK.load(Ordering::Relaxed) + n;
+        for c in channels.iter().cycle().take(n as usize) {
+            ps.publish_pending(c, payload).then(|r| {
+                if r.is_ok() {
+                    THEN_OK.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        testkit::wait_for(
+            "every publish_pending answered",
+            Duration::from_secs(10),
+            || Ok((THEN_OK.load(Ordering::Relaxed) >= target).then_some(())),
+        )
+        .unwrap();
+    };
+    let wait_all = |pending: bool| {
+        for c in channels.iter().cycle().take(WAITS) {
+            let r = match pending {
+                true => ps.publish_pending(c, payload).wait(),
+                false => ps.publish_wait(c, payload, Duration::from_secs(10)),
+            };
+            assert!(r.is_ok(), "{what}: {r:?}");
+        }
+    };
+    // Warm up as in the fire-and-forget test (one round all in flight).
+    then_all(THENS);
+    pause();
+    then_all(THENS);
+    then_all(THENS);
+    wait_all(false);
+    wait_all(true);
+
+    let before = GLOBAL.allocations();
+    wait_all(false);
+    let waits = GLOBAL.allocations() - before;
+    let before = GLOBAL.allocations();
+    wait_all(true);
+    let pending_waits = GLOBAL.allocations() - before;
+    // A few allocations per round come and go with the timing (0-12
+    // per round run alone, 22 once in the parallel suite; where they
+    // come from is not pinned down, and they do not follow the call
+    // count): the fewest of three rounds is the steady state. One
+    // allocation per call would show in every round as at least THENS.
+    let rounds: Vec<u64> = (0..3)
+        .map(|_| {
+            let before = GLOBAL.allocations();
+            then_all(THENS);
+            GLOBAL.allocations() - before
+        })
+        .collect();
+    let thens = rounds.iter().copied().min().unwrap_or(u64::MAX);
+    eprintln!(
+        "{what}: {waits} allocations in {WAITS} publish_wait calls, {pending_waits} in \
+         {WAITS} publish_pending(..).wait() calls, {rounds:?} in three rounds of {THENS} \
+         publish_pending(..).then calls with a capture-free callback (all answered)"
+    );
+    assert!(
+        waits <= 16,
+        "{what}: {waits} allocations in {WAITS} publish_wait"
+    );
+    assert!(
+        pending_waits <= 16,
+        "{what}: {pending_waits} allocations in {WAITS} publish_pending(..).wait()"
+    );
+    assert!(
+        thens <= 16,
+        "{what}: {thens} allocations in {THENS} publish_pending(..).then"
+    );
+    assert_eq!(ps.metrics().publish_errors, 0, "{what}");
+}
+
+#[test]
+fn publish_wait_and_publish_pending_allocate_nothing_in_steady_state() {
+    if !testkit::alone() {
+        return; // it ran, alone, in a child process
+    }
     for kind in kinds() {
         let cluster = Cluster::start(kind, 1, 0).unwrap();
         let ps = quiet_cluster_pubsub(&cluster);
-        const WAITS: usize = 2_000;
-        const THENS: u64 = 20_000;
-        let then_all = |n: u64| {
-            let target = THEN_OK.load(Ordering::Relaxed) + n;
-            for c in channels.iter().cycle().take(n as usize) {
-                ps.publish_then(c, payload, |r| {
-                    if r.is_ok() {
-                        THEN_OK.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-            }
-            testkit::wait_for(
-                "every publish_then answered",
-                Duration::from_secs(10),
-                || Ok((THEN_OK.load(Ordering::Relaxed) >= target).then_some(())),
-            )
-            .unwrap();
-        };
-        // Warm up as in the fire-and-forget test (one round all in flight).
-        then_all(THENS);
-        let paused = cluster.node(0).cmd(&[b"CLIENT", b"PAUSE", b"300", b"ALL"]);
-        assert!(paused.is_ok(), "{paused:?}");
-        then_all(THENS);
-        then_all(THENS);
-        for c in channels.iter().cycle().take(WAITS) {
-            ps.publish_wait(c, payload, Duration::from_secs(10))
-                .unwrap();
-        }
+        acknowledged_publishes_allocate_nothing(&ps, &format!("{kind:?} cluster"), || {
+            let paused = cluster.node(0).cmd(&[b"CLIENT", b"PAUSE", b"300", b"ALL"]);
+            assert!(paused.is_ok(), "{paused:?}");
+        });
+        ps.shutdown();
 
-        let before = GLOBAL.allocations();
-        for c in channels.iter().cycle().take(WAITS) {
-            let r = ps.publish_wait(c, payload, Duration::from_secs(10));
-            assert!(r.is_ok(), "{kind:?}: {r:?}");
-        }
-        let waits = GLOBAL.allocations() - before;
-        // A few allocations per round come and go with the timing (0-12
-        // per round run alone, 22 once in the parallel suite; where they
-        // come from is not pinned down, and they do not follow the call
-        // count): the fewest of three rounds is the steady state. One
-        // allocation per call would show in every round as at least THENS.
-        let rounds: Vec<u64> = (0..3)
-            .map(|_| {
-                let before = GLOBAL.allocations();
-                then_all(THENS);
-                GLOBAL.allocations() - before
-            })
-            .collect();
-        let thens = rounds.iter().copied().min().unwrap_or(u64::MAX);
-        eprintln!(
-            "{kind:?}: {waits} allocations in {WAITS} publish_wait calls, \
-             {rounds:?} in three rounds of {THENS} capture-free publish_then calls (all answered)"
-        );
-        assert!(
-            waits <= 16,
-            "{kind:?}: {waits} allocations in {WAITS} publish_wait"
-        );
-        assert!(
-            thens <= 16,
-            "{kind:?}: {thens} allocations in {THENS} publish_then"
-        );
-        assert_eq!(ps.cluster_metrics().unwrap().publish_failed, 0, "{kind:?}");
+        let server = Server::start(kind).unwrap();
+        let ps = PubSub::builder()
+            .address(server.addr().to_string())
+            .workers(1)
+            .probe_interval(Duration::ZERO)
+            .build()
+            .unwrap();
+        acknowledged_publishes_allocate_nothing(&ps, &format!("{kind:?} one server"), || {
+            let paused = server.cmd(&[b"CLIENT", b"PAUSE", b"300", b"ALL"]);
+            assert!(paused.is_ok(), "{paused:?}");
+        });
         ps.shutdown();
     }
 }

@@ -235,7 +235,7 @@ fn bounded(kind: ServerKind) {
     let t0 = Instant::now();
     for i in 0..20u64 {
         let tx = tx.clone();
-        held.publish_then(&dead, i.to_le_bytes(), move |r| {
+        held.publish_pending(&dead, i.to_le_bytes()).then(move |r| {
             let _ = tx.send((i, t0.elapsed(), r));
         });
     }

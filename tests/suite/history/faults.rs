@@ -429,7 +429,7 @@ fn a_publish_retried_after_clusterdown_keeps_its_place() {
         let refused = |ps: &PubSub| ps.cluster_metrics().unwrap().redirects.cluster_down;
         let before = refused(&ps);
         let (tx, rx) = std::sync::mpsc::channel();
-        ps.publish_then(channel, b"m1", move |r| {
+        ps.publish_pending(channel, b"m1").then(move |r| {
             let _ = tx.send(r);
         });
         testkit::wait_for("m1 refused twice", BOUND, || {
@@ -497,7 +497,7 @@ fn a_refused_publish_is_retried_alone_until_it_is_taken() {
         let (tx, rx) = std::sync::mpsc::channel();
         for i in 1..12 {
             let tx = tx.clone();
-            ps.publish_then(channel, format!("m{i}"), move |r| {
+            ps.publish_pending(channel, format!("m{i}")).then(move |r| {
                 let _ = tx.send(r);
             });
             if i == 1 {

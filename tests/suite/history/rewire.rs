@@ -102,7 +102,7 @@ fn applied_once_when_its_node_engine_closes(kind: ServerKind) {
     // The node runs the next publish; its reply is lost.
     proxy.blackhole_toward(Direction::ToClient, true);
     let (tx, rx) = mpsc::channel();
-    ps.publish_then(&channel, "twice?", move |r| {
+    ps.publish_pending(&channel, "twice?").then(move |r| {
         let _ = tx.send(r);
     });
     testkit::wait_for("the publish to run on the third master", BOUND, || {

@@ -522,7 +522,8 @@ fn a_refused_channel_is_isolated_reported_and_the_rest_of_its_batch_delivers() {
 /// each counted in `Metrics::publish_errors`, once: the server is frozen
 /// (the publishes are written, no reply comes), then killed. Before, the
 /// engine dropped their failures and `publish_errors` counted only
-/// publishes refused at once.
+/// publishes refused at once. Acknowledged ones (`publish_pending`) fail
+/// through their handles and are counted the same way, once.
 #[test]
 fn taken_fire_and_forget_publishes_lost_with_their_server_are_counted() {
     const N: u64 = 200;
@@ -539,14 +540,21 @@ fn taken_fire_and_forget_publishes_lost_with_their_server_are_counted() {
             ps.publish(format!("pe:{i}"), b"lost")
                 .unwrap_or_else(|e| panic!("{kind:?}: publish {i} refused: {e}"));
         }
+        let acked: Vec<_> = (0..N)
+            .map(|i| ps.publish_pending(format!("pa:{i}"), b"lost"))
+            .collect();
         assert_eq!(ps.metrics().publish_errors, 0, "{kind:?}: before the kill");
         server.kill();
+        for (i, p) in acked.into_iter().enumerate() {
+            let r = p.wait_timeout(BOUND);
+            assert!(r.is_err(), "{kind:?}: acknowledged publish {i}: {r:?}");
+        }
         testkit::wait_for("every taken publish counted", BOUND, || {
-            Ok((ps.metrics().publish_errors >= N).then_some(()))
+            Ok((ps.metrics().publish_errors >= 2 * N).then_some(()))
         })
         .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", ps.metrics()));
         // Once each: nothing more comes of them.
         ps.shutdown();
-        assert_eq!(ps.metrics().publish_errors, N, "{kind:?}");
+        assert_eq!(ps.metrics().publish_errors, 2 * N, "{kind:?}");
     }
 }

@@ -194,11 +194,13 @@ pub fn via_pubsub(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
     })
 }
 
-/// Acknowledged publishing with [`shardsub::PubSub::publish_then`].
+/// Acknowledged publishing with [`shardsub::PubSub::publish_pending`] and a
+/// callback.
 pub fn via_cluster(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
     Arc::new(move |ledger, stamp, channel, payload| {
         let l = ledger.clone();
-        ps.publish_then(channel, payload, move |r| record(&l, stamp, &r, true));
+        ps.publish_pending(channel, payload)
+            .then(move |r| record(&l, stamp, &r, true));
     })
 }
 

@@ -265,8 +265,8 @@ pub fn all() -> Vec<Entry> {
     out.push(publish_cmp("publish_peers", 110, &["--messages", "500000"]));
     // Sequential runs go at ~10-50k msg/s: 20,000 per run keeps both
     // servers near a minute. shardsub runs three times: threads waiting on
-    // `publish_wait`, and tokio tasks awaiting `publish_pending` or
-    // `publish_async` like the peers' tasks (57-63 s on ed181d9).
+    // `publish_wait`, and tokio tasks awaiting `Engine::publish_pending` or
+    // `Engine::publish_async` like the peers' tasks (57-63 s on ed181d9).
     out.push(publish_cmp(
         "publish_sequential",
         60,

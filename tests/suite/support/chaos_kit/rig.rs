@@ -160,7 +160,7 @@ impl Rig {
         Ok(())
     }
 
-    /// `publish_then` on the publisher, recording every outcome (and the
+    /// `publish_pending(..).then` on the publisher, recording every outcome (and the
     /// time and kind of every failure).
     fn publish_fn(&self) -> Arc<PublishFn> {
         let ps = self.publisher.clone();
@@ -168,7 +168,7 @@ impl Rig {
         Arc::new(
             move |ledger: &Arc<Ledger>, stamp: Stamp, channel: &[u8], payload: &[u8]| {
                 let (ledger, failures) = (ledger.clone(), failures.clone());
-                ps.publish_then(channel, payload, move |r| {
+                ps.publish_pending(channel, payload).then(move |r| {
                     if let Err(e) = &r {
                         let at = ledger.elapsed();
                         failures
