@@ -41,6 +41,10 @@ enum Phase {
 
 pub(crate) struct ConnDriver {
     pub(crate) shared: Arc<ConnShared>,
+    /// The address connected to now: this thread's copy of
+    /// `shared.current` (it is the one writer), read without a lock on
+    /// every read turn.
+    addr: std::net::SocketAddr,
     settings: Arc<Settings>,
     token: Token,
     phase: Phase,
@@ -104,6 +108,7 @@ impl ConnDriver {
     ) -> Self {
         let backoff = Reconnect::new(settings.backoff_base, settings.backoff_max, seed);
         ConnDriver {
+            addr: shared.addr(),
             shared,
             settings,
             token,
@@ -189,7 +194,7 @@ impl ConnDriver {
             match LendPoll::new(lend) {
                 Ok(p) => self.lend_poll = Some(p),
                 Err(e) => {
-                    log::debug!("no lend of {}: {e}", self.shared.addr());
+                    log::debug!("no lend of {}: {e}", self.addr);
                     lend.wanted.store(false, Ordering::Relaxed);
                     return;
                 }
@@ -199,7 +204,7 @@ impl ConnDriver {
             return;
         };
         if let Err(e) = poll.watch(socket) {
-            log::debug!("no lend of {}: {e}", self.shared.addr());
+            log::debug!("no lend of {}: {e}", self.addr);
             self.lend_poll = Some(poll);
             return;
         }
@@ -208,7 +213,7 @@ impl ConnDriver {
         // the replies are the caller's to read, and the thread looks again
         // when it takes the lend back.
         if let Err(e) = registry.deregister(socket.tcp_mut()) {
-            log::debug!("no lend of {}: {e}", self.shared.addr());
+            log::debug!("no lend of {}: {e}", self.addr);
             poll.unwatch(socket);
             self.lend_poll = Some(poll);
             return;
@@ -332,7 +337,7 @@ impl ConnDriver {
     }
 
     fn addr(&self) -> std::net::SocketAddr {
-        self.shared.addr()
+        self.addr
     }
 
     fn counters(&self) -> &EngineCounters {
@@ -415,6 +420,7 @@ impl ConnDriver {
                             log::info!("{} now resolves to {addr}", self.addr());
                         }
                         *self.shared.current.lock() = addr;
+                        self.addr = addr;
                     }
                 }
             }
@@ -531,6 +537,7 @@ impl ConnDriver {
                     let later = self.deferring.then_some(&mut self.later);
                     if let Some(closed) = dispatch(
                         core,
+                        self.addr,
                         &self.shared,
                         &self.settings,
                         &mut self.initial,
@@ -548,7 +555,7 @@ impl ConnDriver {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     if let Some(reason) = socket.take_tls_error() {
-                        let addr = self.shared.addr();
+                        let addr = self.addr;
                         let err = Error::Tls {
                             addr,
                             reason: reason.into(),
@@ -583,7 +590,7 @@ impl ConnDriver {
         }
         match registry.deregister(socket.tcp_mut()) {
             Ok(()) => self.paused_until = Some(now + pause),
-            Err(e) => log::debug!("no read pause for {}: {e}", self.shared.addr()),
+            Err(e) => log::debug!("no read pause for {}: {e}", self.addr),
         }
     }
 
@@ -614,6 +621,7 @@ impl ConnDriver {
         let later = self.deferring.then_some(&mut self.later);
         if let Some(closed) = dispatch(
             core,
+            self.addr,
             &self.shared,
             &self.settings,
             &mut self.initial,
@@ -976,9 +984,13 @@ fn pushes_done(unflushed: &mut bool, settings: &Settings, shared: &ConnShared) {
 }
 
 /// Hands every event of the core to its completion or the observer.
-/// Returns the error when the core reports the connection closed.
+/// Returns the error when the core reports the connection closed. `addr`
+/// is the address connected to, passed in so that a read turn takes no
+/// lock for it (the I/O thread keeps its own copy).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     core: &mut Connection<Completion>,
+    addr: std::net::SocketAddr,
     shared: &ConnShared,
     settings: &Settings,
     initial: &mut Option<SlotRef<()>>,
@@ -986,7 +998,6 @@ pub(crate) fn dispatch(
     kept: &mut Kept,
     mut later: Option<&mut Vec<Later>>,
 ) -> Option<Error> {
-    let addr = shared.addr();
     let (mut replies, mut errors, mut pushes, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut closed = None;
     // Pushes passed to the observer since its last `on_pushes_done`.

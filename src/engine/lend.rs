@@ -569,6 +569,7 @@ pub(crate) fn dispatch_lent(shared: &ConnShared, lent: &mut Lent, settings: &Set
     let mut kept = Kept::default(); // empty: allocates nothing
     let closed = dispatch(
         &mut lent.core,
+        shared.addr(),
         shared,
         settings,
         &mut None,
