@@ -2,10 +2,10 @@
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::addr::ServerAddr;
 use crate::conn::ConnError;
 
 /// Everything that can go wrong between a call into the engine and its reply.
@@ -47,7 +47,7 @@ pub enum Error {
     /// that the server runs and listens on this address.
     Connect {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The socket error's kind.
         kind: io::ErrorKind,
         /// The socket error's text.
@@ -61,14 +61,14 @@ pub enum Error {
     /// the server's; retrying will not help.
     Tls {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// What rustls (or the server's alert) said.
         reason: Arc<str>,
     },
     /// Connecting (TCP and handshake) took longer than the connect timeout.
     ConnectTimeout {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The timeout.
         after: Duration,
     },
@@ -76,7 +76,7 @@ pub enum Error {
     /// the user name and password; retrying will not help.
     Auth {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The server's error text.
         message: Arc<str>,
     },
@@ -84,7 +84,7 @@ pub enum Error {
     /// example `CLIENT SETNAME`).
     Handshake {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The server's error text.
         message: Arc<str>,
     },
@@ -92,7 +92,7 @@ pub enum Error {
     /// The connection is fine; the command was wrong for the server.
     Reply {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The error text, code first.
         message: Arc<str>,
     },
@@ -100,7 +100,7 @@ pub enum Error {
     /// reply that is not an integer).
     UnexpectedReply {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// What was expected.
         expected: &'static str,
     },
@@ -109,7 +109,7 @@ pub enum Error {
     /// the command may or may not have run.
     Timeout {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// The request timeout.
         after: Duration,
     },
@@ -117,7 +117,7 @@ pub enum Error {
     /// closed and is being re-established. The command may or may not have run.
     Protocol {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// What the parser found.
         error: resp::ParseError,
     },
@@ -129,7 +129,7 @@ pub enum Error {
     /// and nothing reconnects.
     ConnectionLost {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// How it broke.
         reason: ConnError,
     },
@@ -137,14 +137,14 @@ pub enum Error {
     /// sent. Retry later.
     NotConnected {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
     },
     /// The connection's send buffer stayed full (the server is not keeping
     /// up with the submitters) for as long as a request may wait; nothing
     /// was sent. Slow down or add servers / connections.
     Backpressure {
         /// The server.
-        addr: SocketAddr,
+        addr: ServerAddr,
         /// How long the call waited for room.
         waited: Duration,
     },
@@ -261,7 +261,7 @@ impl Error {
     }
 
     /// The error for a request that was pending on a connection that ended.
-    pub(crate) fn from_conn(addr: SocketAddr, error: ConnError, connect_timeout: Duration) -> Self {
+    pub(crate) fn from_conn(addr: ServerAddr, error: ConnError, connect_timeout: Duration) -> Self {
         match error {
             ConnError::Protocol(error) => Error::Protocol { addr, error },
             ConnError::Timeout(after) => Error::Timeout { addr, after },

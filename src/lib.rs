@@ -139,6 +139,7 @@
 //! recoverable channels read them back).
 #![deny(missing_docs)]
 
+mod addr;
 pub mod cluster;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -176,6 +177,7 @@ struct GuideDoctests;
 #[global_allocator]
 static ALLOC: testkit::alloc::CountingAlloc = testkit::alloc::CountingAlloc::new();
 
+pub use addr::ServerAddr;
 pub use conn::{ConnError, Protocol, Role};
 pub use engine::resolve::Resolver;
 pub use engine::{Pending, Runtime};

@@ -3,10 +3,9 @@
 //! The Pub/Sub and cluster layers plug in here; so can an application that
 //! wants to see `DEBUG PROTOCOL push` frames or count reconnects.
 
-use std::net::SocketAddr;
-
 use resp::Parsed;
 
+use crate::addr::ServerAddr;
 use crate::conn::{Protocol, Role};
 use crate::error::Error;
 
@@ -16,7 +15,7 @@ pub struct ConnInfo {
     /// Index of the server in the builder's address list.
     pub server: usize,
     /// The server's address.
-    pub addr: SocketAddr,
+    pub addr: ServerAddr,
     /// Index of the connection among the server's connections of its role.
     pub index: usize,
     /// What the connection carries.

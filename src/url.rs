@@ -17,7 +17,10 @@
 //!   cluster has only database 0): any other is refused;
 //! - one query option, `cluster=true|false`: whether the URL names a
 //!   cluster seed (default false: a server, or one of N shards). Any other
-//!   option, and a fragment, is refused rather than ignored.
+//!   option, and a fragment, is refused rather than ignored;
+//! - `unix:///path/to/redis.sock` (also `redis+unix://`, `valkey+unix://`,
+//!   with `user:password@` before the path): a server on a Unix socket,
+//!   never a cluster seed, never TLS.
 
 use std::net::Ipv6Addr;
 
@@ -82,11 +85,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
                  shardsub's `tls` cargo feature (or use redis:// or valkey://)"
             ))
         }
-        "unix" | "redis+unix" | "valkey+unix" => {
-            return Err(format!(
-                "{scheme}:// (Unix sockets) is not supported; use TCP"
-            ))
-        }
+        "unix" | "redis+unix" | "valkey+unix" => return parse_unix(rest),
         _ => {
             return Err(format!(
                 "unknown scheme {scheme:?} (use redis:// or valkey://)"
@@ -135,6 +134,53 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
         password,
         cluster,
         tls,
+    })
+}
+
+/// A Unix socket's URL after `unix://`: `[user:password@]/path`, with
+/// `?cluster=false` at most (a socket is one server, never a seed).
+fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
+    if rest.contains('#') {
+        return Err("a fragment (#…) means nothing here".into());
+    }
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    if let Some(q) = query {
+        if parse_query(q)? {
+            return Err("cluster=true: a Unix socket is one server, not a cluster \
+                        seed (cluster nodes are reached over TCP)"
+                .into());
+        }
+    }
+    let Some(slash) = rest.find('/') else {
+        return Err("no socket path (write unix:///path/to/redis.sock)".into());
+    };
+    let (authority, path) = rest.split_at(slash);
+    let (username, password) = match authority {
+        "" => (None, None),
+        a => match a.strip_suffix('@') {
+            Some(u) => parse_userinfo(u)?,
+            None => {
+                return Err(format!(
+                    "host {a:?} in a Unix socket URL: write unix:///path/to/redis.sock \
+                     (three slashes: no host)"
+                ))
+            }
+        },
+    };
+    let path = percent_decode(path).map_err(|e| format!("socket path: {e}"))?;
+    let path = String::from_utf8(path).map_err(|_| "socket path: not UTF-8".to_string())?;
+    if path.len() <= 1 {
+        return Err("no socket path (write unix:///path/to/redis.sock)".into());
+    }
+    Ok(ServerUrl {
+        addr: format!("unix:{path}"),
+        username,
+        password,
+        cluster: false,
+        tls: false,
     })
 }
 

@@ -1,7 +1,6 @@
 //! The cluster placement: its settings (set on the one
 //! [`PubSubBuilder`]) and how a cluster instance is started.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +8,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use shardcore::Partitions;
 
+use crate::addr::ServerAddr;
 use crate::cluster::driver::Driver;
 use crate::cluster::hold::Hold;
 use crate::cluster::shared::{Config, Routes, Shared};
@@ -161,7 +161,7 @@ impl NodeSettings {
         }
     }
 
-    pub(crate) fn engine(&self, addr: SocketAddr, role: Role, conns: usize) -> Builder {
+    pub(crate) fn engine(&self, addr: ServerAddr, role: Role, conns: usize) -> Builder {
         let name: &[u8] = match (&self.client_name, role) {
             (Some(name), _) => name,
             (None, Role::Subscribe) => b"shardsub-sub",
@@ -472,6 +472,14 @@ pub(crate) fn node_addrs(
                 addr: a.as_str().into(),
                 reason: reason.into(),
             };
+            if let Some(path) = crate::addr::unix_path(a) {
+                // A Unix socket: its path as the host, port 0 (printed
+                // back as `unix:/path`).
+                return Ok(topology::NodeAddr {
+                    host: path.to_string_lossy().into_owned(),
+                    port: 0,
+                });
+            }
             crate::engine::resolve::lookup(resolver, a).map_err(err)?;
             let (host, port) =
                 crate::engine::resolve::split(a).ok_or_else(|| err("expected host:port".into()))?;

@@ -219,8 +219,8 @@ impl Driver {
                 let reply = match r {
                     Ok(_) => SubscribeReply::Ok,
                     Err(Error::Reply { addr, message }) => {
-                        let host = addr.ip().to_string();
-                        match topology::parse_cluster_error(message.as_bytes(), Some(&host)) {
+                        let host = addr.host();
+                        match topology::parse_cluster_error(message.as_bytes(), host.as_deref()) {
                             Some(e) => {
                                 log::info!("subscribe redirected by {addr}: {message}");
                                 SubscribeReply::Routing(e)
@@ -274,7 +274,7 @@ impl Driver {
             .core
             .layout()
             .node_of(partition)
-            .and_then(|k| resolve(&*s.resolver, &k.addr));
+            .and_then(|k| resolve_nth(&*s.resolver, &k.addr, 0));
         let workers = s.queues.len().max(1);
         let mut per_worker = vec![ChannelList::default(); workers];
         for name in &channels {
@@ -354,7 +354,11 @@ impl Driver {
         });
         let engine = match known {
             Some(e) => e,
-            None => match self.node.engine(addr, Role::Command, 1).build_detached() {
+            None => match self
+                .node
+                .engine(addr.into(), Role::Command, 1)
+                .build_detached()
+            {
                 Ok(e) => {
                     let e = Arc::new(e);
                     self.fetch_engines.insert(id, e.clone());
@@ -469,8 +473,8 @@ impl Driver {
             let reply = match r {
                 Ok(_) => ProbeReply::Served,
                 Err(Error::Reply { addr, message }) => {
-                    let host = addr.ip().to_string();
-                    match topology::parse_cluster_error(message.as_bytes(), Some(&host)) {
+                    let host = addr.host();
+                    match topology::parse_cluster_error(message.as_bytes(), host.as_deref()) {
                         Some(topology::ClusterError::Moved { addr: Some(a), .. }) => {
                             ProbeReply::Moved(a)
                         }

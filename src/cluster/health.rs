@@ -10,11 +10,11 @@
 //! up again; the two events mark those edges, once each.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use control::{ConnId, Time};
 
+use crate::addr::ServerAddr;
 use crate::metrics::ServerHealth;
 
 /// An edge of a server's state, for the application.
@@ -23,7 +23,7 @@ pub(crate) enum Edge {
     /// The server's first subscribe connection to end or fail to open.
     Lost {
         server: Arc<str>,
-        addr: Option<SocketAddr>,
+        addr: Option<ServerAddr>,
         error: Arc<str>,
         /// It was never up (a degraded start).
         first: bool,
@@ -31,14 +31,14 @@ pub(crate) enum Edge {
     /// Every subscribe connection to a lost server is up again.
     Restored {
         server: Arc<str>,
-        addr: Option<SocketAddr>,
+        addr: Option<ServerAddr>,
     },
 }
 
 #[derive(Debug)]
 struct Server {
     name: Arc<str>,
-    addr: Option<SocketAddr>,
+    addr: Option<ServerAddr>,
     conns: BTreeSet<ConnId>,
     up: BTreeSet<ConnId>,
     lost: bool,
@@ -65,7 +65,7 @@ impl Health {
         now: Time,
         conn: ConnId,
         server: &str,
-        addr: Option<SocketAddr>,
+        addr: Option<ServerAddr>,
     ) {
         let s = match self.servers.get_mut(server) {
             Some(s) => s,

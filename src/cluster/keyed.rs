@@ -78,8 +78,8 @@ pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Res
         let Err(Error::Reply { addr, message }) = &r else {
             return r;
         };
-        let host = addr.ip().to_string();
-        let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
+        let host = addr.host();
+        let Some(error) = topology::parse_cluster_error(message.as_bytes(), host.as_deref()) else {
             return r;
         };
         let ask = matches!(error, ClusterError::Ask { .. });
@@ -129,7 +129,7 @@ fn wait_for_engine(
             .read()
             .engines
             .iter()
-            .find(|e| e.servers().first() == Some(&want))
+            .find(|e| e.servers().first().and_then(|a| a.tcp()) == Some(want))
             .cloned();
         if found.is_some() || deadline.passed() {
             return found;

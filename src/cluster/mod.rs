@@ -188,7 +188,7 @@ impl ClusterPubSub {
                 let routes = s.routes.read();
                 routes.owner.iter().enumerate().find_map(|(slot, &o)| {
                     let e = routes.engines.get(usize::from(o))?;
-                    let addr = *e.servers().first()?;
+                    let addr = e.servers().first()?.tcp()?;
                     (!e.is_connection_up(0, 0)).then_some((slot as u16, addr))
                 })
             };

@@ -428,8 +428,8 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
             return send(shared, msg, None, false);
         }
     }
-    let host = addr.ip().to_string();
-    let Some(error) = topology::parse_cluster_error(message.as_bytes(), Some(&host)) else {
+    let host = addr.host();
+    let Some(error) = topology::parse_cluster_error(message.as_bytes(), host.as_deref()) else {
         return msg.finish_result(shared, r);
     };
     let c = &shared.counters.cluster;

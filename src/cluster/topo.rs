@@ -11,6 +11,7 @@ use std::sync::Arc;
 use resp::Value;
 use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 
+use crate::addr::ServerAddr;
 use crate::cluster::builder::Mode;
 use crate::cluster::driver::Driver;
 use crate::cluster::publish::KeptMsg;
@@ -38,17 +39,21 @@ impl PartialEq for Route {
 /// A node address as a socket address (its first, when a name has
 /// several), looked up with `resolver`.
 pub(crate) fn resolve(resolver: &dyn crate::Resolver, addr: &NodeAddr) -> Option<SocketAddr> {
-    resolve_nth(resolver, addr, 0)
+    resolve_nth(resolver, addr, 0)?.tcp()
 }
 
-/// A node address's `n`-th address (wrapping), looked up with `resolver`.
+/// A node address's `n`-th address (wrapping), looked up with `resolver`;
+/// a Unix socket (a server's, never a cluster node's) as it is.
 pub(crate) fn resolve_nth(
     resolver: &dyn crate::Resolver,
     addr: &NodeAddr,
     n: usize,
-) -> Option<SocketAddr> {
+) -> Option<ServerAddr> {
+    if addr.port == 0 && addr.host.starts_with('/') {
+        return Some(ServerAddr::unix(&addr.host));
+    }
     let all = crate::engine::resolve::lookup(resolver, &addr.to_string()).ok()?;
-    all.get(n % all.len().max(1)).copied()
+    all.get(n % all.len().max(1)).copied().map(ServerAddr::from)
 }
 
 impl Driver {
@@ -63,7 +68,7 @@ impl Driver {
         }
         let e = Arc::new(
             self.node
-                .engine(addr, Role::Command, 1)
+                .engine(addr.into(), Role::Command, 1)
                 // Keeps trying after a failed first attempt (a detached
                 // engine otherwise stays closed).
                 .start_degraded(true)

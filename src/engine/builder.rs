@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::addr::ServerAddr;
 use crate::conn::{ConnConfig, Protocol, Role};
 use crate::engine::kept::AnySink;
 use crate::engine::resolve::{self, Resolver};
@@ -101,7 +102,8 @@ impl std::fmt::Debug for Builder {
 }
 
 impl Builder {
-    /// Adds a server, as `host:port`. With several servers, channels are
+    /// Adds a server, as `host:port`, or a Unix socket as `unix:/path` (or
+    /// the absolute path; never with TLS). With several servers, channels are
     /// spread over them by [`shardcore::shard_of`] (client-side sharding).
     pub fn address(mut self, addr: impl Into<String>) -> Self {
         self.addrs.push(addr.into());
@@ -405,13 +407,28 @@ impl Builder {
             Ok(from_url) => crate::transport::tls::prepare(self.tls.take(), from_url),
             Err(e) => Err(e),
         };
-        let tls = match tls.and_then(|t| crate::transport::tls::targets(t.as_ref(), &self.addrs)) {
+        let unix = self
+            .addrs
+            .iter()
+            .find(|a| crate::addr::unix_path(a).is_some());
+        let tls = match (tls, unix) {
+            (Ok(Some(_)), Some(a)) => Err(format!(
+                "TLS over a Unix socket ({a}) is not supported: leave TLS off for it \
+                 (the socket never leaves the machine)"
+            )),
+            (tls, _) => tls.and_then(|t| crate::transport::tls::targets(t.as_ref(), &self.addrs)),
+        };
+        let tls = match tls {
             Ok(t) => t,
             Err(e) => return config(&e),
         };
         let resolver = self.resolver.unwrap_or_else(resolve::system);
         let mut addrs = Vec::with_capacity(self.addrs.len());
         for (a, tls) in self.addrs.iter().zip(tls) {
+            if let Some(path) = crate::addr::unix_path(a) {
+                addrs.push((ServerAddr::unix(path), tls, None));
+                continue;
+            }
             let first = resolve::lookup(&*resolver, a)
                 .map_err(|reason| Error::Resolve {
                     addr: a.as_str().into(),
@@ -423,7 +440,7 @@ impl Builder {
                     addr: a.as_str().into(),
                     reason: "no address found".into(),
                 })?;
-            addrs.push((first, tls, resolve::Named::of(a, &resolver)));
+            addrs.push((first.into(), tls, resolve::Named::of(a, &resolver)));
         }
         let total = addrs.len() * self.connections_per_server;
         let seed = self.seed.unwrap_or_else(crate::engine::clock::seed);

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use crate::conn::{ConnConfig, Connection, Event, Request};
@@ -21,7 +20,7 @@ use crate::engine::Settings;
 use crate::error::Error;
 use crate::metrics::add;
 use crate::transport::tls::TlsTarget;
-use crate::transport::Transport;
+use crate::transport::{StartError, Transport};
 
 /// Reads per readiness event before other connections get a turn (each at
 /// most 1 MiB, so a turn is bounded however fast the socket fills).
@@ -44,7 +43,7 @@ pub(crate) struct ConnDriver {
     /// The address connected to now: this thread's copy of
     /// `shared.current` (it is the one writer), read without a lock on
     /// every read turn.
-    addr: std::net::SocketAddr,
+    addr: crate::addr::ServerAddr,
     settings: Arc<Settings>,
     token: Token,
     phase: Phase,
@@ -212,7 +211,7 @@ impl ConnDriver {
         // that it would not report, as a `PRIORITY` registration costs):
         // the replies are the caller's to read, and the thread looks again
         // when it takes the lend back.
-        if let Err(e) = registry.deregister(socket.tcp_mut()) {
+        if let Err(e) = registry.deregister(socket.source_mut()) {
             log::debug!("no lend of {}: {e}", self.addr);
             poll.unwatch(socket);
             self.lend_poll = Some(poll);
@@ -274,7 +273,7 @@ impl ConnDriver {
         } = lent;
         self.lend_poll = Some(poll);
         // Registered again, epoll reports what arrived meanwhile.
-        if let Err(e) = registry.register(socket.tcp_mut(), self.token, Interest::READABLE) {
+        if let Err(e) = registry.register(socket.source_mut(), self.token, Interest::READABLE) {
             core.handle_io_error(e.kind(), now);
         }
         if let Some(kind) = io_error {
@@ -336,7 +335,7 @@ impl ConnDriver {
         true
     }
 
-    fn addr(&self) -> std::net::SocketAddr {
+    fn addr(&self) -> crate::addr::ServerAddr {
         self.addr
     }
 
@@ -426,13 +425,10 @@ impl ConnDriver {
             }
         }
         let addr = self.addr();
-        let socket = match TcpStream::connect(addr) {
+        let mut socket = match Transport::connect(addr, self.tls.as_deref()) {
             Ok(s) => s,
-            Err(e) => return self.teardown(registry, connect_error(addr, &e), now),
-        };
-        let mut socket = match Transport::new(socket, self.tls.as_deref()) {
-            Ok(s) => s,
-            Err(reason) => {
+            Err(StartError::Io(e)) => return self.teardown(registry, connect_error(addr, &e), now),
+            Err(StartError::Tls(reason)) => {
                 let err = Error::Tls {
                     addr,
                     reason: reason.into(),
@@ -441,7 +437,7 @@ impl ConnDriver {
             }
         };
         if let Err(e) = registry.register(
-            socket.tcp_mut(),
+            socket.source_mut(),
             self.token,
             Interest::READABLE | Interest::WRITABLE,
         ) {
@@ -483,22 +479,16 @@ impl ConnDriver {
             self.write_blocked = false;
         }
         if let Phase::Connecting { .. } = self.phase {
-            let Some(socket) = self.socket.as_ref().map(Transport::tcp) else {
+            let Some(socket) = self.socket.as_ref() else {
                 return;
             };
-            let addr = self.addr();
-            if let Ok(Some(e)) | Err(e) = socket.take_error() {
-                return self.teardown(registry, connect_error(addr, &e), now);
-            }
-            match socket.peer_addr() {
-                Ok(_) => {
-                    if let Err(e) = socket.set_nodelay(true) {
-                        log::warn!("TCP_NODELAY on {addr}: {e}");
-                    }
-                    self.phase = Phase::Open;
+            match socket.finish_connect() {
+                Ok(true) => self.phase = Phase::Open,
+                Ok(false) => return,
+                Err(e) => {
+                    let addr = self.addr();
+                    return self.teardown(registry, connect_error(addr, &e), now);
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(e) => return self.teardown(registry, connect_error(addr, &e), now),
             }
         }
         if readable {
@@ -588,7 +578,7 @@ impl ConnDriver {
         if !matches!(self.phase, Phase::Open) || self.paused_until.is_some() {
             return;
         }
-        match registry.deregister(socket.tcp_mut()) {
+        match registry.deregister(socket.source_mut()) {
             Ok(()) => self.paused_until = Some(now + pause),
             Err(e) => log::debug!("no read pause for {}: {e}", self.addr),
         }
@@ -607,7 +597,7 @@ impl ConnDriver {
             true => Interest::READABLE | Interest::WRITABLE,
             false => Interest::READABLE,
         };
-        if let Err(e) = registry.register(socket.tcp_mut(), self.token, interest) {
+        if let Err(e) = registry.register(socket.source_mut(), self.token, interest) {
             if let Some(core) = &mut self.core {
                 core.handle_io_error(e.kind(), now);
             }
@@ -715,7 +705,7 @@ impl ConnDriver {
             } else {
                 Interest::READABLE
             };
-            if let Err(e) = registry.reregister(socket.tcp_mut(), self.token, interest) {
+            if let Err(e) = registry.reregister(socket.source_mut(), self.token, interest) {
                 core.handle_io_error(e.kind(), now);
             }
             self.write_interest = blocked;
@@ -890,7 +880,7 @@ impl ConnDriver {
         };
         if let Some(mut socket) = self.socket.take() {
             socket.close();
-            let _ = registry.deregister(socket.tcp_mut());
+            let _ = registry.deregister(socket.source_mut());
         }
         self.more_to_read = false;
         self.paused_until = None;
@@ -953,7 +943,7 @@ impl ConnDriver {
 /// How often a connection waiting for a lookup looks whether it is done.
 const LOOKUP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
-fn connect_error(addr: std::net::SocketAddr, e: &io::Error) -> Error {
+fn connect_error(addr: crate::addr::ServerAddr, e: &io::Error) -> Error {
     Error::Connect {
         addr,
         kind: e.kind(),
@@ -990,7 +980,7 @@ fn pushes_done(unflushed: &mut bool, settings: &Settings, shared: &ConnShared) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     core: &mut Connection<Completion>,
-    addr: std::net::SocketAddr,
+    addr: crate::addr::ServerAddr,
     shared: &ConnShared,
     settings: &Settings,
     initial: &mut Option<SlotRef<()>>,

@@ -62,7 +62,6 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -144,7 +143,7 @@ impl LendPoll {
     /// Registers the socket's descriptor (the thread keeps the socket's
     /// own registration, so this one goes by descriptor).
     pub(crate) fn watch(&self, socket: &Transport) -> io::Result<()> {
-        let fd = socket.tcp().as_raw_fd();
+        let fd = socket.raw_fd();
         self.poll
             .registry()
             .register(&mut SourceFd(&fd), SOCKET, Interest::READABLE)
@@ -152,7 +151,7 @@ impl LendPoll {
 
     /// Drops the socket's registration.
     pub(crate) fn unwatch(&self, socket: &Transport) {
-        let fd = socket.tcp().as_raw_fd();
+        let fd = socket.raw_fd();
         let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
     }
 }

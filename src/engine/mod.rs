@@ -53,7 +53,6 @@ mod shared;
 mod tests;
 pub(crate) mod wait;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +68,7 @@ pub(crate) use runtime::default_threads;
 pub use runtime::Runtime;
 pub use shared::EngineStats;
 
+use crate::addr::ServerAddr;
 use crate::conn::{ConnConfig, ReplyKind, Request};
 use crate::error::Error;
 use crate::metrics::add;
@@ -145,7 +145,7 @@ impl PublishOptions {
 }
 
 struct ServerEntry {
-    addr: SocketAddr,
+    addr: ServerAddr,
     conns: Vec<Arc<ConnShared>>,
 }
 
@@ -182,7 +182,7 @@ impl std::fmt::Debug for Engine {
 /// A server as an engine starts it: its address now, its TLS target, and
 /// its name when it was given by name (looked up again before reconnects).
 pub(crate) type Target = (
-    SocketAddr,
+    ServerAddr,
     Option<Arc<TlsTarget>>,
     Option<Arc<resolve::Named>>,
 );
@@ -315,7 +315,7 @@ impl Engine {
     }
 
     /// The servers' addresses, in builder order.
-    pub fn servers(&self) -> Vec<SocketAddr> {
+    pub fn servers(&self) -> Vec<ServerAddr> {
         self.inner.servers.iter().map(|s| s.addr).collect()
     }
 

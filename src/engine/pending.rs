@@ -1,18 +1,20 @@
 //! Completions: how a reply reaches whoever asked for it.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::mem::ManuallyDrop;
-use std::net::SocketAddr;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::thread::LocalKey;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use resp::{Frame, Parsed, Value};
 
+use crate::addr::ServerAddr;
 use crate::engine::kept::Kept;
 use crate::engine::wait::Outcome;
 use crate::engine::Settings;
@@ -83,33 +85,58 @@ impl<T> Drop for SlotRef<T> {
         if let Some(pool) = slot.home {
             // The last holder (no other strong or weak reference): no one
             // else can see the slot while it is reset and pooled.
-            if Arc::get_mut(&mut slot).is_some() {
+            if let Some(s) = Arc::get_mut(&mut slot) {
+                s.outcome.reset();
                 pool.put(slot);
             }
         }
     }
 }
 
-/// Slots of one type kept for reuse, up to [`SlotPool::CAP`]: enough for
-/// the requests in flight at once on a busy instance, about 8 MB at most
-/// (`Slot<i64>` is about 100 bytes), reached only after that many were
-/// in flight together.
+/// Slots of one type kept for reuse: a few per thread, in a thread-local
+/// cache, and up to [`SlotPool::CAP`] shared (enough for the requests in
+/// flight at once on a busy instance; about 8 MB at most, `Slot<i64>`
+/// being about 100 bytes, reached only after that many were in flight
+/// together). A slot is taken on the caller's thread and usually returned
+/// on an I/O thread: the caches trade with the shared pool a batch at a
+/// time, so its lock is taken once per [`SlotPool::BATCH`] slots.
 pub(crate) struct SlotPool<T: 'static> {
-    free: Mutex<Vec<Arc<Slot<T>>>>,
+    shared: Mutex<Vec<Arc<Slot<T>>>>,
+    cache: &'static LocalKey<RefCell<Cache<T>>>,
 }
 
-impl<T> SlotPool<T> {
-    const CAP: usize = 1 << 16;
+/// A thread's cache of one pool's slots.
+struct Cache<T: 'static>(Vec<Arc<Slot<T>>>);
 
-    const fn new() -> Self {
+impl<T: 'static> SlotPool<T> {
+    const CAP: usize = 1 << 16;
+    /// Slots moved between a cache and the shared pool at once.
+    const BATCH: usize = 32;
+
+    const fn new(cache: &'static LocalKey<RefCell<Cache<T>>>) -> Self {
         SlotPool {
-            free: parking_lot::const_mutex(Vec::new()),
+            shared: parking_lot::const_mutex(Vec::new()),
+            cache,
         }
     }
 
-    /// A slot from the pool, or a new one that returns to it.
+    /// A slot from the pool (this thread's cache first), or a new one that
+    /// returns to it.
     fn take(&'static self) -> SlotRef<T> {
-        match self.free.lock().pop() {
+        let cached = self
+            .cache
+            .try_with(|c| {
+                let mut c = c.borrow_mut();
+                if c.0.is_empty() {
+                    let mut shared = self.shared.lock();
+                    let from = shared.len().saturating_sub(Self::BATCH);
+                    c.0.extend(shared.drain(from..));
+                }
+                c.0.pop()
+            })
+            .ok()
+            .flatten();
+        match cached {
             Some(slot) => SlotRef(ManuallyDrop::new(slot)),
             None => SlotRef::new(Slot {
                 outcome: Outcome::new(),
@@ -118,19 +145,29 @@ impl<T> SlotPool<T> {
         }
     }
 
-    /// Resets `slot` (its last outcome, waker or callback dropped) and
-    /// keeps it, unless the pool is full.
+    /// Keeps a slot that was reset, in this thread's cache; a full cache
+    /// gives a batch to the shared pool, which keeps at most
+    /// [`SlotPool::CAP`].
     fn put(&self, slot: Arc<Slot<T>>) {
-        slot.begin();
-        let mut free = self.free.lock();
-        if free.len() < Self::CAP {
-            free.push(slot);
-        }
+        let _ = self.cache.try_with(|c| {
+            let mut c = c.borrow_mut();
+            c.0.push(slot);
+            if c.0.len() >= 2 * Self::BATCH {
+                let mut shared = self.shared.lock();
+                let room = Self::CAP.saturating_sub(shared.len()).min(Self::BATCH);
+                shared.extend(c.0.drain(..room));
+                c.0.truncate(Self::BATCH);
+            }
+        });
     }
 }
 
 /// Integer slots: publishes' receiver counts.
-static INTEGER_SLOTS: SlotPool<i64> = SlotPool::new();
+static INTEGER_SLOTS: SlotPool<i64> = SlotPool::new(&INTEGER_CACHE);
+
+thread_local! {
+    static INTEGER_CACHE: RefCell<Cache<i64>> = const { RefCell::new(Cache(Vec::new())) };
+}
 
 /// The outcome of a request that is in flight: wait for it (with or without
 /// a timeout), poll it, `.await` it, or hand it a callback.
@@ -293,7 +330,7 @@ fn error_text(frame: &Frame<'_>) -> Option<Arc<str>> {
 }
 
 /// An integer reply (or the error reply `err`) as a result.
-fn integer(addr: SocketAddr, err: Option<Arc<str>>, reply: &Parsed<'_>) -> Result<i64, Error> {
+fn integer(addr: ServerAddr, err: Option<Arc<str>>, reply: &Parsed<'_>) -> Result<i64, Error> {
     match (err, &reply.frame) {
         (Some(message), _) => Err(Error::Reply { addr, message }),
         (None, Frame::Integer(n)) => Ok(*n),
@@ -309,7 +346,7 @@ impl Completion {
     /// Returns true when it was an error reply.
     pub(crate) fn complete(
         self,
-        addr: SocketAddr,
+        addr: ServerAddr,
         reply: &Parsed<'_>,
         settings: &Settings,
         kept: &mut Kept,
@@ -352,7 +389,7 @@ impl Completion {
     /// (see [`Later`]).
     pub(crate) fn complete_or_later(
         self,
-        addr: SocketAddr,
+        addr: ServerAddr,
         reply: &Parsed<'_>,
         settings: &Settings,
         kept: &mut Kept,
@@ -406,7 +443,7 @@ impl Completion {
     /// [`Error::ConnectionLost`] instead, reason
     /// [`ConnError::Aborted`](crate::conn::ConnError::Aborted): the
     /// outcome is unknown. Other requests keep `Shutdown`.
-    pub(crate) fn closed_error(&self, addr: SocketAddr, error: Error, sent: bool) -> Error {
+    pub(crate) fn closed_error(&self, addr: ServerAddr, error: Error, sent: bool) -> Error {
         match (self, error) {
             (Completion::Kept, Error::Shutdown) if sent => Error::ConnectionLost {
                 addr,

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::addr::ServerAddr;
+
 /// Looks up a host name's addresses. Set one with
 /// [`Builder::resolver`](crate::engine::Builder::resolver) or
 /// [`PubSubBuilder::resolver`](crate::PubSubBuilder::resolver) to use your
@@ -109,7 +111,7 @@ enum State {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Next {
     /// Connect here.
-    Connect(SocketAddr),
+    Connect(ServerAddr),
     /// A lookup runs: look again shortly.
     Wait,
 }
@@ -138,12 +140,12 @@ impl Named {
     /// the last success), from a fresh lookup: starts one and says
     /// [`Next::Wait`] when none is done, otherwise takes its answer and
     /// goes through its addresses in turn. A failed lookup keeps `current`.
-    pub(crate) fn next(self: &Arc<Self>, attempt: u32, current: SocketAddr) -> Next {
+    pub(crate) fn next(self: &Arc<Self>, attempt: u32, current: ServerAddr) -> Next {
         let mut g = self.state.lock();
         match std::mem::replace(&mut *g, State::Idle) {
             State::Done(Ok(addrs)) if !addrs.is_empty() => {
                 let at = (attempt.saturating_sub(1) as usize) % addrs.len();
-                Next::Connect(addrs[at])
+                Next::Connect(addrs[at].into())
             }
             State::Done(answer) => {
                 if let Err(e) = answer {
@@ -209,7 +211,7 @@ mod tests {
         for attempt in 1..=3 {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
             let got = loop {
-                match n.next(attempt, current) {
+                match n.next(attempt, current.into()) {
                     Next::Connect(addr) => break addr,
                     Next::Wait => {
                         assert!(std::time::Instant::now() < deadline, "lookup hangs");
@@ -219,7 +221,7 @@ mod tests {
             };
             assert_eq!(
                 got,
-                if attempt % 2 == 1 { a } else { b },
+                ServerAddr::from(if attempt % 2 == 1 { a } else { b }),
                 "attempt {attempt}"
             );
         }

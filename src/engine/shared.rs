@@ -50,7 +50,7 @@ pub(crate) struct ConnShared {
     /// Which connection; `info.addr` is the address at build.
     pub(crate) info: ConnInfo,
     /// The address connected to now (a server given by name may move).
-    pub(crate) current: parking_lot::Mutex<std::net::SocketAddr>,
+    pub(crate) current: parking_lot::Mutex<crate::addr::ServerAddr>,
     /// The server's name, looked up again before every reconnect (`None`
     /// for an address given as an IP).
     pub(crate) named: Option<Arc<crate::engine::resolve::Named>>,
@@ -77,7 +77,7 @@ pub(crate) struct ConnShared {
 
 impl ConnShared {
     /// The address connected to now.
-    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+    pub(crate) fn addr(&self) -> crate::addr::ServerAddr {
         *self.current.lock()
     }
 

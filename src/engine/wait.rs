@@ -99,6 +99,11 @@ impl<S> Signal<S> {
         r
     }
 
+    /// The state, with no lock: the caller holds the only reference.
+    pub(crate) fn get_mut(&mut self) -> &mut S {
+        &mut self.inner.get_mut().state
+    }
+
     /// Reads or changes the state without waking anyone (a change a
     /// waiter must see goes through [`Signal::update`]).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
@@ -246,6 +251,14 @@ impl<V> Outcome<V> {
         });
         drop(old); // outside the lock
         number
+    }
+
+    /// Starts a new round, with no lock: the caller holds the only
+    /// reference (a pooled slot being reset for its next use).
+    pub(crate) fn reset(&mut self) {
+        let r = self.signal.get_mut();
+        r.number = r.number.wrapping_add(1);
+        r.state = State::Waiting(None);
     }
 
     /// Delivers the outcome of the current round: wakes a waiting thread

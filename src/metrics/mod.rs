@@ -62,7 +62,7 @@ pub struct ServerHealth {
     /// The server's address as configured or announced (`host:port`).
     pub server: String,
     /// What it resolved to last, if it did.
-    pub addr: Option<std::net::SocketAddr>,
+    pub addr: Option<crate::addr::ServerAddr>,
     /// Whether every subscribe connection to it is up.
     pub connected: bool,
     /// Subscribe connections kept to it now, up or opening.

@@ -154,7 +154,8 @@ impl std::fmt::Debug for PubSubBuilder {
 }
 
 impl PubSubBuilder {
-    /// Adds a server (`host:port`). With N servers, a channel lives on
+    /// Adds a server: `host:port`, or a Unix socket as `unix:/path` (or
+    /// the absolute path). With N servers, a channel lives on
     /// `shard_of(channel, N)`; every publisher and subscriber must list the
     /// same servers in the same order. Not with [`PubSubBuilder::seed`].
     pub fn address(mut self, addr: impl Into<String>) -> Self {

@@ -34,6 +34,11 @@ impl PubSubBuilder {
     ///   is one setting per instance, so mixing `rediss://` and `redis://`
     ///   URLs fails `build`. Other schemes, query options other than `cluster`, and
     ///   fragments, are refused rather than ignored.
+    /// - `unix:///path/to/redis.sock` (also `redis+unix://` and
+    ///   `valkey+unix://`, with `user:password@` before the path) is a
+    ///   server on a Unix socket: one server or one of N shards, never a
+    ///   cluster seed, never TLS (`build` fails with [`Error::Config`] if
+    ///   TLS is asked for). Events and errors name it `unix:/path`.
     ///
     /// A URL that cannot be read fails `build` with [`Error::Config`] saying
     /// why (setters cannot fail, so the error waits for `build`).

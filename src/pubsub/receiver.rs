@@ -50,7 +50,7 @@ pub enum Delivery {
     Gap {
         /// The address of the server the channels were subscribed on, or
         /// `None` when they had none (see [`Event::Gap`]).
-        server: Option<std::net::SocketAddr>,
+        server: Option<crate::addr::ServerAddr>,
         /// The resubscribed channels.
         channels: ChannelList,
     },
@@ -76,7 +76,7 @@ pub enum Delivery {
         /// The server's address as configured or announced.
         server: String,
         /// What it resolved to, when it did.
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
         /// Why.
         error: String,
     },
@@ -85,7 +85,7 @@ pub enum Delivery {
         /// The server's address as configured or announced.
         server: String,
         /// What it resolved to.
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
     },
     /// As [`Event::Unrecoverable`].
     Unrecoverable {

@@ -79,6 +79,27 @@ fn accepted_forms() {
             true,
         ),
         ("redis://h?", "h:6379", None, None, false),
+        (
+            "unix:///tmp/redis.sock",
+            "unix:/tmp/redis.sock",
+            None,
+            None,
+            false,
+        ),
+        (
+            "redis+unix://u:p%40ss@/var/run/r%20s.sock?cluster=false",
+            "unix:/var/run/r s.sock",
+            Some(b"u"),
+            Some(b"p@ss"),
+            false,
+        ),
+        (
+            "valkey+unix://:pw@/tmp/v.sock",
+            "unix:/tmp/v.sock",
+            None,
+            Some(b"pw"),
+            false,
+        ),
     ];
     for &(url, addr, user, pass, cluster) in cases {
         let u = ok(url);
@@ -93,7 +114,21 @@ fn accepted_forms() {
 fn refused_forms_say_why() {
     let cases: &[(&str, &str)] = &[
         ("http://h:1", "unknown scheme \"http\""),
-        ("unix:///tmp/redis.sock", "Unix sockets"),
+        ("unix://tmp/redis.sock", "host \"tmp\" in a Unix socket URL"),
+        (
+            "unix://host/tmp/redis.sock",
+            "host \"host\" in a Unix socket URL",
+        ),
+        (
+            "unix:///tmp/redis.sock?cluster=true",
+            "a Unix socket is one server",
+        ),
+        ("unix://", "no socket path"),
+        ("unix:///", "no socket path"),
+        (
+            "redis+unix://user@/tmp/r.sock",
+            "a user name without a password",
+        ),
         ("h:6379", "no scheme"),
         ("redis://", "no host"),
         ("redis://:7000", "no host"),

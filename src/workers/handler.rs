@@ -150,7 +150,7 @@ pub enum Event<'a> {
         /// The address of the server the channels were subscribed on (a
         /// cluster node, or one of the servers), or `None` when they had
         /// none (their slot had no owner).
-        server: Option<std::net::SocketAddr>,
+        server: Option<crate::addr::ServerAddr>,
         /// The resubscribed channels handled by this worker.
         channels: &'a ChannelList,
     },
@@ -192,7 +192,7 @@ pub enum Event<'a> {
         /// The server's address as configured or announced (`host:port`).
         server: &'a str,
         /// What it resolved to, when it did.
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
         /// Why, in words (the connect error, or why the connection ended).
         error: &'a str,
     },
@@ -203,7 +203,7 @@ pub enum Event<'a> {
         /// The server's address as configured or announced (`host:port`).
         server: &'a str,
         /// What it resolved to.
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
     },
     /// A recoverable channel ([`PubSubBuilder::history`](crate::PubSubBuilder::history))
     /// lost messages that its history could not give back: the range

@@ -12,14 +12,14 @@
 //! ones may join it.
 
 use std::collections::{HashSet, VecDeque};
-use std::net::SocketAddr;
 
 use super::Item;
+use crate::addr::ServerAddr;
 
 /// An open gap event: where it is in the output, the channels it names,
 /// and the channels of the items queued after it.
 struct Open {
-    server: Option<SocketAddr>,
+    server: Option<ServerAddr>,
     at: usize,
     named: HashSet<Vec<u8>>,
     since: HashSet<Vec<u8>>,
@@ -114,7 +114,10 @@ mod tests {
         for n in names {
             channels.push(n.as_bytes());
         }
-        let server = Some(SocketAddr::from(([127, 0, 0, 1], server)));
+        let server = Some(ServerAddr::from(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            server,
+        ))));
         Item::Gap { server, channels }
     }
 
@@ -140,7 +143,11 @@ mod tests {
                         .iter()
                         .map(|c| String::from_utf8_lossy(c).into_owned())
                         .collect();
-                    format!("g{}:{}", server.map_or(0, |s| s.port()), names.join(","))
+                    format!(
+                        "g{}:{}",
+                        server.and_then(|s| s.tcp()).map_or(0, |s| s.port()),
+                        names.join(",")
+                    )
                 }
                 _ => "other".into(),
             })

@@ -74,7 +74,7 @@ enum Item {
     Active { buf: Vec<u8>, tell: bool },
     /// Channels resubscribed after a loss.
     Gap {
-        server: Option<std::net::SocketAddr>,
+        server: Option<crate::addr::ServerAddr>,
         channels: ChannelList,
     },
     /// A channel's subscription was refused (`buf` holds its name).
@@ -91,7 +91,7 @@ enum Item {
     /// again (`None`).
     Server {
         server: std::sync::Arc<str>,
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
         error: Option<std::sync::Arc<str>>,
     },
     /// Run by the worker in order with the messages (a fence's marker).
@@ -347,7 +347,7 @@ impl Queue {
     /// wake to the next [`Queue::wake_deferred`].
     pub(crate) fn push_gap(
         &self,
-        server: Option<std::net::SocketAddr>,
+        server: Option<crate::addr::ServerAddr>,
         channels: ChannelList,
         defer: bool,
     ) {
@@ -371,7 +371,7 @@ impl Queue {
     pub(crate) fn push_server(
         &self,
         server: std::sync::Arc<str>,
-        addr: Option<std::net::SocketAddr>,
+        addr: Option<crate::addr::ServerAddr>,
         error: Option<std::sync::Arc<str>>,
     ) {
         let mut g = self.inner.lock();

@@ -28,9 +28,18 @@ pub struct ServerBuilder {
     port: Option<u16>,
     start_timeout: Duration,
     tls: Option<TlsFiles>,
+    unix_socket: bool,
 }
 
 impl ServerBuilder {
+    /// Also listens on a Unix socket in its scratch directory
+    /// ([`Server::unix_socket`]). The TCP port stays open for testkit's
+    /// own client.
+    pub fn unix_socket(mut self) -> Self {
+        self.unix_socket = true;
+        self
+    }
+
     /// Also listens for TLS, on a second free port ([`Server::tls_addr`]),
     /// with these files. The plain port stays open for testkit's own
     /// client.
@@ -92,6 +101,7 @@ impl ServerBuilder {
             dir: TempDir::new(self.kind.name())?,
             tls: self.tls,
             tls_port: 0,
+            unix_socket: self.unix_socket,
         };
         let mut attempt = 1;
         loop {
@@ -139,6 +149,8 @@ pub struct Server {
     tls: Option<TlsFiles>,
     /// The TLS port (0 without TLS).
     tls_port: u16,
+    /// Also listening on `dir/server.sock`.
+    unix_socket: bool,
 }
 
 impl Server {
@@ -160,6 +172,7 @@ impl Server {
             port: None,
             start_timeout: START_TIMEOUT,
             tls: None,
+            unix_socket: false,
         }
     }
 
@@ -174,6 +187,12 @@ impl Server {
         self.tls
             .is_some()
             .then(|| SocketAddr::from((Ipv4Addr::LOCALHOST, self.tls_port)))
+    }
+
+    /// The Unix socket's path, for a server started with
+    /// [`ServerBuilder::unix_socket`], else `None`.
+    pub fn unix_socket(&self) -> Option<PathBuf> {
+        self.unix_socket.then(|| self.dir().join("server.sock"))
     }
 
     /// The port it listens on.
@@ -364,6 +383,12 @@ impl Server {
                 .then(|| self.port.checked_add(10_000))
                 .flatten();
             command.args(tls.args(self.tls_port, bus));
+        }
+        if let Some(path) = self.unix_socket() {
+            command
+                .arg("--unixsocket")
+                .arg(path)
+                .args(["--unixsocketperm", "700"]);
         }
         command.args(&self.args).current_dir(dir);
         command

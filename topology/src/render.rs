@@ -7,9 +7,12 @@ use crate::rewire::RewirePlan;
 use crate::slotmap::{Health, Node, NodeAddr, SlotMap};
 
 impl Display for NodeAddr {
-    /// `host:port`, or `[host]:port` for an IPv6 address.
+    /// `host:port`, or `[host]:port` for an IPv6 address; `unix:/path` for
+    /// a Unix socket (an absolute path as the host, port 0).
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
+        if self.port == 0 && self.host.starts_with('/') {
+            write!(f, "unix:{}", self.host)
+        } else if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)
         } else {
             write!(f, "{}:{}", self.host, self.port)

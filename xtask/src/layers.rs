@@ -49,6 +49,8 @@ pub const LAYERS: &[&str] = &[
     "observer",
     // The public error type.
     "error",
+    // Server addresses: TCP or a Unix socket's path.
+    "addr",
     // Thread naming and spawning.
     "threads",
     // The sans-IO connection state machine.

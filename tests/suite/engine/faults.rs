@@ -327,7 +327,7 @@ fn refused_credentials_fail_build_clearly() {
         panic!("{err:?}")
     };
     assert!(message.starts_with("WRONGPASS"), "{message}");
-    assert_eq!(*addr, fake.addr());
+    assert_eq!(*addr, fake.addr().into());
     fake.finish().unwrap();
 
     // RESP2 after a refused HELLO: AUTH itself refused.

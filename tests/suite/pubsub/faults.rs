@@ -16,7 +16,7 @@ use testkit::{kinds, FaultProxy, Server};
 
 use crate::support;
 use crate::support::accounted;
-use crate::support::accounted::{Accounted, Background};
+use crate::support::accounted::Accounted;
 use crate::support::channels;
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -156,30 +156,11 @@ fn client_kill_signals_exactly_the_resubscribed_channels() {
         })
         .unwrap();
         // Publishing all along: what the kill loses must be signalled.
-        let publisher = Background::start(
-            ledger.clone(),
-            accounted::via_pubsub(ps.clone()),
-            Duration::from_millis(2),
-            BOUND,
-        );
-        testkit::wait_for("a few rounds delivered", BOUND, || {
-            Ok((handler.tap.messages() >= 3 * 300).then_some(()))
-        })
-        .unwrap();
-        let killed = server
-            .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
-            .unwrap();
-        assert_eq!(killed, testkit::Value::Integer(2), "{kind:?} {protocol:?}");
-        let want: HashSet<Vec<u8>> = chans.iter().cloned().collect();
-        testkit::wait_for("gap events for every channel", BOUND, || {
-            Ok((handler.gap_channels.lock().len() >= want.len()).then_some(()))
-        })
-        .unwrap();
-        ps.wait_active(&chans, BOUND).unwrap();
-        let rounds = publisher.stop();
-        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
         let what = format!("{kind:?} {protocol:?}");
-        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        let (report, rounds) = accounted::kill_pubsub_clients_under_load(
+            &ps, &ledger, &handler, &server, 2, &chans, BOUND, &what,
+        );
+        let want: HashSet<Vec<u8>> = chans.iter().cloned().collect();
         assert!(rounds >= 3, "{what}: {rounds} rounds");
         assert_eq!(
             *handler.gap_channels.lock(),

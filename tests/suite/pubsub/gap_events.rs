@@ -4,7 +4,6 @@
 //! after it is whole again.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +14,7 @@ use testkit::{Cluster, Server, ServerKind, Servers};
 const WORKERS: usize = 2;
 
 /// One gap event: the server it named and its channels.
-type Gap = (Option<SocketAddr>, Vec<Vec<u8>>);
+type Gap = (Option<shardsub::ServerAddr>, Vec<Vec<u8>>);
 
 /// Gap events as they came, and messages per channel.
 #[derive(Default)]
@@ -91,7 +90,7 @@ fn kill_and_check(
     );
     let mut named = BTreeSet::new();
     for (server, channels) in &got {
-        assert_eq!(*server, Some(victim.addr()), "{kind:?} {what}");
+        assert_eq!(*server, Some(victim.addr().into()), "{kind:?} {what}");
         for c in channels {
             assert!(named.insert(c.clone()), "{kind:?} {what}: named twice");
         }

@@ -10,5 +10,6 @@ mod gap_events;
 mod names;
 mod placement;
 mod start_degraded;
+mod unix;
 mod unsubscribe;
 mod url;

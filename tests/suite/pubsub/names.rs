@@ -87,7 +87,7 @@ fn a_server_whose_name_moves_is_followed_at_the_next_reconnect() {
         assert!(
             health.len() == 1
                 && health[0].server == "app-redis:6379"
-                && health[0].addr == Some(b.addr())
+                && health[0].addr == Some(b.addr().into())
                 && health[0].connected,
             "{what}: {health:?}"
         );

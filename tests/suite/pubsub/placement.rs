@@ -17,7 +17,7 @@ use crate::support::accounted::Accounted;
 const BOUND: Duration = Duration::from_secs(20);
 
 /// What an application would write, whatever the deployment.
-fn subscribe_publish_check(placement: PubSubBuilder, what: &str) -> shardsub::Metrics {
+pub(crate) fn subscribe_publish_check(placement: PubSubBuilder, what: &str) -> shardsub::Metrics {
     let chans: Vec<Vec<u8>> = (0..500).map(|i| format!("p:{i}").into_bytes()).collect();
     let ledger = Arc::new(Ledger::new(&chans));
     let handler = Accounted::new(&ledger, what);

@@ -305,3 +305,45 @@ pub fn assert_refused(result: Result<(), Error>, channel: &[u8], what: &str) {
         other => panic!("{what}: wait_active on {channel:?} gave {other:?}"),
     }
 }
+
+/// Publishes in the background (a round every 2 ms) until three rounds
+/// are delivered, kills the server's Pub/Sub clients (`killed` of them,
+/// asserted), waits for a gap event for every channel of `chans` and for
+/// them to be active again, publishes one more round, and settles: the
+/// clean report and the background rounds published.
+#[allow(clippy::too_many_arguments)]
+pub fn kill_pubsub_clients_under_load(
+    ps: &Arc<shardsub::PubSub>,
+    ledger: &Arc<testkit::accounting::Ledger>,
+    handler: &Accounted,
+    server: &testkit::Server,
+    killed: i64,
+    chans: &[Vec<u8>],
+    bound: Duration,
+    what: &str,
+) -> (testkit::accounting::Report, u64) {
+    let publisher = Background::start(
+        ledger.clone(),
+        via_pubsub(ps.clone()),
+        Duration::from_millis(2),
+        bound,
+    );
+    let enough = 3 * chans.len() as u64;
+    testkit::wait_for("a few rounds delivered", bound, || {
+        Ok((handler.tap.messages() >= enough).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let n = server
+        .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(n, testkit::Value::Integer(killed), "{what}: clients killed");
+    testkit::wait_for("gap events for every channel", bound, || {
+        Ok((handler.gap_channels.lock().len() >= chans.len()).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    ps.wait_active(chans, bound)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let rounds = publisher.stop();
+    round(ledger, &*via_pubsub(ps.clone()));
+    (settle_and_check(ledger, bound, what), rounds)
+}

@@ -414,3 +414,27 @@ fn tls_unavailable_on_valkey() {
         Ok(_) => panic!("the installed Valkey now has TLS: run the TLS tests on it too"),
     }
 }
+
+/// TLS over a Unix socket fails `build` with a clear error, in the
+/// engine and in `PubSub`, before anything connects.
+#[test]
+fn tls_over_a_unix_socket_is_refused_at_build() {
+    let e = engine(
+        "unix:/tmp/shardsub-tls-unix.sock",
+        TlsConfig::system_roots(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(t) if t.contains("TLS over a Unix socket")),
+        "{e:?}"
+    );
+    let e = shardsub::PubSub::builder()
+        .url("unix:///tmp/shardsub-tls-unix.sock")
+        .tls(TlsConfig::system_roots())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(t) if t.contains("TLS over a Unix socket (unix:/tmp/shardsub-tls-unix.sock)")),
+        "{e:?}"
+    );
+}
