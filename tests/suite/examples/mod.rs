@@ -4,6 +4,7 @@
 
 mod demo_report;
 mod fanout;
+mod gateway;
 mod metrics_http;
 mod readme;
 mod tokio_server;
