@@ -31,6 +31,9 @@ pub struct Hub {
     /// The one shardsub instance of this process.
     pub ps: Arc<PubSub>,
     inner: Mutex<Inner>,
+    /// Dropped with the last handle on the hub (every task that holds
+    /// one has ended): `main` awaits that before closing the instance.
+    _alive: mpsc::Sender<()>,
 }
 
 #[derive(Default)]
@@ -43,12 +46,16 @@ struct Inner {
 }
 
 impl Hub {
-    pub fn new(name: String, ps: Arc<PubSub>) -> Hub {
-        Hub {
+    /// The hub, and a receiver that ends when the hub is gone.
+    pub fn new(name: String, ps: Arc<PubSub>) -> (Hub, mpsc::Receiver<()>) {
+        let (alive, gone) = mpsc::channel(1);
+        let hub = Hub {
             name,
             ps,
             inner: Mutex::default(),
-        }
+            _alive: alive,
+        };
+        (hub, gone)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

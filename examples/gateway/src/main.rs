@@ -63,6 +63,9 @@ const PAGE: &str = include_str!("page.html");
 /// so with `Delivery::Dropped`, which the page answers with a reload).
 const RECEIVER_CAPACITY: usize = 100_000;
 
+/// How long the pages' tasks get to end at shutdown.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 struct Options {
     servers: Vec<String>,
     seeds: Vec<String>,
@@ -126,7 +129,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .receiver(RECEIVER_CAPACITY);
     // Connecting (and a cluster's discovery) runs on a helper thread.
     let ps = Arc::new(builder.build_pending().await?);
-    let hub = Arc::new(Hub::new(o.name, ps.clone()));
+    let (hub, mut hub_gone) = Hub::new(o.name, ps.clone());
+    let hub = Arc::new(hub);
     let deliveries = tokio::spawn(deliver(hub.clone(), rx));
 
     let app = Router::new()
@@ -140,14 +144,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // Browsers first (their WebSockets outlive the server's graceful
-    // shutdown, which waits for plain requests only), then the instance.
+    // shutdown, which waits for plain requests only), then the instance,
+    // once every task that holds the hub has ended.
     hub.disconnect_all();
     deliveries.abort();
-    let _ = deliveries.await;
     drop(hub);
+    let _ = tokio::time::timeout(CLOSE_WAIT, hub_gone.recv()).await;
     match Arc::try_unwrap(ps) {
         Ok(ps) => ps.close().await?,
-        // A socket task still holds the hub: shut down all the same.
+        // A task is still at work (a history read, say): shut down anyway.
         Err(ps) => ps.shutdown_pending().await?,
     }
     println!("closed");
