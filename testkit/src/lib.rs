@@ -77,7 +77,7 @@ pub use kind::{
     kinds, redis_cli, workspace_root, ServerKind, REDIS_CLI_ENV, REDIS_SERVER_ENV, SERVERS_ENV,
     VALKEY_RELATIVE_PATH, VALKEY_SERVER_ENV,
 };
-pub use process::{wait_for, STOP_GRACE};
+pub use process::{wait_for, ChildGuard, STOP_GRACE};
 pub use proxy::{Direction, FaultProxy, ProxyStats};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;

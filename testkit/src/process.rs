@@ -109,16 +109,18 @@ pub(crate) fn terminate_all(pids: &[u32]) {
 }
 
 /// Starts a detached watchdog that SIGKILLs `server` and removes its scratch
-/// `dir` once this process is gone: a test process killed by a harness
-/// timeout runs no destructors, and its servers must not outlive it. The
-/// watchdog ends as soon as the server does (checked every second), so a
-/// reused pid is never signalled later.
-pub(crate) fn spawn_watchdog(server: u32, dir: &Path) {
+/// `dir` (if any) once this process is gone: a test process killed by a
+/// harness timeout runs no destructors, and its servers must not outlive
+/// it. The watchdog ends as soon as the server does (checked every second),
+/// so a reused pid is never signalled later.
+pub(crate) fn spawn_watchdog(server: u32, dir: Option<&Path>) {
     let parent = std::process::id();
-    let dir = shell_quote(&dir.to_string_lossy());
+    let remove = dir.map_or(String::new(), |d| {
+        format!("sleep 1; rm -rf {};", shell_quote(&d.to_string_lossy()))
+    });
     let script = format!(
         "( while kill -0 {parent} 2>/dev/null && kill -0 {server} 2>/dev/null; do sleep 1; done; \
-         kill -0 {parent} 2>/dev/null || {{ kill -9 {server} 2>/dev/null; sleep 1; rm -rf {dir}; }} ) \
+         kill -0 {parent} 2>/dev/null || {{ kill -9 {server} 2>/dev/null; {remove} }} ) \
          </dev/null >/dev/null 2>&1 &"
     );
     // The outer shell exits at once (reaped here); the loop is re-parented.
@@ -134,6 +136,58 @@ pub(crate) fn spawn_watchdog(server: u32, dir: &Path) {
 /// `'text'`, safe inside `sh -c`.
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// A child process a test started (a browser, an example program): on
+/// drop it is stopped (SIGTERM, then SIGKILL after [`STOP_GRACE`]; always
+/// reaped) and its scratch directory, if any, removed; if the test process
+/// dies first, a watchdog kills it by its pid.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Child,
+    dir: Option<PathBuf>,
+}
+
+impl ChildGuard {
+    /// Guards `child`, and `dir` (removed after the child stops).
+    pub fn new(child: Child, dir: Option<PathBuf>) -> ChildGuard {
+        spawn_watchdog(child.id(), dir.as_deref());
+        ChildGuard { child, dir }
+    }
+
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The child, to take its pipes or ask whether it exited.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Stops the child now (as the drop does) and says whether it was
+    /// still running and exited within [`STOP_GRACE`] of SIGTERM, rather
+    /// than exiting before or needing SIGKILL.
+    pub fn stop(&mut self) -> bool {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return false;
+        }
+        terminate(self.child.id());
+        let graceful = wait_exit(&mut self.child, STOP_GRACE);
+        if !graceful {
+            kill(&mut self.child);
+        }
+        graceful
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// Waits up to `bound` for the child to exit; true if it did.

@@ -409,7 +409,7 @@ impl Server {
             .map_err(|e| Error::io(format!("spawn {}", self.binary.display()), e))?;
         self.pid = child.id();
         self.child = Some(child);
-        process::spawn_watchdog(self.pid, self.dir.path());
+        process::spawn_watchdog(self.pid, Some(self.dir.path()));
         if let Err(reason) = self.await_ready() {
             if let Some(child) = self.child.as_mut() {
                 process::kill(child);

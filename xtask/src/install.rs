@@ -36,9 +36,10 @@ impl Tools {
     }
 }
 
-/// Servers plus the cargo tools the test command uses.
+/// Servers, the browser, plus the cargo tools the test command uses.
 pub fn all() -> Result<Tools, String> {
     let tools = servers()?;
+    browser()?;
     cargo_tool("fuzz", "cargo-fuzz")?;
     cargo_tool("nextest", "cargo-nextest")?;
     Ok(tools)
@@ -77,6 +78,14 @@ pub fn servers() -> Result<Tools, String> {
         valkey_server,
         redis_cli,
     })
+}
+
+/// Chromium, Debian's package `chromium`, unless `chromium --version`
+/// runs: the gateway's browser test (`tests/suite/examples/gateway.rs`)
+/// drives it headless. Its dependencies bring a font (fonts-dejavu-core)
+/// for the page's screenshot.
+pub fn browser() -> Result<(), String> {
+    apt_tool("chromium", "chromium")
 }
 
 /// `cargo install <package> --locked` unless `cargo <sub> --version` works.

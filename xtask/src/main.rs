@@ -41,7 +41,8 @@ commands:
             modules below it in xtask/src/layers.rs (no cycles), and only
             the engine, the workers and the control thread's driver read
             the clock
-  install   install what is missing (Redis 7, Valkey 9.1, cargo-fuzz, cargo-nextest)
+  install   install what is missing (Redis 7, Valkey 9.1, Chromium, cargo-fuzz,
+            cargo-nextest)
   fuzz [SECS]  the fuzz seeds and saved regressions (cargo test in fuzz/), then
             every fuzz target for SECS seconds (default 20)
 

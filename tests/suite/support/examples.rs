@@ -1,6 +1,7 @@
-//! Building an example for a smoke test: in the same target directory and
-//! profile as the test itself (a no-op when fresh), so an old binary never
-//! stands in for the code under test.
+//! Building an example (or a workspace package's program) for a smoke
+//! test: in the same target directory and profile as the test itself (a
+//! no-op when fresh), so an old binary never stands in for the code under
+//! test.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,13 +14,24 @@ pub fn example_binary(name: &str) -> PathBuf {
 /// Builds example `name` of workspace package `package` (in the test
 /// binary's target directory and profile) and returns its path.
 pub fn example_binary_of(package: &str, name: &str) -> PathBuf {
-    // Examples live next to <target>/<profile>/deps.
+    build(package, "--example", name)
+}
+
+/// Builds binary `name` of workspace package `package` (an example that
+/// is a package of its own, like `examples/gateway`) and returns its path.
+pub fn bin_of(package: &str, name: &str) -> PathBuf {
+    build(package, "--bin", name)
+}
+
+/// `cargo build -p PACKAGE KIND NAME` (`--example` or `--bin`).
+fn build(package: &str, kind: &str, name: &str) -> PathBuf {
+    // Examples live next to <target>/<profile>/deps, binaries in it.
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|d| d.parent()).expect("profile dir");
     let target_dir = profile_dir.parent().expect("target dir");
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "--quiet", "-p", package, "--example", name])
+        .args(["build", "--quiet", "-p", package, kind, name])
         .arg("--target-dir")
         .arg(target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"));
@@ -28,9 +40,12 @@ pub fn example_binary_of(package: &str, name: &str) -> PathBuf {
     }
     assert!(
         build.status().expect("cargo runs").success(),
-        "building example {name} failed"
+        "building {package} {kind} {name} failed"
     );
-    let bin = profile_dir.join("examples").join(name);
+    let bin = match kind {
+        "--example" => profile_dir.join("examples").join(name),
+        _ => profile_dir.join(name),
+    };
     assert!(bin.exists(), "{} missing", bin.display());
     bin
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by the suite's areas.
 
 pub mod accounted;
+pub mod browser;
 pub mod chaos_kit;
 pub mod cluster;
 pub mod examples;
