@@ -20,7 +20,10 @@
 //!   option, and a fragment, is refused rather than ignored;
 //! - `unix:///path/to/redis.sock` (also `redis+unix://`, `valkey+unix://`,
 //!   with `user:password@` before the path): a server on a Unix socket,
-//!   never a cluster seed, never TLS.
+//!   never a cluster seed, never TLS;
+//! - `redis+sentinel://host:26379,host2:26379/MASTER` (also
+//!   `valkey+sentinel://`, with the master's `user:password@` first): a
+//!   master found through Sentinel.
 
 use std::net::Ipv6Addr;
 
@@ -43,6 +46,9 @@ pub(crate) struct ServerUrl {
     pub(crate) cluster: bool,
     /// `rediss://` or `valkeys://` (only with the `tls` feature).
     pub(crate) tls: bool,
+    /// `redis+sentinel://`: the Sentinels to ask for the master named by
+    /// `addr` (`sentinel:NAME`).
+    pub(crate) sentinels: Vec<String>,
 }
 
 impl std::fmt::Debug for ServerUrl {
@@ -86,6 +92,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
             ))
         }
         "unix" | "redis+unix" | "valkey+unix" => return parse_unix(rest),
+        "redis+sentinel" | "valkey+sentinel" => return parse_sentinel(rest),
         _ => {
             return Err(format!(
                 "unknown scheme {scheme:?} (use redis:// or valkey://)"
@@ -134,6 +141,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
         password,
         cluster,
         tls,
+        sentinels: Vec::new(),
     })
 }
 
@@ -181,6 +189,49 @@ fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
         password,
         cluster: false,
         tls: false,
+        sentinels: Vec::new(),
+    })
+}
+
+/// A master found through Sentinel, after `redis+sentinel://`:
+/// `[user:password@]host:port[,host:port…]/MASTER` (the credentials are
+/// the master's; a Sentinel without a port is at 26379).
+fn parse_sentinel(rest: &str) -> Result<ServerUrl, String> {
+    if rest.contains(['#', '?']) {
+        return Err("no query options or fragment in a Sentinel URL".into());
+    }
+    let Some((authority, master)) = rest.split_once('/') else {
+        return Err("no master name (write redis+sentinel://host:26379/mymaster)".into());
+    };
+    if master.is_empty() || master.contains('/') {
+        return Err(format!(
+            "master name {master:?}: write one name after the Sentinels \
+             (redis+sentinel://host:26379/mymaster)"
+        ));
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => parse_userinfo(u)?,
+    };
+    let mut sentinels = Vec::new();
+    for h in hosts.split(',') {
+        let with_port = match h.rsplit_once(':') {
+            Some((_, p)) if !h.ends_with(']') && !p.is_empty() => h.to_string(),
+            _ => format!("{h}:26379"),
+        };
+        sentinels.push(parse_hostport(&with_port).map_err(|e| format!("Sentinel {h:?}: {e}"))?);
+    }
+    Ok(ServerUrl {
+        addr: format!("sentinel:{master}"),
+        username,
+        password,
+        cluster: false,
+        tls: false,
+        sentinels,
     })
 }
 

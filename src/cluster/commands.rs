@@ -148,6 +148,8 @@ impl Driver {
             conn,
             SubConn {
                 engine,
+                server: name,
+                addr,
                 state,
                 service_lost,
                 rx_seen: 0,

@@ -37,6 +37,9 @@ use crate::metrics::add;
 /// and its shared state.
 pub(crate) struct SubConn {
     pub(crate) engine: Arc<Engine>,
+    /// The server as the core names it, and the address it was opened to.
+    pub(crate) server: String,
+    pub(crate) addr: crate::addr::ServerAddr,
     pub(crate) state: Arc<ConnState>,
     pub(crate) service_lost: Arc<std::sync::atomic::AtomicBool>,
     /// `state.rx` when the core last heard of activity on it.
@@ -190,8 +193,12 @@ impl Driver {
             barriers,
             markers,
             refresh,
+            moved,
             ..
         } = inbox;
+        for (server, to) in moved {
+            self.on_moved(&server, to);
+        }
         for conn in ups {
             self.on_up(conn);
         }
@@ -294,6 +301,22 @@ impl Driver {
 
     /// A subscribe connection went down: its engine is closed (the core
     /// opens a new connection when it sees fit), then the core hears it.
+    /// `server`'s name leads to `to` now (a Sentinel failover): its
+    /// subscribe connections elsewhere end as if lost, so the core opens
+    /// them again (looking the name up again) and signals the gap.
+    fn on_moved(&mut self, server: &str, to: crate::addr::ServerAddr) {
+        let stale: Vec<ConnId> = self
+            .subs
+            .iter()
+            .filter(|(_, c)| c.server == server && c.addr != to)
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in stale {
+            let why: Arc<str> = format!("{server} moved to {to}").into();
+            self.on_down(conn, why);
+        }
+    }
+
     pub(crate) fn on_down(&mut self, conn: ConnId, why: Arc<str>) {
         if let Some(c) = self.subs.remove(&conn) {
             self.retire(c);

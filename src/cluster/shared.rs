@@ -161,6 +161,9 @@ pub(crate) struct Inbox {
     pub(crate) held: bool,
     /// The application asked for a topology reread.
     pub(crate) refresh: bool,
+    /// Servers whose name leads elsewhere now (a Sentinel failover): their
+    /// subscribe connections not at the new address are restarted.
+    pub(crate) moved: Vec<(String, crate::addr::ServerAddr)>,
     /// An unsubscribe (or `wait_inactive`) wants a fence.
     pub(crate) fence: bool,
     /// The fence in flight completed.
@@ -188,6 +191,7 @@ impl Inbox {
             && self.markers.is_empty()
             && !self.held
             && !self.refresh
+            && self.moved.is_empty()
             && !self.stop
     }
 }

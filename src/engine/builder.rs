@@ -132,6 +132,13 @@ impl Builder {
     /// [`Builder::build`] with [`Error::Config`].
     pub fn url(mut self, url: &str) -> Self {
         if let Some(u) = self.urls.read(url) {
+            if !u.sentinels.is_empty() {
+                self.urls.errors.push(format!(
+                    "URL {}: an Engine does not follow Sentinel; use PubSub::builder().url(..)",
+                    crate::url::redacted(url)
+                ));
+                return self;
+            }
             if u.cluster {
                 self.urls.errors.push(format!(
                     "URL {}: an Engine does not follow a cluster (cluster=true); \

@@ -819,6 +819,31 @@ impl ConnDriver {
         }
     }
 
+    /// Closes the connection and reconnects it (a name looked up again
+    /// first), unless it is connected to `to` already, shutting down, or
+    /// waiting to reconnect: the server behind its name moved (a Sentinel
+    /// failover). What is in flight fails as on a lost connection.
+    pub(crate) fn restart(
+        &mut self,
+        registry: &Registry,
+        to: crate::addr::ServerAddr,
+        now: Instant,
+    ) {
+        if self.shutting_down || self.addr == to {
+            return;
+        }
+        if let Phase::Open | Phase::Connecting { .. } = self.phase {
+            self.reclaim(registry, now, false);
+            let addr = self.addr;
+            log::info!("{addr}: the server moved to {to}; reconnecting");
+            let error = Error::ConnectionLost {
+                addr,
+                reason: crate::conn::ConnError::Aborted,
+            };
+            self.teardown(registry, error, now);
+        }
+    }
+
     /// Ends the connection now: everything pending fails with `Shutdown`.
     pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
         self.reclaim(registry, now, false);

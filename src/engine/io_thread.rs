@@ -186,6 +186,14 @@ impl IoThread {
                     done,
                 });
             }
+            Control::Restart { slots, to, done } => {
+                for &s in &slots {
+                    if let Some(Some(d)) = self.drivers.get_mut(s) {
+                        d.restart(registry, to, now);
+                    }
+                }
+                done.count_down();
+            }
             Control::Stop => self.stopping = true,
             #[cfg(test)]
             Control::Panic => panic!("I/O thread panic provoked by a test"),

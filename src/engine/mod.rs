@@ -903,6 +903,41 @@ impl Engine {
         }
     }
 
+    /// Closes the connections to server `server` and reconnects them to
+    /// where its name leads now, except those connected to `to` already
+    /// (the server's new address, when its name moved: a Sentinel
+    /// failover). Returns once their I/O threads have done it (at once on
+    /// an I/O thread, or after shutdown).
+    pub(crate) fn restart_server(&self, server: usize, to: ServerAddr) {
+        let Some(entry) = self.inner.servers.get(server) else {
+            return;
+        };
+        if self.inner.shut.load(Ordering::Acquire) {
+            return;
+        }
+        let mut per_thread: Vec<(Arc<ThreadShared>, Vec<usize>)> = Vec::new();
+        for c in &entry.conns {
+            match per_thread
+                .iter_mut()
+                .find(|(t, _)| Arc::ptr_eq(t, &c.thread))
+            {
+                Some((_, slots)) => slots.push(c.local),
+                None => per_thread.push((c.thread.clone(), vec![c.local])),
+            }
+        }
+        let done = Latch::new(per_thread.len());
+        for (t, slots) in per_thread {
+            t.send_control(Control::Restart {
+                slots,
+                to,
+                done: done.clone(),
+            });
+        }
+        if !runtime::on_io_thread() && !done.wait_until(Instant::now() + Duration::from_secs(5)) {
+            log::warn!("restarting the connections to server {server}: an I/O thread is slow");
+        }
+    }
+
     /// Stops the engine: new calls fail with [`Error::Shutdown`]; what is
     /// already submitted is written and its replies awaited for up to the
     /// shutdown timeout, after which what is left fails with

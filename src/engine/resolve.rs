@@ -52,8 +52,13 @@ pub(crate) fn system() -> Arc<dyn Resolver> {
     Arc::new(System)
 }
 
-/// Splits `host:port` (`[v6]:port` too).
+/// Splits `host:port` (`[v6]:port` too); `sentinel:NAME` (a master found
+/// through Sentinel) is `NAME` at port 0, which only the instance's
+/// Sentinel resolver answers.
 pub(crate) fn split(addr: &str) -> Option<(&str, u16)> {
+    if let Some(name) = addr.strip_prefix("sentinel:") {
+        return Some((name, 0));
+    }
     let (host, port) = addr.rsplit_once(':')?;
     let host = host
         .strip_prefix('[')

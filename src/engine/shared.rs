@@ -185,6 +185,16 @@ pub(crate) enum Control {
         deadline: Instant,
         done: Arc<Latch>,
     },
+    /// Close these connections now, unless connected to `to` already, and
+    /// reconnect them (a server given by name is looked up again first);
+    /// count `done` down once done. What was in flight on them fails with
+    /// [`Error::ConnectionLost`] (reason
+    /// [`ConnError::Aborted`](crate::conn::ConnError::Aborted)).
+    Restart {
+        slots: Vec<usize>,
+        to: crate::addr::ServerAddr,
+        done: Arc<Latch>,
+    },
     /// The runtime is gone: stop once the connections still shutting down
     /// are done.
     Stop,
@@ -253,7 +263,7 @@ pub(crate) fn settle_unserved(c: Control) {
                 d.fail_unserved(Error::RuntimeStopped);
             }
         }
-        Control::Shutdown { done, .. } => done.count_down(),
+        Control::Shutdown { done, .. } | Control::Restart { done, .. } => done.count_down(),
         Control::Stop => {}
         #[cfg(test)]
         Control::Panic => {}

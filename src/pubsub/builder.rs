@@ -92,6 +92,8 @@ const MAX_DELIVERY_DELAY: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub(crate) struct FixedSettings {
     pub(crate) publish_connections: usize,
+    /// Masters found through Sentinel: name → its Sentinels.
+    pub(crate) sentinels: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Default for PubSubBuilder {
@@ -129,6 +131,7 @@ impl Default for PubSubBuilder {
             },
             fixed: FixedSettings {
                 publish_connections: 1,
+                sentinels: Default::default(),
             },
             cluster: ClusterSettings::default(),
             fixed_only: Vec::new(),
@@ -160,6 +163,41 @@ impl PubSubBuilder {
     /// same servers in the same order. Not with [`PubSubBuilder::seed`].
     pub fn address(mut self, addr: impl Into<String>) -> Self {
         self.servers.push(addr.into());
+        self
+    }
+
+    /// Adds a server found through Sentinel: the master the Sentinels at
+    /// `sentinels` (`host:port`, any number, asked in turn) know as
+    /// `master`. It takes the next place in the server list (one server,
+    /// or one of N shards, mixed with plain addresses as you like); events
+    /// and health name it `sentinel:MASTER`.
+    ///
+    /// Its address is asked of the Sentinels at `build` and again
+    /// whenever a connection to it opens. A failover is followed: the
+    /// instance subscribes to `+switch-master` (on one Sentinel at a time,
+    /// and checks every master itself every few seconds), then moves its
+    /// publish connections and its subscribe connections to the new
+    /// master, in that order; every channel subscribed there gets a gap
+    /// event, in order with its messages. Publishes in flight on the old
+    /// master fail ([`Error::ConnectionLost`]), and publishes while no
+    /// connection is up fail at once ([`Error::NotConnected`]): on servers
+    /// nothing is held. Credentials (`password`, URLs) apply to the
+    /// master, not to the Sentinels, which are asked without `AUTH`. Not
+    /// with TLS. URL form: [`PubSubBuilder::url`] with
+    /// `redis+sentinel://host:26379,host2:26379/MASTER`.
+    ///
+    /// [`Error::ConnectionLost`]: crate::Error::ConnectionLost
+    /// [`Error::NotConnected`]: crate::Error::NotConnected
+    pub fn sentinel<I, S>(mut self, sentinels: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let master = master.into();
+        let list: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        self.servers
+            .push(format!("{}{master}", crate::pubsub::sentinel::PREFIX));
+        self.fixed.sentinels.entry(master).or_default().extend(list);
         self
     }
 
@@ -649,7 +687,15 @@ impl PubSubBuilder {
                 if let Some(name) = self.cluster_only.first() {
                     return config(format!("{name} applies to a cluster (seeds) only"));
                 }
-                let (p, limit) = build_fixed(&self.servers, &self.fixed, &self.common)?;
+                let sentinels = std::mem::take(&mut self.fixed.sentinels);
+                let sentinels = match sentinel_resolver(sentinels, &mut self.common) {
+                    Ok(s) => s,
+                    Err(e) => return config(e),
+                };
+                let (mut p, limit) = build_fixed(&self.servers, &self.fixed, &self.common)?;
+                if let Some(s) = sentinels {
+                    p.follow(s, &self.servers)?;
+                }
                 Ok(PubSub::fixed(p, limit))
             }
             (true, false) => {
@@ -670,6 +716,44 @@ impl PubSubBuilder {
             }
         }
     }
+}
+
+/// With masters found through Sentinel: checks them, and makes the
+/// instance's resolver ask their Sentinels for them.
+///
+/// # Errors
+///
+/// What is wrong, in words.
+fn sentinel_resolver(
+    masters: std::collections::BTreeMap<String, Vec<String>>,
+    common: &mut Common,
+) -> Result<Option<Arc<crate::pubsub::sentinel::Sentinels>>, String> {
+    if masters.is_empty() {
+        return Ok(None);
+    }
+    for (name, list) in &masters {
+        if !crate::pubsub::sentinel::valid_name(name) {
+            return Err(format!(
+                "Sentinel master name {name:?}: use a name without spaces, ':', '/', '@' or ','"
+            ));
+        }
+        if list.is_empty() {
+            return Err(format!("no Sentinel given for master {name:?}"));
+        }
+    }
+    if common.tls.is_some() {
+        return Err(
+            "TLS with Sentinel is not supported: reach the Sentinels and \
+                    their masters without TLS, or list the servers' addresses"
+                .into(),
+        );
+    }
+    let s = Arc::new(crate::pubsub::sentinel::Sentinels::new(
+        common.resolver.clone(),
+        masters,
+    ));
+    common.resolver = s.clone();
+    Ok(Some(s))
 }
 
 /// An engine builder for `addrs` with the shared settings.
@@ -824,7 +908,8 @@ fn build_fixed(
                     q.set_reader(r.clone());
                 }
             }
-            Ok((Fixed { sub, publ }, limit))
+            let watcher = parking_lot::Mutex::new(None);
+            Ok((Fixed { sub, publ, watcher }, limit))
         }
         Err(e) => {
             publ.shutdown();

@@ -61,6 +61,9 @@ impl PubSubBuilder {
     /// [`Error::Config`]: crate::Error::Config
     pub fn url(mut self, url: &str) -> Self {
         if let Some(u) = self.urls.read(url) {
+            if let Some(master) = u.addr.strip_prefix(crate::pubsub::sentinel::PREFIX) {
+                return self.sentinel(u.sentinels, master);
+            }
             if u.cluster {
                 self.seeds.push(u.addr);
             } else {

@@ -8,6 +8,7 @@ use crate::cluster::ClusterPubSub;
 use crate::engine::{Engine, Pending, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};
+use crate::pubsub::sentinel::{Sentinels, Watcher};
 use crate::wire::envelope;
 use crate::workers::now_us;
 
@@ -19,6 +20,8 @@ pub(crate) struct Fixed {
     /// subscribe connections.
     pub(crate) sub: ClusterPubSub,
     pub(crate) publ: Arc<Engine>,
+    /// Follows the masters found through Sentinel, when there are any.
+    pub(crate) watcher: parking_lot::Mutex<Option<Watcher>>,
 }
 
 impl std::fmt::Debug for Fixed {
@@ -149,6 +152,44 @@ impl Fixed {
         self.sub.shared.config.envelope.then(now_us)
     }
 
+    /// Follows the masters of `servers` found through Sentinel: when one
+    /// moves, its publish connections are moved first, then its subscribe
+    /// connections (so a message published on the new master while this
+    /// instance's subscribers are still on the old one comes before their
+    /// gap event, never after it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses the watcher's thread.
+    pub(crate) fn follow(
+        &mut self,
+        sentinels: Arc<Sentinels>,
+        servers: &[String],
+    ) -> Result<(), Error> {
+        let prefix = crate::pubsub::sentinel::PREFIX;
+        let known = servers
+            .iter()
+            .zip(self.publ.servers())
+            .filter_map(|(s, a)| Some((s.strip_prefix(prefix)?.to_string(), a.tcp()?)))
+            .collect();
+        let servers = servers.to_vec();
+        let publ = Arc::downgrade(&self.publ);
+        let shared = Arc::downgrade(&self.sub.shared);
+        let on_switch = move |name: &str, to: std::net::SocketAddr| {
+            let server = format!("{prefix}{name}");
+            let (Some(publ), Some(shared)) = (publ.upgrade(), shared.upgrade()) else {
+                return;
+            };
+            for (i, _) in servers.iter().enumerate().filter(|(_, s)| **s == server) {
+                publ.restart_server(i, to.into());
+            }
+            shared.post(|inbox| inbox.moved.push((server, to.into())));
+        };
+        let panics = self.sub.shared.counters.thread_panics.clone();
+        *self.watcher.lock() = Some(Watcher::start(sentinels, known, panics, on_switch)?);
+        Ok(())
+    }
+
     /// The publish engine, for other commands (`command_pending`, …).
     pub(crate) fn publisher(&self) -> &Engine {
         &self.publ
@@ -174,6 +215,9 @@ impl Fixed {
     }
 
     pub(crate) fn shutdown(&self) {
+        if let Some(mut w) = self.watcher.lock().take() {
+            w.stop();
+        }
         self.sub.shutdown();
         self.publ.shutdown();
         let active = &self.sub.shared.active;

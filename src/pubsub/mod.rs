@@ -40,6 +40,7 @@ pub(crate) mod limits;
 mod receiver;
 mod replica_opts;
 mod router;
+pub(crate) mod sentinel;
 
 pub use crate::workers::{handler_fn, ChannelList, Event, FnHandler, Handler};
 pub use awaiting::Active;

@@ -339,3 +339,22 @@ fn tls_urls_select_tls() {
          setting for every connection of a builder)"
     );
 }
+
+#[test]
+fn sentinel_urls_name_the_master_and_its_sentinels() {
+    let u = ok("redis+sentinel://:pw@10.0.0.1:26380,sentinel-2/mymaster");
+    assert_eq!(u.addr, "sentinel:mymaster");
+    assert_eq!(u.sentinels, ["10.0.0.1:26380", "sentinel-2:26379"]);
+    assert_eq!(u.password.as_deref(), Some(&b"pw"[..]));
+    let u = ok("valkey+sentinel://[::1]:5000/cache");
+    assert_eq!(u.sentinels, ["[::1]:5000"]);
+    for (url, why) in [
+        ("redis+sentinel://h:26379", "no master name"),
+        ("redis+sentinel://h:26379/", "master name \"\""),
+        ("redis+sentinel://h/m?cluster=true", "no query options"),
+        ("redis+sentinel://h:x/m", "Sentinel \"h:x\""),
+    ] {
+        let e = crate::url::parse(url).unwrap_err();
+        assert!(e.contains(why), "{url}: {e:?} lacks {why:?}");
+    }
+}

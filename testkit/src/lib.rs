@@ -61,6 +61,7 @@ mod fake;
 mod kind;
 mod process;
 mod proxy;
+mod sentinel;
 mod server;
 mod servers;
 mod tls;
@@ -79,6 +80,7 @@ pub use kind::{
 };
 pub use process::{wait_for, ChildGuard, STOP_GRACE};
 pub use proxy::{Direction, FaultProxy, ProxyStats};
+pub use sentinel::{Sentinel, SENTINEL_DOWN_AFTER_MS};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;
 pub use tls::{TlsAuthClients, TlsFiles};

@@ -7,11 +7,14 @@ use crate::rewire::RewirePlan;
 use crate::slotmap::{Health, Node, NodeAddr, SlotMap};
 
 impl Display for NodeAddr {
-    /// `host:port`, or `[host]:port` for an IPv6 address; `unix:/path` for
-    /// a Unix socket (an absolute path as the host, port 0).
+    /// `host:port`, or `[host]:port` for an IPv6 address; with port 0,
+    /// `unix:/path` for a Unix socket (an absolute path as the host) and
+    /// `sentinel:NAME` for a master found through Sentinel.
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         if self.port == 0 && self.host.starts_with('/') {
             write!(f, "unix:{}", self.host)
+        } else if self.port == 0 {
+            write!(f, "sentinel:{}", self.host)
         } else if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)
         } else {
