@@ -69,8 +69,7 @@
 //! [`receiver_for`](PubSubBuilder::receiver_for), one per channel prefix)
 //! gives a bounded [`pubsub::Receiver`] that is a `futures_core::Stream` of
 //! [`pubsub::Delivery`]. With the `tokio` feature, the low-level
-//! [`Engine::publish_async`](crate::engine::Engine::publish_async) writes
-//! and reads on the task's own worker.
+//! `Engine::publish_async` writes and reads on the task's own worker.
 //!
 //! Which calls can block, and for how long (the rest return at once):
 //!

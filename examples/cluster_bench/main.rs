@@ -28,10 +28,11 @@
 //! spread; classic rows one run of a third of the messages.
 //!
 //! `resubscribe`: `engines` instances each subscribe to `channels` channels
-//! on 6 masters with 128 partitions; `CLIENT KILL TYPE pubsub` on every
-//! master makes them all resubscribe at once. `SSUBSCRIBE` calls per master
-//! (from `INFO commandstats`) for partition-grouped vs per-channel
-//! splitting over 16 resubscribe workers.
+//! on 6 masters; `CLIENT KILL TYPE pubsub` on every master makes them all
+//! resubscribe at once. Where the channels live (per master) and the
+//! `SSUBSCRIBE` calls per master (from `INFO commandstats`), over 16
+//! resubscribe workers, for 128 partitions split by partition and by
+//! channel, and for partitions off (names kept: split by slot).
 
 mod cpu;
 
@@ -69,10 +70,24 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
     let cluster = Cluster::start(kind, 6, 0).expect("cluster");
     let masters = cluster.masters();
     println!(
-        "| split | engines | channels each | SSUBSCRIBE per master (min–max) | total | restored in |"
+        "| layout | engines | channels each | channels per master (min–max) \
+         | SSUBSCRIBE per master (min–max) | total | restored in |"
     );
-    println!("|---|---:|---:|---|---:|---:|");
-    for split in [ResubscribeSplit::Partitions, ResubscribeSplit::Channels] {
+    println!("|---|---:|---:|---|---|---:|---:|");
+    let layouts = [
+        ("128 partitions, grouped", 128, ResubscribeSplit::Partitions),
+        (
+            "128 partitions, per channel",
+            128,
+            ResubscribeSplit::Channels,
+        ),
+        (
+            "partitions off (names kept)",
+            0,
+            ResubscribeSplit::Partitions,
+        ),
+    ];
+    for (layout, partitions, split) in layouts {
         let chans: Vec<Vec<u8>> = (0..channels)
             .map(|i| format!("rs:{i}").into_bytes())
             .collect();
@@ -80,7 +95,7 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
             .map(|_| {
                 PubSub::builder()
                     .seeds(cluster.seed_addrs().iter().map(|a| a.to_string()))
-                    .partitions(128)
+                    .partitions(partitions)
                     .resubscribe_split(split)
                     .resubscribe_workers(16)
                     .workers(1)
@@ -92,6 +107,15 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
         for ps in &insts {
             ps.subscribe(&chans).unwrap();
             ps.wait_active(&chans, Duration::from_secs(30)).unwrap();
+        }
+        // Where the channels live: their server names' slots' owners.
+        let mut per_master = vec![0u64; masters.len()];
+        for c in &chans {
+            let slot = shardcore::key_slot(&insts[0].server_channel(c));
+            let owner = cluster.owner_of_slot(slot).expect("an owner");
+            if let Some(i) = masters.iter().position(|&m| m == owner) {
+                per_master[i] += 1;
+            }
         }
         let before: Vec<u64> = masters
             .iter()
@@ -118,9 +142,14 @@ fn run_resubscribe(kind: ServerKind, engines: usize, channels: usize) {
             .zip(&before)
             .map(|(&m, b)| ssubscribe_calls(&cluster, m) - b)
             .collect();
-        let (min, max) = (per.iter().min().unwrap(), per.iter().max().unwrap());
+        let spread = |v: &[u64]| {
+            let (min, max) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+            format!("{min}–{max}")
+        };
         println!(
-            "| {split:?} | {engines} | {channels} | {min}–{max} | {} | {took:.2?} |",
+            "| {layout} | {engines} | {channels} | {} | {} | {} | {took:.2?} |",
+            spread(&per_master),
+            spread(&per),
             per.iter().sum::<u64>()
         );
         drop(insts);

@@ -80,6 +80,9 @@ pub struct Partitions {
     /// Slot of each partition, strictly increasing.
     slots: Cow<'static, [u16]>,
     prefix: Vec<u8>,
+    /// Partitions off ([`Partitions::raw`]): channels keep their names, and
+    /// a channel's "partition" is its own slot.
+    raw: bool,
 }
 
 impl Partitions {
@@ -117,7 +120,46 @@ impl Partitions {
         Ok(Self {
             slots,
             prefix: prefix.to_vec(),
+            raw: false,
         })
+    }
+
+    /// Partitions off: every channel keeps its own name (after `prefix`),
+    /// hashed by Redis as any key is (hash tags included), and its
+    /// "partition" is that slot: 16384 of them, partition `p` at slot `p`.
+    /// The finest, most even spread, and resubscribes grouped per slot
+    /// rather than per partition (more commands after a failover). A
+    /// channel published by any client under its plain name (`SPUBLISH
+    /// room:1`) reaches subscribers of this layout.
+    ///
+    /// ```
+    /// use shardcore::{key_slot, Partitions};
+    /// let raw = Partitions::raw(b"")?;
+    /// assert_eq!(raw.redis_channel(b"room:1"), b"room:1");
+    /// assert_eq!(raw.partition_of(b"room:1"), u32::from(key_slot(b"room:1")));
+    /// assert_eq!(raw.slot(raw.partition_of(b"room:1")), key_slot(b"room:1"));
+    /// assert_eq!(raw.user_channel(b"room:1"), Some((u32::from(key_slot(b"room:1")), &b"room:1"[..])));
+    /// # Ok::<(), shardcore::PartitionError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PartitionError::PrefixHasBrace`] if `prefix` contains `{`.
+    pub fn raw(prefix: &[u8]) -> Result<Self, PartitionError> {
+        if prefix.contains(&b'{') {
+            return Err(PartitionError::PrefixHasBrace);
+        }
+        Ok(Self {
+            slots: Cow::Owned((0..crate::SLOT_COUNT).collect()),
+            prefix: prefix.to_vec(),
+            raw: true,
+        })
+    }
+
+    /// Whether partitions are off ([`Partitions::raw`]).
+    #[must_use]
+    pub fn is_raw(&self) -> bool {
+        self.raw
     }
 
     /// The number of partitions, P.
@@ -136,6 +178,9 @@ impl Partitions {
     /// The partition of a user channel, in `0..count()`.
     #[must_use]
     pub fn partition_of(&self, channel: &[u8]) -> u32 {
+        if self.raw {
+            return u32::from(crate::slot::prefixed_key_slot(&self.prefix, channel));
+        }
         reduce(channel_hash(channel), self.count())
     }
 
@@ -163,6 +208,9 @@ impl Partitions {
     /// The partition whose slot is `slot`, if any.
     #[must_use]
     pub fn partition_at_slot(&self, slot: u16) -> Option<u32> {
+        if self.raw {
+            return (slot < crate::SLOT_COUNT).then_some(u32::from(slot));
+        }
         self.slots.binary_search(&slot).ok().map(|i| i as u32)
     }
 
@@ -178,6 +226,12 @@ impl Partitions {
     /// `partition_of(channel)` for the name to round-trip through
     /// [`user_channel`](Self::user_channel)): saves hashing it again.
     pub fn redis_channel_at(&self, p: u32, channel: &[u8], out: &mut Vec<u8>) {
+        if self.raw {
+            out.reserve(self.prefix.len() + channel.len());
+            out.extend_from_slice(&self.prefix);
+            out.extend_from_slice(channel);
+            return;
+        }
         let tag = self.tag(p);
         // `{`, the tag (1 to 3 bytes) and `}.` in one copy.
         let mut mid = [b'{', 0, 0, 0, 0, 0];
@@ -210,6 +264,9 @@ impl Partitions {
     #[must_use]
     pub fn user_channel<'a>(&self, redis_channel: &'a [u8]) -> Option<(u32, &'a [u8])> {
         let rest = redis_channel.strip_prefix(self.prefix.as_slice())?;
+        if self.raw {
+            return Some((self.partition_of(rest), rest));
+        }
         let rest = rest.strip_prefix(b"{")?;
         let close = rest
             .iter()

@@ -56,6 +56,24 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) & (SLOT_COUNT - 1)
 }
 
+/// The hash slot of `prefix` followed by `key`, without joining them: the
+/// same as [`key_slot`] of the joined bytes when `prefix` has no `{`.
+#[must_use]
+pub(crate) fn prefixed_key_slot(prefix: &[u8], key: &[u8]) -> u16 {
+    if prefix.is_empty() {
+        return key_slot(key);
+    }
+    // A tag is strictly inside the key; none: the whole name is hashed.
+    let tag = hash_tag(key);
+    if tag.len() != key.len() {
+        return crc16(tag) & (SLOT_COUNT - 1);
+    }
+    let mut d = CRC16.digest();
+    d.update(prefix);
+    d.update(key);
+    d.finalize() & (SLOT_COUNT - 1)
+}
+
 /// Rounds half away from zero, like C's `lround` on a value that fits `i64`.
 fn lround(x: f32) -> i64 {
     // `as` truncates toward zero; `x - t` is exact for |x| < 2^24.
@@ -238,6 +256,37 @@ mod tests {
                 .collect::<Vec<_>>();
             let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
             assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "n={n}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod prefixed_tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    #[test]
+    fn a_prefixed_slot_is_the_slot_of_the_joined_name() {
+        let keys: [&[u8]; 8] = [
+            b"room:1",
+            b"",
+            b"{user1}.x",
+            b"a{}b",
+            b"a{b}c",
+            b"{",
+            b"x}{y}",
+            b"{{z}}",
+        ];
+        for prefix in [&b""[..], b"app:", b"p"] {
+            for key in keys {
+                let mut joined = Vec::from(prefix);
+                joined.extend_from_slice(key);
+                assert_eq!(
+                    prefixed_key_slot(prefix, key),
+                    key_slot(&joined),
+                    "{prefix:?} {key:?}"
+                );
+            }
         }
     }
 }

@@ -276,8 +276,25 @@ pub(crate) fn build(
     if c.replica_seed.is_some() && !c.replicas {
         return config("replica_seed needs subscribe_on_replicas(true)");
     }
-    let parts = Partitions::new(c.partitions)
-        .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
+    if c.partitions == 0 {
+        if c.mode == Mode::PerPartition {
+            return config(
+                "partitions(0) (names kept) with Mode::PerPartition would open a \
+                 connection per slot; use Mode::Sharded",
+            );
+        }
+        if !common.history.is_empty() {
+            return config(
+                "recoverable channels on a cluster need partitions (their history \
+                 keys share the partition's tag); keep partitions on, or history off",
+            );
+        }
+    }
+    let parts = match c.partitions {
+        0 => Partitions::raw(b""),
+        n => Partitions::new(n),
+    }
+    .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
     let seed_addrs = node_addrs(seeds, &*common.resolver)?;
     let handler = common
         .handler

@@ -31,6 +31,20 @@ impl PubSubBuilder {
 
     /// App-level partitions (default 128). Every publisher and subscriber
     /// of a fleet must use the same count: it decides channel names.
+    ///
+    /// `0` turns partitions off: every channel keeps its own name on the
+    /// cluster (`SSUBSCRIBE room:1`), so any client's `SPUBLISH room:1`
+    /// reaches it, and channels spread over the nodes as keys do (the
+    /// finest, most even spread). Subscriptions stay grouped per node (one
+    /// connection per primary), one `SSUBSCRIBE` per slot (split at the
+    /// batch size); the price is at a failover or a slot move: a
+    /// resubscribe takes a command per slot holding channels on the node,
+    /// up to the slots it owns, where partitions take one per partition
+    /// (BENCHMARKS.md, `cluster_resubscribe`). Not with
+    /// [`Mode::PerPartition`] (a connection per slot) nor with recoverable
+    /// channels (their keys need the partition's tag).
+    ///
+    /// [`Mode::PerPartition`]: crate::cluster::Mode::PerPartition
     pub fn partitions(mut self, n: u32) -> Self {
         self.cluster.partitions = n;
         self.cluster_only("partitions")

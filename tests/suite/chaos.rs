@@ -81,6 +81,7 @@ fn settings() -> Settings {
         pace: Duration::from_millis(env("CHAOS_PACE_MS").unwrap_or(250)),
         report: std::env::var_os("CHAOS_REPORT").map(Into::into),
         history: 0,
+        raw: env::<u8>("CHAOS_RAW").unwrap_or(0) > 0,
     }
     .with_history(env::<u8>("CHAOS_HISTORY").unwrap_or(0) > 0)
 }
@@ -91,7 +92,11 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// One server's run: its Markdown section and whether it was clean.
 fn run(kind: ServerKind, s: &Settings) -> (String, Result<(), String>) {
     let seed = s.seed;
-    let mode = if s.history > 0 { " history" } else { "" };
+    let mode = match (s.history > 0, s.raw) {
+        (true, _) => " history",
+        (false, true) => " partitions off",
+        (false, false) => "",
+    };
     let tag = format!("chaos{mode} {kind} seed {seed}");
     let mut rig = Rig::start(kind, s).unwrap_or_else(|e| panic!("{tag}: rig: {e}"));
     let mut schedule = Schedule::new(seed, kind);
@@ -289,6 +294,18 @@ fn chaos_history() {
     s.channels = env("CHAOS_CHANNELS").unwrap_or(1_000);
     s.duration = Duration::from_secs_f64(env("CHAOS_HISTORY_MINUTES").unwrap_or(1.0) * 60.0);
     chaos_with(s.with_history(true));
+}
+
+/// Partitions off, short: channels keep their names on the cluster, so a
+/// slot move or a failover resubscribes per slot (`CHAOS_RAW_MINUTES`,
+/// default 0.5 per server; longer: `cargo xtask chaos --raw`).
+#[test]
+fn chaos_raw() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = settings();
+    s.duration = Duration::from_secs_f64(env("CHAOS_RAW_MINUTES").unwrap_or(0.5) * 60.0);
+    s.raw = true;
+    chaos_with(s.with_history(false));
 }
 
 fn chaos_with(s: Settings) {

@@ -1,8 +1,9 @@
 //! `cargo xtask chaos --minutes N --seed S [--server redis|valkey] [--report FILE]
-//! [--history]`: the chaos suite (`chaos::chaos` in the test suite,
+//! [--history | --raw]`: the chaos suite (`chaos::chaos` in the test suite,
 //! tests/suite/chaos.rs) in release mode, for as
 //! long as asked, then its per-fault tables; with `--history`, half the
-//! channels recoverable under the strict verdict (`CHAOS_HISTORY=1`).
+//! channels recoverable under the strict verdict (`CHAOS_HISTORY=1`); with
+//! `--raw`, partitions off (`CHAOS_RAW=1`: channels keep their names).
 
 use std::path::PathBuf;
 
@@ -16,10 +17,11 @@ struct Options {
     server: Option<String>,
     report: Option<PathBuf>,
     history: bool,
+    raw: bool,
 }
 
 const USAGE: &str = "usage: cargo xtask chaos [--minutes N] [--seed S] \
-                     [--server redis|valkey] [--report FILE] [--history]";
+                     [--server redis|valkey] [--report FILE] [--history | --raw]";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
@@ -28,6 +30,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         server: None,
         report: None,
         history: false,
+        raw: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -58,8 +61,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--report" => o.report = Some(PathBuf::from(value()?)),
             "--history" => o.history = true,
+            "--raw" => o.raw = true,
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
+    }
+    if o.history && o.raw {
+        return Err(format!(
+            "--history and --raw exclude each other (recoverable channels need partitions)\n{USAGE}"
+        ));
     }
     Ok(o)
 }
@@ -97,9 +106,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if o.history {
         command.env("CHAOS_HISTORY", "1");
     }
+    if o.raw {
+        command.env("CHAOS_RAW", "1");
+    }
     println!(
         "xtask: chaos{}: {} min of faults per server, seed {seed}, servers {}; tables to {}",
-        if o.history { " (history)" } else { "" },
+        match (o.history, o.raw) {
+            (true, _) => " (history)",
+            (false, true) => " (partitions off)",
+            (false, false) => "",
+        },
         o.minutes,
         o.server.as_deref().unwrap_or("redis,valkey"),
         report.display()
@@ -132,6 +148,8 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().minutes, 1.0);
         assert!(!o.history && !parse(&[]).unwrap().history);
         assert!(parse(&args("--history --minutes 5")).unwrap().history);
+        assert!(parse(&args("--raw")).unwrap().raw);
+        assert!(parse(&args("--raw --history")).is_err());
         for bad in [
             "--minutes 0",
             "--minutes x",

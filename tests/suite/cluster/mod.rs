@@ -8,6 +8,7 @@ mod faults;
 mod lane_move;
 mod probe;
 mod publish_failover;
+mod raw_names;
 mod redirects;
 mod replicas;
 mod resubscribe_fast;

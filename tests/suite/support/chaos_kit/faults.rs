@@ -134,18 +134,25 @@ fn migrate(rig: &mut Rig, rng: &mut Rng, atomic: bool) -> Result<String, Error> 
     ))
 }
 
-/// The partitions' slots inside `ranges`, sorted.
+/// The partitions' slots inside `ranges`, sorted; with partitions off,
+/// the slots holding channels.
 fn partition_slots(rig: &Rig, ranges: &[SlotRange]) -> Vec<u16> {
-    let mut slots: Vec<u16> = rig.subs[0]
-        .ps
-        .partitions()
-        .expect("a cluster")
-        .slots()
-        .iter()
-        .copied()
+    let parts = rig.subs[0].ps.partitions().expect("a cluster");
+    let all: Vec<u16> = match parts.is_raw() {
+        true => rig
+            .ledger
+            .names()
+            .iter()
+            .map(|n| shardcore::key_slot(n))
+            .collect(),
+        false => parts.slots().to_vec(),
+    };
+    let mut slots: Vec<u16> = all
+        .into_iter()
         .filter(|s| ranges.iter().any(|r| r.contains(s)))
         .collect();
     slots.sort_unstable();
+    slots.dedup();
     slots
 }
 

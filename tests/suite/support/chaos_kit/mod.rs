@@ -117,6 +117,8 @@ pub struct Settings {
     /// How many of the channels are recoverable (the first ones, named
     /// `hist:N`; the others `chaos:N`): 0 for none.
     pub history: usize,
+    /// Partitions off (`partitions(0)`): channels keep their names.
+    pub raw: bool,
 }
 
 /// The prefix of the recoverable channels.

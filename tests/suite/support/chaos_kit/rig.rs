@@ -289,7 +289,8 @@ fn builder(proxies: &BTreeMap<usize, FaultProxy>, settings: &Settings) -> shards
         .seeds(proxies.values().map(|p| p.addr().to_string()))
         .probe_interval(PROBE_INTERVAL)
         .connect_timeout(Duration::from_millis(500))
-        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500));
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
+        .partitions(if settings.raw { 0 } else { 128 });
     if settings.history > 0 {
         b.history(HISTORY_PREFIX, HISTORY_CAPS)
     } else {
