@@ -128,7 +128,11 @@ fn run(o: &Options) -> Result<bool, String> {
     let nodes = target.probe.nodes();
     let first = nodes.first().ok_or("no server answers")?.addr;
     let version = servers::version(first);
-    let parts = Partitions::new(o.partitions).map_err(|e| format!("--partitions: {e}"))?;
+    let parts = match o.partitions {
+        0 => Partitions::raw(b""),
+        n => Partitions::new(n),
+    }
+    .map_err(|e| format!("--partitions: {e}"))?;
     println!(
         "{} {version}: {} nodes up after {:.1} s",
         o.kind,

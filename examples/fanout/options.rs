@@ -8,6 +8,9 @@ use testkit::ServerKind;
 pub enum Mode {
     /// A cluster, one subscribe connection per primary per instance.
     NodeGrouped,
+    /// Node-grouped with partitions off: channels keep their names
+    /// (`--partitions 0`), resubscribed per slot.
+    NamesKept,
     /// A cluster, one subscribe connection per partition per instance.
     PerPartition,
     /// A cluster, classic `SUBSCRIBE`/`PUBLISH`.
@@ -22,6 +25,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::NodeGrouped => "node-grouped",
+            Mode::NamesKept => "names-kept",
             Mode::PerPartition => "per-partition",
             Mode::Classic => "classic",
             Mode::Shards => "shards",
@@ -30,12 +34,16 @@ impl Mode {
     }
 
     pub fn is_cluster(self) -> bool {
-        matches!(self, Mode::NodeGrouped | Mode::PerPartition | Mode::Classic)
+        matches!(
+            self,
+            Mode::NodeGrouped | Mode::NamesKept | Mode::PerPartition | Mode::Classic
+        )
     }
 
     fn parse(v: &str) -> Option<Mode> {
         [
             Mode::NodeGrouped,
+            Mode::NamesKept,
             Mode::PerPartition,
             Mode::Classic,
             Mode::Shards,
@@ -226,7 +234,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 let v = value()?;
                 o.mode = Mode::parse(&v).ok_or_else(|| {
                     format!(
-                        "--mode: node-grouped, per-partition, classic, shards or single, not {v}"
+                        "--mode: node-grouped, names-kept, per-partition, classic, shards or \
+                         single, not {v}"
                     )
                 })?;
             }
@@ -276,6 +285,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             other => return Err(format!("unknown flag {other}\n{USAGE}")),
         }
     }
+    if o.mode == Mode::NamesKept {
+        o.partitions = 0;
+    }
     check(&o)?;
     Ok(o)
 }
@@ -298,8 +310,12 @@ fn check(o: &Options) -> Result<(), String> {
         "--channels: at least --engines and --publishers, at most 2,000,000",
     )?;
     check(
-        (1..=16384).contains(&o.partitions),
-        "--partitions: 1 to 16384",
+        o.partitions <= 16384,
+        "--partitions: 1 to 16384, or 0 (partitions off: --mode names-kept)",
+    )?;
+    check(
+        o.partitions > 0 || matches!(o.mode, Mode::NodeGrouped | Mode::NamesKept),
+        "--partitions 0 (names kept): node-grouped only",
     )?;
     check((1..=600).contains(&o.seconds), "--seconds: 1 to 600")?;
     check(o.rate <= 5_000_000, "--rate: 0 (flat out) to 5,000,000")?;

@@ -17,8 +17,9 @@ use fleet_report::{CompareReport, RunReport, ScalingReport};
 use crate::{install, run};
 
 /// The modes, in the order they run.
-pub const MODES: [&str; 5] = [
+pub const MODES: [&str; 6] = [
     "node-grouped",
+    "names-kept",
     "per-partition",
     "classic",
     "shards",
@@ -29,7 +30,7 @@ const USAGE: &str = "\
 usage: cargo xtask compare [--dir DIR] [--modes M,M,...] [--scaling [--nodes 1,2,3]]
                            [--dry-run] [--no-run] [DEMO FLAGS...]
   --dir DIR      where the runs and the comparison go (default target/compare)
-  --modes LIST   modes to run (default: all five; with --scaling: node-grouped)
+  --modes LIST   modes to run (default: all six; with --scaling: node-grouped)
   --scaling      run each mode at --nodes primaries instead, and plot the curves
   --nodes LIST   primaries for --scaling (default 1,2,3)
   --dry-run      print the demo commands, run nothing
