@@ -14,7 +14,7 @@ use testkit::accounting::Ledger;
 use testkit::{Cluster, Value};
 
 use crate::support::accounted;
-use crate::support::accounted::{Accounted, Background, PublishFn};
+use crate::support::accounted::{Accounted, PublishFn};
 use crate::support::channels;
 use crate::support::cluster::{builder, named_clients};
 
@@ -101,16 +101,13 @@ fn a_killed_primary_is_followed_with_every_loss_signalled() {
         );
         ps.subscribe(&chans).unwrap();
         ps.wait_active(&chans, BOUND).unwrap();
-        let publisher = Background::start(
-            ledger.clone(),
+        let publisher = accounted::publishing(
+            &ledger,
             accounted::via_cluster(ps.clone()),
+            &handler,
             Duration::from_millis(5),
             BOUND,
         );
-        testkit::wait_for("a few rounds delivered", BOUND, || {
-            Ok((handler.tap.messages() >= 3 * 1_000).then_some(()))
-        })
-        .unwrap();
         cluster.kill_primary(0).unwrap();
         testkit::wait_for("a gap for the dead primary's channels", BOUND, || {
             Ok((!handler.gap_channels.lock().is_empty()).then_some(()))

@@ -14,7 +14,7 @@ use testkit::accounting::Ledger;
 use testkit::{kinds, Sentinel, Server, ServerKind};
 
 use crate::support::accounted;
-use crate::support::accounted::{Accounted, Background};
+use crate::support::accounted::Accounted;
 use crate::support::channels;
 
 const BOUND: Duration = Duration::from_secs(30);
@@ -37,6 +37,15 @@ fn synced(server: &Server) {
         let info = server.cmd(&[b"INFO", b"replication"])?;
         let text = testkit::values::text(&info).unwrap_or_default();
         Ok((text.contains("role:slave") && text.contains("master_link_status:up")).then_some(()))
+    })
+    .unwrap();
+}
+
+/// `SENTINEL FAILOVER name`, asked again until taken (refused while the
+/// Sentinel finds no replica ready).
+fn fail_over(sentinel: &Sentinel, name: &str) {
+    testkit::wait_for("SENTINEL FAILOVER accepted", BOUND, || {
+        Ok(sentinel.failover(name).ok())
     })
     .unwrap();
 }
@@ -104,22 +113,16 @@ fn a_sentinel_failover_and_a_killed_master_are_followed_with_every_loss_signalle
         assert_eq!(health.len(), 1, "{health:?}");
         assert_eq!(health[0].server, format!("sentinel:{NAME}"), "{health:?}");
         assert_eq!(health[0].addr, Some(master.addr().into()), "{health:?}");
-        let publisher = Background::start(
-            ledger.clone(),
+        let publisher = accounted::publishing(
+            &ledger,
             accounted::via_pubsub(ps.clone()),
+            &handler,
             Duration::from_millis(5),
             BOUND,
         );
-        testkit::wait_for("a few rounds delivered", BOUND, || {
-            Ok((handler.tap.messages() >= 3 * 200).then_some(()))
-        })
-        .unwrap();
 
         // A failover asked of the Sentinel: the replica becomes the master.
-        testkit::wait_for("SENTINEL FAILOVER accepted", BOUND, || {
-            Ok(sentinel.failover(NAME).ok())
-        })
-        .unwrap();
+        fail_over(&sentinel, NAME);
         master_is(&sentinel, replica.addr(), "the replica promoted");
         followed(&ps, &handler, &chans, 1, replica.addr());
         let before = handler.tap.messages();
@@ -216,5 +219,83 @@ fn a_master_moved_behind_the_old_ones_back_is_followed() {
         let what = format!("{kind:?} moved behind the old master's back");
         let report = accounted::settle_and_check(&ledger, BOUND, &what);
         assert_eq!(report.counts.delivered, 2 * 50, "{what}: {report}");
+    }
+}
+
+/// Two shards, each a master behind its own Sentinel: a failover of the
+/// first moves only its connections, and exactly its channels get a gap
+/// event (those of the other shard none), with every message accounted.
+#[test]
+fn a_shard_behind_sentinel_moves_alone_with_gaps_for_exactly_its_channels() {
+    for kind in kinds() {
+        let one = Server::start(kind).unwrap();
+        let one_replica = replica_of(kind, &one);
+        let two = Server::start(kind).unwrap();
+        let s1 = Sentinel::start(kind, "one", one.addr()).unwrap();
+        let s2 = Sentinel::start(kind, "two", two.addr()).unwrap();
+        testkit::wait_for("the Sentinel to see the replica", BOUND, || {
+            let v = s1.cmd(&[b"SENTINEL", b"REPLICAS", b"one"])?;
+            Ok(matches!(v, testkit::Value::Array(r) if !r.is_empty()).then_some(()))
+        })
+        .unwrap();
+        let chans = channels("ss", 200);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sentinel shards");
+        let builder = PubSub::builder()
+            .sentinel([s1.addr().to_string()], "one")
+            .sentinel([s2.addr().to_string()], "two");
+        let ps = subscribed(builder, &handler, &chans);
+        let first: std::collections::HashSet<Vec<u8>> = chans
+            .iter()
+            .filter(|c| ps.server_of(c) == Some(0))
+            .cloned()
+            .collect();
+        assert!(
+            !first.is_empty() && first.len() < chans.len(),
+            "both shards hold channels"
+        );
+        let publisher = accounted::publishing(
+            &ledger,
+            accounted::via_pubsub(ps.clone()),
+            &handler,
+            Duration::from_millis(5),
+            BOUND,
+        );
+        fail_over(&s1, "one");
+        testkit::wait_for("shard one on its replica", BOUND, || {
+            let moved = ps
+                .health()
+                .iter()
+                .any(|h| h.server == "sentinel:one" && h.addr == Some(one_replica.addr().into()));
+            let gaps = handler.gap_channels.lock().len() >= first.len();
+            Ok((moved && gaps).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{e}: {:?}", ps.health()));
+        ps.wait_active(&chans, BOUND).unwrap();
+        let before = handler.tap.messages();
+        testkit::wait_for("rounds delivered after the move", BOUND, || {
+            Ok((handler.tap.messages() >= before + 2 * 200).then_some(()))
+        })
+        .unwrap();
+        publisher.stop();
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        let what = format!("{kind:?} two shards behind Sentinels");
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(
+            *handler.gap_channels.lock(),
+            first,
+            "{what}: exactly shard one's"
+        );
+        assert_eq!(
+            report.counts.signals,
+            first.len() as u64,
+            "{what}: {report}"
+        );
+        let health = ps.health();
+        let two_at = health
+            .iter()
+            .find(|h| h.server == "sentinel:two")
+            .map(|h| h.addr);
+        assert_eq!(two_at, Some(Some(two.addr().into())), "{what}: {health:?}");
     }
 }

@@ -306,6 +306,24 @@ pub fn assert_refused(result: Result<(), Error>, channel: &[u8], what: &str) {
     }
 }
 
+/// Starts publishing with `publish` in the background, a round every
+/// `pace`, and waits until three rounds' worth are delivered to `handler`.
+pub fn publishing(
+    ledger: &Arc<testkit::accounting::Ledger>,
+    publish: Arc<PublishFn>,
+    handler: &Accounted,
+    pace: Duration,
+    bound: Duration,
+) -> Background {
+    let publisher = Background::start(ledger.clone(), publish, pace, bound);
+    let enough = 3 * ledger.names().len() as u64;
+    testkit::wait_for("a few rounds delivered", bound, || {
+        Ok((handler.tap.messages() >= enough).then_some(()))
+    })
+    .unwrap();
+    publisher
+}
+
 /// Publishes in the background (a round every 2 ms) until three rounds
 /// are delivered, kills the server's Pub/Sub clients (`killed` of them,
 /// asserted), waits for a gap event for every channel of `chans` and for
@@ -322,17 +340,13 @@ pub fn kill_pubsub_clients_under_load(
     bound: Duration,
     what: &str,
 ) -> (testkit::accounting::Report, u64) {
-    let publisher = Background::start(
-        ledger.clone(),
+    let publisher = publishing(
+        ledger,
         via_pubsub(ps.clone()),
+        handler,
         Duration::from_millis(2),
         bound,
     );
-    let enough = 3 * chans.len() as u64;
-    testkit::wait_for("a few rounds delivered", bound, || {
-        Ok((handler.tap.messages() >= enough).then_some(()))
-    })
-    .unwrap_or_else(|e| panic!("{what}: {e}"));
     let n = server
         .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
         .unwrap_or_else(|e| panic!("{what}: {e}"));
