@@ -32,9 +32,11 @@ const WATCH_TICK: Duration = Duration::from_millis(200);
 /// whose message was missed is found within this: about 5 s).
 const RECHECK_TICKS: u32 = 25;
 
-/// Whether `name` can be a Sentinel master name here.
+/// Whether `name` can be a Sentinel master name here (not an IP address,
+/// which would be taken for one).
 pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
+        && name.parse::<std::net::IpAddr>().is_err()
         && name
             .bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b':' | b'/' | b'@' | b','))
@@ -346,7 +348,7 @@ mod tests {
     fn names_and_messages_are_read_as_sentinel_writes_them() {
         assert!(valid_name("mymaster"));
         assert!(valid_name("cache-1.eu"));
-        for bad in ["", "a:b", "a/b", "a b", "a@b", "a,b"] {
+        for bad in ["", "a:b", "a/b", "a b", "a@b", "a,b", "10.0.0.1"] {
             assert!(!valid_name(bad), "{bad:?}");
         }
         let bulk = |s: &str| Value::Bulk(s.as_bytes().to_vec());
