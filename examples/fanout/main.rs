@@ -82,8 +82,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardcore::Partitions;
-
 use node::Lag;
 use options::{parse_options, Options};
 use servers::n;
@@ -128,11 +126,7 @@ fn run(o: &Options) -> Result<bool, String> {
     let nodes = target.probe.nodes();
     let first = nodes.first().ok_or("no server answers")?.addr;
     let version = servers::version(first);
-    let parts = match o.partitions {
-        0 => Partitions::raw(b""),
-        n => Partitions::new(n),
-    }
-    .map_err(|e| format!("--partitions: {e}"))?;
+    let parts = options::partitions(o.partitions).map_err(|e| format!("--partitions: {e}"))?;
     println!(
         "{} {version}: {} nodes up after {:.1} s",
         o.kind,
@@ -147,10 +141,11 @@ fn run(o: &Options) -> Result<bool, String> {
                     .any(|&(a, b)| (a..=b).contains(&parts.slot(p)))
             })
             .count();
-        println!(
-            "  primary {}: {owned} of {} partitions",
-            v.addr, o.partitions
-        );
+        let unit = match parts.is_raw() {
+            true => "slots (partitions off)",
+            false => "partitions",
+        };
+        println!("  primary {}: {owned} of {} {unit}", v.addr, parts.count());
     }
 
     // The fleet.

@@ -54,6 +54,15 @@ impl Mode {
     }
 }
 
+/// The partitions of `--partitions n`: 0 is partitions off (names kept,
+/// a channel's partition is its slot).
+pub fn partitions(n: u32) -> Result<shardcore::Partitions, shardcore::PartitionError> {
+    match n {
+        0 => shardcore::Partitions::raw(b""),
+        n => shardcore::Partitions::new(n),
+    }
+}
+
 /// A fault, and when (seconds after publishing starts).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum FaultKind {

@@ -293,7 +293,7 @@ fn storm_per_instance(m: &Measured) -> Option<f64> {
 
 /// Partitions an instance holds per primary (mean over both).
 fn held_per_instance(inst: &Instances, m: &Measured) -> f64 {
-    let parts = shardcore::Partitions::new(m.partitions).expect("checked by --partitions");
+    let parts = crate::options::partitions(m.partitions).expect("checked by --partitions");
     let primaries: Vec<_> = m.nodes.iter().filter(|n| n.0.role == "primary").collect();
     let mut held = 0usize;
     for (v, _, _) in &primaries {
