@@ -31,7 +31,7 @@ pub struct ConnsAtEnd {
 pub fn settle_conns(o: &Options, probe: &Probe, inst: &Instances) -> ConnsAtEnd {
     let engines = inst.fleet.len();
     let publishers = inst.publishers.len();
-    let check = o.mode == Mode::NodeGrouped && o.local();
+    let check = matches!(o.mode, Mode::NodeGrouped | Mode::NamesKept) && o.local();
     let read = || -> BTreeMap<SocketAddr, (Conns, &'static str)> {
         probe
             .nodes()
@@ -322,7 +322,7 @@ fn lost_outside_moved(m: &Measured) -> u64 {
     if storm {
         return 0;
     }
-    let parts = shardcore::Partitions::new(m.partitions).expect("checked by --partitions");
+    let parts = crate::options::partitions(m.partitions).expect("checked by --partitions");
     m.accounting
         .incidents
         .iter()

@@ -18,6 +18,17 @@ use crate::support::examples::example_binary;
 
 #[test]
 fn quick_fleet_demo_delivers_and_follows_a_failover() {
+    quick_demo(&[]);
+}
+
+/// The same with partitions off (`--mode names-kept`): channels keep their
+/// names on the cluster, the failover's gaps name the moved slots.
+#[test]
+fn quick_fleet_demo_with_names_kept_delivers_and_follows_a_failover() {
+    quick_demo(&["--mode", "names-kept"]);
+}
+
+fn quick_demo(extra: &[&str]) {
     // One kind keeps this short: Valkey (the demo's default) when selected.
     let kinds = testkit::kinds();
     let kind = if kinds.contains(&testkit::ServerKind::Valkey) {
@@ -34,6 +45,7 @@ fn quick_fleet_demo_delivers_and_follows_a_failover() {
             "--server",
             kind.name(),
         ])
+        .args(extra)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -53,7 +65,7 @@ fn quick_fleet_demo_delivers_and_follows_a_failover() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{k} missing in {line}"))
     };
-    let ctx = format!("{kind}:\n{stdout}");
+    let ctx = format!("{kind} {extra:?}:\n{stdout}");
     let eq = |k: &str, want: u64| assert_eq!(num(k), want, "{k} in {ctx}");
     // Every publish was acknowledged: 3 s at 5,000/s, then one more on
     // each of the 2,000 channels.
