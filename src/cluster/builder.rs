@@ -439,6 +439,8 @@ pub(crate) fn start(
         }
     };
     let control = Driver {
+        names: std::collections::HashMap::new(),
+        lookups: Vec::new(),
         s: shared.clone(),
         node,
         core,

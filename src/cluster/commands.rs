@@ -8,6 +8,7 @@ use std::sync::Arc;
 use control::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 use topology::NodeKey;
 
+use crate::addr::ServerAddr;
 use crate::cluster::dispatch::SubObserver;
 use crate::cluster::driver::{Driver, SubConn};
 use crate::cluster::shared::{ConnRead, ConnState, Fetched};
@@ -17,6 +18,9 @@ use crate::error::Error;
 use crate::front::registry::ACTIVE;
 use crate::metrics::add;
 use crate::workers::ChannelList;
+
+/// How soon the control thread looks again at a lookup that runs.
+const LOOKUP_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl Driver {
     /// After an input: publish routes follow a new map first (so publishes
@@ -43,6 +47,7 @@ impl Driver {
         match cmd {
             Command::Open { conn, node } => self.open(conn, &node),
             Command::Close { conn } => {
+                self.lookups.retain(|(c, _, _)| *c != conn);
                 if let Some(c) = self.subs.remove(&conn) {
                     self.retire(c);
                 }
@@ -95,16 +100,48 @@ impl Driver {
     }
 
     /// Opens subscribe connection `conn` to `node` without waiting: it
-    /// reports up or down through its observer.
+    /// reports up or down through its observer. A node given by name is
+    /// looked up first, on a helper thread (the control thread never
+    /// waits for a lookup): the open is taken up again once it answers.
     fn open(&mut self, conn: ConnId, node: &NodeKey) {
         let name = node.addr.to_string();
         // A name is looked up again at every open; after failures, its
         // next address.
         let tried = self.s.health.lock().failures_of(&name);
-        let addr = resolve_nth(&*self.s.resolver, &node.addr, tried as usize);
+        let looked_up = match self.names.get(&name) {
+            Some(named) => Some(named.clone()),
+            None => {
+                let named = crate::engine::resolve::Named::of(&name, &self.s.resolver);
+                if let Some(n) = &named {
+                    self.names.insert(name.clone(), n.clone());
+                }
+                named
+            }
+        };
+        let (addr, why) = match looked_up {
+            // An IP address or a Unix socket: nothing to wait for.
+            None => (
+                resolve_nth(&*self.s.resolver, &node.addr, tried as usize),
+                None,
+            ),
+            Some(named) => {
+                match named.poll(u32::try_from(tried).unwrap_or(u32::MAX).saturating_add(1)) {
+                    None => {
+                        let again = self.now() + LOOKUP_POLL;
+                        self.lookups.push((conn, node.clone(), again));
+                        return;
+                    }
+                    Some(Ok(a)) => (Some(ServerAddr::from(a)), None),
+                    Some(Err(e)) => (None, Some(e)),
+                }
+            }
+        };
         self.s.health.lock().opened(self.now(), conn, &name, addr);
         let Some(addr) = addr else {
-            let why: Arc<str> = format!("cannot resolve {name}").into();
+            let why: Arc<str> = match why {
+                Some(e) => format!("cannot resolve {name}: {e}").into(),
+                None => format!("cannot resolve {name}").into(),
+            };
             self.s.post(|inbox| inbox.downs.push((conn, why)));
             return;
         };
@@ -155,6 +192,22 @@ impl Driver {
                 rx_seen: 0,
             },
         );
+    }
+
+    /// Takes up the opens whose node's lookup was running when they were
+    /// asked for, once it is time to look again.
+    pub(crate) fn open_looked_up(&mut self) {
+        let now = self.now();
+        if !self.lookups.iter().any(|(_, _, at)| *at <= now) {
+            return;
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.lookups)
+            .into_iter()
+            .partition(|(_, _, at)| *at <= now);
+        self.lookups = later;
+        for (conn, node, _) in due {
+            self.open(conn, &node);
+        }
     }
 
     fn ping(&mut self, conn: ConnId) {

@@ -80,6 +80,12 @@ pub(crate) struct Driver {
     pub(crate) retiring: Vec<Arc<Engine>>,
     pub(crate) enc: Vec<u8>,
     pub(crate) name: Vec<u8>,
+    /// Nodes given by name (DNS, or a Sentinel master), each looked up on
+    /// a helper thread before its subscribe connections open.
+    pub(crate) names: HashMap<String, Arc<crate::engine::resolve::Named>>,
+    /// Subscribe connections waiting for their node's lookup, and when to
+    /// look again.
+    pub(crate) lookups: Vec<(ConnId, topology::NodeKey, Time)>,
 }
 
 impl Driver {
@@ -167,11 +173,15 @@ impl Driver {
             // Held publishes: look for a reachable owner often.
             wake = wake.min(now + Duration::from_millis(5));
         }
+        if let Some(t) = self.lookups.iter().map(|(_, _, t)| *t).min() {
+            wake = wake.min(t);
+        }
         wake
     }
 
     /// One round: every report as an input, the due timers, then the sync.
     fn round(&mut self, inbox: Inbox) {
+        self.open_looked_up();
         log::trace!(
             "control {:?}: up {:?} down {:?} read {:?} fetched {} probed {:?}",
             self.s.config.mode,

@@ -146,25 +146,37 @@ impl Named {
     /// [`Next::Wait`] when none is done, otherwise takes its answer and
     /// goes through its addresses in turn. A failed lookup keeps `current`.
     pub(crate) fn next(self: &Arc<Self>, attempt: u32, current: ServerAddr) -> Next {
+        match self.poll(attempt) {
+            None => Next::Wait,
+            Some(Ok(addr)) => Next::Connect(addr.into()),
+            Some(Err(e)) => {
+                log::warn!(
+                    "cannot resolve {}:{} ({e}); trying {current}",
+                    self.host,
+                    self.port
+                );
+                Next::Connect(current)
+            }
+        }
+    }
+
+    /// A fresh lookup's answer for attempt `attempt` (counted from 1; its
+    /// addresses taken in turn), without blocking: `None` while it runs on
+    /// a helper thread (one is started when none runs), then the address
+    /// or why there is none. The answer is used once: the next call starts
+    /// another lookup.
+    pub(crate) fn poll(self: &Arc<Self>, attempt: u32) -> Option<Result<SocketAddr, String>> {
         let mut g = self.state.lock();
         match std::mem::replace(&mut *g, State::Idle) {
             State::Done(Ok(addrs)) if !addrs.is_empty() => {
                 let at = (attempt.saturating_sub(1) as usize) % addrs.len();
-                Next::Connect(addrs[at].into())
+                addrs.get(at).copied().map(Ok)
             }
-            State::Done(answer) => {
-                if let Err(e) = answer {
-                    log::warn!(
-                        "cannot resolve {}:{} ({e}); trying {current}",
-                        self.host,
-                        self.port
-                    );
-                }
-                Next::Connect(current)
-            }
+            State::Done(Ok(_)) => Some(Err("no address found".into())),
+            State::Done(Err(e)) => Some(Err(e)),
             State::Running => {
                 *g = State::Running;
-                Next::Wait
+                None
             }
             State::Idle => {
                 *g = State::Running;
@@ -179,14 +191,11 @@ impl Named {
                             .map_err(|e| e.to_string());
                         *me.state.lock() = State::Done(answer);
                     });
-                match spawned {
-                    Ok(_) => Next::Wait,
-                    Err(e) => {
-                        let answer = Err(format!("no thread for the lookup: {e}"));
-                        *self.state.lock() = State::Done(answer);
-                        Next::Wait
-                    }
+                if let Err(e) = spawned {
+                    let answer = Err(format!("no thread for the lookup: {e}"));
+                    *self.state.lock() = State::Done(answer);
                 }
+                None
             }
         }
     }
