@@ -148,6 +148,8 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
 /// A Unix socket's URL after `unix://`: `[user:password@]/path`, with
 /// `?cluster=false` at most (a socket is one server, never a seed).
 fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
+    // The errors below never repeat the URL's text: the part before the
+    // path may hold a password (the caller shows the URL redacted).
     if rest.contains('#') {
         return Err("a fragment (#…) means nothing here".into());
     }
@@ -156,10 +158,18 @@ fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
         None => (rest, None),
     };
     if let Some(q) = query {
-        if parse_query(q)? {
-            return Err("cluster=true: a Unix socket is one server, not a cluster \
-                        seed (cluster nodes are reached over TCP)"
-                .into());
+        match parse_query(q) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err("cluster=true: a Unix socket is one server, not a cluster \
+                            seed (cluster nodes are reached over TCP)"
+                    .into())
+            }
+            Err(_) => {
+                return Err("a query option other than cluster=false (a Unix socket \
+                            takes none)"
+                    .into())
+            }
         }
     }
     let Some(slash) = rest.find('/') else {
@@ -171,14 +181,17 @@ fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
         a => match a.strip_suffix('@') {
             Some(u) => parse_userinfo(u)?,
             None => {
-                return Err(format!(
-                    "host {a:?} in a Unix socket URL: write unix:///path/to/redis.sock \
-                     (three slashes: no host)"
-                ))
+                return Err("a host in a Unix socket URL: write \
+                            unix:///path/to/redis.sock (three slashes: no host), \
+                            credentials as unix://user:password@/path"
+                    .into())
             }
         },
     };
     let path = percent_decode(path).map_err(|e| format!("socket path: {e}"))?;
+    if path.contains(&0) {
+        return Err("socket path: a NUL byte (%00)".into());
+    }
     let path = String::from_utf8(path).map_err(|_| "socket path: not UTF-8".to_string())?;
     if path.len() <= 1 {
         return Err("no socket path (write unix:///path/to/redis.sock)".into());
@@ -197,6 +210,15 @@ fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
 /// `[user:password@]host:port[,host:port…]/MASTER` (the credentials are
 /// the master's; a Sentinel without a port is at 26379).
 fn parse_sentinel(rest: &str) -> Result<ServerUrl, String> {
+    if let Some(at) = rest.rfind('@') {
+        if rest.get(..at).is_some_and(|u| u.contains(['/', '?', '#'])) {
+            return Err(
+                "a '/', '?' or '#' before the '@': percent-encode them in a user \
+                        name or password (%2F, %3F, %23; '@' is %40)"
+                    .into(),
+            );
+        }
+    }
     if rest.contains(['#', '?']) {
         return Err("no query options or fragment in a Sentinel URL".into());
     }

@@ -105,6 +105,18 @@ impl Driver {
     /// waits for a lookup): the open is taken up again once it answers.
     fn open(&mut self, conn: ConnId, node: &NodeKey) {
         let name = node.addr.to_string();
+        if node.addr.port == 0 && !self.s.fixed() {
+            // Port 0 names a Unix socket or a Sentinel master, which only
+            // the configured servers may be; a cluster node announced so
+            // (by the wire) is not connected to.
+            let why: Arc<str> = format!(
+                "node {}:0 announced with port 0: not connected",
+                node.addr.host
+            )
+            .into();
+            self.s.post(|inbox| inbox.downs.push((conn, why)));
+            return;
+        }
         // A name is looked up again at every open; after failures, its
         // next address.
         let tried = self.s.health.lock().failures_of(&name);

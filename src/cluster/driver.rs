@@ -315,6 +315,10 @@ impl Driver {
     /// subscribe connections elsewhere end as if lost, so the core opens
     /// them again (looking the name up again) and signals the gap.
     fn on_moved(&mut self, server: &str, to: crate::addr::ServerAddr) {
+        // A lookup asked before the move may answer the old address.
+        if let Some(named) = self.names.remove(server) {
+            named.invalidate();
+        }
         let stale: Vec<ConnId> = self
             .subs
             .iter()

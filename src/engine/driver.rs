@@ -819,10 +819,11 @@ impl ConnDriver {
         }
     }
 
-    /// Closes the connection and reconnects it (a name looked up again
-    /// first), unless it is connected to `to` already, shutting down, or
-    /// waiting to reconnect: the server behind its name moved (a Sentinel
-    /// failover). What is in flight fails as on a lost connection.
+    /// Closes the connection and reconnects it, its name looked up again
+    /// (an answer from before is forgotten), unless it is connected to `to`
+    /// already or shutting down: the server behind its name moved (a
+    /// Sentinel failover). What is in flight fails as on a lost
+    /// connection; one waiting to reconnect reconnects now.
     pub(crate) fn restart(
         &mut self,
         registry: &Registry,
@@ -832,15 +833,22 @@ impl ConnDriver {
         if self.shutting_down || self.addr == to {
             return;
         }
-        if let Phase::Open | Phase::Connecting { .. } = self.phase {
-            self.reclaim(registry, now, false);
-            let addr = self.addr;
-            log::info!("{addr}: the server moved to {to}; reconnecting");
-            let error = Error::ConnectionLost {
-                addr,
-                reason: crate::conn::ConnError::Aborted,
-            };
-            self.teardown(registry, error, now);
+        if let Some(named) = &self.shared.named {
+            named.invalidate();
+        }
+        match self.phase {
+            Phase::Open | Phase::Connecting { .. } => {
+                self.reclaim(registry, now, false);
+                let addr = self.addr;
+                log::info!("{addr}: the server moved to {to}; reconnecting");
+                let error = Error::ConnectionLost {
+                    addr,
+                    reason: crate::conn::ConnError::Aborted,
+                };
+                self.teardown(registry, error, now);
+            }
+            Phase::Backoff { .. } => self.phase = Phase::Backoff { until: now },
+            Phase::Closed => {}
         }
     }
 

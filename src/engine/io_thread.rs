@@ -190,6 +190,10 @@ impl IoThread {
                 for &s in &slots {
                     if let Some(Some(d)) = self.drivers.get_mut(s) {
                         d.restart(registry, to, now);
+                        // A turn now: one waiting to reconnect goes at once.
+                        if let Some(f) = self.flags.get_mut(s) {
+                            *f = true;
+                        }
                     }
                 }
                 done.count_down();

@@ -100,7 +100,14 @@ pub(crate) struct Named {
     host: Arc<str>,
     port: u16,
     resolver: Arc<dyn Resolver>,
-    state: Mutex<State>,
+    state: Mutex<Lookup>,
+}
+
+/// The lookup state, and its generation: a lookup's answer counts only in
+/// the generation it started in ([`Named::invalidate`] starts a new one).
+struct Lookup {
+    generation: u64,
+    state: State,
 }
 
 enum State {
@@ -108,9 +115,13 @@ enum State {
     Idle,
     /// A helper thread looks the name up.
     Running,
-    /// Its answer, for the next attempt.
-    Done(Result<Vec<SocketAddr>, String>),
+    /// Its answer, for the next attempt, and when it came.
+    Done(Result<Vec<SocketAddr>, String>, std::time::Instant),
 }
+
+/// An answer older than this is not used: a lookup asked for and not
+/// used at once (its connection was closed meanwhile) is asked again.
+const ANSWER_KEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a connection about to reconnect does.
 #[derive(Debug, PartialEq, Eq)]
@@ -136,7 +147,10 @@ impl Named {
                 host: host.into(),
                 port,
                 resolver: resolver.clone(),
-                state: Mutex::new(State::Idle),
+                state: Mutex::new(Lookup {
+                    generation: 0,
+                    state: State::Idle,
+                }),
             })
         })
     }
@@ -167,37 +181,55 @@ impl Named {
     /// another lookup.
     pub(crate) fn poll(self: &Arc<Self>, attempt: u32) -> Option<Result<SocketAddr, String>> {
         let mut g = self.state.lock();
-        match std::mem::replace(&mut *g, State::Idle) {
-            State::Done(Ok(addrs)) if !addrs.is_empty() => {
+        match std::mem::replace(&mut g.state, State::Idle) {
+            State::Done(_, at) if at.elapsed() > ANSWER_KEEP => {}
+            State::Done(Ok(addrs), _) if !addrs.is_empty() => {
                 let at = (attempt.saturating_sub(1) as usize) % addrs.len();
-                addrs.get(at).copied().map(Ok)
+                return addrs.get(at).copied().map(Ok);
             }
-            State::Done(Ok(_)) => Some(Err("no address found".into())),
-            State::Done(Err(e)) => Some(Err(e)),
+            State::Done(Ok(_), _) => return Some(Err("no address found".into())),
+            State::Done(Err(e), _) => return Some(Err(e)),
             State::Running => {
-                *g = State::Running;
-                None
+                g.state = State::Running;
+                return None;
             }
-            State::Idle => {
-                *g = State::Running;
-                drop(g);
-                let me = self.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("shardsub-resolve".into())
-                    .spawn(move || {
-                        let answer = me
-                            .resolver
-                            .resolve(&me.host, me.port)
-                            .map_err(|e| e.to_string());
-                        *me.state.lock() = State::Done(answer);
-                    });
-                if let Err(e) = spawned {
-                    let answer = Err(format!("no thread for the lookup: {e}"));
-                    *self.state.lock() = State::Done(answer);
-                }
-                None
-            }
+            State::Idle => {}
         }
+        // A fresh lookup, on a helper thread.
+        g.state = State::Running;
+        let generation = g.generation;
+        drop(g);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("shardsub-resolve".into())
+            .spawn(move || {
+                let answer = me
+                    .resolver
+                    .resolve(&me.host, me.port)
+                    .map_err(|e| e.to_string());
+                me.answer(generation, answer);
+            });
+        if let Err(e) = spawned {
+            self.answer(generation, Err(format!("no thread for the lookup: {e}")));
+        }
+        None
+    }
+
+    /// Keeps a lookup's answer, unless a newer generation began.
+    fn answer(&self, generation: u64, answer: Result<Vec<SocketAddr>, String>) {
+        let mut g = self.state.lock();
+        if g.generation == generation {
+            g.state = State::Done(answer, std::time::Instant::now());
+        }
+    }
+
+    /// Forgets any answer, and the one of a lookup still running: the
+    /// name is known to lead elsewhere now (a Sentinel failover), so the
+    /// next connection asks again.
+    pub(crate) fn invalidate(&self) {
+        let mut g = self.state.lock();
+        g.generation = g.generation.wrapping_add(1);
+        g.state = State::Idle;
     }
 }
 

@@ -194,7 +194,15 @@ impl PubSubBuilder {
         S: Into<String>,
     {
         let master = master.into();
-        let list: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        // A Sentinel given without a port is at 26379, as in URLs.
+        let list: Vec<String> = sentinels
+            .into_iter()
+            .map(Into::into)
+            .map(|s: String| match crate::engine::resolve::split(&s) {
+                Some(_) => s,
+                None => format!("{s}:26379"),
+            })
+            .collect();
         self.servers
             .push(format!("{}{master}", crate::pubsub::sentinel::PREFIX));
         self.fixed.sentinels.entry(master).or_default().extend(list);

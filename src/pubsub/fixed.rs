@@ -215,7 +215,9 @@ impl Fixed {
     }
 
     pub(crate) fn shutdown(&self) {
-        if let Some(mut w) = self.watcher.lock().take() {
+        // Out of the lock before joining it.
+        let watcher = self.watcher.lock().take();
+        if let Some(mut w) = watcher {
             w.stop();
         }
         self.sub.shutdown();

@@ -28,6 +28,9 @@ const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long the watcher's read waits before it looks at its stop flag.
 const WATCH_TICK: Duration = Duration::from_millis(200);
 
+/// Reads one reply may take (a Sentinel's replies are a few hundred bytes).
+const MAX_READS: usize = 64;
+
 /// Ticks between two checks of every master while subscribed (a switch
 /// whose message was missed is found within this: about 5 s).
 const RECHECK_TICKS: u32 = 25;
@@ -154,9 +157,12 @@ impl Link {
         self.stream.write_all(&out).map_err(|e| e.to_string())
     }
 
-    /// The next whole reply or push; `None` when the read timed out first.
+    /// The next whole reply or push; `None` when no read brought a byte
+    /// within the read timeout. A reply still incomplete after
+    /// [`MAX_READS`] reads fails (a Sentinel trickling bytes cannot hold
+    /// the thread).
     fn next(&mut self) -> Result<Option<Value>, String> {
-        loop {
+        for _ in 0..MAX_READS {
             match resp::parse(&self.buf, &Limits::default()) {
                 Ok(Status::Complete(p)) => {
                     let (v, n) = (p.to_value(), p.consumed);
@@ -172,7 +178,9 @@ impl Link {
             let mut chunk = [0u8; 4096];
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err("the Sentinel closed the connection".into()),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self
+                    .buf
+                    .extend_from_slice(chunk.get(..n).unwrap_or_default()),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -185,6 +193,7 @@ impl Link {
                 Err(e) => return Err(e.to_string()),
             }
         }
+        Err(format!("no whole reply in {MAX_READS} reads"))
     }
 }
 
@@ -274,9 +283,13 @@ impl Known<'_> {
         }
     }
 
-    /// Asks where every master is (a move whose message was missed).
-    fn check_all(&mut self, sentinels: &Sentinels) {
+    /// Asks where every master is (a move whose message was missed), until
+    /// `stop` is set.
+    fn check_all(&mut self, sentinels: &Sentinels, stop: &AtomicBool) {
         for name in sentinels.masters.keys() {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
             if let Ok(a) = sentinels.master(name) {
                 self.moved(name, a);
             }
@@ -313,7 +326,7 @@ fn watch(
                 continue;
             }
         };
-        known.check_all(sentinels);
+        known.check_all(sentinels, stop);
         let mut ticks = 0u32;
         while !stop.load(Ordering::Acquire) {
             match link.next() {
@@ -328,7 +341,7 @@ fn watch(
                     ticks += 1;
                     if ticks >= RECHECK_TICKS {
                         ticks = 0;
-                        known.check_all(sentinels);
+                        known.check_all(sentinels, stop);
                     }
                 }
                 Err(e) => {

@@ -114,10 +114,12 @@ fn accepted_forms() {
 fn refused_forms_say_why() {
     let cases: &[(&str, &str)] = &[
         ("http://h:1", "unknown scheme \"http\""),
-        ("unix://tmp/redis.sock", "host \"tmp\" in a Unix socket URL"),
+        ("unix://tmp/redis.sock", "a host in a Unix socket URL"),
+        ("unix://host/tmp/redis.sock", "a host in a Unix socket URL"),
+        ("unix:///tmp/a%00b.sock", "a NUL byte"),
         (
-            "unix://host/tmp/redis.sock",
-            "host \"host\" in a Unix socket URL",
+            "unix:///tmp/r.sock?x=1",
+            "a query option other than cluster=false",
         ),
         (
             "unix:///tmp/redis.sock?cluster=true",
@@ -348,11 +350,25 @@ fn sentinel_urls_name_the_master_and_its_sentinels() {
     assert_eq!(u.password.as_deref(), Some(&b"pw"[..]));
     let u = ok("valkey+sentinel://[::1]:5000/cache");
     assert_eq!(u.sentinels, ["[::1]:5000"]);
+    // No error repeats a password's bytes.
+    for url in [
+        "redis+sentinel://:pa/ss@h:26379/m",
+        "redis+sentinel://:pa/ss@h",
+        "unix://:pa/ss@/s",
+        "unix://:pa?ss@/s",
+    ] {
+        let e = crate::url::parse(url).unwrap_err();
+        assert!(
+            !e.contains("ss@") && !e.contains("pa/") && !e.contains("pa?"),
+            "{url}: {e}"
+        );
+    }
     for (url, why) in [
         ("redis+sentinel://h:26379", "no master name"),
         ("redis+sentinel://h:26379/", "master name \"\""),
         ("redis+sentinel://h/m?cluster=true", "no query options"),
         ("redis+sentinel://h:x/m", "Sentinel \"h:x\""),
+        ("redis+sentinel://:pa/ss@h:26379/m", "before the '@'"),
     ] {
         let e = crate::url::parse(url).unwrap_err();
         assert!(e.contains(why), "{url}: {e:?} lacks {why:?}");
