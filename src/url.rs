@@ -99,15 +99,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
             ))
         }
     };
-    if let Some(at) = rest.rfind('@') {
-        if rest.get(..at).is_some_and(|u| u.contains(['/', '?', '#'])) {
-            return Err(
-                "a '/', '?' or '#' before the '@': percent-encode them in a user \
-                        name or password (%2F, %3F, %23; '@' is %40)"
-                    .into(),
-            );
-        }
-    }
+    check_before_at(rest)?;
     if rest.contains('#') {
         return Err("a fragment (#…) means nothing here".into());
     }
@@ -143,6 +135,20 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
         tls,
         sentinels: Vec::new(),
     })
+}
+
+/// Refuses a `/`, `?` or `#` before the last `@` (in a user name or
+/// password they must be percent-encoded; the URL cannot be split
+/// safely otherwise, and the error must not repeat them).
+fn check_before_at(rest: &str) -> Result<(), String> {
+    match rest.rfind('@') {
+        Some(at) if rest.get(..at).is_some_and(|u| u.contains(['/', '?', '#'])) => Err(
+            "a '/', '?' or '#' before the '@': percent-encode them in a user \
+             name or password (%2F, %3F, %23; '@' is %40)"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// A Unix socket's URL after `unix://`: `[user:password@]/path`, with
@@ -210,15 +216,7 @@ fn parse_unix(rest: &str) -> Result<ServerUrl, String> {
 /// `[user:password@]host:port[,host:port…]/MASTER` (the credentials are
 /// the master's; a Sentinel without a port is at 26379).
 fn parse_sentinel(rest: &str) -> Result<ServerUrl, String> {
-    if let Some(at) = rest.rfind('@') {
-        if rest.get(..at).is_some_and(|u| u.contains(['/', '?', '#'])) {
-            return Err(
-                "a '/', '?' or '#' before the '@': percent-encode them in a user \
-                        name or password (%2F, %3F, %23; '@' is %40)"
-                    .into(),
-            );
-        }
-    }
+    check_before_at(rest)?;
     if rest.contains(['#', '?']) {
         return Err("no query options or fragment in a Sentinel URL".into());
     }
