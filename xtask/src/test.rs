@@ -247,6 +247,7 @@ pub fn run() -> Result<(), String> {
 /// description, license or readme; here that fails the step. In CI (a clean
 /// clone) the tree must be clean; elsewhere uncommitted changes are allowed.
 fn package() -> Result<(), String> {
+    clear_stale_extractions();
     let mut command = cargo();
     command.arg("package");
     for krate in SHIPPED {
@@ -274,6 +275,45 @@ fn package() -> Result<(), String> {
             "a shipped crate lacks metadata:\n    {}",
             missing.join("\n    ")
         ))
+    }
+}
+
+/// Cargo verifies a package against the others through a local registry
+/// (`target/package/tmp-registry`) whose crates it extracts into
+/// `$CARGO_HOME/registry/src/<registry id>/<crate>-<version>`, and it
+/// reuses such a directory when one exists: a clone at a path packaged
+/// before, at the same versions, would be verified against the sources of
+/// that earlier run (it happened: a new function "not found"). The shipped
+/// crates are in no real registry, so every such directory is a leftover:
+/// removed first, and said.
+fn clear_stale_extractions() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry").join("src")) else {
+        return;
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return;
+    };
+    for registry in registries.flatten() {
+        let Ok(entries) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = SHIPPED.iter().any(|k| {
+                name.strip_prefix(k)
+                    .and_then(|v| v.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours && std::fs::remove_dir_all(e.path()).is_ok() {
+                println!(
+                    "xtask: removed {} (an earlier packaging's extracted sources)",
+                    e.path().display()
+                );
+            }
+        }
     }
 }
 
