@@ -116,16 +116,7 @@ pub(crate) fn parse(url: &str) -> Result<ServerUrl, String> {
         Some(q) => parse_query(q)?,
         None => false,
     };
-    // The password may contain '@' only percent-encoded; the last '@'
-    // ends the user info, as in most clients.
-    let (userinfo, hostport) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(u) => parse_userinfo(u)?,
-    };
+    let ((username, password), hostport) = split_credentials(authority)?;
     let addr = parse_hostport(hostport)?;
     Ok(ServerUrl {
         addr,
@@ -229,14 +220,7 @@ fn parse_sentinel(rest: &str) -> Result<ServerUrl, String> {
              (redis+sentinel://host:26379/mymaster)"
         ));
     }
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(u) => parse_userinfo(u)?,
-    };
+    let ((username, password), hosts) = split_credentials(authority)?;
     let mut sentinels = Vec::new();
     for h in hosts.split(',') {
         let with_port = match h.rsplit_once(':') {
@@ -297,6 +281,16 @@ fn parse_query(q: &str) -> Result<bool, String> {
 }
 
 type Credentials = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Splits an authority into its credentials (none without a `@`) and
+/// what follows them. The password may contain `@` only percent-encoded:
+/// the last `@` ends the user info, as in most clients.
+fn split_credentials(authority: &str) -> Result<(Credentials, &str), String> {
+    match authority.rsplit_once('@') {
+        Some((u, rest)) => Ok((parse_userinfo(u)?, rest)),
+        None => Ok(((None, None), authority)),
+    }
+}
 
 fn parse_userinfo(u: &str) -> Result<Credentials, String> {
     let Some((user, pass)) = u.split_once(':') else {

@@ -95,9 +95,8 @@ impl<T> Drop for SlotRef<T> {
 
 /// Slots of one type kept for reuse: a few per thread, in a thread-local
 /// cache, and up to [`SlotPool::CAP`] shared (enough for the requests in
-/// flight at once on a busy instance; about 8 MB at most, `Slot<i64>`
-/// being about 100 bytes, reached only after that many were in flight
-/// together). A slot is taken on the caller's thread and usually returned
+/// flight at once on a busy instance; that many are kept only after that
+/// many were in flight together). A slot is taken on the caller's thread and usually returned
 /// on an I/O thread: the caches trade with the shared pool a batch at a
 /// time, so its lock is taken once per [`SlotPool::BATCH`] slots.
 pub(crate) struct SlotPool<T: 'static> {

@@ -114,11 +114,13 @@ fn a_killed_primary_is_followed_with_every_loss_signalled() {
         })
         .unwrap();
         ps.wait_active(&chans, BOUND).unwrap();
-        let before = handler.tap.messages();
-        testkit::wait_for("rounds delivered after the failover", BOUND, || {
-            Ok((handler.tap.messages() >= before + 2 * 1_000).then_some(()))
-        })
-        .unwrap();
+        accounted::delivered_more(
+            &ledger,
+            &handler,
+            2,
+            BOUND,
+            "rounds delivered after the failover",
+        );
         publisher.stop();
         accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
         let what = format!("{kind:?} partitions off, a primary killed");

@@ -125,11 +125,13 @@ fn a_sentinel_failover_and_a_killed_master_are_followed_with_every_loss_signalle
         fail_over(&sentinel, NAME);
         master_is(&sentinel, replica.addr(), "the replica promoted");
         followed(&ps, &handler, &chans, 1, replica.addr());
-        let before = handler.tap.messages();
-        testkit::wait_for("rounds delivered on the new master", BOUND, || {
-            Ok((handler.tap.messages() >= before + 2 * 200).then_some(()))
-        })
-        .unwrap();
+        accounted::delivered_more(
+            &ledger,
+            &handler,
+            2,
+            BOUND,
+            "rounds delivered on the new master",
+        );
 
         // The new master dies (kill -9): the old one, now its replica, is
         // promoted once the Sentinel finds the master down.
@@ -137,11 +139,13 @@ fn a_sentinel_failover_and_a_killed_master_are_followed_with_every_loss_signalle
         replica.kill();
         master_is(&sentinel, master.addr(), "the old master promoted again");
         followed(&ps, &handler, &chans, 2, master.addr());
-        let before = handler.tap.messages();
-        testkit::wait_for("rounds delivered after the kill", BOUND, || {
-            Ok((handler.tap.messages() >= before + 2 * 200).then_some(()))
-        })
-        .unwrap();
+        accounted::delivered_more(
+            &ledger,
+            &handler,
+            2,
+            BOUND,
+            "rounds delivered after the kill",
+        );
 
         let rounds = publisher.stop();
         accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
@@ -272,11 +276,13 @@ fn a_shard_behind_sentinel_moves_alone_with_gaps_for_exactly_its_channels() {
         })
         .unwrap_or_else(|e| panic!("{e}: {:?}", ps.health()));
         ps.wait_active(&chans, BOUND).unwrap();
-        let before = handler.tap.messages();
-        testkit::wait_for("rounds delivered after the move", BOUND, || {
-            Ok((handler.tap.messages() >= before + 2 * 200).then_some(()))
-        })
-        .unwrap();
+        accounted::delivered_more(
+            &ledger,
+            &handler,
+            2,
+            BOUND,
+            "rounds delivered after the move",
+        );
         publisher.stop();
         accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
         let what = format!("{kind:?} two shards behind Sentinels");

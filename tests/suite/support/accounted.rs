@@ -324,6 +324,22 @@ pub fn publishing(
     publisher
 }
 
+/// Waits until `rounds` more rounds' worth of messages (one per channel of
+/// `ledger`) reached `handler` than when called: delivery goes on.
+pub fn delivered_more(
+    ledger: &testkit::accounting::Ledger,
+    handler: &Accounted,
+    rounds: u64,
+    bound: Duration,
+    what: &str,
+) {
+    let target = handler.tap.messages() + rounds * ledger.names().len() as u64;
+    testkit::wait_for(what, bound, || {
+        Ok((handler.tap.messages() >= target).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
 /// Publishes in the background (a round every 2 ms) until three rounds
 /// are delivered, kills the server's Pub/Sub clients (`killed` of them,
 /// asserted), waits for a gap event for every channel of `chans` and for
