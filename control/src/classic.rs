@@ -44,17 +44,29 @@ impl Core {
         }
     }
 
+    /// The pattern lane of server `server` (`PSUBSCRIBE`s): in classic and
+    /// fixed mode, one per server (classic: one, server 0), after the
+    /// channel lanes, riding on one of the server's connections (lane `l`
+    /// on connection `l % multiplier`); `None` in the sharded modes
+    /// (sharded Pub/Sub has no patterns) or past the last server.
+    pub fn pattern_lane(&self, server: usize) -> Option<u32> {
+        pattern_lane(&self.cfg, server)
+    }
+
     /// The slot of each lane: the partitions' slots, or (classic) slot 0
-    /// for each of the `multiplier` lanes (classic commands have no slot).
+    /// for each of the `multiplier` lanes (classic commands have no slot),
+    /// and in classic and fixed mode the pattern lanes after them
+    /// ([`Core::pattern_lane`]).
     pub(crate) fn lane_slots(config: &crate::Config) -> Vec<u16> {
+        let mult = config.multiplier.max(1) as usize;
         match config.mode {
-            Mode::Classic => alloc::vec![0; config.multiplier.max(1) as usize],
+            // The pattern lane last.
+            Mode::Classic => alloc::vec![0; mult + 1],
             // Server `i` "owns" slot `i` of the fixed map (`fixed_map`).
             Mode::Fixed => {
-                let mult = config.multiplier.max(1) as usize;
-                (0..config.seeds.len() * mult)
-                    .map(|l| (l / mult) as u16)
-                    .collect()
+                let servers = config.seeds.len();
+                let channels = (0..servers * mult).map(|l| (l / mult) as u16);
+                channels.chain((0..servers).map(|i| i as u16)).collect()
             }
             Mode::NodeGrouped | Mode::PerPartition => config.partitions.slots().to_vec(),
         }
@@ -96,6 +108,17 @@ impl Core {
         }
         Layout::for_slots(&one, &self.slots)
     }
+}
+
+/// See [`Core::pattern_lane`].
+pub(crate) fn pattern_lane(cfg: &crate::Config, server: usize) -> Option<u32> {
+    let mult = cfg.multiplier.max(1) as usize;
+    let (servers, channel_lanes) = match cfg.mode {
+        Mode::Classic => (1, mult),
+        Mode::Fixed => (cfg.seeds.len(), cfg.seeds.len() * mult),
+        Mode::NodeGrouped | Mode::PerPartition => return None,
+    };
+    (server < servers).then(|| (channel_lanes + server) as u32)
 }
 
 /// The fixed placement's map: server `i` (node id `i`, zero-padded so

@@ -236,8 +236,12 @@ impl Core {
     /// The index of partition `p`'s connection among its node's.
     pub(crate) fn index_of(&self, p: u32) -> usize {
         match self.cfg.mode {
-            Mode::NodeGrouped | Mode::Fixed => p as usize % self.cfg.multiplier.max(1) as usize,
-            Mode::PerPartition | Mode::Classic => p as usize,
+            // Classic: lane `p < multiplier` on connection `p`, the
+            // pattern lane (`multiplier`) on connection 0.
+            Mode::NodeGrouped | Mode::Fixed | Mode::Classic => {
+                p as usize % self.cfg.multiplier.max(1) as usize
+            }
+            Mode::PerPartition => p as usize,
         }
     }
 

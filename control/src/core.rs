@@ -535,14 +535,52 @@ impl Core {
     where
         C: AsRef<[u8]> + Into<Channel>,
     {
-        self.tick(now);
-        let mut fresh: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
-        let mut added: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
+        let mut by_lane: BTreeMap<u32, Vec<C>> = BTreeMap::new();
         for name in channels {
-            let p = self.lane_of(name.as_ref());
-            let Some(part) = self.parts.get_mut(p as usize) else {
-                continue;
-            };
+            by_lane
+                .entry(self.lane_of(name.as_ref()))
+                .or_default()
+                .push(name);
+        }
+        self.tick(now);
+        let mut fresh = BTreeMap::new();
+        for (lane, names) in by_lane {
+            let names = self.want_in(lane, names);
+            if !names.is_empty() {
+                fresh.insert(lane, names);
+            }
+        }
+        // A channel sent on the connection its unsubscribe left on lingers
+        // (see `send_subscribe`).
+        self.subscribe_fresh(fresh, now);
+    }
+
+    /// [`handle_want`](Core::handle_want) for names of one lane, given:
+    /// the channels of `lane` (each of which must be
+    /// [`lane_of`](Core::lane_of) it), or patterns of a
+    /// [`pattern_lane`](Core::pattern_lane).
+    pub fn handle_want_in<C>(&mut self, now: Time, lane: u32, names: impl IntoIterator<Item = C>)
+    where
+        C: AsRef<[u8]> + Into<Channel>,
+    {
+        self.tick(now);
+        let fresh = self.want_in(lane, names);
+        if !fresh.is_empty() {
+            self.subscribe_fresh(BTreeMap::from([(lane, fresh)]), now);
+        }
+    }
+
+    /// Marks `names` wanted in lane `p`; returns those to subscribe.
+    fn want_in<C>(&mut self, p: u32, names: impl IntoIterator<Item = C>) -> Vec<Channel>
+    where
+        C: AsRef<[u8]> + Into<Channel>,
+    {
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return Vec::new();
+        };
+        let mut fresh = Vec::new();
+        let mut added = Vec::new();
+        for name in names {
             // One lookup for a channel, and new ones are added below.
             let key = match part.channels.get_key_value(name.as_ref()) {
                 Some((k, c)) if matches!(c.sub(), Sub::Idle | Sub::Refused) => {
@@ -557,43 +595,61 @@ impl Core {
                 Some(_) => continue, // already sent or confirmed
                 None => {
                     let k: Channel = name.into();
-                    added.entry(p).or_default().push(k.clone());
+                    added.push(k.clone());
                     k
                 }
             };
-            fresh.entry(p).or_default().push(key);
+            fresh.push(key);
         }
-        for (p, names) in added {
-            if let Some(part) = self.parts.get_mut(p as usize) {
-                part.add(names);
-            }
+        if !added.is_empty() {
+            part.add(added);
         }
-        // A channel sent on the connection its unsubscribe left on lingers
-        // (see `send_subscribe`).
-        self.subscribe_fresh(fresh, now);
+        fresh
     }
 
     /// The application no longer wants `channels`: each is unsubscribed
     /// from the connection that carries it (no gap is due for it any more).
     pub fn handle_unwant<'a>(&mut self, now: Time, channels: impl IntoIterator<Item = &'a [u8]>) {
-        self.tick(now);
-        let mut drop: BTreeMap<(ConnId, u32), Vec<Channel>> = BTreeMap::new();
+        let mut by_lane: BTreeMap<u32, Vec<&'a [u8]>> = BTreeMap::new();
         for name in channels {
-            let p = self.lane_of(name);
-            let Some(part) = self.parts.get_mut(p as usize) else {
-                continue;
-            };
+            by_lane.entry(self.lane_of(name)).or_default().push(name);
+        }
+        self.tick(now);
+        for (lane, names) in by_lane {
+            self.unwant_in(lane, names);
+        }
+        self.check_restored(now);
+    }
+
+    /// [`handle_unwant`](Core::handle_unwant) for names of one lane, given
+    /// (see [`handle_want_in`](Core::handle_want_in)).
+    pub fn handle_unwant_in<'a>(
+        &mut self,
+        now: Time,
+        lane: u32,
+        names: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        self.tick(now);
+        self.unwant_in(lane, names);
+        self.check_restored(now);
+    }
+
+    fn unwant_in<'a>(&mut self, p: u32, names: impl IntoIterator<Item = &'a [u8]>) {
+        let Some(part) = self.parts.get_mut(p as usize) else {
+            return;
+        };
+        let mut drop: BTreeMap<ConnId, Vec<Channel>> = BTreeMap::new();
+        for name in names {
             let Some(chan) = part.channels.remove(name) else {
                 continue;
             };
             if let Some(c) = chan.sub().conn() {
-                drop.entry((c, p)).or_default().push(name.into());
+                drop.entry(c).or_default().push(name.into());
             }
         }
-        for ((conn, p), names) in drop {
+        for (conn, names) in drop {
             self.unsubscribe(conn, p, names);
         }
-        self.check_restored(now);
     }
 
     /// Runs what is due at `now`: fetches, probe and connection deadlines,

@@ -69,27 +69,36 @@ impl Driver {
             } => {
                 // From now on the lane takes messages from `conn` only.
                 debug_assert!(
-                    channels
-                        .iter()
-                        .all(|c| self.s.lane_of(c) == partition as usize),
+                    self.s.is_pattern_lane(partition as usize)
+                        || channels
+                            .iter()
+                            .all(|c| self.s.lane_of(c) == partition as usize),
                     "a core partition is an engine lane"
                 );
                 self.move_lane(partition, Some(conn));
-                self.subscribe(conn, &channels)
+                self.subscribe(conn, partition, &channels)
             }
-            Command::Unsubscribe { conn, channels, .. } => self.unsubscribe(conn, &channels),
+            Command::Unsubscribe {
+                conn,
+                partition,
+                channels,
+                ..
+            } => self.unsubscribe(conn, partition, &channels),
             Command::Gap {
                 partition,
                 channels,
             } => self.gap(partition, channels),
             Command::Refused {
-                channel, message, ..
+                partition,
+                channel,
+                message,
             } => {
                 let s = &self.s;
-                let lane = s.lane_of(&channel);
+                let lane = partition as usize;
                 let message: Arc<str> = message.into();
+                let pattern = s.is_pattern_lane(lane);
                 s.refusals
-                    .refuse(&s.refusal_targets(), lane, &channel, &message);
+                    .refuse(&s.refusal_targets(), lane, &channel, &message, pattern);
             }
             Command::AskVersion { id, node } => self.start_fetch(id, &node, None),
             Command::FetchTopology { id, node, command } => {
@@ -174,8 +183,9 @@ impl Driver {
             service_lost: service_lost.clone(),
             stage: parking_lot::Mutex::new(crate::workers::Stage::new(
                 self.s.front.queues.len(),
-                self.origin(conn, &state),
+                self.origin(conn, node, &state),
             )),
+            pattern_lane: self.s.pattern_lane_of(node),
         });
         // Resubscribing 1M channels stages ~30 MB of commands at once: let
         // it through instead of applying backpressure.
@@ -243,15 +253,20 @@ impl Driver {
         }
     }
 
-    fn commands(&self) -> (&'static [u8], &'static [u8], SubscribeKind) {
+    /// The subscribe and unsubscribe commands of `lane`'s names.
+    fn commands(&self, lane: u32) -> (&'static [u8], &'static [u8], SubscribeKind) {
         if self.s.sharded() {
             (b"SSUBSCRIBE", b"SUNSUBSCRIBE", SubscribeKind::Shard)
+        } else if self.s.is_pattern_lane(lane as usize) {
+            (b"PSUBSCRIBE", b"PUNSUBSCRIBE", SubscribeKind::Pattern)
         } else {
             (b"SUBSCRIBE", b"UNSUBSCRIBE", SubscribeKind::Channel)
         }
     }
 
-    /// Encodes `cmd` with the wire names of `names` into `self.enc`.
+    /// Encodes `cmd` with the wire names of `names` into `self.enc`
+    /// (patterns as they are: only classic mode has them, where names are
+    /// not renamed).
     fn encode(&mut self, cmd: &[u8], names: &[Channel]) {
         self.enc.clear();
         resp::encode_command_header(&mut self.enc, names.len() + 1);
@@ -265,8 +280,8 @@ impl Driver {
 
     /// A subscribe command; its reply goes back to the core (a connection
     /// that fails instead reports down, which the core hears).
-    fn subscribe(&mut self, conn: ConnId, channels: &[Channel]) {
-        let (cmd, _, kind) = self.commands();
+    fn subscribe(&mut self, conn: ConnId, lane: u32, channels: &[Channel]) {
+        let (cmd, _, kind) = self.commands(lane);
         self.encode(cmd, channels);
         let Some(c) = self.subs.get(&conn) else {
             return;
@@ -309,8 +324,8 @@ impl Driver {
         }
     }
 
-    fn unsubscribe(&mut self, conn: ConnId, channels: &[Channel]) {
-        let (_, cmd, _) = self.commands();
+    fn unsubscribe(&mut self, conn: ConnId, lane: u32, channels: &[Channel]) {
+        let (_, cmd, _) = self.commands(lane);
         self.encode(cmd, channels);
         resp::encode_command(&mut self.enc, [b"PING"]);
         let Some(c) = self.subs.get(&conn) else {
@@ -344,11 +359,14 @@ impl Driver {
             .and_then(|k| resolve_nth(&*s.resolver, &k.addr, 0));
         let workers = s.queues.len().max(1);
         let mut per_worker = vec![ChannelList::default(); workers];
-        for name in &channels {
-            let lane = s.lane_of(name);
-            if let Some(l) = s.registry.lane(lane) {
+        let lane = partition as usize;
+        let patterns = s.is_pattern_lane(lane);
+        if let Some(l) = s.registry.lane(lane) {
+            for name in &channels {
                 l.update(&name[..], |f| *f &= !ACTIVE);
             }
+        }
+        for name in &channels {
             let w = shardcore::worker_of(name, workers as u32) as usize;
             if let Some(g) = per_worker.get_mut(w) {
                 g.push(name);
@@ -361,17 +379,18 @@ impl Driver {
         add(&s.counters.gap_channels, channels.len() as u64);
         for (q, g) in s.queues.iter().zip(per_worker) {
             if !g.is_empty() {
-                q.push_gap(server, g, true);
+                q.push_gap(server, g, patterns, true);
                 self.gaps_queued = true;
             }
         }
     }
 
     /// What a stage of connection `conn` checks its messages' lanes with.
-    fn origin(&self, conn: ConnId, state: &ConnState) -> crate::workers::Origin {
+    fn origin(&self, conn: ConnId, node: &NodeKey, state: &ConnState) -> crate::workers::Origin {
         let s = self.s.clone();
         crate::workers::Origin {
             conn: conn.0,
+            pattern_lane: s.pattern_lane_of(node).map(|l| l as u32),
             owners: self.s.lane_owners.clone(),
             lost: state.lanes_lost.clone(),
             lane_of: Arc::new(move |channel: &[u8]| s.lane_of(channel)),

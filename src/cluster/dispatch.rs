@@ -29,6 +29,9 @@ pub(crate) struct SubObserver {
     /// This read's messages, not yet queued (only this connection's I/O
     /// thread locks it, so the lock is never contended).
     pub(crate) stage: Mutex<Stage>,
+    /// The lane of this connection's server's pattern subscriptions, when
+    /// the placement has patterns (classic mode).
+    pub(crate) pattern_lane: Option<usize>,
 }
 
 impl SubObserver {
@@ -88,6 +91,55 @@ impl SubObserver {
         self.count_dropped(dropped);
     }
 
+    /// A message of pattern subscription `pattern`: to the pattern's
+    /// worker (a pattern's messages stay in order; its gap events travel
+    /// there too).
+    fn deliver_pattern(&self, pattern: &[u8], channel: &[u8], payload: &[u8]) {
+        let s = &self.shared;
+        if self.pattern_lane.is_none() || service::is_service(channel) {
+            return;
+        }
+        self.state.received.fetch_add(1, Ordering::Relaxed);
+        // A recoverable channel's header is stripped (its position is not
+        // followed through a pattern).
+        let payload = match s.config.history.is_empty() || s.config.history.of(channel).is_none() {
+            true => payload,
+            false => crate::history::header::decode(payload).map_or(payload, |(_, p)| p),
+        };
+        let (sent_us, payload) = if s.config.envelope {
+            match crate::wire::envelope::decode(payload) {
+                Some((t, p)) => (t.max(1), p),
+                None => {
+                    self.state.unenveloped.fetch_add(1, Ordering::Relaxed);
+                    (0, payload)
+                }
+            }
+        } else {
+            (0, payload)
+        };
+        let w = s.front.worker_index(pattern);
+        let dropped =
+            self.stage
+                .lock()
+                .pmessage(&s.front.queues, w, pattern, channel, payload, sent_us);
+        self.count_dropped(dropped);
+    }
+
+    /// A `psubscribe` confirmation: as [`SubObserver::confirmed`], in this
+    /// connection's pattern lane.
+    fn confirmed_pattern(&self, pattern: &[u8]) {
+        let s = &self.shared;
+        let Some(lane) = self.pattern_lane else {
+            add(&s.counters.confirmations, 1);
+            return;
+        };
+        if s.lane_owners.moved_from(lane as u32, self.state.id.0) {
+            return;
+        }
+        s.lane_owners.confirm(lane as u32, self.state.id.0);
+        s.front.confirm(lane, pattern, true);
+    }
+
     fn confirmed(&self, wire: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
@@ -105,7 +157,7 @@ impl SubObserver {
         // What this connection read before (its stage is flushed) may be
         // of an old subscription of the lane; what follows is of this one.
         s.lane_owners.confirm(lane as u32, self.state.id.0);
-        s.front.confirm(lane, channel);
+        s.front.confirm(lane, channel, false);
     }
 
     /// A `sunsubscribe` push: our own unsubscribes remove the channel from
@@ -164,6 +216,15 @@ impl Observer for SubObserver {
         match class.copied() {
             Some(PubSub::Message { channel, payload })
             | Some(PubSub::SMessage { channel, payload }) => self.deliver(channel, payload),
+            Some(PubSub::PMessage {
+                pattern,
+                channel,
+                payload,
+            }) => self.deliver_pattern(pattern, channel, payload),
+            Some(PubSub::PSubscribe { pattern, .. }) => {
+                self.flush();
+                self.confirmed_pattern(pattern)
+            }
             // Anything else may queue an event: the messages read before
             // it go first.
             Some(PubSub::Subscribe { channel, .. }) | Some(PubSub::SSubscribe { channel, .. }) => {

@@ -450,14 +450,17 @@ impl Driver {
                 }
             }
         }
+        let pattern = s.is_pattern_lane(lane);
         for name in reactivated {
-            s.front.push_active(&name);
+            s.front.push_active(&name, pattern);
         }
+        let lane = lane as u32;
         if !unwant.is_empty() {
-            self.input(|core, now| core.handle_unwant(now, unwant.iter().map(|n| &n[..])));
+            let names = unwant.iter().map(|n| &n[..]);
+            self.input(|core, now| core.handle_unwant_in(now, lane, names));
         }
         if !want.is_empty() {
-            self.input(|core, now| core.handle_want(now, want));
+            self.input(|core, now| core.handle_want_in(now, lane, want));
         }
     }
 

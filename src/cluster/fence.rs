@@ -87,6 +87,20 @@ impl Passes for WantedFilter {
             None => true,
         }
     }
+
+    fn passes_pattern(&self, pattern: &[u8]) -> bool {
+        if !self.leaving.filtering() {
+            return true;
+        }
+        // Patterns are wanted on every server at once: the first's lane
+        // says.
+        match self.shared.upgrade() {
+            Some(s) => s
+                .pattern_lane(0)
+                .is_some_and(|lane| s.registry.flags(lane, pattern) & WANT != 0),
+            None => true,
+        }
+    }
 }
 
 /// Installs the filter on every worker queue of `shared`.

@@ -15,7 +15,9 @@ pub(crate) fn snapshot(s: &Shared) -> Metrics {
     let core = *s.core_stats.lock();
     let mut m = s.counters.snapshot(s.config.envelope);
     m.queue_depths = s.queues.iter().map(|q| q.depth()).collect();
-    m.channels = s.registry.len() as u64;
+    // Channels only: the pattern lanes come last.
+    let channel_lanes = s.pattern_lane(0).unwrap_or(s.lanes_len());
+    m.channels = s.registry.len_in(0..channel_lanes) as u64;
     m.received = g(&c.retired_received);
     m.dropped.queue_full = g(&c.retired_dropped);
     m.unenveloped = g(&c.retired_unenveloped);

@@ -406,6 +406,72 @@ impl ClusterPubSub {
     }
 }
 
+impl ClusterPubSub {
+    /// Marks `patterns` wanted (or not) on every server's pattern lane.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] after shutdown, [`Error::InvalidArgument`]
+    /// without pattern lanes (sharded Pub/Sub has no patterns).
+    pub(crate) fn set_patterns_wanted(
+        &self,
+        patterns: &[Vec<u8>],
+        want: bool,
+    ) -> Result<(), Error> {
+        self.check_open()?;
+        let s = &self.shared;
+        if s.pattern_servers() == 0 {
+            return Err(Error::InvalidArgument(
+                "pattern subscriptions need classic Pub/Sub: sharded Pub/Sub (a cluster's \
+                 default) has none; build with mode(Mode::Classic) to use them on a cluster"
+                    .into(),
+            ));
+        }
+        for lane in (0..s.pattern_servers()).filter_map(|i| s.pattern_lane(i)) {
+            s.front
+                .set_wanted(patterns, want, |_| lane, |l| s.mark_dirty(l))?;
+        }
+        if !want {
+            s.front.leaving.request();
+            self.request_fence();
+        }
+        Ok(())
+    }
+
+    /// A wait's timeout as [`Error::Unreachable`] while some servers are
+    /// not connected (naming each with its last error); `e` otherwise.
+    pub(crate) fn unreachable_or(&self, e: Error) -> Error {
+        let Error::WaitTimeout { after } = e else {
+            return e;
+        };
+        let lost = self.shared.health.lock().lost();
+        match lost.is_empty() {
+            true => e,
+            false => Error::Unreachable {
+                after,
+                servers: lost.into(),
+            },
+        }
+    }
+
+    /// Blocks until every pattern is active on every server, one is
+    /// refused, it shuts down or `timeout` passes.
+    pub(crate) fn wait_patterns_active<C: AsRef<[u8]>>(
+        &self,
+        patterns: &[C],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let s = &self.shared;
+        s.front.active.wait_all(
+            patterns,
+            timeout,
+            || self.check_open(),
+            |p| s.is_pattern_active(p),
+            |p| s.pattern_refusal(p),
+        )
+    }
+}
+
 impl Placement for ClusterPubSub {
     fn front(&self) -> &Front {
         &self.shared.front

@@ -260,11 +260,47 @@ pub(crate) fn wire_heads(mode: Mode, parts: &Partitions) -> Vec<Box<[u8]>> {
 }
 
 impl Shared {
-    /// Number of lanes: one per partition, or one per connection (classic).
+    /// Number of lanes: one per partition, or (classic) one per
+    /// connection and a pattern lane per server after them (the control
+    /// core's `pattern_lane`).
     pub(crate) fn lanes(config: &Config, parts: &Partitions) -> usize {
         match config.mode {
-            Mode::Classic => config.multiplier * config.fixed_servers.max(1),
+            Mode::Classic => (config.multiplier + 1) * config.fixed_servers.max(1),
             Mode::Sharded | Mode::PerPartition => parts.count() as usize,
+        }
+    }
+
+    /// The lane of server `server`'s pattern subscriptions (classic mode
+    /// only: sharded Pub/Sub has no patterns).
+    pub(crate) fn pattern_lane(&self, server: usize) -> Option<usize> {
+        let servers = self.config.fixed_servers.max(1);
+        match self.config.mode {
+            Mode::Classic if server < servers => Some(self.config.multiplier * servers + server),
+            _ => None,
+        }
+    }
+
+    /// Whether `lane` is a pattern lane.
+    pub(crate) fn is_pattern_lane(&self, lane: usize) -> bool {
+        let servers = self.config.fixed_servers.max(1);
+        self.config.mode == Mode::Classic && lane >= self.config.multiplier * servers
+    }
+
+    /// The pattern lane of a subscribe connection to `node`: a fixed
+    /// server's own (its node id is its index), or a classic cluster's one.
+    pub(crate) fn pattern_lane_of(&self, node: &topology::NodeKey) -> Option<usize> {
+        let server = match self.fixed() {
+            true => node.id.parse().ok()?,
+            false => 0,
+        };
+        self.pattern_lane(server)
+    }
+
+    /// The number of servers whose pattern lanes there are.
+    pub(crate) fn pattern_servers(&self) -> usize {
+        match self.config.mode {
+            Mode::Classic => self.config.fixed_servers.max(1),
+            Mode::Sharded | Mode::PerPartition => 0,
         }
     }
 
@@ -349,14 +385,37 @@ impl Shared {
 
     /// Whether a channel's subscription is confirmed on a live connection.
     pub(crate) fn is_active(&self, channel: &[u8]) -> bool {
-        let lane = self.lane_of(channel);
+        self.is_active_in(self.lane_of(channel), channel)
+    }
+
+    /// Whether a pattern's subscription is confirmed on a live connection
+    /// to every server (false without patterns).
+    pub(crate) fn is_pattern_active(&self, pattern: &[u8]) -> bool {
+        let servers = self.pattern_servers();
+        servers > 0
+            && (0..servers)
+                .filter_map(|i| self.pattern_lane(i))
+                .all(|lane| self.is_active_in(lane, pattern))
+    }
+
+    /// Why a server refused `pattern`, while it stands refused on one.
+    pub(crate) fn pattern_refusal(&self, pattern: &[u8]) -> Option<crate::error::Error> {
+        (0..self.pattern_servers())
+            .filter_map(|i| self.pattern_lane(i))
+            .find_map(|lane| {
+                let flags = self.registry.flags(lane, pattern);
+                self.refusals.error(flags, pattern, true)
+            })
+    }
+
+    fn is_active_in(&self, lane: usize, name: &[u8]) -> bool {
         let ready = self
             .lane_conn
             .read()
             .get(lane)
             .and_then(Option::as_ref)
             .is_some_and(|c| c.ready.load(Ordering::Acquire));
-        ready && self.registry.flags(lane, channel) & ACTIVE != 0
+        ready && self.registry.flags(lane, name) & ACTIVE != 0
     }
 }
 

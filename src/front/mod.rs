@@ -172,10 +172,17 @@ impl Front {
         self.queues.get(self.worker_index(channel))
     }
 
-    /// The server confirmed `channel` (of `lane`): mark it active, tell the
-    /// handler when asked to, wake `wait_active`.
-    pub(crate) fn confirm(&self, lane: usize, channel: &[u8]) {
+    /// The server confirmed `channel` (of `lane`; `pattern`: a pattern):
+    /// mark it active, tell the handler when asked to, wake `wait_active`.
+    pub(crate) fn confirm(&self, lane: usize, channel: &[u8], pattern: bool) {
         crate::metrics::add(&self.counters.confirmations, 1);
+        if pattern {
+            if self.registry.confirm(lane, channel) {
+                self.push_active(channel, true);
+                self.active.wake();
+            }
+            return;
+        }
         if self.registry.confirm(lane, channel) {
             // A recoverable channel's worker hears of it with active
             // events off too: its recovery after a gap reads then.
@@ -191,10 +198,10 @@ impl Front {
 
     /// An [`Event::Active`](crate::pubsub::Event) for the handler, when
     /// active events are on.
-    pub(crate) fn push_active(&self, channel: &[u8]) {
+    pub(crate) fn push_active(&self, channel: &[u8], pattern: bool) {
         if self.active_events {
             if let Some(q) = self.queue_of(channel) {
-                q.push_active(channel);
+                q.push_active(channel, pattern);
             }
         }
     }
@@ -297,7 +304,7 @@ impl Front {
     /// refused.
     pub(crate) fn refusal(&self, lane: usize, channel: &[u8]) -> Option<Error> {
         let flags = self.registry.flags(lane, channel);
-        self.refusals.error(flags, channel)
+        self.refusals.error(flags, channel, false)
     }
 
     /// What a refusal touches.

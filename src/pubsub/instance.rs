@@ -189,6 +189,83 @@ impl PubSub {
         self.subscriber().is_active(channel)
     }
 
+    /// Asks for pattern subscriptions (`PSUBSCRIBE`): one pattern
+    /// (`"room:*"`) or many, in the server's glob syntax (`*`, `?`,
+    /// `[abc]`, `\` escapes). On N shards a pattern is subscribed on every
+    /// server (a channel may live on any of them). Returns at once, like
+    /// [`PubSub::subscribe`]; [`PubSub::wait_patterns_active`] learns when
+    /// every server confirmed.
+    ///
+    /// Messages arrive through [`Handler::on_pattern_message`] with the
+    /// pattern and the channel (by default passed on to `on_message`), in
+    /// the server's order per pattern (one worker per pattern). A channel
+    /// also subscribed by name, or matched by several patterns, arrives
+    /// once per subscription, as the server sends it. Losses are signalled
+    /// per pattern, in order with its messages:
+    /// [`Event::PatternGap`](crate::Event::PatternGap) (a connection lost,
+    /// naming the server) and
+    /// [`Event::PatternDropped`](crate::Event::PatternDropped).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] on a cluster in sharded mode (the
+    /// default: sharded Pub/Sub has no patterns; a cluster in
+    /// [`Mode::Classic`](crate::cluster::Mode::Classic) takes them), on an
+    /// instance built without a handler, and for a pattern longer than
+    /// 4 GiB. [`Error::Shutdown`] after shutdown.
+    pub fn psubscribe(&self, patterns: impl Channels) -> Result<(), Error> {
+        if self.subscriber().shared.config.publish_only {
+            return Err(Error::InvalidArgument(
+                "this instance was built without a handler and publishes only: give the \
+                 builder a handler, on_message or receiver to subscribe"
+                    .into(),
+            ));
+        }
+        let patterns: Vec<Vec<u8>> = patterns
+            .into_channels()
+            .map(|p| p.as_ref().to_vec())
+            .collect();
+        self.subscriber().set_patterns_wanted(&patterns, true)
+    }
+
+    /// Gives these patterns up (`PUNSUBSCRIBE` on every server), as
+    /// [`PubSub::unsubscribe`] does channels: from then on no message of
+    /// theirs reaches the handler.
+    ///
+    /// # Errors
+    ///
+    /// As [`PubSub::psubscribe`].
+    pub fn punsubscribe(&self, patterns: impl Channels) -> Result<(), Error> {
+        let patterns: Vec<Vec<u8>> = patterns
+            .into_channels()
+            .map(|p| p.as_ref().to_vec())
+            .collect();
+        self.subscriber().set_patterns_wanted(&patterns, false)
+    }
+
+    /// Whether every server has confirmed the pattern's subscription on a
+    /// connection that is still up.
+    pub fn is_pattern_active(&self, pattern: &[u8]) -> bool {
+        self.subscriber().shared.is_pattern_active(pattern)
+    }
+
+    /// [`PubSub::wait_active`] for patterns: blocks until every pattern is
+    /// confirmed on every server, or `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// As [`PubSub::wait_active`] ([`Error::SubscribeRefused`] names the
+    /// pattern).
+    pub fn wait_patterns_active<C: AsRef<[u8]>>(
+        &self,
+        patterns: &[C],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let sub = self.subscriber();
+        sub.wait_patterns_active(patterns, timeout)
+            .map_err(|e| sub.unreachable_or(e))
+    }
+
     /// Blocks until every channel in `channels` is active (confirmed), or
     /// `timeout` passes.
     ///
@@ -207,19 +284,7 @@ impl PubSub {
         timeout: Duration,
     ) -> Result<(), Error> {
         let sub = self.subscriber();
-        front::wait_active(sub, channels, timeout).map_err(|e| match e {
-            Error::WaitTimeout { after } => {
-                let lost = sub.shared.health.lock().lost();
-                match lost.is_empty() {
-                    true => e,
-                    false => Error::Unreachable {
-                        after,
-                        servers: lost.into(),
-                    },
-                }
-            }
-            e => e,
-        })
+        front::wait_active(sub, channels, timeout).map_err(|e| sub.unreachable_or(e))
     }
 
     /// Each server's subscribe connections now: whether they are up, how

@@ -41,10 +41,47 @@ pub enum Delivery {
         /// The payload.
         payload: Vec<u8>,
     },
+    /// A message of a pattern subscription, as
+    /// [`Handler::on_pattern_message`] gets it.
+    PatternMessage {
+        /// The pattern it matched.
+        pattern: Vec<u8>,
+        /// The channel.
+        channel: Vec<u8>,
+        /// The payload.
+        payload: Vec<u8>,
+    },
     /// As [`Event::Active`].
     Active {
         /// The channel.
         channel: Vec<u8>,
+    },
+    /// As [`Event::PatternActive`].
+    PatternActive {
+        /// The pattern.
+        pattern: Vec<u8>,
+    },
+    /// As [`Event::PatternGap`].
+    PatternGap {
+        /// The server the patterns were subscribed on.
+        server: Option<crate::addr::ServerAddr>,
+        /// The resubscribed patterns.
+        patterns: ChannelList,
+    },
+    /// As [`Event::PatternRefused`].
+    PatternRefused {
+        /// The pattern.
+        pattern: Vec<u8>,
+        /// The server's error text.
+        message: String,
+    },
+    /// [`Delivery::Dropped`] for messages of pattern subscriptions (by
+    /// this receiver's full queue, or [`Event::PatternDropped`]).
+    PatternDropped {
+        /// The patterns that lost messages, each once.
+        patterns: ChannelList,
+        /// How many messages were dropped in all.
+        messages: u64,
     },
     /// As [`Event::Gap`].
     Gap {
@@ -105,8 +142,20 @@ impl Delivery {
     /// message).
     pub fn event(&self) -> Option<Event<'_>> {
         Some(match self {
-            Delivery::Message { .. } => return None,
+            Delivery::Message { .. } | Delivery::PatternMessage { .. } => return None,
             Delivery::Active { channel } => Event::Active { channel },
+            Delivery::PatternActive { pattern } => Event::PatternActive { pattern },
+            Delivery::PatternGap { server, patterns } => Event::PatternGap {
+                server: *server,
+                patterns,
+            },
+            Delivery::PatternRefused { pattern, message } => {
+                Event::PatternRefused { pattern, message }
+            }
+            Delivery::PatternDropped { patterns, messages } => Event::PatternDropped {
+                patterns,
+                messages: *messages,
+            },
             Delivery::Gap { server, channels } => Event::Gap {
                 server: *server,
                 channels,
@@ -149,6 +198,8 @@ struct Inner {
     /// Messages in `items` (what the bound counts).
     messages: usize,
     drops: Drops,
+    /// Drops of pattern subscriptions' messages, by pattern.
+    pattern_drops: Drops,
     /// Messages this receiver dropped, in all.
     dropped: u64,
     /// The task that found the queue empty.
@@ -164,24 +215,35 @@ struct Queue {
     capacity: usize,
 }
 
+/// What a queued message's drop is signalled by.
+#[derive(Copy, Clone)]
+enum Name<'a> {
+    Channel(&'a [u8]),
+    Pattern(&'a [u8]),
+}
+
 impl Queue {
-    /// Queues `item` (a message when `channel` is given), first the
-    /// pending drop event; wakes the reader.
-    fn push(&self, item: impl FnOnce() -> Delivery, channel: Option<&[u8]>) {
+    /// Queues `item` (a message when `name` is given: its channel, or
+    /// its pattern for a pattern's message), first the pending drop
+    /// events; wakes the reader.
+    fn push(&self, item: impl FnOnce() -> Delivery, name: Option<Name<'_>>) {
         let mut g = self.inner.lock();
         if g.unread {
             return;
         }
-        if let Some(c) = channel.filter(|_| g.messages >= self.capacity) {
-            g.drops.note(c);
+        if let Some(n) = name.filter(|_| g.messages >= self.capacity) {
+            match n {
+                Name::Channel(c) => g.drops.note(c),
+                Name::Pattern(p) => g.pattern_drops.note(p),
+            }
             g.dropped += 1;
             return;
         }
-        if let Some(d) = take_drops(&mut g.drops) {
+        while let Some(d) = take_drops(&mut g) {
             g.items.push_back(d);
         }
         g.items.push_back(item());
-        g.messages += usize::from(channel.is_some());
+        g.messages += usize::from(name.is_some());
         let waker = g.waker.take();
         drop(g);
         if let Some(w) = waker {
@@ -266,6 +328,7 @@ pub fn receiver(capacity: usize) -> (ReceiverHandler, Receiver) {
             items: VecDeque::new(),
             messages: 0,
             drops: Drops::default(),
+            pattern_drops: Drops::default(),
             dropped: 0,
             waker: None,
             closed: false,
@@ -288,7 +351,18 @@ impl Handler for ReceiverHandler {
                 channel: channel.to_vec(),
                 payload: payload.to_vec(),
             },
-            Some(channel),
+            Some(Name::Channel(channel)),
+        );
+    }
+
+    fn on_pattern_message(&self, pattern: &[u8], channel: &[u8], payload: &[u8]) {
+        self.queue.push(
+            || Delivery::PatternMessage {
+                pattern: pattern.to_vec(),
+                channel: channel.to_vec(),
+                payload: payload.to_vec(),
+            },
+            Some(Name::Pattern(pattern)),
         );
     }
 
@@ -296,6 +370,21 @@ impl Handler for ReceiverHandler {
         let d = match event {
             Event::Active { channel } => Delivery::Active {
                 channel: channel.to_vec(),
+            },
+            Event::PatternActive { pattern } => Delivery::PatternActive {
+                pattern: pattern.to_vec(),
+            },
+            Event::PatternGap { server, patterns } => Delivery::PatternGap {
+                server,
+                patterns: patterns.clone(),
+            },
+            Event::PatternRefused { pattern, message } => Delivery::PatternRefused {
+                pattern: pattern.to_vec(),
+                message: message.to_owned(),
+            },
+            Event::PatternDropped { patterns, messages } => Delivery::PatternDropped {
+                patterns: patterns.clone(),
+                messages,
             },
             Event::Gap { server, channels } => Delivery::Gap {
                 server,
@@ -382,7 +471,7 @@ impl Receiver {
     /// True once the handler is gone and nothing is left to read.
     pub fn is_closed(&self) -> bool {
         let g = self.queue.inner.lock();
-        g.closed && g.items.is_empty() && g.drops.messages == 0
+        g.closed && g.items.is_empty() && g.drops.messages == 0 && g.pattern_drops.messages == 0
     }
 
     /// Messages queued now.
@@ -404,13 +493,16 @@ impl Receiver {
     fn pop(g: &mut Inner) -> Option<Delivery> {
         match g.items.pop_front() {
             Some(d) => {
-                if matches!(d, Delivery::Message { .. }) {
+                if matches!(
+                    d,
+                    Delivery::Message { .. } | Delivery::PatternMessage { .. }
+                ) {
                     g.messages -= 1;
                 }
                 Some(d)
             }
             // Drops after the last queued item: the event comes now.
-            None => take_drops(&mut g.drops),
+            None => take_drops(g),
         }
     }
 }
@@ -439,9 +531,13 @@ impl Drop for Receiver {
 #[cfg(test)]
 mod tests;
 
-/// The drop event for the drops so far, if any (see [`Drops`]).
-fn take_drops(drops: &mut Drops) -> Option<Delivery> {
-    drops
+/// A drop event for the drops so far, if any (see [`Drops`]): channels'
+/// first, then patterns'.
+fn take_drops(g: &mut Inner) -> Option<Delivery> {
+    if let Some((channels, messages)) = g.drops.take() {
+        return Some(Delivery::Dropped { channels, messages });
+    }
+    g.pattern_drops
         .take()
-        .map(|(channels, messages)| Delivery::Dropped { channels, messages })
+        .map(|(patterns, messages)| Delivery::PatternDropped { patterns, messages })
 }

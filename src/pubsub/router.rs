@@ -2,7 +2,8 @@
 //! [`PubSubBuilder::receiver_for`](crate::PubSubBuilder::receiver_for)
 //! installs, sending each channel's messages and events to the receiver of
 //! the longest prefix it starts with (the rest to the instance's own
-//! handler or receiver), and connection events to all of them. Each
+//! handler or receiver), a pattern subscription's by the pattern's
+//! prefix, and connection events to all of them. Each
 //! receiver keeps its own bound and the one drop-and-signal rule.
 
 use std::sync::Arc;
@@ -74,6 +75,13 @@ impl Handler for Router {
         }
     }
 
+    /// By the pattern's prefix (its events travel with it).
+    fn on_pattern_message(&self, pattern: &[u8], channel: &[u8], payload: &[u8]) {
+        if let Some(h) = self.handler(self.target(pattern)) {
+            h.on_pattern_message(pattern, channel, payload);
+        }
+    }
+
     fn on_event(&self, event: Event<'_>) {
         let one = |channel: &[u8], event: Event<'_>| {
             if let Some(h) = self.handler(self.target(channel)) {
@@ -84,6 +92,28 @@ impl Handler for Router {
             Event::Active { channel } => one(channel, event),
             Event::Refused { channel, .. } => one(channel, event),
             Event::Unrecoverable { channel, .. } => one(channel, event),
+            Event::PatternActive { pattern } => one(pattern, event),
+            Event::PatternRefused { pattern, .. } => one(pattern, event),
+            Event::PatternGap { server, patterns } => {
+                for (t, patterns) in self.split(patterns) {
+                    if let Some(h) = self.handler(t) {
+                        h.on_event(Event::PatternGap {
+                            server,
+                            patterns: &patterns,
+                        });
+                    }
+                }
+            }
+            Event::PatternDropped { patterns, messages } => {
+                for (t, patterns) in self.split(patterns) {
+                    if let Some(h) = self.handler(t) {
+                        h.on_event(Event::PatternDropped {
+                            patterns: &patterns,
+                            messages,
+                        });
+                    }
+                }
+            }
             Event::Gap { server, channels } => {
                 for (t, channels) in self.split(channels) {
                     if let Some(h) = self.handler(t) {

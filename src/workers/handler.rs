@@ -28,6 +28,18 @@ pub trait Handler: Send + Sync + 'static {
     /// stripped from `payload`). Both borrow a buffer that is reused.
     fn on_message(&self, channel: &[u8], payload: &[u8]);
 
+    /// A message published to `channel` and delivered because it matches
+    /// `pattern`, a pattern subscription
+    /// ([`PubSub::psubscribe`](crate::PubSub::psubscribe)). A channel that
+    /// is subscribed too, or matches several patterns, arrives once per
+    /// subscription, as the server sends it. Messages of one pattern reach
+    /// one worker (chosen by the pattern), in the order the server sent
+    /// them. The default passes it to [`Handler::on_message`].
+    fn on_pattern_message(&self, pattern: &[u8], channel: &[u8], payload: &[u8]) {
+        let _ = pattern;
+        self.on_message(channel, payload);
+    }
+
     /// A subscription event. The default ignores it.
     fn on_event(&self, event: Event<'_>) {
         let _ = event;
@@ -195,6 +207,41 @@ pub enum Event<'a> {
         addr: Option<crate::addr::ServerAddr>,
         /// Why, in words (the connect error, or why the connection ended).
         error: &'a str,
+    },
+    /// [`Event::Active`] for a pattern subscription
+    /// ([`PubSub::psubscribe`](crate::PubSub::psubscribe)): confirmed on
+    /// every server (one event per server).
+    PatternActive {
+        /// The pattern.
+        pattern: &'a [u8],
+    },
+    /// [`Event::Gap`] for pattern subscriptions: messages matching these
+    /// patterns, published on `server`, may have been lost; they are
+    /// being subscribed again. On the pattern's worker, so after every
+    /// message it delivered before the loss and before every message
+    /// after the resubscribe. Recoverable channels are not recovered
+    /// through a pattern: read their history if it matters.
+    PatternGap {
+        /// The server the patterns were subscribed on.
+        server: Option<crate::addr::ServerAddr>,
+        /// The patterns handled by this worker.
+        patterns: &'a ChannelList,
+    },
+    /// [`Event::Refused`] for a pattern.
+    PatternRefused {
+        /// The pattern.
+        pattern: &'a [u8],
+        /// The server's text.
+        message: &'a str,
+    },
+    /// [`Event::Dropped`] for messages of pattern subscriptions: this
+    /// worker's queue was full (or they came late on a connection that was
+    /// replaced). In order with the patterns' messages.
+    PatternDropped {
+        /// The patterns that lost messages, each once.
+        patterns: &'a ChannelList,
+        /// How many messages were dropped in all.
+        messages: u64,
     },
     /// Every subscribe connection to a server that was
     /// [`Event::Disconnected`] is up again; the resubscribe and its

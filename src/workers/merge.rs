@@ -20,6 +20,8 @@ use crate::addr::ServerAddr;
 /// and the channels of the items queued after it.
 struct Open {
     server: Option<ServerAddr>,
+    /// A gap event of patterns (one of channels never joins it).
+    patterns: bool,
     at: usize,
     named: HashSet<Vec<u8>>,
     since: HashSet<Vec<u8>>,
@@ -45,12 +47,18 @@ pub(super) fn gaps(items: &mut VecDeque<Item>) {
             // event.
             open.retain(|o| o.server != *addr);
         }
-        let Item::Gap { server, channels } = item else {
+        let Item::Gap {
+            server,
+            channels,
+            patterns,
+        } = item
+        else {
             note(&item, &mut open);
             out.push_back(item);
             continue;
         };
-        if let Some(o) = open.iter_mut().find(|o| o.server == server) {
+        let same = |o: &&mut Open| o.server == server && o.patterns == patterns;
+        if let Some(o) = open.iter_mut().find(same) {
             let clear = channels
                 .iter()
                 .all(|c| !o.since.contains(c) && !o.named.contains(c));
@@ -70,12 +78,17 @@ pub(super) fn gaps(items: &mut VecDeque<Item>) {
         } else {
             open.push(Open {
                 server,
+                patterns,
                 at: out.len(),
                 named: channels.iter().map(<[u8]>::to_vec).collect(),
                 since: HashSet::new(),
             });
         }
-        out.push_back(Item::Gap { server, channels });
+        out.push_back(Item::Gap {
+            server,
+            channels,
+            patterns,
+        });
     }
     *items = out;
 }
@@ -96,6 +109,10 @@ fn note(item: &Item, open: &mut [Open]) {
         Item::Message {
             buf, channel_len, ..
         } => add(buf.get(..*channel_len).unwrap_or_default()),
+        // Its pattern: a name of either kind only keeps events apart.
+        Item::PMessage {
+            buf, pattern_len, ..
+        } => add(buf.get(..*pattern_len).unwrap_or_default()),
         Item::Active { buf, .. } | Item::Refused { buf, .. } | Item::Recovered { buf, .. } => {
             add(buf)
         }
@@ -118,7 +135,11 @@ mod tests {
             [127, 0, 0, 1],
             server,
         ))));
-        Item::Gap { server, channels }
+        Item::Gap {
+            server,
+            channels,
+            patterns: false,
+        }
     }
 
     fn msg(channel: &str) -> Item {
@@ -138,7 +159,9 @@ mod tests {
                 Item::Message {
                     buf, channel_len, ..
                 } => format!("m:{}", String::from_utf8_lossy(&buf[..*channel_len])),
-                Item::Gap { server, channels } => {
+                Item::Gap {
+                    server, channels, ..
+                } => {
                     let names: Vec<String> = channels
                         .iter()
                         .map(|c| String::from_utf8_lossy(c).into_owned())

@@ -61,6 +61,15 @@ enum Item {
         /// A recoverable channel's position, from the history header.
         at: Option<Position>,
     },
+    /// A message matched by a pattern subscription: `buf[..pattern_len]`
+    /// is the pattern, the next `channel_len` bytes the channel, the rest
+    /// the payload.
+    PMessage {
+        buf: Vec<u8>,
+        pattern_len: usize,
+        channel_len: usize,
+        sent_us: u64,
+    },
     /// A recovery read's outcome (`buf` holds the channel's name).
     Recovered {
         buf: Vec<u8>,
@@ -70,22 +79,32 @@ enum Item {
     /// The server confirmed the channel's subscription (`buf` holds its
     /// name): `tell` the handler, and for a recoverable channel, read what
     /// it missed if a gap came before (see
-    /// [`recovery::Tracker::handle_confirmed`]).
-    Active { buf: Vec<u8>, tell: bool },
-    /// Channels resubscribed after a loss.
+    /// [`recovery::Tracker::handle_confirmed`]); `pattern`: `buf` holds
+    /// a pattern.
+    Active {
+        buf: Vec<u8>,
+        tell: bool,
+        pattern: bool,
+    },
+    /// Channels (or, `patterns`, patterns) resubscribed after a loss.
     Gap {
         server: Option<crate::addr::ServerAddr>,
         channels: ChannelList,
+        patterns: bool,
     },
-    /// A channel's subscription was refused (`buf` holds its name).
+    /// A channel's (`pattern`: a pattern's) subscription was refused
+    /// (`buf` holds its name).
     Refused {
         buf: Vec<u8>,
         message: std::sync::Arc<str>,
+        pattern: bool,
     },
-    /// Channels that lost messages to a full queue.
+    /// Channels (or, `patterns`, patterns) that lost messages to a full
+    /// queue.
     Dropped {
         channels: ChannelList,
         messages: u64,
+        patterns: bool,
     },
     /// A server's subscribe connections were lost (`error`) or are all up
     /// again (`None`).
@@ -102,6 +121,8 @@ enum Item {
 /// passes the message over (its channel was given up).
 pub(crate) trait Passes: Send + Sync {
     fn passes(&self, channel: &[u8]) -> bool;
+    /// [`Passes::passes`] for a message of a pattern subscription.
+    fn passes_pattern(&self, pattern: &[u8]) -> bool;
 }
 
 /// Reads a recoverable channel's history for its worker, without blocking
@@ -157,6 +178,8 @@ struct Inner {
     messages: usize,
     free: Vec<Vec<u8>>,
     drops: Drops,
+    /// Drops of pattern subscriptions' messages, by pattern.
+    pattern_drops: Drops,
     waiting: bool,
     closed: bool,
 }
@@ -194,6 +217,7 @@ impl Queue {
                     free
                 },
                 drops: Drops::default(),
+                pattern_drops: Drops::default(),
                 waiting: false,
                 closed: false,
             }),
@@ -284,6 +308,27 @@ impl Queue {
         }
     }
 
+    /// A message of pattern subscription `pattern`.
+    fn pmessage<'a>(
+        pattern: &'a [u8],
+        channel: &'a [u8],
+        payload: &'a [u8],
+        sent_us: u64,
+    ) -> impl FnOnce(Vec<u8>) -> Item + 'a {
+        move |mut buf| {
+            buf.clear();
+            buf.extend_from_slice(pattern);
+            buf.extend_from_slice(channel);
+            buf.extend_from_slice(payload);
+            Item::PMessage {
+                buf,
+                pattern_len: pattern.len(),
+                channel_len: channel.len(),
+                sent_us,
+            }
+        }
+    }
+
     /// Queues a message; false when it was dropped (queue full or closed).
     // The observers queue through a [`Stage`]; kept for tests.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -304,9 +349,30 @@ impl Queue {
         }
     }
 
-    /// Queues an "active" event (never dropped while open).
-    pub(crate) fn push_active(&self, channel: &[u8]) {
-        self.push_confirmed(channel, true);
+    /// Queues an "active" event (never dropped while open); `pattern`:
+    /// of a pattern.
+    pub(crate) fn push_active(&self, channel: &[u8], pattern: bool) {
+        if pattern {
+            self.push_pattern_active(channel);
+        } else {
+            self.push_confirmed(channel, true);
+        }
+    }
+
+    /// Queues a pattern's "active" event (never dropped while open).
+    fn push_pattern_active(&self, pattern: &[u8]) {
+        self.push(
+            |mut buf| {
+                buf.clear();
+                buf.extend_from_slice(pattern);
+                Item::Active {
+                    buf,
+                    tell: true,
+                    pattern: true,
+                }
+            },
+            None,
+        );
     }
 
     /// Whether this queue's worker recovers channels (a reader is set).
@@ -325,37 +391,52 @@ impl Queue {
             |mut buf| {
                 buf.clear();
                 buf.extend_from_slice(channel);
-                Item::Active { buf, tell }
+                Item::Active {
+                    buf,
+                    tell,
+                    pattern: false,
+                }
             },
             None,
         );
     }
 
-    /// Queues a "refused" event (never dropped while open).
-    pub(crate) fn push_refused(&self, channel: &[u8], message: std::sync::Arc<str>) {
+    /// Queues a "refused" event (never dropped while open); `pattern`: of
+    /// a pattern.
+    pub(crate) fn push_refused(&self, channel: &[u8], message: std::sync::Arc<str>, pattern: bool) {
         self.push(
             |mut buf| {
                 buf.clear();
                 buf.extend_from_slice(channel);
-                Item::Refused { buf, message }
+                Item::Refused {
+                    buf,
+                    message,
+                    pattern,
+                }
             },
             None,
         );
     }
 
-    /// Queues a gap event (never dropped while open); `defer` leaves the
-    /// wake to the next [`Queue::wake_deferred`].
+    /// Queues a gap event (never dropped while open) naming `channels`
+    /// (`patterns`: patterns); `defer` leaves the wake to the next
+    /// [`Queue::wake_deferred`].
     pub(crate) fn push_gap(
         &self,
         server: Option<crate::addr::ServerAddr>,
         channels: ChannelList,
+        patterns: bool,
         defer: bool,
     ) {
         let mut g = self.inner.lock();
         if g.closed {
             return;
         }
-        g.items.push_back(Item::Gap { server, channels });
+        g.items.push_back(Item::Gap {
+            server,
+            channels,
+            patterns,
+        });
         let wake = g.waiting;
         drop(g);
         if wake {
@@ -569,25 +650,41 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
         {
             let mut g = q.inner.lock();
             g.free.append(&mut spent);
-            while g.items.is_empty() && g.drops.messages == 0 && !g.closed {
+            let idle = |g: &Inner| {
+                g.items.is_empty() && g.drops.messages == 0 && g.pattern_drops.messages == 0
+            };
+            while idle(&g) && !g.closed {
                 g.waiting = true;
                 q.cond.wait(&mut g);
                 g.waiting = false;
             }
-            if g.items.is_empty() && g.drops.messages == 0 {
+            if idle(&g) {
                 return; // closed and drained
             }
             std::mem::swap(&mut g.items, &mut local);
             g.messages = 0;
             if let Some((channels, messages)) = g.drops.take() {
-                local.push_back(Item::Dropped { channels, messages });
+                let patterns = false;
+                local.push_back(Item::Dropped {
+                    channels,
+                    messages,
+                    patterns,
+                });
+            }
+            if let Some((channels, messages)) = g.pattern_drops.take() {
+                let patterns = true;
+                local.push_back(Item::Dropped {
+                    channels,
+                    messages,
+                    patterns,
+                });
             }
         }
         merge::gaps(&mut local);
         let (mut delivered, mut dropped, mut unwanted) = (0u64, 0u64, 0u64);
         for item in local.drain(..) {
             if q.closed.load(Ordering::Relaxed) {
-                dropped += u64::from(matches!(item, Item::Message { .. }));
+                dropped += u64::from(matches!(item, Item::Message { .. } | Item::PMessage { .. }));
                 continue;
             }
             let item = match item {
@@ -635,8 +732,36 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         r
                     }
                 }
+                Item::PMessage {
+                    buf,
+                    pattern_len,
+                    channel_len,
+                    sent_us,
+                } => {
+                    let (pattern, rest) = buf.split_at((*pattern_len).min(buf.len()));
+                    let (channel, payload) = rest.split_at((*channel_len).min(rest.len()));
+                    if q.filter.get().is_some_and(|f| !f.passes_pattern(pattern)) {
+                        unwanted += 1;
+                        Ok(())
+                    } else {
+                        if *sent_us != 0 {
+                            counters.lag.record_us(now_us().saturating_sub(*sent_us));
+                        }
+                        delivered += 1;
+                        catch_unwind(AssertUnwindSafe(|| {
+                            handler.on_pattern_message(pattern, channel, payload)
+                        }))
+                    }
+                }
                 Item::Recovered { .. } => Ok(()), // taken above
-                Item::Active { buf, tell } => {
+                Item::Active {
+                    buf,
+                    tell: true,
+                    pattern: true,
+                } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::PatternActive { pattern: buf })
+                })),
+                Item::Active { buf, tell, .. } => {
                     if q.reader.get().is_some_and(|r| r.recoverable(buf)) {
                         tracker.handle_confirmed(buf, &mut actions);
                         carry_out(q, handler, buf, &mut actions, &mut delivered);
@@ -648,7 +773,22 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         false => Ok(()),
                     }
                 }
-                Item::Gap { server, channels } => {
+                Item::Gap {
+                    server,
+                    channels,
+                    patterns: true,
+                } => {
+                    add(&counters.gaps, 1);
+                    catch_unwind(AssertUnwindSafe(|| {
+                        handler.on_event(Event::PatternGap {
+                            server: *server,
+                            patterns: channels,
+                        })
+                    }))
+                }
+                Item::Gap {
+                    server, channels, ..
+                } => {
                     add(&counters.gaps, 1);
                     let r = catch_unwind(AssertUnwindSafe(|| {
                         handler.on_event(Event::Gap {
@@ -664,13 +804,35 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                     }
                     r
                 }
-                Item::Refused { buf, message } => catch_unwind(AssertUnwindSafe(|| {
-                    handler.on_event(Event::Refused {
-                        channel: buf,
-                        message,
+                Item::Refused {
+                    buf,
+                    message,
+                    pattern,
+                } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(match pattern {
+                        true => Event::PatternRefused {
+                            pattern: buf,
+                            message,
+                        },
+                        false => Event::Refused {
+                            channel: buf,
+                            message,
+                        },
                     })
                 })),
-                Item::Dropped { channels, messages } => {
+                Item::Dropped {
+                    channels,
+                    messages,
+                    patterns: true,
+                } => catch_unwind(AssertUnwindSafe(|| {
+                    handler.on_event(Event::PatternDropped {
+                        patterns: channels,
+                        messages: *messages,
+                    })
+                })),
+                Item::Dropped {
+                    channels, messages, ..
+                } => {
                     let r = catch_unwind(AssertUnwindSafe(|| {
                         handler.on_event(Event::Dropped {
                             channels,
@@ -707,7 +869,9 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 );
             }
             match item {
-                Item::Message { buf, .. } | Item::Active { buf, .. }
+                Item::Message { buf, .. }
+                | Item::PMessage { buf, .. }
+                | Item::Active { buf, .. }
                     if buf.capacity() <= KEEP_BUFFER =>
                 {
                     spent.push(buf)
@@ -851,6 +1015,7 @@ mod tests {
     ) -> Origin {
         Origin {
             conn,
+            pattern_lane: None,
             owners,
             lost,
             lane_of: Arc::new(|c: &[u8]| usize::from(c == b"b")),

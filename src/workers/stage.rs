@@ -147,6 +147,9 @@ pub(crate) type LaneOf = Arc<dyn Fn(&[u8]) -> usize + Send + Sync>;
 pub(crate) struct Origin {
     /// The connection whose messages these are.
     pub(crate) conn: u64,
+    /// The lane of its pattern subscriptions' messages (one per server),
+    /// when the placement has patterns.
+    pub(crate) pattern_lane: Option<u32>,
     pub(crate) owners: Arc<LaneOwners>,
     /// Lanes this connection has lost to another: bumped by the control
     /// thread after it moved one ([`LaneOwners::set`] names the loser).
@@ -204,6 +207,29 @@ impl Stage {
         dropped
     }
 
+    /// [`Stage::message`] for a message of pattern subscription `pattern`.
+    pub(crate) fn pmessage(
+        &mut self,
+        queues: &[Arc<Queue>],
+        w: usize,
+        pattern: &[u8],
+        channel: &[u8],
+        payload: &[u8],
+        sent_us: u64,
+    ) -> u64 {
+        let (Some(b), Some(q)) = (self.batches.get_mut(w), queues.get(w)) else {
+            return 1;
+        };
+        let mut dropped = 0;
+        if b.items.len() >= STAGE {
+            dropped = q.put(b, &self.origin, false);
+        }
+        let buf = b.spare.pop().unwrap_or_default();
+        b.items
+            .push(Queue::pmessage(pattern, channel, payload, sent_us)(buf));
+        dropped
+    }
+
     /// Queues everything staged (one lock per worker that has messages)
     /// and wakes the workers that wait; returns the messages dropped for
     /// want of room.
@@ -227,6 +253,9 @@ impl Batch {
                 let lane = (from.lane_of)(&buf[..(*channel_len).min(buf.len())]);
                 from.owners.owns(lane as u32, from.conn)
             }
+            Item::PMessage { .. } => from
+                .pattern_lane
+                .is_some_and(|lane| from.owners.owns(lane, from.conn)),
             _ => true,
         };
         let mut keep = 0;
@@ -247,15 +276,26 @@ impl Batch {
 /// Notes a message that is not queued (unless the queue is closed) and
 /// keeps its buffer in `spare`; returns 1 for a message, 0 otherwise.
 fn drop_one(g: &mut Inner, spare: &mut Vec<Vec<u8>>, item: Item) -> u64 {
-    let Item::Message {
-        buf, channel_len, ..
-    } = item
-    else {
-        return 0;
+    let buf = match item {
+        Item::Message {
+            buf, channel_len, ..
+        } => {
+            if !g.closed {
+                g.drops.note(&buf[..channel_len.min(buf.len())]);
+            }
+            buf
+        }
+        // Its loss is signalled per pattern, as its gaps are.
+        Item::PMessage {
+            buf, pattern_len, ..
+        } => {
+            if !g.closed {
+                g.pattern_drops.note(&buf[..pattern_len.min(buf.len())]);
+            }
+            buf
+        }
+        _ => return 0,
     };
-    if !g.closed {
-        g.drops.note(&buf[..channel_len.min(buf.len())]);
-    }
     if buf.capacity() <= KEEP_BUFFER && spare.len() < STAGE {
         spare.push(buf);
     }

@@ -8,6 +8,7 @@ mod delivery;
 mod faults;
 mod gap_events;
 mod names;
+mod patterns;
 pub(crate) mod placement;
 mod sentinel;
 mod start_degraded;
