@@ -51,6 +51,21 @@ impl SubObserver {
         }
     }
 
+    /// The envelope's publish time (0 without one) and the payload inside
+    /// it, when envelopes are on.
+    fn unwrap_envelope<'p>(&self, payload: &'p [u8]) -> (u64, &'p [u8]) {
+        if !self.shared.config.envelope {
+            return (0, payload);
+        }
+        match crate::wire::envelope::decode(payload) {
+            Some((t, p)) => (t.max(1), p),
+            None => {
+                self.state.unenveloped.fetch_add(1, Ordering::Relaxed);
+                (0, payload)
+            }
+        }
+    }
+
     fn deliver(&self, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
@@ -72,17 +87,7 @@ impl SubObserver {
                     None => (None, payload),
                 },
             };
-        let (sent_us, payload) = if s.config.envelope {
-            match crate::wire::envelope::decode(payload) {
-                Some((t, p)) => (t.max(1), p),
-                None => {
-                    self.state.unenveloped.fetch_add(1, Ordering::Relaxed);
-                    (0, payload)
-                }
-            }
-        } else {
-            (0, payload)
-        };
+        let (sent_us, payload) = self.unwrap_envelope(payload);
         let w = s.front.worker_index(channel);
         let dropped = self
             .stage
@@ -106,17 +111,7 @@ impl SubObserver {
             true => payload,
             false => crate::history::header::decode(payload).map_or(payload, |(_, p)| p),
         };
-        let (sent_us, payload) = if s.config.envelope {
-            match crate::wire::envelope::decode(payload) {
-                Some((t, p)) => (t.max(1), p),
-                None => {
-                    self.state.unenveloped.fetch_add(1, Ordering::Relaxed);
-                    (0, payload)
-                }
-            }
-        } else {
-            (0, payload)
-        };
+        let (sent_us, payload) = self.unwrap_envelope(payload);
         let w = s.front.worker_index(pattern);
         let dropped =
             self.stage

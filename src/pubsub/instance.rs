@@ -80,6 +80,18 @@ impl PubSub {
         }
     }
 
+    /// [`Error::InvalidArgument`] on an instance built to publish only.
+    fn check_subscribes(&self) -> Result<(), Error> {
+        if self.subscriber().shared.config.publish_only {
+            return Err(Error::InvalidArgument(
+                "this instance was built without a handler and publishes only: give the \
+                 builder a handler, on_message or receiver to subscribe"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The subscribe side, the same in every placement.
     fn subscriber(&self) -> &ClusterPubSub {
         match &*self.placed {
@@ -103,13 +115,7 @@ impl PubSub {
     /// refuse a bulk string over 512 MiB by default); the names after it
     /// are not asked for, some before it may be.
     pub fn subscribe(&self, channels: impl Channels) -> Result<(), Error> {
-        if self.subscriber().shared.config.publish_only {
-            return Err(Error::InvalidArgument(
-                "this instance was built without a handler and publishes only: give the \
-                 builder a handler, on_message or receiver to subscribe"
-                    .into(),
-            ));
-        }
+        self.check_subscribes()?;
         front::set_wanted(self.subscriber(), channels.into_channels(), true)
     }
 
@@ -196,7 +202,8 @@ impl PubSub {
     /// [`PubSub::subscribe`]; [`PubSub::wait_patterns_active`] learns when
     /// every server confirmed.
     ///
-    /// Messages arrive through [`Handler::on_pattern_message`] with the
+    /// Messages arrive through
+    /// [`Handler::on_pattern_message`](crate::Handler::on_pattern_message) with the
     /// pattern and the channel (by default passed on to `on_message`), in
     /// the server's order per pattern (one worker per pattern). A channel
     /// also subscribed by name, or matched by several patterns, arrives
@@ -214,13 +221,7 @@ impl PubSub {
     /// instance built without a handler, and for a pattern longer than
     /// 4 GiB. [`Error::Shutdown`] after shutdown.
     pub fn psubscribe(&self, patterns: impl Channels) -> Result<(), Error> {
-        if self.subscriber().shared.config.publish_only {
-            return Err(Error::InvalidArgument(
-                "this instance was built without a handler and publishes only: give the \
-                 builder a handler, on_message or receiver to subscribe"
-                    .into(),
-            ));
-        }
+        self.check_subscribes()?;
         let patterns: Vec<Vec<u8>> = patterns
             .into_channels()
             .map(|p| p.as_ref().to_vec())

@@ -213,6 +213,36 @@ mod tests {
     }
 
     #[test]
+    fn pattern_gaps_merge_only_with_pattern_gaps() {
+        let pgap = |names: &[&str]| {
+            let Item::Gap {
+                server, channels, ..
+            } = gap(1, names)
+            else {
+                unreachable!()
+            };
+            Item::Gap {
+                server,
+                channels,
+                patterns: true,
+            }
+        };
+        let mut q: VecDeque<Item> =
+            vec![gap(1, &["a"]), pgap(&["p*"]), gap(1, &["b"]), pgap(&["q*"])].into();
+        gaps(&mut q);
+        let kinds: Vec<(bool, usize)> = q
+            .iter()
+            .map(|i| match i {
+                Item::Gap {
+                    channels, patterns, ..
+                } => (*patterns, channels.len()),
+                _ => (false, 0),
+            })
+            .collect();
+        assert_eq!(kinds, [(false, 2), (true, 2)]);
+    }
+
+    #[test]
     fn a_single_event_is_left_alone() {
         let got = merged(vec![msg("a"), gap(1, &["a"]), msg("a")]);
         assert_eq!(got, ["m:a", "g1:a", "m:a"]);

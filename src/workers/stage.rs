@@ -191,20 +191,7 @@ impl Stage {
         sent_us: u64,
         at: Option<Position>,
     ) -> u64 {
-        let (Some(b), Some(q)) = (self.batches.get_mut(w), queues.get(w)) else {
-            return 1;
-        };
-        let mut dropped = 0;
-        if b.items.len() >= STAGE {
-            // Mid-read: the worker is woken at the read's end (this
-            // message stays staged for that flush), or by a quarter-full
-            // queue.
-            dropped = q.put(b, &self.origin, false);
-        }
-        let buf = b.spare.pop().unwrap_or_default();
-        b.items
-            .push(Queue::message(channel, payload, sent_us, at)(buf));
-        dropped
+        self.stage(queues, w, Queue::message(channel, payload, sent_us, at))
     }
 
     /// [`Stage::message`] for a message of pattern subscription `pattern`.
@@ -217,16 +204,33 @@ impl Stage {
         payload: &[u8],
         sent_us: u64,
     ) -> u64 {
+        self.stage(
+            queues,
+            w,
+            Queue::pmessage(pattern, channel, payload, sent_us),
+        )
+    }
+
+    /// Stages the message `item` makes (from a spare buffer) for
+    /// `queues[w]`.
+    fn stage(
+        &mut self,
+        queues: &[Arc<Queue>],
+        w: usize,
+        item: impl FnOnce(Vec<u8>) -> Item,
+    ) -> u64 {
         let (Some(b), Some(q)) = (self.batches.get_mut(w), queues.get(w)) else {
             return 1;
         };
         let mut dropped = 0;
         if b.items.len() >= STAGE {
+            // Mid-read: the worker is woken at the read's end (this
+            // message stays staged for that flush), or by a quarter-full
+            // queue.
             dropped = q.put(b, &self.origin, false);
         }
         let buf = b.spare.pop().unwrap_or_default();
-        b.items
-            .push(Queue::pmessage(pattern, channel, payload, sent_us)(buf));
+        b.items.push(item(buf));
         dropped
     }
 

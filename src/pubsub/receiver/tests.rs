@@ -15,6 +15,20 @@ fn drain(rx: &mut Receiver) -> Vec<String> {
                 format!("dropped {messages} {}", names.join(","))
             }
             Delivery::Active { channel } => format!("active {}", String::from_utf8_lossy(&channel)),
+            Delivery::PatternMessage {
+                pattern,
+                channel,
+                payload,
+            } => format!(
+                "{}>{}{}",
+                String::from_utf8_lossy(&pattern),
+                String::from_utf8_lossy(&channel),
+                String::from_utf8_lossy(&payload)
+            ),
+            Delivery::PatternDropped { patterns, messages } => {
+                let names: Vec<_> = patterns.iter().map(String::from_utf8_lossy).collect();
+                format!("pattern dropped {messages} {}", names.join(","))
+            }
             other => format!("{other:?}"),
         });
     }
@@ -47,6 +61,21 @@ fn a_full_queue_drops_and_names_the_channels_once_before_their_next_message() {
     // Room again: the drop event goes in before the next item.
     h.on_message(b"a", b"4");
     assert_eq!(drain(&mut rx), ["b1", "dropped 3 a,c", "a4"]);
+}
+
+#[test]
+fn a_patterns_drops_name_the_pattern_apart_from_the_channels() {
+    let (h, mut rx) = receiver(1);
+    h.on_pattern_message(b"a*", b"a1", b"x");
+    // Full: one channel message and two of the pattern dropped.
+    h.on_message(b"a*", b"y");
+    h.on_pattern_message(b"a*", b"a2", b"x");
+    h.on_pattern_message(b"a*", b"a3", b"x");
+    assert_eq!(rx.dropped(), 3);
+    assert_eq!(
+        drain(&mut rx),
+        ["a*>a1x", "dropped 1 a*", "pattern dropped 2 a*"]
+    );
 }
 
 #[test]
