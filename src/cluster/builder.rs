@@ -21,7 +21,6 @@ use crate::front::mailbox::Mailbox;
 use crate::front::registry::Registry;
 use crate::front::Front;
 use crate::metrics::Counters;
-use crate::threads;
 use crate::workers::{Handler, LaneOwners, Pool};
 
 /// How subscriptions and publishes use the cluster.
@@ -459,17 +458,22 @@ pub(crate) fn start(
         retiring: Vec::new(),
         enc: Vec::new(),
         name: Vec::new(),
+        started: false,
+        coalescing: None,
     };
-    let panics = shared.counters.thread_panics.clone();
-    let handle = threads::spawn(name.into(), panics, move || control.run());
-    let handle = match handle {
+    let host = match runtime.control_host() {
         Ok(h) => h,
         Err(e) => {
             pool.shutdown();
-            return Err(Error::runtime("control thread", &e));
+            return Err(e);
         }
     };
-    Ok(ClusterPubSub::new(shared, runtime, pool, handle))
+    let panics = shared.counters.thread_panics.clone();
+    let hosted = host.spawn(name, panics, |bell| {
+        let _ = shared.mail.bell.set(bell.clone());
+        Box::new(control)
+    });
+    Ok(ClusterPubSub::new(shared, runtime, pool, hosted))
 }
 
 /// The control core's settings for this instance.

@@ -28,6 +28,7 @@ use crate::cluster::health::Edge;
 use crate::cluster::publish;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
+use crate::engine::host::Task;
 use crate::engine::{clock, Engine};
 use crate::error::Error;
 use crate::front::registry::Settled;
@@ -86,6 +87,16 @@ pub(crate) struct Driver {
     /// Subscribe connections waiting for their node's lookup, and when to
     /// look again.
     pub(crate) lookups: Vec<(ConnId, topology::NodeKey, Time)>,
+    /// The first turn has run (the core's first commands and the sync).
+    pub(crate) started: bool,
+    /// A round of newly dirty lanes held back for more, and until when.
+    pub(crate) coalescing: Option<(Inbox, Time)>,
+}
+
+impl Task for Driver {
+    fn turn(&mut self) -> Option<std::time::Instant> {
+        self.step().map(clock::instant_of)
+    }
 }
 
 impl Driver {
@@ -103,18 +114,37 @@ impl Driver {
         self.drain();
     }
 
-    /// Runs until the inbox says stop.
-    pub(crate) fn run(mut self) {
-        self.drain();
-        self.sync();
-        loop {
-            let wake = clock::instant_of(self.next_wake(self.now()));
-            let (inbox, leaves) = {
-                let mut inbox = self.s.mail.inbox.lock();
-                while !inbox.has_work() {
-                    if self.s.mail.cond.wait_until(&mut inbox, wake).timed_out() {
-                        break;
-                    }
+    /// One turn of the control loop on the runtime's control thread
+    /// (see [`Task`]): the inbox's reports and the due timers as one
+    /// round, then the fence; never waits. `None` once the inbox said
+    /// stop (every connection is closed then).
+    fn step(&mut self) -> Option<Time> {
+        if !self.started {
+            self.started = true;
+            self.drain();
+            self.sync();
+        }
+        let now = self.now();
+        let wake = self.next_wake(now);
+        let (inbox, leaves) = {
+            let mut inbox = self.s.mail.inbox.lock();
+            if let Some((held, until)) = self.coalescing.take() {
+                // Subscribe calls close in time share commands: more
+                // dirty lanes join the held round until the delay ends,
+                // or anything else comes.
+                let more_than_dirty =
+                    inbox.stop || !inbox.ups.is_empty() || !inbox.downs.is_empty();
+                if now < until && !more_than_dirty {
+                    self.coalescing = Some((held, until));
+                    return Some(until.min(wake));
+                }
+                let mut held = held;
+                held.dirty.append(&mut inbox.dirty);
+                drop(inbox);
+                (held, self.s.leaving.requested())
+            } else {
+                if !inbox.has_work() && now < wake {
+                    return Some(wake);
                 }
                 // Read just before the inbox is taken: every leave counted
                 // here had its registry change (and dirty lane) posted
@@ -122,38 +152,36 @@ impl Driver {
                 // unsubscribe is sent before this round's fence; a leave
                 // counted later posts its own fence request.
                 let leaves = self.s.leaving.requested();
-                (std::mem::take(&mut *inbox), leaves)
-            };
-            if inbox.stop {
-                return self.close_all();
+                let taken = std::mem::take(&mut *inbox);
+                drop(inbox);
+                // A round of nothing but newly dirty lanes waits up to the
+                // coalescing delay for more (fixed placements'
+                // `subscribe_delay`; zero on a cluster).
+                let delay = self.s.config.coalesce;
+                if !delay.is_zero() && !taken.dirty.is_empty() && taken.quiet_but_dirty() {
+                    let until = now + delay;
+                    self.coalescing = Some((taken, until));
+                    return Some(until.min(wake));
+                }
+                (taken, leaves)
             }
-            let inbox = self.coalesce(inbox);
-            if inbox.fence_done {
-                self.fence_busy = false;
-            }
-            self.round(inbox);
-            self.fence(leaves);
+        };
+        if inbox.stop {
+            self.close_all();
+            return None;
         }
-    }
-
-    /// Subscribe calls close in time share commands: when a round has
-    /// nothing but newly dirty lanes, waits up to the coalescing delay for
-    /// more (fixed placements' `subscribe_delay`; zero on a cluster).
-    fn coalesce(&self, mut inbox: Inbox) -> Inbox {
-        let delay = self.s.config.coalesce;
-        let only_dirty = !inbox.dirty.is_empty() && inbox.quiet_but_dirty();
-        if delay.is_zero() || !only_dirty {
-            return inbox;
+        if inbox.fence_done {
+            self.fence_busy = false;
         }
-        let until = clock::instant_of(self.now() + delay);
-        let mut more = self.s.mail.inbox.lock();
-        while !more.stop
-            && more.ups.is_empty()
-            && more.downs.is_empty()
-            && !self.s.mail.cond.wait_until(&mut more, until).timed_out()
-        {}
-        inbox.dirty.append(&mut more.dirty);
-        inbox
+        self.round(inbox);
+        self.fence(leaves);
+        let now = self.now();
+        // Reports posted during the round rang the task again; what a
+        // coalesced round left in the inbox (its ups and downs) did not.
+        if self.s.mail.inbox.lock().has_work() {
+            return Some(now);
+        }
+        Some(self.next_wake(now))
     }
 
     /// When the loop must look again without a report.

@@ -119,7 +119,6 @@ mod topo;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -127,6 +126,7 @@ use parking_lot::Mutex;
 pub use crate::metrics::{ClusterMetrics, Holds, RebuildCounts, Redirects, TopologyErrors};
 pub use builder::{Mode, ResubscribeSplit};
 
+use crate::engine::host::Hosted;
 use crate::engine::wait::Deadline;
 use crate::engine::Pending;
 use crate::error::Error;
@@ -144,7 +144,8 @@ pub(crate) struct ClusterPubSub {
     pub(crate) shared: Arc<Shared>,
     runtime: crate::Runtime,
     pool: Pool,
-    control: Mutex<Option<JoinHandle<()>>>,
+    /// Its control loop, on the runtime's control thread.
+    control: Mutex<Option<Hosted>>,
     shut: AtomicBool,
 }
 
@@ -158,12 +159,7 @@ impl std::fmt::Debug for ClusterPubSub {
 }
 
 impl ClusterPubSub {
-    fn new(
-        shared: Arc<Shared>,
-        runtime: crate::Runtime,
-        pool: Pool,
-        control: JoinHandle<()>,
-    ) -> Self {
+    fn new(shared: Arc<Shared>, runtime: crate::Runtime, pool: Pool, control: Hosted) -> Self {
         ClusterPubSub {
             shared,
             runtime,
@@ -397,8 +393,10 @@ impl ClusterPubSub {
         }
         self.shared.closing.store(true, Ordering::Release);
         self.shared.post(|inbox| inbox.stop = true);
-        if let Some(h) = self.control.lock().take() {
-            crate::threads::join(h, &self.shared.counters.thread_panics);
+        // Out of the lock before waiting.
+        let control = self.control.lock().take();
+        if let Some(h) = control {
+            h.wait_done();
         }
         self.pool.shutdown();
         *self.shared.routes.write() = shared::Routes::empty();

@@ -36,6 +36,7 @@ mod backoff;
 mod builder;
 pub(crate) mod clock;
 mod driver;
+pub(crate) mod host;
 mod io_thread;
 pub(crate) mod kept;
 mod lend;

@@ -18,6 +18,7 @@ use std::time::Instant;
 use mio::{Poll, Waker};
 use parking_lot::Mutex;
 
+use crate::engine::host::Host;
 use crate::engine::io_thread::{IoThread, WAKER};
 use crate::engine::shared::{Control, ThreadShared};
 use crate::engine::wait::Signal;
@@ -71,6 +72,9 @@ struct RuntimeInner {
     handles: Mutex<Vec<JoinHandle<()>>>,
     next: AtomicUsize,
     panics: PanicCount,
+    /// The control thread of the Pub/Sub instances built on it, started
+    /// with the first.
+    control: Mutex<Option<Arc<Host>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -130,6 +134,7 @@ impl Runtime {
                 handles: Mutex::new(Vec::with_capacity(n)),
                 next: AtomicUsize::new(0),
                 panics,
+                control: Mutex::new(None),
             }),
         };
         for (i, poll) in polls.into_iter().enumerate() {
@@ -206,6 +211,22 @@ impl Runtime {
             .find(|t| !t.is_dead())
             .cloned()
             .ok_or(Error::RuntimeStopped)
+    }
+
+    /// The control thread that hosts the control loops of every Pub/Sub
+    /// instance on this runtime (started by the first).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses the thread.
+    pub(crate) fn control_host(&self) -> Result<Arc<Host>, Error> {
+        let mut g = self.inner.control.lock();
+        if let Some(h) = &*g {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(Host::start("shardsub-control", self.inner.panics.clone())?);
+        *g = Some(h.clone());
+        Ok(h)
     }
 
     /// Thread `n` (for the tests of panic reporting).

@@ -4,7 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use crate::engine::host::Bell;
 
 /// An inbox that takes lanes with dirty channels.
 pub(crate) trait DirtyLanes {
@@ -12,11 +16,14 @@ pub(crate) trait DirtyLanes {
     fn push_dirty(&mut self, lane: usize);
 }
 
-/// A control thread's inbox, its wake-up, and per lane whether the lane is
-/// already posted as dirty (shared with the cluster mode).
+/// A control loop's inbox, what rings it (its task on the runtime's
+/// control thread), and per lane whether the lane is already posted as
+/// dirty.
 pub(crate) struct Mailbox<I> {
     pub(crate) inbox: Mutex<I>,
-    pub(crate) cond: Condvar,
+    /// Set once the control loop is hosted (it runs once at the start
+    /// anyway, so a post before that is seen).
+    pub(crate) bell: OnceLock<Bell>,
     /// Per lane: already posted to the control thread (cleared by it when
     /// it flushes the lane).
     pub(crate) lane_dirty: Vec<AtomicBool>,
@@ -27,15 +34,17 @@ impl<I: Default + DirtyLanes> Mailbox<I> {
     pub(crate) fn new(lanes: usize) -> Self {
         Mailbox {
             inbox: Mutex::new(I::default()),
-            cond: Condvar::new(),
+            bell: OnceLock::new(),
             lane_dirty: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
-    /// Posts work to the control thread.
+    /// Posts work to the control loop.
     pub(crate) fn post(&self, f: impl FnOnce(&mut I)) {
         f(&mut self.inbox.lock());
-        self.cond.notify_one();
+        if let Some(b) = self.bell.get() {
+            b.ring();
+        }
     }
 
     /// Tells the control thread that `lane` has dirty channels (posts it

@@ -1,0 +1,357 @@
+//! The control thread of a runtime: one thread that hosts the control
+//! loops ([`Task`]s) of every Pub/Sub instance built on the runtime, so
+//! instances add no control threads.
+//!
+//! A task runs a turn when its [`Bell`] rings (its inbox got work) or its
+//! deadline passes; a turn does what is due without waiting and says when
+//! it must run again at the latest. Turns of different tasks never overlap
+//! (one thread), and a task's turn runs outside the host's lock, so a
+//! ring from any thread (an I/O thread's report, an application call)
+//! never waits for a turn. A panic in a turn is logged and counted like a
+//! thread's, and ends that task alone.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::engine::runtime::Latch;
+use crate::engine::wait::Signal;
+use crate::error::Error;
+use crate::threads::{self, PanicCount};
+
+thread_local! {
+    /// Set on a host's thread: a task's end must not be waited for there.
+    static ON_HOST: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is a runtime's control thread.
+pub(crate) fn on_host_thread() -> bool {
+    ON_HOST.with(Cell::get)
+}
+
+/// A control loop hosted on a runtime's control thread.
+pub(crate) trait Task: Send + 'static {
+    /// Does what is due now, without waiting. Returns the latest instant
+    /// to run again (it also runs whenever its [`Bell`] rings), or `None`
+    /// once it has finished: it is dropped and never runs again.
+    fn turn(&mut self) -> Option<Instant>;
+}
+
+struct Entry {
+    /// `None` while its turn runs.
+    task: Option<Box<dyn Task>>,
+    due: Option<Instant>,
+    rung: bool,
+    done: Arc<Latch>,
+    panics: PanicCount,
+    name: &'static str,
+}
+
+#[derive(Default)]
+struct State {
+    tasks: BTreeMap<u64, Entry>,
+    next: u64,
+    /// The runtime is gone: the thread ends (every instance on it has
+    /// shut down, and its task with it; any other task is dropped).
+    stop: bool,
+}
+
+impl State {
+    /// The tasks to run now (rung, or due by `now`), taken out of their
+    /// entries.
+    fn take_due(&mut self, now: Instant) -> Vec<(u64, Box<dyn Task>)> {
+        let mut out = Vec::new();
+        for (&id, e) in &mut self.tasks {
+            if e.rung || e.due.is_some_and(|d| d <= now) {
+                if let Some(t) = e.task.take() {
+                    e.rung = false;
+                    out.push((id, t));
+                }
+            }
+        }
+        out
+    }
+
+    /// The earliest deadline of a task that is not running.
+    fn next_due(&self) -> Option<Instant> {
+        self.tasks
+            .values()
+            .filter(|e| e.task.is_some())
+            .filter_map(|e| e.due)
+            .min()
+    }
+}
+
+/// One control thread and the tasks it hosts.
+pub(crate) struct Host {
+    state: Arc<Signal<State>>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    panics: PanicCount,
+}
+
+/// Rings a hosted task: it runs a turn soon. Cheap to clone; ringing a
+/// task that has finished (or a host that is gone) does nothing.
+#[derive(Clone)]
+pub(crate) struct Bell {
+    state: Weak<Signal<State>>,
+    id: u64,
+}
+
+impl Bell {
+    pub(crate) fn ring(&self) {
+        if let Some(s) = self.state.upgrade() {
+            s.update(|st| {
+                if let Some(e) = st.tasks.get_mut(&self.id) {
+                    e.rung = true;
+                }
+            });
+        }
+    }
+}
+
+/// A hosted task, as its owner holds it: what says it has finished.
+pub(crate) struct Hosted {
+    done: Arc<Latch>,
+}
+
+impl Hosted {
+    /// Waits until the task has finished (its last turn returned `None`,
+    /// or panicked), unless called from the control thread itself (which
+    /// runs it: it finishes after this call returns).
+    pub(crate) fn wait_done(&self) {
+        if on_host_thread() {
+            return;
+        }
+        while !self
+            .done
+            .wait_until(Instant::now() + Duration::from_secs(3600))
+        {}
+    }
+}
+
+impl Host {
+    /// Starts the thread (named `name`); its panics (none should get past
+    /// the tasks') count in `panics`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses the thread.
+    pub(crate) fn start(name: &str, panics: PanicCount) -> Result<Host, Error> {
+        let state: Arc<Signal<State>> = Arc::default();
+        let s = state.clone();
+        let handle = threads::spawn(name.into(), panics.clone(), move || {
+            ON_HOST.with(|c| c.set(true));
+            run(&s)
+        })
+        .map_err(|e| Error::runtime("control thread", &e))?;
+        Ok(Host {
+            state,
+            handle: Mutex::new(Some(handle)),
+            panics,
+        })
+    }
+
+    /// Hosts the task `make` returns, given the task's bell (to hand to
+    /// what will ring it before the first turn runs, so no ring is
+    /// missed); its first turn runs at once. A panic in one of its turns
+    /// is reported as one of thread `name` and counted in `panics`.
+    pub(crate) fn spawn(
+        &self,
+        name: &'static str,
+        panics: PanicCount,
+        make: impl FnOnce(&Bell) -> Box<dyn Task>,
+    ) -> Hosted {
+        let done = Latch::new(1);
+        // Reserved with no task: nothing runs until it is in.
+        let id = self.state.with(|st| {
+            st.next += 1;
+            let id = st.next;
+            st.tasks.insert(
+                id,
+                Entry {
+                    task: None,
+                    due: None,
+                    rung: false,
+                    done: done.clone(),
+                    panics,
+                    name,
+                },
+            );
+            id
+        });
+        let bell = Bell {
+            state: Arc::downgrade(&self.state),
+            id,
+        };
+        let task = make(&bell);
+        self.state.update(|st| {
+            if let Some(e) = st.tasks.get_mut(&id) {
+                e.task = Some(task);
+                e.rung = true;
+            }
+        });
+        Hosted { done }
+    }
+
+    /// Tasks hosted now.
+    #[cfg(test)]
+    pub(crate) fn tasks(&self) -> usize {
+        self.state.with(|st| st.tasks.len())
+    }
+}
+
+impl Drop for Host {
+    /// Ends the thread (each instance waited for its own task at
+    /// shutdown); joined unless this is that thread.
+    fn drop(&mut self) {
+        self.state.update(|st| st.stop = true);
+        if on_host_thread() {
+            return;
+        }
+        if let Some(h) = self.handle.lock().take() {
+            threads::join(h, &self.panics);
+        }
+    }
+}
+
+/// The thread: runs the tasks that are rung or due, sleeps until the next
+/// deadline or ring.
+fn run(state: &Signal<State>) {
+    loop {
+        let next = state.with(|st| st.next_due());
+        let batch = state.wait_until(next, None, |st| {
+            if st.stop {
+                return Some(None);
+            }
+            let due = st.take_due(Instant::now());
+            (!due.is_empty()).then_some(Some(due))
+        });
+        let due = match batch {
+            Some(Some(due)) => due,
+            Some(None) => break,
+            None => continue, // the deadline passed: look again
+        };
+        for (id, mut task) in due {
+            let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
+            let back = match outcome {
+                Ok(Some(at)) => Some((task, at)),
+                Ok(None) => None,
+                Err(payload) => {
+                    let (name, panics) = state.with(|st| match st.tasks.get(&id) {
+                        Some(e) => (e.name, e.panics.clone()),
+                        None => ("shardsub-control", PanicCount::default()),
+                    });
+                    threads::report(name, &*payload, &panics);
+                    None
+                }
+            };
+            let finished = state.with(|st| match back {
+                Some((task, at)) => {
+                    if let Some(e) = st.tasks.get_mut(&id) {
+                        e.task = Some(task);
+                        e.due = Some(at);
+                    }
+                    None
+                }
+                None => st.tasks.remove(&id),
+            });
+            // Dropped outside the lock (a task's drop may ring others).
+            if let Some(e) = finished {
+                e.done.count_down();
+            }
+        }
+    }
+    let left = state.with(|st| std::mem::take(&mut st.tasks));
+    for e in left.into_values() {
+        e.done.count_down();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Counts its turns; finishes after `left` of them.
+    struct Counter {
+        turns: Arc<AtomicU64>,
+        left: u64,
+        every: Duration,
+    }
+
+    impl Task for Counter {
+        fn turn(&mut self) -> Option<Instant> {
+            self.turns.fetch_add(1, Ordering::Relaxed);
+            self.left = self.left.checked_sub(1)?;
+            Some(Instant::now() + self.every)
+        }
+    }
+
+    fn wait(what: &str, f: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !f() {
+            assert!(start.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn tasks_run_when_due_or_rung_and_end_on_none() {
+        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
+        let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        // `a` runs every millisecond until it finishes; `b` only when rung.
+        let ta = host.spawn("a", PanicCount::default(), |_| {
+            Box::new(Counter {
+                turns: a.clone(),
+                left: 5,
+                every: Duration::from_millis(1),
+            })
+        });
+        let mut bell = None;
+        let _tb = host.spawn("b", PanicCount::default(), |rings_b| {
+            bell = Some(rings_b.clone());
+            Box::new(Counter {
+                turns: b.clone(),
+                left: 100,
+                every: Duration::from_secs(3600),
+            })
+        });
+        ta.wait_done();
+        assert_eq!(a.load(Ordering::Relaxed), 6);
+        assert_eq!(host.tasks(), 1);
+        wait("b's first turn", || b.load(Ordering::Relaxed) == 1);
+        bell.unwrap().ring();
+        wait("b rung", || b.load(Ordering::Relaxed) == 2);
+    }
+
+    struct Panics;
+    impl Task for Panics {
+        fn turn(&mut self) -> Option<Instant> {
+            panic!("a control loop broke");
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_ends_alone_and_is_counted() {
+        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
+        let panics = PanicCount::default();
+        let t = host.spawn("p", panics.clone(), |_| Box::new(Panics));
+        t.wait_done();
+        assert_eq!(panics.get(), 1);
+        let turns = Arc::new(AtomicU64::new(0));
+        let other = host.spawn("c", PanicCount::default(), |_| {
+            Box::new(Counter {
+                turns: turns.clone(),
+                left: 0,
+                every: Duration::ZERO,
+            })
+        });
+        other.wait_done();
+        assert_eq!(turns.load(Ordering::Relaxed), 1, "the host goes on");
+    }
+}
