@@ -24,6 +24,14 @@ pub enum PartitionError {
     /// The channel-name prefix contains `{`, which would make Redis hash the
     /// wrong part of the name.
     PrefixHasBrace,
+    /// A raw prefix ([`Partitions::raw_prefix`]) is empty: every channel
+    /// would keep its name, which is [`Partitions::raw`].
+    RawPrefixEmpty,
+    /// A raw prefix contains `{`: its names could read as tagged ones.
+    RawPrefixHasBrace,
+    /// A raw prefix was given to a table whose channels all keep their
+    /// names already ([`Partitions::raw`]).
+    RawPrefixOnRaw,
 }
 
 impl fmt::Display for PartitionError {
@@ -31,6 +39,13 @@ impl fmt::Display for PartitionError {
         match self {
             Self::InvalidCount(n) => write!(f, "partition count {n} is outside 1..=16384"),
             Self::PrefixHasBrace => f.write_str("channel-name prefix must not contain '{'"),
+            Self::RawPrefixEmpty => f.write_str(
+                "a raw prefix must not be empty (for every channel raw, turn partitions off)",
+            ),
+            Self::RawPrefixHasBrace => f.write_str("a raw prefix must not contain '{'"),
+            Self::RawPrefixOnRaw => {
+                f.write_str("a raw prefix on a table without partitions (every name is raw)")
+            }
         }
     }
 }
@@ -75,14 +90,28 @@ fn slot_tag(slot: u16) -> &'static [u8] {
 /// assert_eq!(parts.user_channel(&name), Some((p, &b"news"[..])));
 /// # Ok::<(), shardcore::PartitionError>(())
 /// ```
+///
+/// Channels can also keep their names: all of them ([`Partitions::raw`]),
+/// or those that start with a raw prefix ([`Partitions::raw_prefix`]). A
+/// channel that keeps its name is `<prefix><channel>` on the servers, and
+/// its partition (its lane) is `P + slot`, where `P` is
+/// [`tagged_count`](Self::tagged_count) (0 when every name is kept) and
+/// `slot` that name's key slot. Lanes `0..P` are the tagged partitions,
+/// lanes `P..P + 16384` one per slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partitions {
-    /// Slot of each partition, strictly increasing.
+    /// Slot of each lane: the tagged partitions' (strictly increasing),
+    /// then, where names are kept, 0..16384 (lane `tagged + s` at slot `s`).
     slots: Cow<'static, [u16]>,
+    /// P, the number of tagged partitions (0 when `raw`).
+    tagged: u32,
     prefix: Vec<u8>,
     /// Partitions off ([`Partitions::raw`]): channels keep their names, and
     /// a channel's "partition" is its own slot.
     raw: bool,
+    /// Channels starting with one of these keep their names (sorted, no
+    /// duplicates, none empty or with `{`).
+    raw_prefixes: Vec<Vec<u8>>,
 }
 
 impl Partitions {
@@ -119,9 +148,77 @@ impl Partitions {
         };
         Ok(Self {
             slots,
+            tagged: count,
             prefix: prefix.to_vec(),
             raw: false,
+            raw_prefixes: Vec::new(),
         })
+    }
+
+    /// Adds a raw prefix: every channel that starts with `raw_prefix` keeps
+    /// its own name on the servers (after the table's prefix), as with
+    /// [`Partitions::raw`], so a foreign `SPUBLISH room:1` reaches it; the
+    /// other channels stay partitioned. The first raw prefix adds 16384
+    /// lanes, one per slot, after the P tagged partitions. Can be called
+    /// again for more prefixes (one given twice counts once); every node
+    /// of a fleet must give the same ones.
+    ///
+    /// ```
+    /// use shardcore::{key_slot, Partitions};
+    /// let parts = Partitions::new(128)?.raw_prefix(b"room:")?;
+    /// assert_eq!(parts.count(), 128 + 16384);
+    /// // Kept: the plain name, lane 128 + its slot.
+    /// let p = parts.partition_of(b"room:1");
+    /// assert_eq!(p, 128 + u32::from(key_slot(b"room:1")));
+    /// assert_eq!(parts.redis_channel(b"room:1"), b"room:1");
+    /// assert_eq!(parts.slot(p), key_slot(b"room:1"));
+    /// assert_eq!(parts.user_channel(b"room:1"), Some((p, &b"room:1"[..])));
+    /// // Partitioned, as without the raw prefix.
+    /// let name = parts.redis_channel(b"news:1");
+    /// assert!(name.starts_with(b"{"));
+    /// assert!(parts.partition_of(b"news:1") < 128);
+    /// assert_eq!(parts.user_channel(b"news:1"), None);
+    /// # Ok::<(), shardcore::PartitionError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PartitionError::RawPrefixEmpty`] for an empty prefix (use
+    /// [`Partitions::raw`]); [`PartitionError::RawPrefixHasBrace`] if it
+    /// contains `{`; [`PartitionError::RawPrefixOnRaw`] on a table that
+    /// keeps every name already.
+    pub fn raw_prefix(mut self, raw_prefix: &[u8]) -> Result<Self, PartitionError> {
+        if self.raw {
+            return Err(PartitionError::RawPrefixOnRaw);
+        }
+        if raw_prefix.is_empty() {
+            return Err(PartitionError::RawPrefixEmpty);
+        }
+        if raw_prefix.contains(&b'{') {
+            return Err(PartitionError::RawPrefixHasBrace);
+        }
+        if self.raw_prefixes.is_empty() {
+            self.slots.to_mut().extend(0..crate::SLOT_COUNT);
+        }
+        if let Err(at) = self
+            .raw_prefixes
+            .binary_search_by(|p| p.as_slice().cmp(raw_prefix))
+        {
+            self.raw_prefixes.insert(at, raw_prefix.to_vec());
+        }
+        Ok(self)
+    }
+
+    /// The raw prefixes ([`Partitions::raw_prefix`]), in byte order.
+    pub fn raw_prefixes(&self) -> impl Iterator<Item = &[u8]> {
+        self.raw_prefixes.iter().map(Vec::as_slice)
+    }
+
+    /// Whether `channel` keeps its name: every channel of a raw table, a
+    /// channel starting with a raw prefix otherwise.
+    #[must_use]
+    pub fn keeps_name(&self, channel: &[u8]) -> bool {
+        self.raw || self.raw_prefixes.iter().any(|p| channel.starts_with(p))
     }
 
     /// Partitions off: every channel keeps its own name (after `prefix`),
@@ -151,8 +248,10 @@ impl Partitions {
         }
         Ok(Self {
             slots: Cow::Owned((0..crate::SLOT_COUNT).collect()),
+            tagged: 0,
             prefix: prefix.to_vec(),
             raw: true,
+            raw_prefixes: Vec::new(),
         })
     }
 
@@ -162,11 +261,19 @@ impl Partitions {
         self.raw
     }
 
-    /// The number of partitions, P.
+    /// The number of partitions (lanes): P, plus 16384 with raw prefixes;
+    /// 16384 for a raw table.
     #[must_use]
     pub fn count(&self) -> u32 {
         // Never above 16384.
         self.slots.len() as u32
+    }
+
+    /// The number of tagged partitions, P: the lanes `0..P`, before those
+    /// of channels that keep their names (0 for a raw table).
+    #[must_use]
+    pub fn tagged_count(&self) -> u32 {
+        self.tagged
     }
 
     /// The channel-name prefix.
@@ -178,14 +285,21 @@ impl Partitions {
     /// The partition of a user channel, in `0..count()`.
     #[must_use]
     pub fn partition_of(&self, channel: &[u8]) -> u32 {
-        if self.raw {
-            return u32::from(crate::slot::prefixed_key_slot(&self.prefix, channel));
+        if self.keeps_name(channel) {
+            return self.tagged + u32::from(crate::slot::prefixed_key_slot(&self.prefix, channel));
         }
-        reduce(channel_hash(channel), self.count())
+        reduce(channel_hash(channel), self.tagged)
+    }
+
+    /// Whether partition `p` (wrapped modulo `count()`) is the lane of a
+    /// slot whose channels keep their names.
+    fn is_raw_lane(&self, p: u32) -> bool {
+        self.raw || (!self.raw_prefixes.is_empty() && p % self.count() >= self.tagged)
     }
 
     /// The tag of partition `p` (1 to 3 alphanumeric bytes). Out-of-range
-    /// partitions wrap modulo `count()`.
+    /// partitions wrap modulo `count()`. The names of a lane whose channels
+    /// keep them carry no tag (this is then its slot's tag, unused).
     #[must_use]
     pub fn tag(&self, p: u32) -> &'static [u8] {
         slot_tag(self.slot(p))
@@ -199,24 +313,33 @@ impl Partitions {
         self.slots.get(i).copied().unwrap_or(0)
     }
 
-    /// The slots of all partitions, in partition order (strictly increasing).
+    /// The slots of all partitions, in partition order: the tagged
+    /// partitions' (strictly increasing), then, where channels keep their
+    /// names, 0..16384.
     #[must_use]
     pub fn slots(&self) -> &[u16] {
         &self.slots
     }
 
-    /// The partition whose slot is `slot`, if any.
+    /// The partition whose slot is `slot`, if any: the tagged partition
+    /// (the lane of the channels that keep their names at `slot` is
+    /// `tagged_count() + slot`); for a raw table, `slot` itself.
     #[must_use]
     pub fn partition_at_slot(&self, slot: u16) -> Option<u32> {
         if self.raw {
             return (slot < crate::SLOT_COUNT).then_some(u32::from(slot));
         }
-        self.slots.binary_search(&slot).ok().map(|i| i as u32)
+        self.slots
+            .get(..self.tagged as usize)?
+            .binary_search(&slot)
+            .ok()
+            .map(|i| i as u32)
     }
 
     /// Appends the Redis channel name of `channel` to `out`:
-    /// `<prefix>{TAG}.<channel>` with TAG the tag of `channel`'s partition.
-    /// Does not allocate when `out` has room.
+    /// `<prefix>{TAG}.<channel>` with TAG the tag of `channel`'s partition,
+    /// or `<prefix><channel>` for a channel that keeps its name. Does not
+    /// allocate when `out` has room.
     pub fn redis_channel_into(&self, channel: &[u8], out: &mut Vec<u8>) {
         self.redis_channel_at(self.partition_of(channel), channel, out);
     }
@@ -226,7 +349,7 @@ impl Partitions {
     /// `partition_of(channel)` for the name to round-trip through
     /// [`user_channel`](Self::user_channel)): saves hashing it again.
     pub fn redis_channel_at(&self, p: u32, channel: &[u8], out: &mut Vec<u8>) {
-        if self.raw {
+        if self.is_raw_lane(p) {
             out.reserve(self.prefix.len() + channel.len());
             out.extend_from_slice(&self.prefix);
             out.extend_from_slice(channel);
@@ -260,14 +383,19 @@ impl Partitions {
     /// The inverse of [`redis_channel`](Self::redis_channel): the partition
     /// and user channel of a `<prefix>{TAG}.<channel>` name. `None` if the
     /// name does not have that shape, or its tag is not this table's tag for
-    /// its partition, or the channel is not in that partition.
+    /// its partition, or the channel is not in that partition. A name
+    /// without a tag is `<prefix><channel>` for a channel that keeps its
+    /// name (`None` for any other).
     #[must_use]
     pub fn user_channel<'a>(&self, redis_channel: &'a [u8]) -> Option<(u32, &'a [u8])> {
         let rest = redis_channel.strip_prefix(self.prefix.as_slice())?;
-        if self.raw {
-            return Some((self.partition_of(rest), rest));
-        }
-        let rest = rest.strip_prefix(b"{")?;
+        let Some(rest) = rest.strip_prefix(b"{").filter(|_| !self.raw) else {
+            // Untagged: a raw table's name, or (no raw prefix has a `{`)
+            // a kept name or a foreign one.
+            return self
+                .keeps_name(rest)
+                .then(|| (self.partition_of(rest), rest));
+        };
         let close = rest
             .iter()
             .take(tag_gen::MAX_TAG_LEN + 1)
@@ -282,13 +410,18 @@ impl Partitions {
     /// [`cluster_create_ranges`](crate::cluster_create_ranges).
     #[must_use]
     pub fn counts_per_range(&self, ranges: &[RangeInclusive<u16>]) -> Vec<u32> {
+        // Two ascending runs: the tagged partitions, then the slot lanes.
+        let (tagged, kept) = self
+            .slots
+            .split_at((self.tagged as usize).min(self.slots.len()));
+        let within = |run: &[u16], r: &RangeInclusive<u16>| {
+            let lo = run.partition_point(|s| s < r.start());
+            let hi = run.partition_point(|s| s <= r.end());
+            hi.saturating_sub(lo) as u32
+        };
         ranges
             .iter()
-            .map(|r| {
-                let lo = self.slots.partition_point(|s| s < r.start());
-                let hi = self.slots.partition_point(|s| s <= r.end());
-                hi.saturating_sub(lo) as u32
-            })
+            .map(|r| within(tagged, r) + within(kept, r))
             .collect()
     }
 }

@@ -138,3 +138,125 @@ proptest! {
         prop_assert_eq!(table.user_channel(&name), Some((p, channel.as_slice())));
     }
 }
+
+/// A partitioned table whose `room:` channels keep their names.
+fn mixed(count: u32, prefix: &[u8]) -> Partitions {
+    Partitions::with_prefix(count, prefix)
+        .and_then(|t| t.raw_prefix(b"room:"))
+        .expect("valid")
+}
+
+#[test]
+fn raw_prefixes_keep_names_on_lanes_after_the_partitions() {
+    for prefix in [&b""[..], b"app:"] {
+        let table = mixed(128, prefix);
+        assert_eq!((table.tagged_count(), table.count()), (128, 128 + 16384));
+        assert!(!table.is_raw());
+        for ch in [&b"room:1"[..], b"room:", b"room:{x}7", b"room:\xff"] {
+            let name = table.redis_channel(ch);
+            assert_eq!(name, [prefix, ch].concat(), "{ch:?}");
+            let p = table.partition_of(ch);
+            assert_eq!(p, 128 + u32::from(key_slot(&name)), "{ch:?}");
+            assert_eq!(table.slot(p), key_slot(&name), "{ch:?}");
+            assert_eq!(table.user_channel(&name), Some((p, ch)), "{ch:?}");
+        }
+        // Everything else is partitioned exactly as without raw prefixes.
+        let plain = Partitions::with_prefix(128, prefix).expect("valid");
+        for ch in [&b"news:1"[..], b"room", b"roo", b"Room:1", b"", b"{room:}1"] {
+            let p = table.partition_of(ch);
+            assert_eq!(p, plain.partition_of(ch), "{ch:?}");
+            assert_eq!(table.redis_channel(ch), plain.redis_channel(ch), "{ch:?}");
+            assert_eq!(table.user_channel(&plain.redis_channel(ch)), Some((p, ch)));
+            assert_eq!(table.user_channel(&[prefix, ch].concat()), None, "{ch:?}");
+        }
+    }
+}
+
+#[test]
+fn raw_prefix_lanes_hold_every_slot_once() {
+    let table = mixed(100, b"");
+    let plain = Partitions::new(100).expect("valid");
+    let slots = table.slots();
+    assert_eq!(slots.get(..100), Some(plain.slots()));
+    assert!(slots[100..].iter().copied().eq(0..16384));
+    for k in 0..100 {
+        assert_eq!(table.partition_at_slot(table.slot(k)), Some(k));
+    }
+    // Only the tagged partitions are found by slot.
+    let free = (0..16384)
+        .find(|s| !plain.slots().contains(s))
+        .expect("a free slot");
+    assert_eq!(table.partition_at_slot(free), None);
+    // Each range holds its tagged partitions plus one lane per slot.
+    let ranges = shardcore::cluster_create_ranges(3);
+    let with = table.counts_per_range(&ranges);
+    let without = plain.counts_per_range(&ranges);
+    for ((r, a), b) in ranges.iter().zip(with).zip(without) {
+        assert_eq!(a, b + u32::from(r.end() - r.start()) + 1, "{r:?}");
+    }
+    // The wire heads: a tag for a partition, the prefix alone for a slot lane.
+    let mut head = Vec::new();
+    mixed(100, b"app:").redis_channel_at(100 + 7, b"", &mut head);
+    assert_eq!(head, b"app:");
+}
+
+#[test]
+fn a_tagged_name_of_a_raw_channel_is_foreign() {
+    let table = mixed(128, b"");
+    let plain = Partitions::new(128).expect("valid");
+    // An instance without the raw prefix names `room:1` with a tag: this
+    // table subscribes the plain name, so that one is not its own.
+    assert_eq!(table.user_channel(&plain.redis_channel(b"room:1")), None);
+    assert_eq!(table.user_channel(b"other:1"), None);
+}
+
+#[test]
+fn raw_prefixes_are_refused_where_they_mean_nothing() {
+    let table = Partitions::new(8).expect("valid");
+    assert_eq!(
+        table.clone().raw_prefix(b""),
+        Err(PartitionError::RawPrefixEmpty)
+    );
+    assert_eq!(
+        table.clone().raw_prefix(b"room{"),
+        Err(PartitionError::RawPrefixHasBrace)
+    );
+    assert_eq!(
+        Partitions::raw(b"").and_then(|t| t.raw_prefix(b"room:")),
+        Err(PartitionError::RawPrefixOnRaw)
+    );
+    assert!(PartitionError::RawPrefixHasBrace.to_string().contains('{'));
+    // Order and repeats do not matter.
+    let a = table
+        .clone()
+        .raw_prefix(b"a:")
+        .and_then(|t| t.raw_prefix(b"b:"));
+    let b = table
+        .raw_prefix(b"b:")
+        .and_then(|t| t.raw_prefix(b"a:"))
+        .and_then(|t| t.raw_prefix(b"b:"));
+    assert_eq!(a, b);
+    let a = a.expect("valid");
+    assert_eq!(a.raw_prefixes().collect::<Vec<_>>(), [&b"a:"[..], b"b:"]);
+    assert_eq!(a.count(), 8 + 16384);
+}
+
+proptest! {
+    #[test]
+    fn any_channel_round_trips_with_raw_prefixes(
+        count in 1u32..=16384,
+        prefix in proptest::collection::vec(any::<u8>().prop_filter("no {", |b| *b != b'{'), 0..4),
+        raw in proptest::collection::vec(any::<u8>().prop_filter("no {", |b| *b != b'{'), 1..3),
+        channel in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let table = Partitions::with_prefix(count, &prefix)
+            .and_then(|t| t.raw_prefix(&raw))
+            .expect("valid");
+        let p = table.partition_of(&channel);
+        prop_assert!(p < table.count());
+        prop_assert_eq!(p >= count, channel.starts_with(&raw));
+        let name = table.redis_channel(&channel);
+        prop_assert_eq!(key_slot(&name), table.slot(p));
+        prop_assert_eq!(table.user_channel(&name), Some((p, channel.as_slice())));
+    }
+}

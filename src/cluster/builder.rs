@@ -204,6 +204,8 @@ impl NodeSettings {
 #[derive(Clone, Debug)]
 pub(crate) struct ClusterSettings {
     pub(crate) partitions: u32,
+    /// Prefixes of channels that keep their names (`raw_names`).
+    pub(crate) raw_names: Vec<Vec<u8>>,
     pub(crate) mode: Mode,
     pub(crate) poll_interval: Duration,
     pub(crate) degraded_retry: Duration,
@@ -226,6 +228,7 @@ impl Default for ClusterSettings {
     fn default() -> Self {
         ClusterSettings {
             partitions: 128,
+            raw_names: Vec::new(),
             mode: Mode::Sharded,
             poll_interval: Duration::from_secs(30),
             discovery_timeout: Duration::from_secs(10),
@@ -241,6 +244,59 @@ impl Default for ClusterSettings {
             replica_seed: None,
         }
     }
+}
+
+/// Refuses `raw_names` where it means nothing or breaks something: with
+/// partitions off (every name is kept already), in a mode that keeps
+/// names anyway or would open a connection per slot, and where a
+/// recoverable channel could keep its name (its history keys need the
+/// partition's tag).
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the conflict.
+fn check_raw_names(c: &ClusterSettings, common: &Common) -> Result<(), Error> {
+    let config = |what: String| Err(Error::Config(what.into()));
+    if c.raw_names.is_empty() {
+        return Ok(());
+    }
+    if c.partitions == 0 {
+        return config(
+            "raw_names with partitions(0) is redundant: every channel keeps its name".into(),
+        );
+    }
+    match c.mode {
+        Mode::Sharded => {}
+        Mode::PerPartition => {
+            return config(
+                "raw_names with Mode::PerPartition would open a connection per slot; \
+                 use Mode::Sharded"
+                    .into(),
+            )
+        }
+        Mode::Classic => {
+            return config(
+                "raw_names with Mode::Classic is redundant: classic Pub/Sub keeps every name"
+                    .into(),
+            )
+        }
+    }
+    let show = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    for raw in &c.raw_names {
+        let overlap = common
+            .history
+            .prefixes()
+            .find(|h| h.starts_with(raw) || raw.starts_with(h));
+        if let Some(h) = overlap {
+            return config(format!(
+                "recoverable channels (history prefix {:?}) cannot keep their names \
+                 (raw_names {:?}): their history keys need the partition's tag",
+                show(h),
+                show(raw)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Starts a cluster instance on `seeds` (the caller checked the settings
@@ -289,11 +345,17 @@ pub(crate) fn build(
             );
         }
     }
+    check_raw_names(&c, &common)?;
     let parts = match c.partitions {
         0 => Partitions::raw(b""),
         n => Partitions::new(n),
     }
     .map_err(|e| Error::Config(format!("partitions: {e}").into()))?;
+    let parts = c
+        .raw_names
+        .iter()
+        .try_fold(parts, |parts, raw| parts.raw_prefix(raw))
+        .map_err(|e| Error::Config(format!("raw_names: {e}").into()))?;
     let seed_addrs = node_addrs(seeds, &*common.resolver)?;
     let handler = common
         .handler

@@ -307,6 +307,11 @@ impl Rules {
         self.rules.is_empty()
     }
 
+    /// The prefixes of recoverable channels, longest first.
+    pub(crate) fn prefixes(&self) -> impl Iterator<Item = &[u8]> {
+        self.rules.iter().map(|(p, _)| p.as_slice())
+    }
+
     /// The caps of `channel`, if it is recoverable.
     pub(crate) fn of(&self, channel: &[u8]) -> Option<&HistoryOptions> {
         self.rules

@@ -50,6 +50,41 @@ impl PubSubBuilder {
         self.cluster_only("partitions")
     }
 
+    /// Channels that start with `prefix` keep their names on the cluster
+    /// (`SSUBSCRIBE room:1`, so any client's `SPUBLISH room:1` reaches
+    /// them), as with [`PubSubBuilder::partitions`]`(0)`, while every
+    /// other channel stays partitioned (`{TAG}.news:1`). Pick it when a
+    /// few prefixes are shared with clients that know nothing of shardsub
+    /// and the rest should keep the partitions' cheap resubscribes.
+    /// Repeatable, one prefix per call; every instance of a fleet must
+    /// give the same ones (they decide channel names).
+    ///
+    /// Those channels are subscribed and resubscribed per slot, on the
+    /// same connections (one per primary), as with partitions off. Not
+    /// with `partitions(0)` (redundant), [`Mode::PerPartition`] (a
+    /// connection per slot) or [`Mode::Classic`] (it keeps every name),
+    /// nor with a recoverable channel prefix that overlaps it (their keys
+    /// need the partition's tag). An empty prefix, or one containing `{`,
+    /// fails `build`.
+    ///
+    /// ```no_run
+    /// # use shardsub::PubSub;
+    /// let ps = PubSub::builder()
+    ///     .seed("10.0.1.1:7000")
+    ///     .raw_names("room:") // a foreign `SPUBLISH room:1` reaches "room:1"
+    ///     .on_message(|_channel, _payload| {})
+    ///     .build()?;
+    /// assert_eq!(ps.server_channel(b"room:1"), b"room:1");
+    /// # Ok::<(), shardsub::Error>(())
+    /// ```
+    ///
+    /// [`Mode::PerPartition`]: crate::cluster::Mode::PerPartition
+    /// [`Mode::Classic`]: crate::cluster::Mode::Classic
+    pub fn raw_names(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.cluster.raw_names.push(prefix.as_ref().to_vec());
+        self.cluster_only("raw_names")
+    }
+
     /// Sharded node-grouped (default), per-partition, or classic.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.cluster.mode = mode;

@@ -4,7 +4,9 @@
 //! checker, from this instance and from a foreign client's `SPUBLISH` of
 //! the plain name; subscriptions stay one connection per primary, one
 //! `SSUBSCRIBE` per slot; a primary killed under load is followed with
-//! every loss signalled.
+//! every loss signalled. Mixed (`raw_names("room:")`): the `room:`
+//! channels keep their names and the rest stay partitioned, on one
+//! instance, with the same promises.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,21 +88,22 @@ fn channels_keep_their_names_and_deliver_from_any_publisher() {
     }
 }
 
-#[test]
-fn a_killed_primary_is_followed_with_every_loss_signalled() {
+/// A primary killed under load, `chans` named as `setup` says: followed,
+/// with every loss signalled. Each prefix of `gapped` has a channel with a
+/// gap event.
+fn killed_primary(
+    chans: &[Vec<u8>],
+    setup: impl Fn(shardsub::PubSubBuilder) -> shardsub::PubSubBuilder,
+    gapped: &[&[u8]],
+    what: &str,
+) {
     for kind in testkit::kinds() {
         let mut cluster = Cluster::start(kind, 3, 1).unwrap();
-        let chans = channels("rk", 1_000);
-        let ledger = Arc::new(Ledger::new(&chans));
-        let handler = Accounted::new(&ledger, "raw kill");
-        let ps = Arc::new(
-            builder(&cluster, handler.clone())
-                .partitions(0)
-                .build()
-                .unwrap(),
-        );
-        ps.subscribe(&chans).unwrap();
-        ps.wait_active(&chans, BOUND).unwrap();
+        let ledger = Arc::new(Ledger::new(chans));
+        let handler = Accounted::new(&ledger, what);
+        let ps = Arc::new(setup(builder(&cluster, handler.clone())).build().unwrap());
+        ps.subscribe(chans).unwrap();
+        ps.wait_active(chans, BOUND).unwrap();
         let publisher = accounted::publishing(
             &ledger,
             accounted::via_cluster(ps.clone()),
@@ -113,7 +116,7 @@ fn a_killed_primary_is_followed_with_every_loss_signalled() {
             Ok((!handler.gap_channels.lock().is_empty()).then_some(()))
         })
         .unwrap();
-        ps.wait_active(&chans, BOUND).unwrap();
+        ps.wait_active(chans, BOUND).unwrap();
         accounted::delivered_more(
             &ledger,
             &handler,
@@ -123,11 +126,43 @@ fn a_killed_primary_is_followed_with_every_loss_signalled() {
         );
         publisher.stop();
         accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
-        let what = format!("{kind:?} partitions off, a primary killed");
+        let what = format!("{kind:?} {what}, a primary killed");
         let report = accounted::settle_and_check(&ledger, BOUND, &what);
         assert!(report.counts.signals > 0, "{what}: {report}");
+        let gaps = handler.gap_channels.lock();
+        for prefix in gapped {
+            assert!(
+                gaps.iter().any(|c| c.starts_with(prefix)),
+                "{what}: no gap for a {} channel",
+                String::from_utf8_lossy(prefix)
+            );
+        }
+        drop(gaps);
         eprintln!("{what}: {report}");
     }
+}
+
+#[test]
+fn a_killed_primary_is_followed_with_every_loss_signalled() {
+    killed_primary(
+        &channels("rk", 1_000),
+        |b| b.partitions(0),
+        &[b"rk:"],
+        "partitions off",
+    );
+}
+
+#[test]
+fn a_killed_primary_is_followed_with_raw_prefixes_too() {
+    let mut chans = channels("room", 500);
+    chans.extend(channels("news", 500));
+    // Both kinds of lanes lose their node: the slots' and the partitions'.
+    killed_primary(
+        &chans,
+        |b| b.raw_names("room:"),
+        &[b"room:", b"news:"],
+        "raw_names(\"room:\")",
+    );
 }
 
 #[test]
@@ -154,4 +189,100 @@ fn partitions_off_refuses_what_needs_partitions() {
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("recoverable channels"), "{e}");
+}
+
+/// `PUBSUB SHARDNUMSUB name` on the owner of `name`'s slot.
+fn shard_subscribers(cluster: &Cluster, name: &[u8]) -> Value {
+    let owner = cluster.owner_of_slot(shardcore::key_slot(name)).unwrap();
+    cluster
+        .node(owner)
+        .cmd(&[b"PUBSUB", b"SHARDNUMSUB", name])
+        .unwrap()
+}
+
+#[test]
+fn raw_prefixes_keep_their_names_beside_partitioned_channels() {
+    for kind in testkit::kinds() {
+        let cluster = Arc::new(Cluster::start(kind, 3, 0).unwrap());
+        let mut chans = channels("room", 1_000);
+        chans.extend(channels("news", 1_000));
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "mixed");
+        let ps = Arc::new(
+            builder(&cluster, handler.clone())
+                .raw_names("room:")
+                .build()
+                .unwrap(),
+        );
+        let what = format!("{kind:?} raw_names(\"room:\")");
+        assert_eq!(ps.server_channel(b"room:7"), b"room:7", "{what}");
+        let news = ps.server_channel(b"news:7");
+        assert!(
+            news.starts_with(b"{") && news.ends_with(b"}.news:7"),
+            "{what}: {}",
+            String::from_utf8_lossy(&news)
+        );
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        accounted::round(&ledger, &*accounted::via_cluster(ps.clone()));
+        ledger.wait_outcomes(BOUND).unwrap();
+        // A client that knows nothing of shardsub reaches the kept names.
+        accounted::round_where(&ledger, &*foreign(&cluster), |c| c.starts_with(b"room:"));
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(report.counts.delivered, 2_000 + 1_000, "{what}: {report}");
+        // Every publish went straight to its slot's owner.
+        let m = ps.cluster_metrics().unwrap();
+        assert_eq!(m.redirects.moved, 0, "{what}: {m:?}");
+        for i in 0..3 {
+            assert_eq!(
+                named_clients(&cluster, i, "shardsub-sub"),
+                1,
+                "{what}: node {i}"
+            );
+        }
+        // The server holds `room:7` under its plain name, `news:7` under
+        // its tagged one only.
+        let held =
+            |name: &[u8], n: i64| Value::Array(vec![Value::Bulk(name.to_vec()), Value::Integer(n)]);
+        assert_eq!(
+            shard_subscribers(&cluster, b"room:7"),
+            held(b"room:7", 1),
+            "{what}"
+        );
+        assert_eq!(shard_subscribers(&cluster, &news), held(&news, 1), "{what}");
+        assert_eq!(
+            shard_subscribers(&cluster, b"news:7"),
+            held(b"news:7", 0),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn raw_names_refuses_what_it_cannot_keep() {
+    let cluster = Cluster::start(testkit::kinds()[0], 1, 0).unwrap();
+    let seeds: Vec<String> = cluster.seed_addrs().iter().map(|a| a.to_string()).collect();
+    let history = shardsub::history::HistoryOptions {
+        max_len: 100,
+        max_age: Duration::from_secs(60),
+    };
+    let base = || PubSub::builder().seeds(seeds.clone()).raw_names("room:");
+    let refused = |b: shardsub::PubSubBuilder, want: &str| {
+        let e = b.build().unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    };
+    refused(base().partitions(0), "redundant");
+    refused(
+        base().mode(shardsub::cluster::Mode::PerPartition),
+        "a connection per slot",
+    );
+    refused(base().mode(shardsub::cluster::Mode::Classic), "redundant");
+    // A recoverable channel could keep its name: longer or shorter prefix.
+    refused(base().history("room:vip", history), "recoverable channels");
+    refused(base().history("ro", history), "recoverable channels");
+    refused(base().raw_names(""), "must not be empty");
+    refused(base().raw_names("a{b"), "must not contain '{'");
+    // Recoverable channels apart from the raw prefix are fine.
+    let ps = base().history("news:", history).build().unwrap();
+    assert_eq!(ps.server_channel(b"room:1"), b"room:1");
 }

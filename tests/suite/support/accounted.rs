@@ -206,8 +206,13 @@ pub fn via_cluster(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
 
 /// One stamped message to every channel of the ledger, in index order.
 pub fn round(ledger: &Arc<Ledger>, publish: &PublishFn) {
+    round_where(ledger, publish, |_| true);
+}
+
+/// [`round`] to the channels `keep` selects only.
+pub fn round_where(ledger: &Arc<Ledger>, publish: &PublishFn, keep: impl Fn(&[u8]) -> bool) {
     let mut payload = Vec::with_capacity(PAYLOAD_LEN);
-    for c in 0..ledger.names().len() {
+    for c in (0..ledger.names().len()).filter(|&c| keep(ledger.name(c))) {
         let stamp = ledger.stamp(c, &mut payload, PAYLOAD_LEN);
         publish(ledger, stamp, ledger.name(c), &payload);
     }
