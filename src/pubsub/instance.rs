@@ -563,9 +563,10 @@ impl PubSub {
         })
     }
 
-    /// The channel's name on the wire: itself on servers and in classic
-    /// cluster mode, `{tag}.channel` with its partition's tag in the
-    /// sharded cluster modes.
+    /// The channel's name on the wire: itself on servers, in classic
+    /// cluster mode, with partitions off (`partitions(0)`) and under a
+    /// [`raw_names`](crate::PubSubBuilder::raw_names) prefix;
+    /// `{tag}.channel` with its partition's tag otherwise.
     pub fn server_channel(&self, channel: &[u8]) -> Vec<u8> {
         match &*self.placed {
             Placed::Fixed(_) => channel.to_vec(),
