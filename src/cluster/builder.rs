@@ -102,6 +102,34 @@ impl Common {
         self.workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
+
+    /// The instance's worker queues: on the given runtime's shared worker
+    /// threads unless `workers` was set, else on threads of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses a thread.
+    pub(crate) fn pool(
+        &self,
+        runtime: &Runtime,
+        handler: Arc<dyn crate::workers::Handler>,
+        counters: &Arc<Counters>,
+    ) -> Result<Pool, Error> {
+        match (&self.runtime, self.workers) {
+            (Some(_), None) => Ok(Pool::start_on(
+                &runtime.worker_hosts()?,
+                self.queue_capacity,
+                handler,
+                counters.clone(),
+            )),
+            _ => Pool::start(
+                self.workers(),
+                self.queue_capacity,
+                handler,
+                counters.clone(),
+            ),
+        }
+    }
 }
 
 /// How node engines are built.
@@ -361,7 +389,6 @@ pub(crate) fn build(
         .handler
         .clone()
         .unwrap_or_else(crate::workers::handler::publish_only);
-    let workers = common.workers();
     let counters = Arc::new(Counters::default());
     let runtime = Runtime::for_instance(
         common.runtime.as_ref(),
@@ -375,7 +402,7 @@ pub(crate) fn build(
         Duration::from_secs(1),
         Duration::from_secs(2),
     );
-    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
+    let pool = common.pool(&runtime, handler, &counters)?;
     let cfg = Config {
         mode: c.mode,
         multiplier,

@@ -28,7 +28,7 @@ use crate::cluster::health::Edge;
 use crate::cluster::publish;
 use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
-use crate::engine::host::Task;
+use crate::engine::host::{Task, Turn};
 use crate::engine::{clock, Engine};
 use crate::error::Error;
 use crate::front::registry::Settled;
@@ -94,8 +94,11 @@ pub(crate) struct Driver {
 }
 
 impl Task for Driver {
-    fn turn(&mut self) -> Option<std::time::Instant> {
-        self.step().map(clock::instant_of)
+    fn turn(&mut self) -> Turn {
+        match self.step() {
+            Some(at) => Turn::At(clock::instant_of(at)),
+            None => Turn::Done,
+        }
     }
 }
 

@@ -486,7 +486,7 @@ impl Builder {
                     .min(total)
                     .max(1);
                 let panics = settings.counters.thread_panics.clone();
-                (Runtime::start(threads, panics)?, false)
+                (Runtime::start(threads, 1, panics)?, false)
             }
         };
         Engine::start(

@@ -1,14 +1,15 @@
-//! The control thread of a runtime: one thread that hosts the control
-//! loops ([`Task`]s) of every Pub/Sub instance built on the runtime, so
-//! instances add no control threads.
+//! A thread that hosts tasks: a runtime's control thread runs the control
+//! loops of every Pub/Sub instance built on it, and its worker threads
+//! the worker queues (each queue on one thread), so instances add no
+//! threads of their own.
 //!
-//! A task runs a turn when its [`Bell`] rings (its inbox got work) or its
-//! deadline passes; a turn does what is due without waiting and says when
-//! it must run again at the latest. Turns of different tasks never overlap
-//! (one thread), and a task's turn runs outside the host's lock, so a
-//! ring from any thread (an I/O thread's report, an application call)
-//! never waits for a turn. A panic in a turn is logged and counted like a
-//! thread's, and ends that task alone.
+//! A task runs a turn when its [`Bell`] rings (its inbox or queue got
+//! work) or its deadline passes; a turn does what is due without waiting
+//! and says when it must run again. Turns of different tasks never
+//! overlap (one thread), and a task's turn runs outside the host's lock,
+//! so a ring from any thread (an I/O thread's report, an application
+//! call) never waits for a turn. A panic in a turn is logged and counted
+//! like a thread's, and ends that task alone.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -34,12 +35,24 @@ pub(crate) fn on_host_thread() -> bool {
     ON_HOST.with(Cell::get)
 }
 
-/// A control loop hosted on a runtime's control thread.
+/// Work hosted on a [`Host`]'s thread.
 pub(crate) trait Task: Send + 'static {
-    /// Does what is due now, without waiting. Returns the latest instant
-    /// to run again (it also runs whenever its [`Bell`] rings), or `None`
-    /// once it has finished: it is dropped and never runs again.
-    fn turn(&mut self) -> Option<Instant>;
+    /// Does what is due now, without waiting, and says when to run again
+    /// (besides whenever its [`Bell`] rings).
+    fn turn(&mut self) -> Turn;
+}
+
+/// When a task runs again.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// At this instant at the latest.
+    At(Instant),
+    /// When its bell rings.
+    Rung,
+    /// As soon as the other tasks due have had their turn.
+    Again,
+    /// Never: it has finished and is dropped.
+    Done,
 }
 
 struct Entry {
@@ -62,10 +75,9 @@ struct State {
 }
 
 impl State {
-    /// The tasks to run now (rung, or due by `now`), taken out of their
-    /// entries.
-    fn take_due(&mut self, now: Instant) -> Vec<(u64, Box<dyn Task>)> {
-        let mut out = Vec::new();
+    /// Moves the tasks to run now (rung, or due by `now`) out of their
+    /// entries into `out`.
+    fn take_due(&mut self, now: Instant, out: &mut Vec<(u64, Box<dyn Task>)>) {
         for (&id, e) in &mut self.tasks {
             if e.rung || e.due.is_some_and(|d| d <= now) {
                 if let Some(t) = e.task.take() {
@@ -74,7 +86,6 @@ impl State {
                 }
             }
         }
-        out
     }
 
     /// The earliest deadline of a task that is not running.
@@ -222,25 +233,29 @@ impl Drop for Host {
 /// The thread: runs the tasks that are rung or due, sleeps until the next
 /// deadline or ring.
 fn run(state: &Signal<State>) {
+    // Reused: a turn allocates nothing here.
+    let mut due: Vec<(u64, Box<dyn Task>)> = Vec::new();
     loop {
         let next = state.with(|st| st.next_due());
-        let batch = state.wait_until(next, None, |st| {
+        let woke = state.wait_until(next, None, |st| {
             if st.stop {
-                return Some(None);
+                return Some(false);
             }
-            let due = st.take_due(Instant::now());
-            (!due.is_empty()).then_some(Some(due))
+            st.take_due(Instant::now(), &mut due);
+            (!due.is_empty()).then_some(true)
         });
-        let due = match batch {
-            Some(Some(due)) => due,
-            Some(None) => break,
+        match woke {
+            Some(true) => {}
+            Some(false) => break,
             None => continue, // the deadline passed: look again
-        };
-        for (id, mut task) in due {
+        }
+        for (id, mut task) in due.drain(..) {
             let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
             let back = match outcome {
-                Ok(Some(at)) => Some((task, at)),
-                Ok(None) => None,
+                Ok(Turn::At(at)) => Some((task, Some(at), false)),
+                Ok(Turn::Rung) => Some((task, None, false)),
+                Ok(Turn::Again) => Some((task, None, true)),
+                Ok(Turn::Done) => None,
                 Err(payload) => {
                     let (name, panics) = state.with(|st| match st.tasks.get(&id) {
                         Some(e) => (e.name, e.panics.clone()),
@@ -251,10 +266,11 @@ fn run(state: &Signal<State>) {
                 }
             };
             let finished = state.with(|st| match back {
-                Some((task, at)) => {
+                Some((task, at, again)) => {
                     if let Some(e) = st.tasks.get_mut(&id) {
                         e.task = Some(task);
-                        e.due = Some(at);
+                        e.due = at;
+                        e.rung |= again;
                     }
                     None
                 }
@@ -285,10 +301,15 @@ mod tests {
     }
 
     impl Task for Counter {
-        fn turn(&mut self) -> Option<Instant> {
+        fn turn(&mut self) -> Turn {
             self.turns.fetch_add(1, Ordering::Relaxed);
-            self.left = self.left.checked_sub(1)?;
-            Some(Instant::now() + self.every)
+            match self.left.checked_sub(1) {
+                Some(left) => {
+                    self.left = left;
+                    Turn::At(Instant::now() + self.every)
+                }
+                None => Turn::Done,
+            }
         }
     }
 
@@ -331,7 +352,7 @@ mod tests {
 
     struct Panics;
     impl Task for Panics {
-        fn turn(&mut self) -> Option<Instant> {
+        fn turn(&mut self) -> Turn {
             panic!("a control loop broke");
         }
     }

@@ -1,5 +1,7 @@
 //! The runtime: a fixed set of I/O threads, each a `mio::Poll`, that host
-//! the connections of every engine built on it.
+//! the connections of every engine built on it, and for the Pub/Sub
+//! instances built on it one control thread and a fixed set of worker
+//! threads (see [`crate::engine::host`]).
 //!
 //! An engine built without a runtime gets a private one. A Pub/Sub
 //! instance builds one runtime for all of its engines (publish, subscribe,
@@ -36,7 +38,8 @@ pub(crate) fn on_io_thread() -> bool {
     ON_IO_THREAD.with(Cell::get)
 }
 
-/// A fixed set of I/O threads shared by engines and Pub/Sub instances.
+/// A fixed set of I/O threads shared by engines and Pub/Sub instances,
+/// and the control and worker threads of the instances.
 ///
 /// Cloning is cheap (a handle); the threads stop when the last handle and
 /// the last engine on it are gone. Build one and pass it to
@@ -75,6 +78,10 @@ struct RuntimeInner {
     /// The control thread of the Pub/Sub instances built on it, started
     /// with the first.
     control: Mutex<Option<Arc<Host>>>,
+    /// How many worker threads the instances share.
+    workers: usize,
+    /// Those threads, started with the first instance that uses them.
+    worker_hosts: Mutex<Vec<Arc<Host>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -99,7 +106,21 @@ impl Runtime {
     /// [`Error::Config`] when `io_threads` is 0, [`Error::Runtime`] when
     /// the OS refuses a poller or a thread (then nothing is left running).
     pub fn new(io_threads: usize) -> Result<Runtime, Error> {
-        Runtime::start(io_threads, PanicCount::default())
+        Runtime::start(io_threads, default_threads(), PanicCount::default())
+    }
+
+    /// Starts `io_threads` I/O threads, with `workers` worker threads for
+    /// the handlers of the Pub/Sub instances built on it (default: one
+    /// per core), started with the first instance that uses them.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::new`]; [`Error::Config`] when `workers` is 0.
+    pub fn with_workers(io_threads: usize, workers: usize) -> Result<Runtime, Error> {
+        if workers == 0 {
+            return Err(Error::Config("workers must be at least 1".into()));
+        }
+        Runtime::start(io_threads, workers, PanicCount::default())
     }
 
     /// Starts one I/O thread per core (the machine's available
@@ -113,7 +134,7 @@ impl Runtime {
     }
 
     /// Starts `n` threads whose panics are counted in `panics`.
-    pub(crate) fn start(n: usize, panics: PanicCount) -> Result<Runtime, Error> {
+    pub(crate) fn start(n: usize, workers: usize, panics: PanicCount) -> Result<Runtime, Error> {
         if n == 0 {
             return Err(Error::Config("io_threads must be at least 1".into()));
         }
@@ -135,6 +156,8 @@ impl Runtime {
                 next: AtomicUsize::new(0),
                 panics,
                 control: Mutex::new(None),
+                workers,
+                worker_hosts: Mutex::new(Vec::new()),
             }),
         };
         for (i, poll) in polls.into_iter().enumerate() {
@@ -177,7 +200,7 @@ impl Runtime {
             }
             (None, n) => {
                 let threads = n.unwrap_or_else(default_threads).min(max_useful).max(1);
-                Runtime::start(threads, counters.thread_panics.clone())
+                Runtime::start(threads, default_threads(), counters.thread_panics.clone())
             }
         }
     }
@@ -227,6 +250,28 @@ impl Runtime {
         let h = Arc::new(Host::start("shardsub-control", self.inner.panics.clone())?);
         *g = Some(h.clone());
         Ok(h)
+    }
+
+    /// The worker threads the Pub/Sub instances on this runtime share
+    /// (started by the first that uses them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses a thread.
+    pub(crate) fn worker_hosts(&self) -> Result<Vec<Arc<Host>>, Error> {
+        let mut g = self.inner.worker_hosts.lock();
+        while g.len() < self.inner.workers {
+            let name = format!("shardsub-worker-{}", g.len());
+            g.push(Arc::new(Host::start(&name, self.inner.panics.clone())?));
+        }
+        Ok(g.clone())
+    }
+
+    /// The number of worker threads the Pub/Sub instances built on this
+    /// runtime share (those built without
+    /// [`PubSubBuilder::workers`](crate::PubSubBuilder::workers)).
+    pub fn workers(&self) -> usize {
+        self.inner.workers
     }
 
     /// Thread `n` (for the tests of panic reporting).

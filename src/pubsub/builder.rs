@@ -18,7 +18,6 @@ use crate::metrics::Counters;
 use crate::pubsub::limits::{self, MessageLimit};
 use crate::pubsub::{Event, Fixed, Handler, PubSub};
 use crate::url::UrlSettings;
-use crate::workers::Pool;
 
 /// Settings for a [`PubSub`]; start with [`PubSub::builder`].
 ///
@@ -255,7 +254,9 @@ impl PubSubBuilder {
     }
 
     /// Worker threads running the handler (default: available
-    /// parallelism).
+    /// parallelism). On a shared [`PubSubBuilder::runtime`], the default is
+    /// the runtime's worker threads; setting this gives the instance
+    /// threads of its own.
     pub fn workers(mut self, n: usize) -> Self {
         self.common.workers = Some(n);
         self
@@ -560,9 +561,13 @@ impl PubSubBuilder {
         self
     }
 
-    /// Runs every connection of the instance on `runtime`'s I/O threads,
-    /// shared with whatever else uses it (other instances of a fleet),
-    /// instead of on a runtime of its own. Not with
+    /// Runs the instance on `runtime`'s threads, shared with whatever else
+    /// uses it (other instances of a fleet), instead of on threads of its
+    /// own: every connection on its I/O threads, the control loop on its
+    /// control thread, and (unless [`PubSubBuilder::workers`] is set) the
+    /// handler on its shared worker threads
+    /// ([`Runtime::with_workers`]; queue `i` of every instance on worker
+    /// `i`). Instances added to a runtime add no threads. Not with
     /// [`PubSubBuilder::io_threads`].
     pub fn runtime(mut self, runtime: &Runtime) -> Self {
         self.common.runtime = Some(runtime.clone());
@@ -823,14 +828,13 @@ fn build_fixed(
         .handler
         .clone()
         .unwrap_or_else(crate::workers::handler::publish_only);
-    let workers = common.workers();
     let per_server = common.subscribe_connections.unwrap_or(1);
     let servers = cluster::builder::node_addrs(addrs, &*common.resolver)?;
     let counters = Arc::new(Counters::default());
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
-    let pool = Pool::start(workers, common.queue_capacity, handler, counters.clone())?;
+    let pool = common.pool(&runtime, handler, &counters)?;
     // The publish engine first: a server that refuses the credentials (or,
     // with `require_all_servers`, one that cannot be reached) fails the
     // build here, before anything else runs.

@@ -21,17 +21,17 @@ use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 mod recovery;
 
+use crate::engine::host::{Bell, Host, Hosted, Task, Turn};
 use crate::error::Error;
 use crate::history::{History, Position};
 use crate::metrics::{add, Counters};
-use crate::threads::{self, PanicCount};
+use crate::threads;
 
 pub(crate) mod handler;
 mod merge;
@@ -187,7 +187,6 @@ struct Inner {
 /// One worker's queue.
 pub(crate) struct Queue {
     inner: Mutex<Inner>,
-    cond: Condvar,
     capacity: usize,
     closed: AtomicBool,
     /// A deferred push found the worker waiting.
@@ -198,6 +197,8 @@ pub(crate) struct Queue {
     filter: std::sync::OnceLock<Arc<dyn Passes>>,
     /// Set once, with recoverable channels: see [`Reader`].
     reader: std::sync::OnceLock<Arc<dyn Reader>>,
+    /// Rings the worker that consumes the queue (set once it is hosted).
+    bell: std::sync::OnceLock<Bell>,
 }
 
 impl Queue {
@@ -221,20 +222,22 @@ impl Queue {
                 waiting: false,
                 closed: false,
             }),
-            cond: Condvar::new(),
             capacity,
             closed: AtomicBool::new(false),
             wake_due: AtomicBool::new(false),
             wakes: std::sync::atomic::AtomicU64::new(0),
             filter: std::sync::OnceLock::new(),
             reader: std::sync::OnceLock::new(),
+            bell: std::sync::OnceLock::new(),
         }
     }
 
     /// Wakes the worker (the caller saw it waiting).
     fn wake(&self) {
         self.wakes.fetch_add(1, Ordering::Relaxed);
-        self.cond.notify_one();
+        if let Some(b) = self.bell.get() {
+            b.ring();
+        }
     }
 
     /// Wake-ups given to the worker so far.
@@ -494,19 +497,25 @@ impl Queue {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.inner.lock().closed = true;
-        self.cond.notify_all();
+        if let Some(b) = self.bell.get() {
+            b.ring();
+        }
     }
 }
 
-/// The worker threads and their queues.
+/// The worker queues of an instance, each consumed on one worker thread:
+/// threads of its own, or a runtime's, shared with the other instances on
+/// it (queue `i` on thread `i`).
 pub(crate) struct Pool {
     queues: Vec<Arc<Queue>>,
-    handles: Mutex<Vec<JoinHandle<()>>>,
-    panics: PanicCount,
+    hosted: Mutex<Vec<Hosted>>,
+    /// Its own threads (none on a runtime's shared workers).
+    own: Mutex<Vec<Arc<Host>>>,
 }
 
 impl Pool {
-    /// Starts `workers` threads with queues of `capacity` messages each.
+    /// Starts `workers` threads of its own with queues of `capacity`
+    /// messages each.
     ///
     /// # Errors
     ///
@@ -518,34 +527,48 @@ impl Pool {
         handler: Arc<dyn Handler>,
         counters: Arc<Counters>,
     ) -> Result<Pool, Error> {
-        let queues: Vec<Arc<Queue>> = (0..workers)
+        let mut own = Vec::with_capacity(workers);
+        for n in 0..workers {
+            let name = format!("shardsub-worker-{n}");
+            // A failure drops the threads started so far (joining them).
+            own.push(Arc::new(Host::start(
+                &name,
+                counters.thread_panics.clone(),
+            )?));
+        }
+        let pool = Pool::start_on(&own, capacity, handler, counters);
+        *pool.own.lock() = own;
+        Ok(pool)
+    }
+
+    /// A queue of `capacity` messages on each of `hosts` (a runtime's
+    /// shared worker threads).
+    pub(crate) fn start_on(
+        hosts: &[Arc<Host>],
+        capacity: usize,
+        handler: Arc<dyn Handler>,
+        counters: Arc<Counters>,
+    ) -> Pool {
+        let queues: Vec<Arc<Queue>> = hosts
+            .iter()
             .map(|_| Arc::new(Queue::new(capacity)))
             .collect();
-        let mut handles = Vec::with_capacity(workers);
-        for (n, q) in queues.iter().enumerate() {
-            let (q, h, c) = (q.clone(), handler.clone(), counters.clone());
-            let name = format!("shardsub-worker-{n}");
-            let spawned = threads::spawn(name, counters.thread_panics.clone(), move || {
-                run(&q, &*h, &c)
-            });
-            match spawned {
-                Ok(j) => handles.push(j),
-                Err(e) => {
-                    for q in &queues {
-                        q.close();
-                    }
-                    for j in handles {
-                        threads::join(j, &counters.thread_panics);
-                    }
-                    return Err(Error::runtime("worker thread", &e));
-                }
-            }
-        }
-        Ok(Pool {
+        let hosted = queues
+            .iter()
+            .zip(hosts)
+            .map(|(q, host)| {
+                let (h, c) = (handler.clone(), counters.clone());
+                host.spawn("shardsub-worker", counters.thread_panics.clone(), |bell| {
+                    let _ = q.bell.set(bell.clone());
+                    Box::new(Worker::new(q.clone(), h, c))
+                })
+            })
+            .collect();
+        Pool {
             queues,
-            handles: Mutex::new(handles),
-            panics: counters.thread_panics.clone(),
-        })
+            hosted: Mutex::new(hosted),
+            own: Mutex::new(Vec::new()),
+        }
     }
 
     /// The queues, indexed by worker.
@@ -554,17 +577,17 @@ impl Pool {
     }
 
     /// Closes every queue (what is still queued is dropped and counted) and
-    /// joins the workers. Idempotent.
+    /// waits for the workers to let go of them (not from a worker thread),
+    /// then stops its own threads. Idempotent.
     pub(crate) fn shutdown(&self) {
         for q in &self.queues {
             q.close();
         }
-        let me = std::thread::current().id();
-        for j in std::mem::take(&mut *self.handles.lock()) {
-            if j.thread().id() != me {
-                threads::join(j, &self.panics);
-            }
+        for h in std::mem::take(&mut *self.hosted.lock()) {
+            h.wait_done();
         }
+        // Joined unless this is one of them.
+        drop(std::mem::take(&mut *self.own.lock()));
     }
 }
 
@@ -641,27 +664,81 @@ fn recover_drops(
     }
 }
 
-fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
-    let mut tracker = recovery::Tracker::default();
-    let mut actions: Vec<recovery::Action> = Vec::new();
-    let mut local: VecDeque<Item> = VecDeque::with_capacity(q.capacity);
-    let mut spent: Vec<Vec<u8>> = Vec::with_capacity(q.capacity);
-    loop {
+/// The consumer of one worker queue: a task on a worker thread (one of
+/// its own, or one of the runtime's shared with other instances' queues).
+/// Each turn takes the queue's batch and hands it to the handler.
+struct Worker {
+    q: Arc<Queue>,
+    handler: Arc<dyn Handler>,
+    counters: Arc<Counters>,
+    tracker: recovery::Tracker,
+    actions: Vec<recovery::Action>,
+    local: VecDeque<Item>,
+    spent: Vec<Vec<u8>>,
+}
+
+impl Worker {
+    fn new(q: Arc<Queue>, handler: Arc<dyn Handler>, counters: Arc<Counters>) -> Worker {
+        let capacity = q.capacity;
+        Worker {
+            q,
+            handler,
+            counters,
+            tracker: recovery::Tracker::default(),
+            actions: Vec::new(),
+            local: VecDeque::with_capacity(capacity),
+            spent: Vec::with_capacity(capacity),
+        }
+    }
+}
+
+impl Task for Worker {
+    fn turn(&mut self) -> Turn {
+        let mut tracker = std::mem::take(&mut self.tracker);
+        let mut actions = std::mem::take(&mut self.actions);
+        let mut local = std::mem::take(&mut self.local);
+        let mut spent = std::mem::take(&mut self.spent);
+        let turn = batch(
+            &self.q,
+            &*self.handler,
+            &self.counters,
+            (&mut tracker, &mut actions, &mut local, &mut spent),
+        );
+        (self.tracker, self.actions, self.local, self.spent) = (tracker, actions, local, spent);
+        turn
+    }
+}
+
+/// What a worker keeps between batches.
+type Kept<'a> = (
+    &'a mut recovery::Tracker,
+    &'a mut Vec<recovery::Action>,
+    &'a mut VecDeque<Item>,
+    &'a mut Vec<Vec<u8>>,
+);
+
+/// Takes the queue's items (and the drop events due) and hands them to the
+/// handler; says when to run again: at once while items are left, when
+/// rung once the queue is empty (the next put wakes it), never once it is
+/// closed and drained.
+fn batch(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters, kept: Kept<'_>) -> Turn {
+    let (tracker, actions, local, spent) = kept;
+    {
         {
             let mut g = q.inner.lock();
-            g.free.append(&mut spent);
+            g.free.append(spent);
             let idle = |g: &Inner| {
                 g.items.is_empty() && g.drops.messages == 0 && g.pattern_drops.messages == 0
             };
-            while idle(&g) && !g.closed {
-                g.waiting = true;
-                q.cond.wait(&mut g);
-                g.waiting = false;
-            }
             if idle(&g) {
-                return; // closed and drained
+                if g.closed {
+                    return Turn::Done; // closed and drained
+                }
+                g.waiting = true;
+                return Turn::Rung;
             }
-            std::mem::swap(&mut g.items, &mut local);
+            g.waiting = false;
+            std::mem::swap(&mut g.items, local);
             g.messages = 0;
             if let Some((channels, messages)) = g.drops.take() {
                 let patterns = false;
@@ -680,7 +757,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 });
             }
         }
-        merge::gaps(&mut local);
+        merge::gaps(local);
         let (mut delivered, mut dropped, mut unwanted) = (0u64, 0u64, 0u64);
         for item in local.drain(..) {
             if q.closed.load(Ordering::Relaxed) {
@@ -689,8 +766,8 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
             }
             let item = match item {
                 Item::Recovered { buf, id, result } => {
-                    tracker.handle_read(&buf, id, result, &mut actions);
-                    carry_out(q, handler, &buf, &mut actions, &mut delivered);
+                    tracker.handle_read(&buf, id, result, actions);
+                    carry_out(q, handler, &buf, actions, &mut delivered);
                     continue;
                 }
                 item => item,
@@ -715,7 +792,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                         }
                         let now = match at {
                             Some(at) if q.reader.get().is_some() => {
-                                tracker.handle_message(channel, *at, payload, &mut actions)
+                                tracker.handle_message(channel, *at, payload, actions)
                             }
                             _ => true,
                         };
@@ -728,7 +805,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                             }
                             false => Ok(()),
                         };
-                        carry_out(q, handler, channel, &mut actions, &mut delivered);
+                        carry_out(q, handler, channel, actions, &mut delivered);
                         r
                     }
                 }
@@ -763,8 +840,8 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                 })),
                 Item::Active { buf, tell, .. } => {
                     if q.reader.get().is_some_and(|r| r.recoverable(buf)) {
-                        tracker.handle_confirmed(buf, &mut actions);
-                        carry_out(q, handler, buf, &mut actions, &mut delivered);
+                        tracker.handle_confirmed(buf, actions);
+                        carry_out(q, handler, buf, actions, &mut delivered);
                     }
                     match tell {
                         true => catch_unwind(AssertUnwindSafe(|| {
@@ -839,8 +916,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
                             messages: *messages,
                         })
                     }));
-                    let (t, a, d) = (&mut tracker, &mut actions, &mut delivered);
-                    recover_drops(q, handler, t, channels, a, d);
+                    recover_drops(q, handler, tracker, channels, actions, &mut delivered);
                     r
                 }
                 Item::Server {
@@ -891,6 +967,7 @@ fn run(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters) {
         add(&counters.dropped_shutdown, dropped);
         add(&counters.unwanted, unwanted);
     }
+    Turn::Again
 }
 
 #[cfg(test)]
