@@ -53,6 +53,11 @@ impl Core {
         pattern_lane(&self.cfg, server)
     }
 
+    /// Whether lane `p` is a pattern lane ([`Core::pattern_lane`]).
+    pub(crate) fn is_pattern_lane(&self, p: u32) -> bool {
+        self.pattern_lane(0).is_some_and(|first| p >= first)
+    }
+
     /// The slot of each lane: the partitions' slots, or (classic) slot 0
     /// for each of the `multiplier` lanes (classic commands have no slot),
     /// and in classic and fixed mode the pattern lanes after them

@@ -315,7 +315,19 @@ impl Core {
         for key in &plan.open {
             self.open_node(key, now);
         }
-        let moved_away = plan.resubscribe.iter().filter(|m| m.from.is_some()).count();
+        // An empty pattern lane is no partition the application has.
+        let counts = |p: u32| {
+            !self.is_pattern_lane(p)
+                || self
+                    .parts
+                    .get(p as usize)
+                    .is_some_and(|x| !x.channels.is_empty())
+        };
+        let moved_away = plan
+            .resubscribe
+            .iter()
+            .filter(|m| m.from.is_some() && counts(m.partition))
+            .count();
         self.counters.stats.moved_partitions += moved_away as u64;
         let closing = |c: &crate::core::Conn| plan.close.contains(&c.node);
         let moved = plan.resubscribe.iter().map(|m| m.partition);

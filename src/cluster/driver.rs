@@ -135,16 +135,19 @@ impl Driver {
                 // Subscribe calls close in time share commands: more
                 // dirty lanes join the held round until the delay ends,
                 // or anything else comes.
+                // A timer due ends the hold too (its round runs now).
                 let more_than_dirty =
                     inbox.stop || !inbox.ups.is_empty() || !inbox.downs.is_empty();
-                if now < until && !more_than_dirty {
+                if now < until && now < wake && !more_than_dirty {
                     self.coalescing = Some((held, until));
                     return Some(until.min(wake));
                 }
                 let mut held = held;
                 held.dirty.append(&mut inbox.dirty);
+                // Under the lock, as below.
+                let leaves = self.s.leaving.requested();
                 drop(inbox);
-                (held, self.s.leaving.requested())
+                (held, leaves)
             } else {
                 if !inbox.has_work() && now < wake {
                     return Some(wake);

@@ -26,13 +26,19 @@ use crate::error::Error;
 use crate::threads::{self, PanicCount};
 
 thread_local! {
-    /// Set on a host's thread: a task's end must not be waited for there.
-    static ON_HOST: Cell<bool> = const { Cell::new(false) };
+    /// On a host's thread, which host (see [`id_of`]; 0 elsewhere): the
+    /// end of a task it runs must not be waited for there.
+    static ON_HOST: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Whether the calling thread is a runtime's control thread.
-pub(crate) fn on_host_thread() -> bool {
-    ON_HOST.with(Cell::get)
+/// A host's identity: the address of its state.
+fn id_of(state: &Arc<Signal<State>>) -> usize {
+    Arc::as_ptr(state) as usize
+}
+
+/// Whether the calling thread is the thread of host `id`.
+fn on_host(id: usize) -> bool {
+    ON_HOST.with(Cell::get) == id
 }
 
 /// Work hosted on a [`Host`]'s thread.
@@ -128,14 +134,17 @@ impl Bell {
 /// A hosted task, as its owner holds it: what says it has finished.
 pub(crate) struct Hosted {
     done: Arc<Latch>,
+    /// Its host (see [`id_of`]).
+    host: usize,
 }
 
 impl Hosted {
-    /// Waits until the task has finished (its last turn returned `None`,
-    /// or panicked), unless called from the control thread itself (which
-    /// runs it: it finishes after this call returns).
+    /// Waits until the task has finished and is dropped (its last turn
+    /// returned [`Turn::Done`], or panicked), unless called from its own
+    /// host's thread (which runs it: it finishes after this call
+    /// returns).
     pub(crate) fn wait_done(&self) {
-        if on_host_thread() {
+        if on_host(self.host) {
             return;
         }
         while !self
@@ -156,7 +165,7 @@ impl Host {
         let state: Arc<Signal<State>> = Arc::default();
         let s = state.clone();
         let handle = threads::spawn(name.into(), panics.clone(), move || {
-            ON_HOST.with(|c| c.set(true));
+            ON_HOST.with(|c| c.set(id_of(&s)));
             run(&s)
         })
         .map_err(|e| Error::runtime("control thread", &e))?;
@@ -206,7 +215,10 @@ impl Host {
                 e.rung = true;
             }
         });
-        Hosted { done }
+        Hosted {
+            done,
+            host: id_of(&self.state),
+        }
     }
 
     /// Tasks hosted now.
@@ -221,7 +233,7 @@ impl Drop for Host {
     /// shutdown); joined unless this is that thread.
     fn drop(&mut self) {
         self.state.update(|st| st.stop = true);
-        if on_host_thread() {
+        if on_host(id_of(&self.state)) {
             return;
         }
         if let Some(h) = self.handle.lock().take() {
@@ -230,9 +242,34 @@ impl Drop for Host {
     }
 }
 
+/// Whatever way the thread ends, every task left is dropped and its end
+/// signalled (no owner waits forever).
+struct Ending<'a>(&'a Signal<State>);
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let left = self.0.with(|st| std::mem::take(&mut st.tasks));
+        for e in left.into_values() {
+            let name = e.name;
+            let panics = e.panics.clone();
+            finish(e.task, name, &panics);
+            e.done.count_down();
+        }
+    }
+}
+
+/// Drops a finished task; a panic in its drop (an application handler's
+/// drop, say) is reported as the task's.
+fn finish(task: Option<Box<dyn Task>>, name: &str, panics: &PanicCount) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(task))) {
+        threads::report(name, &*payload, panics);
+    }
+}
+
 /// The thread: runs the tasks that are rung or due, sleeps until the next
 /// deadline or ring.
 fn run(state: &Signal<State>) {
+    let _ending = Ending(state);
     // Reused: a turn allocates nothing here.
     let mut due: Vec<(u64, Box<dyn Task>)> = Vec::new();
     loop {
@@ -246,22 +283,30 @@ fn run(state: &Signal<State>) {
         });
         match woke {
             Some(true) => {}
-            Some(false) => break,
+            Some(false) => return,
             None => continue, // the deadline passed: look again
         }
         for (id, mut task) in due.drain(..) {
             let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
+            let whose = || {
+                state.with(|st| match st.tasks.get(&id) {
+                    Some(e) => (e.name, e.panics.clone()),
+                    None => ("shardsub-host", PanicCount::default()),
+                })
+            };
             let back = match outcome {
                 Ok(Turn::At(at)) => Some((task, Some(at), false)),
                 Ok(Turn::Rung) => Some((task, None, false)),
                 Ok(Turn::Again) => Some((task, None, true)),
-                Ok(Turn::Done) => None,
+                Ok(Turn::Done) => {
+                    let (name, panics) = whose();
+                    finish(Some(task), name, &panics);
+                    None
+                }
                 Err(payload) => {
-                    let (name, panics) = state.with(|st| match st.tasks.get(&id) {
-                        Some(e) => (e.name, e.panics.clone()),
-                        None => ("shardsub-control", PanicCount::default()),
-                    });
+                    let (name, panics) = whose();
                     threads::report(name, &*payload, &panics);
+                    finish(Some(task), name, &panics);
                     None
                 }
             };
@@ -276,15 +321,11 @@ fn run(state: &Signal<State>) {
                 }
                 None => st.tasks.remove(&id),
             });
-            // Dropped outside the lock (a task's drop may ring others).
+            // The task is dropped: its owner may go on.
             if let Some(e) = finished {
                 e.done.count_down();
             }
         }
-    }
-    let left = state.with(|st| std::mem::take(&mut st.tasks));
-    for e in left.into_values() {
-        e.done.count_down();
     }
 }
 
@@ -348,6 +389,40 @@ mod tests {
         wait("b's first turn", || b.load(Ordering::Relaxed) == 1);
         bell.unwrap().ring();
         wait("b rung", || b.load(Ordering::Relaxed) == 2);
+    }
+
+    /// Finishes at once; its drop sets `dropped` (or panics).
+    struct Drops {
+        dropped: Arc<AtomicU64>,
+        panic: bool,
+    }
+    impl Task for Drops {
+        fn turn(&mut self) -> Turn {
+            Turn::Done
+        }
+    }
+    impl Drop for Drops {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(20));
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            assert!(!self.panic, "a handler's drop broke");
+        }
+    }
+
+    #[test]
+    fn wait_done_returns_once_the_task_is_dropped_even_when_its_drop_panics() {
+        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
+        for panic in [false, true] {
+            let dropped = Arc::new(AtomicU64::new(0));
+            let panics = PanicCount::default();
+            let d = dropped.clone();
+            let t = host.spawn("d", panics.clone(), move |_| {
+                Box::new(Drops { dropped: d, panic })
+            });
+            t.wait_done();
+            assert_eq!(dropped.load(Ordering::Relaxed), 1, "panic {panic}");
+            assert_eq!(panics.get(), u64::from(panic));
+        }
     }
 
     struct Panics;
