@@ -48,8 +48,8 @@ pub fn run() {
         rows.push((kind, String::from_utf8_lossy(&out.stdout).trim().to_string()));
     }
     println!(
-        "| server | idle {SECS} s, {CHANNELS} channels: wake-ups/s, shardsub (threads), crate \
-         | wake-ups/hour: shardsub, crate | CPU s/hour: shardsub, crate |"
+        "| server | idle, {CHANNELS} channels, {SECS} s: wake-ups/s, shardsub (threads), crate \
+         | wake-ups/hour | CPU s/hour |"
     );
     println!("|---|---|---|---|");
     for pair in rows.chunks(2) {

@@ -50,8 +50,9 @@ fn cpu_per_m(row: &Row) -> f64 {
     row.used.cpu.as_secs_f64() * 1e6 / row.seen.max(1) as f64
 }
 
-/// Prints a row with each round's figures side by side.
-fn report(kind: &str, who: &str, protocol: &str, rounds: &[Row]) {
+/// Prints a row with each round's figures side by side, and its CPU's
+/// ratio to `peer`'s, round by round, where given.
+fn report(kind: &str, who: &str, protocol: &str, rounds: &[Row], peer: Option<&[Row]>) {
     let each = |f: &dyn Fn(&Row) -> String| {
         let v: Vec<String> = rounds.iter().map(f).collect();
         v.join(" / ")
@@ -65,8 +66,16 @@ fn report(kind: &str, who: &str, protocol: &str, rounds: &[Row]) {
     } else {
         String::new()
     };
+    let ratio = peer.map_or(String::new(), |peer| {
+        let v: Vec<String> = rounds
+            .iter()
+            .zip(peer)
+            .map(|(a, b)| format!("{:.2}", cpu_per_m(a) / cpu_per_m(b)))
+            .collect();
+        v.join(" / ")
+    });
     println!(
-        "| {kind} | {who} | {protocol} | {} | {}{lost} | {} | {} |",
+        "| {kind} | {who} | {protocol} | {} | {}{lost} | {} | {ratio} | {} |",
         rounds.first().map_or(0, |r| r.connections),
         each(&|r| format!("{:.0}", r.seen as f64 / r.secs)),
         each(&|r| format!("{:.2}", cpu_per_m(r))),
@@ -97,15 +106,15 @@ fn main() {
     let n: u64 = first.and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let load = Load::C { n, probes: 0.0 };
     println!(
-        "| server | subscriber | protocol | subscribe connections \
-         | delivered/s (of {n}), round 1 / 2 | subscriber CPU s per 1M | context switches per 1M |"
+        "| server | subscriber | protocol | connections | delivered/s, round 1 / 2 \
+         | CPU s per 1M | ÷ crate's, same protocol | context switches per 1M |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|");
     if std::env::var_os("PUBSUB_CMP_DEFAULT_ONLY").is_some() {
         // Profiling aid: only shardsub's default row, once per server.
         for kind in kinds() {
             let row = measure(kind, tuned(1, Resp3, None), load);
-            report(kind.name(), "shardsub PubSub (default)", "RESP3", &[row]);
+            report(kind.name(), "shardsub PubSub (default)", "RESP3", &[row], None);
         }
         return;
     }
@@ -129,7 +138,13 @@ fn main() {
             Who::Redis { resp3: true },
         ),
     ];
-    let mut ratios: Vec<(String, String)> = Vec::new();
+    // The rows compared with the crate's: shardsub's default (RESP3) with
+    // the crate on RESP3, shardsub on RESP2 with the crate's default.
+    let peer_of = |row: usize| match row {
+        0 => Some(5),
+        2 => Some(4),
+        _ => None,
+    };
     for kind in kinds() {
         let name = kind.name();
         // runs[row]: one per round; the rows take turns within a round.
@@ -146,24 +161,9 @@ fn main() {
                 runs.push(row);
             }
         }
-        for ((who, protocol, _), rounds) in rows.iter().zip(&runs) {
-            report(name, who, protocol, rounds);
+        for (i, ((who, protocol, _), rounds)) in rows.iter().zip(&runs).enumerate() {
+            let peer = peer_of(i).map(|p| runs[p].as_slice());
+            report(name, who, protocol, rounds, peer);
         }
-        for (protocol, ours, peer) in [("RESP2", 2, 4), ("RESP3", 0, 5)] {
-            let r: Vec<String> = runs[ours]
-                .iter()
-                .zip(&runs[peer])
-                .map(|(a, b)| format!("{:.2}", cpu_per_m(a) / cpu_per_m(b)))
-                .collect();
-            ratios.push((format!("{name} {protocol}"), r.join(" / ")));
-        }
-    }
-    println!();
-    println!(
-        "| server, protocol | shardsub CPU ÷ redis crate CPU, one connection each, round 1 / 2 |"
-    );
-    println!("|---|---:|");
-    for (what, r) in ratios {
-        println!("| {what} | {r} |");
     }
 }
