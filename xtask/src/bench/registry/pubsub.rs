@@ -1,9 +1,10 @@
 //! The Pub/Sub and cluster tables of the registry.
 
-use super::{cargo, release_example, step, Cmd, Entry, Program, Render};
+use super::{cargo, release_example, step, Cmd, Entry, Program, Render, SERVERS};
 
-/// Pub/Sub throughput, the subscriber peer comparison, 1M channels, and the
-/// three `examples/cluster_bench.rs` tables.
+/// Pub/Sub throughput, the subscriber peer comparisons (full speed, then
+/// paced rates and idle), 1M channels, and the three
+/// `examples/cluster_bench.rs` tables.
 pub fn pubsub_and_cluster() -> Vec<Entry> {
     let bench = |name: &str| cargo(&["bench", "-p", "shardsub", "--bench", name, "--no-run"]);
     let cluster_build = release_example("cluster_bench");
@@ -55,6 +56,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             )],
             render: Render::Tables,
         },
+        subscriber_rates(),
         Entry {
             name: "pubsub_1m_channels",
             section: "Pub/Sub: 1M channels on one server",
@@ -173,4 +175,47 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
     ]
+}
+
+/// One subscriber at 1k, 10k, 100k msg/s and the maximum beside the
+/// `redis` crate, a step per server (their rows make one table), then
+/// both idle (`pubsub_cmp --rates`, `--idle`).
+fn subscriber_rates() -> Entry {
+    let peers = ["--manifest-path", "benches/peers/Cargo.toml"];
+    let run = |args: &[&str]| {
+        let head = [
+            "run",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "pubsub_cmp",
+            "--",
+        ];
+        cargo(&[&head[..], args].concat())
+    };
+    let mut steps: Vec<_> = SERVERS
+        .iter()
+        .map(|(kind, _)| step("", run(&["--rates"]).env("SHARDSUB_SERVERS", kind)))
+        .collect();
+    steps.push(step("", run(&["--idle"])));
+    Entry {
+        name: "subscriber_rates",
+        section: "Pub/Sub: one subscriber at realistic rates vs the redis crate",
+        // 147 s measured at load average 3-5.6 (about 55 s per server: 3
+        // repetitions of 4 rates x 3 subscribers; 34 s idle).
+        estimate_s: 150,
+        measured: true,
+        servers: true,
+        build: vec![cargo(&[
+            "build",
+            "--release",
+            peers[0],
+            peers[1],
+            "--bin",
+            "pubsub_cmp",
+        ])],
+        steps,
+        render: Render::Tables,
+    }
 }
