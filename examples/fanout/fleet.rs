@@ -1,8 +1,9 @@
 //! The fleet: `--engines` subscriber instances and `--publishers` publisher
 //! instances, each a full `PubSub` with its own connections as separate
-//! app nodes would have, all on one shared `shardsub::Runtime` (its I/O
-//! threads) with one worker thread each (`--workers`), so hundreds fit a
-//! small machine.
+//! app nodes would have, all on one shared `shardsub::Runtime`: its I/O
+//! threads, its one control thread and its worker threads (`--workers`,
+//! shared by every instance), so hundreds fit a small machine on a fixed
+//! number of threads.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,9 +30,9 @@ pub struct Instances {
     pub runtime: Runtime,
 }
 
-/// The settings every instance shares: placement, runtime, one worker.
+/// The settings every instance shares: placement and the runtime.
 fn base(o: &Options, probe: &Probe, rt: &Runtime) -> PubSubBuilder {
-    let mut b = probe.builder().runtime(rt).workers(o.workers);
+    let mut b = probe.builder().runtime(rt);
     if probe.cluster {
         let mode = match o.mode {
             Mode::PerPartition => PlacementMode::PerPartition,
@@ -66,7 +67,8 @@ pub fn build(
     books: &Books,
     lag: &Arc<Lag>,
 ) -> Result<Instances, String> {
-    let runtime = Runtime::new(o.io_threads).map_err(|e| format!("runtime: {e}"))?;
+    let runtime =
+        Runtime::with_workers(o.io_threads, o.workers).map_err(|e| format!("runtime: {e}"))?;
     let mut mine: Vec<Vec<usize>> = vec![Vec::new(); o.engines];
     for i in 0..o.channels {
         for e in node::subscribers_of(i, o.engines) {

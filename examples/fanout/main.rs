@@ -194,7 +194,7 @@ fn run(o: &Options) -> Result<bool, String> {
         },
         o.seconds
     );
-    let client_before = servers::client_cpu();
+    let (client_before, library_before) = (servers::client_cpu(), servers::library_cpu());
     let run = publish::Run::new();
     let faults_done = AtomicBool::new(schedule.is_empty());
     let ledger = books.ledger.clone();
@@ -236,7 +236,8 @@ fn run(o: &Options) -> Result<bool, String> {
     // Let what is in flight land, then read the servers while every
     // instance is still connected.
     let settled = books.last_round_and_settle(&inst.publishers, &names, Duration::from_secs(20));
-    let client_cpu = servers::client_cpu() - client_before;
+    let library_cpu = servers::library_cpu() - library_before;
+    let demo_cpu = (servers::client_cpu() - client_before - library_cpu).max(0.0);
     for ps in inst
         .publishers
         .iter()
@@ -261,7 +262,8 @@ fn run(o: &Options) -> Result<bool, String> {
         recovered: fleet_metrics.iter().map(|m| m.recovered).sum(),
         unrecoverable: fleet_metrics.iter().map(|m| m.unrecoverable).sum(),
         gap_events: node::total(&inst.fleet, |x| &x.gap_events),
-        client_cpu,
+        client_cpu: library_cpu,
+        demo_cpu,
         nodes: views
             .into_iter()
             .map(|v| {

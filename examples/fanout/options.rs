@@ -129,7 +129,8 @@ pub struct Options {
     pub no_live: bool,
     /// `--target`: the msg/s the sizing answer plans for (None: none).
     pub target: Option<u64>,
-    /// `--workers`: handler worker threads per instance (default 1).
+    /// `--workers`: the shared runtime's worker threads, running every
+    /// instance's handler (default 2).
     pub workers: usize,
     /// `--resubscribe-split channels` (default partitions): how a cluster
     /// instance divides a resubscribe into commands.
@@ -161,7 +162,7 @@ impl Default for Options {
             report: None,
             no_live: false,
             target: None,
-            workers: 1,
+            workers: 2,
             split_channels: false,
             io_threads: 2,
             seed: 1,

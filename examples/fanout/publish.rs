@@ -15,7 +15,7 @@ use crate::fleet::{self, Instances};
 use crate::live::Live;
 use crate::node::{self, Lag};
 use crate::options::Options;
-use crate::servers::{self, client_cpu};
+use crate::servers::{self, library_cpu};
 use crate::target::Probe;
 
 /// Messages due `t` seconds in (the integral of the target rate), `None`
@@ -187,7 +187,7 @@ impl Prev {
             gaps: node::total(fleet, |n| &n.gap_events),
             rebuilds: fleet::rebuilds(inst),
             server_cpu: servers::snapshot(probe).values().map(|c| c.cpu).sum(),
-            client_cpu: client_cpu(),
+            client_cpu: library_cpu(),
         }
     }
 }

@@ -32,7 +32,10 @@ pub struct Measured {
     pub recovered: u64,
     pub unrecoverable: u64,
     pub gap_events: u64,
+    /// The library's threads' CPU (see `servers::library_cpu`), s.
     pub client_cpu: f64,
+    /// The rest of the process's, s.
+    pub demo_cpu: f64,
     /// Per node at the end: where it is, its counters over the run, its
     /// connections.
     pub nodes: Vec<(NodeView, Counters, Conns)>,
@@ -124,6 +127,7 @@ pub fn build(o: &Options, parts: &Partitions, m: &Measured) -> RunReport {
             recovered: m.recovered,
             unrecoverable: m.unrecoverable,
             client_cpu_s: m.client_cpu,
+            demo_cpu_s: m.demo_cpu,
             server_cpu_s: server_cpu,
             client_cpu_s_per_million: per_m(m.client_cpu),
             server_cpu_s_per_million: per_m(server_cpu),

@@ -143,8 +143,10 @@ pub struct Sample {
     /// and the sizing answer take per-message server CPU from this.
     #[serde(default)]
     pub server_cpu_cores: Option<f64>,
-    /// The demo process's CPU in the interval (publishers and subscriber
-    /// engines), CPU seconds per wall second (None: not measured).
+    /// The library's CPU in the interval (the runtime's threads, for the
+    /// fleet and the publishers; the demo's own publishing loop and
+    /// accounting are not in it), CPU seconds per wall second (None: not
+    /// measured).
     #[serde(default)]
     pub client_cpu_cores: Option<f64>,
 }
@@ -230,8 +232,14 @@ pub struct Totals {
     pub recovered: u64,
     /// Signalled losses history could not recover.
     pub unrecoverable: u64,
-    /// The demo process's CPU over the run (publishers and engines), s.
+    /// The library's CPU over the run (the threads of the shared runtime:
+    /// I/O, control and workers, for the fleet and the publishers), s.
+    /// The sizing takes client CPU from this.
     pub client_cpu_s: f64,
+    /// The rest of the demo process's CPU (its publishing loop, its
+    /// accounting, the live view), s: not the library's, not sized.
+    #[serde(default)]
+    pub demo_cpu_s: f64,
     /// Server CPU over the run, all nodes, s.
     pub server_cpu_s: f64,
     /// Client CPU seconds per million delivered messages.

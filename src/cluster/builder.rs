@@ -549,6 +549,7 @@ pub(crate) fn start(
         name: Vec::new(),
         started: false,
         coalescing: None,
+        next_turn: control::Time::ZERO,
     };
     let host = match runtime.control_host() {
         Ok(h) => h,

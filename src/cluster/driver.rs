@@ -91,6 +91,8 @@ pub(crate) struct Driver {
     pub(crate) started: bool,
     /// A round of newly dirty lanes held back for more, and until when.
     pub(crate) coalescing: Option<(Inbox, Time)>,
+    /// When the timers due after the last round ask for the next one.
+    pub(crate) next_turn: Time,
 }
 
 impl Task for Driver {
@@ -128,7 +130,10 @@ impl Driver {
             self.sync();
         }
         let now = self.now();
-        let wake = self.next_wake(now);
+        // The timers this loop asked for after its last round (not asked
+        // again now: a relative one, the hold's poll, would always lie
+        // ahead).
+        let wake = self.next_turn;
         let (inbox, leaves) = {
             let mut inbox = self.s.mail.inbox.lock();
             if let Some((held, until)) = self.coalescing.take() {
@@ -182,12 +187,13 @@ impl Driver {
         self.round(inbox);
         self.fence(leaves);
         let now = self.now();
+        self.next_turn = self.next_wake(now);
         // Reports posted during the round rang the task again; what a
         // coalesced round left in the inbox (its ups and downs) did not.
         if self.s.mail.inbox.lock().has_work() {
             return Some(now);
         }
-        Some(self.next_wake(now))
+        Some(self.next_turn)
     }
 
     /// When the loop must look again without a report.

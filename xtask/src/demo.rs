@@ -44,7 +44,8 @@ const ABOUT: &str = "\
 xtask: the fleet demo (examples/fanout) starts a local Valkey cluster (3 primaries,
        1 replica each) and a fleet of 200 subscriber instances, each a full
        PubSub with its own connections as on a separate app node, sharing one
-       runtime (2 I/O threads, 1 worker each), over 20,000 channels in 128
+       runtime (2 I/O, 1 control and 2 worker threads in all), over 20,000
+       channels in 128
        partitions. A publisher sends 256-byte messages to random channels,
        5,000/s at first and 1.5 times more every 12 s, until lag p99 stays
        above 100 ms or messages drop (the knee; at most 100 s). At 15 s a

@@ -221,13 +221,17 @@ pub(crate) fn totals(r: &RunReport) -> Table {
     kv("gap events", count(x.gap_events).into());
     kv("drops (queues full, signalled)", count(x.drops).into());
     kv(
-        "client CPU",
+        "client CPU (library)",
         format!(
             "{} s ({} s per 1M delivered)",
             fixed(x.client_cpu_s, 2),
             fixed(x.client_cpu_s_per_million, 2)
         )
         .into(),
+    );
+    kv(
+        "demo's own CPU (publishing loop, accounting)",
+        format!("{} s", fixed(x.demo_cpu_s, 2)).into(),
     );
     kv(
         "server CPU",
