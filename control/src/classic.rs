@@ -50,7 +50,7 @@ impl Core {
     /// on connection `l % multiplier`); `None` in the sharded modes
     /// (sharded Pub/Sub has no patterns) or past the last server.
     pub fn pattern_lane(&self, server: usize) -> Option<u32> {
-        pattern_lane(&self.cfg, server)
+        pattern_lane_in(&self.cfg, server)
     }
 
     /// Whether lane `p` is a pattern lane ([`Core::pattern_lane`]).
@@ -115,15 +115,23 @@ impl Core {
     }
 }
 
-/// See [`Core::pattern_lane`].
-pub(crate) fn pattern_lane(cfg: &crate::Config, server: usize) -> Option<u32> {
-    let mult = cfg.multiplier.max(1) as usize;
-    let (servers, channel_lanes) = match cfg.mode {
-        Mode::Classic => (1, mult),
-        Mode::Fixed => (cfg.seeds.len(), cfg.seeds.len() * mult),
+/// The pattern lane of server `server` of `servers`, each with
+/// `multiplier` channel lanes: the pattern lanes come after every channel
+/// lane, one per server (the core's and the engine's one rule; `None`
+/// past the last server).
+pub fn pattern_lane(multiplier: u32, servers: usize, server: usize) -> Option<u32> {
+    let channel_lanes = multiplier.max(1) as usize * servers;
+    (server < servers).then(|| (channel_lanes + server) as u32)
+}
+
+/// [`pattern_lane`] in `cfg`'s layout: none in the sharded modes.
+fn pattern_lane_in(cfg: &crate::Config, server: usize) -> Option<u32> {
+    let servers = match cfg.mode {
+        Mode::Classic => 1,
+        Mode::Fixed => cfg.seeds.len(),
         Mode::NodeGrouped | Mode::PerPartition => return None,
     };
-    (server < servers).then(|| (channel_lanes + server) as u32)
+    pattern_lane(cfg.multiplier, servers, server)
 }
 
 /// The fixed placement's map: server `i` (node id `i`, zero-padded so

@@ -98,7 +98,7 @@ mod time;
 
 pub use crate::backoff::{Backoff, Jitter};
 pub use crate::channel::{Channel, MAX_CHANNEL_LEN};
-pub use crate::classic::classic_lane;
+pub use crate::classic::{classic_lane, pattern_lane};
 pub use crate::command::{Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
 pub use crate::core::Core;

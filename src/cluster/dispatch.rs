@@ -15,6 +15,7 @@ use crate::cluster::shared::{ConnRead, ConnState, Shared};
 use crate::conn::Protocol;
 use crate::error::Error;
 use crate::front::registry::{ACTIVE, SENT, WANT};
+use crate::history::Position;
 use crate::metrics::add;
 use crate::observer::{ConnInfo, Observer};
 use crate::workers::Stage;
@@ -66,6 +67,19 @@ impl SubObserver {
         }
     }
 
+    /// A recoverable channel's history header (epoch, offset), which comes
+    /// first in its payload, and the payload after it.
+    fn unwrap_header<'p>(&self, channel: &[u8], payload: &'p [u8]) -> (Option<Position>, &'p [u8]) {
+        let history = &self.shared.config.history;
+        if history.is_empty() || history.of(channel).is_none() {
+            return (None, payload);
+        }
+        match crate::history::header::decode(payload) {
+            Some((at, p)) => (Some(at), p),
+            None => (None, payload),
+        }
+    }
+
     fn deliver(&self, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
@@ -78,15 +92,7 @@ impl SubObserver {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
-        // A recoverable channel's header (epoch, offset) comes first.
-        let (at, payload) =
-            match s.config.history.is_empty() || s.config.history.of(channel).is_none() {
-                true => (None, payload),
-                false => match crate::history::header::decode(payload) {
-                    Some((at, p)) => (Some(at), p),
-                    None => (None, payload),
-                },
-            };
+        let (at, payload) = self.unwrap_header(channel, payload);
         let (sent_us, payload) = self.unwrap_envelope(payload);
         let w = s.front.worker_index(channel);
         let dropped = self
@@ -105,12 +111,8 @@ impl SubObserver {
             return;
         }
         self.state.received.fetch_add(1, Ordering::Relaxed);
-        // A recoverable channel's header is stripped (its position is not
-        // followed through a pattern).
-        let payload = match s.config.history.is_empty() || s.config.history.of(channel).is_none() {
-            true => payload,
-            false => crate::history::header::decode(payload).map_or(payload, |(_, p)| p),
-        };
+        // Its position is not followed through a pattern.
+        let (_, payload) = self.unwrap_header(channel, payload);
         let (sent_us, payload) = self.unwrap_envelope(payload);
         let w = s.front.worker_index(pattern);
         let dropped =

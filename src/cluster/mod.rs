@@ -426,13 +426,10 @@ impl ClusterPubSub {
             ));
         }
         // Checked first: a pattern is wanted on every server or on none.
-        if let Some(p) = patterns
-            .iter()
-            .find(|p| want && p.len() > control::MAX_CHANNEL_LEN)
-        {
-            let max = control::MAX_CHANNEL_LEN;
-            let what = format!("a pattern of {} bytes (at most {max})", p.len());
-            return Err(Error::InvalidArgument(what.into()));
+        if want {
+            for p in patterns {
+                crate::front::check_len(p, "a pattern")?;
+            }
         }
         for lane in (0..s.pattern_servers()).filter_map(|i| s.pattern_lane(i)) {
             s.front

@@ -273,17 +273,13 @@ impl Shared {
     /// The lane of server `server`'s pattern subscriptions (classic mode
     /// only: sharded Pub/Sub has no patterns).
     pub(crate) fn pattern_lane(&self, server: usize) -> Option<usize> {
-        let servers = self.config.fixed_servers.max(1);
-        match self.config.mode {
-            Mode::Classic if server < servers => Some(self.config.multiplier * servers + server),
-            _ => None,
-        }
+        let mult = u32::try_from(self.config.multiplier).unwrap_or(u32::MAX);
+        control::pattern_lane(mult, self.pattern_servers(), server).map(|l| l as usize)
     }
 
-    /// Whether `lane` is a pattern lane.
+    /// Whether `lane` is a pattern lane (they come last).
     pub(crate) fn is_pattern_lane(&self, lane: usize) -> bool {
-        let servers = self.config.fixed_servers.max(1);
-        self.config.mode == Mode::Classic && lane >= self.config.multiplier * servers
+        self.pattern_lane(0).is_some_and(|first| lane >= first)
     }
 
     /// The pattern lane of a subscribe connection to `node`: a fixed

@@ -134,6 +134,17 @@ pub(crate) struct Front {
     pub(crate) leaving: Arc<crate::front::leaving::Leaving>,
 }
 
+/// [`Error::InvalidArgument`] for a name (`what`: "a channel name", "a
+/// pattern") longer than [`control::MAX_CHANNEL_LEN`].
+pub(crate) fn check_len(name: &[u8], what: &str) -> Result<(), Error> {
+    if name.len() <= control::MAX_CHANNEL_LEN {
+        return Ok(());
+    }
+    let max = control::MAX_CHANNEL_LEN;
+    let what = format!("{what} of {} bytes (at most {max})", name.len());
+    Err(Error::InvalidArgument(what.into()))
+}
+
 /// Channels per chunk of a large subscribe call: each chunk is sorted by
 /// lane, so each lane's lock is taken once per chunk.
 const CHUNK: usize = 4096;
@@ -226,13 +237,9 @@ impl Front {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let too_long = |ch: &[u8]| {
-            if !want || ch.len() <= control::MAX_CHANNEL_LEN {
-                return Ok(());
-            }
-            let max = control::MAX_CHANNEL_LEN;
-            let what = format!("a channel name of {} bytes (at most {max})", ch.len());
-            Err(Error::InvalidArgument(what.into()))
+        let too_long = |ch: &[u8]| match want {
+            true => check_len(ch, "a channel name"),
+            false => Ok(()),
         };
         let mut it = channels.into_iter();
         if it.size_hint().1.is_some_and(|n| n <= 8) {

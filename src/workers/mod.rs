@@ -693,37 +693,21 @@ impl Worker {
 }
 
 impl Task for Worker {
+    /// Takes the queue's items (and the drop events due) and hands them to
+    /// the handler; runs again at once while items are left, when rung once
+    /// the queue is empty (the next put wakes it), never once it is closed
+    /// and drained.
     fn turn(&mut self) -> Turn {
-        let mut tracker = std::mem::take(&mut self.tracker);
-        let mut actions = std::mem::take(&mut self.actions);
-        let mut local = std::mem::take(&mut self.local);
-        let mut spent = std::mem::take(&mut self.spent);
-        let turn = batch(
-            &self.q,
-            &*self.handler,
-            &self.counters,
-            (&mut tracker, &mut actions, &mut local, &mut spent),
-        );
-        (self.tracker, self.actions, self.local, self.spent) = (tracker, actions, local, spent);
-        turn
-    }
-}
-
-/// What a worker keeps between batches.
-type Kept<'a> = (
-    &'a mut recovery::Tracker,
-    &'a mut Vec<recovery::Action>,
-    &'a mut VecDeque<Item>,
-    &'a mut Vec<Vec<u8>>,
-);
-
-/// Takes the queue's items (and the drop events due) and hands them to the
-/// handler; says when to run again: at once while items are left, when
-/// rung once the queue is empty (the next put wakes it), never once it is
-/// closed and drained.
-fn batch(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters, kept: Kept<'_>) -> Turn {
-    let (tracker, actions, local, spent) = kept;
-    {
+        let Worker {
+            q,
+            handler,
+            counters,
+            tracker,
+            actions,
+            local,
+            spent,
+        } = self;
+        let handler: &dyn Handler = &**handler;
         {
             let mut g = q.inner.lock();
             g.free.append(spent);
@@ -740,21 +724,15 @@ fn batch(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters, kept: Kept<
             g.waiting = false;
             std::mem::swap(&mut g.items, local);
             g.messages = 0;
-            if let Some((channels, messages)) = g.drops.take() {
-                let patterns = false;
-                local.push_back(Item::Dropped {
-                    channels,
-                    messages,
-                    patterns,
-                });
-            }
-            if let Some((channels, messages)) = g.pattern_drops.take() {
-                let patterns = true;
-                local.push_back(Item::Dropped {
-                    channels,
-                    messages,
-                    patterns,
-                });
+            let inner: &mut Inner = &mut g;
+            for (drops, patterns) in [(&mut inner.drops, false), (&mut inner.pattern_drops, true)] {
+                if let Some((channels, messages)) = drops.take() {
+                    local.push_back(Item::Dropped {
+                        channels,
+                        messages,
+                        patterns,
+                    });
+                }
             }
         }
         merge::gaps(local);
@@ -966,8 +944,8 @@ fn batch(q: &Arc<Queue>, handler: &dyn Handler, counters: &Counters, kept: Kept<
         add(&counters.delivered, delivered);
         add(&counters.dropped_shutdown, dropped);
         add(&counters.unwanted, unwanted);
+        Turn::Again
     }
-    Turn::Again
 }
 
 #[cfg(test)]

@@ -84,11 +84,10 @@ pub fn wakeups_by_thread() -> BTreeMap<u64, (String, u64)> {
 
 /// Full names of the threads the subscribers start, to undo the kernel's
 /// 15-byte cut of a thread's name.
-const THREADS: [&str; 6] = [
+const THREADS: [&str; 5] = [
     "shardsub-io",
     "shardsub-worker",
     "shardsub-control",
-    "shardsub-pubsub-control",
     "shardsub-resolve",
     "tokio-runtime-worker",
 ];
