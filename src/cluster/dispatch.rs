@@ -84,6 +84,7 @@ impl SubObserver {
         let s = &self.shared;
         if service::is_service(wire) {
             if let Some(token) = crate::cluster::gate::parse_marker(s.instance, payload) {
+                log::debug!("cluster: gate {token}: marker came back");
                 s.post(|inbox| inbox.markers.push(token));
             }
             return;

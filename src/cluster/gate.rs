@@ -81,6 +81,7 @@ impl Driver {
         let s = self.s.clone();
         route.old.command_then(0, [&b"PING"[..]], move |r| {
             let ok = r.is_ok();
+            log::debug!("cluster: gate {token}: barrier answered ({ok})");
             s.post(|inbox| inbox.barriers.push((token, ok)));
         });
     }
@@ -103,7 +104,8 @@ impl Driver {
             0,
             [resp::PublishKind::Spublish.command(), &name, &payload],
             move |r| {
-                if r.is_err() {
+                if let Err(e) = &r {
+                    log::debug!("cluster: gate {token}: marker refused: {e}");
                     s.post(|inbox| inbox.markers.push(token));
                 }
             },
@@ -111,6 +113,7 @@ impl Driver {
     }
 
     fn gate_opened(&mut self, token: u64, timed_out: bool) {
+        log::debug!("cluster: gate {token} open (timed out: {timed_out})");
         if timed_out {
             add(&self.s.counters.cluster.gate_timeouts, 1);
         }

@@ -88,7 +88,7 @@ impl Driver {
             },
             move |r| {
                 if let Err(Error::Reply { addr, message }) = r {
-                    log::info!("service channel refused by {addr}: {message}; refreshing");
+                    log::debug!("service channel refused by {addr}: {message}; refreshing");
                     if !lost.swap(true, Ordering::AcqRel) {
                         s.post(|inbox| inbox.services_lost.push(conn));
                     }

@@ -119,7 +119,12 @@ impl Driver {
     /// the barriers after every publish the old routes took.
     fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
         for m in moves {
-            let token = self.close_gate(m.from.engine, m.to.map(|r| r.addr));
+            let (from, to) = (m.from.addr, m.to.as_ref().map(|r| r.addr));
+            let token = self.close_gate(m.from.engine, to);
+            log::debug!(
+                "cluster: gate {token} closed: {} slots from {from} to {to:?}",
+                m.slots.len()
+            );
             for slot in m.slots {
                 self.s.hold.gate(slot, token);
             }

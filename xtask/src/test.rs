@@ -92,6 +92,48 @@ impl Report {
     }
 }
 
+/// What a full run from a fresh clone writes under `target/`, in GiB
+/// (measured with `.ci/run`'s settings; a run builds the workspace in
+/// several feature sets, the examples and a release build).
+const RUN_WRITES_GIB: u64 = 5;
+
+/// Says how much disk the run has, and warns when it is less than a run
+/// writes: a full disk fails builds mid-run with errors that name no cause
+/// in the project.
+fn disk_note() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let probe = target
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let Some(free) = free_gib(probe) else {
+        return;
+    };
+    println!("xtask: {free} GiB free on the disk of {}", target.display());
+    if free < RUN_WRITES_GIB {
+        println!(
+            "xtask: WARNING: a full run writes about {RUN_WRITES_GIB} GiB there; \
+             builds may fail with \"No space left on device\""
+        );
+    }
+}
+
+/// Free space on the file system holding `path`, from `df` (POSIX output).
+fn free_gib(path: &Path) -> Option<u64> {
+    let out = Command::new("df").arg("-Pk").arg(path).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let kib: u64 = text
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(kib / (1024 * 1024))
+}
+
 /// Step names (or their first word) listed in `XTASK_SKIP`.
 fn skipped(name: &str) -> bool {
     let first = name.split_whitespace().next().unwrap_or(name);
@@ -105,6 +147,7 @@ fn skipped(name: &str) -> bool {
 pub fn run() -> Result<(), String> {
     let total = Instant::now();
     let mut report = Report::default();
+    disk_note();
     let mut tools = None;
     if !report.step("install", || install::all().map(|t| tools = Some(t))) {
         return report.finish(total);
