@@ -13,14 +13,17 @@
 //! 2. An answer is not a delivery when the old node became a replica of the
 //!    new owner (a failover): a replica accepts `SPUBLISH` and forwards it
 //!    over the cluster bus, which may take longer than a direct publish.
-//!    So with a known new owner ([`Gates::close`]'s `forwards`), the
-//!    barrier's reply starts [`GateCommand::Marker`]s, one every
+//!    So the barrier's reply starts [`GateCommand::Marker`]s, one every
 //!    `marker_every`: a publish of a marker on the old route, which comes
 //!    back on this instance's subscription at the new owner once every
 //!    earlier publish was forwarded (the bus keeps their order). The
 //!    marker's return, or its refusal (`MOVED`: the old node is still a
 //!    primary and forwards nothing), opens the gate
-//!    ([`Gates::handle_marker`]).
+//!    ([`Gates::handle_marker`]). A marker needs the new owner: a gate
+//!    closed with none known ([`Gates::close`]'s `owner_known`: a map read
+//!    mid-change that shows the slots unassigned) waits after its barrier
+//!    until the driver learns one ([`Gates::handle_owner`]); the old node
+//!    may meanwhile have become that owner's replica and forward.
 //! 3. A barrier that fails (the old node is gone) opens the gate at once;
 //!    a gate still closed `timeout` after it closed opens anyway, marked
 //!    `timed_out` (the only way a later publish can overtake an earlier
@@ -82,9 +85,12 @@ pub enum GateCommand {
 struct Gate<R> {
     route: R,
     since: Time,
-    /// A new owner is known: markers follow the barrier.
-    forwards: bool,
-    /// When the next marker is due (set once the barrier was answered).
+    /// A new owner is known: markers can go out.
+    owner_known: bool,
+    /// The barrier was answered.
+    barrier_answered: bool,
+    /// When the next marker is due (set once the barrier was answered and
+    /// the owner is known).
     marker_due: Option<Time>,
 }
 
@@ -119,9 +125,10 @@ impl<R> Gates<R> {
 
     /// Closes a new gate for slots whose route leaves `route`, and returns
     /// its token (the driver gates the slots with it, then carries out the
-    /// [`GateCommand::Barrier`] this queues). `forwards`: the slots' new
-    /// owner is known, so the old node may forward what it accepted.
-    pub fn close(&mut self, now: Time, route: R, forwards: bool) -> u64 {
+    /// [`GateCommand::Barrier`] this queues). `owner_known`: the slots'
+    /// new owner is known (markers can follow the barrier); if not, the
+    /// driver says when it is ([`Gates::handle_owner`]).
+    pub fn close(&mut self, now: Time, route: R, owner_known: bool) -> u64 {
         self.next_token += 1;
         let token = self.next_token;
         self.gates.insert(
@@ -129,7 +136,8 @@ impl<R> Gates<R> {
             Gate {
                 route,
                 since: now,
-                forwards,
+                owner_known,
+                barrier_answered: false,
                 marker_due: None,
             },
         );
@@ -140,6 +148,19 @@ impl<R> Gates<R> {
     /// The old route of gate `token`, while it is closed.
     pub fn route(&self, token: u64) -> Option<&R> {
         self.gates.get(&token).map(|g| &g.route)
+    }
+
+    /// The old route of gate `token`, to update, while it is closed.
+    pub fn route_mut(&mut self, token: u64) -> Option<&mut R> {
+        self.gates.get_mut(&token).map(|g| &mut g.route)
+    }
+
+    /// Closed gates whose slots' new owner is not known yet.
+    pub fn waiting_for_owner(&self) -> impl Iterator<Item = u64> + '_ {
+        self.gates
+            .iter()
+            .filter(|(_, g)| !g.owner_known)
+            .map(|(&t, _)| t)
     }
 
     /// The old routes of every closed gate.
@@ -162,12 +183,32 @@ impl<R> Gates<R> {
         let Some(g) = self.gates.get_mut(&token) else {
             return; // opened meanwhile (timed out)
         };
-        if answered && g.forwards {
+        if !answered {
+            self.open(token, false);
+            return;
+        }
+        g.barrier_answered = true;
+        if g.owner_known {
             // Markers next: the old node may forward what it accepted.
             g.marker_due = Some(now + self.marker_every);
             self.out.push_back(GateCommand::Marker { token });
-        } else {
-            self.open(token, false);
+        }
+    }
+
+    /// The new owner of gate `token`'s slots is known now (the driver
+    /// updated its route, see [`Gates::route_mut`]): markers follow its
+    /// barrier.
+    pub fn handle_owner(&mut self, now: Time, token: u64) {
+        let Some(g) = self.gates.get_mut(&token) else {
+            return;
+        };
+        if g.owner_known {
+            return;
+        }
+        g.owner_known = true;
+        if g.barrier_answered {
+            g.marker_due = Some(now + self.marker_every);
+            self.out.push_back(GateCommand::Marker { token });
         }
     }
 
@@ -233,39 +274,72 @@ mod tests {
     }
 
     #[test]
-    fn a_migration_opens_on_the_barrier_and_a_failover_on_the_marker() {
+    fn a_gate_opens_on_its_marker_and_one_with_no_known_owner_waits_for_it() {
         let mut g = Gates::new(ms(1000), ms(20));
-        let migration = g.close(Time::ZERO, 1, false);
-        let failover = g.close(Time::ZERO, 2, true);
+        let known = g.close(Time::ZERO, 1, true);
+        let unknown = g.close(Time::ZERO, 2, false);
+        let early = g.close(Time::ZERO, 3, false);
         assert_eq!(
             drain(&mut g),
             [
-                GateCommand::Barrier { token: migration },
-                GateCommand::Barrier { token: failover }
+                GateCommand::Barrier { token: known },
+                GateCommand::Barrier { token: unknown },
+                GateCommand::Barrier { token: early }
             ]
         );
-        g.handle_barrier(Time::from_millis(5), migration, true);
-        g.handle_barrier(Time::from_millis(5), failover, true);
+        assert_eq!(g.waiting_for_owner().collect::<Vec<_>>(), [unknown, early]);
+        // The owner of `early` is known before its barrier is answered.
+        g.handle_owner(Time::from_millis(1), early);
+        assert!(drain(&mut g).is_empty());
+        g.handle_barrier(Time::from_millis(5), known, true);
+        g.handle_barrier(Time::from_millis(5), unknown, true);
+        g.handle_barrier(Time::from_millis(5), early, true);
+        // An answered barrier is no delivery: the old node may forward.
+        // With no owner known, there is nothing to mark yet.
+        assert_eq!(
+            drain(&mut g),
+            [
+                GateCommand::Marker { token: known },
+                GateCommand::Marker { token: early }
+            ]
+        );
+        g.handle_marker(early);
+        // No marker back yet: one every 20 ms.
+        assert_eq!(g.poll_timeout(), Some(Time::from_millis(25)));
+        g.handle_timeout(Time::from_millis(25));
         assert_eq!(
             drain(&mut g),
             [
                 GateCommand::Open {
-                    token: migration,
+                    token: early,
                     timed_out: false
                 },
-                GateCommand::Marker { token: failover }
+                GateCommand::Marker { token: known }
             ]
         );
-        // No marker back yet: one every 20 ms.
-        assert_eq!(g.poll_timeout(), Some(Time::from_millis(25)));
-        g.handle_timeout(Time::from_millis(25));
-        assert_eq!(drain(&mut g), [GateCommand::Marker { token: failover }]);
-        g.handle_marker(failover);
-        g.handle_marker(failover); // a second one back: nothing more
+        g.handle_marker(known);
+        g.handle_marker(known); // a second one back: nothing more
         assert_eq!(
             drain(&mut g),
             [GateCommand::Open {
-                token: failover,
+                token: known,
+                timed_out: false
+            }]
+        );
+        // The gate with no owner still waits, until its timeout at most.
+        assert_eq!(g.route(unknown), Some(&2));
+        assert_eq!(g.poll_timeout(), Some(Time::from_millis(1000)));
+        *g.route_mut(unknown).unwrap() = 20;
+        g.handle_owner(Time::from_millis(40), unknown);
+        g.handle_owner(Time::from_millis(41), unknown); // once is enough
+        assert_eq!(drain(&mut g), [GateCommand::Marker { token: unknown }]);
+        assert_eq!(g.waiting_for_owner().count(), 0);
+        assert_eq!(g.poll_timeout(), Some(Time::from_millis(60)));
+        g.handle_marker(unknown);
+        assert_eq!(
+            drain(&mut g),
+            [GateCommand::Open {
+                token: unknown,
                 timed_out: false
             }]
         );

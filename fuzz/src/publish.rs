@@ -36,7 +36,7 @@ const WINDOW: Duration = Duration::from_secs(2);
 #[derive(Default)]
 struct Seen {
     closed_at: Time,
-    forwards: bool,
+    owner_known: bool,
     barrier_ok: bool,
     markers: u32,
     open: bool,
@@ -114,15 +114,15 @@ pub fn check_gates(data: &[u8]) {
         let token = (!tokens.is_empty()).then(|| tokens[pick % tokens.len()]);
         match (kind & 0x7f) % 9 {
             0 | 1 => {
-                let forwards = kind % 9 == 1;
-                let t = gates.close(now, pick as u64, forwards);
+                let owner_known = kind % 9 == 1;
+                let t = gates.close(now, pick as u64, owner_known);
                 assert!(!seen.contains_key(&t), "token {t} given twice");
                 assert_eq!(gates.route(t), Some(&(pick as u64)));
                 seen.insert(
                     t,
                     Seen {
                         closed_at: now,
-                        forwards,
+                        owner_known,
                         ..Seen::default()
                     },
                 );
@@ -139,7 +139,15 @@ pub fn check_gates(data: &[u8]) {
             }
             4 => {
                 if let Some(t) = token {
-                    gates.handle_marker(t);
+                    if kind & 0x40 != 0 {
+                        // The driver learned the slots' new owner.
+                        if let Some(s) = seen.get_mut(&t) {
+                            s.owner_known |= !s.open;
+                        }
+                        gates.handle_owner(now, t);
+                    } else {
+                        gates.handle_marker(t);
+                    }
                 }
             }
             5 | 6 => {
@@ -214,14 +222,14 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
         match cmd {
             GateCommand::Barrier { .. } => {}
             GateCommand::Marker { .. } => {
-                assert!(s.forwards && s.barrier_ok, "a marker before its barrier");
+                assert!(s.owner_known && s.barrier_ok, "a marker before its barrier");
                 s.markers += 1;
             }
             GateCommand::Open { timed_out, .. } => {
                 s.open = true;
                 if timed_out {
                     assert!(now.since(s.closed_at) >= TIMEOUT, "timed out early");
-                } else if s.forwards && s.barrier_ok {
+                } else if s.owner_known && s.barrier_ok {
                     assert!(s.markers > 0, "opened before a marker went out");
                 }
             }

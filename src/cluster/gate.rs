@@ -31,6 +31,8 @@ const MARKER_EVERY: Duration = Duration::from_millis(20);
 pub(crate) struct OldRoute {
     pub(crate) old: Arc<Engine>,
     pub(crate) new_addr: Option<SocketAddr>,
+    /// One of its slots, to learn the new owner by when none was known.
+    pub(crate) slot: u16,
 }
 
 /// No gate closed yet.
@@ -52,23 +54,53 @@ pub(crate) fn parse_marker(instance: u64, payload: &[u8]) -> Option<u64> {
 }
 
 impl Driver {
-    /// Closes a gate for slots leaving `old` for `new_addr`; the caller
-    /// gates the slots with the returned token, then lets go of the routes
-    /// and calls [`Driver::run_gates`] (which sends the barrier).
-    pub(crate) fn close_gate(&mut self, old: Arc<Engine>, new_addr: Option<SocketAddr>) -> u64 {
-        let forwards = new_addr.is_some();
-        self.gates
-            .close(clock::now(), OldRoute { old, new_addr }, forwards)
+    /// Closes a gate for slots (`slot` one of them) leaving `old` for
+    /// `new_addr`; the caller gates the slots with the returned token,
+    /// then lets go of the routes and calls [`Driver::run_gates`] (which
+    /// sends the barrier).
+    pub(crate) fn close_gate(
+        &mut self,
+        old: Arc<Engine>,
+        new_addr: Option<SocketAddr>,
+        slot: u16,
+    ) -> u64 {
+        let known = new_addr.is_some();
+        let route = OldRoute {
+            old,
+            new_addr,
+            slot,
+        };
+        self.gates.close(clock::now(), route, known)
     }
 
     /// Carries out what the gates decided.
     pub(crate) fn run_gates(&mut self) {
+        self.find_new_owners();
         while let Some(cmd) = self.gates.poll_command() {
             match cmd {
                 GateCommand::Barrier { token } => self.send_barrier(token),
                 GateCommand::Marker { token } => self.send_marker(token),
                 GateCommand::Open { token, timed_out } => self.gate_opened(token, timed_out),
             }
+        }
+    }
+
+    /// Gates closed with no new owner known (a map read mid-change showed
+    /// their slots unassigned) learn it from the routes as soon as they
+    /// have one: the old node may have become its replica and forward
+    /// what it accepted, so markers must go out before the gate opens.
+    fn find_new_owners(&mut self) {
+        let waiting: Vec<u64> = self.gates.waiting_for_owner().collect();
+        for token in waiting {
+            let Some(route) = self.gates.route_mut(token) else {
+                continue;
+            };
+            let Some(owner) = self.routes.owner(route.slot) else {
+                continue;
+            };
+            route.new_addr = Some(owner.addr);
+            log::debug!("cluster: gate {token}: new owner {}", owner.addr);
+            self.gates.handle_owner(clock::now(), token);
         }
     }
 

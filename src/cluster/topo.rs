@@ -120,7 +120,10 @@ impl Driver {
     fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
         for m in moves {
             let (from, to) = (m.from.addr, m.to.as_ref().map(|r| r.addr));
-            let token = self.close_gate(m.from.engine, to);
+            let Some(&first) = m.slots.first() else {
+                continue;
+            };
+            let token = self.close_gate(m.from.engine, to, first);
             log::debug!(
                 "cluster: gate {token} closed: {} slots from {from} to {to:?}",
                 m.slots.len()

@@ -14,7 +14,10 @@
 //! Four kinds of change: a migration (the old node stays a primary and
 //! refuses the marker), a failover (the old node became the new owner's
 //! replica: what it takes later reaches subscribers over the bus), the old
-//! node dying, and a slot whose new owner is not known (no markers).
+//! node dying, and a slot whose new owner is not known when the route
+//! moves (a map read mid-change shows the slot unassigned): the driver
+//! learns it later, and the old node may be its replica already (no
+//! markers until the owner is known).
 //!
 //! Properties ([`run_gate`] panics with the seed when one fails):
 //!
@@ -49,7 +52,7 @@ pub enum Change {
     Failover,
     /// The old node dies.
     Death,
-    /// The new owner is not known yet.
+    /// The new owner is not known yet; the old node may be its replica.
     Unowned,
 }
 
@@ -91,6 +94,8 @@ enum Ev {
     NewArrive(u32),
     /// Our marker comes back on the service subscription.
     MarkerBack(u64),
+    /// The driver learns the slot's new owner (a later map).
+    OwnerKnown,
     Death,
     Timer,
 }
@@ -198,8 +203,8 @@ impl Model {
                 (Some(_), Some(_)) => self.send_new(seq),
             },
             Ev::RouteChange => {
-                let forwards = self.change != Change::Unowned;
-                self.token = Some(self.gates.close(self.now, (), forwards));
+                let known = self.change != Change::Unowned;
+                self.token = Some(self.gates.close(self.now, (), known));
                 self.closed_at = Some(self.now);
             }
             Ev::OldArrive(id) => {
@@ -224,7 +229,7 @@ impl Model {
                 match self.reqs[id].0 {
                     Req::Publish(_) => {}
                     Req::Barrier(token) => {
-                        if !ok || self.change == Change::Unowned {
+                        if !ok {
                             self.answered();
                         }
                         self.gates.handle_barrier(self.now, token, ok);
@@ -256,6 +261,11 @@ impl Model {
                 self.gates.handle_marker(token);
             }
             Ev::NewArrive(seq) => self.deliver(seq),
+            Ev::OwnerKnown => {
+                if let Some(token) = self.token {
+                    self.gates.handle_owner(self.now, token);
+                }
+            }
             Ev::Death => {
                 self.dead_at = Some(self.now);
                 // Everything unanswered fails once the driver notices.
@@ -349,7 +359,8 @@ pub fn run_gate(seed: u64) -> GateRun {
         token: None,
         closed_at: None,
         opened_at: None,
-        replica_from: (change == Change::Failover)
+        // With no owner known, the old node may be its replica already.
+        replica_from: (change == Change::Failover || (change == Change::Unowned && rng.chance(2)))
             .then(|| Time::from_millis(change_at.as_millis().saturating_sub(rng.range(0, 40)))),
         dead_at: None,
         service_at: change_at + ms(rng.range(0, 120)),
@@ -374,6 +385,10 @@ pub fn run_gate(seed: u64) -> GateRun {
         m.at(t, Ev::Publish(seq));
     }
     m.at(change_at, Ev::RouteChange);
+    if change == Change::Unowned {
+        let known = change_at + ms(m.rng.range(0, 300));
+        m.at(known, Ev::OwnerKnown);
+    }
     if change == Change::Death || m.rng.chance(10) {
         let death = change_at.as_millis() + m.rng.range(0, 400);
         m.at(Time::from_millis(death.saturating_sub(20)), Ev::Death);
