@@ -251,25 +251,67 @@ fn rows_of(
     (rows, best_rate, best_cpu)
 }
 
+/// Each client's worst repetition against the best Rust peer of that same
+/// repetition: the lowest rate ratio and the highest CPU ratio.
+fn worst_reps(
+    conc: usize,
+    samples: &BTreeMap<(usize, usize), Vec<Sample>>,
+) -> BTreeMap<usize, (f64, f64)> {
+    let of = |k: usize| samples.get(&(conc, k)).map(Vec::as_slice).unwrap_or(&[]);
+    let peers: Vec<usize> = Kind::ALL
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| matches!(k, Kind::RedisRs | Kind::Fred))
+        .map(|(i, _)| i)
+        .collect();
+    let rate = |s: &Sample| s.messages as f64 / s.secs;
+    let cpu = |s: &Sample| s.cpu / s.messages as f64;
+    let mut out = BTreeMap::new();
+    for k in 0..Kind::ALL.len() {
+        let mine = of(k);
+        if mine.is_empty() {
+            continue;
+        }
+        let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+        for (rep, s) in mine.iter().enumerate() {
+            let in_rep = || peers.iter().filter_map(|&p| of(p).get(rep));
+            let best_rate = in_rep().map(rate).fold(f64::NAN, f64::max);
+            let best_cpu = in_rep().map(cpu).fold(f64::NAN, f64::min);
+            low = low.min(rate(s) / best_rate);
+            high = high.max(cpu(s) / best_cpu);
+        }
+        out.insert(k, (low, high));
+    }
+    out
+}
+
 fn print_sequential(server: &str, o: &Options, samples: &BTreeMap<(usize, usize), Vec<Sample>>) {
     println!("\n### {server}, sequential\n");
     println!(
-        "| publisher | callers | msg/s | vs best Rust peer | client CPU µs / msg | \
-         CPU vs best peer | context switches / msg | syscalls / msg | \
+        "| publisher | callers | msg/s | vs best Rust peer | worst rep | client CPU µs / msg | \
+         CPU vs best peer | worst rep | context switches / msg | syscalls / msg | \
          socket writes / msg | eventfd wakes / msg | allocs / msg | server CPU µs / msg |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &conc in &o.conc {
         let (rows, best_rate, best_cpu) = rows_of(conc, samples);
+        let worst = worst_reps(conc, samples);
         for (kind, r) in &rows {
+            let k = Kind::ALL
+                .iter()
+                .position(|x| x == kind)
+                .unwrap_or(usize::MAX);
+            let (low, high) = worst.get(&k).copied().unwrap_or((f64::NAN, f64::NAN));
             println!(
-                "| {} | {} | {:.0} | {:.2} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
                 kind.name(),
                 submitters(*kind, conc, true),
                 r.rate,
                 r.rate / best_rate,
+                low,
                 r.cpu_per_m,
                 r.cpu_per_m / best_cpu,
+                high,
                 opt(r.switches, 2),
                 opt(r.syscalls, 1),
                 opt(r.per_write.map(|w| 1.0 / w), 2),

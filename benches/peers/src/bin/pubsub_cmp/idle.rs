@@ -45,7 +45,10 @@ pub fn run() {
     for (kind, child) in children {
         let out = child.wait_with_output().expect("idle subscriber ends");
         assert!(out.status.success(), "idle subscriber failed");
-        rows.push((kind, String::from_utf8_lossy(&out.stdout).trim().to_string()));
+        rows.push((
+            kind,
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        ));
     }
     println!(
         "| server | idle, {CHANNELS} channels, {SECS} s: wake-ups/s, shardsub (threads), crate \

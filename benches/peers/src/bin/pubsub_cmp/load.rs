@@ -243,8 +243,8 @@ pub fn measure(kind: testkit::ServerKind, who: Who, load: Load) -> Row {
     let start = Instant::now();
     let (published, publisher) = match load {
         Load::C { n, probes } => {
-            let paced = (probes > 0.0)
-                .then(|| pace(server.addr(), probes, load.stamped(), stop.clone()));
+            let paced =
+                (probes > 0.0).then(|| pace(server.addr(), probes, load.stamped(), stop.clone()));
             publish(&server, n);
             stop.store(true, Ordering::Relaxed);
             let (p, u) = paced.map_or((0, Usage::default()), |t| t.join().unwrap());

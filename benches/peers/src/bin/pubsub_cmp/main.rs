@@ -79,7 +79,10 @@ fn report(kind: &str, who: &str, protocol: &str, rounds: &[Row], peer: Option<&[
         rounds.first().map_or(0, |r| r.connections),
         each(&|r| format!("{:.0}", r.seen as f64 / r.secs)),
         each(&|r| format!("{:.2}", cpu_per_m(r))),
-        each(&|r| format!("{:.0}", r.used.switches() as f64 * 1e6 / r.seen.max(1) as f64)),
+        each(&|r| format!(
+            "{:.0}",
+            r.used.switches() as f64 * 1e6 / r.seen.max(1) as f64
+        )),
     );
 }
 
@@ -114,7 +117,13 @@ fn main() {
         // Profiling aid: only shardsub's default row, once per server.
         for kind in kinds() {
             let row = measure(kind, tuned(1, Resp3, None), load);
-            report(kind.name(), "shardsub PubSub (default)", "RESP3", &[row], None);
+            report(
+                kind.name(),
+                "shardsub PubSub (default)",
+                "RESP3",
+                &[row],
+                None,
+            );
         }
         return;
     }

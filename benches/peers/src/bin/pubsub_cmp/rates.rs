@@ -85,7 +85,11 @@ fn verdict((median, worst): (f64, f64), limit: f64, unit: &str) -> String {
     } else if median <= limit {
         format!("median met, worst +{:.2}{unit}", worst - limit)
     } else {
-        format!("+{:.2}{unit} (worst +{:.2}{unit})", median - limit, worst - limit)
+        format!(
+            "+{:.2}{unit} (worst +{:.2}{unit})",
+            median - limit,
+            worst - limit
+        )
     }
 }
 
@@ -205,12 +209,20 @@ fn print_row(server: &str, rate: &str, load: Load, runs: &[Vec<Row>]) {
         .iter()
         .zip(SUBSCRIBERS)
         .filter_map(|(rows, (who, _))| {
-            let lost: u64 = rows.iter().map(|r| r.published.saturating_sub(r.seen)).sum();
+            let lost: u64 = rows
+                .iter()
+                .map(|r| r.published.saturating_sub(r.seen))
+                .sum();
             let dropped: u64 = rows.iter().map(|r| r.dropped).sum();
-            (lost > 0).then(|| format!("{who}: {lost} lost, {dropped} of them dropped (queue full)"))
+            (lost > 0)
+                .then(|| format!("{who}: {lost} lost, {dropped} of them dropped (queue full)"))
         })
         .collect();
-    let targets = [targets].into_iter().chain(lost).collect::<Vec<_>>().join("; ");
+    let targets = [targets]
+        .into_iter()
+        .chain(lost)
+        .collect::<Vec<_>>()
+        .join("; ");
     println!(
         "| {server} | {rate} | {} | {} | {}, {} | {} | {} | {targets} |",
         three(&cpu_us, &num),
