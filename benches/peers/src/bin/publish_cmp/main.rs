@@ -290,9 +290,9 @@ fn print_sequential(server: &str, o: &Options, samples: &BTreeMap<(usize, usize)
     println!(
         "| publisher | callers | msg/s | vs best Rust peer | worst rep | client CPU µs / msg | \
          CPU vs best peer | worst rep | context switches / msg | syscalls / msg | \
-         socket writes / msg | eventfd wakes / msg | allocs / msg | server CPU µs / msg |"
+         eventfd wakes / msg | allocs / msg | server CPU µs / msg |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &conc in &o.conc {
         let (rows, best_rate, best_cpu) = rows_of(conc, samples);
         let worst = worst_reps(conc, samples);
@@ -303,7 +303,7 @@ fn print_sequential(server: &str, o: &Options, samples: &BTreeMap<(usize, usize)
                 .unwrap_or(usize::MAX);
             let (low, high) = worst.get(&k).copied().unwrap_or((f64::NAN, f64::NAN));
             println!(
-                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} |",
                 kind.name(),
                 submitters(*kind, conc, true),
                 r.rate,
@@ -314,7 +314,6 @@ fn print_sequential(server: &str, o: &Options, samples: &BTreeMap<(usize, usize)
                 high,
                 opt(r.switches, 2),
                 opt(r.syscalls, 1),
-                opt(r.per_write.map(|w| 1.0 / w), 2),
                 opt(r.wakes, 2),
                 opt(r.allocs, 1),
                 r.server_per_m,
