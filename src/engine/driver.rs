@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::{Interest, Registry, Token};
 
@@ -86,6 +86,13 @@ pub(crate) struct ConnDriver {
     /// Not reading until then (the socket is deregistered): the last turn
     /// was busy (see [`Settings::read_pause`]).
     paused_until: Option<Instant>,
+    /// When the last read turn that got bytes began.
+    last_read: Option<Instant>,
+    /// The next read turn is the first after a pause.
+    resumed: bool,
+    /// The bytes of the small read turn that began the current run of
+    /// short pauses (see [`ConnDriver::pause_reading`]).
+    chain_unit: usize,
     /// A connection ended: the next connect is a reconnect (a server given
     /// by name is looked up again first).
     reconnecting: bool,
@@ -94,6 +101,11 @@ pub(crate) struct ConnDriver {
 /// A read turn of at least this many bytes makes a connection busy (see
 /// [`Settings::read_pause`]).
 pub(crate) const BUSY_READ: usize = 8 * 1024;
+
+/// The part of [`Settings::read_pause`] that read turns closer together
+/// than it (or one after a pause that found something) pause for: a
+/// steady stream of small reads is paused for half the delay.
+const FREQUENT_PART: u32 = 2;
 
 impl ConnDriver {
     pub(crate) fn new(
@@ -134,6 +146,9 @@ impl ConnDriver {
             deferring: false,
             later: Vec::new(),
             paused_until: None,
+            last_read: None,
+            resumed: false,
+            chain_unit: 0,
             reconnecting: false,
         }
     }
@@ -499,6 +514,8 @@ impl ConnDriver {
 
     fn read(&mut self, registry: &Registry, mut now: Instant) {
         self.more_to_read = false;
+        let began = now;
+        let resumed = std::mem::take(&mut self.resumed);
         let (Some(core), Some(socket)) = (&mut self.core, &mut self.socket) else {
             return;
         };
@@ -557,18 +574,42 @@ impl ConnDriver {
                 }
             }
         }
+        let short = self.settings.read_pause / FREQUENT_PART;
+        let frequent = match resumed {
+            // The pause gathered at least two reads' worth: go on.
+            true => got > 0 && got >= 2 * self.chain_unit,
+            false => {
+                got > 0
+                    && self
+                        .last_read
+                        .is_some_and(|t| began.duration_since(t) < short)
+            }
+        };
+        if frequent && !resumed {
+            self.chain_unit = got;
+        }
+        if got > 0 {
+            self.last_read = Some(began);
+        }
         if got >= BUSY_READ {
-            self.pause_reading(registry, now);
+            self.pause_reading(registry, now, self.settings.read_pause);
+        } else if frequent {
+            self.pause_reading(registry, now, short);
         }
         self.after_io(registry, now);
     }
 
     /// After a busy read turn that emptied the socket: stops reading for
-    /// [`Settings::read_pause`] (deregistered, so arriving data does not
-    /// wake the thread), unless there is more to read now, the read side
-    /// closed, or the connection waits to write.
-    fn pause_reading(&mut self, registry: &Registry, now: Instant) {
-        let pause = self.settings.read_pause;
+    /// `pause` (deregistered, so arriving data does not wake the thread),
+    /// unless there is more to read now, the read side closed, or the
+    /// connection waits to write. Busy: the turn took [`BUSY_READ`] bytes
+    /// (paused for [`Settings::read_pause`]), or it read something less
+    /// than a [`FREQUENT_PART`] of that after the last turn that did
+    /// (paused for that part): a stream of small messages is read in
+    /// batches too. The first turn after such a pause pauses again when it
+    /// read at least twice what began them (the stream goes on); a slower
+    /// one, where a pause gathers one message, ends them.
+    fn pause_reading(&mut self, registry: &Registry, now: Instant, pause: Duration) {
         if pause.is_zero() || self.more_to_read || self.hangup || self.write_interest {
             return;
         }
@@ -603,6 +644,7 @@ impl ConnDriver {
             }
         }
         self.more_to_read = true;
+        self.resumed = true;
     }
 
     /// Dispatches events and tears down a connection the core has closed.
@@ -917,6 +959,9 @@ impl ConnDriver {
         }
         self.more_to_read = false;
         self.paused_until = None;
+        self.last_read = None;
+        self.resumed = false;
+        self.chain_unit = 0;
         self.write_interest = false;
         self.write_blocked = false;
         if let Some(mut core) = self.core.take() {

@@ -280,7 +280,10 @@ impl PubSubBuilder {
     /// writes fall). It then stops reading for this long (the kernel holds
     /// what arrives meanwhile) and reads it all in one go: one wake-up of
     /// its I/O thread, and of each worker it brings messages, per delay
-    /// instead of one per segment the server writes. (Whatever the delay,
+    /// instead of one per segment the server writes. A stream of small
+    /// messages, reads less than half this apart (a few thousand messages
+    /// a second and more on the connection), pauses for half of it, and
+    /// again after each pause that found something. (Whatever the delay,
     /// a read wakes each worker once, at its end, or when it fills a
     /// quarter of the worker's queue.)
     ///
@@ -291,8 +294,9 @@ impl PubSubBuilder {
     /// wait up to this long more before its handler runs. Nothing is
     /// dropped for it (a 1 ms pause at 100 MB/s holds 100 KB in the
     /// kernel's buffers, far below any server's output buffer limit), and
-    /// at low rates nothing waits. Set zero where each message's latency
-    /// under load matters more than the CPU.
+    /// when messages come further apart than half the delay, nothing
+    /// waits. Set zero where each message's latency under load matters
+    /// more than the CPU.
     pub fn delivery_delay(mut self, d: Duration) -> Self {
         self.common.delivery_delay = d;
         self
