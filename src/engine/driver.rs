@@ -88,6 +88,9 @@ pub(crate) struct ConnDriver {
     paused_until: Option<Instant>,
     /// When the last read turn that got bytes began.
     last_read: Option<Instant>,
+    /// A moving average of the time between read turns that got bytes
+    /// (each new gap weighs a quarter, capped at [`GAP_CAP`] short pauses).
+    gap_avg: Duration,
     /// The next read turn is the first after a pause.
     resumed: bool,
     /// The bytes of the small read turn that began the current run of
@@ -106,6 +109,11 @@ pub(crate) const BUSY_READ: usize = 8 * 1024;
 /// than it (or one after a pause that found something) pause for: a
 /// steady stream of small reads is paused for half the delay.
 const FREQUENT_PART: u32 = 2;
+
+/// The longest gap between reads the average of
+/// [`ConnDriver`]'s `gap_avg` takes in, in short pauses: after a silence
+/// a steady stream pauses again within a dozen reads.
+const GAP_CAP: u32 = 8;
 
 impl ConnDriver {
     pub(crate) fn new(
@@ -147,6 +155,7 @@ impl ConnDriver {
             later: Vec::new(),
             paused_until: None,
             last_read: None,
+            gap_avg: Duration::MAX,
             resumed: false,
             chain_unit: 0,
             reconnecting: false,
@@ -575,21 +584,25 @@ impl ConnDriver {
             }
         }
         let short = self.settings.read_pause / FREQUENT_PART;
+        if got > 0 {
+            let cap = short.saturating_mul(GAP_CAP);
+            let gap = self
+                .last_read
+                .map_or(cap, |t| began.duration_since(t).min(cap));
+            self.gap_avg = match self.gap_avg {
+                Duration::MAX => gap,
+                avg => (avg.min(cap) * 3 + gap) / 4,
+            };
+            self.last_read = Some(began);
+        }
         let frequent = match resumed {
             // The pause gathered at least two reads' worth: go on.
             true => got > 0 && got >= 2 * self.chain_unit,
-            false => {
-                got > 0
-                    && self
-                        .last_read
-                        .is_some_and(|t| began.duration_since(t) < short)
-            }
+            // Reads come closer than half the short pause, on average.
+            false => got > 0 && self.gap_avg < short / 2,
         };
         if frequent && !resumed {
             self.chain_unit = got;
-        }
-        if got > 0 {
-            self.last_read = Some(began);
         }
         if got >= BUSY_READ {
             self.pause_reading(registry, now, self.settings.read_pause);
@@ -603,10 +616,10 @@ impl ConnDriver {
     /// `pause` (deregistered, so arriving data does not wake the thread),
     /// unless there is more to read now, the read side closed, or the
     /// connection waits to write. Busy: the turn took [`BUSY_READ`] bytes
-    /// (paused for [`Settings::read_pause`]), or it read something less
-    /// than a [`FREQUENT_PART`] of that after the last turn that did
-    /// (paused for that part): a stream of small messages is read in
-    /// batches too. The first turn after such a pause pauses again when it
+    /// (paused for [`Settings::read_pause`]), or it read something while
+    /// such turns have come less than half a [`FREQUENT_PART`] of that
+    /// apart on average (paused for that part): a steady stream of small
+    /// messages is read in batches too. The first turn after such a pause pauses again when it
     /// read at least twice what began them (the stream goes on); a slower
     /// one, where a pause gathers one message, ends them.
     fn pause_reading(&mut self, registry: &Registry, now: Instant, pause: Duration) {
@@ -960,6 +973,7 @@ impl ConnDriver {
         self.more_to_read = false;
         self.paused_until = None;
         self.last_read = None;
+        self.gap_avg = Duration::MAX;
         self.resumed = false;
         self.chain_unit = 0;
         self.write_interest = false;

@@ -355,26 +355,23 @@ fn a_busy_connection_stops_reading_for_its_read_pause() {
     );
 }
 
-/// How long after the second of two small pushes 5 ms apart the engine
-/// saw a third that the server sent 30 ms after the second, with `pause`
-/// as its read pause.
-fn third_of_a_small_stream(pause: Duration) -> Duration {
+/// How long the engine took to see 16 small pushes that the server sends
+/// 5 ms apart (75 ms from the first to the last), with `pause` as its
+/// read pause.
+fn small_stream_seen_within(pause: Duration) -> Duration {
     use testkit::{FakeServer, Step};
     let mut hello = Vec::new();
     resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
-    let fake = FakeServer::start(vec![
+    let mut script = vec![
         Step::expect(hello),
         Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
-        // Longer than half the pause: the reply to `HELLO` is no reason.
-        Step::Delay(Duration::from_millis(250)),
-        Step::send(push(b"first")),
-        Step::Delay(Duration::from_millis(5)),
-        Step::send(push(b"second")),
-        Step::Delay(Duration::from_millis(30)),
-        Step::send(push(b"third")),
-        Step::Silence,
-    ])
-    .unwrap();
+    ];
+    for i in 0..16 {
+        script.push(Step::Delay(Duration::from_millis(5)));
+        script.push(Step::send(push(format!("{i}").as_bytes())));
+    }
+    script.push(Step::Silence);
+    let fake = FakeServer::start(script).unwrap();
     let times = std::sync::Arc::new(PushTimes::default());
     let engine = Engine::builder()
         .address(fake.addr().to_string())
@@ -383,25 +380,23 @@ fn third_of_a_small_stream(pause: Duration) -> Duration {
         .read_pause(pause)
         .build()
         .unwrap();
-    wait_pushes(&times, 3);
+    wait_pushes(&times, 16);
     engine.shutdown();
     let t = times.0.lock();
-    t[2].duration_since(t[1])
+    t[15].duration_since(t[0])
 }
 
-/// Small reads closer together than half the read pause stop the reading
-/// for that half: a steady stream of small messages is read in batches
-/// (one wake-up per half pause), not one wake-up per message. Without a
-/// pause, the third push is seen when it comes.
+/// Small reads that keep coming, on average closer together than a
+/// quarter of the read pause, stop the reading for half of it: a steady
+/// stream of small messages is read in batches (one wake-up per half
+/// pause), not one wake-up per message. Without a pause, each push is
+/// seen when it comes.
 #[test]
-fn small_reads_close_together_pause_for_half_the_read_pause() {
+fn a_steady_stream_of_small_reads_pauses_for_half_the_read_pause() {
     let pause = Duration::from_millis(400);
-    let paused = third_of_a_small_stream(pause);
-    assert!(
-        paused >= pause / 2 - Duration::from_millis(40),
-        "{paused:?}"
-    );
-    let unpaused = third_of_a_small_stream(Duration::ZERO);
+    let paused = small_stream_seen_within(pause);
+    assert!(paused >= Duration::from_millis(150), "{paused:?}");
+    let unpaused = small_stream_seen_within(Duration::ZERO);
     assert!(unpaused < Duration::from_millis(150), "{unpaused:?}");
 }
 
