@@ -119,8 +119,8 @@ pub(crate) struct Settings {
     /// and left the socket empty, the connection stops reading for this
     /// long, so the next turn finds more to read: one wake-up of the I/O
     /// thread (and of the workers) per pause instead of one per arriving
-    /// segment. Smaller read turns closer together than half of it pause
-    /// for that half. Zero: never (every connection but the Pub/Sub
+    /// segment. Smaller read turns less than a quarter of it apart on
+    /// average pause for half of it. Zero: never (every connection but the Pub/Sub
     /// subscribers', which take
     /// [`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
     pub(crate) read_pause: Duration,

@@ -280,12 +280,12 @@ impl PubSubBuilder {
     /// writes fall). It then stops reading for this long (the kernel holds
     /// what arrives meanwhile) and reads it all in one go: one wake-up of
     /// its I/O thread, and of each worker it brings messages, per delay
-    /// instead of one per segment the server writes. A stream of small
-    /// messages, reads less than half this apart (a few thousand messages
-    /// a second and more on the connection), pauses for half of it, and
-    /// again after each pause that found something. (Whatever the delay,
-    /// a read wakes each worker once, at its end, or when it fills a
-    /// quarter of the worker's queue.)
+    /// instead of one per segment the server writes. A steady stream of
+    /// small messages (reads less than a quarter of this apart on average:
+    /// about 4,000 messages a second and more on the connection) pauses
+    /// for half of it, and again after each pause that gathered two
+    /// reads' worth. (Whatever the delay, a read wakes each worker once,
+    /// at its end, or when it fills a quarter of the worker's queue.)
     ///
     /// In BENCHMARKS.md's subscriber side by side with the `redis` crate
     /// this takes shardsub's CPU per delivered message to well under half
@@ -294,9 +294,8 @@ impl PubSubBuilder {
     /// wait up to this long more before its handler runs. Nothing is
     /// dropped for it (a 1 ms pause at 100 MB/s holds 100 KB in the
     /// kernel's buffers, far below any server's output buffer limit), and
-    /// when messages come further apart than half the delay, nothing
-    /// waits. Set zero where each message's latency under load matters
-    /// more than the CPU.
+    /// at lower rates nothing waits. Set zero where each message's latency
+    /// under load matters more than the CPU.
     pub fn delivery_delay(mut self, d: Duration) -> Self {
         self.common.delivery_delay = d;
         self
