@@ -278,26 +278,22 @@ fn push(payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A fake server that answers `HELLO 3`, writes a 16 KiB burst of 16
-/// pushes at once (a busy read turn) and then plays `then`; and an engine
-/// with `read_pause` and `request_timeout` on it, its pushes timed. Returns
-/// once the engine has seen the burst.
-fn after_a_burst(
-    then: Vec<testkit::Step>,
+/// A fake server that answers `HELLO 3` and then plays `script`; and an
+/// engine with `read_pause` and `request_timeout` on it, its pushes timed.
+fn timed_pushes(
+    script: Vec<testkit::Step>,
     pause: Duration,
     request_timeout: Duration,
 ) -> (testkit::FakeServer, Engine, std::sync::Arc<PushTimes>) {
     use testkit::{FakeServer, Step};
     let mut hello = Vec::new();
     resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
-    let burst: Vec<u8> = (0..16).flat_map(|_| push(&[b'x'; 1024])).collect();
-    let mut script = vec![
+    let mut steps = vec![
         Step::expect(hello),
         Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
-        Step::send(burst),
     ];
-    script.extend(then);
-    let fake = FakeServer::start(script).unwrap();
+    steps.extend(script);
+    let fake = FakeServer::start(steps).unwrap();
     let times = std::sync::Arc::new(PushTimes::default());
     let engine = Engine::builder()
         .address(fake.addr().to_string())
@@ -307,6 +303,20 @@ fn after_a_burst(
         .read_pause(pause)
         .build()
         .unwrap();
+    (fake, engine, times)
+}
+
+/// [`timed_pushes`] with a 16 KiB burst of 16 pushes at once (a busy read
+/// turn) before `then`. Returns once the engine has seen the burst.
+fn after_a_burst(
+    then: Vec<testkit::Step>,
+    pause: Duration,
+    request_timeout: Duration,
+) -> (testkit::FakeServer, Engine, std::sync::Arc<PushTimes>) {
+    let burst: Vec<u8> = (0..16).flat_map(|_| push(&[b'x'; 1024])).collect();
+    let mut script = vec![testkit::Step::send(burst)];
+    script.extend(then);
+    let (fake, engine, times) = timed_pushes(script, pause, request_timeout);
     wait_pushes(&times, 16);
     (fake, engine, times)
 }
@@ -359,27 +369,14 @@ fn a_busy_connection_stops_reading_for_its_read_pause() {
 /// 5 ms apart (75 ms from the first to the last), with `pause` as its
 /// read pause.
 fn small_stream_seen_within(pause: Duration) -> Duration {
-    use testkit::{FakeServer, Step};
-    let mut hello = Vec::new();
-    resp::encode_command(&mut hello, [&b"HELLO"[..], b"3"]);
-    let mut script = vec![
-        Step::expect(hello),
-        Step::send(b"%1\r\n$6\r\nserver\r\n$4\r\nfake\r\n"),
-    ];
+    use testkit::Step;
+    let mut script = Vec::new();
     for i in 0..16 {
         script.push(Step::Delay(Duration::from_millis(5)));
         script.push(Step::send(push(format!("{i}").as_bytes())));
     }
     script.push(Step::Silence);
-    let fake = FakeServer::start(script).unwrap();
-    let times = std::sync::Arc::new(PushTimes::default());
-    let engine = Engine::builder()
-        .address(fake.addr().to_string())
-        .io_threads(1)
-        .observer(times.clone())
-        .read_pause(pause)
-        .build()
-        .unwrap();
+    let (_fake, engine, times) = timed_pushes(script, pause, BOUND);
     wait_pushes(&times, 16);
     engine.shutdown();
     let t = times.0.lock();
