@@ -26,7 +26,11 @@
 //! ([`super::hold`]) up to [`PubSubBuilder::publish_hold`], and sent to
 //! the slot's owner once one is reachable. A slot whose route moves is
 //! gated until a `PING` on the old route has been answered, so publishes
-//! sent there are acknowledged before any goes to the new owner.
+//! sent there are acknowledged before any goes to the new owner, and until
+//! a marker published through the old node has come back from the new
+//! owner or was refused (an old node that became the owner's replica
+//! forwards what it took over the cluster bus, later); with no new owner
+//! known yet, the marker waits for one (see `gate`).
 //!
 //! [`PubSubBuilder::max_redirects`]: crate::PubSubBuilder::max_redirects
 //! [`PubSubBuilder::retry_window`]: crate::PubSubBuilder::retry_window
