@@ -117,19 +117,30 @@ impl Driver {
     /// (the caller holds the routes' write lock: no publish slips
     /// between), then the caller calls [`Driver::run_gates`], which sends
     /// the barriers after every publish the old routes took.
+    ///
+    /// Slots leaving for no known owner get a gate each: they may go to
+    /// different owners later, and each gate marks through the old node
+    /// to its own slot's owner (one marker to the wrong owner would be
+    /// refused and open the gate while the old node forwards to another).
     fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
         for m in moves {
             let (from, to) = (m.from.addr, m.to.as_ref().map(|r| r.addr));
-            let Some(&first) = m.slots.first() else {
-                continue;
+            let groups: Vec<Vec<u16>> = match to {
+                Some(_) => vec![m.slots],
+                None => m.slots.into_iter().map(|s| vec![s]).collect(),
             };
-            let token = self.close_gate(m.from.engine, to, first);
-            log::debug!(
-                "cluster: gate {token} closed: {} slots from {from} to {to:?}",
-                m.slots.len()
-            );
-            for slot in m.slots {
-                self.s.hold.gate(slot, token);
+            for slots in groups {
+                let Some(&first) = slots.first() else {
+                    continue;
+                };
+                let token = self.close_gate(m.from.engine.clone(), to, first);
+                log::debug!(
+                    "cluster: gate {token} closed: {} slots from {from} to {to:?}",
+                    slots.len()
+                );
+                for slot in slots {
+                    self.s.hold.gate(slot, token);
+                }
             }
         }
     }

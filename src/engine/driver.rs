@@ -105,9 +105,9 @@ pub(crate) struct ConnDriver {
 /// [`Settings::read_pause`]).
 pub(crate) const BUSY_READ: usize = 8 * 1024;
 
-/// The part of [`Settings::read_pause`] that read turns closer together
-/// than it (or one after a pause that found something) pause for: a
-/// steady stream of small reads is paused for half the delay.
+/// The part of [`Settings::read_pause`] that a steady stream of small
+/// reads (on average less than half this part apart) pauses for: half
+/// the delay.
 const FREQUENT_PART: u32 = 2;
 
 /// The longest gap between reads the average of
@@ -601,7 +601,9 @@ impl ConnDriver {
             // Reads come closer than half the short pause, on average.
             false => got > 0 && self.gap_avg < short / 2,
         };
-        if frequent && !resumed {
+        // What began the pauses: a later turn must read twice it to go on
+        // (after a busy pause too: a chain never runs on a stale unit).
+        if (frequent || got >= BUSY_READ) && !resumed {
             self.chain_unit = got;
         }
         if got >= BUSY_READ {
