@@ -125,11 +125,11 @@ impl Driver {
     fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
         for m in moves {
             let (from, to) = (m.from.addr, m.to.as_ref().map(|r| r.addr));
-            let groups: Vec<Vec<u16>> = match to {
-                Some(_) => vec![m.slots],
-                None => m.slots.into_iter().map(|s| vec![s]).collect(),
+            let per_gate = match to {
+                Some(_) => m.slots.len().max(1),
+                None => 1,
             };
-            for slots in groups {
+            for slots in m.slots.chunks(per_gate) {
                 let Some(&first) = slots.first() else {
                     continue;
                 };
@@ -138,7 +138,7 @@ impl Driver {
                     "cluster: gate {token} closed: {} slots from {from} to {to:?}",
                     slots.len()
                 );
-                for slot in slots {
+                for &slot in slots {
                     self.s.hold.gate(slot, token);
                 }
             }

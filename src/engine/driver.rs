@@ -621,9 +621,10 @@ impl ConnDriver {
     /// (paused for [`Settings::read_pause`]), or it read something while
     /// such turns have come less than half a [`FREQUENT_PART`] of that
     /// apart on average (paused for that part): a steady stream of small
-    /// messages is read in batches too. The first turn after such a pause pauses again when it
-    /// read at least twice what began them (the stream goes on); a slower
-    /// one, where a pause gathers one message, ends them.
+    /// messages is read in batches too. The first turn after such a pause
+    /// pauses again when it read at least twice what began them (the
+    /// stream goes on); a slower one, where a pause gathers one message,
+    /// ends them.
     fn pause_reading(&mut self, registry: &Registry, now: Instant, pause: Duration) {
         if pause.is_zero() || self.more_to_read || self.hangup || self.write_interest {
             return;
