@@ -19,12 +19,14 @@ mod raw_pipe;
 #[path = "pubsub_support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shardsub::PubSub;
 use support::{channel, process_cpu, rss_bytes, server_cpu, server_memory};
+use testkit::threads::{cpu_by_thread, cpu_since};
 use testkit::{kinds, Server};
 
 const BOUND: Duration = Duration::from_secs(60);
@@ -95,6 +97,7 @@ fn main() {
         let rss_before = rss_bytes();
         let mem_before = server_memory(&server);
         let cpu_before = process_cpu();
+        let threads_before = cpu_by_thread();
         let scpu_before = server_cpu(&server);
         let t0 = Instant::now();
         ps.subscribe(&chans).unwrap();
@@ -102,6 +105,7 @@ fn main() {
         let ok = ps.wait_active(&chans, BOUND).is_ok();
         let active = t0.elapsed();
         let cpu = (process_cpu() - cpu_before).as_secs_f64();
+        let split = by_thread(&threads_before);
         let scpu = server_cpu(&server) - scpu_before;
         let rss = rss_bytes().saturating_sub(rss_before);
         let server_mem = server_memory(&server) - mem_before;
@@ -112,7 +116,7 @@ fn main() {
             ms(queued)
         );
         println!(
-            "| {name} | … every channel confirmed (`wait_active`) | {:.0} ms | ok={ok}, {} SUBSCRIBE commands over 4 connections, client CPU {cpu:.2} s, server CPU {scpu:.2} s |",
+            "| {name} | … every channel confirmed (`wait_active`) | {:.0} ms | ok={ok}, {} SUBSCRIBE commands over 4 connections, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
             ms(active),
             m.subscribe_commands
         );
@@ -132,6 +136,7 @@ fn main() {
         // Kill every subscribe connection; the engine reconnects,
         // signals the gap and resubscribes everything.
         let cpu_before = process_cpu();
+        let threads_before = cpu_by_thread();
         let scpu_before = server_cpu(&server);
         let t0 = Instant::now();
         let _ = server.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]);
@@ -144,6 +149,7 @@ fn main() {
         let ok = ps.wait_active(&chans, BOUND).is_ok();
         let active = t0.elapsed();
         let cpu = (process_cpu() - cpu_before).as_secs_f64();
+        let split = by_thread(&threads_before);
         let scpu = server_cpu(&server) - scpu_before;
         let before = seen.load(Ordering::Relaxed);
         for c in &chans {
@@ -155,7 +161,7 @@ fn main() {
         let all = t0.elapsed();
         let m = ps.metrics();
         println!(
-            "| {name} | CLIENT KILL TYPE pubsub → every channel confirmed again | {:.0} ms | ok={ok}, {} reconnects, {} channels in gap events, client CPU {cpu:.2} s, server CPU {scpu:.2} s |",
+            "| {name} | CLIENT KILL TYPE pubsub → every channel confirmed again | {:.0} ms | ok={ok}, {} reconnects, {} channels in gap events, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
             ms(active),
             m.reconnects,
             m.gap_channels
@@ -177,6 +183,25 @@ fn main() {
         );
         ps.shutdown();
     }
+}
+
+/// The client's CPU since `before` by thread: the caller (this process's
+/// own threads: subscribing and waiting), the control thread, the I/O
+/// threads and the workers, in seconds.
+fn by_thread(before: &BTreeMap<String, f64>) -> String {
+    let spent = cpu_since(before, &cpu_by_thread());
+    let of = |name: &str| spent.get(name).copied().unwrap_or(0.0);
+    let caller: f64 = spent
+        .iter()
+        .filter(|(name, _)| !name.starts_with("shardsub-"))
+        .map(|(_, s)| s)
+        .sum();
+    format!(
+        "caller {caller:.2}, control {:.2}, I/O {:.2}, workers {:.2}",
+        of("shardsub-contro"),
+        of("shardsub-io"),
+        of("shardsub-worker")
+    )
 }
 
 fn ms(d: Duration) -> f64 {

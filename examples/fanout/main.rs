@@ -264,6 +264,7 @@ fn run(o: &Options) -> Result<bool, String> {
         gap_events: node::total(&inst.fleet, |x| &x.gap_events),
         client_cpu: library_cpu,
         demo_cpu,
+        library_threads: testkit::threads::threads_named("shardsub-"),
         nodes: views
             .into_iter()
             .map(|v| {

@@ -36,6 +36,8 @@ pub struct Measured {
     pub client_cpu: f64,
     /// The rest of the process's, s.
     pub demo_cpu: f64,
+    /// The library's threads at the end (`shardsub-*`).
+    pub library_threads: usize,
     /// Per node at the end: where it is, its counters over the run, its
     /// connections.
     pub nodes: Vec<(NodeView, Counters, Conns)>,
@@ -128,6 +130,7 @@ pub fn build(o: &Options, parts: &Partitions, m: &Measured) -> RunReport {
             unrecoverable: m.unrecoverable,
             client_cpu_s: m.client_cpu,
             demo_cpu_s: m.demo_cpu,
+            library_threads: m.library_threads as u64,
             server_cpu_s: server_cpu,
             client_cpu_s_per_million: per_m(m.client_cpu),
             server_cpu_s_per_million: per_m(server_cpu),

@@ -154,30 +154,15 @@ extern "C" {
 }
 
 /// CPU seconds so far of this process's threads named `shardsub-*`: the
-/// library's I/O, control and worker threads (the runtime's), from each
-/// thread's `/proc/self/task/*/schedstat` (nanoseconds on a CPU). The
-/// demo's own threads (publishing loop, accounting, live view) are not in
-/// it.
+/// library's I/O, control and worker threads (the runtime's), from
+/// [`testkit::threads::cpu_by_thread`]. The demo's own threads
+/// (publishing loop, accounting, live view) are not in it.
 pub fn library_cpu() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    let mut ns = 0u64;
-    for t in tasks.flatten() {
-        let path = t.path();
-        let named =
-            std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.starts_with("shardsub-"));
-        if !named {
-            continue;
-        }
-        let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
-        ns += stat
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    ns as f64 / 1e9
+    testkit::threads::cpu_by_thread()
+        .iter()
+        .filter(|(name, _)| name.starts_with("shardsub-"))
+        .map(|(_, s)| s)
+        .sum()
 }
 
 /// User + system CPU seconds of this process (every thread) so far.

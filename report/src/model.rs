@@ -240,6 +240,10 @@ pub struct Totals {
     /// accounting, the live view), s: not the library's, not sized.
     #[serde(default)]
     pub demo_cpu_s: f64,
+    /// The library's threads (named `shardsub-*`) running at the end of
+    /// the run, for every instance together (0: not counted).
+    #[serde(default)]
+    pub library_threads: u64,
     /// Server CPU over the run, all nodes, s.
     pub server_cpu_s: f64,
     /// Client CPU seconds per million delivered messages.
@@ -343,6 +347,8 @@ mod tests {
         let mut value = serde_json::to_value(full()).expect("to value");
         let obj = value.as_object_mut().expect("object");
         obj.remove("sizing");
+        let totals = obj["totals"].as_object_mut().expect("totals");
+        totals.remove("library_threads");
         for s in obj["samples"].as_array_mut().expect("samples") {
             let s = s.as_object_mut().expect("sample");
             s.remove("server_cpu_cores");
@@ -350,6 +356,7 @@ mod tests {
         }
         let back: RunReport = serde_json::from_value(value).expect("old file loads");
         assert!(back.sizing.is_none());
+        assert_eq!(back.totals.library_threads, 0);
         assert!(back.samples.iter().all(|s| s.server_cpu_cores.is_none()));
     }
 

@@ -242,6 +242,7 @@ fn build(shape: &Shape) -> RunReport {
             unrecoverable: 0,
             client_cpu_s: client_cpu,
             demo_cpu_s: client_cpu / 4.0,
+            library_threads: 5,
             server_cpu_s: server_cpu,
             client_cpu_s_per_million: client_cpu / (delivered / 1e6),
             server_cpu_s_per_million: server_cpu / (delivered / 1e6),

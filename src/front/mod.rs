@@ -149,6 +149,10 @@ pub(crate) fn check_len(name: &[u8], what: &str) -> Result<(), Error> {
 /// lane, so each lane's lock is taken once per chunk.
 const CHUNK: usize = 4096;
 
+/// A call of at least this many names to subscribe reserves room in each
+/// lane's table first (see [`Front::set_wanted`]).
+const RESERVE_FROM: usize = 16 * CHUNK;
+
 impl Front {
     pub(crate) fn new(
         registry: Registry,
@@ -255,6 +259,14 @@ impl Front {
         }
         let mut chunk: Vec<I::Item> = Vec::with_capacity(CHUNK);
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(CHUNK);
+        // A call of many new names grows each lane's table once, to its
+        // share of the call as the first chunk shows it, rather than
+        // doubling it all the way (each doubling hashes every name the
+        // table holds again).
+        let mut expect = match want {
+            true => it.size_hint().0,
+            false => 0,
+        };
         loop {
             chunk.clear();
             chunk.extend(it.by_ref().take(CHUNK));
@@ -277,6 +289,9 @@ impl Front {
                 let Some(mut l) = self.registry.lane(lane) else {
                     continue;
                 };
+                if expect >= RESERVE_FROM {
+                    l.reserve(expect.saturating_mul(run.len()) / chunk.len());
+                }
                 let mut queued = false;
                 for &(_, i) in run {
                     if let Some(ch) = chunk.get(i as usize) {
@@ -288,6 +303,7 @@ impl Front {
                     dirty(lane);
                 }
             }
+            expect = 0;
         }
     }
 
@@ -322,5 +338,58 @@ impl Front {
             counters: &self.counters,
             active: &self.active,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::registry::{QUEUED, WANT};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    #[test]
+    fn a_large_call_reserves_each_lane_its_share_and_keeps_each_lanes_order() {
+        let lanes = 3;
+        let front = Front::new(
+            Registry::new(lanes, 7),
+            Vec::new(),
+            Arc::default(),
+            ActiveWait::new(true, Duration::from_secs(1)),
+            false,
+        );
+        let n = RESERVE_FROM + 3 * CHUNK + 17;
+        let names: Vec<Vec<u8>> = (0..n).map(|i| format!("c{i}").into_bytes()).collect();
+        let lane_of = |c: &[u8]| c.iter().map(|&b| usize::from(b)).sum::<usize>() % lanes;
+        let dirtied = AtomicUsize::new(0);
+        front
+            .set_wanted(&names, true, lane_of, |_| {
+                dirtied.fetch_add(1, Relaxed);
+            })
+            .expect("set");
+        assert!(dirtied.load(Relaxed) >= lanes);
+        let mut total = 0;
+        for lane in 0..lanes {
+            let l = front.registry.lane(lane).expect("lane");
+            let want: Vec<&[u8]> = names
+                .iter()
+                .map(Vec::as_slice)
+                .filter(|c| lane_of(c) == lane)
+                .collect();
+            let dirty: Vec<&[u8]> = l.dirty.iter().map(|c| c.as_bytes()).collect();
+            assert_eq!(
+                dirty, want,
+                "lane {lane}: every name once, in the call's order"
+            );
+            assert!(want.iter().all(|c| l.flags(c) == Some(WANT | QUEUED)));
+            // Reserved for its share, not for the whole call.
+            assert!(
+                l.map.capacity() < 4 * l.map.len(),
+                "lane {lane}: {} slots for {} names",
+                l.map.capacity(),
+                l.map.len()
+            );
+            total += l.map.len();
+        }
+        assert_eq!(total, n);
     }
 }

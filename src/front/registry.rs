@@ -159,6 +159,12 @@ impl Lane {
         queue
     }
 
+    /// Makes room for `more` names not yet in the table, beyond those it
+    /// holds (none when it already has the room).
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.map.reserve(more);
+    }
+
     /// Changes `channel`'s flags with `f`, if the lane knows it, and
     /// returns what `f` returned.
     pub(crate) fn update<R>(&self, channel: &[u8], f: impl FnOnce(&mut u8) -> R) -> Option<R> {

@@ -64,6 +64,7 @@ mod proxy;
 mod sentinel;
 mod server;
 mod servers;
+pub mod threads;
 mod tls;
 pub mod values;
 mod wake;

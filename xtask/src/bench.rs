@@ -293,10 +293,11 @@ fn table(
             render::criterion(rows, &ctx.target().join("criterion"), started)?
         }
         Render::SubscribeCost => render::subscribe_cost(&ctx.scratch())?,
+        Render::FleetInstances => render::fleet_instances(&ctx.scratch())?,
     };
     let mut note = note.map(str::to_string);
     if let Some(lock) = &ctx.lock {
-        let held = format!("steps run under `flock -x {}`", lock.display());
+        let held = format!("under `flock {}`", lock.display());
         note = Some(note.map_or(held.clone(), |n| format!("{n}; {held}")));
     }
     let heading = machine::Heading {

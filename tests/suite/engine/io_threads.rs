@@ -18,6 +18,7 @@ use shardsub::cluster::Mode;
 use shardsub::PubSub;
 use shardsub::Runtime;
 use testkit::accounting::Ledger;
+use testkit::threads::threads_named;
 use testkit::{Cluster, ServerKind};
 
 use crate::support::accounted;
@@ -26,15 +27,6 @@ use crate::support::channels;
 use crate::support::cluster::builder;
 
 const BOUND: Duration = Duration::from_secs(30);
-
-/// Threads of this process whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(prefix))
-        .count()
-}
 
 /// Waits (bounded) until exactly `expected` threads named `prefix…` run.
 fn assert_threads(prefix: &str, expected: usize, what: &str) {

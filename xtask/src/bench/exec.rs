@@ -40,6 +40,7 @@ impl Context {
 
     fn arg(&self, arg: &str) -> String {
         arg.replace("{peers_target}", &self.peers_target.display().to_string())
+            .replace("{scratch}", &self.scratch().display().to_string())
     }
 
     fn command(&self, cmd: &Cmd, env: &[(&'static str, String)], measured: bool) -> Command {

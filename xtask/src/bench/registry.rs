@@ -93,6 +93,22 @@ pub enum Render {
     /// Instructions per delivered message from callgrind totals at two
     /// round counts (`examples/subscribe_cost.rs`).
     SubscribeCost,
+    /// Library CPU of 1 and 200 instances side by side, from the fleet
+    /// demo's `report.json` files ([`fleet_report_dir`]).
+    FleetInstances,
+}
+
+/// Instances per run of the `fleet_instances` table: one, then many on
+/// the same runtime.
+pub const FLEET_ENGINES: [u32; 2] = [1, 200];
+
+/// Pairs of runs (one of each size, in turn) per server.
+pub const FLEET_PAIRS: u32 = 2;
+
+/// Where a `fleet_instances` run writes its report, under the scratch
+/// folder: `fleet_instances/<server>.<engines>.<pair>`.
+pub fn fleet_report_dir(server: &str, engines: u32, pair: u32) -> String {
+    format!("fleet_instances/{server}.{engines}.{pair}")
 }
 
 /// One table.

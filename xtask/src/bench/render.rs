@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::registry::COST_ROUNDS;
+use fleet_report::RunReport;
+
+use super::registry::{fleet_report_dir, COST_ROUNDS, FLEET_ENGINES, FLEET_PAIRS};
 
 /// Channels `examples/subscribe_cost.rs` publishes to each round.
 const COST_CHANNELS: u64 = 1000;
@@ -204,6 +206,83 @@ pub fn subscribe_cost(dir: &Path) -> Result<String, String> {
     Ok(out)
 }
 
+/// The `fleet_instances` table from the fleet demo's reports in `dir`: per
+/// server and instance count, each pair's library CPU per 1M delivered,
+/// and the many instances' against the one's of the same pair.
+pub fn fleet_instances(dir: &Path) -> Result<String, String> {
+    let read = |server: &str, engines: u32, pair: u32| -> Result<RunReport, String> {
+        let path = dir
+            .join(fleet_report_dir(server, engines, pair))
+            .join("report.json");
+        fleet_report::read_run(&path).map_err(|e| format!("fleet report {}: {e}", path.display()))
+    };
+    // One value per pair, or one for all when they agree.
+    let per_pair = |f: &dyn Fn(&RunReport) -> String, runs: &[RunReport]| {
+        let mut v: Vec<String> = runs.iter().map(f).collect();
+        if v.windows(2).all(|w| w[0] == w[1]) {
+            v.truncate(1);
+        }
+        v.join(" / ")
+    };
+    let mut out = String::from(
+        "| server | instances | library threads | delivered | library CPU s per 1M delivered | \
+         ÷ 1 instance | the demo's own CPU s per 1M | lost silently, duplicated, reordered | target |\n\
+         |---|---:|---:|---|---|---|---|---|---|\n",
+    );
+    for (kind, label) in [("redis", "Redis"), ("valkey", "Valkey")] {
+        let runs = |engines: u32| -> Result<Vec<RunReport>, String> {
+            (1..=FLEET_PAIRS).map(|p| read(kind, engines, p)).collect()
+        };
+        let one = runs(FLEET_ENGINES[0])?;
+        for engines in FLEET_ENGINES {
+            let these = runs(engines)?;
+            let t = |r: &RunReport| r.totals.clone();
+            let ratios: Vec<f64> = these
+                .iter()
+                .zip(&one)
+                .map(|(m, o)| {
+                    m.totals.client_cpu_s_per_million / o.totals.client_cpu_s_per_million.max(1e-9)
+                })
+                .collect();
+            let (ratio, target) = if engines == FLEET_ENGINES[0] {
+                (String::new(), String::new())
+            } else {
+                let worst = ratios.iter().copied().fold(0.0, f64::max);
+                let target = if worst <= 1.5 {
+                    "≤ 1.5×: met".to_string()
+                } else {
+                    format!("≤ 1.5×: worst +{:.2}×", worst - 1.5)
+                };
+                let r: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+                (r.join(" / "), target)
+            };
+            let losses: u64 = these
+                .iter()
+                .map(|r| r.totals.lost_silent + r.totals.duplicated + r.totals.reordered)
+                .sum();
+            out.push_str(&format!(
+                "| {label} | {engines} | {} | {} | {} | {ratio} | {} | {} | {target} |\n",
+                per_pair(&|r| t(r).library_threads.to_string(), &these),
+                per_pair(&|r| thousands(t(r).delivered), &these),
+                per_pair(&|r| format!("{:.1}", t(r).client_cpu_s_per_million), &these),
+                per_pair(
+                    &|r| {
+                        let d = t(r).delivered.max(1) as f64 / 1e6;
+                        format!("{:.1}", t(r).demo_cpu_s / d)
+                    },
+                    &these
+                ),
+                if losses == 0 {
+                    "0, 0, 0".to_string()
+                } else {
+                    format!("{losses} (see the reports)")
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +303,40 @@ mod tests {
         );
         let err = tables(&[(None, "no table\n".to_string())]).unwrap_err();
         assert!(err.contains("step 1"), "{err}");
+    }
+
+    #[test]
+    fn fleet_instances_divides_each_pair_by_its_own_single_instance_run() {
+        let dir = std::env::temp_dir().join(format!("xtask-fleet-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (kind, many) in [("redis", 45.0), ("valkey", 60.0)] {
+            for pair in 1..=FLEET_PAIRS {
+                for engines in FLEET_ENGINES {
+                    let mut r = fleet_report::sample::synthetic();
+                    r.totals.client_cpu_s_per_million = match engines {
+                        1 => 30.0 + f64::from(pair - 1) * 10.0,
+                        _ => many,
+                    };
+                    r.totals.lost_silent = 0;
+                    r.totals.duplicated = 0;
+                    r.totals.reordered = 0;
+                    let at = dir.join(fleet_report_dir(kind, engines, pair));
+                    fleet_report::write_dir(&at, &r).expect("write a report");
+                }
+            }
+        }
+        let table = fleet_instances(&dir).expect("a table");
+        let _ = std::fs::remove_dir_all(&dir);
+        // Redis: 45 against 30 and 40; Valkey: 60 against 30 and 40.
+        assert!(table.contains("| 1.50 / 1.12 | "), "{table}");
+        assert!(table.contains("| ≤ 1.5×: met |"), "{table}");
+        assert!(table.contains("| 2.00 / 1.50 | "), "{table}");
+        assert!(table.contains("| ≤ 1.5×: worst +0.50× |"), "{table}");
+        assert_eq!(
+            table.lines().count(),
+            2 + 2 * FLEET_ENGINES.len(),
+            "{table}"
+        );
     }
 
     #[test]

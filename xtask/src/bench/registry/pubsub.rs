@@ -1,6 +1,9 @@
 //! The Pub/Sub and cluster tables of the registry.
 
-use super::{cargo, release_example, step, Cmd, Entry, Program, Render, SERVERS};
+use super::{
+    cargo, fleet_report_dir, measure_only, release_example, step, Cmd, Entry, Program, Render,
+    FLEET_ENGINES, FLEET_PAIRS, SERVERS,
+};
 
 /// Pub/Sub throughput, the subscriber peer comparisons (full speed, then
 /// paced rates and idle), 1M channels, and the three
@@ -57,6 +60,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
         subscriber_rates(),
+        fleet_instances(),
         Entry {
             name: "pubsub_1m_channels",
             section: "Pub/Sub: 1M channels on one server",
@@ -175,6 +179,55 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
     ]
+}
+
+/// The fleet demo at 5,000 msg/s over 20,000 channels on 3 primaries, with
+/// 1 and then 200 subscriber instances on one runtime, in turn, two pairs
+/// per server; each run writes its `report.json`, and the table is made
+/// from them.
+fn fleet_instances() -> Entry {
+    let mut steps = Vec::new();
+    for (kind, _) in SERVERS {
+        for pair in 1..=FLEET_PAIRS {
+            for engines in FLEET_ENGINES {
+                let engines_arg = engines.to_string();
+                let dir = format!("{{scratch}}/{}", fleet_report_dir(kind, engines, pair));
+                let args = [
+                    "--server",
+                    kind,
+                    "--masters",
+                    "3",
+                    "--replicas",
+                    "0",
+                    "--channels",
+                    "20000",
+                    "--rate",
+                    "5000",
+                    "--seconds",
+                    "15",
+                    "--no-live",
+                    "--engines",
+                    engines_arg.as_str(),
+                    "--report",
+                    dir.as_str(),
+                ];
+                steps.push(measure_only(Cmd::new(
+                    Program::Target("release/examples/fanout"),
+                    &args,
+                )));
+            }
+        }
+    }
+    Entry {
+        name: "fleet_instances",
+        section: "Pub/Sub: many instances on one runtime",
+        estimate_s: 160,
+        measured: true,
+        servers: true,
+        build: vec![release_example("fanout")],
+        steps,
+        render: Render::FleetInstances,
+    }
 }
 
 /// One subscriber at 1k, 10k, 100k msg/s and the maximum beside the

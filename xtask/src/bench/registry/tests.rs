@@ -95,5 +95,5 @@ fn the_pages_mark_every_table_once_in_registry_order() {
 #[test]
 fn the_whole_run_fits_in_the_budget() {
     let total: u32 = all().iter().map(|e| e.estimate_s).sum::<u32>() + BUILDS_ESTIMATE_S;
-    assert!(total <= 33 * 60, "estimates add up to {total} s");
+    assert!(total <= 36 * 60, "estimates add up to {total} s");
 }
