@@ -15,6 +15,32 @@ use crate::threads::{self, PanicCount};
 /// The waker's token; the connection in slot `i` uses `Token(i + 1)`.
 pub(crate) const WAKER: Token = Token(0);
 
+/// What a turn needs to know of a connection without touching it: kept
+/// beside the connection table, one per slot, and refreshed after every
+/// step of that connection on this thread (nothing else changes what it
+/// says), so a thread hosting many quiet connections looks at a compact
+/// array each turn, not at every connection.
+#[derive(Clone, Copy, Default)]
+struct Due {
+    /// [`ConnDriver::next_deadline`].
+    at: Option<Instant>,
+    /// [`ConnDriver::more_to_read`]: read again at once.
+    more: bool,
+    /// Staged work left after its last step ([`ConnDriver::has_staged_work`]):
+    /// it gets a turn each time. Work staged later comes with a notify.
+    staged: bool,
+}
+
+impl Due {
+    fn of(d: &ConnDriver) -> Due {
+        Due {
+            at: d.next_deadline(),
+            more: d.more_to_read,
+            staged: d.has_staged_work(),
+        }
+    }
+}
+
 /// Connections of one engine that are shutting down on this thread.
 struct Closing {
     slots: Vec<usize>,
@@ -30,6 +56,9 @@ pub(crate) struct IoThread {
     drivers: Vec<Option<ConnDriver>>,
     /// Per slot: a submitter asked for attention since the last turn.
     flags: Vec<bool>,
+    /// Per slot: when its connection needs a turn (default for an empty
+    /// slot).
+    due: Vec<Due>,
     closing: Vec<Closing>,
     stopping: bool,
 }
@@ -41,6 +70,7 @@ impl IoThread {
             shared,
             drivers: Vec::new(),
             flags: Vec::new(),
+            due: Vec::new(),
             closing: Vec::new(),
             stopping: false,
         }
@@ -69,9 +99,9 @@ impl IoThread {
             let now = Instant::now();
             let mut next = self.closing.iter().map(|c| c.deadline).min();
             let mut immediate = false;
-            for d in self.drivers.iter().flatten() {
-                immediate |= d.more_to_read;
-                if let Some(t) = d.next_deadline() {
+            for due in &self.due {
+                immediate |= due.more;
+                if let Some(t) = due.at {
                     next = Some(next.map_or(t, |n| n.min(t)));
                 }
             }
@@ -112,6 +142,9 @@ impl IoThread {
                 // later event comes: a short read must not end the reading.
                 let hangup = ev.is_read_closed() || ev.is_error();
                 d.on_socket_event(registry, readable, writable, hangup, now);
+                if let Some(due) = self.due.get_mut(slot) {
+                    *due = Due::of(d);
+                }
                 if let Some(f) = self.flags.get_mut(slot) {
                     *f = true; // serviced this turn: it may have work now
                 }
@@ -131,17 +164,17 @@ impl IoThread {
             }
             notified.clear();
             let registry = self.poll.registry();
-            for (slot, d) in self.drivers.iter_mut().enumerate() {
-                let Some(d) = d else { continue };
+            for (slot, due) in self.due.iter_mut().enumerate() {
                 let notified = self.flags.get_mut(slot).map(std::mem::take) == Some(true);
                 // Only connections with something to do get a turn, so a
                 // thread hosting many quiet connections stays cheap.
-                let due = notified
-                    || d.more_to_read
-                    || d.next_deadline().is_some_and(|t| t <= now)
-                    || d.has_staged_work();
-                if due {
+                let turn = notified || due.more || due.staged || due.at.is_some_and(|t| t <= now);
+                if !turn {
+                    continue;
+                }
+                if let Some(Some(d)) = self.drivers.get_mut(slot) {
                     d.service(registry, now, notified);
+                    *due = Due::of(d);
                 }
             }
             self.finish_closing(now);
@@ -164,9 +197,11 @@ impl IoThread {
                     if self.drivers.len() <= slot {
                         self.drivers.resize_with(slot + 1, || None);
                         self.flags.resize(slot + 1, false);
+                        self.due.resize(slot + 1, Due::default());
                     }
                     // Its first turn connects it and takes what was staged.
                     self.flags[slot] = true;
+                    self.due[slot] = Due::of(&d);
                     self.drivers[slot] = Some(d);
                 }
             }
@@ -178,6 +213,9 @@ impl IoThread {
                 for &s in &slots {
                     if let Some(Some(d)) = self.drivers.get_mut(s) {
                         d.begin_shutdown(registry, now);
+                        if let Some(due) = self.due.get_mut(s) {
+                            *due = Due::of(d);
+                        }
                     }
                 }
                 self.closing.push(Closing {
@@ -190,6 +228,9 @@ impl IoThread {
                 for &s in &slots {
                     if let Some(Some(d)) = self.drivers.get_mut(s) {
                         d.restart(registry, to, now);
+                        if let Some(due) = self.due.get_mut(s) {
+                            *due = Due::of(d);
+                        }
                         // A turn now: one waiting to reconnect goes at once.
                         if let Some(f) = self.flags.get_mut(s) {
                             *f = true;
@@ -209,6 +250,7 @@ impl IoThread {
     fn finish_closing(&mut self, now: Instant) {
         let registry = self.poll.registry();
         let drivers = &mut self.drivers;
+        let dues = &mut self.due;
         let shared = &self.shared;
         self.closing.retain(|c| {
             let quiet = c.slots.iter().all(|&s| {
@@ -225,6 +267,9 @@ impl IoThread {
                 if let Some(mut d) = drivers.get_mut(s).and_then(Option::take) {
                     d.abort(registry, now);
                     slots.release(s);
+                }
+                if let Some(due) = dues.get_mut(s) {
+                    *due = Due::default();
                 }
             }
             drop(slots);
