@@ -12,7 +12,7 @@
 //! like a thread's, and ends that task alone.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -74,6 +74,11 @@ struct Entry {
 #[derive(Default)]
 struct State {
     tasks: BTreeMap<u64, Entry>,
+    /// Tasks rung since the last look (some may have been taken since, or
+    /// have finished), so a look does not walk every task.
+    rung: Vec<u64>,
+    /// The deadlines of the tasks that are not running, earliest first.
+    timers: BTreeSet<(Instant, u64)>,
     next: u64,
     /// The runtime is gone: the thread ends (every instance on it has
     /// shut down, and its task with it; any other task is dropped).
@@ -81,12 +86,45 @@ struct State {
 }
 
 impl State {
+    /// Rings task `id`: its next turn runs soon (after the one running, if
+    /// any).
+    fn ring(&mut self, id: u64) {
+        if let Some(e) = self.tasks.get_mut(&id) {
+            if !e.rung {
+                e.rung = true;
+                self.rung.push(id);
+            }
+        }
+    }
+
     /// Moves the tasks to run now (rung, or due by `now`) out of their
     /// entries into `out`.
     fn take_due(&mut self, now: Instant, out: &mut Vec<(u64, Box<dyn Task>)>) {
-        for (&id, e) in &mut self.tasks {
-            if e.rung || e.due.is_some_and(|d| d <= now) {
+        let mut rung = std::mem::take(&mut self.rung);
+        for id in rung.drain(..) {
+            if let Some(e) = self.tasks.get_mut(&id) {
+                // Not in yet (see `Host::spawn`): rung again when it is.
+                if !e.rung {
+                    continue;
+                }
                 if let Some(t) = e.task.take() {
+                    e.rung = false;
+                    if let Some(at) = e.due.take() {
+                        self.timers.remove(&(at, id));
+                    }
+                    out.push((id, t));
+                }
+            }
+        }
+        self.rung = rung;
+        while let Some(&(at, id)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(e) = self.tasks.get_mut(&id) {
+                if let Some(t) = e.task.take() {
+                    e.due = None;
                     e.rung = false;
                     out.push((id, t));
                 }
@@ -94,13 +132,25 @@ impl State {
         }
     }
 
+    /// Puts a task back after its turn, due `at` and rung again if `again`.
+    fn put_back(&mut self, id: u64, task: Box<dyn Task>, at: Option<Instant>, again: bool) {
+        let Some(e) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        e.task = Some(task);
+        e.due = at;
+        if let Some(at) = at {
+            self.timers.insert((at, id));
+        }
+        // Rung during its turn: it is on the list already.
+        if again {
+            self.ring(id);
+        }
+    }
+
     /// The earliest deadline of a task that is not running.
     fn next_due(&self) -> Option<Instant> {
-        self.tasks
-            .values()
-            .filter(|e| e.task.is_some())
-            .filter_map(|e| e.due)
-            .min()
+        self.timers.first().map(|&(at, _)| at)
     }
 }
 
@@ -122,11 +172,7 @@ pub(crate) struct Bell {
 impl Bell {
     pub(crate) fn ring(&self) {
         if let Some(s) = self.state.upgrade() {
-            s.update(|st| {
-                if let Some(e) = st.tasks.get_mut(&self.id) {
-                    e.rung = true;
-                }
-            });
+            s.update(|st| st.ring(self.id));
         }
     }
 }
@@ -212,7 +258,10 @@ impl Host {
         self.state.update(|st| {
             if let Some(e) = st.tasks.get_mut(&id) {
                 e.task = Some(task);
+                // Its first turn runs at once (a ring before it was in
+                // found no task to take).
                 e.rung = true;
+                st.rung.push(id);
             }
         });
         Hosted {
@@ -312,11 +361,7 @@ fn run(state: &Signal<State>) {
             };
             let finished = state.with(|st| match back {
                 Some((task, at, again)) => {
-                    if let Some(e) = st.tasks.get_mut(&id) {
-                        e.task = Some(task);
-                        e.due = at;
-                        e.rung |= again;
-                    }
+                    st.put_back(id, task, at, again);
                     None
                 }
                 None => st.tasks.remove(&id),
