@@ -454,6 +454,41 @@ mod tests {
         }
     }
 
+    /// Rings itself during its first turn.
+    struct SelfRinging {
+        bell: Bell,
+        turns: Arc<AtomicU64>,
+    }
+
+    impl Task for SelfRinging {
+        fn turn(&mut self) -> Turn {
+            if self.turns.fetch_add(1, Ordering::Relaxed) == 0 {
+                self.bell.ring();
+            }
+            Turn::Rung
+        }
+    }
+
+    #[test]
+    fn a_ring_before_a_task_is_in_or_during_its_turn_gets_it_a_turn() {
+        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
+        let turns = Arc::new(AtomicU64::new(0));
+        let mut outside = None;
+        let _t = host.spawn("r", PanicCount::default(), |bell| {
+            // Before the task is in: its first turn runs all the same.
+            bell.ring();
+            outside = Some(bell.clone());
+            Box::new(SelfRinging {
+                bell: bell.clone(),
+                turns: turns.clone(),
+            })
+        });
+        // The first turn rang it while it ran: a second turn follows.
+        wait("two turns", || turns.load(Ordering::Relaxed) >= 2);
+        outside.expect("a bell").ring();
+        wait("a third turn", || turns.load(Ordering::Relaxed) >= 3);
+    }
+
     #[test]
     fn wait_done_returns_once_the_task_is_dropped_even_when_its_drop_panics() {
         let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
