@@ -107,6 +107,7 @@ fn main() {
         let cpu = (process_cpu() - cpu_before).as_secs_f64();
         let split = by_thread(&threads_before);
         let scpu = server_cpu(&server) - scpu_before;
+        let subscribe_cpu = cpu / scpu.max(1e-9);
         let rss = rss_bytes().saturating_sub(rss_before);
         let server_mem = server_memory(&server) - mem_before;
         let m = ps.metrics();
@@ -121,11 +122,11 @@ fn main() {
             m.subscribe_commands
         );
         println!(
-            "| {name} | client RSS growth | {:.0} MB | {:.0} bytes/channel incl. the {:.1}-byte names ({} name bytes), command buffers kept by the connections |",
+            "| {name} | client RSS growth | {:.0} MB | {:.0} bytes/channel incl. the {:.1}-byte names, command buffers kept by the connections: {:.0} beyond the names (target ≤ 64) |",
             rss as f64 / 1e6,
             rss as f64 / n as f64,
             names as f64 / n as f64,
-            names
+            (rss as f64 - names as f64) / n as f64
         );
         println!(
             "| {name} | server used_memory growth | {:.0} MB | {:.0} bytes/channel |",
@@ -151,6 +152,7 @@ fn main() {
         let cpu = (process_cpu() - cpu_before).as_secs_f64();
         let split = by_thread(&threads_before);
         let scpu = server_cpu(&server) - scpu_before;
+        let recover_cpu = cpu / scpu.max(1e-9);
         let before = seen.load(Ordering::Relaxed);
         for c in &chans {
             while ps.publish(c, b"after-kill").is_err() {
@@ -180,6 +182,10 @@ fn main() {
             "| {name} | shardsub ÷ raw pipe: subscribe, recover after the kill | {} , {} | target ≤ 1.10 |",
             ratio(subscribed, raw.0),
             ratio(active, raw.1)
+        );
+        println!(
+            "| {name} | client CPU ÷ server CPU: subscribe, recover after the kill | {subscribe_cpu:.2} , {:.2} | target ≤ 0.5 |",
+            recover_cpu
         );
         ps.shutdown();
     }

@@ -147,7 +147,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let total = Instant::now();
     let mut failed = Vec::new();
     let mut times = Vec::new();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     for e in &entries {
+        if cpus < e.min_cpus {
+            println!(
+                "\nxtask: bench {}: needs {} CPUs, this machine has {cpus}: not measured, \
+                 table left as it was",
+                e.name, e.min_cpus
+            );
+            continue;
+        }
         println!(
             "\nxtask: === bench {} (estimate {} s)",
             e.name, e.estimate_s
@@ -294,6 +303,7 @@ fn table(
         }
         Render::SubscribeCost => render::subscribe_cost(&ctx.scratch())?,
         Render::FleetInstances => render::fleet_instances(&ctx.scratch())?,
+        Render::Scaling => render::scaling(&ctx.scratch())?,
     };
     let mut note = note.map(str::to_string);
     if let Some(lock) = &ctx.lock {
@@ -326,6 +336,7 @@ mod tests {
             estimate_s: 1,
             measured: false,
             servers: false,
+            min_cpus: 0,
             build: Vec::new(),
             steps: vec![Step {
                 label: Some("Label:".into()),

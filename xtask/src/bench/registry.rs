@@ -96,6 +96,25 @@ pub enum Render {
     /// Library CPU of 1 and 200 instances side by side, from the fleet
     /// demo's `report.json` files ([`fleet_report_dir`]).
     FleetInstances,
+    /// Delivered msg/s at the knee per mode and primary count against the
+    /// reference text's, from the fleet demo's reports ([`scaling_dir`]).
+    Scaling,
+}
+
+/// The reference text's delivered msg/s for one Redis instance (256-byte
+/// messages, a dedicated core); it reports about 5M on 8.
+pub const REFERENCE_PER_INSTANCE: f64 = 650_000.0;
+
+/// The `scaling` table's placements: client-side sharding and a cluster of
+/// the same size, node-grouped.
+pub const SCALING_MODES: [&str; 2] = ["shards", "node-grouped"];
+
+/// The `scaling` table's primary counts.
+pub const SCALING_NODES: [u32; 4] = [1, 2, 4, 8];
+
+/// Where a `scaling` run writes its report, under the scratch folder.
+pub fn scaling_dir(mode: &str, nodes: u32) -> String {
+    format!("scaling/{mode}.{nodes}")
 }
 
 /// Instances per run of the `fleet_instances` table: one, then many on
@@ -124,6 +143,9 @@ pub struct Entry {
     pub measured: bool,
     /// Whether the steps start Redis and Valkey (installed first).
     pub servers: bool,
+    /// Fewer CPUs than this: the table is not measured here (left as it
+    /// was), and does not count in the whole run's time (0: any machine).
+    pub min_cpus: usize,
     pub build: Vec<Cmd>,
     pub steps: Vec<Step>,
     pub render: Render,
@@ -193,6 +215,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 65,
         measured: true,
         servers: false,
+        min_cpus: 0,
         build: vec![cargo(&[
             "bench",
             "-p",
@@ -224,6 +247,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 10,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![cargo(&[
             "bench",
             "-p",
@@ -272,6 +296,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 25,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![release_example("publish_load")],
         steps: load,
         render: Render::Tables,
@@ -305,6 +330,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 190,
         measured: true,
         servers: false,
+        min_cpus: 0,
         build: vec![cargo(&[
             "bench", peers[0], peers[1], "--bench", "parsers", "--no-run",
         ])],
@@ -332,6 +358,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 90,
         measured: true,
         servers: false,
+        min_cpus: 0,
         build: vec![cargo(&[
             "build",
             "--release",
@@ -367,6 +394,7 @@ pub fn all() -> Vec<Entry> {
         estimate_s: 20,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![release_example("subscribe_cost")],
         steps: SERVERS
             .iter()
@@ -434,6 +462,7 @@ fn publish_cmp(name: &'static str, estimate_s: u32, args: &[&str]) -> Entry {
         estimate_s,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![cargo(&[&["build", "--release"][..], &peers, &bin].concat())],
         steps: SERVERS
             .iter()

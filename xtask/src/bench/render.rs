@@ -6,7 +6,10 @@ use std::time::SystemTime;
 
 use fleet_report::RunReport;
 
-use super::registry::{fleet_report_dir, COST_ROUNDS, FLEET_ENGINES, FLEET_PAIRS};
+use super::registry::{
+    fleet_report_dir, scaling_dir, COST_ROUNDS, FLEET_ENGINES, FLEET_PAIRS, REFERENCE_PER_INSTANCE,
+    SCALING_MODES, SCALING_NODES,
+};
 
 /// Channels `examples/subscribe_cost.rs` publishes to each round.
 const COST_CHANNELS: u64 = 1000;
@@ -283,6 +286,49 @@ pub fn fleet_instances(dir: &Path) -> Result<String, String> {
     Ok(out)
 }
 
+/// The `scaling` table from the fleet demo's reports in `dir`: per mode
+/// and primary count, delivered msg/s at the knee's held step against the
+/// reference text's 650k per instance.
+pub fn scaling(dir: &Path) -> Result<String, String> {
+    let mut out = String::from(
+        "| mode | primaries | delivered/s at the knee | per primary | ÷ 650k × primaries | \
+         knee | library CPU s per 1M | lost silently, duplicated, reordered |\n\
+         |---|---:|---:|---:|---:|---|---:|---|\n",
+    );
+    for mode in SCALING_MODES {
+        for nodes in SCALING_NODES {
+            let path = dir.join(scaling_dir(mode, nodes)).join("report.json");
+            let r = fleet_report::read_run(&path)
+                .map_err(|e| format!("scaling report {}: {e}", path.display()))?;
+            let knee = r.knee.as_ref();
+            let held = knee.and_then(|k| k.held.as_ref());
+            let rate = held.map_or(0.0, |h| h.delivered_per_s);
+            let why = match knee {
+                None => "no ramp".to_string(),
+                Some(k) if k.reason == "not reached" => "not reached".to_string(),
+                Some(k) => format!(
+                    "{} at {} msg/s published (p99 {:.0} ms)",
+                    k.reason,
+                    thousands(k.rate as u64),
+                    k.lag_p99_us as f64 / 1e3
+                ),
+            };
+            let t = &r.totals;
+            out.push_str(&format!(
+                "| {mode} | {nodes} | {} | {} | {:.2} | {why} | {:.2} | {}, {}, {} |\n",
+                thousands(rate as u64),
+                thousands((rate / f64::from(nodes)) as u64),
+                rate / (REFERENCE_PER_INSTANCE * f64::from(nodes)),
+                t.client_cpu_s_per_million,
+                t.lost_silent,
+                t.duplicated,
+                t.reordered,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +381,36 @@ mod tests {
         assert_eq!(
             table.lines().count(),
             2 + 2 * FLEET_ENGINES.len(),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn scaling_reads_the_knee_of_each_run_against_the_reference() {
+        let dir = std::env::temp_dir().join(format!("xtask-scaling-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for mode in SCALING_MODES {
+            for nodes in SCALING_NODES {
+                let mut r = fleet_report::sample::synthetic();
+                let knee = r.knee.as_mut().expect("the sample has a knee");
+                knee.reason = "lag".into();
+                knee.rate = 1_000_000.0 * f64::from(nodes);
+                knee.lag_p99_us = 150_000;
+                knee.held.as_mut().expect("a held step").delivered_per_s =
+                    650_000.0 * f64::from(nodes);
+                let at = dir.join(scaling_dir(mode, nodes));
+                fleet_report::write_dir(&at, &r).expect("write a report");
+            }
+        }
+        let table = scaling(&dir).expect("a table");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            table.contains("| shards | 8 | 5,200,000 | 650,000 | 1.00 | lag at 8,000,000 msg/s published (p99 150 ms) |"),
+            "{table}"
+        );
+        assert_eq!(
+            table.lines().count(),
+            2 + SCALING_MODES.len() * SCALING_NODES.len(),
             "{table}"
         );
     }

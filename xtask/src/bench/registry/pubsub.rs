@@ -1,8 +1,8 @@
 //! The Pub/Sub and cluster tables of the registry.
 
 use super::{
-    cargo, fleet_report_dir, measure_only, release_example, step, Cmd, Entry, Program, Render,
-    FLEET_ENGINES, FLEET_PAIRS, SERVERS,
+    cargo, fleet_report_dir, measure_only, release_example, scaling_dir, step, Cmd, Entry, Program,
+    Render, Step, FLEET_ENGINES, FLEET_PAIRS, SCALING_MODES, SCALING_NODES, SERVERS,
 };
 
 /// Pub/Sub throughput, the subscriber peer comparisons (full speed, then
@@ -24,6 +24,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 40,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![bench("pubsub_throughput")],
             steps: vec![step(
                 "",
@@ -38,6 +39,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 90,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![cargo(&[
                 "build",
                 "--release",
@@ -61,12 +63,14 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
         },
         subscriber_rates(),
         fleet_instances(),
+        scaling(),
         Entry {
             name: "pubsub_1m_channels",
             section: "Pub/Sub: 1M channels on one server",
             estimate_s: 55,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![bench("pubsub_subscribe")],
             steps: vec![step(
                 "",
@@ -80,6 +84,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 15,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![release_example("history_cost")],
             steps: ["", "--valkey"]
                 .into_iter()
@@ -105,6 +110,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 15,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![release_example("history_recovery_cost")],
             steps: vec![
                 step(
@@ -130,6 +136,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 50,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![cluster_build.clone()],
             steps: vec![
                 cluster("Redis:", &["cpu", "redis", "400000"]),
@@ -144,6 +151,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 70,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![cluster_build.clone()],
             steps: vec![
                 cluster("Redis:", &["cpu-per-primary", "redis", "300000", "3"]),
@@ -157,6 +165,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 10,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![cluster_build.clone()],
             steps: vec![
                 cluster("Redis:", &["resubscribe", "redis", "4", "5000"]),
@@ -171,6 +180,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             estimate_s: 45,
             measured: true,
             servers: true,
+            min_cpus: 0,
             build: vec![cluster_build],
             steps: vec![
                 cluster("Redis:", &["publish-cost", "redis", "1000000"]),
@@ -179,6 +189,15 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
     ]
+}
+
+/// A run of the fleet demo (`examples/fanout`) with `args`, no live view,
+/// its report written to `report` under the scratch folder.
+fn fanout(args: &[&str], report: &str) -> Step {
+    let dir = format!("{{scratch}}/{report}");
+    let mut all = args.to_vec();
+    all.extend(["--no-live", "--report", dir.as_str()]);
+    measure_only(Cmd::new(Program::Target("release/examples/fanout"), &all))
 }
 
 /// The fleet demo at 5,000 msg/s over 20,000 channels on 3 primaries, with
@@ -190,8 +209,7 @@ fn fleet_instances() -> Entry {
     for (kind, _) in SERVERS {
         for pair in 1..=FLEET_PAIRS {
             for engines in FLEET_ENGINES {
-                let engines_arg = engines.to_string();
-                let dir = format!("{{scratch}}/{}", fleet_report_dir(kind, engines, pair));
+                let n = engines.to_string();
                 let args = [
                     "--server",
                     kind,
@@ -205,16 +223,10 @@ fn fleet_instances() -> Entry {
                     "5000",
                     "--seconds",
                     "15",
-                    "--no-live",
                     "--engines",
-                    engines_arg.as_str(),
-                    "--report",
-                    dir.as_str(),
+                    n.as_str(),
                 ];
-                steps.push(measure_only(Cmd::new(
-                    Program::Target("release/examples/fanout"),
-                    &args,
-                )));
+                steps.push(fanout(&args, &fleet_report_dir(kind, engines, pair)));
             }
         }
     }
@@ -224,9 +236,59 @@ fn fleet_instances() -> Entry {
         estimate_s: 160,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![release_example("fanout")],
         steps,
         render: Render::FleetInstances,
+    }
+}
+
+/// The reference text's scaling, on a machine with a core per server: the
+/// fleet demo on Redis ramping to its knee (lag p99 past 100 ms, or drops)
+/// with 1, 2, 4 and 8 standalone servers (client-side sharding) and a
+/// node-grouped cluster of as many primaries; 4 subscriber instances over
+/// 100,000 channels, a publisher instance per primary. About 8 minutes.
+fn scaling() -> Entry {
+    let mut steps = Vec::new();
+    for mode in SCALING_MODES {
+        for nodes in SCALING_NODES {
+            let n = nodes.to_string();
+            let ramp = format!("{}:1.35:4", 100_000 * nodes);
+            let args = [
+                "--server",
+                "redis",
+                "--mode",
+                mode,
+                "--masters",
+                n.as_str(),
+                "--replicas",
+                "0",
+                "--engines",
+                "4",
+                "--publishers",
+                n.as_str(),
+                "--channels",
+                "100000",
+                "--ramp",
+                ramp.as_str(),
+                "--seconds",
+                "40",
+                "--io-threads",
+                "4",
+            ];
+            steps.push(fanout(&args, &scaling_dir(mode, nodes)));
+        }
+    }
+    Entry {
+        name: "scaling",
+        section: "Pub/Sub: scaling with servers (16 cores)",
+        estimate_s: 480,
+        measured: false,
+        servers: true,
+        min_cpus: 16,
+        build: vec![release_example("fanout")],
+        steps,
+        render: Render::Scaling,
     }
 }
 
@@ -260,6 +322,7 @@ fn subscriber_rates() -> Entry {
         estimate_s: 150,
         measured: true,
         servers: true,
+        min_cpus: 0,
         build: vec![cargo(&[
             "build",
             "--release",

@@ -94,6 +94,12 @@ fn the_pages_mark_every_table_once_in_registry_order() {
 
 #[test]
 fn the_whole_run_fits_in_the_budget() {
-    let total: u32 = all().iter().map(|e| e.estimate_s).sum::<u32>() + BUILDS_ESTIMATE_S;
+    // On the 2-core machines the docs are measured on.
+    let total: u32 = all()
+        .iter()
+        .filter(|e| e.min_cpus <= 2)
+        .map(|e| e.estimate_s)
+        .sum::<u32>()
+        + BUILDS_ESTIMATE_S;
     assert!(total <= 36 * 60, "estimates add up to {total} s");
 }
