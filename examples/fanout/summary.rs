@@ -236,7 +236,17 @@ pub fn print_and_check(
         }
     }
     if let Err(why) = settled {
-        failed.push(format!("the last round did not settle: {why}"));
+        // Past a ramp's knee, worker queues may drop the last round too:
+        // its messages never come, and each drop was signalled (the
+        // accounting says none was lost silently).
+        if o.ramp.is_some() && a.is_clean() && c.lost_signalled > 0 {
+            println!(
+                "note: the last round did not settle ({why}): what it misses was dropped past \
+                 the knee and signalled"
+            );
+        } else {
+            failed.push(format!("the last round did not settle: {why}"));
+        }
     }
     if !a.is_clean() {
         failed.push(

@@ -246,7 +246,7 @@ fn fleet_instances() -> Entry {
 /// The reference text's scaling, on a machine with a core per server: the
 /// fleet demo on Redis ramping to its knee (lag p99 past 100 ms, or drops)
 /// with 1, 2, 4 and 8 standalone servers (client-side sharding) and a
-/// node-grouped cluster of as many primaries; 4 subscriber instances over
+/// node-grouped cluster of as many primaries; 8 subscriber instances over
 /// 100,000 channels, a publisher instance per primary. About 8 minutes.
 fn scaling() -> Entry {
     let mut steps = Vec::new();
@@ -264,7 +264,7 @@ fn scaling() -> Entry {
                 "--replicas",
                 "0",
                 "--engines",
-                "4",
+                "8",
                 "--publishers",
                 n.as_str(),
                 "--channels",
