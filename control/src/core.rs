@@ -1,5 +1,6 @@
 //! The core's state, its application-facing inputs and its outputs.
 
+use alloc::collections::btree_map::Entry;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
@@ -570,39 +571,78 @@ impl Core {
         }
     }
 
-    /// Marks `names` wanted in lane `p`; returns those to subscribe.
+    /// Marks `names` wanted in lane `p`; returns those to subscribe. When
+    /// they go out now (the lane is not lost and its connection is up),
+    /// the gap events due for some of them go first.
     fn want_in<C>(&mut self, p: u32, names: impl IntoIterator<Item = C>) -> Vec<Channel>
     where
         C: AsRef<[u8]> + Into<Channel>,
     {
+        let sending = self.parts.get(p as usize).is_some_and(|x| !x.lost)
+            && self.conn_of(p).is_some_and(|c| self.is_up(c));
         let Some(part) = self.parts.get_mut(p as usize) else {
             return Vec::new();
         };
-        let mut fresh = Vec::new();
-        let mut added = Vec::new();
-        for name in names {
-            // One lookup for a channel, and new ones are added below.
-            let key = match part.channels.get_key_value(name.as_ref()) {
-                Some((k, c)) if matches!(c.sub(), Sub::Idle | Sub::Refused) => {
-                    let k = k.clone();
-                    if c.sub() == Sub::Refused {
+        let names: Vec<C> = names.into_iter().collect();
+        let mut fresh = Vec::with_capacity(names.len());
+        let mut gaps = Vec::new();
+        // Idle or refused: sent again (a refused one is idle once more),
+        // its gap first when due.
+        let again = |key: &Channel, chan: &mut Chan, gaps: &mut Vec<Channel>| {
+            if chan.sub() == Sub::Refused {
+                chan.set_sub(Sub::Idle);
+            }
+            if sending && chan.take_gap() {
+                gaps.push(key.clone());
+            }
+        };
+        if names.len() >= Part::BULK.max(part.channels.len()) {
+            // Many, into a small set: one lookup each, the new ones merged
+            // in bulk (see `Part::add`).
+            let mut added = Vec::new();
+            for name in names {
+                match part.channels.get_key_value(name.as_ref()) {
+                    Some((k, c)) if matches!(c.sub(), Sub::Idle | Sub::Refused) => {
+                        let k = k.clone();
                         if let Some(c) = part.channels.get_mut(name.as_ref()) {
-                            c.set_sub(Sub::Idle);
+                            again(&k, c, &mut gaps);
+                        }
+                        fresh.push(k);
+                    }
+                    Some(_) => {} // already sent or confirmed
+                    None => {
+                        let k: Channel = name.into();
+                        added.push(k.clone());
+                        fresh.push(k);
+                    }
+                }
+            }
+            if !added.is_empty() {
+                part.add(added);
+            }
+        } else {
+            // Into a larger set: one descent each, found or inserted.
+            for name in names {
+                match part.channels.entry(name.into()) {
+                    Entry::Vacant(v) => {
+                        fresh.push(v.key().clone());
+                        v.insert(Chan::default());
+                    }
+                    Entry::Occupied(mut o) => {
+                        if matches!(o.get().sub(), Sub::Idle | Sub::Refused) {
+                            let k = o.key().clone();
+                            again(&k, o.get_mut(), &mut gaps);
+                            fresh.push(k);
                         }
                     }
-                    k
                 }
-                Some(_) => continue, // already sent or confirmed
-                None => {
-                    let k: Channel = name.into();
-                    added.push(k.clone());
-                    k
-                }
-            };
-            fresh.push(key);
+            }
         }
-        if !added.is_empty() {
-            part.add(added);
+        if !gaps.is_empty() {
+            self.emit(Command::Gap {
+                partition: p,
+                channels: gaps,
+            });
         }
         fresh
     }

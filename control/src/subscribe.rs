@@ -35,8 +35,9 @@ impl Core {
 
     /// Newly wanted (idle) channels of some partitions, sent where their
     /// connection is up and their partition is not lost (the others go with
-    /// the partition's next resubscribe). Only these channels are looked
-    /// at: a want costs what it names, not what its partition holds.
+    /// the partition's next resubscribe); the gap events due for them were
+    /// emitted when they were wanted. A want costs what it names, not what
+    /// its partition holds.
     pub(crate) fn subscribe_fresh(&mut self, fresh: BTreeMap<u32, Vec<Channel>>, now: Time) {
         let mut by_conn: BTreeMap<ConnId, Vec<(u32, Vec<Channel>)>> = BTreeMap::new();
         for (p, names) in fresh {
@@ -46,23 +47,7 @@ impl Core {
             let Some(conn) = self.conn_of(p).filter(|&c| self.is_up(c)) else {
                 continue;
             };
-            let Some(part) = self.parts.get_mut(p as usize) else {
-                continue;
-            };
-            let mut gaps = Vec::new();
-            for name in &names {
-                if let Some(chan) = part.channels.get_mut(name) {
-                    if chan.take_gap() {
-                        gaps.push(name.clone());
-                    }
-                }
-            }
-            if !gaps.is_empty() {
-                self.emit(Command::Gap {
-                    partition: p,
-                    channels: gaps,
-                });
-            }
+            // Their gap events went out as they were wanted (`want_in`).
             by_conn.entry(conn).or_default().push((p, names));
         }
         for (conn, groups) in by_conn {

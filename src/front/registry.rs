@@ -184,29 +184,38 @@ impl Lane {
     /// says what it needs on a connection that is up (`ready`) or not:
     /// a subscribe (now marked `SENT`), an unsubscribe, or nothing. A
     /// channel no longer wanted is forgotten.
-    pub(crate) fn settle(&mut self, channel: &[u8], ready: bool) -> Settled {
-        let settled = self.update(channel, |f| {
-            *f &= !QUEUED;
-            match (*f & WANT != 0, *f & SENT != 0) {
-                (true, false) if ready => {
-                    *f |= SENT;
-                    (Settled::Subscribe, false)
-                }
-                (true, false) => (Settled::Nothing, false),
-                (true, true) => {
-                    let reactivated = *f & (ACTIVE | TAKEN_BACK) == ACTIVE | TAKEN_BACK;
-                    *f &= !TAKEN_BACK;
-                    (Settled::Kept { reactivated }, false)
-                }
-                (false, true) if ready => (Settled::Unsubscribe, true),
-                (false, _) => (Settled::Nothing, true),
+    ///
+    /// `channel` is a name taken from the dirty list: the table's own
+    /// allocation (a name leaves the table only here, after it left the
+    /// list, and is queued once), so its flags are read from it without a
+    /// lookup.
+    pub(crate) fn settle(&mut self, channel: &Channel, ready: bool) -> Settled {
+        debug_assert!(
+            self.map
+                .get(channel.as_bytes())
+                .is_some_and(|c| Channel::ptr_eq(c, channel)),
+            "a queued name is the table's own"
+        );
+        let mark = channel.mark();
+        let mut f = mark.load(Relaxed);
+        f &= !QUEUED;
+        let (settled, forget) = match (f & WANT != 0, f & SENT != 0) {
+            (true, false) if ready => {
+                f |= SENT;
+                (Settled::Subscribe, false)
             }
-        });
-        let Some((settled, forget)) = settled else {
-            return Settled::Nothing;
+            (true, false) => (Settled::Nothing, false),
+            (true, true) => {
+                let reactivated = f & (ACTIVE | TAKEN_BACK) == ACTIVE | TAKEN_BACK;
+                f &= !TAKEN_BACK;
+                (Settled::Kept { reactivated }, false)
+            }
+            (false, true) if ready => (Settled::Unsubscribe, true),
+            (false, _) => (Settled::Nothing, true),
         };
+        mark.store(f, Relaxed);
         if forget {
-            self.map.remove(channel);
+            self.map.remove(channel.as_bytes());
         }
         settled
     }
@@ -309,6 +318,17 @@ impl Registry {
 mod tests {
     use super::*;
 
+    /// [`Lane::settle`] of the table's own `channel` (as the dirty list
+    /// holds it).
+    fn settle_in(l: &mut Lane, channel: &[u8], ready: bool) -> Settled {
+        let name = l.map.get(channel).cloned().expect("a name the table holds");
+        l.settle(&name, ready)
+    }
+
+    fn settle(r: &Registry, lane: usize, channel: &[u8], ready: bool) -> Settled {
+        settle_in(&mut r.lane(lane).expect("lane"), channel, ready)
+    }
+
     /// Puts `channel` in lane `lane`'s table with `flags`, off the dirty
     /// list (as if the control thread had settled it).
     fn known(r: &Registry, lane: usize, channel: &[u8], flags: u8) {
@@ -352,7 +372,7 @@ mod tests {
         assert_eq!(r.flags(0, b"c"), WANT | SENT | ACTIVE | QUEUED | TAKEN_BACK);
         // The confirmation came while it was not wanted (no active event
         // then): the take-back owes the application one.
-        let kept = r.lane(0).unwrap().settle(b"c", true);
+        let kept = settle(&r, 0, b"c", true);
         assert_eq!(kept, Settled::Kept { reactivated: true });
     }
 
@@ -367,12 +387,12 @@ mod tests {
         assert_eq!(r.flags(0, b"a"), WANT | REFUSED);
         // Subscribing again retries it.
         assert!(r.set_wanted(0, b"a", true));
-        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Subscribe);
+        assert_eq!(settle(&r, 0, b"a", true), Settled::Subscribe);
         assert_eq!(r.flags(0, b"a"), WANT | SENT);
         // Unsubscribing a refused channel forgets it.
         assert!(r.refuse(0, b"a"));
         assert!(r.set_wanted(0, b"a", false));
-        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Nothing);
+        assert_eq!(settle(&r, 0, b"a", true), Settled::Nothing);
         assert_eq!(r.flags(0, b"a"), 0);
     }
 
@@ -381,14 +401,16 @@ mod tests {
         let r = Registry::new(1, 7);
         let mut l = r.lane(0).expect("lane 0");
         assert!(l.set_wanted(b"a", true));
-        assert_eq!(l.settle(b"a", false), Settled::Nothing);
+        assert_eq!(settle_in(&mut l, b"a", false), Settled::Nothing);
         assert_eq!(l.flags(b"a"), Some(WANT));
-        assert_eq!(l.settle(b"a", true), Settled::Subscribe);
-        assert_eq!(l.settle(b"a", true), Settled::Kept { reactivated: false });
+        assert_eq!(settle_in(&mut l, b"a", true), Settled::Subscribe);
+        assert_eq!(
+            settle_in(&mut l, b"a", true),
+            Settled::Kept { reactivated: false }
+        );
         l.set_wanted(b"a", false);
-        assert_eq!(l.settle(b"a", true), Settled::Unsubscribe);
+        assert_eq!(settle_in(&mut l, b"a", true), Settled::Unsubscribe);
         assert!(l.map.is_empty());
-        assert_eq!(l.settle(b"missing", true), Settled::Nothing);
     }
 
     #[test]
@@ -396,15 +418,15 @@ mod tests {
         let r = Registry::new(1, 7);
         // Sent and confirmed: its confirmation was the news.
         assert!(r.set_wanted(0, b"a", true));
-        assert_eq!(r.lane(0).unwrap().settle(b"a", true), Settled::Subscribe);
+        assert_eq!(settle(&r, 0, b"a", true), Settled::Subscribe);
         assert!(r.confirm(0, b"a"));
         // Given up and asked for again before the control thread looks:
         // the subscription never lapsed; it is active again, once.
         assert!(r.set_wanted(0, b"a", false));
         assert!(!r.set_wanted(0, b"a", true));
-        let kept = r.lane(0).unwrap().settle(b"a", true);
+        let kept = settle(&r, 0, b"a", true);
         assert_eq!(kept, Settled::Kept { reactivated: true });
-        let kept = r.lane(0).unwrap().settle(b"a", true);
+        let kept = settle(&r, 0, b"a", true);
         assert_eq!(kept, Settled::Kept { reactivated: false });
     }
 
