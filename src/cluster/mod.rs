@@ -470,7 +470,11 @@ impl ClusterPubSub {
             patterns,
             timeout,
             || self.check_open(),
-            |p| s.is_pattern_active(p),
+            |ps: &[C]| {
+                ps.iter()
+                    .take_while(|p| s.is_pattern_active(p.as_ref()))
+                    .count()
+            },
             |p| s.pattern_refusal(p),
         )
     }
@@ -491,6 +495,10 @@ impl Placement for ClusterPubSub {
 
     fn is_active(&self, channel: &[u8]) -> bool {
         self.shared.is_active(channel)
+    }
+
+    fn active_prefix<C: AsRef<[u8]>>(&self, channels: &[C]) -> usize {
+        self.shared.active_prefix(channels)
     }
 
     fn check_open(&self) -> Result<(), Error> {

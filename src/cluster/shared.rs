@@ -404,6 +404,59 @@ impl Shared {
             })
     }
 
+    /// How many of `channels`, from the first, are active (as
+    /// [`is_active`](Shared::is_active) says, up to the first that is
+    /// not); it may look at only the first few hundred. They are looked up
+    /// lane by lane: one lock of each lane they fall in, not one per
+    /// channel.
+    pub(crate) fn active_prefix<C: AsRef<[u8]>>(&self, channels: &[C]) -> usize {
+        const LOOK: usize = 512;
+        let look = &channels[..channels.len().min(LOOK)];
+        let mut order: Vec<(usize, usize)> = look
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (self.lane_of(c.as_ref()), i))
+            .collect();
+        order.sort_unstable();
+        let ready: Vec<bool> = {
+            let conns = self.lane_conn.read();
+            order
+                .chunk_by(|a, b| a.0 == b.0)
+                .map(|run| {
+                    conns
+                        .get(run[0].0)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|c| c.ready.load(Ordering::Acquire))
+                })
+                .collect()
+        };
+        // The first inactive one so far: later ones need no look.
+        let mut first = look.len();
+        for (run, ready) in order.chunk_by(|a, b| a.0 == b.0).zip(ready) {
+            if !ready {
+                first = first.min(run[0].1);
+                continue;
+            }
+            let Some(lane) = self.registry.lane(run[0].0) else {
+                first = first.min(run[0].1);
+                continue;
+            };
+            for &(_, i) in run {
+                if i >= first {
+                    break;
+                }
+                let active = look
+                    .get(i)
+                    .and_then(|c| lane.flags(c.as_ref()))
+                    .is_some_and(|f| f & ACTIVE != 0);
+                if !active {
+                    first = i;
+                }
+            }
+        }
+        first
+    }
+
     fn is_active_in(&self, lane: usize, name: &[u8]) -> bool {
         let ready = self
             .lane_conn

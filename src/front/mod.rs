@@ -33,6 +33,14 @@ pub(crate) trait Placement {
     fn lane_of(&self, channel: &[u8]) -> usize;
     fn mark_dirty(&self, lane: usize);
     fn is_active(&self, channel: &[u8]) -> bool;
+    /// How many of `channels`, from the first, are active (up to the first
+    /// that is not; it may look at only some of them).
+    fn active_prefix<C: AsRef<[u8]>>(&self, channels: &[C]) -> usize {
+        channels
+            .iter()
+            .take_while(|c| self.is_active(c.as_ref()))
+            .count()
+    }
     fn check_open(&self) -> Result<(), Error>;
     /// Asks the control thread for a fence (see [`crate::front::leaving`]).
     fn request_fence(&self);
@@ -112,7 +120,7 @@ pub(crate) fn wait_active<P: Placement, C: AsRef<[u8]>>(
         channels,
         timeout,
         || p.check_open(),
-        |c| p.is_active(c),
+        |cs| p.active_prefix(cs),
         |c| p.lane_of(c),
     )
 }
@@ -314,11 +322,11 @@ impl Front {
         channels: &[C],
         timeout: Duration,
         check_open: impl Fn() -> Result<(), Error>,
-        is_active: impl Fn(&[u8]) -> bool,
+        active_prefix: impl Fn(&[C]) -> usize,
         lane_of: impl Fn(&[u8]) -> usize,
     ) -> Result<(), Error> {
         self.active
-            .wait_all(channels, timeout, check_open, is_active, |c| {
+            .wait_all(channels, timeout, check_open, active_prefix, |c| {
                 self.refusal(lane_of(c), c)
             })
     }
