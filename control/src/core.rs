@@ -98,6 +98,9 @@ pub(crate) struct Part {
     pub(crate) channels: BTreeMap<Channel, Chan>,
     /// The server dropped channels of it and the map has not moved it yet.
     pub(crate) lost: bool,
+    /// Channels inserted one by one since the set was last built in bulk
+    /// (see [`Part::inserted`]).
+    pub(crate) loose: usize,
 }
 
 impl Part {
@@ -117,9 +120,25 @@ impl Part {
                 names.into_iter().map(|n| (n, Chan::default())).collect();
             self.channels.append(&mut more);
         } else {
+            let n = names.len();
             for n in names {
                 self.channels.entry(n).or_default();
             }
+            self.inserted(n);
+        }
+    }
+
+    /// `n` channels were inserted one by one. Once as many were since the
+    /// set was last built in bulk as it held then, it is built again in
+    /// bulk: a set that grows by many small batches (a large subscribe
+    /// call the control thread takes a part at a time) keeps full nodes,
+    /// at a cost linear in what it holds, paid once per doubling.
+    pub(crate) fn inserted(&mut self, n: usize) {
+        self.loose += n;
+        if self.loose >= Self::BULK.max(self.channels.len() / 2) {
+            let all = core::mem::take(&mut self.channels);
+            self.channels = all.into_iter().collect();
+            self.loose = 0;
         }
     }
 }
@@ -622,11 +641,13 @@ impl Core {
             }
         } else {
             // Into a larger set: one descent each, found or inserted.
+            let mut inserted = 0;
             for name in names {
                 match part.channels.entry(name.into()) {
                     Entry::Vacant(v) => {
                         fresh.push(v.key().clone());
                         v.insert(Chan::default());
+                        inserted += 1;
                     }
                     Entry::Occupied(mut o) => {
                         if matches!(o.get().sub(), Sub::Idle | Sub::Refused) {
@@ -637,6 +658,7 @@ impl Core {
                     }
                 }
             }
+            part.inserted(inserted);
         }
         if !gaps.is_empty() {
             self.emit(Command::Gap {
