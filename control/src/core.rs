@@ -119,6 +119,7 @@ impl Part {
             let mut more: BTreeMap<Channel, Chan> =
                 names.into_iter().map(|n| (n, Chan::default())).collect();
             self.channels.append(&mut more);
+            self.loose = 0;
         } else {
             let n = names.len();
             for n in names {
@@ -132,7 +133,8 @@ impl Part {
     /// set was last built in bulk as it held then, it is built again in
     /// bulk: a set that grows by many small batches (a large subscribe
     /// call the control thread takes a part at a time) keeps full nodes,
-    /// at a cost linear in what it holds, paid once per doubling.
+    /// at a cost linear in what it holds, paid once per doubling (and,
+    /// while it is rebuilt, 16 bytes per channel more for a moment).
     pub(crate) fn inserted(&mut self, n: usize) {
         self.loose += n;
         if self.loose >= Self::BULK.max(self.channels.len() / 2) {

@@ -238,8 +238,11 @@ pub fn print_and_check(
     if let Err(why) = settled {
         // Past a ramp's knee, worker queues may drop the last round too:
         // its messages never come, and each drop was signalled (the
-        // accounting says none was lost silently).
-        if o.ramp.is_some() && a.is_clean() && c.lost_signalled > 0 {
+        // accounting says none was lost silently). Only in a run with no
+        // faults, whose only signals are those drops.
+        let knee = rep.knee.as_ref().is_some_and(|k| k.reason != "not reached");
+        let dropped_at_knee = knee && m.faults.is_empty() && m.dropped > 0;
+        if dropped_at_knee && a.is_clean() && c.lost_signalled > 0 {
             println!(
                 "note: the last round did not settle ({why}): what it misses was dropped past \
                  the knee and signalled"

@@ -103,10 +103,12 @@ impl State {
         let mut rung = std::mem::take(&mut self.rung);
         for id in rung.drain(..) {
             if let Some(e) = self.tasks.get_mut(&id) {
-                // Not in yet (see `Host::spawn`): rung again when it is.
+                // Taken already (a second entry for one ring).
                 if !e.rung {
                     continue;
                 }
+                // No task while it is not in yet: `Host::spawn` lists it
+                // again when it is.
                 if let Some(t) = e.task.take() {
                     e.rung = false;
                     if let Some(at) = e.due.take() {

@@ -161,6 +161,10 @@ const CHUNK: usize = 4096;
 /// lane's table first (see [`Front::set_wanted`]).
 const RESERVE_FROM: usize = 16 * CHUNK;
 
+/// The fewest names of a lane in the first chunk for its share to be
+/// estimated from them.
+const RESERVE_RUN: usize = 64;
+
 impl Front {
     pub(crate) fn new(
         registry: Registry,
@@ -267,10 +271,13 @@ impl Front {
         }
         let mut chunk: Vec<I::Item> = Vec::with_capacity(CHUNK);
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(CHUNK);
-        // A call of many new names grows each lane's table once, to its
-        // share of the call as the first chunk shows it, rather than
-        // doubling it all the way (each doubling hashes every name the
-        // table holds again).
+        // A call of many names grows each lane's table once, to its share
+        // of the call as the first chunk shows it, rather than doubling it
+        // all the way (each doubling hashes every name the table holds
+        // again). Only where the first chunk is a fair sample: it reaches
+        // every lane (or 8 of them), and the lane has a run of at least
+        // `RESERVE_RUN` names in it; a table already that large (the same
+        // names again) gets nothing.
         let mut expect = match want {
             true => it.size_hint().0,
             false => 0,
@@ -292,13 +299,19 @@ impl Front {
                     .map(|(i, c)| (lane_of(c.as_ref()) as u32, i as u32)),
             );
             order.sort_unstable();
+            let spread = order.chunk_by(|a, b| a.0 == b.0).count();
+            if spread < self.registry.lanes().min(8) {
+                expect = 0;
+            }
             for run in order.chunk_by(|a, b| a.0 == b.0) {
                 let lane = run[0].0 as usize;
                 let Some(mut l) = self.registry.lane(lane) else {
                     continue;
                 };
-                if expect >= RESERVE_FROM {
-                    l.reserve(expect.saturating_mul(run.len()) / chunk.len());
+                if expect >= RESERVE_FROM && run.len() >= RESERVE_RUN {
+                    let share = expect.saturating_mul(run.len()) / chunk.len();
+                    let held = l.len();
+                    l.reserve(share.saturating_sub(held));
                 }
                 let mut queued = false;
                 for &(_, i) in run {
@@ -399,5 +412,46 @@ mod tests {
             total += l.map.len();
         }
         assert_eq!(total, n);
+        // The same names again: no room is made for them twice.
+        let before: Vec<usize> = (0..lanes)
+            .map(|i| front.registry.lane(i).expect("lane").map.capacity())
+            .collect();
+        front
+            .set_wanted(&names, true, lane_of, |_| {})
+            .expect("set");
+        let after: Vec<usize> = (0..lanes)
+            .map(|i| front.registry.lane(i).expect("lane").map.capacity())
+            .collect();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn a_large_call_sorted_by_lane_reserves_nothing_from_its_first_chunk() {
+        let lanes = 4;
+        let front = Front::new(
+            Registry::new(lanes, 7),
+            Vec::new(),
+            Arc::default(),
+            ActiveWait::new(true, Duration::from_secs(1)),
+            false,
+        );
+        let lane_of = |c: &[u8]| c.iter().map(|&b| usize::from(b)).sum::<usize>() % lanes;
+        let mut names: Vec<Vec<u8>> = (0..RESERVE_FROM + 4 * CHUNK)
+            .map(|i| format!("c{i}").into_bytes())
+            .collect();
+        // The first chunk is all one lane's: no fair sample of the call.
+        names.sort_by_key(|c| lane_of(c));
+        front
+            .set_wanted(&names, true, lane_of, |_| {})
+            .expect("set");
+        for lane in 0..lanes {
+            let l = front.registry.lane(lane).expect("lane");
+            assert!(
+                l.map.capacity() < 4 * l.map.len(),
+                "lane {lane}: {} slots for {} names",
+                l.map.capacity(),
+                l.map.len()
+            );
+        }
     }
 }

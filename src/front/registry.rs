@@ -165,6 +165,11 @@ impl Lane {
         self.map.reserve(more);
     }
 
+    /// Names the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
     /// Changes `channel`'s flags with `f`, if the lane knows it, and
     /// returns what `f` returned.
     pub(crate) fn update<R>(&self, channel: &[u8], f: impl FnOnce(&mut u8) -> R) -> Option<R> {
@@ -238,6 +243,11 @@ impl Registry {
                 })
                 .collect(),
         }
+    }
+
+    /// How many lanes there are.
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes.len()
     }
 
     /// Locks lane `i`.
