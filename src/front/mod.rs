@@ -275,9 +275,9 @@ impl Front {
         // of the call as the first chunk shows it, rather than doubling it
         // all the way (each doubling hashes every name the table holds
         // again). Only where the first chunk is a fair sample: it reaches
-        // every lane (or 8 of them), and the lane has a run of at least
-        // `RESERVE_RUN` names in it; a table already that large (the same
-        // names again) gets nothing.
+        // half the lanes (pattern lanes included) or 4, and the lane has a
+        // run of at least `RESERVE_RUN` names in it; a table already that
+        // large (the same names again) gets nothing.
         let mut expect = match want {
             true => it.size_hint().0,
             false => 0,
@@ -300,7 +300,7 @@ impl Front {
             );
             order.sort_unstable();
             let spread = order.chunk_by(|a, b| a.0 == b.0).count();
-            if spread < self.registry.lanes().min(8) {
+            if 2 * spread < self.registry.lanes().min(8) {
                 expect = 0;
             }
             for run in order.chunk_by(|a, b| a.0 == b.0) {
