@@ -368,16 +368,21 @@ mod tests {
     use crate::front::registry::{QUEUED, WANT};
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    #[test]
-    fn a_large_call_reserves_each_lane_its_share_and_keeps_each_lanes_order() {
-        let lanes = 3;
-        let front = Front::new(
+    /// A front of `lanes` lanes, no workers.
+    fn front(lanes: usize) -> Front {
+        Front::new(
             Registry::new(lanes, 7),
             Vec::new(),
             Arc::default(),
             ActiveWait::new(true, Duration::from_secs(1)),
             false,
-        );
+        )
+    }
+
+    #[test]
+    fn a_large_call_reserves_each_lane_its_share_and_keeps_each_lanes_order() {
+        let lanes = 3;
+        let front = front(lanes);
         let n = RESERVE_FROM + 3 * CHUNK + 17;
         let names: Vec<Vec<u8>> = (0..n).map(|i| format!("c{i}").into_bytes()).collect();
         let lane_of = |c: &[u8]| c.iter().map(|&b| usize::from(b)).sum::<usize>() % lanes;
@@ -428,13 +433,7 @@ mod tests {
     #[test]
     fn a_large_call_sorted_by_lane_reserves_nothing_from_its_first_chunk() {
         let lanes = 4;
-        let front = Front::new(
-            Registry::new(lanes, 7),
-            Vec::new(),
-            Arc::default(),
-            ActiveWait::new(true, Duration::from_secs(1)),
-            false,
-        );
+        let front = front(lanes);
         let lane_of = |c: &[u8]| c.iter().map(|&b| usize::from(b)).sum::<usize>() % lanes;
         let mut names: Vec<Vec<u8>> = (0..RESERVE_FROM + 4 * CHUNK)
             .map(|i| format!("c{i}").into_bytes())
