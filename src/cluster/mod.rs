@@ -206,6 +206,28 @@ impl ClusterPubSub {
         }
     }
 
+    /// A publish engine whose connection is up, waiting up to `timeout`
+    /// for one (its connection may still be opening right after build).
+    pub(crate) fn first_up_engine(&self, timeout: Duration) -> Option<Arc<crate::engine::Engine>> {
+        let s = &self.shared;
+        let deadline = Deadline::after(timeout);
+        loop {
+            let up = {
+                let routes = s.routes.read();
+                routes
+                    .engines
+                    .iter()
+                    .find(|e| e.is_connection_up(0, 0))
+                    .cloned()
+            };
+            if up.is_some() || deadline.passed() {
+                return up;
+            }
+            s.active
+                .sleep_until(deadline.or_within(Duration::from_millis(20)));
+        }
+    }
+
     fn wait_started(&self, timeout: Duration) -> Result<(), Error> {
         let s = &self.shared;
         let deadline = Deadline::after(timeout);

@@ -974,13 +974,9 @@ fn servers_allow(
 
 /// A cluster's message limit: the one the first primary connected sets
 /// (one configuration is the norm across a cluster), none where it cannot
-/// be read; each answer waited for at most `bound`.
+/// be read; a connection, and each answer, waited for at most `bound`.
 fn cluster_limit(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Option<MessageLimit> {
-    let engine = {
-        let routes = p.shared.routes.read();
-        let up = routes.engines.iter().find(|e| e.is_connection_up(0, 0));
-        up.cloned()
-    }?;
+    let engine = p.first_up_engine(bound)?;
     let ask = |name: &str| engine.command_pending(0, ["CONFIG", "GET", name]);
     let (a, b) = (ask("client-output-buffer-limit"), ask("proto-max-bulk-len"));
     let (a, b) = (a.wait_timeout(bound), b.wait_timeout(bound));
