@@ -68,12 +68,9 @@ fn main() {
             drop(socks);
             let (again, _socks) = raw_pipe::subscribe_all(server.addr(), 4, &chans, BOUND);
             let again = again.map(|_| t0.elapsed());
-            for (what, d) in [
-                ("subscribe", sub),
-                ("CLIENT KILL TYPE pubsub → resubscribed", again),
-            ] {
+            for (what, d) in [("subscribe", sub), ("resubscribe after the kill", again)] {
                 println!(
-                    "| {name} | raw pipe (the server's limit): {what} {n} channels, SUBSCRIBE of {} over 4 sockets | {} | no client library |",
+                    "| {name} | raw pipe: {what}, SUBSCRIBE of {} over 4 sockets | {} | the server's limit |",
                     raw_pipe::BATCH,
                     d.map_or("timed out".to_string(), |d| format!("{:.0} ms", ms(d)))
                 );
@@ -113,23 +110,23 @@ fn main() {
         let m = ps.metrics();
         let subscribed = active;
         println!(
-            "| {name} | subscribe {n} channels: `subscribe()` returns | {:.0} ms | |",
+            "| {name} | `subscribe()` returns | {:.0} ms | |",
             ms(queued)
         );
         println!(
-            "| {name} | … every channel confirmed (`wait_active`) | {:.0} ms | ok={ok}, {} SUBSCRIBE commands over 4 connections, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
+            "| {name} | … all confirmed (`wait_active`) | {:.0} ms | ok={ok}, {} SUBSCRIBEs, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
             ms(active),
             m.subscribe_commands
         );
         println!(
-            "| {name} | client RSS growth | {:.0} MB | {:.0} bytes/channel incl. the {:.1}-byte names, command buffers kept by the connections: {:.0} beyond the names (target ≤ 64) |",
+            "| {name} | client RSS growth | {:.0} MB | {:.0} B/channel with the {:.1}-byte names; {:.0} beyond them (target ≤ 64) |",
             rss as f64 / 1e6,
             rss as f64 / n as f64,
             names as f64 / n as f64,
             (rss as f64 - names as f64) / n as f64
         );
         println!(
-            "| {name} | server used_memory growth | {:.0} MB | {:.0} bytes/channel |",
+            "| {name} | server used_memory growth | {:.0} MB | {:.0} B/channel |",
             server_mem / 1e6,
             server_mem / n as f64
         );
@@ -163,13 +160,13 @@ fn main() {
         let all = t0.elapsed();
         let m = ps.metrics();
         println!(
-            "| {name} | CLIENT KILL TYPE pubsub → every channel confirmed again | {:.0} ms | ok={ok}, {} reconnects, {} channels in gap events, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
+            "| {name} | `CLIENT KILL TYPE pubsub` → all confirmed again | {:.0} ms | ok={ok}, {} reconnects, {} channels in gaps, client CPU {cpu:.2} s ({split}), server CPU {scpu:.2} s |",
             ms(active),
             m.reconnects,
             m.gap_channels
         );
         println!(
-            "| {name} | … and one message published to each channel after the kill delivered | {:.0} ms | ok={delivered}, dropped {} |",
+            "| {name} | … and a message to each channel delivered | {:.0} ms | ok={delivered}, dropped {} |",
             ms(all),
             m.dropped.total()
         );
@@ -179,12 +176,12 @@ fn main() {
             })
         };
         println!(
-            "| {name} | shardsub ÷ raw pipe: subscribe, recover after the kill | {} , {} | target ≤ 1.10 |",
+            "| {name} | ÷ raw pipe: subscribe, recover | {} , {} | target ≤ 1.10 |",
             ratio(subscribed, raw.0),
             ratio(active, raw.1)
         );
         println!(
-            "| {name} | client CPU ÷ server CPU: subscribe, recover after the kill | {subscribe_cpu:.2} , {:.2} | target ≤ 0.5 |",
+            "| {name} | client ÷ server CPU: subscribe, recover | {subscribe_cpu:.2} , {:.2} | target ≤ 0.5 |",
             recover_cpu
         );
         ps.shutdown();

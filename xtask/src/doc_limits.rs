@@ -25,7 +25,7 @@ const DOCS: &[Doc] = &[
     },
     Doc {
         path: "BENCHMARKS.md",
-        max_bytes: Some(32_768),
+        max_bytes: Some(30_720),
     },
     Doc {
         path: "resp/BENCHMARKS.md",
