@@ -11,6 +11,7 @@ mod install;
 mod layers;
 mod run;
 mod size;
+mod stress;
 mod test;
 
 use std::process::ExitCode;
@@ -32,6 +33,11 @@ commands:
             (primaries, client cores, and the assumptions behind them)
   test      the whole suite: fmt, clippy, tests on both servers, doc tests,
             cargo package of the shipped crates, benches once, fuzz smoke
+  test --stress [--load N] [--repeat N] [--minutes M] [--tests EXPR] [--no-suite]
+            the real-server suite while N threads (default: one per CPU) keep
+            the cores busy, then the tests that flaked before (or EXPR, a
+            nextest filter) N times (default 5) under the same load; nothing
+            is retried, skipped or given longer timeouts
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
             the chaos suite (tests/suite/chaos.rs) in release mode: N minutes of
             seeded faults per server (default 1), then the per-fault tables
@@ -61,6 +67,7 @@ fn main() -> ExitCode {
         Some("demo") => demo::run(&args[1..]),
         Some("compare") => compare::run(&args[1..]),
         Some("size") => size::run(&args[1..]),
+        Some("test") if args.get(1).is_some_and(|a| a == "--stress") => stress::run(&args[2..]),
         Some("test") => test::run(),
         Some("chaos") => chaos::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),

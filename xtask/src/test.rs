@@ -33,12 +33,12 @@ enum Outcome {
 }
 
 #[derive(Default)]
-struct Report {
+pub(crate) struct Report {
     steps: Vec<(String, f64, Outcome)>,
 }
 
 impl Report {
-    fn step(&mut self, name: &str, body: impl FnOnce() -> Result<(), String>) -> bool {
+    pub(crate) fn step(&mut self, name: &str, body: impl FnOnce() -> Result<(), String>) -> bool {
         if skipped(name) {
             println!("\nxtask: === {name}: skipped (XTASK_SKIP)");
             self.steps
@@ -66,7 +66,7 @@ impl Report {
             .push((name.into(), 0.0, Outcome::Skipped(why.into())));
     }
 
-    fn finish(self, total: Instant) -> Result<(), String> {
+    pub(crate) fn finish(self, total: Instant) -> Result<(), String> {
         println!("\nxtask: summary");
         for (name, secs, outcome) in &self.steps {
             let status = match outcome {
@@ -90,6 +90,24 @@ impl Report {
             Err(format!("failed steps: {}", failed.join(", ")))
         }
     }
+}
+
+/// `cargo nextest run` with the suite's bounds (`xtask/nextest.toml`) and
+/// `env` (the servers' binaries): the arguments that choose the tests follow.
+pub(crate) fn nextest(env: &[(&'static str, String)]) -> Command {
+    let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
+    let mut command = cargo();
+    command
+        .args(["nextest", "run"])
+        .args(["--tool-config-file", &config])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    command
+}
+
+/// Runs a nextest `command`, keeping the lines that name failed tests for
+/// the summary.
+pub(crate) fn nextest_noting(command: &mut Command) -> Result<(), String> {
+    run::status_noting(command, failure_line)
 }
 
 /// What a full run from a fresh clone writes under `target/`, in GiB
@@ -184,29 +202,18 @@ pub fn run() -> Result<(), String> {
         ]))
     });
     report.step("tests (nextest, redis+valkey)", || {
-        let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
-        run::status_noting(
-            cargo()
-                .args(["nextest", "run", "--workspace", "--no-fail-fast"])
-                .args(["--tool-config-file", &config])
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
-            failure_line,
-        )
+        nextest_noting(nextest(&env).args(["--workspace", "--no-fail-fast"]))
     });
     report.step("tls tests (nextest, redis; --features tls)", || {
         // The unit tests (URLs, config) and the suite's `tls` area
         // (tests/suite/tls/) against Redis listening for TLS; the bundled
         // Valkey has no TLS (a test says so).
-        let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
-        run::status_noting(
-            cargo()
-                .args(["nextest", "run", "-p", "shardsub", "--features", "tls"])
+        nextest_noting(
+            nextest(&env)
+                .args(["-p", "shardsub", "--features", "tls"])
                 .args(["--lib", "--test", "suite"])
                 .args(["-E", "kind(lib) | (binary(suite) & test(/^tls::/))"])
-                .arg("--no-fail-fast")
-                .args(["--tool-config-file", &config])
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
-            failure_line,
+                .arg("--no-fail-fast"),
         )?;
         run::status(
             cargo()
@@ -218,14 +225,10 @@ pub fn run() -> Result<(), String> {
         "tokio tests (nextest, redis+valkey; --features tokio)",
         || {
             // The lend for async callers (`src/engine/lend_async_tests.rs`).
-            let config = format!("xtask:{}", root().join("xtask/nextest.toml").display());
-            run::status_noting(
-                cargo()
-                    .args(["nextest", "run", "-p", "shardsub", "--features", "tokio"])
-                    .args(["--lib", "--no-fail-fast", "-E", "test(/lend_async/)"])
-                    .args(["--tool-config-file", &config])
-                    .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
-                failure_line,
+            nextest_noting(
+                nextest(&env)
+                    .args(["-p", "shardsub", "--features", "tokio"])
+                    .args(["--lib", "--no-fail-fast", "-E", "test(/lend_async/)"]),
             )
         },
     );
