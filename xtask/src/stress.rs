@@ -38,16 +38,12 @@ const REPEATED: &[(&str, &str)] = &[
         "the message limit read before a publish connection was up",
     ),
     (
-        "cluster::faults::",
+        "cluster::faults::follows_migration_new_and_removed_masters_failover_and_kill",
         "a rare reorder at a master's removal (a gate opened on a replica's PING)",
     ),
     (
         "cluster::publish_failover::",
         "publishes in flight at a kill -9 (duplicates when resent)",
-    ),
-    (
-        "pubsub::patterns::",
-        "pattern gaps and pattern lanes under connection kills",
     ),
 ];
 
