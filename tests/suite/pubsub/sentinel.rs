@@ -249,7 +249,7 @@ fn a_switch_master_message_is_followed_well_before_the_next_recheck() {
         let ps = subscribed(builder, &handler, &chans);
         accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
         testkit::wait_for("the watcher subscribed", BOUND, || {
-            Ok((sentinel.subscribers() == 1).then_some(()))
+            Ok((sentinel.subscribers() >= 1).then_some(()))
         })
         .unwrap();
         // Right after the watcher's next re-check (no connection of the
@@ -260,7 +260,7 @@ fn a_switch_master_message_is_followed_well_before_the_next_recheck() {
         })
         .unwrap();
         let pushed = Instant::now();
-        assert_eq!(sentinel.switch_master(b.addr()), 1);
+        assert!(sentinel.switch_master(b.addr()) >= 1, "{kind:?}: pushed");
         sentinel.set_master(b.addr());
         let on_b = || ps.health().first().and_then(|h| h.addr) == Some(ServerAddr::from(b.addr()));
         testkit::wait_for("the instance on the new master", FOLLOW_SWITCH, || {
