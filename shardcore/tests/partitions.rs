@@ -241,22 +241,94 @@ fn raw_prefixes_are_refused_where_they_mean_nothing() {
     assert_eq!(a.count(), 8 + 16384);
 }
 
+/// The first `room:N` whose Redis name (`prefix` + it) hashes to `slot`.
+fn room_at_slot(prefix: &[u8], slot: u16) -> Vec<u8> {
+    (0u32..)
+        .map(|n| format!("room:{n}").into_bytes())
+        .find(|ch| key_slot(&[prefix, ch].concat()) == slot)
+        .expect("some room:N hashes to every slot")
+}
+
+/// The lanes at the boundaries: the first slot lane (P, slot 0) comes
+/// right after the last tagged partition, the last (P + 16383) ends the
+/// table. An off-by-one there tags a kept name or keeps a tagged one.
+#[test]
+fn raw_names_at_slots_0_and_16383_keep_their_names_on_the_boundary_lanes() {
+    for (count, prefix) in [(128, &b""[..]), (128, b"app:"), (1, b""), (16384, b"x")] {
+        let table = mixed(count, prefix);
+        for (slot, lane) in [(0u16, count), (16383, count + 16383)] {
+            let ch = room_at_slot(prefix, slot);
+            let name = table.redis_channel(&ch);
+            let text = |b: &[u8]| b.escape_ascii().to_string();
+            let at = format!(
+                "P={count} prefix {:?} slot {slot} ({})",
+                text(prefix),
+                text(&ch)
+            );
+            assert_eq!(
+                text(&name),
+                text(&[prefix, &ch].concat()),
+                "{at}: the name is kept"
+            );
+            assert_eq!(table.partition_of(&ch), lane, "{at}");
+            assert_eq!(table.slot(lane), slot, "{at}");
+            assert_eq!(key_slot(&name), slot, "{at}");
+            assert_eq!(table.user_channel(&name), Some((lane, &ch[..])), "{at}");
+            let mut head = Vec::new();
+            table.redis_channel_at(lane, b"", &mut head);
+            assert_eq!(
+                head, prefix,
+                "{at}: the lane's wire head is the prefix alone"
+            );
+        }
+        // The last tagged partition, right before them, stays tagged.
+        let mut head = Vec::new();
+        table.redis_channel_at(count - 1, b"", &mut head);
+        assert!(
+            head.starts_with(&[prefix, b"{"].concat()),
+            "P={count}: {head:?}"
+        );
+    }
+}
+
+/// A channel for the proptest below: any bytes, or (half the time) the raw
+/// prefix and a suffix, which is either any bytes or a hash tag that pins
+/// its slot to one of the boundary lanes' (0, 16383) or any slot.
+fn raw_test_channel(raw: &[u8], kind: u8, slot: u16, suffix: &[u8]) -> Vec<u8> {
+    let tags = Partitions::new(16384).expect("valid");
+    let pinned = |slot: u16| [raw, b"{", tags.tag(u32::from(slot)), b"}", suffix].concat();
+    match kind % 8 {
+        0..=3 => suffix.to_vec(),
+        4 => [raw, suffix].concat(),
+        5 => pinned(0),
+        6 => pinned(16383),
+        _ => pinned(slot),
+    }
+}
+
 proptest! {
     #[test]
     fn any_channel_round_trips_with_raw_prefixes(
         count in 1u32..=16384,
         prefix in proptest::collection::vec(any::<u8>().prop_filter("no {", |b| *b != b'{'), 0..4),
         raw in proptest::collection::vec(any::<u8>().prop_filter("no {", |b| *b != b'{'), 1..3),
-        channel in proptest::collection::vec(any::<u8>(), 0..40),
+        kind in any::<u8>(),
+        slot in 0u16..16384,
+        suffix in proptest::collection::vec(any::<u8>(), 0..40),
     ) {
         let table = Partitions::with_prefix(count, &prefix)
             .and_then(|t| t.raw_prefix(&raw))
             .expect("valid");
+        let channel = raw_test_channel(&raw, kind, slot, &suffix);
         let p = table.partition_of(&channel);
         prop_assert!(p < table.count());
         prop_assert_eq!(p >= count, channel.starts_with(&raw));
         let name = table.redis_channel(&channel);
         prop_assert_eq!(key_slot(&name), table.slot(p));
+        if p >= count {
+            prop_assert_eq!(&name, &[prefix.as_slice(), &channel].concat(), "a kept name");
+            prop_assert_eq!(p, count + u32::from(key_slot(&name)));
+        }
         prop_assert_eq!(table.user_channel(&name), Some((p, channel.as_slice())));
     }
 }

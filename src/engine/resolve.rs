@@ -278,4 +278,53 @@ mod tests {
         assert_eq!(lookup(&*r, "name:7").unwrap(), [a, b]);
         assert_eq!(split("[::1]:80"), Some(("::1", 80)));
     }
+
+    /// A name whose answer the test changes, counting lookups.
+    struct Moving {
+        answer: Mutex<SocketAddr>,
+        lookups: std::sync::atomic::AtomicU32,
+    }
+
+    impl Resolver for Moving {
+        fn resolve(&self, _host: &str, _port: u16) -> io::Result<Vec<SocketAddr>> {
+            self.lookups
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(vec![*self.answer.lock()])
+        }
+    }
+
+    /// The address for attempt `attempt`, waiting out the lookup.
+    fn connect_to(n: &Arc<Named>, attempt: u32) -> ServerAddr {
+        let current: SocketAddr = "10.0.0.9:6379".parse().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match n.next(attempt, current.into()) {
+                Next::Connect(addr) => return addr,
+                Next::Wait => {
+                    assert!(std::time::Instant::now() < deadline, "lookup hangs");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_whose_answer_changes_is_followed_at_the_next_lookup() {
+        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let moving = Arc::new(Moving {
+            answer: Mutex::new(a),
+            lookups: 0.into(),
+        });
+        let r: Arc<dyn Resolver> = moving.clone();
+        let n = Named::of("redis.internal:6379", &r).unwrap();
+        assert_eq!(connect_to(&n, 1), ServerAddr::from(a));
+        // The name moves: the next reconnect, at once, goes to the new
+        // address (no answer is kept for it).
+        *moving.answer.lock() = b;
+        assert_eq!(connect_to(&n, 1), ServerAddr::from(b), "the new address");
+        assert_eq!(connect_to(&n, 2), ServerAddr::from(b));
+        let lookups = moving.lookups.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(lookups, 3, "one lookup per reconnect");
+    }
 }

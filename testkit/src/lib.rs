@@ -11,6 +11,8 @@
 //!   `redis-cli --cluster create`, plus resharding and failover helpers.
 //! - [`FakeServer`]: a scripted loopback server for byte sequences a real
 //!   server will not send (hostile input, exact interleavings).
+//! - [`FakeSentinel`]: a Sentinel that names a master the test sets and
+//!   publishes `+switch-master` on cue.
 //! - [`FaultProxy`]: a TCP proxy in front of a real server that can cut,
 //!   delay or black-hole the traffic.
 //! - [`TlsFiles`]: a server that also listens for TLS
@@ -81,7 +83,7 @@ pub use kind::{
 };
 pub use process::{wait_for, ChildGuard, STOP_GRACE};
 pub use proxy::{Direction, FaultProxy, ProxyStats};
-pub use sentinel::{Sentinel, SENTINEL_DOWN_AFTER_MS};
+pub use sentinel::{FakeSentinel, Sentinel, SENTINEL_DOWN_AFTER_MS};
 pub use server::{Server, ServerBuilder, CLUSTER_NODE_TIMEOUT_MS, START_TIMEOUT};
 pub use servers::Servers;
 pub use tls::{TlsAuthClients, TlsFiles};

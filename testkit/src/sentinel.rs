@@ -1,9 +1,14 @@
 //! A Sentinel process watching one master, for the Sentinel tests: quorum
-//! 1, the master presumed down after [`SENTINEL_DOWN_AFTER_MS`].
+//! 1, the master presumed down after [`SENTINEL_DOWN_AFTER_MS`]; and a
+//! fake one ([`FakeSentinel`]) that announces a failover on cue.
 
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::client::Client;
@@ -130,4 +135,210 @@ impl Sentinel {
         self.cmd(&[b"SENTINEL", b"FAILOVER", name.as_bytes()])
             .map(drop)
     }
+}
+
+/// How often a [`FakeSentinel`] connection looks at its stop flag.
+const FAKE_TICK: Duration = Duration::from_millis(20);
+
+/// A fake Sentinel on `127.0.0.1`, for what a real one will not do on
+/// cue: it names one master (`SENTINEL GET-MASTER-ADDR-BY-NAME`, the
+/// address the test sets), takes `SUBSCRIBE`, and publishes
+/// `+switch-master` to its subscribers when the test says so. It counts
+/// the address questions, so a test can time a push against the asker's
+/// own checks. Dropping it stops it.
+#[derive(Debug)]
+pub struct FakeSentinel {
+    addr: SocketAddr,
+    shared: Arc<FakeShared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct FakeShared {
+    name: String,
+    master: Mutex<SocketAddr>,
+    /// The write halves of the connections subscribed to `+switch-master`.
+    subscribers: Mutex<Vec<TcpStream>>,
+    questions: AtomicUsize,
+    stop: AtomicBool,
+    handlers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl FakeSentinel {
+    /// Starts one that names `master` as the master called `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the listener cannot be bound.
+    pub fn start(name: &str, master: SocketAddr) -> Result<FakeSentinel, Error> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| Error::io("bind fake Sentinel", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("fake Sentinel address", e))?;
+        let shared = Arc::new(FakeShared {
+            name: name.to_string(),
+            master: Mutex::new(master),
+            subscribers: Mutex::new(Vec::new()),
+            questions: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            handlers: Mutex::new(Vec::new()),
+        });
+        let s = Arc::clone(&shared);
+        let accept = thread::Builder::new()
+            .name("fake-sentinel".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if s.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let conn = Arc::clone(&s);
+                    let h = thread::Builder::new()
+                        .name("fake-sentinel-conn".into())
+                        .spawn(move || serve(stream, &conn));
+                    if let Ok(h) = h {
+                        locked(&s.handlers).push(h);
+                    }
+                }
+            })
+            .map_err(|e| Error::io("spawn fake Sentinel thread", e))?;
+        Ok(FakeSentinel {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How many address questions it answered so far.
+    pub fn questions(&self) -> usize {
+        self.shared.questions.load(Ordering::SeqCst)
+    }
+
+    /// How many connections are subscribed to `+switch-master` now.
+    pub fn subscribers(&self) -> usize {
+        locked(&self.shared.subscribers).len()
+    }
+
+    /// From now on the address questions name `to`.
+    pub fn set_master(&self, to: SocketAddr) {
+        *locked(&self.shared.master) = to;
+    }
+
+    /// Publishes `+switch-master <name> <old> <new>` (old: the address it
+    /// names now) to every subscriber; the address questions are left as
+    /// they are (see [`FakeSentinel::set_master`]). Returns how many
+    /// subscribers it reached.
+    pub fn switch_master(&self, to: SocketAddr) -> usize {
+        let from = *locked(&self.shared.master);
+        let payload = format!(
+            "{} {} {} {} {}",
+            self.shared.name,
+            from.ip(),
+            from.port(),
+            to.ip(),
+            to.port()
+        );
+        let mut msg = Vec::new();
+        resp::encode_command(
+            &mut msg,
+            [&b"message"[..], b"+switch-master", payload.as_bytes()],
+        );
+        let mut subs = locked(&self.shared.subscribers);
+        subs.retain_mut(|s| s.write_all(&msg).is_ok());
+        subs.len()
+    }
+}
+
+impl Drop for FakeSentinel {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        locked(&self.shared.subscribers).clear();
+        for h in std::mem::take(&mut *locked(&self.shared.handlers)) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Answers one connection's commands until it closes or the fake stops.
+fn serve(mut stream: TcpStream, shared: &FakeShared) {
+    if stream.set_read_timeout(Some(FAKE_TICK)).is_err() {
+        return;
+    }
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !shared.stop.load(Ordering::SeqCst) {
+        match resp::parse(&buf, &resp::Limits::default()) {
+            Ok(resp::Status::Complete(p)) => {
+                let (command, n) = (p.to_value(), p.consumed);
+                buf.drain(..n);
+                if answer(&mut stream, shared, &command).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(resp::Status::Incomplete) => {}
+            Err(_) => return,
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The reply to one command (a subscribe also registers the connection).
+fn answer(stream: &mut TcpStream, shared: &FakeShared, command: &Value) -> std::io::Result<()> {
+    let words: Vec<Vec<u8>> = command
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|w| w.as_bytes().unwrap_or_default().to_ascii_uppercase())
+        .collect();
+    let arg = |i: usize| {
+        command
+            .as_array()
+            .and_then(|a| a.get(i))
+            .and_then(Value::as_bytes)
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    match words.iter().map(Vec::as_slice).collect::<Vec<_>>()[..] {
+        [b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", _] if arg(2) == shared.name.as_bytes() => {
+            let master = *locked(&shared.master);
+            let (ip, port) = (master.ip().to_string(), master.port().to_string());
+            resp::encode_command(&mut out, [ip.as_bytes(), port.as_bytes()]);
+            shared.questions.fetch_add(1, Ordering::SeqCst);
+        }
+        [b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", _] => out.extend_from_slice(b"*-1\r\n"),
+        [b"SUBSCRIBE", ..] => {
+            for k in 1..words.len() {
+                out.extend_from_slice(b"*3\r\n$9\r\nsubscribe\r\n");
+                resp::encode_bulk(&mut out, arg(k));
+                out.extend_from_slice(format!(":{k}\r\n").as_bytes());
+            }
+            stream.write_all(&out)?;
+            locked(&shared.subscribers).push(stream.try_clone()?);
+            return Ok(());
+        }
+        [b"PING"] => out.extend_from_slice(b"+PONG\r\n"),
+        _ => out.extend_from_slice(b"-ERR the fake Sentinel knows no such command\r\n"),
+    }
+    stream.write_all(&out)
 }

@@ -129,3 +129,54 @@ fn a_pooled_slot_is_reused_reset_whichever_holder_lets_go_last() {
     assert_eq!(reused(addr), None);
     slot.complete(Ok(3));
 }
+
+#[test]
+fn a_reused_pooled_slot_completes_with_its_new_value() {
+    // Unit tests share the pool: take slots until the one let go comes back.
+    let reuse = |addr: *const Slot<i64>| {
+        let mut held: Vec<_> = (0..64).map(|_| Pending::pooled()).collect();
+        let at = held.iter().position(|(_, s)| std::ptr::eq(&**s, addr));
+        at.map(|i| held.swap_remove(i))
+    };
+    // Completes a reused slot with `value` (the completer lets go first).
+    let fresh = |(p, slot): (Pending<i64>, SlotRef<i64>), value| {
+        slot.complete(Ok(value));
+        drop(slot);
+        assert!(p.is_done(), "done once completed");
+        p
+    };
+    // The old round's value taken (waited on), then reused.
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    slot.complete(Ok(1));
+    drop(slot);
+    assert_eq!(p.wait().unwrap(), 1);
+    let p = fresh(reuse(addr).expect("the slot comes back"), 2);
+    let got = p.wait_timeout(Duration::from_secs(5));
+    assert_eq!(got.ok(), Some(2), "waited for: the new round's value");
+    // The old round's value never taken (its handle dropped first), then
+    // reused and awaited.
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    drop(p);
+    slot.complete(Ok(3));
+    drop(slot);
+    let p = fresh(reuse(addr).expect("the slot comes back"), 4);
+    let got = testkit::block_on(p, Duration::from_secs(5)).expect("woken");
+    assert_eq!(got.ok(), Some(4), "awaited: the new round's value");
+    // A callback's round, then reused with a callback again.
+    let (p, slot) = Pending::pooled();
+    let addr: *const Slot<i64> = &*slot;
+    p.then(|_| {});
+    slot.complete(Ok(5));
+    drop(slot);
+    let (p, slot) = reuse(addr).expect("the slot comes back");
+    let (tx, rx) = std::sync::mpsc::channel();
+    p.then(move |r| tx.send(r.ok()).unwrap());
+    slot.complete(Ok(6));
+    assert_eq!(
+        rx.try_recv().ok(),
+        Some(Some(6)),
+        "the callback: the new value"
+    );
+}

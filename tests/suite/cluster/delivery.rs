@@ -297,6 +297,60 @@ fn active_events_follow_the_first_subscribe_and_every_resubscribe() {
     }
 }
 
+/// A subscribe connection killed on a cluster node (`CLIENT KILL`) is
+/// told as the README says: `Disconnected` for that node, then
+/// `Connected`, then the gap of its channels, and nothing for the other
+/// nodes; every message accounted.
+#[test]
+fn a_killed_subscribe_connection_is_disconnected_then_connected_then_a_gap() {
+    for kind in testkit::kinds() {
+        let cluster = Cluster::start(kind, 3, 0).expect("cluster");
+        let chans = channels("conn", 300);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        let victim = cluster.masters()[0];
+        let server = cluster.node(victim).addr().to_string();
+        let before = handler.timeline.lock().len();
+        let n = cluster
+            .node(victim)
+            .cmd(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
+            .unwrap();
+        assert_eq!(n, testkit::Value::Integer(1), "{kind:?}: one killed");
+        // The gap comes whether or not the connection events do: once it
+        // is in, the events must be before it.
+        let gap = format!("gap {server}");
+        let timeline = testkit::wait_for("the victim's gap", BOUND, || {
+            let t = handler.timeline.lock();
+            let since = t.get(before..).unwrap_or_default();
+            Ok(since.contains(&gap).then(|| since.to_vec()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", handler.timeline.lock()));
+        let what = format!("{kind:?}: events after the kill on {server}: {timeline:?}");
+        let down = format!("down {server}: ");
+        let at_gap = timeline.iter().position(|e| *e == gap);
+        let at_down = timeline.iter().position(|e| e.starts_with(&down));
+        let at_up = timeline.iter().position(|e| *e == format!("up {server}"));
+        assert!(at_down.is_some(), "{what}: no Disconnected");
+        assert!(at_up.is_some(), "{what}: no Connected");
+        assert!(at_down < at_up && at_up < at_gap, "{what}: out of order");
+        let others = timeline.iter().filter(|e| !e.contains(&server)).count();
+        assert_eq!(others, 0, "{what}: events for the nodes left alone");
+        ps.wait_active(&chans, BOUND).unwrap();
+        publish_and_check_signalled(&ps, &ledger, &format!("{kind:?} CLIENT KILL"));
+    }
+}
+
+/// A round through `ps`, settled: nothing lost silently (losses before
+/// it were signalled).
+fn publish_and_check_signalled(ps: &Arc<PubSub>, ledger: &Arc<Ledger>, what: &str) {
+    accounted::round(ledger, &*accounted::via_cluster(ps.clone()));
+    let report = accounted::settle_and_check(ledger, BOUND, what);
+    assert_eq!(report.failed_total(), 0, "{what}: {report}");
+}
+
 /// The envelope on a cluster, as on servers: payloads arrive without the
 /// header (the accounting stamps check out), and the lag is measured.
 #[test]

@@ -7,11 +7,11 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shardsub::{PubSub, ServerAddr};
 use testkit::accounting::Ledger;
-use testkit::{kinds, Sentinel, Server, ServerKind};
+use testkit::{kinds, FakeSentinel, Sentinel, Server, ServerKind};
 
 use crate::support::accounted;
 use crate::support::accounted::Accounted;
@@ -223,6 +223,64 @@ fn a_master_moved_behind_the_old_ones_back_is_followed() {
         let what = format!("{kind:?} moved behind the old master's back");
         let report = accounted::settle_and_check(&ledger, BOUND, &what);
         assert_eq!(report.counts.delivered, 2 * 50, "{what}: {report}");
+    }
+}
+
+/// How long after a `+switch-master` the instance must be on the new
+/// master: well under the watcher's re-check interval (about 5 s).
+const FOLLOW_SWITCH: Duration = Duration::from_secs(2);
+
+/// A `+switch-master` message is followed at once, not at the watcher's
+/// next re-check: a fake Sentinel pushes it right after the watcher's
+/// re-check asked where the master is (so the next one is about 5 s away),
+/// having named the old master until then, and nobody kills the old
+/// master's clients. With the message ignored the instance stays on `a`
+/// until that re-check, which this fails.
+#[test]
+fn a_switch_master_message_is_followed_well_before_the_next_recheck() {
+    for kind in kinds() {
+        let a = Server::start(kind).unwrap();
+        let b = Server::start(kind).unwrap();
+        let sentinel = FakeSentinel::start(NAME, a.addr()).unwrap();
+        let chans = channels("sw", 50);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, "switch-master");
+        let builder = PubSub::builder().sentinel([sentinel.addr().to_string()], NAME);
+        let ps = subscribed(builder, &handler, &chans);
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        testkit::wait_for("the watcher subscribed", BOUND, || {
+            Ok((sentinel.subscribers() >= 1).then_some(()))
+        })
+        .unwrap();
+        // Right after the watcher's next re-check (no connection of the
+        // instance is down, so no one else asks).
+        let asked = sentinel.questions();
+        testkit::wait_for("the watcher's re-check", BOUND, || {
+            Ok((sentinel.questions() > asked).then_some(()))
+        })
+        .unwrap();
+        let pushed = Instant::now();
+        assert!(sentinel.switch_master(b.addr()) >= 1, "{kind:?}: pushed");
+        sentinel.set_master(b.addr());
+        let on_b = || ps.health().first().and_then(|h| h.addr) == Some(ServerAddr::from(b.addr()));
+        testkit::wait_for("the instance on the new master", FOLLOW_SWITCH, || {
+            Ok(on_b().then_some(()))
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "{kind:?}: +switch-master not followed within {FOLLOW_SWITCH:?}: {e}: {:?}",
+                ps.health()
+            )
+        });
+        let took = pushed.elapsed();
+        followed(&ps, &handler, &chans, 1, b.addr());
+        // Publishes moved too: the round reaches the subscribers on b.
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        let what = format!("{kind:?} +switch-master followed in {took:?}");
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(report.counts.delivered, 2 * 50, "{what}: {report}");
+        assert!(a.cmd(&[b"PING"]).is_ok(), "{what}: the old master still up");
+        eprintln!("{what}: {report}");
     }
 }
 
