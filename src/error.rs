@@ -127,6 +127,13 @@ pub enum Error {
     /// change retired its node, or a shutdown's wait for replies ran out)
     /// gets it too, with reason [`ConnError::Aborted`]: it may have run,
     /// and nothing reconnects.
+    ///
+    /// A publish that fails with it is not sent again, in any placement
+    /// (a publish hold included): it may have been delivered, and a copy
+    /// would reach subscribers as a new message. Publish it again only if
+    /// a duplicate is acceptable, or on a recoverable channel after reading
+    /// its history ([`PubSub::history`](crate::PubSub::history)) to see
+    /// whether it was applied.
     ConnectionLost {
         /// The server.
         addr: ServerAddr,

@@ -60,17 +60,21 @@
 //!   come back over the cluster bus at the new owner (at most 1 s, then
 //!   counted in [`Holds::gate_timeouts`]). A channel's publishes do not
 //!   overtake each other across the switch.
-//! - A publish whose slot owner cannot be reached (a `kill -9`ed primary,
-//!   until its replica is promoted) is held, in order, for up to
+//! - A publish never written whose slot owner cannot be reached (a
+//!   `kill -9`ed primary, until its replica is promoted) is held, in
+//!   order, for up to
 //!   [`PubSubBuilder::publish_hold`](crate::PubSubBuilder::publish_hold) (5 s; bounded in messages and bytes
 //!   by [`PubSubBuilder::publish_hold_limit`](crate::PubSubBuilder::publish_hold_limit)), then sent to the new
 //!   owner; past the hold it fails with [`Error::OwnerUnreachable`], past
 //!   the limit at once with [`Error::HoldFull`]. One whose connection broke
-//!   (or was closed by a topology change that retired its node) after it
-//!   was written and before its reply is sent again, so it may arrive
-//!   twice (a recoverable channel's is not: it fails with
-//!   [`Error::ConnectionLost`]); one never written is simply sent to the
-//!   slot's owner. One the
+//!   (or was closed by a topology change that retired its node, or by a
+//!   shutdown) after it was written and before its reply may have run and
+//!   been delivered: it fails with [`Error::ConnectionLost`] (counted in
+//!   [`ClusterMetrics::publish_failed`]) and is never sent again, so no
+//!   subscriber gets it twice; the caller decides whether to publish it
+//!   again (on a recoverable channel the history says whether it was
+//!   applied). One whose node engine was closed before it was written is
+//!   simply sent to the slot's owner. One the
 //!   server refused for now (`TRYAGAIN`, `CLUSTERDOWN`) is retried alone,
 //!   the slot's later publishes held until it was taken.
 //!

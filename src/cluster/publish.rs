@@ -22,7 +22,7 @@
 //! with [`Error::Cluster`] (and is counted).
 //!
 //! A publish whose owner cannot be reached (its connection is down or
-//! broke before the reply, or no owner is known) is held
+//! broke before the publish was written, or no owner is known) is held
 //! ([`super::hold`]) up to [`PubSubBuilder::publish_hold`], and sent to
 //! the slot's owner once one is reachable. A slot whose route moves is
 //! gated until a `PING` on the old route has been answered, so publishes
@@ -31,6 +31,10 @@
 //! owner or was refused (an old node that became the owner's replica
 //! forwards what it took over the cluster bus, later); with no new owner
 //! known yet, the marker waits for one (see `gate`).
+//!
+//! A publish written whose connection then broke or was closed before its
+//! reply may have run: it fails with [`Error::ConnectionLost`] and is not
+//! sent again (a second run would deliver it twice).
 //!
 //! [`PubSubBuilder::max_redirects`]: crate::PubSubBuilder::max_redirects
 //! [`PubSubBuilder::retry_window`]: crate::PubSubBuilder::retry_window
@@ -399,24 +403,20 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
         msg.redirects += 1;
         return send(shared, msg, None, false);
     }
-    // A recoverable channel's publish that was sent and may have run (its
-    // connection broke, or was closed by a rewire or a shutdown, before
-    // the reply): run again it would append a second copy (another
-    // offset, delivered too), so it fails with the error that says the
-    // outcome is unknown.
-    if matches!(r, Err(Error::ConnectionLost { .. }))
-        && crate::history::script::is_publish(&msg.data)
-    {
+    // A publish that was sent and may have run (its connection broke, or
+    // was closed by a rewire or a shutdown, before the reply): sent again
+    // it would run twice and its subscribers could get it twice (a
+    // recoverable channel's under another offset), with nothing to tell
+    // the copy from a new message. It fails with the error that says the
+    // outcome is unknown; the caller decides.
+    if matches!(r, Err(Error::ConnectionLost { .. })) {
         return msg.finish_result(shared, r);
     }
-    // The owner could not be reached (nothing sent, or the connection broke
-    // or was closed before the reply): held for the slot's next reachable
-    // owner. A plain publish that may have run is sent again, so it may
-    // arrive twice (see the module docs of `cluster`).
-    if matches!(
-        r,
-        Err(Error::NotConnected { .. } | Error::ConnectionLost { .. })
-    ) && !closing
+    // The owner could not be reached and nothing was sent (its connection
+    // down, or it broke before this publish was written): held for the
+    // slot's next reachable owner.
+    if matches!(r, Err(Error::NotConnected { .. }))
+        && !closing
         && !shared.config.publish_hold.is_zero()
     {
         return hold(shared, msg);

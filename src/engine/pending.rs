@@ -441,13 +441,21 @@ impl Completion {
     /// (an engine shut down, its wait for replies over) gets
     /// [`Error::ConnectionLost`] instead, reason
     /// [`ConnError::Aborted`](crate::conn::ConnError::Aborted): the
-    /// outcome is unknown. Other requests keep `Shutdown`.
+    /// outcome is unknown. One never written whose connection broke (or
+    /// timed out, or read bad bytes) gets [`Error::NotConnected`] instead:
+    /// nothing was sent, so the layer above may send it again, and only a
+    /// kept request that may have run fails with `ConnectionLost`. Other
+    /// requests keep their error.
     pub(crate) fn closed_error(&self, addr: ServerAddr, error: Error, sent: bool) -> Error {
         match (self, error) {
             (Completion::Kept, Error::Shutdown) if sent => Error::ConnectionLost {
                 addr,
                 reason: crate::conn::ConnError::Aborted,
             },
+            (
+                Completion::Kept,
+                Error::ConnectionLost { .. } | Error::Timeout { .. } | Error::Protocol { .. },
+            ) if !sent => Error::NotConnected { addr },
             (_, error) => error,
         }
     }

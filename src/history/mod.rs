@@ -141,14 +141,14 @@
 //! - A publish whose reply was lost (the connection broke after it was
 //!   sent) fails with [`Error::ConnectionLost`]
 //!   but may have been applied: its subscribers may get it, once. It is
-//!   not sent again by the hold on a cluster (which resends plain
-//!   publishes): a second run would append a second copy under another
-//!   offset, and subscribers would get both. Whether to publish it again
-//!   is the application's choice. The same holds for a publish on the
+//!   not sent again (as no publish is, on any channel): a second run would
+//!   append a second copy under another offset, and subscribers would get
+//!   both. Whether to publish it again is the application's choice; the
+//!   history says whether it was applied. The same holds for a publish on the
 //!   connection of a node engine that a topology change closes before the
 //!   reply (the engine tells one written before the close, which fails
 //!   with `ConnectionLost`, from one never written, which goes to the
-//!   slot's new owner; `tests/history_rewire.rs`). (Before this rule a 5-minute chaos run on Redis saw 132 duplicate
+//!   slot's new owner; `tests/suite/history/rewire.rs`). (Before this rule a 5-minute chaos run on Redis saw 132 duplicate
 //!   deliveries around `kill -9` of primaries.)
 //! - A channel holds at most 4,096 live messages while its read is out;
 //!   past that it gives up with `Unrecoverable`. The hold is per channel.

@@ -41,15 +41,6 @@ static SHA_HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
     head
 });
 
-/// The start of [`to_eval`]'s commands: the array header, `EVAL` (the
-/// script and the key count follow).
-static EVAL_HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let mut head = Vec::new();
-    resp::encode_command_header(&mut head, KEYS + ARGS + 3);
-    resp::encode_bulk(&mut head, b"EVAL");
-    head
-});
-
 /// What the publish command carries.
 pub(crate) struct PublishArgs<'a> {
     pub(crate) meta: &'a [u8],
@@ -115,12 +106,6 @@ pub(crate) fn preload(engine: &crate::engine::Engine) {
     }
 }
 
-/// Whether `command` is a publish command from [`encode_publish`] (or its
-/// [`to_eval`] form).
-pub(crate) fn is_publish(command: &[u8]) -> bool {
-    command.starts_with(&SHA_HEAD) || command.starts_with(&EVAL_HEAD)
-}
-
 /// Whether an error reply says the server lacks the script.
 pub(crate) fn is_noscript(message: &str) -> bool {
     message.starts_with("NOSCRIPT")
@@ -154,8 +139,6 @@ mod tests {
         assert!(eval.starts_with(b"*11\r\n$4\r\nEVAL\r\n"));
         assert!(eval.ends_with(&cmd[SHA_HEAD.len()..]));
         assert_eq!(to_eval(&eval), None, "an EVAL is never rewritten again");
-        assert!(is_publish(&cmd) && is_publish(&eval));
-        assert!(!is_publish(b"*3\r\n$8\r\nSPUBLISH\r\n"));
         assert!(is_noscript("NOSCRIPT No matching script."));
         assert!(!is_noscript("ERR NOSCRIPT"));
     }

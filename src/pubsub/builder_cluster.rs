@@ -148,15 +148,18 @@ impl PubSubBuilder {
     /// cannot be reached (default 5 s; [`Duration::ZERO`] fails at once,
     /// with the connection's error, as without a hold).
     ///
-    /// A publish whose owner's connection is down, broke before the reply
-    /// (it may have run: it can then arrive twice), or whose slot has no
-    /// known owner, is held, in publish order, with every later publish to
+    /// A publish whose owner's connection is down (or broke before the
+    /// publish was written), or whose slot has no known owner, is held, in
+    /// publish order, with every later publish to
     /// the same slot; once the topology names a reachable owner (the
     /// promoted replica after a `kill -9` of a primary) they are sent there
     /// oldest first, the oldest alone until the owner took it (a node just
     /// promoted may still refuse one and take the next), and their
     /// outcomes reported. A publish still held after
-    /// this long fails with [`Error::OwnerUnreachable`](crate::Error::OwnerUnreachable); set it above the
+    /// this long fails with [`Error::OwnerUnreachable`](crate::Error::OwnerUnreachable). A publish already
+    /// written when its connection broke (or was closed) before the reply
+    /// is never held: it may have run and been delivered, so it fails
+    /// with [`Error::ConnectionLost`](crate::Error::ConnectionLost) rather than arrive twice. Set the hold above the
     /// cluster's failover time (`cluster-node-timeout` plus the election)
     /// for no publish to fail across a failover. Memory is bounded by
     /// [`PubSubBuilder::publish_hold_limit`].

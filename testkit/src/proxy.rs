@@ -36,6 +36,9 @@ struct Pair {
     /// direction (`[to the server, to the client]`): a stream with a hole
     /// is never resumed.
     tainted: Arc<[AtomicBool; 2]>,
+    /// This connection's own black hole, per direction (see
+    /// [`FaultProxy::blackhole_connections`]).
+    hole: Arc<[AtomicBool; 2]>,
 }
 
 /// Which way a fault acts: on the bytes a client sends to the server, on
@@ -222,6 +225,29 @@ impl FaultProxy {
         }
     }
 
+    /// The ids of the connections open now, oldest first: take them
+    /// before and after a client connects to tell its connections from
+    /// the others (see [`FaultProxy::blackhole_connections`]).
+    pub fn connections(&self) -> Vec<u64> {
+        self.pairs().iter().map(|p| p.id).collect()
+    }
+
+    /// [`FaultProxy::blackhole_toward`] for the open connections `ids`
+    /// only (from [`FaultProxy::connections`]): the others, and those
+    /// accepted later, pass bytes as before. With [`Direction::ToClient`]
+    /// one client's requests run but their replies are lost, while
+    /// another client of the same server (a subscriber) still gets
+    /// everything. [`FaultProxy::heal`] ends it too.
+    pub fn blackhole_connections(&self, ids: &[u64], direction: Direction, on: bool) {
+        for pair in self.pairs().iter().filter(|p| ids.contains(&p.id)) {
+            for (i, up) in [true, false].into_iter().enumerate() {
+                if direction.covers(up) {
+                    pair.hole[i].store(on, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
     /// Ends a black hole: stops swallowing bytes and closes every
     /// connection whose bytes were swallowed (a TCP stream cannot resume
     /// with a hole; without this, a client would read a reply meant for
@@ -231,6 +257,11 @@ impl FaultProxy {
         self.blackhole_toward(Direction::Both, false);
         let tainted: Vec<Pair> = {
             let mut pairs = self.pairs();
+            for p in pairs.iter() {
+                for h in p.hole.iter() {
+                    h.store(false, Ordering::SeqCst);
+                }
+            }
             let (tainted, clean) = std::mem::take(&mut *pairs)
                 .into_iter()
                 .partition(|p| p.tainted.iter().any(|t| t.load(Ordering::SeqCst)));
@@ -306,6 +337,7 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
     };
     let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
     let tainted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let hole = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
     shared
         .pairs
         .lock()
@@ -315,6 +347,7 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
             client,
             server,
             tainted: Arc::clone(&tainted),
+            hole: Arc::clone(&hole),
         });
     shared.active.fetch_add(1, Ordering::SeqCst);
     let halves = Arc::new(AtomicUsize::new(2));
@@ -322,10 +355,11 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
         let shared = Arc::clone(shared);
         let halves = Arc::clone(&halves);
         let tainted = Arc::clone(&tainted);
+        let hole = Arc::clone(&hole);
         let spawned = thread::Builder::new()
             .name(format!("fault-proxy-{id}"))
             .spawn(move || {
-                forward(from, &to, (up, own_delay), &shared, &tainted);
+                forward(from, &to, (up, own_delay), &shared, (&tainted, &hole));
                 let _ = to.shutdown(Shutdown::Write);
                 if halves.fetch_sub(1, Ordering::SeqCst) == 1 {
                     shared.active.fetch_sub(1, Ordering::SeqCst);
@@ -341,7 +375,8 @@ fn open(client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) {
 
 /// Copies `from` → `to` until EOF or error, obeying black hole and delay
 /// (the proxy's, or `own_delay` of this connection if longer; `up`: client
-/// to server). Bytes swallowed by the black hole taint the connection's
+/// to server), and this connection's own black hole `hole`. Bytes
+/// swallowed by either black hole taint the connection's
 /// stream that way; a tainted stream is closed (both ways) instead of
 /// forwarding again.
 fn forward(
@@ -349,7 +384,7 @@ fn forward(
     mut to: &TcpStream,
     (up, own_delay): (bool, u64),
     shared: &Shared,
-    tainted: &[AtomicBool; 2],
+    (tainted, hole): (&[AtomicBool; 2], &[AtomicBool; 2]),
 ) {
     let way = usize::from(!up);
     let mut buf = vec![0u8; 64 * 1024];
@@ -360,7 +395,7 @@ fn forward(
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        if shared.blackhole[way].load(Ordering::SeqCst) {
+        if shared.blackhole[way].load(Ordering::SeqCst) || hole[way].load(Ordering::SeqCst) {
             tainted[way].store(true, Ordering::SeqCst);
             shared.dropped.fetch_add(n as u64, Ordering::SeqCst);
             continue;

@@ -180,3 +180,36 @@ fn a_reused_pooled_slot_completes_with_its_new_value() {
         "the callback: the new value"
     );
 }
+
+#[test]
+fn a_kept_request_fails_with_connection_lost_only_when_it_may_have_run() {
+    let addr = ServerAddr::from(std::net::SocketAddr::from(([127, 0, 0, 1], 7000)));
+    let lost = || Error::ConnectionLost {
+        addr,
+        reason: crate::conn::ConnError::Closed,
+    };
+    let kept = Completion::Kept;
+    // Written: the outcome is unknown, whoever closed the connection.
+    assert!(matches!(
+        kept.closed_error(addr, lost(), true),
+        Error::ConnectionLost { .. }
+    ));
+    assert!(matches!(
+        kept.closed_error(addr, Error::Shutdown, true),
+        Error::ConnectionLost { .. }
+    ));
+    // Never written: nothing was sent (the layer above may send it again).
+    assert!(matches!(
+        kept.closed_error(addr, lost(), false),
+        Error::NotConnected { .. }
+    ));
+    assert!(matches!(
+        kept.closed_error(addr, Error::Shutdown, false),
+        Error::Shutdown
+    ));
+    // Other requests keep the connection's error.
+    assert!(matches!(
+        Completion::Publish.closed_error(addr, lost(), false),
+        Error::ConnectionLost { .. }
+    ));
+}

@@ -6,6 +6,7 @@ mod ask;
 mod delivery;
 mod faults;
 mod lane_move;
+mod lost_reply;
 mod probe;
 mod publish_failover;
 mod raw_names;

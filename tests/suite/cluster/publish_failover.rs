@@ -9,7 +9,10 @@
 //!   every message delivered once in order or lost inside a signalled
 //!   window at the subscriber.
 //! - `kill -9` of a primary with a publish hold longer than the promotion:
-//!   zero failed publishes, order intact.
+//!   order intact, nothing delivered twice; the only failed publishes are
+//!   those written to the killed primary before their reply
+//!   ([`Error::ConnectionLost`]: they may have run, so they are not sent
+//!   again; `lost_reply.rs` makes that case on purpose).
 //! - A primary with no replica killed, hold 300 ms: publishes to its slots
 //!   fail with [`Error::OwnerUnreachable`] after the hold, not before and
 //!   not hanging; past the hold's message cap they fail at once with
@@ -85,8 +88,9 @@ fn start_publishing(s: &Setup, publ: &Arc<PubSub>, pause: Duration) -> Backgroun
 
 /// Stops publishing, waits (bounded) for every outcome and the
 /// subscriber's last message of every channel, and checks the accounting:
-/// nothing lost silently, duplicated or reordered, no publish failed.
-fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background) {
+/// nothing lost silently, duplicated or reordered, no publish failed but
+/// with the error `may_fail` names.
+fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background, may_fail: Option<&str>) {
     let rounds = publisher.stop();
     let report = accounted::settle_and_check(
         &s.ledger,
@@ -97,7 +101,8 @@ fn check(kind: ServerKind, what: &str, s: &Setup, publisher: Background) {
         "{kind:?} {what}: {rounds} rounds; subscriber dropped {:?};\n{report}",
         s.sub.metrics().dropped
     );
-    assert_eq!(report.failed_total(), 0, "{kind:?} {what}: {report}");
+    let allowed = may_fail.map_or(0, |k| report.failed.get(k).copied().unwrap_or(0));
+    assert_eq!(report.failed_total(), allowed, "{kind:?} {what}: {report}");
 }
 
 fn failover(kind: ServerKind) {
@@ -149,7 +154,7 @@ fn failover(kind: ServerKind) {
          cluster ok ({:?})",
         m.rebuilds
     );
-    check(kind, "failover", &s, publisher);
+    check(kind, "failover", &s, publisher, None);
     publ.shutdown();
     s.sub.shutdown();
 }
@@ -176,7 +181,9 @@ fn kill(kind: ServerKind) {
         "{kind:?} kill -9: cluster ok {promoted:?} after the kill; {:?}",
         publ.cluster_metrics().unwrap()
     );
-    check(kind, "kill -9", &s, publisher);
+    // Publishes written to the victim before their reply came may have
+    // run there: they fail with `ConnectionLost`, never sent again.
+    check(kind, "kill -9", &s, publisher, Some("ConnectionLost"));
     publ.shutdown();
     s.sub.shutdown();
 }
@@ -230,6 +237,19 @@ fn bounded(kind: ServerKind) {
     let dead = channel_on(&cluster, &held, a, "dead");
     let alive = channel_on(&cluster, &held, b, "alive");
     cluster.node_mut(a).expect("node").kill();
+    // Until `held` has seen its connection to `a` break, a publish is
+    // written to the dead socket and fails with `ConnectionLost` (it may
+    // have run as far as the client can tell); from then on they are held.
+    let probes = (0..50)
+        .map(|_| held.publish_wait(&dead, b"probe", Duration::from_secs(5)))
+        .position(|r| match r {
+            Err(Error::OwnerUnreachable { .. }) => true,
+            Err(Error::ConnectionLost { .. }) => false,
+            other => panic!("{kind:?}: probe: {other:?}"),
+        })
+        .expect("a held probe");
+    let base = held.cluster_metrics().unwrap().holds;
+    eprintln!("{kind:?}: {probes} probes written before the kill was seen");
     // Twenty publishes at once: ten held, ten refused at once (cap 10).
     let (tx, rx) = std::sync::mpsc::channel();
     let t0 = Instant::now();
@@ -243,10 +263,7 @@ fn bounded(kind: ServerKind) {
         .map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("an outcome"))
         .collect();
     outcomes.sort_by_key(|o| o.0);
-    // Which ten are held follows the order the publishes reached the hold,
-    // not their numbers: those written before the kill was noticed fail
-    // later (on the I/O thread, when the connection breaks) than those
-    // refused at submission. Exactly ten of each, whichever they are.
+    // Exactly ten of each, whichever they are.
     let (mut expired, mut full) = (Vec::new(), Vec::new());
     for (i, at, r) in &outcomes {
         match r {
@@ -280,7 +297,11 @@ fn bounded(kind: ServerKind) {
         failed_at.iter().max(),
     );
     let m = held.cluster_metrics().unwrap();
-    assert_eq!((m.holds.expired, m.holds.full), (10, 10), "{m:?}");
+    assert_eq!(
+        (m.holds.expired - base.expired, m.holds.full - base.full),
+        (10, 10),
+        "{m:?}"
+    );
     assert_eq!(m.holds.messages, 0, "{m:?}");
     // The other masters still take publishes.
     let r = held.publish_wait(&alive, b"x", Duration::from_secs(2));

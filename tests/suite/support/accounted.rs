@@ -204,6 +204,88 @@ pub fn via_cluster(ps: Arc<shardsub::PubSub>) -> Arc<PublishFn> {
     })
 }
 
+/// Acknowledged publishing with [`shardsub::PubSub::publish_wait`], one
+/// after another.
+pub fn via_wait(ps: Arc<shardsub::PubSub>, timeout: Duration) -> Arc<PublishFn> {
+    Arc::new(move |ledger, stamp, channel, payload| {
+        record(
+            ledger,
+            stamp,
+            &ps.publish_wait(channel, payload, timeout),
+            true,
+        );
+    })
+}
+
+/// One round acknowledged with `publish_wait`, then every tap has it.
+pub fn acked_round(ledger: &Arc<Ledger>, ps: &Arc<shardsub::PubSub>, bound: Duration) {
+    round(ledger, &*via_wait(ps.clone(), bound));
+    ledger
+        .wait_caught_up(bound)
+        .unwrap_or_else(|e| panic!("{e}\n{}", ledger.report()));
+}
+
+/// Publishes while `ps`'s replies are being lost: a round with a handle
+/// each ([`via_cluster`]), a fire-and-forget round ([`via_pubsub`]), and
+/// one `publish_wait` to the first channel on a thread of its own (its
+/// result comes back from the thread); then waits until `handler` got
+/// every one of them (the server ran them) and checks that no outcome but
+/// the fire-and-forget ones came back. Returns the number published and
+/// the thread.
+pub fn publish_unanswered(
+    ledger: &Arc<Ledger>,
+    ps: &Arc<shardsub::PubSub>,
+    handler: &Accounted,
+    bound: Duration,
+) -> (u64, std::thread::JoinHandle<Result<i64, Error>>) {
+    let n = ledger.names().len() as u64;
+    let before = handler.tap.messages();
+    round(ledger, &*via_cluster(ps.clone()));
+    round(ledger, &*via_pubsub(ps.clone()));
+    let waiting = {
+        let (ps, ledger) = (ps.clone(), ledger.clone());
+        std::thread::spawn(move || {
+            let mut payload = Vec::new();
+            let stamp = ledger.stamp(0, &mut payload, PAYLOAD_LEN);
+            let r = ps.publish_wait(ledger.name(0), &payload, bound * 2);
+            record(&ledger, stamp, &r, true);
+            r
+        })
+    };
+    let published = 2 * n + 1;
+    testkit::wait_for("the server to deliver what it ran", bound, || {
+        Ok((handler.tap.messages() >= before + published).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(ledger.pending(), n + 1, "replies came back");
+    (published, waiting)
+}
+
+/// The checks after [`publish_unanswered`]'s publishes lost their replies
+/// with their connections: none delivered twice, the run clean, and each
+/// that had a handle (the `publish_wait`, `waited`, among them) failed
+/// with `ConnectionLost` and was delivered once.
+pub fn assert_not_sent_again(
+    what: &str,
+    report: &testkit::accounting::Report,
+    waited: &Result<i64, Error>,
+) {
+    assert_eq!(
+        report.counts.duplicated, 0,
+        "{what}: the subscriber got publishes twice:\n{report}"
+    );
+    assert!(report.is_clean(), "{what}: {report}");
+    assert!(
+        matches!(waited, Err(Error::ConnectionLost { .. })),
+        "{what}: publish_wait of a publish that ran and lost its reply: {waited:?}"
+    );
+    let lost = report.failed.get("ConnectionLost").copied().unwrap_or(0);
+    assert!(
+        lost > 0 && lost == report.failed_total() && lost == report.counts.delivered_failed,
+        "{what}: only ConnectionLost failures, each delivered once: {report}"
+    );
+}
+
 /// One stamped message to every channel of the ledger, in index order.
 pub fn round(ledger: &Arc<Ledger>, publish: &PublishFn) {
     round_where(ledger, publish, |_| true);
