@@ -42,6 +42,10 @@ const REPEATED: &[(&str, &str)] = &[
         "a rare reorder at a master's removal (a gate opened on a replica's PING)",
     ),
     (
+        "pubsub::start_degraded::",
+        "read the handler's events before a worker had given it the shard's return",
+    ),
+    (
         "cluster::publish_failover::",
         "publishes in flight at a kill -9 (duplicates when resent)",
     ),

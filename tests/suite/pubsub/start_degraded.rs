@@ -98,6 +98,13 @@ fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
         b.restart().expect("server b back on its port");
         ps.wait_active(&on_b, BOUND)
             .unwrap_or_else(|e| panic!("{kind:?}: the shard that came up: {e}"));
+        // The event reaches the handler on a worker: `wait_active` reads
+        // the registry, so it may return before the handler has seen it.
+        testkit::wait_for("the shard's return event", BOUND, || {
+            let t = handler.timeline.lock();
+            Ok(t.iter().any(|e| *e == format!("up {b_addr}")).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", handler.timeline.lock()));
         {
             let t = handler.timeline.lock();
             let down = t
