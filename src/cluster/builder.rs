@@ -511,6 +511,7 @@ pub(crate) fn start(
         mail: Mailbox::new(lanes),
         seed_errors: Default::default(),
         closing: AtomicBool::new(false),
+        engines_closing: Default::default(),
         hold,
         next_seq: AtomicU64::new(0),
         instance: crate::engine::clock::seed(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::engine::runtime::Latch;
+use crate::engine::runtime::{self, Latch};
 use crate::engine::wait::Signal;
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
@@ -36,9 +36,10 @@ fn id_of(state: &Arc<Signal<State>>) -> usize {
     Arc::as_ptr(state) as usize
 }
 
-/// Whether the calling thread is the thread of host `id`.
-fn on_host(id: usize) -> bool {
-    ON_HOST.with(Cell::get) == id
+/// Whether the calling thread is the thread of some host (a runtime's
+/// control or worker thread).
+pub(crate) fn on_any_host() -> bool {
+    ON_HOST.with(Cell::get) != 0
 }
 
 /// Work hosted on a [`Host`]'s thread.
@@ -180,19 +181,19 @@ impl Bell {
 }
 
 /// A hosted task, as its owner holds it: what says it has finished.
+#[derive(Clone)]
 pub(crate) struct Hosted {
     done: Arc<Latch>,
-    /// Its host (see [`id_of`]).
-    host: usize,
 }
 
 impl Hosted {
     /// Waits until the task has finished and is dropped (its last turn
-    /// returned [`Turn::Done`], or panicked), unless called from its own
-    /// host's thread (which runs it: it finishes after this call
-    /// returns).
+    /// returned [`Turn::Done`], or panicked), unless called from a thread
+    /// of a runtime (its own host's thread runs it, and any other such
+    /// thread is shared with other instances, which must not wait for this
+    /// one): then it returns at once and the task finishes by itself.
     pub(crate) fn wait_done(&self) {
-        if on_host(self.host) {
+        if runtime::on_runtime_thread() {
             return;
         }
         while !self
@@ -266,10 +267,7 @@ impl Host {
                 st.rung.push(id);
             }
         });
-        Hosted {
-            done,
-            host: id_of(&self.state),
-        }
+        Hosted { done }
     }
 
     /// Tasks hosted now.
@@ -281,10 +279,12 @@ impl Host {
 
 impl Drop for Host {
     /// Ends the thread (each instance waited for its own task at
-    /// shutdown); joined unless this is that thread.
+    /// shutdown); joined unless called from a thread of a runtime (this
+    /// one, or one shared with other instances): then it ends by itself
+    /// after the turn it runs.
     fn drop(&mut self) {
         self.state.update(|st| st.stop = true);
-        if on_host(id_of(&self.state)) {
+        if runtime::on_runtime_thread() {
             return;
         }
         if let Some(h) = self.handle.lock().take() {
