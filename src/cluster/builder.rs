@@ -389,7 +389,7 @@ pub(crate) fn build(
         .handler
         .clone()
         .unwrap_or_else(crate::workers::handler::publish_only);
-    let counters = Arc::new(Counters::default());
+    let counters = Counters::named(common.client_name.as_deref(), seeds);
     let runtime = Runtime::for_instance(
         common.runtime.as_ref(),
         common.io_threads,

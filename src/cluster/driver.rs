@@ -102,6 +102,15 @@ impl Task for Driver {
             None => Turn::Done,
         }
     }
+
+    fn slow(&mut self, thread: &str, took: Duration) {
+        self.s.counters.slow_turn(
+            thread,
+            "a control turn (the Pending::then callbacks and wakers of the \
+             publishes it completed, or the control loop's own work)",
+            took,
+        );
+    }
 }
 
 impl Driver {

@@ -47,6 +47,12 @@ pub(crate) trait Task: Send + 'static {
     /// Does what is due now, without waiting, and says when to run again
     /// (besides whenever its [`Bell`] rings).
     fn turn(&mut self) -> Turn;
+
+    /// Its last turn held the thread `took`, at least
+    /// [`SLOW_TURN`](crate::metrics::SLOW_TURN): the other tasks on
+    /// `thread` waited that long (reported by the task, which knows its
+    /// instance and what it ran).
+    fn slow(&mut self, _thread: &str, _took: Duration) {}
 }
 
 /// When a task runs again.
@@ -323,6 +329,8 @@ fn run(state: &Signal<State>) {
     let _ending = Ending(state);
     // Reused: a turn allocates nothing here.
     let mut due: Vec<(u64, Box<dyn Task>)> = Vec::new();
+    let thread = std::thread::current();
+    let thread = thread.name().unwrap_or("shardsub-host");
     loop {
         let next = state.with(|st| st.next_due());
         let woke = state.wait_until(next, None, |st| {
@@ -337,8 +345,17 @@ fn run(state: &Signal<State>) {
             Some(false) => return,
             None => continue, // the deadline passed: look again
         }
+        // One clock read per turn (none per message a turn handles): each
+        // turn's end is the next one's start.
+        let mut start = Instant::now();
         for (id, mut task) in due.drain(..) {
             let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
+            let end = Instant::now();
+            let took = end.saturating_duration_since(start);
+            start = end;
+            if took >= crate::metrics::SLOW_TURN && outcome.is_ok() {
+                task.slow(thread, took);
+            }
             let whose = || {
                 state.with(|st| match st.tasks.get(&id) {
                     Some(e) => (e.name, e.panics.clone()),

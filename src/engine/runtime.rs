@@ -224,6 +224,21 @@ impl Runtime {
         self.inner.panics.get()
     }
 
+    /// Turns of this runtime's I/O threads that took
+    /// [`SLOW_TURN`](crate::metrics::SLOW_TURN) or longer: a callback run
+    /// there ([`Pending::then`](crate::Pending::then), an observer's)
+    /// blocked the thread, and every connection on it waited. Each is
+    /// logged with `log::warn!` naming the thread. (The turns of the
+    /// handlers and of the control loop are counted per instance, in
+    /// [`Metrics::slow_turns`](crate::Metrics::slow_turns).)
+    pub fn slow_turns(&self) -> u64 {
+        self.inner
+            .threads
+            .iter()
+            .map(|t| t.slow_turns.load(Ordering::Relaxed))
+            .sum()
+    }
+
     pub(crate) fn panics(&self) -> &PanicCount {
         &self.inner.panics
     }

@@ -699,6 +699,11 @@ impl Worker {
 }
 
 impl Task for Worker {
+    fn slow(&mut self, thread: &str, took: std::time::Duration) {
+        self.counters
+            .slow_turn(thread, "the handler (on_message/on_event)", took);
+    }
+
     /// Takes the queue's items (and the drop events due) and hands them to
     /// the handler; runs again at once while items are left, when rung once
     /// the queue is empty (the next put wakes it), never once it is closed
