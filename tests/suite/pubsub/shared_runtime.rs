@@ -20,7 +20,7 @@ const BOUND: Duration = Duration::from_secs(20);
 /// How long the other instance may wait for its control thread, its I/O
 /// thread and its worker while the first shuts down. The first's shutdown
 /// on the frozen server takes its shutdown timeout (2 s) per subscribe
-/// connection when the control thread waits for it: 16 s for 8.
+/// connection when the control thread waits for each: 16 s for 8.
 const OTHERS_BOUND: Duration = Duration::from_secs(5);
 
 /// The other instance on the runtime: 8 accounted channels, published
@@ -92,6 +92,9 @@ fn shutdown_from_a_callback_does_not_stall_the_other_instances_on_the_runtime() 
                 .address(frozen.addr().to_string())
                 .runtime(&runtime)
                 .subscribe_connections(8)
+                // Longer than the whole stall: nothing in flight ends
+                // before the shutdown timeout does.
+                .request_timeout(Duration::from_secs(30))
                 .on_message(|_, _| {})
                 .build()
                 .unwrap(),
