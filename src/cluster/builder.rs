@@ -389,7 +389,7 @@ pub(crate) fn build(
         .handler
         .clone()
         .unwrap_or_else(crate::workers::handler::publish_only);
-    let counters = Arc::new(Counters::default());
+    let counters = Counters::named(common.client_name.as_deref(), seeds);
     let runtime = Runtime::for_instance(
         common.runtime.as_ref(),
         common.io_threads,
@@ -511,6 +511,7 @@ pub(crate) fn start(
         mail: Mailbox::new(lanes),
         seed_errors: Default::default(),
         closing: AtomicBool::new(false),
+        engines_closing: Default::default(),
         hold,
         next_seq: AtomicU64::new(0),
         instance: crate::engine::clock::seed(),

@@ -102,6 +102,15 @@ impl Task for Driver {
             None => Turn::Done,
         }
     }
+
+    fn slow(&mut self, thread: &str, took: Duration) {
+        self.s.counters.slow_turn(
+            thread,
+            "a control turn (the Pending::then callbacks and wakers of the \
+             publishes it completed, or the control loop's own work)",
+            took,
+        );
+    }
 }
 
 impl Driver {
@@ -462,7 +471,18 @@ impl Driver {
             c.state.unenveloped.load(Ordering::Relaxed),
         );
         c.state.ready.store(false, Ordering::Release);
-        c.engine.shutdown();
+        self.close_engine(&c.engine);
+    }
+
+    /// Starts an engine's shutdown without waiting for it (this thread is
+    /// shared with the other instances on the runtime); at the instance's
+    /// shutdown, kept for the caller of `shutdown` to wait for.
+    pub(crate) fn close_engine(&self, e: &Engine) {
+        if let Some(closing) = e.close() {
+            if self.s.closing.load(Ordering::Acquire) {
+                self.s.engines_closing.lock().push(closing);
+            }
+        }
     }
 
     /// Sends what changed in one lane since the last look: newly wanted
@@ -621,18 +641,21 @@ impl Driver {
             self.retire(c);
         }
         for (_, e) in std::mem::take(&mut self.fetch_engines) {
-            e.shutdown();
+            self.close_engine(&e);
         }
         // Held publishes and refused ones waiting for their retry.
         for msg in self.s.hold.drain() {
             msg.finish(&self.s, Err(Error::Shutdown));
         }
         for (_, e) in std::mem::take(&mut self.publ) {
-            e.shutdown();
+            self.close_engine(&e);
         }
         self.gates = crate::cluster::gate::gates();
         for e in std::mem::take(&mut self.retiring) {
-            e.shutdown();
+            self.close_engine(&e);
         }
+        // The shutdown may have been called from a thread of the runtime,
+        // which does not wait for this turn.
+        *self.s.routes.write() = crate::cluster::shared::Routes::empty();
     }
 }

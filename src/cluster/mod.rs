@@ -412,19 +412,31 @@ impl ClusterPubSub {
 
     /// Stops everything: the control thread and every node connection,
     /// then the workers (messages still queued are dropped and counted).
-    /// Idempotent; also run on drop. Do not call it from a handler.
+    /// Idempotent (a call after one that started it waits for the end);
+    /// also run on drop. Called from a thread of the runtime (a handler,
+    /// an event or `Pending::then` callback), it starts all that and
+    /// returns at once: those threads are shared with the other instances
+    /// on the runtime, so none waits for this one.
     pub fn shutdown(&self) {
-        if self.shut.swap(true, Ordering::AcqRel) {
-            return;
+        if !self.shut.swap(true, Ordering::AcqRel) {
+            self.shared.closing.store(true, Ordering::Release);
+            self.shared.post(|inbox| inbox.stop = true);
         }
-        self.shared.closing.store(true, Ordering::Release);
-        self.shared.post(|inbox| inbox.stop = true);
-        // Out of the lock before waiting.
-        let control = self.control.lock().take();
+        // Out of the lock before waiting (neither waits on a thread of the
+        // runtime; a later call from elsewhere does).
+        let control = self.control.lock().clone();
         if let Some(h) = control {
             h.wait_done();
         }
         self.pool.shutdown();
+        if !crate::engine::on_runtime_thread() {
+            // The control task has finished: every node engine it closed
+            // is listed.
+            let closing = std::mem::take(&mut *self.shared.engines_closing.lock());
+            for c in closing {
+                c.wait();
+            }
+        }
         *self.shared.routes.write() = shared::Routes::empty();
         self.shared.active.wake();
     }

@@ -236,6 +236,11 @@ pub(crate) struct Shared {
     /// Set when the instance shuts down (node engines closing then is not
     /// a reason to re-route).
     pub(crate) closing: AtomicBool,
+    /// The node engines the control thread closed once `closing` was set,
+    /// which never waits for them there (it is shared with the other
+    /// instances on the runtime): a shutdown called elsewhere waits for
+    /// them (see `ClusterPubSub::shutdown`).
+    pub(crate) engines_closing: parking_lot::Mutex<Vec<crate::engine::Closing>>,
     /// Publishes held per slot (owner unreachable, or a route change).
     pub(crate) hold: Hold,
     /// The next publish's order number.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::engine::runtime::Latch;
+use crate::engine::runtime::{self, Latch};
 use crate::engine::wait::Signal;
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
@@ -36,9 +36,10 @@ fn id_of(state: &Arc<Signal<State>>) -> usize {
     Arc::as_ptr(state) as usize
 }
 
-/// Whether the calling thread is the thread of host `id`.
-fn on_host(id: usize) -> bool {
-    ON_HOST.with(Cell::get) == id
+/// Whether the calling thread is the thread of some host (a runtime's
+/// control or worker thread).
+pub(crate) fn on_any_host() -> bool {
+    ON_HOST.with(Cell::get) != 0
 }
 
 /// Work hosted on a [`Host`]'s thread.
@@ -46,6 +47,12 @@ pub(crate) trait Task: Send + 'static {
     /// Does what is due now, without waiting, and says when to run again
     /// (besides whenever its [`Bell`] rings).
     fn turn(&mut self) -> Turn;
+
+    /// Its last turn held the thread `took`, at least
+    /// [`SLOW_TURN`](crate::metrics::SLOW_TURN): the other tasks on
+    /// `thread` waited that long (reported by the task, which knows its
+    /// instance and what it ran).
+    fn slow(&mut self, _thread: &str, _took: Duration) {}
 }
 
 /// When a task runs again.
@@ -180,19 +187,19 @@ impl Bell {
 }
 
 /// A hosted task, as its owner holds it: what says it has finished.
+#[derive(Clone)]
 pub(crate) struct Hosted {
     done: Arc<Latch>,
-    /// Its host (see [`id_of`]).
-    host: usize,
 }
 
 impl Hosted {
     /// Waits until the task has finished and is dropped (its last turn
-    /// returned [`Turn::Done`], or panicked), unless called from its own
-    /// host's thread (which runs it: it finishes after this call
-    /// returns).
+    /// returned [`Turn::Done`], or panicked), unless called from a thread
+    /// of a runtime (its own host's thread runs it, and any other such
+    /// thread is shared with other instances, which must not wait for this
+    /// one): then it returns at once and the task finishes by itself.
     pub(crate) fn wait_done(&self) {
-        if on_host(self.host) {
+        if runtime::on_runtime_thread() {
             return;
         }
         while !self
@@ -266,10 +273,7 @@ impl Host {
                 st.rung.push(id);
             }
         });
-        Hosted {
-            done,
-            host: id_of(&self.state),
-        }
+        Hosted { done }
     }
 
     /// Tasks hosted now.
@@ -281,10 +285,12 @@ impl Host {
 
 impl Drop for Host {
     /// Ends the thread (each instance waited for its own task at
-    /// shutdown); joined unless this is that thread.
+    /// shutdown); joined unless called from a thread of a runtime (this
+    /// one, or one shared with other instances): then it ends by itself
+    /// after the turn it runs.
     fn drop(&mut self) {
         self.state.update(|st| st.stop = true);
-        if on_host(id_of(&self.state)) {
+        if runtime::on_runtime_thread() {
             return;
         }
         if let Some(h) = self.handle.lock().take() {
@@ -323,6 +329,8 @@ fn run(state: &Signal<State>) {
     let _ending = Ending(state);
     // Reused: a turn allocates nothing here.
     let mut due: Vec<(u64, Box<dyn Task>)> = Vec::new();
+    let thread = std::thread::current();
+    let thread = thread.name().unwrap_or("shardsub-host");
     loop {
         let next = state.with(|st| st.next_due());
         let woke = state.wait_until(next, None, |st| {
@@ -337,8 +345,17 @@ fn run(state: &Signal<State>) {
             Some(false) => return,
             None => continue, // the deadline passed: look again
         }
+        // One clock read per turn (none per message a turn handles): each
+        // turn's end is the next one's start.
+        let mut start = Instant::now();
         for (id, mut task) in due.drain(..) {
             let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
+            let end = Instant::now();
+            let took = end.saturating_duration_since(start);
+            start = end;
+            if took >= crate::metrics::SLOW_TURN && outcome.is_ok() {
+                task.slow(thread, took);
+            }
             let whose = || {
                 state.with(|st| match st.tasks.get(&id) {
                     Some(e) => (e.name, e.panics.clone()),

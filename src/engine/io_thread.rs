@@ -95,8 +95,17 @@ impl IoThread {
     fn run_turns(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut notified: Vec<usize> = Vec::new();
+        // When the last turn started (after its poll returned): this read
+        // of the clock ends it (no read of its own).
+        let mut busy_since: Option<Instant> = None;
         loop {
             let now = Instant::now();
+            if let Some(since) = busy_since.take() {
+                let took = now.saturating_duration_since(since);
+                if took >= crate::metrics::SLOW_TURN {
+                    self.slow(took);
+                }
+            }
             let mut next = self.closing.iter().map(|c| c.deadline).min();
             let mut immediate = false;
             for due in &self.due {
@@ -125,6 +134,7 @@ impl IoThread {
                 events.clear();
             }
             let now = Instant::now();
+            busy_since = Some(now);
             let registry = self.poll.registry();
             for ev in events.iter() {
                 if ev.token() == WAKER {
@@ -186,6 +196,22 @@ impl IoThread {
                 return;
             }
         }
+    }
+
+    /// A turn held this thread `took`: counted in
+    /// [`Runtime::slow_turns`](crate::Runtime::slow_turns) and logged.
+    fn slow(&self, took: Duration) {
+        self.shared
+            .slow_turns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let thread = std::thread::current();
+        log::warn!(
+            "{}: a turn took {} ms: a Pending::then callback (or an \
+             observer's) run on it blocked it, and every connection it serves \
+             waited (see GUIDE.md, \"What runs where\")",
+            thread.name().unwrap_or("shardsub-io"),
+            took.as_millis()
+        );
     }
 
     fn handle_control(&mut self, c: Control, now: Instant) {

@@ -65,8 +65,8 @@ use resp::Value;
 pub use crate::observer::{ConnInfo, Observer};
 pub use builder::Builder;
 pub use pending::Pending;
-pub(crate) use runtime::default_threads;
 pub use runtime::Runtime;
+pub(crate) use runtime::{default_threads, on_runtime_thread, Closing};
 pub use shared::EngineStats;
 
 use crate::addr::ServerAddr;
@@ -162,6 +162,8 @@ struct Inner {
     settings: Arc<Settings>,
     next: AtomicUsize,
     shut: AtomicBool,
+    /// The shutdown, once started.
+    closing: Mutex<Option<runtime::Closing>>,
     shutdown_timeout: Duration,
 }
 
@@ -282,6 +284,7 @@ impl Engine {
                 settings: settings.clone(),
                 next: AtomicUsize::new(0),
                 shut: AtomicBool::new(false),
+                closing: Mutex::new(None),
                 shutdown_timeout,
             }),
         };
@@ -909,7 +912,7 @@ impl Engine {
     /// where its name leads now, except those connected to `to` already
     /// (the server's new address, when its name moved: a Sentinel
     /// failover). Returns once their I/O threads have done it (at once on
-    /// an I/O thread, or after shutdown).
+    /// a thread of the runtime, or after shutdown).
     pub(crate) fn restart_server(&self, server: usize, to: ServerAddr) {
         let Some(entry) = self.inner.servers.get(server) else {
             return;
@@ -935,7 +938,9 @@ impl Engine {
                 done: done.clone(),
             });
         }
-        if !runtime::on_io_thread() && !done.wait_until(Instant::now() + Duration::from_secs(5)) {
+        if !runtime::on_runtime_thread()
+            && !done.wait_until(Instant::now() + Duration::from_secs(5))
+        {
             log::warn!("restarting the connections to server {server}: an I/O thread is slow");
         }
     }
@@ -944,13 +949,32 @@ impl Engine {
     /// already submitted is written and its replies awaited for up to the
     /// shutdown timeout, after which what is left fails with
     /// [`Error::Shutdown`]. Returns when the runtime's threads have let go
-    /// of every connection of this engine (at once when called from a
-    /// callback on an I/O thread, which cannot wait for itself). The
-    /// runtime's threads keep running while other engines use them.
-    /// Idempotent; also run on drop.
+    /// of every connection of this engine, except when called from one of
+    /// the runtime's threads (a `Pending::then` callback on an I/O thread,
+    /// a Pub/Sub handler, event callback or control turn): those are
+    /// shared with every other engine and instance on the runtime, so it
+    /// returns at once there and the shutdown finishes in the background
+    /// (new calls fail from the start; a later call from another thread
+    /// waits for the end). The runtime's threads keep running while other
+    /// engines use them. Idempotent; also run on drop.
     pub fn shutdown(&self) {
-        if self.inner.shut.swap(true, Ordering::AcqRel) {
+        self.close();
+        if runtime::on_runtime_thread() {
             return;
+        }
+        // Started here or by an earlier call (perhaps on a runtime thread).
+        let closing = self.inner.closing.lock().clone();
+        if let Some(c) = closing {
+            c.wait();
+        }
+    }
+
+    /// Starts the shutdown without waiting for it: what
+    /// [`Engine::shutdown`] waits for, or `None` when it had started
+    /// already.
+    pub(crate) fn close(&self) -> Option<runtime::Closing> {
+        if self.inner.shut.swap(true, Ordering::AcqRel) {
+            return None;
         }
         let deadline = Instant::now() + self.inner.shutdown_timeout;
         let done = Latch::new(self.inner.placed.len());
@@ -961,17 +985,10 @@ impl Engine {
                 done: done.clone(),
             });
         }
-        if runtime::on_io_thread() {
-            return;
-        }
-        // Threads abort what is left at the deadline; the margin covers a
-        // callback still running on one of them.
-        if !done.wait_until(deadline + Duration::from_secs(5)) {
-            log::error!(
-                "engine shutdown: an I/O thread did not let go of its connections \
-                 within 5 s of the deadline (a callback blocking it?)"
-            );
-        }
+        // Threads abort what is left at the deadline.
+        let closing = runtime::Closing { done, deadline };
+        *self.inner.closing.lock() = Some(closing.clone());
+        Some(closing)
     }
 }
 

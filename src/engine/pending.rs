@@ -247,8 +247,13 @@ impl<T: Send + 'static> Pending<T> {
     }
 
     /// Runs `f` with the outcome: at once on this thread if it is known,
-    /// otherwise later on the engine's I/O thread (keep `f` short and never
-    /// block in it).
+    /// otherwise later on a thread of the runtime, shared with every
+    /// engine and instance on it: the engine's I/O thread, or the control
+    /// thread for a cluster publish completed there (held, redirected,
+    /// refused). Keep `f` short and never block in it: a call of 200 ms or
+    /// more is logged and counted (see
+    /// [`Runtime::slow_turns`](crate::Runtime::slow_turns),
+    /// [`Metrics::slow_turns`](crate::Metrics::slow_turns)).
     pub fn then<F>(self, f: F)
     where
         F: FnOnce(Result<T, Error>) + Send + 'static,

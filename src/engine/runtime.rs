@@ -38,6 +38,14 @@ pub(crate) fn on_io_thread() -> bool {
     ON_IO_THREAD.with(Cell::get)
 }
 
+/// Whether the calling thread is one of a runtime's threads (I/O, control
+/// or worker), which every instance on it shares: application code runs
+/// there (a handler, an event or `Pending::then` callback), and nothing
+/// there may wait for an instance to stop (see `Engine::shutdown`).
+pub(crate) fn on_runtime_thread() -> bool {
+    on_io_thread() || crate::engine::host::on_any_host()
+}
+
 /// A fixed set of I/O threads shared by engines and Pub/Sub instances,
 /// and the control and worker threads of the instances.
 ///
@@ -216,6 +224,21 @@ impl Runtime {
         self.inner.panics.get()
     }
 
+    /// Turns of this runtime's I/O threads that took
+    /// [`SLOW_TURN`](crate::metrics::SLOW_TURN) or longer: a callback run
+    /// there ([`Pending::then`](crate::Pending::then), an observer's)
+    /// blocked the thread, and every connection on it waited. Each is
+    /// logged with `log::warn!` naming the thread. (The turns of the
+    /// handlers and of the control loop are counted per instance, in
+    /// [`Metrics::slow_turns`](crate::Metrics::slow_turns).)
+    pub fn slow_turns(&self) -> u64 {
+        self.inner
+            .threads
+            .iter()
+            .map(|t| t.slow_turns.load(Ordering::Relaxed))
+            .sum()
+    }
+
     pub(crate) fn panics(&self) -> &PanicCount {
         &self.inner.panics
     }
@@ -286,10 +309,10 @@ impl Drop for RuntimeInner {
         for t in &self.threads {
             t.send_control(Control::Stop);
         }
-        if on_io_thread() {
-            // The last handle went away inside a callback on one of these
-            // threads: they stop by themselves; joining would wait on the
-            // calling thread.
+        if on_runtime_thread() {
+            // The last handle went away inside a callback on one of the
+            // runtime's threads: they stop by themselves; joining would
+            // wait on the calling thread (or one waiting for it).
             return;
         }
         for h in std::mem::take(&mut *self.handles.lock()) {
@@ -320,6 +343,30 @@ impl Latch {
         self.left
             .wait_until(Some(deadline), None, |left| (*left == 0).then_some(()))
             .is_some()
+    }
+}
+
+/// An engine's shutdown under way (see `Engine::close`): done once its
+/// I/O threads let go of its connections, which they do by `deadline`.
+#[derive(Clone)]
+pub(crate) struct Closing {
+    pub(crate) done: Arc<Latch>,
+    pub(crate) deadline: Instant,
+}
+
+impl Closing {
+    /// Waits until the I/O threads let go, or 5 s past the deadline (a
+    /// callback still running on one of them), logged.
+    pub(crate) fn wait(&self) {
+        if !self
+            .done
+            .wait_until(self.deadline + std::time::Duration::from_secs(5))
+        {
+            log::error!(
+                "engine shutdown: an I/O thread did not let go of its connections \
+                 within 5 s of the deadline (a callback blocking it?)"
+            );
+        }
     }
 }
 

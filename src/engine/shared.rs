@@ -213,6 +213,9 @@ pub(crate) struct ThreadShared {
     pub(crate) slots: Mutex<Slots>,
     /// Set (under the control lock) when the thread stopped after a panic.
     pub(crate) dead: Dead,
+    /// Turns of the thread that took [`SLOW_TURN`](crate::metrics::SLOW_TURN)
+    /// or longer (a callback run on it blocked it).
+    pub(crate) slow_turns: std::sync::atomic::AtomicU64,
 }
 
 impl ThreadShared {
@@ -223,6 +226,7 @@ impl ThreadShared {
             control: Mutex::new(Vec::new()),
             slots: Mutex::new(Slots::default()),
             dead: Dead::default(),
+            slow_turns: Default::default(),
         }
     }
 

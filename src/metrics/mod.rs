@@ -22,6 +22,7 @@ mod histogram;
 mod prometheus;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 pub(crate) use histogram::Histogram;
 
@@ -155,6 +156,14 @@ pub struct Metrics {
     /// panic message. A panicked thread has stopped and what it served
     /// stops with it: alert on any non-zero value and restart the instance.
     pub thread_panics: u64,
+    /// Turns of this instance's code on a runtime's shared threads that
+    /// held the thread for [`SLOW_TURN`] or longer: a worker's turn (the handler's `on_message`/`on_event`
+    /// calls) or a control turn (the control loop, with the
+    /// [`Pending::then`](crate::Pending::then) callbacks and wakers it
+    /// runs). Everything else on that thread waited meanwhile, other
+    /// instances' work included. Each is logged with `log::warn!`, naming
+    /// the instance and what ran (see GUIDE.md, "What runs where").
+    pub slow_turns: u64,
     /// What only a cluster counts (topology, redirects, the publish hold,
     /// nodes); `None` on servers (one server or shards).
     pub cluster: Option<ClusterMetrics>,
@@ -180,6 +189,10 @@ pub(crate) struct Counters {
     pub(crate) gap_channels: AtomicU64,
     pub(crate) probes_sent: AtomicU64,
     pub(crate) probe_restarts: AtomicU64,
+    /// See [`Metrics::slow_turns`].
+    pub(crate) slow_turns: AtomicU64,
+    /// How the logs name the instance: its client name, or its servers.
+    pub(crate) instance: std::sync::OnceLock<String>,
     pub(crate) lag: Histogram,
     /// The instance's own threads (workers, control) and, when the instance
     /// built its own runtime, that runtime's I/O threads.
@@ -192,6 +205,11 @@ pub(crate) struct Counters {
     pub(crate) cluster: ClusterCounters,
 }
 
+/// How long a turn on a runtime's shared thread (a worker's, the control
+/// thread's) may hold it before it is logged and counted in
+/// [`Metrics::slow_turns`].
+pub const SLOW_TURN: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Adds `n` to a counter (relaxed).
 #[inline]
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
@@ -201,6 +219,34 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
+    /// Counters for an instance that the logs name `client_name` (when
+    /// given) or after its servers.
+    pub(crate) fn named(client_name: Option<&[u8]>, servers: &[String]) -> Arc<Counters> {
+        let c = Counters::default();
+        let name = match client_name {
+            Some(n) => String::from_utf8_lossy(n).into_owned(),
+            None => servers.join(","),
+        };
+        let _ = c.instance.set(name);
+        Arc::new(c)
+    }
+
+    /// The instance's name in logs.
+    pub(crate) fn instance(&self) -> &str {
+        self.instance.get().map_or("?", String::as_str)
+    }
+
+    /// A turn of this instance held a shared thread for `took`: counted,
+    /// and logged as `what` ran on `thread`.
+    pub(crate) fn slow_turn(&self, thread: &str, what: &str, took: std::time::Duration) {
+        self.slow_turns.fetch_add(1, Ordering::Relaxed);
+        log::warn!(
+            "instance {}: {what} held the shared thread {thread} for {} ms \
+             (everything else on it waited; see GUIDE.md, \"What runs where\")",
+            self.instance(),
+            took.as_millis()
+        );
+    }
     /// The counters' part of a snapshot; the caller fills in what is
     /// counted per connection (received, queue-full drops, unenveloped),
     /// queue depths, connections, the channel count and the cluster's
@@ -239,6 +285,7 @@ impl Counters {
             unenveloped: 0,
             thread_panics: self.thread_panics.get()
                 + self.runtime_panics.get().map_or(0, PanicCount::get),
+            slow_turns: g(&self.slow_turns),
             cluster: None,
         }
     }

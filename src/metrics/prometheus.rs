@@ -291,6 +291,12 @@ const FAMILIES: &[Family] = &[
         get: |m| count(m.thread_panics),
     },
     Family {
+        name: "shardsub_slow_turns_total",
+        help: "Turns of the handler or the control loop that held a shared runtime thread for 200 ms or more.",
+        kind: Kind::Counter,
+        get: |m| count(m.slow_turns),
+    },
+    Family {
         name: "shardsub_lag_seconds",
         help: "End-to-end lag, publish to handler.",
         kind: Kind::Histogram,

@@ -833,7 +833,7 @@ fn build_fixed(
         .unwrap_or_else(crate::workers::handler::publish_only);
     let per_server = common.subscribe_connections.unwrap_or(1);
     let servers = cluster::builder::node_addrs(addrs, &*common.resolver)?;
-    let counters = Arc::new(Counters::default());
+    let counters = Counters::named(common.client_name.as_deref(), addrs);
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;

@@ -215,10 +215,17 @@ impl Fixed {
     }
 
     pub(crate) fn shutdown(&self) {
-        // Out of the lock before joining it.
-        let watcher = self.watcher.lock().take();
-        if let Some(mut w) = watcher {
-            w.stop();
+        if crate::engine::on_runtime_thread() {
+            // Stopped, not joined: a later call from elsewhere joins it.
+            if let Some(w) = self.watcher.lock().as_mut() {
+                w.stop();
+            }
+        } else {
+            // Out of the lock before joining it.
+            let watcher = self.watcher.lock().take();
+            if let Some(mut w) = watcher {
+                w.stop();
+            }
         }
         self.sub.shutdown();
         self.publ.shutdown();

@@ -650,6 +650,16 @@ impl PubSub {
     /// timeout plus a handler call still running. Idempotent. Dropping
     /// the last handle shuts down too, in the background
     /// ([`PubSub::close`] to await that).
+    ///
+    /// Called from a thread of the [`Runtime`] (a handler, an event
+    /// callback, a [`Pending::then`] callback), it returns at once: those
+    /// threads are shared with every other instance on the runtime, so
+    /// none of them waits for this one. New calls fail with
+    /// [`Error::Shutdown`] from then on, and the rest (replies awaited up
+    /// to the shutdown timeout, connections closed, queued messages
+    /// dropped and counted) finishes in the background. A later
+    /// `shutdown` from another thread returns at once too (it has
+    /// started); [`PubSub::close`] from another thread awaits the end.
     pub fn shutdown(&self) {
         shut_down(&self.placed);
     }

@@ -252,9 +252,13 @@ impl Watcher {
     }
 
     /// Stops the thread and joins it (within about [`WATCH_TICK`] plus a
-    /// question in flight).
+    /// question in flight), except on a thread of the runtime (shared with
+    /// other instances): there the thread ends by itself.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        if crate::engine::on_runtime_thread() {
+            return;
+        }
         if let Some(t) = self.thread.take() {
             crate::threads::join(t, &self.panics);
         }

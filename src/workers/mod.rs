@@ -577,16 +577,22 @@ impl Pool {
     }
 
     /// Closes every queue (what is still queued is dropped and counted) and
-    /// waits for the workers to let go of them (not from a worker thread),
-    /// then stops its own threads. Idempotent.
+    /// waits for the workers to let go of them, then stops its own threads;
+    /// called from a thread of the runtime, only closes the queues.
+    /// Idempotent.
     pub(crate) fn shutdown(&self) {
         for q in &self.queues {
             q.close();
         }
-        for h in std::mem::take(&mut *self.hosted.lock()) {
+        if crate::engine::on_runtime_thread() {
+            // Shared with other instances: no waiting here; the workers let
+            // go by themselves, and a later call elsewhere waits.
+            return;
+        }
+        let hosted = self.hosted.lock().clone();
+        for h in hosted {
             h.wait_done();
         }
-        // Joined unless this is one of them.
         drop(std::mem::take(&mut *self.own.lock()));
     }
 }
@@ -693,6 +699,11 @@ impl Worker {
 }
 
 impl Task for Worker {
+    fn slow(&mut self, thread: &str, took: std::time::Duration) {
+        self.counters
+            .slow_turn(thread, "the handler (on_message/on_event)", took);
+    }
+
     /// Takes the queue's items (and the drop events due) and hands them to
     /// the handler; runs again at once while items are left, when rung once
     /// the queue is empty (the next put wakes it), never once it is closed

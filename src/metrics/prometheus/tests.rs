@@ -256,12 +256,12 @@ fn metrics_follow_the_text_format_and_the_naming_rules() {
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
     assert_eq!(fams["shardsub_lag_seconds"].kind, "histogram");
-    assert_eq!(fams.len(), 25, "{:?}", fams.keys());
+    assert_eq!(fams.len(), 26, "{:?}", fams.keys());
     // Without the envelope there is no lag family, not a zero one.
     let text = rendered(&Metrics::default());
     let fams = check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert!(!fams.contains_key("shardsub_lag_seconds"));
-    assert_eq!(fams.len(), 24);
+    assert_eq!(fams.len(), 25);
 }
 
 #[test]
@@ -289,7 +289,7 @@ fn cluster_metrics_add_their_own_families_once() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
-    assert_eq!(fams.len(), 25 + 19, "{:?}", fams.keys());
+    assert_eq!(fams.len(), 26 + 19, "{:?}", fams.keys());
     // Before the first restore the restore gauges are left out.
     let mut text = String::new();
     fresh_cluster().to_prometheus(&mut text);
@@ -358,6 +358,7 @@ fn distinct_metrics() -> Metrics {
     m.active_connections = vec![next() as usize, 0, next() as usize];
     m.unenveloped = next();
     m.thread_panics = next();
+    m.slow_turns = next();
     m
 }
 

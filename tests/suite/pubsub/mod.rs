@@ -12,6 +12,7 @@ mod names;
 mod patterns;
 pub(crate) mod placement;
 mod sentinel;
+mod shared_runtime;
 mod start_degraded;
 mod unix;
 mod unsubscribe;
