@@ -36,7 +36,7 @@ commands:
   test --stress [--load N] [--repeat N] [--minutes M] [--tests EXPR] [--no-suite]
             the real-server suite while N threads (default: one per CPU) keep
             the cores busy, then the tests that flaked before (or EXPR, a
-            nextest filter) N times (default 5) under the same load; nothing
+            nextest filter) N times (default 3) under the same load; nothing
             is retried, skipped or given longer timeouts
   chaos [--minutes N] [--seed S] [--server redis|valkey] [--report FILE]
             the chaos suite (tests/suite/chaos.rs) in release mode: N minutes of

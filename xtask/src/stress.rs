@@ -63,7 +63,7 @@ struct Options {
 const USAGE: &str = "\
 usage: cargo xtask test --stress [--load N] [--repeat N] [--minutes M] [--tests EXPR] [--no-suite]
   --load N      background load threads (default: one per CPU)
-  --repeat N    how many times the repeated tests run (default 5)
+  --repeat N    how many times the repeated tests run (default 3)
   --minutes M   the load stops by itself after M minutes (default 120)
   --tests EXPR  a nextest filter for the repeated tests (default: the list in
                 xtask/src/stress.rs, each with the flake it guards)
@@ -72,7 +72,7 @@ usage: cargo xtask test --stress [--load N] [--repeat N] [--minutes M] [--tests 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         load: std::thread::available_parallelism().map_or(2, |n| n.get()),
-        repeat: 5,
+        repeat: 3,
         minutes: 120,
         filter: None,
         suite: true,
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn options_parse_and_refuse_what_they_do_not_know() {
         let o = parse(&["--load".into(), "3".into(), "--no-suite".into()]).unwrap();
-        assert_eq!((o.load, o.suite, o.repeat), (3, false, 5));
+        assert_eq!((o.load, o.suite, o.repeat), (3, false, 3));
         assert!(parse(&["--repeat".into()]).is_err());
         assert!(parse(&["--repeat".into(), "x".into()]).is_err());
         assert!(parse(&["--retries".into(), "1".into()]).is_err());
