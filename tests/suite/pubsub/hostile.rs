@@ -274,3 +274,79 @@ fn hostile_inputs_fail_alone_on_a_cluster_in_every_mode() {
         }
     }
 }
+
+/// Where the client could not read the limit (here: its check turned off
+/// with `max_message_size(0)`; a server that refuses `CONFIG GET` is the
+/// same), a name over the output buffer limit (lowered to 1 MB; the name
+/// is 8 MB, since Valkey 9 was seen to take 2 MB) is sent, and the server
+/// closes the connection on its subscribe reply. The batch is not sent again as it was: what was
+/// in flight is sent again one batch at a time after the rest, split
+/// until the name stands alone, and refused (`SubscribeRefused`, the
+/// `Refused` event) after a bounded number of closes (three); the
+/// neighbours' losses are all signalled, and they go on after it.
+#[test]
+fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
+    for kind in testkit::kinds() {
+        let what = &format!("{kind:?} one server, limits not read");
+        let server = Server::start(kind).unwrap();
+        let buffers = [
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 1mb 512kb 60",
+        ];
+        server.cmd_str(&buffers).unwrap();
+        let chans: Vec<Vec<u8>> = (0..40).map(|i| format!("nb:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, what);
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(server.addr().to_string())
+                .max_message_size(0)
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap(),
+        );
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND).unwrap();
+        let publisher = accounted::publishing(
+            &ledger,
+            accounted::via_cluster(ps.clone()),
+            &handler,
+            Duration::from_millis(2),
+            BOUND,
+        );
+        let closes = || {
+            let timeline = handler.timeline.lock();
+            timeline.iter().filter(|e| e.starts_with("down")).count()
+        };
+        let huge = vec![b'h'; 8 << 20];
+        ps.subscribe([&huge]).unwrap();
+        let at = Instant::now();
+        let r = ps.wait_active(&[&huge], BOUND);
+        let took = at.elapsed();
+        match r {
+            Err(Error::SubscribeRefused { message, .. }) => {
+                assert!(message.contains("output buffer limit"), "{what}: {message}")
+            }
+            Err(e) => {
+                let e: String = e.to_string().chars().take(300).collect();
+                panic!("{what}: after {took:?}, {} closes: {e}", closes())
+            }
+            // Taken at last (Redis, once, after 16 s of closes with the net
+            // off): the count of closes below says whether that was fair.
+            Ok(()) => eprintln!("{what}: the server took it after {took:?}"),
+        }
+        drop(huge);
+        ps.wait_active(&chans, BOUND)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        accounted::delivered_more(&ledger, &handler, 3, BOUND, what);
+        publisher.stop();
+        let report = accounted::settle_and_check(&ledger, BOUND, what);
+        assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
+        // Its batch alone, then held and sent alone twice: three closes.
+        let n = closes();
+        assert!(n <= 3, "{what}: {n} closes: {:?}", handler.timeline.lock());
+        ps.shutdown();
+    }
+}
