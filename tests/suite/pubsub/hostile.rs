@@ -87,25 +87,13 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 /// the same connection: one per server) keep every message, with no gap.
 fn fails_alone(placement: PubSubBuilder, input: Input, source: &str, what: &str) {
     let what = &format!("{what} {input:?}");
-    let chans: Vec<Vec<u8>> = (0..40).map(|i| format!("nb:{i}").into_bytes()).collect();
-    let ledger = Arc::new(Ledger::new(&chans));
-    let handler = Accounted::new(&ledger, what);
-    let ps = Arc::new(
-        placement
-            .handler_arc(handler.clone())
-            .build()
-            .unwrap_or_else(|e| panic!("{what}: {e}")),
-    );
-    ps.subscribe(&chans).unwrap();
-    ps.wait_active(&chans, BOUND)
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let publisher = accounted::publishing(
-        &ledger,
-        accounted::via_cluster(ps.clone()),
-        &handler,
-        Duration::from_millis(2),
-        BOUND,
-    );
+    let Neighbours {
+        chans,
+        ledger,
+        handler,
+        ps,
+        publisher,
+    } = Neighbours::start(placement, what);
     let huge = vec![b'h'; HUGE];
     let buffers = source;
     match input {
@@ -181,6 +169,47 @@ fn fails_alone(placement: PubSubBuilder, input: Input, source: &str, what: &str)
     let ok = shardsub::Value::Simple(b"OK".to_vec());
     assert_eq!(after.unwrap(), ok, "{what}: a command sent after it");
     ps.shutdown();
+}
+
+/// An instance whose 40 neighbour channels are confirmed and published
+/// to in the background (a round every 2 ms), three rounds delivered.
+struct Neighbours {
+    chans: Vec<Vec<u8>>,
+    ledger: Arc<Ledger>,
+    handler: Arc<Accounted>,
+    ps: Arc<PubSub>,
+    publisher: accounted::Background,
+}
+
+impl Neighbours {
+    fn start(placement: PubSubBuilder, what: &str) -> Neighbours {
+        let chans: Vec<Vec<u8>> = (0..40).map(|i| format!("nb:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, what);
+        let ps = Arc::new(
+            placement
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{what}: {e}")),
+        );
+        ps.subscribe(&chans).unwrap();
+        ps.wait_active(&chans, BOUND)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let publisher = accounted::publishing(
+            &ledger,
+            accounted::via_cluster(ps.clone()),
+            &handler,
+            Duration::from_millis(2),
+            BOUND,
+        );
+        Neighbours {
+            chans,
+            ledger,
+            handler,
+            ps,
+            publisher,
+        }
+    }
 }
 
 /// A channel name subscribed on the same connection as `name` (its
@@ -296,26 +325,16 @@ fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
             "pubsub 1mb 512kb 60",
         ];
         server.cmd_str(&buffers).unwrap();
-        let chans: Vec<Vec<u8>> = (0..40).map(|i| format!("nb:{i}").into_bytes()).collect();
-        let ledger = Arc::new(Ledger::new(&chans));
-        let handler = Accounted::new(&ledger, what);
-        let ps = Arc::new(
-            PubSub::builder()
-                .address(server.addr().to_string())
-                .max_message_size(0)
-                .handler_arc(handler.clone())
-                .build()
-                .unwrap(),
-        );
-        ps.subscribe(&chans).unwrap();
-        ps.wait_active(&chans, BOUND).unwrap();
-        let publisher = accounted::publishing(
-            &ledger,
-            accounted::via_cluster(ps.clone()),
-            &handler,
-            Duration::from_millis(2),
-            BOUND,
-        );
+        let placement = PubSub::builder()
+            .address(server.addr().to_string())
+            .max_message_size(0);
+        let Neighbours {
+            chans,
+            ledger,
+            handler,
+            ps,
+            publisher,
+        } = Neighbours::start(placement, what);
         let closes = || {
             let timeline = handler.timeline.lock();
             timeline.iter().filter(|e| e.starts_with("down")).count()
