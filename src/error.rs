@@ -169,8 +169,10 @@ pub enum Error {
         reason: Arc<str>,
     },
     /// The server refused to subscribe this channel (an ACL denial, say:
-    /// `NOPERM …`). The other channels of the same command were subscribed
-    /// on their own; this one stays refused until it is subscribed again.
+    /// `NOPERM …`), or closed the connection each time it was subscribed
+    /// alone (see [`Event::Refused`](crate::pubsub::Event::Refused)). The
+    /// other channels of the same command were subscribed on their own;
+    /// this one stays refused until it is subscribed again.
     SubscribeRefused {
         /// The channel.
         channel: Arc<[u8]>,
