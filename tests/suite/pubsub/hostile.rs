@@ -306,17 +306,17 @@ fn hostile_inputs_fail_alone_on_a_cluster_in_every_mode() {
 
 /// Where the client could not read the limit (here: its check turned off
 /// with `max_message_size(0)`; a server that refuses `CONFIG GET` is the
-/// same), a name over the output buffer limit (lowered to 1 MB; the name
-/// is 8 MB, since Valkey 9 was seen to take 2 MB) is sent, and the server
-/// closes the connection on its subscribe reply. The batch is not sent again as it was: what was
-/// in flight is sent again one batch at a time after the rest, split
-/// until the name stands alone, and refused (`SubscribeRefused`, the
-/// `Refused` event) after a bounded number of closes (three); the
-/// neighbours' losses are all signalled, and they go on after it.
-#[test]
-fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
+/// same), a name (or a `pattern`) over the output buffer limit (lowered to
+/// 1 MB; the name is 8 MB, since Valkey 9 was seen to take 2 MB) is sent,
+/// and the server closes the connection on its subscribe reply. The batch
+/// is not sent again as it was: what was in flight is sent again one batch
+/// at a time after the rest, split until the name stands alone, and
+/// refused (`SubscribeRefused`, the `Refused` event) after a bounded
+/// number of closes (three); the neighbours' losses are all signalled,
+/// and they go on after it.
+fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
     for kind in testkit::kinds() {
-        let what = &format!("{kind:?} one server, limits not read");
+        let what = &format!("{kind:?} one server, limits not read, pattern {pattern}");
         let server = Server::start(kind).unwrap();
         let buffers = [
             "CONFIG",
@@ -340,9 +340,15 @@ fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
             timeline.iter().filter(|e| e.starts_with("down")).count()
         };
         let huge = vec![b'h'; 8 << 20];
-        ps.subscribe([&huge]).unwrap();
         let at = Instant::now();
-        let r = ps.wait_active(&[&huge], BOUND);
+        match pattern {
+            true => ps.psubscribe([&huge]).unwrap(),
+            false => ps.subscribe([&huge]).unwrap(),
+        }
+        let r = match pattern {
+            true => ps.wait_patterns_active(&[&huge], BOUND),
+            false => ps.wait_active(&[&huge], BOUND),
+        };
         let took = at.elapsed();
         match r {
             Err(Error::SubscribeRefused { message, .. }) => {
@@ -368,4 +374,14 @@ fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
         assert!(n <= 3, "{what}: {n} closes: {:?}", handler.timeline.lock());
         ps.shutdown();
     }
+}
+
+#[test]
+fn a_name_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
+    refused_alone_where_the_limit_was_not_read(false);
+}
+
+#[test]
+fn a_pattern_over_a_limit_not_read_is_refused_alone_after_a_few_closes() {
+    refused_alone_where_the_limit_was_not_read(true);
 }
