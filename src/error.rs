@@ -176,8 +176,10 @@ pub enum Error {
         reason: Arc<str>,
     },
     /// The server refused to subscribe this channel (an ACL denial, say:
-    /// `NOPERM …`). The other channels of the same command were subscribed
-    /// on their own; this one stays refused until it is subscribed again.
+    /// `NOPERM …`), or closed the connection each time it was subscribed
+    /// alone (see [`Event::Refused`](crate::pubsub::Event::Refused)). The
+    /// other channels of the same command were subscribed on their own;
+    /// this one stays refused until it is subscribed again.
     SubscribeRefused {
         /// The channel.
         channel: Arc<[u8]>,
@@ -236,14 +238,21 @@ pub enum Error {
         /// The seeds (and nodes) that failed, each with its last error.
         seeds: Arc<[(Arc<str>, Arc<str>)]>,
     },
-    /// A publish too large for the servers: the subscribers' output buffer
-    /// could not hold it (the server would disconnect every subscriber
-    /// of the channel), or the server refuses an argument that long.
-    /// Nothing was sent. Split the payload, or raise the server's limit
-    /// (and [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size)).
+    /// An input too large for the servers: a message, or a channel name
+    /// or pattern (its subscribe reply carries it), that the subscribers'
+    /// output buffer could not hold (the server would disconnect the
+    /// subscriber, and every channel it carries), or an argument longer
+    /// than the server reads (it would close the connection). Nothing was
+    /// sent. Split the payload, shorten the name, or raise the server's
+    /// limit (and
+    /// [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size)).
     TooLarge {
-        /// The message's size at a subscriber (channel, payload and
-        /// frame).
+        /// What was too large, in words (`a message (channel, payload
+        /// and frame)`, `a channel name's subscribe reply (name and
+        /// frame)`, `a pattern's …`, `a command argument`).
+        what: &'static str,
+        /// Its size in bytes: a message's or a subscribe reply's at a
+        /// subscriber, or the argument's.
         size: usize,
         /// The most allowed.
         limit: usize,
@@ -409,13 +418,15 @@ impl fmt::Display for Error {
                 "gave up waiting after {after:?}; the request is still in flight"
             ),
             Error::TooLarge {
+                what,
                 size,
                 limit,
                 source,
             } => write!(
                 f,
-                "message of {size} bytes (channel, payload and frame) is over the {limit} \
-                 allowed by {source}; nothing was sent (split it or raise the limit)"
+                "{what} of {size} bytes is over the {limit} allowed by {source}; nothing \
+                 was sent (make it smaller, or raise the limit and \
+                 PubSubBuilder::max_message_size)"
             ),
             Error::Discovery { after, seeds } => {
                 write!(f, "no seed gave a usable slot map within {after:?}")?;

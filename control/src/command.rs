@@ -117,8 +117,10 @@ pub enum Command {
         /// The channels, not empty.
         channels: Vec<Channel>,
     },
-    /// The server refused the subscription of `channel` alone: report it
-    /// (it stays unsubscribed until it is wanted again).
+    /// The server refused the subscription of `channel` alone, or closed
+    /// the connection each time it was in flight alone (see the `probes`
+    /// module): report it (it stays unsubscribed until it is wanted
+    /// again).
     Refused {
         /// Its partition.
         partition: u32,

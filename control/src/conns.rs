@@ -52,6 +52,7 @@ impl Core {
         self.tick(now);
         self.heard(conn, now);
         self.subscribe_reply(now, conn, reply);
+        self.send_next_probe(conn, now);
         self.check_restored(now);
     }
 
@@ -309,6 +310,7 @@ impl Core {
                 failures,
                 pending: VecDeque::new(),
                 leaving: crate::core::Leaving::default(),
+                probes: crate::probes::Probes::default(),
                 last_rx: now,
                 ping: None,
             },
@@ -371,13 +373,14 @@ impl Core {
         let backoff = self.reconnect.delay_at(c.failures);
         c.failures = c.failures.saturating_add(1);
         c.state = ConnState::Retry { at: now + backoff };
-        c.pending.clear();
+        let pending = core::mem::take(&mut c.pending);
         c.ping = None;
         c.leaving.clear();
         let node = c.node.clone();
         if avoid {
             self.avoid_replica(&node);
         }
+        self.hold_unanswered(conn, pending);
         self.break_channels(conn);
         self.request_refresh(now, delay, Trigger::Disconnect);
     }
@@ -470,6 +473,9 @@ impl Core {
                 };
                 self.counters.stats.reconnects += 1;
                 let new = self.open_conn(c.node.clone(), c.index, c.failures, now);
+                if let Some(n) = self.conns.get_mut(&new) {
+                    n.probes = c.probes;
+                }
                 if let Some(slot) = self
                     .nodes
                     .get_mut(&c.node)

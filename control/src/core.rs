@@ -294,6 +294,9 @@ pub(crate) struct Conn {
     /// Channels given up on it whose unsubscribe may not have been
     /// answered yet (see [`Leaving`]).
     pub(crate) leaving: Leaving,
+    /// Channels whose subscribe was unanswered when a connection in its
+    /// place ended, sent one batch at a time (see [`crate::probes`]).
+    pub(crate) probes: crate::probes::Probes,
 }
 
 /// Most names a connection's [`Leaving`] holds; past it every channel
@@ -416,6 +419,9 @@ pub(crate) struct Pending {
     /// How many it carried (a refusal names the channel only when 1).
     pub(crate) carried: usize,
     pub(crate) sent: Time,
+    /// A held batch (see [`crate::probes`]): whether it already ended a
+    /// connection alone once.
+    pub(crate) probe: Option<bool>,
 }
 
 /// The topology fetch state.

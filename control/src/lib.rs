@@ -78,6 +78,7 @@ mod driver_tests;
 mod fixed_tests;
 mod gates;
 mod hold;
+mod probes;
 #[cfg(test)]
 mod replica_move_tests;
 #[cfg(test)]

@@ -61,6 +61,8 @@ impl Core {
     /// partitions through shardcore's planner.
     fn resubscribe(&mut self, conn: ConnId, ps: &[u32], now: Time) {
         let mut groups: Vec<(u32, Vec<Channel>)> = Vec::new();
+        let mut gap_events = Vec::new();
+        let probes = self.conns.get(&conn).map(|c| &c.probes);
         for &p in ps {
             let Some(part) = self.parts.get_mut(p as usize) else {
                 continue;
@@ -75,19 +77,26 @@ impl Core {
                     chan.set_gap(false);
                     gaps.push(name.clone());
                 }
-                idle.push(name.clone());
+                // Held apart, sent after the rest (see `crate::probes`).
+                if !probes.is_some_and(|h| h.holds(p, name)) {
+                    idle.push(name.clone());
+                }
             }
             if !gaps.is_empty() {
-                self.emit(Command::Gap {
+                gap_events.push(Command::Gap {
                     partition: p,
                     channels: gaps,
                 });
             }
             groups.push((p, idle));
         }
+        for e in gap_events {
+            self.emit(e);
+        }
         for (p, channels) in self.plan_commands(&groups) {
             self.send_subscribe(conn, p, channels, now);
         }
+        self.send_next_probe(conn, now);
     }
 
     /// The commands for `groups` (partition, idle channels), as
@@ -163,6 +172,7 @@ impl Core {
                 carried: channels.len(),
                 channels,
                 sent: now,
+                probe: None,
             });
         }
     }

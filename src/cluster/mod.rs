@@ -471,7 +471,7 @@ impl ClusterPubSub {
         }
         for lane in (0..s.pattern_servers()).filter_map(|i| s.pattern_lane(i)) {
             s.front
-                .set_wanted(patterns, want, |_| lane, |l| s.mark_dirty(l))?;
+                .set_wanted(patterns, want, |_| Ok(()), |_| lane, |l| s.mark_dirty(l))?;
         }
         if !want {
             s.front.leaving.request();

@@ -52,7 +52,12 @@ pub(crate) trait Placement {
 /// # Errors
 ///
 /// [`Error::Shutdown`] after shutdown.
-pub(crate) fn set_wanted<P, I>(p: &P, channels: I, want: bool) -> Result<(), Error>
+pub(crate) fn set_wanted<P, I>(
+    p: &P,
+    channels: I,
+    want: bool,
+    fits: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error>
 where
     P: Placement,
     I: IntoIterator,
@@ -60,7 +65,7 @@ where
 {
     p.check_open()?;
     p.front()
-        .set_wanted(channels, want, |c| p.lane_of(c), |l| p.mark_dirty(l))?;
+        .set_wanted(channels, want, fits, |c| p.lane_of(c), |l| p.mark_dirty(l))?;
     if !want {
         // After the registry changed: a fence that counts this leave
         // begins after the control thread has seen the change.
@@ -240,12 +245,14 @@ impl Front {
     /// lane the call's order is kept.
     ///
     /// A name longer than [`control::MAX_CHANNEL_LEN`] asked for is an
-    /// [`Error::InvalidArgument`], and the names after it in the call are
-    /// not looked at (those before it may stay asked for).
+    /// [`Error::InvalidArgument`], one that `fits` refuses (the servers'
+    /// limits) its error, and the names after it in the call are not
+    /// looked at (those before it may stay asked for).
     pub(crate) fn set_wanted<I>(
         &self,
         channels: I,
         want: bool,
+        fits: impl Fn(&[u8]) -> Result<(), Error>,
         lane_of: impl Fn(&[u8]) -> usize,
         dirty: impl Fn(usize),
     ) -> Result<(), Error>
@@ -254,7 +261,7 @@ impl Front {
         I::Item: AsRef<[u8]>,
     {
         let too_long = |ch: &[u8]| match want {
-            true => check_len(ch, "a channel name"),
+            true => check_len(ch, "a channel name").and_then(|()| fits(ch)),
             false => Ok(()),
         };
         let mut it = channels.into_iter();
@@ -388,9 +395,15 @@ mod tests {
         let lane_of = |c: &[u8]| c.iter().map(|&b| usize::from(b)).sum::<usize>() % lanes;
         let dirtied = AtomicUsize::new(0);
         front
-            .set_wanted(&names, true, lane_of, |_| {
-                dirtied.fetch_add(1, Relaxed);
-            })
+            .set_wanted(
+                &names,
+                true,
+                |_| Ok(()),
+                lane_of,
+                |_| {
+                    dirtied.fetch_add(1, Relaxed);
+                },
+            )
             .expect("set");
         assert!(dirtied.load(Relaxed) >= lanes);
         let mut total = 0;
@@ -422,7 +435,7 @@ mod tests {
             .map(|i| front.registry.lane(i).expect("lane").map.capacity())
             .collect();
         front
-            .set_wanted(&names, true, lane_of, |_| {})
+            .set_wanted(&names, true, |_| Ok(()), lane_of, |_| {})
             .expect("set");
         let after: Vec<usize> = (0..lanes)
             .map(|i| front.registry.lane(i).expect("lane").map.capacity())
@@ -441,7 +454,7 @@ mod tests {
         // The first chunk is all one lane's: no fair sample of the call.
         names.sort_by_key(|c| lane_of(c));
         front
-            .set_wanted(&names, true, lane_of, |_| {})
+            .set_wanted(&names, true, |_| Ok(()), lane_of, |_| {})
             .expect("set");
         for lane in 0..lanes {
             let l = front.registry.lane(lane).expect("lane");

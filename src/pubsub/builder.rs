@@ -15,7 +15,7 @@ use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;
 use crate::metrics::Counters;
-use crate::pubsub::limits::{self, MessageLimit};
+use crate::pubsub::limits::{self, Limits, MessageLimit};
 use crate::pubsub::{Event, Fixed, Handler, PubSub};
 use crate::url::UrlSettings;
 
@@ -401,17 +401,21 @@ impl PubSubBuilder {
     }
 
     /// The largest message (channel, payload and about 64 bytes of frame)
-    /// a publish may send; larger ones fail at once with
-    /// [`Error::TooLarge`], nothing sent. By default `build` reads it from
-    /// the servers it reaches: the hard `client-output-buffer-limit` for
-    /// Pub/Sub clients (a subscriber sent more is disconnected by the
-    /// server, losing every message queued for it) and
-    /// `proto-max-bulk-len`, the smaller of the two on any server (none
-    /// where `CONFIG GET` is refused, or on a server down at build). Redis
-    /// cuts a subscriber off as soon as one message is over its hard
-    /// limit; Valkey 9 was seen to deliver such a message, so there the
-    /// check errs on the safe side. A value here replaces what the
-    /// servers say; 0 turns the check off.
+    /// a publish may send, and so the longest channel name or pattern
+    /// (with the same frame: its subscribe reply carries it); larger ones
+    /// fail at once with [`Error::TooLarge`], nothing sent. By default
+    /// `build` reads it from the servers it reaches: the hard
+    /// `client-output-buffer-limit` for Pub/Sub clients (a subscriber sent
+    /// more is disconnected by the server, losing every message queued for
+    /// it, on every channel it carries) and `proto-max-bulk-len`, the
+    /// smaller of the two on any server (none where `CONFIG GET` is
+    /// refused, or on a server down at build). Redis cuts a subscriber off
+    /// as soon as one message is over its hard limit; Valkey 9 was seen to
+    /// deliver such a message, so there the check errs on the safe side.
+    /// A value here replaces what the servers say; 0 turns the check off.
+    /// Either way no argument (a name, a payload, a command's) longer than
+    /// the servers' `proto-max-bulk-len` is sent: a server closes the
+    /// connection on one.
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.common.max_message = Some(bytes);
         self
@@ -708,11 +712,11 @@ impl PubSubBuilder {
                     Ok(s) => s,
                     Err(e) => return config(e),
                 };
-                let (mut p, limit) = build_fixed(&self.servers, &self.fixed, &self.common)?;
+                let (mut p, limits) = build_fixed(&self.servers, &self.fixed, &self.common)?;
                 if let Some(s) = sentinels {
                     p.follow(s, &self.servers)?;
                 }
-                Ok(PubSub::fixed(p, limit))
+                Ok(PubSub::fixed(p, limits))
             }
             (true, false) => {
                 if let Some(name) = self.fixed_only.first() {
@@ -724,11 +728,11 @@ impl PubSubBuilder {
                     .connect_timeout
                     .unwrap_or(Duration::from_secs(2));
                 let p = crate::cluster::builder::build(&self.seeds, self.cluster, self.common)?;
-                let limit = match max {
-                    Some(n) => MessageLimit::set(n),
-                    None => cluster_limit(&p, bound),
-                };
-                Ok(PubSub::cluster(p, limit))
+                let mut limits = cluster_limits(&p, bound);
+                if let Some(n) = max {
+                    limits.message = MessageLimit::set(n);
+                }
+                Ok(PubSub::cluster(p, limits))
             }
         }
     }
@@ -821,7 +825,7 @@ fn build_fixed(
     addrs: &[String],
     f: &FixedSettings,
     common: &Common,
-) -> Result<(Fixed, Option<MessageLimit>), Error> {
+) -> Result<(Fixed, Limits), Error> {
     if f.publish_connections == 0 {
         return Err(Error::Config(
             "publish_connections must be at least 1".into(),
@@ -857,8 +861,8 @@ fn build_fixed(
             return Err(e);
         }
     };
-    let limit = match servers_allow(common, &publ, addrs) {
-        Ok(limit) => limit,
+    let limits = match servers_allow(common, &publ, addrs) {
+        Ok(limits) => limits,
         Err(e) => {
             publ.shutdown();
             pool.shutdown();
@@ -924,7 +928,7 @@ fn build_fixed(
                 }
             }
             let watcher = parking_lot::Mutex::new(None);
-            Ok((Fixed { sub, publ, watcher }, limit))
+            Ok((Fixed { sub, publ, watcher }, limits))
         }
         Err(e) => {
             publ.shutdown();
@@ -934,49 +938,49 @@ fn build_fixed(
 }
 
 /// What the servers reached at build allow (see [`crate::pubsub::limits`]):
-/// a cluster node given as a server fails the build; the message limit
-/// is the builder's, or the smallest the servers set. Every question is
-/// sent at once and each answer waited for at most the connect timeout.
-fn servers_allow(
-    common: &Common,
-    publ: &Engine,
-    addrs: &[String],
-) -> Result<Option<MessageLimit>, Error> {
+/// a cluster node given as a server fails the build; each limit is the
+/// smallest the servers set, the message limit the builder's where it
+/// sets one. Every question is sent at once and each answer waited for at
+/// most the connect timeout.
+fn servers_allow(common: &Common, publ: &Engine, addrs: &[String]) -> Result<Limits, Error> {
     let bound = common.connect_timeout.unwrap_or(Duration::from_secs(2));
-    let read = common.max_message.is_none();
     let asks: Vec<_> = (0..addrs.len())
         .filter(|&i| publ.is_connection_up(i, 0))
         .map(|i| {
             let config = |name: &str| publ.command_pending(i, ["CONFIG", "GET", name]);
-            let limits = read.then(|| {
-                (
-                    config("client-output-buffer-limit"),
-                    config("proto-max-bulk-len"),
-                )
-            });
+            let limits = (
+                config("client-output-buffer-limit"),
+                config("proto-max-bulk-len"),
+            );
             (i, publ.command_pending(i, ["INFO", "cluster"]), limits)
         })
         .collect();
-    let mut limit = common.max_message.and_then(MessageLimit::set);
-    for (i, info, limits) in asks {
+    let mut found = Limits::default();
+    for (i, info, (buffers, bulk)) in asks {
         let server = addrs.get(i).map_or("?", String::as_str);
         if let Ok(info) = info.wait_timeout(bound) {
             limits::not_a_cluster_node(server, &info)?;
         }
-        if let Some((buffers, bulk)) = limits {
-            let (a, b) = (buffers.wait_timeout(bound), bulk.wait_timeout(bound));
-            let found = limits::from_config(server, a.as_ref().ok(), b.as_ref().ok());
-            limit = MessageLimit::min(limit, found);
-        }
+        let (a, b) = (buffers.wait_timeout(bound), bulk.wait_timeout(bound));
+        found = found.min(limits::from_config(
+            server,
+            a.as_ref().ok(),
+            b.as_ref().ok(),
+        ));
     }
-    Ok(limit)
+    if let Some(n) = common.max_message {
+        found.message = MessageLimit::set(n);
+    }
+    Ok(found)
 }
 
-/// A cluster's message limit: the one the first primary connected sets
-/// (one configuration is the norm across a cluster), none where it cannot
-/// be read; a connection, and each answer, waited for at most `bound`.
-fn cluster_limit(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Option<MessageLimit> {
-    let engine = p.first_up_engine(bound)?;
+/// A cluster's limits: those the first primary connected sets (one
+/// configuration is the norm across a cluster), none where they cannot be
+/// read; a connection, and each answer, waited for at most `bound`.
+fn cluster_limits(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Limits {
+    let Some(engine) = p.first_up_engine(bound) else {
+        return Limits::default();
+    };
     let ask = |name: &str| engine.command_pending(0, ["CONFIG", "GET", name]);
     let (a, b) = (ask("client-output-buffer-limit"), ask("proto-max-bulk-len"));
     let (a, b) = (a.wait_timeout(bound), b.wait_timeout(bound));

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::front::{self, Placement};
 use crate::history::{History, Position};
 use crate::metrics::{ClusterMetrics, Metrics};
-use crate::pubsub::limits::MessageLimit;
+use crate::pubsub::limits::Limits;
 use crate::pubsub::{awaiting, Active, Channels, Fixed, PubSubBuilder};
 use resp::Value;
 
@@ -22,9 +22,9 @@ use resp::Value;
 pub struct PubSub {
     /// Shared with a background shutdown when the last handle is dropped.
     placed: Arc<Placed>,
-    /// The largest message a publish may send (see
-    /// [`PubSubBuilder::max_message_size`]).
-    limit: Option<MessageLimit>,
+    /// What the servers take (see [`PubSubBuilder::max_message_size`]):
+    /// every call checks its input against it before sending.
+    limits: Limits,
 }
 
 enum Placed {
@@ -57,27 +57,24 @@ impl PubSub {
         PubSubBuilder::default()
     }
 
-    pub(crate) fn fixed(p: Fixed, limit: Option<MessageLimit>) -> Self {
+    pub(crate) fn fixed(p: Fixed, limits: Limits) -> Self {
         PubSub {
             placed: Arc::new(Placed::Fixed(p)),
-            limit,
+            limits,
         }
     }
 
-    pub(crate) fn cluster(p: ClusterPubSub, limit: Option<MessageLimit>) -> Self {
+    pub(crate) fn cluster(p: ClusterPubSub, limits: Limits) -> Self {
         PubSub {
             placed: Arc::new(Placed::Cluster(p)),
-            limit,
+            limits,
         }
     }
 
     /// `Err` when a message is over the limit (nothing is sent).
     #[inline]
     fn fits(&self, channel: &[u8], payload: &[u8]) -> Result<(), Error> {
-        match &self.limit {
-            Some(l) => l.check(channel, payload),
-            None => Ok(()),
-        }
+        self.limits.check_message(channel, payload)
     }
 
     /// [`Error::InvalidArgument`] on an instance built to publish only.
@@ -111,12 +108,18 @@ impl PubSub {
     ///
     /// [`Error::Shutdown`] after shutdown. [`Error::InvalidArgument`] on an
     /// instance built without a handler (it publishes only), and for
-    /// a name longer than 4 GiB (no server takes one: Redis and Valkey
-    /// refuse a bulk string over 512 MiB by default); the names after it
-    /// are not asked for, some before it may be.
+    /// a name longer than 4 GiB. [`Error::TooLarge`] for a name the
+    /// servers cannot take: its subscribe reply (the name and about 64
+    /// bytes) over the subscribers' output buffer limit (the server would
+    /// disconnect the connection, and every channel on it), or the name
+    /// over `proto-max-bulk-len`, as read at build, or over
+    /// [`PubSubBuilder::max_message_size`]. A refused name is never sent;
+    /// the names after it are not asked for, some before it may be.
     pub fn subscribe(&self, channels: impl Channels) -> Result<(), Error> {
         self.check_subscribes()?;
-        front::set_wanted(self.subscriber(), channels.into_channels(), true)
+        front::set_wanted(self.subscriber(), channels.into_channels(), true, |c| {
+            self.limits.check_name(c, false)
+        })
     }
 
     /// Gives these channels up. Returns at once, like
@@ -142,7 +145,9 @@ impl PubSub {
     ///
     /// [`Error::Shutdown`] after shutdown.
     pub fn unsubscribe(&self, channels: impl Channels) -> Result<(), Error> {
-        front::set_wanted(self.subscriber(), channels.into_channels(), false)
+        front::set_wanted(self.subscriber(), channels.into_channels(), false, |_| {
+            Ok(())
+        })
     }
 
     /// Blocks until the servers have stopped sending `channels` (given up
@@ -219,13 +224,21 @@ impl PubSub {
     /// default: sharded Pub/Sub has no patterns; a cluster in
     /// [`Mode::Classic`](crate::cluster::Mode::Classic) takes them), on an
     /// instance built without a handler, and for a pattern longer than
-    /// 4 GiB. [`Error::Shutdown`] after shutdown.
+    /// 4 GiB. [`Error::TooLarge`] for a pattern the servers cannot take,
+    /// as [`PubSub::subscribe`] for a name (none of the call's patterns
+    /// is asked for then). A pattern's message carries the pattern as well
+    /// as the channel and payload: publishing checks only the channel and
+    /// payload, so keep patterns short next to the limit.
+    /// [`Error::Shutdown`] after shutdown.
     pub fn psubscribe(&self, patterns: impl Channels) -> Result<(), Error> {
         self.check_subscribes()?;
         let patterns: Vec<Vec<u8>> = patterns
             .into_channels()
             .map(|p| p.as_ref().to_vec())
             .collect();
+        for p in &patterns {
+            self.limits.check_name(p, true)?;
+        }
         self.subscriber().set_patterns_wanted(&patterns, true)
     }
 
@@ -349,8 +362,10 @@ impl PubSub {
     ///   the hold is at its cap;
     /// - [`Error::Backpressure`] when the connection stayed full for the
     ///   request timeout;
-    /// - [`Error::TooLarge`] when the message is over what the servers
-    ///   allow ([`PubSubBuilder::max_message_size`]);
+    /// - [`Error::TooLarge`] when the message (channel, payload and about
+    ///   64 bytes of frame) is over what the servers allow: the
+    ///   subscribers' output buffer limit or `proto-max-bulk-len`, as read
+    ///   at build, or [`PubSubBuilder::max_message_size`];
     /// - [`Error::Shutdown`] after shutdown.
     pub fn publish(
         &self,
@@ -400,7 +415,8 @@ impl PubSub {
     /// # Errors
     ///
     /// The publish's failure ([`Error::Reply`], [`Error::Timeout`],
-    /// [`Error::NotConnected`], [`Error::Cluster`], …), or
+    /// [`Error::NotConnected`], [`Error::Cluster`], …), at once
+    /// [`Error::TooLarge`] as [`PubSub::publish`], or
     /// [`Error::WaitTimeout`] when `timeout` passed first.
     pub fn publish_wait(
         &self,
@@ -452,13 +468,17 @@ impl PubSub {
     /// The server's error reply ([`Error::Reply`]), the connection's
     /// ([`Error::NotConnected`], [`Error::Timeout`], …),
     /// [`Error::Cluster`] on a cluster when no owner answered in time or
-    /// the redirects ran out, [`Error::Shutdown`] after shutdown.
+    /// the redirects ran out, [`Error::Shutdown`] after shutdown. At once,
+    /// nothing sent: [`Error::InvalidArgument`] for no arguments, and
+    /// [`Error::TooLarge`] for an argument longer than the servers'
+    /// `proto-max-bulk-len` (read at build: a server closes the
+    /// connection on one, failing the publishes pipelined with it).
     pub fn command<I>(&self, key: impl AsRef<[u8]>, args: I) -> Result<Value, Error>
     where
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let args = command_args(args)?;
+        let args = self.command_args(args)?;
         let key = key.as_ref();
         on_placement!(self, p => p.command(key, &args))
     }
@@ -476,7 +496,7 @@ impl PubSub {
         I: IntoIterator,
         I::Item: AsRef<[u8]>,
     {
-        let args = match command_args(args) {
+        let args = match self.command_args(args) {
             Ok(args) => args,
             Err(e) => return Pending::ready(Err(e)),
         };
@@ -510,15 +530,19 @@ impl PubSub {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a `limit` of 0 or past 100,000;
-    /// [`Error::History`] when the keys hold something else; otherwise as
-    /// [`PubSub::command`].
+    /// [`Error::TooLarge`] at once for a channel name the servers cannot
+    /// take (as [`PubSub::subscribe`]: no such channel can have
+    /// history); [`Error::History`] when the keys hold something else;
+    /// otherwise as [`PubSub::command`].
     pub fn history(
         &self,
         channel: impl AsRef<[u8]>,
         since: Option<Position>,
         limit: usize,
     ) -> Result<History, Error> {
-        read_history(&self.placed, channel.as_ref(), since, limit)
+        let channel = channel.as_ref();
+        self.limits.check_name(channel, false)?;
+        read_history(&self.placed, channel, since, limit)
     }
 
     /// The awaitable form of [`PubSub::history`]: the read runs on a
@@ -533,6 +557,9 @@ impl PubSub {
         since: Option<Position>,
         limit: usize,
     ) -> Pending<History> {
+        if let Err(e) = self.limits.check_name(channel.as_ref(), false) {
+            return Pending::ready(Err(e));
+        }
         let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
         awaiting::off_thread("history", move || {
             read_history(&placed, &channel, since, limit)
@@ -557,6 +584,9 @@ impl PubSub {
     ///
     /// Through the handle: as [`PubSub::history`].
     pub fn position_pending(&self, channel: impl AsRef<[u8]>) -> Pending<Option<Position>> {
+        if let Err(e) = self.limits.check_name(channel.as_ref(), false) {
+            return Pending::ready(Err(e));
+        }
         let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
         awaiting::off_thread("history", move || {
             Ok(read_history(&placed, &channel, None, 1)?.position)
@@ -699,21 +729,23 @@ impl PubSub {
     fn is_shut(&self) -> bool {
         self.subscriber().check_open().is_err()
     }
-}
 
-/// A command's arguments, owned; at least its name.
-fn command_args<I>(args: I) -> Result<Vec<Vec<u8>>, Error>
-where
-    I: IntoIterator,
-    I::Item: AsRef<[u8]>,
-{
-    let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.as_ref().to_vec()).collect();
-    if args.is_empty() {
-        return Err(Error::InvalidArgument(
-            "a command needs at least its name".into(),
-        ));
+    /// A command's arguments, owned: at least its name, none longer than
+    /// the servers take.
+    fn command_args<I>(&self, args: I) -> Result<Vec<Vec<u8>>, Error>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.as_ref().to_vec()).collect();
+        if args.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a command needs at least its name".into(),
+            ));
+        }
+        self.limits.check_arguments(&args)?;
+        Ok(args)
     }
-    Ok(args)
 }
 
 /// Reads `channel`'s history on its server (see [`PubSub::history`]).

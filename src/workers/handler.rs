@@ -166,7 +166,10 @@ pub enum Event<'a> {
         /// The resubscribed channels handled by this worker.
         channels: &'a ChannelList,
     },
-    /// The server refused to subscribe `channel` (an ACL denial, say). The
+    /// The server refused to subscribe `channel` (an ACL denial, say), or
+    /// closed the connection each time it was subscribed alone (twice: its
+    /// subscribe reply over the server's output buffer limit, where the
+    /// limit could not be read at build to refuse it before sending). The
     /// other channels of the same command are subscribed on their own;
     /// this one delivers nothing until it is subscribed again, and
     /// [`PubSub::wait_active`](crate::PubSub::wait_active) on it fails with

@@ -7,6 +7,7 @@ mod command;
 mod delivery;
 mod faults;
 mod gap_events;
+mod hostile;
 mod lost_reply;
 mod names;
 mod patterns;
