@@ -38,7 +38,10 @@ pub enum Mode {
     /// node; subscriptions sit on one node (for comparison). A message
     /// published on another node than the subscriber's reaches it over the
     /// cluster bus, which drops what is in flight when a bus link is reset
-    /// (a node too busy to answer the bus within half the node timeout):
+    /// (a node too busy to answer the bus within half the node timeout),
+    /// and on Valkey 8 and 9 what a node publishes over a link its peer has
+    /// not bound yet (right after the cluster forms, a node joins or a link
+    /// is re-created; `CLUSTER LINKS` then lacks that peer's `from` link):
     /// a loss on the server side that no client can see or signal. The
     /// sharded modes do not depend on the bus for delivery.
     Classic,

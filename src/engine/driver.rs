@@ -77,8 +77,10 @@ pub(crate) struct ConnDriver {
     relend_after: Instant,
     /// The lend's epoll instance between lends (made at the first one).
     lend_poll: Option<LendPoll>,
-    /// The lend's request buffer between lends.
-    lend_scratch: Vec<u8>,
+    /// The lend's request buffer and queue between lends (a lend's caller
+    /// swaps them with the staged ones: a fresh queue each lend would leave
+    /// the staging queue to grow again from nothing after it).
+    lend_scratch: (Vec<u8>, VecDeque<Request<Completion>>),
     /// Outcomes held back to the end of this turn (see [`Later`]): set
     /// while a caller wants the connection lent.
     deferring: bool,
@@ -150,7 +152,7 @@ impl ConnDriver {
             lease_check: now,
             relend_after: now,
             lend_poll: None,
-            lend_scratch: Vec::new(),
+            lend_scratch: (Vec::new(), VecDeque::new()),
             deferring: false,
             later: Vec::new(),
             paused_until: None,

@@ -196,7 +196,7 @@ impl Lent {
         core: Connection<Completion>,
         socket: Transport,
         poll: LendPoll,
-        scratch: Vec<u8>,
+        (scratch, requests): (Vec<u8>, VecDeque<Request<Completion>>),
         backoff: Reconnect,
         now: Instant,
     ) -> Self {
@@ -205,7 +205,7 @@ impl Lent {
             socket,
             poll,
             scratch,
-            requests: VecDeque::new(),
+            requests,
             closed: None,
             io_error: None,
             used_at: now,
@@ -214,9 +214,14 @@ impl Lent {
         }
     }
 
-    /// The request bytes buffer, for the driver to keep.
-    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.scratch)
+    /// The request bytes buffer and queue (empty), for the driver to keep
+    /// for the next lend.
+    pub(crate) fn take_scratch(&mut self) -> (Vec<u8>, VecDeque<Request<Completion>>) {
+        debug_assert!(self.requests.is_empty(), "a caller sends all it takes");
+        (
+            std::mem::take(&mut self.scratch),
+            std::mem::take(&mut self.requests),
+        )
     }
 }
 

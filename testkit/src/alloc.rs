@@ -27,6 +27,10 @@
 //!
 //! `alloc`, `alloc_zeroed` and `realloc` count one call each; `dealloc`
 //! does not count a call (it lowers this thread's live bytes).
+//!
+//! A path that should allocate nothing per call is measured in
+//! [`Windows`] ([`CountingAlloc::windows`]): a bound on one window's count
+//! would also count buffers growing to a depth the scheduling decided.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +58,21 @@ impl CountingAlloc {
         self.allocations.load(Ordering::Relaxed)
     }
 
+    /// Allocations on every thread during each of `count` runs of
+    /// `window` (given its index), one after the other. Run enough calls
+    /// in a window that the rate to catch shows in each: a window of `k`
+    /// calls sees every allocation made once per `k` calls or more often.
+    pub fn windows(&self, count: usize, mut window: impl FnMut(usize)) -> Windows {
+        // Allocated before the first window; pushing stays within it.
+        let mut counts = Vec::with_capacity(count);
+        for i in 0..count {
+            let before = self.allocations();
+            window(i);
+            counts.push(self.allocations() - before);
+        }
+        Windows(counts)
+    }
+
     fn counted(&self, p: *mut u8, grown_by: isize) -> *mut u8 {
         self.allocations.fetch_add(1, Ordering::Relaxed);
         if !p.is_null() {
@@ -66,6 +85,32 @@ impl CountingAlloc {
 impl Default for CountingAlloc {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Allocations (on every thread) in each of a run of equal windows of a
+/// path in steady state ([`CountingAlloc::windows`]).
+///
+/// [`Windows::fewest`] is the measure that scheduling cannot move. A
+/// buffer grows when requests pile up deeper than ever before, which
+/// depends on when each thread ran: it may grow in any window, but it keeps
+/// what it grew to, so the same growth does not come back window after
+/// window. An allocation made per call (or per `k` calls) comes back in
+/// every window. So `fewest() == 0` holds however the threads were
+/// scheduled when nothing is allocated per call, and fails when something
+/// is, at any rate of one per window's calls or more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Windows(pub Vec<u64>);
+
+impl Windows {
+    /// The fewest allocations any window made (0 with no windows).
+    pub fn fewest(&self) -> u64 {
+        self.0.iter().copied().min().unwrap_or(0)
+    }
+
+    /// All windows' allocations together.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
     }
 }
 
@@ -177,6 +222,37 @@ mod tests {
             a.dealloc(q, Layout::from_size_align(64, 8).unwrap());
         }
         assert_eq!(a.allocations(), 2);
+    }
+
+    #[test]
+    fn windows_tell_a_one_off_growth_from_a_per_call_allocation() {
+        let a = CountingAlloc::new();
+        let layout = Layout::from_size_align(16, 8).unwrap();
+        let alloc_one = || {
+            // SAFETY: a non-zero-size layout, freed with it.
+            unsafe { a.dealloc(a.alloc(layout), layout) }
+        };
+        // A growth in one window only: the steady state is 0.
+        let once = a.windows(4, |i| {
+            if i == 1 {
+                alloc_one();
+                alloc_one();
+            }
+        });
+        assert_eq!(once, Windows(vec![0, 2, 0, 0]));
+        assert_eq!((once.fewest(), once.total()), (0, 2));
+        // One per 1,000 calls, windows of 2,000 calls: 2 in each.
+        let mut n = 0u64;
+        let per_call = a.windows(3, |_| {
+            for _ in 0..2_000 {
+                n += 1;
+                if n % 1_000 == 0 {
+                    alloc_one();
+                }
+            }
+        });
+        assert_eq!(per_call.fewest(), 2, "{per_call:?}");
+        assert_eq!(Windows(Vec::new()).fewest(), 0);
     }
 
     #[test]

@@ -6,11 +6,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::cluster_view::{
-    create_ranges, disconnected_links, parse_cluster_nodes, slots_view, NodeTable, SlotsView,
+    bus_links, create_ranges, link_field, parse_cluster_nodes, slots_view, NodeTable, SlotsView,
 };
 use crate::process::{self, wait_for, TempDir};
-use crate::values::{expect_text, info_field, int, items, text};
-use crate::{redis_cli, Error, Server, ServerKind, TlsFiles, Value};
+use crate::values::{expect_text, info_field, int, items};
+use crate::{redis_cli, Error, Server, ServerKind, TlsFiles};
 
 /// An inclusive range of hash slots.
 pub type SlotRange = RangeInclusive<u16>;
@@ -282,10 +282,13 @@ impl Cluster {
     /// Waits until every live node reports `cluster_state:ok`, all live nodes
     /// agree on the node table (roles, replication, slots) and on `CLUSTER
     /// SLOTS`, all 16384 slots are covered, nodes this harness killed or
-    /// removed are failed or forgotten everywhere, every live node has its
-    /// cluster bus link to every other live node (a classic `PUBLISH` is
-    /// broadcast over those links, and one that is still connecting drops
-    /// the message without a word), every live replica's link to its
+    /// removed are failed or forgotten everywhere, every live node lists in
+    /// `CLUSTER LINKS` a link to every other live node and one from it,
+    /// bound to that node (a classic `PUBLISH` is broadcast over those
+    /// links: a node with no link to a peer skips it, and Valkey 8 and 9
+    /// close an inbound link that is not yet bound when a light-header
+    /// `PUBLISH` arrives on it, dropping that message and the ones behind
+    /// it; neither tells the publisher), every live replica's link to its
     /// master is up, and no replica follows a node that is itself a replica
     /// (after a failover the old primary's other replicas replicate it,
     /// now a replica, until each has heard of the new primary and moved to
@@ -331,13 +334,23 @@ impl Cluster {
             }
             let nodes_text = expect_text(&node.cmd(&[b"CLUSTER", b"NODES"])?, "CLUSTER NODES")?;
             let (table, failed) = parse_cluster_nodes(&nodes_text);
-            let unlinked = disconnected_links(&nodes_text);
+            let links = bus_links(&node.cmd(&[b"CLUSTER", b"LINKS"])?)?;
             for (d, id) in self.ids.iter().enumerate() {
-                if self.is_live(d) && unlinked.contains(id) {
-                    // Classic PUBLISH would silently miss that node.
-                    return Err(Error::Cluster(format!(
-                        "node {i} has no cluster bus link to live node {d}"
-                    )));
+                if self.is_live(d) && d != i {
+                    // A classic PUBLISH is broadcast over these links (see
+                    // the doc above): a missing `from` is the silent loss
+                    // of pubsub::patterns on Valkey, the sender's `to` link
+                    // counted as connected all along.
+                    if !links.to.contains(id) {
+                        return Err(Error::Cluster(format!(
+                            "node {i} has no cluster bus link to live node {d}"
+                        )));
+                    }
+                    if !links.from.contains(id) {
+                        return Err(Error::Cluster(format!(
+                            "node {i} has not bound the cluster bus link from live node {d}"
+                        )));
+                    }
                 }
                 let down = !self.is_live(d);
                 if down && table.contains_key(id) {
@@ -482,19 +495,4 @@ impl Drop for Cluster {
 
 pub(crate) fn my_id(node: &Server) -> Result<String, Error> {
     expect_text(&node.cmd(&[b"CLUSTER", b"MYID"])?, "CLUSTER MYID")
-}
-
-/// Field `name` of one `CLUSTER LINKS` entry (a map in RESP3, a flat
-/// key/value array in RESP2).
-fn link_field<'a>(link: &'a Value, name: &str) -> Option<&'a Value> {
-    match link {
-        Value::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| text(k).as_deref() == Some(name))
-            .map(|(_, v)| v),
-        other => items(other)?
-            .chunks(2)
-            .find(|kv| text(&kv[0]).as_deref() == Some(name))
-            .and_then(|kv| kv.get(1)),
-    }
 }

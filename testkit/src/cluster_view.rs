@@ -1,5 +1,6 @@
-//! Reading a cluster's own account of itself: `CLUSTER NODES` and
-//! `CLUSTER SLOTS` normalised for comparison, and redis-cli's slot split.
+//! Reading a cluster's own account of itself: `CLUSTER NODES`, `CLUSTER
+//! SLOTS` normalised for comparison, `CLUSTER LINKS`, and redis-cli's slot
+//! split.
 
 use std::collections::BTreeMap;
 
@@ -75,21 +76,47 @@ pub(crate) fn parse_cluster_nodes(text: &str) -> (NodeTable, Vec<String>) {
     (table, failed)
 }
 
-/// Ids of the nodes whose cluster bus link, as the node that wrote `text`
-/// sees it, is down (`disconnected` in `CLUSTER NODES`). A message that a
-/// node broadcasts over the bus (classic `PUBLISH` in a cluster) does not
-/// reach a node it has no link to, and nothing tells the publisher.
-pub(crate) fn disconnected_links(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let [id, _addr, flags, _, _, _, _, link, ..] = fields.as_slice() else {
-                return None;
-            };
-            let myself = flags.split(',').any(|f| f == "myself");
-            (!myself && *link == "disconnected").then(|| (*id).to_string())
-        })
-        .collect()
+/// One node's cluster bus links as its `CLUSTER LINKS` lists them: the
+/// peer ids it has an outbound link to (`direction` `to`: its own
+/// connection, listed while still connecting) and those whose inbound link
+/// it has bound to their node (`from`: listed only once a full-header
+/// message from that peer arrived on it, so a peer it did not know yet
+/// when the connection opened stays off the list until its next `PING`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct BusLinks {
+    pub(crate) to: Vec<String>,
+    pub(crate) from: Vec<String>,
+}
+
+/// Reads a `CLUSTER LINKS` reply.
+pub(crate) fn bus_links(reply: &Value) -> Result<BusLinks, Error> {
+    let bad = || Error::unexpected("a CLUSTER LINKS reply", reply);
+    let mut links = BusLinks::default();
+    for link in items(reply).ok_or_else(bad)? {
+        let field = |name| link_field(link, name).and_then(text).ok_or_else(bad);
+        let node = field("node")?;
+        match field("direction")?.as_str() {
+            "to" => links.to.push(node),
+            "from" => links.from.push(node),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(links)
+}
+
+/// Field `name` of one `CLUSTER LINKS` entry (a map in RESP3, a flat
+/// key/value array in RESP2).
+pub(crate) fn link_field<'a>(link: &'a Value, name: &str) -> Option<&'a Value> {
+    match link {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .map(|(_, v)| v),
+        other => items(other)?
+            .chunks(2)
+            .find(|kv| text(&kv[0]).as_deref() == Some(name))
+            .and_then(|kv| kv.get(1)),
+    }
 }
 
 /// `CLUSTER SLOTS` as sorted (start, end, master, sorted replicas).
@@ -140,6 +167,43 @@ mod tests {
     }
 
     #[test]
+    fn cluster_links_are_read_by_direction_in_resp2_and_resp3() {
+        let bulk = |s: &str| Value::Bulk(s.as_bytes().to_vec());
+        let entry = |dir: &str, node: &str| {
+            vec![
+                bulk("direction"),
+                bulk(dir),
+                bulk("node"),
+                bulk(node),
+                bulk("create-time"),
+                Value::Integer(1),
+            ]
+        };
+        // Node 1 of the lost round: a link to both peers, one bound from
+        // only one of them.
+        let resp2 = Value::Array(vec![
+            Value::Array(entry("to", "a")),
+            Value::Array(entry("from", "a")),
+            Value::Array(entry("to", "c")),
+        ]);
+        let links = bus_links(&resp2).unwrap();
+        assert_eq!(links.to, vec!["a".to_string(), "c".to_string()]);
+        assert_eq!(links.from, vec!["a".to_string()]);
+        let pairs = |e: Vec<Value>| {
+            let mut it = e.into_iter();
+            let mut v = Vec::new();
+            while let (Some(k), Some(x)) = (it.next(), it.next()) {
+                v.push((k, x));
+            }
+            Value::Map(v)
+        };
+        let resp3 = Value::Array(vec![pairs(entry("from", "c"))]);
+        assert_eq!(bus_links(&resp3).unwrap().from, vec!["c".to_string()]);
+        assert!(bus_links(&Value::Array(vec![Value::Array(entry("sideways", "a"))])).is_err());
+        assert!(bus_links(&Value::Null).is_err());
+    }
+
+    #[test]
     fn cluster_nodes_parsing_skips_failed_and_migrating_entries() {
         let text = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [5461->-b]\n\
                     b 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-16383\n\
@@ -151,9 +215,5 @@ mod tests {
         assert_eq!(table["b"].slots, vec![(5461, 16383)]);
         assert_eq!(table["c"].master.as_deref(), Some("a"));
         assert_eq!(table.len(), 3);
-        assert_eq!(disconnected_links(text), vec!["d".to_string()]);
-        let fresh = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383\n\
-                     b 127.0.0.1:7001@17001 master - 0 0 2 disconnected\n";
-        assert_eq!(disconnected_links(fresh), vec!["b".to_string()]);
     }
 }
