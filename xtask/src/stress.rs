@@ -46,6 +46,10 @@ const REPEATED: &[(&str, &str)] = &[
         "read the handler's events before a worker had given it the shard's return",
     ),
     (
+        "engine::wire_limits::a_request_is_timed_from_its_write_while_pushes_and_other_replies_flow",
+        "an answer scripted 50 ms before the request timeout came after it on busy cores",
+    ),
+    (
         "cluster::publish_failover::",
         "publishes in flight at a kill -9 (duplicates when resent)",
     ),
