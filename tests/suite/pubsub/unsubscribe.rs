@@ -214,6 +214,12 @@ fn messages_sent_before_an_unsubscribe_and_read_after_it_are_passed_over() {
             leaked, 0,
             "{kind:?}: messages of an unsubscribed channel reached the handler"
         );
+        // A worker adds its turn's counts when the turn ends, after the
+        // handler has seen `kept`: wait for them, then for exactly 20.
+        testkit::wait_for("the passed-over messages counted", T, || {
+            Ok((ps.metrics().unwanted >= 20).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}: {:?}", ps.metrics()));
         assert_eq!(
             ps.metrics().unwanted,
             20,
