@@ -292,8 +292,10 @@ impl Error {
         }
     }
 
-    /// True when the request may be retried as it is: the failure was the
-    /// connection's, not the command's.
+    /// True when the same call may succeed later: the failure was the
+    /// connection's, not the command's. Whether a retry may then run the
+    /// request twice (a publish delivered twice) is
+    /// [`Error::may_have_run`]'s answer.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -309,6 +311,22 @@ impl Error {
                 | Error::WaitTimeout { .. }
                 | Error::Unreachable { .. }
                 | Error::Discovery { .. }
+        )
+    }
+
+    /// True when the request may have run on the server though it failed
+    /// (`Timeout`, `ConnectionLost`, `Protocol`: written, and no reply
+    /// read). The library never sends such a request again; a caller that
+    /// does may deliver a publish twice (see the guide's "Publishing").
+    ///
+    /// ```
+    /// use shardsub::Error;
+    /// assert!(!Error::Shutdown.may_have_run());
+    /// ```
+    pub fn may_have_run(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::ConnectionLost { .. } | Error::Protocol { .. }
         )
     }
 }

@@ -187,6 +187,16 @@ impl Driver {
             }
         };
         if inbox.stop {
+            // Publishes a reply sent back for a retry: none will be read
+            // again (nor any posted later: the inbox says it is closed).
+            let late = {
+                let mut open = self.s.mail.inbox.lock();
+                open.closed = true;
+                std::mem::take(&mut open.retries)
+            };
+            for retry in inbox.retries.into_iter().chain(late) {
+                (*retry.msg).finish(&self.s, Err(Error::Shutdown));
+            }
             self.close_all();
             return None;
         }

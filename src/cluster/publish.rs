@@ -446,13 +446,26 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
         },
         1,
     );
-    let retry = Retry {
+    // Closing: the control loop may have taken its last turn, and nothing
+    // it would retry is sent now (a redirect or refusal: it did not run).
+    if closing {
+        return msg.finish_result(shared, Err(Error::Shutdown));
+    }
+    let mut retry = Some(Retry {
         msg: Box::new(msg),
         error,
         message: message.clone(),
-    };
-    shared.post(|inbox| inbox.retries.push(retry));
-    Ok(())
+    });
+    shared.post(|inbox| {
+        if !inbox.closed {
+            inbox.retries.extend(retry.take());
+        }
+    });
+    match retry {
+        // The loop closed between the check above and the post.
+        Some(r) => (*r.msg).finish_result(shared, Err(Error::Shutdown)),
+        None => Ok(()),
+    }
 }
 
 /// A new publish, before it is encoded.

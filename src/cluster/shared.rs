@@ -169,6 +169,9 @@ pub(crate) struct Inbox {
     /// The fence in flight completed.
     pub(crate) fence_done: bool,
     pub(crate) stop: bool,
+    /// Set by the control loop's last turn: nothing posted after it is
+    /// read, so a poster finishes what it would have posted itself.
+    pub(crate) closed: bool,
 }
 
 impl Inbox {

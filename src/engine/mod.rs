@@ -973,6 +973,9 @@ impl Engine {
     /// [`Engine::shutdown`] waits for, or `None` when it had started
     /// already.
     pub(crate) fn close(&self) -> Option<runtime::Closing> {
+        // Under the lock, so that a `shutdown` that finds `shut` set also
+        // finds what to wait for.
+        let mut slot = self.inner.closing.lock();
         if self.inner.shut.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -987,7 +990,7 @@ impl Engine {
         }
         // Threads abort what is left at the deadline.
         let closing = runtime::Closing { done, deadline };
-        *self.inner.closing.lock() = Some(closing.clone());
+        *slot = Some(closing.clone());
         Some(closing)
     }
 }

@@ -161,7 +161,9 @@ impl PubSubBuilder {
     /// is never held: it may have run and been delivered, so it fails
     /// with [`Error::ConnectionLost`](crate::Error::ConnectionLost) rather than arrive twice. Set the hold above the
     /// cluster's failover time (`cluster-node-timeout` plus the election)
-    /// for no publish to fail across a failover. Memory is bounded by
+    /// for no publish taken after the break was seen to fail across a
+    /// failover (those written before it was seen still fail with
+    /// `ConnectionLost`). Memory is bounded by
     /// [`PubSubBuilder::publish_hold_limit`].
     pub fn publish_hold(mut self, d: Duration) -> Self {
         self.cluster.publish_hold = d;

@@ -688,8 +688,8 @@ impl PubSub {
     /// [`Error::Shutdown`] from then on, and the rest (replies awaited up
     /// to the shutdown timeout, connections closed, queued messages
     /// dropped and counted) finishes in the background. A later
-    /// `shutdown` from another thread returns at once too (it has
-    /// started); [`PubSub::close`] from another thread awaits the end.
+    /// `shutdown` from an application thread waits for the end, as
+    /// [`PubSub::close`] does.
     pub fn shutdown(&self) {
         shut_down(&self.placed);
     }

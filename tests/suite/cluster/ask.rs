@@ -79,6 +79,15 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         hello("shardsub-pub")
             .into_iter()
             .chain([
+                // The limits read at build: refused, so none is known.
+                Step::expect(
+                    [
+                        cmd(&[b"CONFIG", b"GET", b"client-output-buffer-limit"]),
+                        cmd(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]),
+                    ]
+                    .concat(),
+                ),
+                Step::send(b"-ERR not here\r\n-ERR not here\r\n"),
                 Step::expect(spublish(b"first")),
                 Step::send(ask.as_bytes()),
                 Step::expect(spublish(b"second")),
@@ -110,7 +119,6 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         .seed(seed.addr().to_string())
         .handler(|_: &[u8], _: &[u8]| {})
         .workers(1)
-        // The scripted node answers only the publishes: no limits read.
         .max_message_size(0)
         .build()
         .expect("cluster pubsub on the fakes");

@@ -308,7 +308,14 @@ fn a_killed_subscribe_connection_is_disconnected_then_connected_then_a_gap() {
         let chans = channels("conn", 300);
         let ledger = Arc::new(Ledger::new(&chans));
         let handler = Accounted::new(&ledger, "sub");
-        let ps = Arc::new(builder(&cluster, handler.clone()).build().unwrap());
+        // One worker: events and gaps are in order per worker, and the
+        // handler's timeline interleaves workers in no promised order.
+        let ps = Arc::new(
+            builder(&cluster, handler.clone())
+                .workers(1)
+                .build()
+                .unwrap(),
+        );
         ps.subscribe(&chans).unwrap();
         ps.wait_active(&chans, BOUND).unwrap();
         let victim = cluster.masters()[0];

@@ -263,7 +263,10 @@ fn a_blocking_handler_is_logged_and_counted_once_and_the_other_instance_loses_no
         );
         settle(&ledger, &b, publisher, kind);
         assert_eq!(b.metrics().dropped.total(), 0, "{kind:?}: b dropped");
-        assert_eq!(a.metrics().slow_turns, 1, "{kind:?}: counted once");
+        // The handler's turn, counted and logged once; on a busy machine a
+        // control turn preempted for 200 ms may be counted beside it.
+        let slow = a.metrics().slow_turns;
+        assert!(slow >= 1, "{kind:?}: counted");
         let name = format!("instance blocker-{kind:?}:");
         let lines: Vec<String> = CAPTURED
             .0
@@ -272,12 +275,16 @@ fn a_blocking_handler_is_logged_and_counted_once_and_the_other_instance_loses_no
             .filter(|l| l.starts_with(&name))
             .cloned()
             .collect();
-        assert_eq!(lines.len(), 1, "{kind:?}: logged once: {lines:?}");
-        assert!(
-            lines[0].contains("the handler") && lines[0].contains("shardsub-worker-0"),
-            "{kind:?}: {}",
-            lines[0]
+        assert_eq!(
+            lines.len() as u64,
+            slow,
+            "{kind:?}: each logged once: {lines:?}"
         );
+        let handler_turns = lines
+            .iter()
+            .filter(|l| l.contains("the handler") && l.contains("shardsub-worker-0"))
+            .count();
+        assert_eq!(handler_turns, 1, "{kind:?}: the handler's turn: {lines:?}");
         let io = CAPTURED
             .0
             .lock()
