@@ -6,6 +6,7 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::LocalKey;
@@ -28,6 +29,10 @@ pub(crate) struct Slot<T: 'static> {
     /// Where the slot goes when its last holder lets go ([`SlotRef`]'s
     /// drop): a pool of slots of its type, or nowhere (freed).
     home: Option<&'static SlotPool<T>>,
+    /// Holders of a pooled slot: the one whose drop takes it to 0 pools it
+    /// (the `Arc`'s own count cannot say who is last when two let go at
+    /// once: both may see the other's reference).
+    holders: AtomicUsize,
 }
 
 impl<T> Deref for Slot<T> {
@@ -44,6 +49,7 @@ impl<T> Slot<T> {
         Slot {
             outcome: Outcome::new(),
             home: None,
+            holders: AtomicUsize::new(1),
         }
     }
 }
@@ -52,10 +58,8 @@ impl<T> Slot<T> {
 /// (a request in flight, a callback). Whichever holder lets go last
 /// returns a pooled slot to its pool, reset for its next use; so a
 /// publish whose outcome is awaited, waited for or handed to a
-/// capture-free callback allocates nothing in steady state. (When both
-/// let go at the same moment, neither may see itself last: the slot is
-/// then freed, not pooled, which costs an allocation later and nothing
-/// else.)
+/// capture-free callback allocates nothing in steady state, whichever
+/// thread lets go last and however close together they do.
 pub(crate) struct SlotRef<T: 'static>(ManuallyDrop<Arc<Slot<T>>>);
 
 impl<T> SlotRef<T> {
@@ -66,6 +70,7 @@ impl<T> SlotRef<T> {
 
 impl<T> Clone for SlotRef<T> {
     fn clone(&self) -> Self {
+        self.0.holders.fetch_add(1, Ordering::Relaxed);
         SlotRef(ManuallyDrop::new(Arc::clone(&self.0)))
     }
 }
@@ -83,10 +88,13 @@ impl<T> Drop for SlotRef<T> {
         // SAFETY: taken once, here; `self.0` is not used after.
         let mut slot = unsafe { ManuallyDrop::take(&mut self.0) };
         if let Some(pool) = slot.home {
-            // The last holder (no other strong or weak reference): no one
-            // else can see the slot while it is reset and pooled.
-            if let Some(s) = Arc::get_mut(&mut slot) {
-                s.outcome.reset();
+            if slot.holders.fetch_sub(1, Ordering::AcqRel) == 1 {
+                // The last holder. The one before may still be dropping
+                // its `Arc` (its count went first): reset here when no one
+                // else can see the slot, else when it is taken again.
+                if let Some(s) = Arc::get_mut(&mut slot) {
+                    s.outcome.reset();
+                }
                 pool.put(slot);
             }
         }
@@ -135,11 +143,20 @@ impl<T: 'static> SlotPool<T> {
             })
             .ok()
             .flatten();
-        match cached {
+        // Pooled by its last holder, whose predecessor has let go of its
+        // `Arc` by now but for a rare preempted moment: then a new slot,
+        // and that one is freed by the late drop.
+        match cached.and_then(|mut slot| {
+            let s = Arc::get_mut(&mut slot)?;
+            s.outcome.reset();
+            *s.holders.get_mut() = 1;
+            Some(slot)
+        }) {
             Some(slot) => SlotRef(ManuallyDrop::new(slot)),
             None => SlotRef::new(Slot {
                 outcome: Outcome::new(),
                 home: Some(self),
+                holders: AtomicUsize::new(1),
             }),
         }
     }
