@@ -100,7 +100,7 @@ fn the_metrics_example_serves_one_scrape_on_real_servers() {
             // published, delivered and timed.
             let types = body.lines().filter(|l| l.starts_with("# TYPE ")).count();
             let helps = body.lines().filter(|l| l.starts_with("# HELP ")).count();
-            assert_eq!(types, 25, "{what}:\n{body}");
+            assert_eq!(types, 26, "{what}:\n{body}");
             assert_eq!(helps, types, "{what}");
             assert_eq!(value(body, "shardsub_published_total"), 10.0, "{what}");
             assert_eq!(
