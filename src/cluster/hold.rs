@@ -9,7 +9,7 @@
 //! [`PubSubBuilder::publish_hold`]: crate::PubSubBuilder::publish_hold
 //! [`PubSubBuilder::publish_hold_limit`]: crate::PubSubBuilder::publish_hold_limit
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use control::{Due, Held, Refused, RetryPolicy, Time};
@@ -66,6 +66,9 @@ pub(crate) struct Hold {
     /// The number of slots with an entry, read without the lock on every
     /// publish.
     entries: AtomicUsize,
+    /// Drained for shutdown: nothing is held after that (read and set
+    /// under the lock).
+    closed: AtomicBool,
     pub(crate) max_messages: usize,
     pub(crate) max_bytes: usize,
 }
@@ -75,6 +78,7 @@ impl Hold {
         Hold {
             state: Mutex::new(control::Hold::new(max_messages, max_bytes, limit)),
             entries: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
             max_messages,
             max_bytes,
         }
@@ -104,10 +108,14 @@ impl Hold {
     }
 
     /// Holds `msg` (its owner is unreachable); also returns whether this
-    /// opened a new entry (the control thread should look soon).
-    pub(crate) fn hold(&self, msg: PubMsg) -> (Offer, bool) {
+    /// opened a new entry (the control thread should look soon). `Err`
+    /// gives it back once the hold was drained for shutdown.
+    pub(crate) fn hold(&self, msg: PubMsg) -> Result<(Offer, bool), PubMsg> {
         let now = clock::now();
-        self.with(|h| h.hold(now, msg))
+        self.with(|h| match self.closed.load(Ordering::Relaxed) {
+            true => Err(msg),
+            false => Ok(h.hold(now, msg)),
+        })
     }
 
     /// See [`control::Hold::gate`].
@@ -162,7 +170,10 @@ impl Hold {
 
     /// Everything held, for shutdown.
     pub(crate) fn drain(&self) -> Vec<PubMsg> {
-        self.with(control::Hold::drain)
+        self.with(|h| {
+            self.closed.store(true, Ordering::Relaxed);
+            h.drain()
+        })
     }
 
     /// Held publishes and bytes now.

@@ -277,7 +277,11 @@ pub(crate) fn send(
 ///
 /// [`Error::HoldFull`] when the hold had no room for it (it is finished).
 pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
-    held(shared, shared.hold.hold(msg))
+    match shared.hold.hold(msg) {
+        Ok(offer) => held(shared, offer),
+        // Drained for shutdown since the caller looked at `closing`.
+        Err(msg) => msg.finish_result(shared, Err(Error::Shutdown)),
+    }
 }
 
 /// Carries out what the hold made of a publish it was given (and whether
