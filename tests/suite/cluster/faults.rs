@@ -2,8 +2,9 @@
 //! (Redis 7 and Valkey 9, 3 masters with a replica each): migrate a slot
 //! range, add a master and move slots to it, remove it after moving them
 //! away, `CLUSTER FAILOVER`, `kill -9` of a primary. After each, every
-//! wanted channel delivers a fresh message within 1.5 s of the cluster
-//! reporting ok, the channels of the moved partitions got a gap event, and
+//! wanted channel delivers a fresh message soon after the cluster reports
+//! ok (the time is printed; the bound only proves no poll was needed), the
+//! channels of the moved partitions got a gap event, and
 //! no other channel did; at the end the accounting checker finds every
 //! message delivered once in order or lost inside a signalled window. The
 //! topology poll is set to an hour (no poll can run, however slow the
@@ -26,9 +27,12 @@ use crate::support::channels;
 use crate::support::cluster::{builder, named_clients};
 
 /// Delivery must be back on every channel within this of the cluster
-/// reporting ok (typically 20-350 ms here; the margin is for a loaded
-/// machine).
-const RECOVERY: Duration = Duration::from_millis(1500);
+/// reporting ok. Typically 20-350 ms here, but this is not a speed check
+/// (those live in benchmarks): the poll is off, so any recovery at all
+/// proves a trigger drove it, and a bound far below the poll's hour keeps
+/// it a liveness check on a loaded machine. A 1.5 s bound failed once at a
+/// load average of 22.
+const RECOVERY: Duration = Duration::from_secs(15);
 const BOUND: Duration = Duration::from_secs(20);
 
 /// Partition → owning node index, from the harness's view.

@@ -3,9 +3,9 @@
 //! separate subscriber instance:
 //!
 //! - `CLUSTER FAILOVER`: the publish-only instance (30 s poll, no
-//!   subscription of its own) stops sending through the demoted node within
-//!   1 s of the cluster reporting ok (the demoted node's `cmdstat_spublish`
-//!   stops growing), no publish fails, and the accounting checker finds
+//!   subscription of its own) stops sending through the demoted node soon
+//!   after the cluster reports ok, before any poll could run (the demoted
+//!   node's `cmdstat_spublish` stops growing), no publish fails, and the accounting checker finds
 //!   every message delivered once in order or lost inside a signalled
 //!   window at the subscriber.
 //! - `kill -9` of a primary with a publish hold longer than the promotion:
@@ -29,6 +29,11 @@ use testkit::{Cluster, ServerKind};
 use crate::support;
 use crate::support::accounted;
 use crate::support::accounted::{Accounted, Background};
+
+/// The demoted node must be quiet within this of cluster ok: below the
+/// 30 s poll (so only a trigger explains it), far above the typical
+/// 100-300 ms, so a loaded machine does not fail it.
+const QUIET_BOUND: Duration = Duration::from_secs(10);
 
 fn seeds(cluster: &Cluster) -> Vec<String> {
     cluster.seed_addrs().iter().map(|a| a.to_string()).collect()
@@ -124,11 +129,15 @@ fn failover(kind: ServerKind) {
     s.cluster.failover(replica).expect("failover");
     let ok_at = Instant::now();
     eprintln!("failover took {:?}", ok_at - fo_at);
-    // Within 1 s of cluster ok, nothing is sent through the demoted node.
-    let deadline = ok_at + Duration::from_secs(1);
+    // Soon after cluster ok, nothing more is sent through the demoted node:
+    // its SPUBLISH count stays still for a second (the publisher writes
+    // every 2 ms). The bound is below the 30 s poll, so only a trigger can
+    // explain it; the time it took is printed, not asserted (speed lives in
+    // benchmarks; a 1 s bound is a flake on a loaded machine).
+    let deadline = ok_at + QUIET_BOUND;
     let mut calls = spublish_calls(&s.cluster, old);
     let mut stopped_at = None;
-    while Instant::now() < deadline + Duration::from_millis(500) {
+    while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50)); // sampling a counter
         let now = spublish_calls(&s.cluster, old);
         if now != calls {
@@ -136,6 +145,9 @@ fn failover(kind: ServerKind) {
             calls = now;
         } else if stopped_at.is_none() {
             stopped_at = Some(Instant::now());
+        }
+        if stopped_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)) {
+            break;
         }
     }
     let after_ok = calls - before;
@@ -149,9 +161,9 @@ fn failover(kind: ServerKind) {
     );
     assert_eq!(m.rebuilds.poll, 0, "{kind:?}: the 30 s poll ran");
     assert!(
-        stopped_at.is_some_and(|t| t <= deadline),
-        "{kind:?}: the publish-only instance still sends through the demoted node 1 s after \
-         cluster ok ({:?})",
+        stopped_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)),
+        "{kind:?}: the publish-only instance still sends through the demoted node \
+         {QUIET_BOUND:?} after cluster ok ({:?})",
         m.rebuilds
     );
     check(kind, "failover", &s, publisher, None);
