@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use resp::Frame;
 
-use super::{ConnConfig, ConnError, Protocol};
+use super::types::{ConnConfig, ConnError, Protocol};
 
 /// A handshake command whose reply is awaited.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use crate::addr::ServerAddr;
 use crate::conn::{ConnConfig, Protocol, Role};
-use crate::engine::kept::AnySink;
 use crate::engine::resolve::{self, Resolver};
-use crate::engine::shared::EngineCounters;
-use crate::engine::{default_threads, Engine, Runtime, Settings};
+use crate::engine::runtime::default_threads;
+use crate::engine::settings::AnySink;
+use crate::engine::settings::Settings;
+use crate::engine::stats::EngineCounters;
+use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::observer::{NoObserver, Observer};
 use crate::transport::tls::TlsConfig;
@@ -81,7 +83,7 @@ impl Default for Builder {
             urls: UrlSettings::default(),
             tls: None,
             degraded: false,
-            lease: crate::engine::lend::LEASE,
+            lease: crate::engine::lent::LEASE,
             read_pause: Duration::ZERO,
             kept: None,
         }
@@ -498,5 +500,12 @@ impl Builder {
             self.shutdown_timeout,
             wait,
         )
+    }
+}
+
+impl Engine {
+    /// Settings for a new engine.
+    pub fn builder() -> Builder {
+        Builder::default()
     }
 }

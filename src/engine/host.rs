@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::engine::runtime::{self, Latch};
+use crate::engine::wait::Latch;
 use crate::engine::wait::Signal;
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
@@ -34,6 +34,30 @@ thread_local! {
 /// A host's identity: the address of its state.
 fn id_of(state: &Arc<Signal<State>>) -> usize {
     Arc::as_ptr(state) as usize
+}
+
+thread_local! {
+    /// Set on the runtime's own threads: a call that would wait for an I/O
+    /// thread (an engine's shutdown) must not wait from one of them.
+    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is an I/O thread of some runtime.
+pub(crate) fn on_io_thread() -> bool {
+    ON_IO_THREAD.with(Cell::get)
+}
+
+/// Whether the calling thread is one of a runtime's threads (I/O, control
+/// or worker), which every instance on it shares: application code runs
+/// there (a handler, an event or `Pending::then` callback), and nothing
+/// there may wait for an instance to stop (see `Engine::shutdown`).
+pub(crate) fn on_runtime_thread() -> bool {
+    on_io_thread() || on_any_host()
+}
+
+/// Marks the calling thread as an I/O thread (see [`on_io_thread`]).
+pub(crate) fn mark_io_thread() {
+    ON_IO_THREAD.with(|c| c.set(true));
 }
 
 /// Whether the calling thread is the thread of some host (a runtime's
@@ -199,7 +223,7 @@ impl Hosted {
     /// thread is shared with other instances, which must not wait for this
     /// one): then it returns at once and the task finishes by itself.
     pub(crate) fn wait_done(&self) {
-        if runtime::on_runtime_thread() {
+        if on_runtime_thread() {
             return;
         }
         while !self
@@ -290,7 +314,7 @@ impl Drop for Host {
     /// after the turn it runs.
     fn drop(&mut self) {
         self.state.update(|st| st.stop = true);
-        if runtime::on_runtime_thread() {
+        if on_runtime_thread() {
             return;
         }
         if let Some(h) = self.handle.lock().take() {

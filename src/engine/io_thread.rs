@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use crate::engine::driver::ConnDriver;
-use crate::engine::runtime::Latch;
-use crate::engine::shared::{settle_unserved, Control, ThreadShared};
+use crate::engine::thread::{settle_unserved, Control, ThreadShared};
+use crate::engine::wait::Latch;
 use crate::threads::{self, PanicCount};
 
 /// The waker's token; the connection in slot `i` uses `Token(i + 1)`.
@@ -166,7 +166,7 @@ impl IoThread {
             // Reading can take a while (up to the read budget per
             // connection): timers and shutdown deadlines see the clock.
             let now = Instant::now();
-            std::mem::swap(&mut *self.shared.ready.lock(), &mut notified);
+            std::mem::swap(&mut *self.shared.ready.list.lock(), &mut notified);
             for &i in &notified {
                 if let Some(f) = self.flags.get_mut(i) {
                     *f = true;

@@ -16,7 +16,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-use crate::engine::Settings;
+use crate::engine::settings::{AnySink, Settings};
 use crate::error::Error;
 
 /// Where a new request's bytes lie in its connection's staged bytes
@@ -80,10 +80,6 @@ pub(crate) trait KeptSink<M: KeptItem>: Send + Sync {
     /// gets it back.
     fn kept(self: Arc<Self>, msg: M::Whole, result: Result<i64, Error>);
 }
-
-/// An engine's sink, type-erased for its settings: a
-/// `Weak<dyn KeptSink<M>>` (see [`any_sink`]).
-pub(crate) type AnySink = Arc<dyn Any + Send + Sync>;
 
 /// `sink`, as an engine's settings keep it.
 pub(crate) fn any_sink<M: KeptItem>(sink: Weak<dyn KeptSink<M>>) -> AnySink {

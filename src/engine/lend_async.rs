@@ -35,7 +35,7 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -45,15 +45,14 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use crate::conn::Request;
-use crate::engine::lend::{dispatch_lent, write_lent, Lent, Turn};
+use crate::engine::lend::{dispatch_lent, write_lent};
+use crate::engine::lent::{LendFd, Lent, Turn};
 use crate::engine::pending::Completion;
+use crate::engine::settings::Settings;
 use crate::engine::shared::ConnShared;
-use crate::engine::{Pending, Settings};
+use crate::engine::Pending;
 use crate::error::Error;
 use crate::metrics::add;
-
-/// A lend's epoll instance in a tokio reactor.
-pub(crate) type LendFd = Arc<AsyncFd<OwnedFd>>;
 
 /// How long an async caller tries again for the lend's lock held by
 /// another caller. An async caller holds it for one write or one read; a
@@ -124,7 +123,7 @@ impl ConnShared {
         }
         // Empty the instance: its next event makes the descriptor ready
         // again (its registration in the reactor is edge-triggered).
-        let crate::engine::lend::LendPoll { poll, events, .. } = &mut lent.poll;
+        let crate::engine::lent::LendPoll { poll, events, .. } = &mut lent.poll;
         if poll.poll(events, Some(Duration::ZERO)).is_err() {
             drop(guard);
             self.hand_over_to_thread();

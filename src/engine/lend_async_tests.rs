@@ -195,7 +195,7 @@ fn an_unanswered_async_publish_on_the_lent_connection_times_out() {
     let timeout = Duration::from_millis(300);
     // The default lease: a lend unused that long goes back to the thread,
     // which runs the request timeout.
-    let e = lent_to_fake(&fake, timeout, crate::engine::lend::LEASE);
+    let e = lent_to_fake(&fake, timeout, crate::engine::lent::LEASE);
     let started = Instant::now();
     let result = runtime(0).block_on(async {
         let publish = e.publish_async(b"k", b"x", PublishOptions::classic());

@@ -17,8 +17,8 @@ use resp::{Frame, Parsed, Value};
 
 use crate::addr::ServerAddr;
 use crate::engine::kept::Kept;
+use crate::engine::settings::Settings;
 use crate::engine::wait::Outcome;
-use crate::engine::Settings;
 use crate::error::Error;
 use crate::metrics::add;
 

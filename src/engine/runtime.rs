@@ -11,40 +11,18 @@
 //! Connections join a thread when their engine starts and leave it when
 //! their engine shuts down; threads never come and go with nodes.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use mio::{Poll, Waker};
 use parking_lot::Mutex;
 
 use crate::engine::host::Host;
 use crate::engine::io_thread::{IoThread, WAKER};
-use crate::engine::shared::{Control, ThreadShared};
-use crate::engine::wait::Signal;
+use crate::engine::thread::{Control, ThreadShared};
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
-
-thread_local! {
-    /// Set on the runtime's own threads: a call that would wait for an I/O
-    /// thread (an engine's shutdown) must not wait from one of them.
-    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the calling thread is an I/O thread of some runtime.
-pub(crate) fn on_io_thread() -> bool {
-    ON_IO_THREAD.with(Cell::get)
-}
-
-/// Whether the calling thread is one of a runtime's threads (I/O, control
-/// or worker), which every instance on it shares: application code runs
-/// there (a handler, an event or `Pending::then` callback), and nothing
-/// there may wait for an instance to stop (see `Engine::shutdown`).
-pub(crate) fn on_runtime_thread() -> bool {
-    on_io_thread() || crate::engine::host::on_any_host()
-}
 
 /// A fixed set of I/O threads shared by engines and Pub/Sub instances,
 /// and the control and worker threads of the instances.
@@ -173,7 +151,7 @@ impl Runtime {
             let panics = runtime.inner.panics.clone();
             let inner_panics = panics.clone();
             let h = threads::spawn(format!("shardsub-io-{i}"), panics, move || {
-                ON_IO_THREAD.with(|c| c.set(true));
+                crate::engine::host::mark_io_thread();
                 io.run(&inner_panics);
             })
             .map_err(|e| Error::runtime("I/O thread", &e))?;
@@ -309,7 +287,7 @@ impl Drop for RuntimeInner {
         for t in &self.threads {
             t.send_control(Control::Stop);
         }
-        if on_runtime_thread() {
+        if crate::engine::host::on_runtime_thread() {
             // The last handle went away inside a callback on one of the
             // runtime's threads: they stop by themselves; joining would
             // wait on the calling thread (or one waiting for it).
@@ -318,96 +296,5 @@ impl Drop for RuntimeInner {
         for h in std::mem::take(&mut *self.handles.lock()) {
             threads::join(h, &self.panics);
         }
-    }
-}
-
-/// Counts threads down to zero (an engine's shutdown waits for each of its
-/// threads to let go of its connections).
-pub(crate) struct Latch {
-    left: Signal<usize>,
-}
-
-impl Latch {
-    pub(crate) fn new(n: usize) -> Arc<Latch> {
-        Arc::new(Latch {
-            left: Signal::new(n),
-        })
-    }
-
-    pub(crate) fn count_down(&self) {
-        self.left.update(|left| *left = left.saturating_sub(1));
-    }
-
-    /// Waits until the count is zero or `deadline` passes; true when zero.
-    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
-        self.left
-            .wait_until(Some(deadline), None, |left| (*left == 0).then_some(()))
-            .is_some()
-    }
-}
-
-/// An engine's shutdown under way (see `Engine::close`): done once its
-/// I/O threads let go of its connections, which they do by `deadline`.
-#[derive(Clone)]
-pub(crate) struct Closing {
-    pub(crate) done: Arc<Latch>,
-    pub(crate) deadline: Instant,
-}
-
-impl Closing {
-    /// Waits until the I/O threads let go, or 5 s past the deadline (a
-    /// callback still running on one of them), logged.
-    pub(crate) fn wait(&self) {
-        if !self
-            .done
-            .wait_until(self.deadline + std::time::Duration::from_secs(5))
-        {
-            log::error!(
-                "engine shutdown: an I/O thread did not let go of its connections \
-                 within 5 s of the deadline (a callback blocking it?)"
-            );
-        }
-    }
-}
-
-/// Slot numbers of one thread's connection table, reserved by engines
-/// before their connections are handed over.
-#[derive(Default)]
-pub(crate) struct Slots {
-    free: Vec<usize>,
-    next: usize,
-}
-
-impl Slots {
-    pub(crate) fn reserve(&mut self) -> usize {
-        self.free.pop().unwrap_or_else(|| {
-            self.next += 1;
-            self.next - 1
-        })
-    }
-
-    pub(crate) fn release(&mut self, slot: usize) {
-        self.free.push(slot);
-    }
-
-    /// Slots reserved at least once (the table's size).
-    #[cfg(test)]
-    pub(crate) fn handed_out(&self) -> usize {
-        self.next
-    }
-}
-
-/// Whether a thread has stopped (after a panic); set under its control
-/// lock, so nothing is queued to it afterwards.
-#[derive(Default)]
-pub(crate) struct Dead(AtomicBool);
-
-impl Dead {
-    pub(crate) fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn set(&self) {
-        self.0.store(true, Ordering::Release);
     }
 }

@@ -22,6 +22,7 @@
 //! Counter-style waits (a latch counted down, leaves completed up to a
 //! target, channels becoming active) are a [`Signal`] and a condition.
 
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -392,6 +393,55 @@ fn take_done<V>(r: &mut Round<V>) -> Option<V> {
         other => {
             r.state = other;
             None
+        }
+    }
+}
+
+/// Counts threads down to zero (an engine's shutdown waits for each of its
+/// threads to let go of its connections).
+pub(crate) struct Latch {
+    left: Signal<usize>,
+}
+
+impl Latch {
+    pub(crate) fn new(n: usize) -> Arc<Latch> {
+        Arc::new(Latch {
+            left: Signal::new(n),
+        })
+    }
+
+    pub(crate) fn count_down(&self) {
+        self.left.update(|left| *left = left.saturating_sub(1));
+    }
+
+    /// Waits until the count is zero or `deadline` passes; true when zero.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
+        self.left
+            .wait_until(Some(deadline), None, |left| (*left == 0).then_some(()))
+            .is_some()
+    }
+}
+
+/// An engine's shutdown under way (see `Engine::close`): done once its
+/// I/O threads let go of its connections, which they do by `deadline`.
+#[derive(Clone)]
+pub(crate) struct Closing {
+    pub(crate) done: Arc<Latch>,
+    pub(crate) deadline: Instant,
+}
+
+impl Closing {
+    /// Waits until the I/O threads let go, or 5 s past the deadline (a
+    /// callback still running on one of them), logged.
+    pub(crate) fn wait(&self) {
+        if !self
+            .done
+            .wait_until(self.deadline + std::time::Duration::from_secs(5))
+        {
+            log::error!(
+                "engine shutdown: an I/O thread did not let go of its connections \
+                 within 5 s of the deadline (a callback blocking it?)"
+            );
         }
     }
 }

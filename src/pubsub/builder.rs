@@ -95,6 +95,13 @@ pub(crate) struct FixedSettings {
     pub(crate) sentinels: std::collections::BTreeMap<String, Vec<String>>,
 }
 
+impl PubSub {
+    /// Settings for a new instance; the placement is one of them.
+    pub fn builder() -> PubSubBuilder {
+        PubSubBuilder::default()
+    }
+}
+
 impl Default for PubSubBuilder {
     fn default() -> Self {
         PubSubBuilder {

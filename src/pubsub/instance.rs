@@ -10,7 +10,7 @@ use crate::front::{self, Placement};
 use crate::history::{History, Position};
 use crate::metrics::{ClusterMetrics, Metrics};
 use crate::pubsub::limits::Limits;
-use crate::pubsub::{awaiting, Active, Channels, Fixed, PubSubBuilder};
+use crate::pubsub::{awaiting, Active, Channels, Fixed};
 use resp::Value;
 
 /// Subscriptions, publishing and delivery on one server, N client-side
@@ -22,7 +22,7 @@ use resp::Value;
 pub struct PubSub {
     /// Shared with a background shutdown when the last handle is dropped.
     placed: Arc<Placed>,
-    /// What the servers take (see [`PubSubBuilder::max_message_size`]):
+    /// What the servers take (see [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size)):
     /// every call checks its input against it before sending.
     limits: Limits,
 }
@@ -52,11 +52,6 @@ macro_rules! on_placement {
 }
 
 impl PubSub {
-    /// Settings for a new instance; the placement is one of them.
-    pub fn builder() -> PubSubBuilder {
-        PubSubBuilder::default()
-    }
-
     pub(crate) fn fixed(p: Fixed, limits: Limits) -> Self {
         PubSub {
             placed: Arc::new(Placed::Fixed(p)),
@@ -113,7 +108,7 @@ impl PubSub {
     /// bytes) over the subscribers' output buffer limit (the server would
     /// disconnect the connection, and every channel on it), or the name
     /// over `proto-max-bulk-len`, as read at build, or over
-    /// [`PubSubBuilder::max_message_size`]. A refused name is never sent;
+    /// [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size). A refused name is never sent;
     /// the names after it are not asked for, some before it may be.
     pub fn subscribe(&self, channels: impl Channels) -> Result<(), Error> {
         self.check_subscribes()?;
@@ -338,12 +333,12 @@ impl PubSub {
     /// (following redirects in the background). Allocates nothing in
     /// steady state (on servers, a recoverable channel's publish allocates
     /// its command, kept for a `NOSCRIPT` resend: see
-    /// [`PubSubBuilder::history`]).
+    /// [`PubSubBuilder::history`](crate::PubSubBuilder::history)).
     ///
     /// One contract in every placement: `Ok` means the publish was taken
     /// (written to its connection's next batch, or, on a cluster, held for
     /// an owner that cannot be reached now: see
-    /// [`PubSubBuilder::publish_hold`]); `Err` means it was not, and
+    /// [`PubSubBuilder::publish_hold`](crate::PubSubBuilder::publish_hold)); `Err` means it was not, and
     /// nothing of it will reach a server. A publish taken and failing
     /// later (its connection broke, its hold expired, redirects ran out)
     /// is counted in [`Metrics::publish_errors`]; use
@@ -365,7 +360,7 @@ impl PubSub {
     /// - [`Error::TooLarge`] when the message (channel, payload and about
     ///   64 bytes of frame) is over what the servers allow: the
     ///   subscribers' output buffer limit or `proto-max-bulk-len`, as read
-    ///   at build, or [`PubSubBuilder::max_message_size`];
+    ///   at build, or [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size);
     /// - [`Error::Shutdown`] after shutdown.
     pub fn publish(
         &self,
@@ -389,7 +384,7 @@ impl PubSub {
     /// The call itself returns at once, except when the channel's
     /// connection already buffers its limit of unsent bytes (the server is
     /// not keeping up): then it waits for room, at most the request
-    /// timeout ([`PubSubBuilder::request_timeout`], 5 s by default), and
+    /// timeout ([`PubSubBuilder::request_timeout`](crate::PubSubBuilder::request_timeout), 5 s by default), and
     /// the handle fails with [`Error::Backpressure`] if none came. Dropping
     /// the handle does not withdraw the publish.
     ///
@@ -439,8 +434,8 @@ impl PubSub {
     ///   after a channel is kept with its messages.
     /// - A cluster: the owner of `key`'s slot (hash tags apply), following
     ///   `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` within
-    ///   [`PubSubBuilder::max_redirects`] and
-    ///   [`PubSubBuilder::retry_window`]. To keep a key in a channel's
+    ///   [`PubSubBuilder::max_redirects`](crate::PubSubBuilder::max_redirects) and
+    ///   [`PubSubBuilder::retry_window`](crate::PubSubBuilder::retry_window). To keep a key in a channel's
     ///   slot, give it the channel's partition tag: with
     ///   [`PubSub::server_channel`] = `{TAG}.ch`, a key `{TAG}.history:ch`
     ///   is in the same slot.
@@ -514,7 +509,7 @@ impl PubSub {
         }
     }
 
-    /// Reads a channel's history (see [`PubSubBuilder::history`]): the
+    /// Reads a channel's history (see [`PubSubBuilder::history`](crate::PubSubBuilder::history)): the
     /// `limit` messages after `since` (in its epoch), or without `since`
     /// the last `limit` messages, oldest first, with the channel's
     /// position now. [`History::continuous`] says whether nothing is

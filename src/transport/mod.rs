@@ -13,20 +13,12 @@ use mio::net::{TcpStream, UnixStream};
 use crate::addr::ServerAddr;
 
 use crate::conn::Connection;
+
+mod flushed;
 pub(crate) mod tls;
 
+pub(crate) use flushed::Flushed;
 use tls::TlsTarget;
-
-/// What one write turn did.
-#[derive(Debug, Default)]
-pub(crate) struct Flushed {
-    /// Socket writes that took bytes.
-    pub(crate) writes: u64,
-    /// Bytes the socket took (TLS records, with TLS).
-    pub(crate) bytes: u64,
-    /// The socket is full: wait for WRITABLE.
-    pub(crate) blocked: bool,
-}
 
 pub(crate) enum Transport {
     Plain(TcpStream),

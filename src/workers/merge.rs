@@ -13,8 +13,8 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use super::Item;
 use crate::addr::ServerAddr;
+use crate::workers::queue::Item;
 
 /// An open gap event: where it is in the output, the channels it names,
 /// and the channels of the items queued after it.

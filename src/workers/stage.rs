@@ -38,8 +38,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Inner, Item, Queue, KEEP_BUFFER};
 use crate::history::Position;
+use crate::workers::queue::{Inner, Item, Queue, KEEP_BUFFER};
 
 /// Messages staged per worker before they are queued without waiting for
 /// the end of the read; also the spare buffers kept per worker.

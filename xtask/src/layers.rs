@@ -88,6 +88,10 @@ pub struct Findings {
     pub unresolved: Vec<Import>,
     /// Clock reads outside [`CLOCK_READERS`] and tests: (file, line).
     pub clock_reads: Vec<(PathBuf, usize)>,
+    /// Files of one folder that import each other in a circle.
+    pub circles: Vec<crate::circles::Circle>,
+    /// Folders listed in `circles::CIRCLES_LEFT` that have no circle.
+    pub stale_circles: Vec<&'static str>,
 }
 
 impl Findings {
@@ -97,6 +101,8 @@ impl Findings {
             && self.unplaced.is_empty()
             && self.unresolved.is_empty()
             && self.clock_reads.is_empty()
+            && self.circles.is_empty()
+            && self.stale_circles.is_empty()
     }
 }
 
@@ -126,6 +132,15 @@ impl fmt::Display for Findings {
                 file.display()
             )?;
         }
+        for c in &self.circles {
+            write!(f, "{c}")?;
+        }
+        for folder in &self.stale_circles {
+            writeln!(
+                f,
+                "{folder}/: no circle of files any more: take it out of CIRCLES_LEFT (xtask/src/circles.rs)"
+            )?;
+        }
         for i in &self.unresolved {
             writeln!(
                 f,
@@ -144,13 +159,16 @@ pub fn run() -> Result<(), String> {
     let found = check(&crate::run::root())?;
     if found.is_clean() {
         println!(
-            "xtask: layers: {} modules, imports only downward",
+            "xtask: layers: {} modules, imports only downward, no circle of files",
             LAYERS.len()
         );
         Ok(())
     } else {
         eprint!("{found}");
-        Err("src/ breaks its layering: an upward import or a clock read (see above)".into())
+        Err(
+            "src/ breaks its layering: an upward import, a clock read or a circle of files (see above)"
+                .into(),
+        )
     }
 }
 
@@ -200,12 +218,13 @@ pub fn check(root: &Path) -> Result<Findings, String> {
     let modules = modules.keys().cloned().collect();
     let mut found = judge(LAYERS, &modules, imports);
     found.clock_reads = clock_reads;
+    (found.circles, found.stale_circles) = crate::circles::check(root)?;
     Ok(found)
 }
 
 /// A file of unit tests by the naming convention (`tests.rs`,
 /// `*_tests.rs`, `proptests.rs`, or under a `tests/` folder).
-fn is_test_file(rel: &Path) -> bool {
+pub(crate) fn is_test_file(rel: &Path) -> bool {
     let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
     name == "tests.rs"
         || name.ends_with("_tests.rs")
@@ -231,7 +250,7 @@ fn clock_lines(text: &str) -> Vec<usize> {
 
 /// `code` (already stripped) with every item under `#[cfg(test)]` blanked
 /// out, newlines kept: up to its `;`, or through its brace group.
-fn without_tests(code: &str) -> String {
+pub(crate) fn without_tests(code: &str) -> String {
     let mut out = code.to_string();
     let mut at = 0;
     while let Some(found) = code[at..].find("#[cfg(test)]") {
@@ -289,11 +308,11 @@ fn judge(layers: &[&str], modules: &BTreeSet<String>, imports: Vec<Import>) -> F
     found
 }
 
-fn read(path: &Path) -> Result<String, String> {
+pub(crate) fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))
 }
 
-fn rust_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+pub(crate) fn rust_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     if path.is_dir() {
         let mut entries: Vec<_> = std::fs::read_dir(path)
             .map_err(|e| format!("read {}: {e}", path.display()))?
@@ -380,7 +399,7 @@ fn ident(s: &str) -> &str {
 }
 
 /// The inside of the brace group `s` starts with.
-fn braced(s: &str) -> Option<&str> {
+pub(crate) fn braced(s: &str) -> Option<&str> {
     let mut depth = 0usize;
     for (i, c) in s.char_indices() {
         match c {
@@ -398,7 +417,7 @@ fn braced(s: &str) -> Option<&str> {
 }
 
 /// The comma-separated items of a group, nested groups kept whole.
-fn top_level_items(group: &str) -> Vec<&str> {
+pub(crate) fn top_level_items(group: &str) -> Vec<&str> {
     let mut items = Vec::new();
     let (mut depth, mut from) = (0usize, 0);
     for (i, c) in group.char_indices() {
@@ -418,7 +437,7 @@ fn top_level_items(group: &str) -> Vec<&str> {
 
 /// `text` with comments and the contents of string and character literals
 /// blanked out (newlines kept, so line numbers stay).
-fn strip(text: &str) -> String {
+pub(crate) fn strip(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;

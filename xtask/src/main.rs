@@ -3,6 +3,7 @@
 
 mod bench;
 mod chaos;
+mod circles;
 mod compare;
 mod demo;
 #[cfg(test)]

@@ -277,6 +277,38 @@ pub(crate) fn host_of(addr: &str) -> &str {
         .unwrap_or(host)
 }
 
+/// One server's TLS setup: the builder's rustls configuration and the
+/// name to ask that server for.
+pub(crate) struct TlsTarget {
+    pub(crate) config: std::sync::Arc<rustls::ClientConfig>,
+    pub(crate) name: rustls::pki_types::ServerName<'static>,
+}
+
+/// The TLS target of every address (all `None` without TLS).
+///
+/// # Errors
+///
+/// A sentence for a config that cannot be built or a name that is not
+/// valid.
+pub(crate) fn targets(
+    tls: Option<&TlsConfig>,
+    addrs: &[String],
+) -> Result<Vec<Option<std::sync::Arc<TlsTarget>>>, String> {
+    let Some(tls) = tls else {
+        return Ok(addrs.iter().map(|_| None).collect());
+    };
+    let config = tls.client_config()?;
+    addrs
+        .iter()
+        .map(|a| {
+            Ok(Some(std::sync::Arc::new(TlsTarget {
+                config: config.clone(),
+                name: tls.name_for(a)?,
+            })))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

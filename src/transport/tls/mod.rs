@@ -19,46 +19,14 @@ mod stream;
 #[cfg(feature = "tls")]
 pub use config::TlsConfig;
 #[cfg(feature = "tls")]
-pub(crate) use stream::TlsStream;
-
-/// One server's TLS setup: the builder's rustls configuration and the
-/// name to ask that server for.
+pub(crate) use config::{targets, TlsTarget};
 #[cfg(feature = "tls")]
-pub(crate) struct TlsTarget {
-    pub(crate) config: std::sync::Arc<rustls::ClientConfig>,
-    pub(crate) name: rustls::pki_types::ServerName<'static>,
-}
+pub(crate) use stream::TlsStream;
 
 /// Without the `tls` feature there is no TLS target: every connection is
 /// plain TCP.
 #[cfg(not(feature = "tls"))]
 pub(crate) enum TlsTarget {}
-
-/// The TLS target of every address (all `None` without TLS).
-///
-/// # Errors
-///
-/// A sentence for a config that cannot be built or a name that is not
-/// valid.
-#[cfg(feature = "tls")]
-pub(crate) fn targets(
-    tls: Option<&TlsConfig>,
-    addrs: &[String],
-) -> Result<Vec<Option<std::sync::Arc<TlsTarget>>>, String> {
-    let Some(tls) = tls else {
-        return Ok(addrs.iter().map(|_| None).collect());
-    };
-    let config = tls.client_config()?;
-    addrs
-        .iter()
-        .map(|a| {
-            Ok(Some(std::sync::Arc::new(TlsTarget {
-                config: config.clone(),
-                name: tls.name_for(a)?,
-            })))
-        })
-        .collect()
-}
 
 /// Without the `tls` feature no TLS config can exist (the builders keep an
 /// always-`None` field of this type).

@@ -9,8 +9,8 @@ use mio::net::TcpStream;
 use rustls::ClientConnection;
 
 use crate::conn::Connection;
-use crate::transport::tls::TlsTarget;
-use crate::transport::Flushed;
+use crate::transport::flushed::Flushed;
+use crate::transport::tls::config::TlsTarget;
 
 /// A socket with its TLS session. rustls buffers at most 64 KiB of
 /// records (its default limit), so the core's backpressure still holds.

@@ -367,6 +367,14 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         accounted::delivered_more(&ledger, &handler, 3, BOUND, what);
         publisher.stop();
+        if let Err(e) = ledger.wait_caught_up(BOUND) {
+            panic!(
+                "{what}: {e}\n{}\ntimeline: {:?}\n{:?}",
+                ledger.report(),
+                handler.timeline.lock(),
+                ps.metrics()
+            );
+        }
         let report = accounted::settle_and_check(&ledger, BOUND, what);
         assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
         // Its batch alone, then held and sent alone twice: three closes.
