@@ -7,7 +7,6 @@ use crate::cluster::ClusterPubSub;
 use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
 use crate::front::{self, Placement};
-use crate::history::{History, Position};
 use crate::metrics::{ClusterMetrics, Metrics};
 use crate::pubsub::limits::Limits;
 use crate::pubsub::{awaiting, Active, Channels, Fixed};
@@ -21,13 +20,13 @@ use resp::Value;
 /// to await that; [`PubSub::shutdown`] to wait for it).
 pub struct PubSub {
     /// Shared with a background shutdown when the last handle is dropped.
-    placed: Arc<Placed>,
+    pub(super) placed: Arc<Placed>,
     /// What the servers take (see [`PubSubBuilder::max_message_size`](crate::PubSubBuilder::max_message_size)):
     /// every call checks its input against it before sending.
-    limits: Limits,
+    pub(super) limits: Limits,
 }
 
-enum Placed {
+pub(super) enum Placed {
     Fixed(Fixed),
     Cluster(ClusterPubSub),
 }
@@ -509,85 +508,6 @@ impl PubSub {
         }
     }
 
-    /// Reads a channel's history (see [`PubSubBuilder::history`](crate::PubSubBuilder::history)): the
-    /// `limit` messages after `since` (in its epoch), or without `since`
-    /// the last `limit` messages, oldest first, with the channel's
-    /// position now. [`History::continuous`] says whether nothing is
-    /// missing between `since` and the first message returned: when it is
-    /// false, what was published since `since` is partly gone (trimmed by
-    /// the caps, or a new epoch began). Read again from the last offset
-    /// returned for more.
-    ///
-    /// One atomic read on the channel's server (its slot's owner on a
-    /// cluster), blocking like [`PubSub::command`]. Works for any channel;
-    /// one that never had history reads as empty, with no position.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a `limit` of 0 or past 100,000;
-    /// [`Error::TooLarge`] at once for a channel name the servers cannot
-    /// take (as [`PubSub::subscribe`]: no such channel can have
-    /// history); [`Error::History`] when the keys hold something else;
-    /// otherwise as [`PubSub::command`].
-    pub fn history(
-        &self,
-        channel: impl AsRef<[u8]>,
-        since: Option<Position>,
-        limit: usize,
-    ) -> Result<History, Error> {
-        let channel = channel.as_ref();
-        self.limits.check_name(channel, false)?;
-        read_history(&self.placed, channel, since, limit)
-    }
-
-    /// The awaitable form of [`PubSub::history`]: the read runs on a
-    /// helper thread, so no executor thread blocks.
-    ///
-    /// # Errors
-    ///
-    /// Through the handle: as [`PubSub::history`].
-    pub fn history_pending(
-        &self,
-        channel: impl AsRef<[u8]>,
-        since: Option<Position>,
-        limit: usize,
-    ) -> Pending<History> {
-        if let Err(e) = self.limits.check_name(channel.as_ref(), false) {
-            return Pending::ready(Err(e));
-        }
-        let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
-        awaiting::off_thread("history", move || {
-            read_history(&placed, &channel, since, limit)
-        })
-    }
-
-    /// The channel's position in its history now: its epoch and last
-    /// offset, `None` when it has none (never published with history, or
-    /// expired). One read, as [`PubSub::history`].
-    ///
-    /// # Errors
-    ///
-    /// As [`PubSub::history`].
-    pub fn position(&self, channel: impl AsRef<[u8]>) -> Result<Option<Position>, Error> {
-        Ok(self.history(channel, None, 1)?.position)
-    }
-
-    /// The awaitable form of [`PubSub::position`] (on a helper thread, as
-    /// [`PubSub::history_pending`]).
-    ///
-    /// # Errors
-    ///
-    /// Through the handle: as [`PubSub::history`].
-    pub fn position_pending(&self, channel: impl AsRef<[u8]>) -> Pending<Option<Position>> {
-        if let Err(e) = self.limits.check_name(channel.as_ref(), false) {
-            return Pending::ready(Err(e));
-        }
-        let (placed, channel) = (self.placed.clone(), channel.as_ref().to_vec());
-        awaiting::off_thread("history", move || {
-            Ok(read_history(&placed, &channel, None, 1)?.position)
-        })
-    }
-
     /// The channel's name on the wire: itself on servers, in classic
     /// cluster mode, with partitions off (`partitions(0)`) and under a
     /// [`raw_names`](crate::PubSubBuilder::raw_names) prefix;
@@ -741,34 +661,6 @@ impl PubSub {
         self.limits.check_arguments(&args)?;
         Ok(args)
     }
-}
-
-/// Reads `channel`'s history on its server (see [`PubSub::history`]).
-fn read_history(
-    placed: &Placed,
-    channel: &[u8],
-    since: Option<Position>,
-    limit: usize,
-) -> Result<History, Error> {
-    let (mut meta, mut stream) = (Vec::new(), Vec::new());
-    let (route, envelope): (Vec<u8>, bool) = match placed {
-        Placed::Fixed(p) => {
-            crate::history::keys_into(channel, &mut meta, &mut stream);
-            (channel.to_vec(), p.sub.shared.config.envelope)
-        }
-        Placed::Cluster(p) => {
-            let parts = p.partitions();
-            let mut base = Vec::new();
-            parts.redis_channel_at(parts.partition_of(channel), channel, &mut base);
-            crate::history::keys_into(&base, &mut meta, &mut stream);
-            (meta.clone(), p.shared.config.envelope)
-        }
-    };
-    let run = |args: &[Vec<u8>]| match placed {
-        Placed::Fixed(p) => p.command(&route, args),
-        Placed::Cluster(p) => p.command(&route, args),
-    };
-    crate::history::read::read(run, &meta, &stream, since, limit, envelope)
 }
 
 /// Shuts `placed` down (blocking).

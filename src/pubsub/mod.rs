@@ -29,12 +29,14 @@
 //! ```
 
 pub(crate) mod awaiting;
+mod build;
 pub(crate) mod builder;
 mod builder_cluster;
 mod builder_url;
 mod channels;
 pub use crate::wire::envelope;
 mod fixed;
+mod history_reads;
 mod instance;
 pub(crate) mod limits;
 mod receiver;

@@ -1,6 +1,11 @@
 //! One connection inside its I/O thread: the socket, the sans-IO core, and
 //! the connect / reconnect life cycle.
 
+mod fail;
+mod lend;
+mod lifecycle;
+mod phase;
+
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -9,36 +14,25 @@ use std::time::{Duration, Instant};
 
 use mio::{Interest, Registry, Token};
 
-use crate::conn::{ConnConfig, Connection, Event, Request};
+use crate::conn::{Connection, Request};
 use crate::engine::backoff::Reconnect;
 use crate::engine::dispatch::dispatch;
 use crate::engine::kept::{Kept, StagedKept};
-use crate::engine::lent::{LendPoll, Lent, RELEND};
+use crate::engine::lent::LendPoll;
 use crate::engine::pending::{Completion, Later, SlotRef};
-use crate::engine::resolve::Next;
 use crate::engine::settings::Settings;
-use crate::engine::shared::{ConnShared, CLOSED, CONNECTING, DOWN, STOPPED};
+use crate::engine::shared::ConnShared;
 use crate::engine::stats::EngineCounters;
 use crate::error::Error;
 use crate::metrics::add;
 use crate::transport::tls::TlsTarget;
-use crate::transport::{StartError, Transport};
+use crate::transport::Transport;
+use fail::{connect_error, fail_all};
+use phase::Phase;
 
 /// Reads per readiness event before other connections get a turn (each at
 /// most 1 MiB, so a turn is bounded however fast the socket fills).
 const READ_BUDGET: usize = 32;
-
-#[derive(Debug)]
-enum Phase {
-    /// TCP connect in progress.
-    Connecting { deadline: Instant },
-    /// Connected; the core runs the handshake and then the requests.
-    Open,
-    /// Waiting to reconnect.
-    Backoff { until: Instant },
-    /// Done for good (initial connect failed, or shutdown).
-    Closed,
-}
 
 pub(crate) struct ConnDriver {
     pub(crate) shared: Arc<ConnShared>,
@@ -118,7 +112,6 @@ const FREQUENT_PART: u32 = 2;
 /// [`ConnDriver`]'s `gap_avg` takes in, in short pauses: after a silence
 /// a steady stream pauses again within a dozen reads.
 const GAP_CAP: u32 = 8;
-
 impl ConnDriver {
     pub(crate) fn new(
         shared: Arc<ConnShared>,
@@ -164,203 +157,6 @@ impl ConnDriver {
             chain_unit: 0,
             reconnecting: false,
         }
-    }
-
-    /// Starts a turn: while a caller wants the connection lent, replies
-    /// are held back to its end ([`ConnDriver::end_turn`]).
-    fn begin_turn(&mut self) {
-        self.deferring = self.settings.lendable && self.shared.lend.wanted.load(Ordering::Relaxed);
-    }
-
-    /// Ends a turn: lends the connection if it may, then delivers the
-    /// outcomes held back (so their callers find it lent).
-    fn end_turn(&mut self, registry: &Registry, now: Instant) {
-        self.maybe_lend(registry, now);
-        self.run_later();
-    }
-
-    /// Delivers the outcomes held back, in order.
-    fn run_later(&mut self) {
-        self.deferring = false;
-        for l in self.later.drain(..) {
-            l.run();
-        }
-    }
-
-    /// Lends the connection to sequential callers when one asked and it is
-    /// idle (see `lend.rs`).
-    fn maybe_lend(&mut self, registry: &Registry, now: Instant) {
-        let lend = &self.shared.lend;
-        if self.lent
-            || !self.settings.lendable
-            || !lend.wanted.load(Ordering::Relaxed)
-            || !matches!(self.phase, Phase::Open)
-            || self.shutting_down
-            || self.hangup
-            || self.write_blocked
-            || self.write_interest
-            || self.more_to_read
-            || self.paused_until.is_some()
-            || now < self.relend_after
-            || self.shared.wake_pending.load(Ordering::Acquire)
-        {
-            return;
-        }
-        let (Some(core), Some(socket)) = (&self.core, &mut self.socket) else {
-            return;
-        };
-        let idle = socket.is_plain()
-            && core.is_ready()
-            && !core.is_closed()
-            && core.pending_len() == 0
-            && core.unsent_len() == 0;
-        if !idle {
-            return;
-        }
-        if self.lend_poll.is_none() {
-            match LendPoll::new(lend) {
-                Ok(p) => self.lend_poll = Some(p),
-                Err(e) => {
-                    log::debug!("no lend of {}: {e}", self.addr);
-                    lend.wanted.store(false, Ordering::Relaxed);
-                    return;
-                }
-            }
-        }
-        let Some(poll) = self.lend_poll.take() else {
-            return;
-        };
-        if let Err(e) = poll.watch(socket) {
-            log::debug!("no lend of {}: {e}", self.addr);
-            self.lend_poll = Some(poll);
-            return;
-        }
-        // The thread stops watching the socket (not even a wake per reply
-        // that it would not report, as a `PRIORITY` registration costs):
-        // the replies are the caller's to read, and the thread looks again
-        // when it takes the lend back.
-        if let Err(e) = registry.deregister(socket.source_mut()) {
-            log::debug!("no lend of {}: {e}", self.addr);
-            poll.unwatch(socket);
-            self.lend_poll = Some(poll);
-            return;
-        }
-        let (Some(core), Some(socket)) = (self.core.take(), self.socket.take()) else {
-            return;
-        };
-        let scratch = std::mem::take(&mut self.lend_scratch);
-        let mut slot = lend.slot.lock();
-        lend.wanted.store(false, Ordering::Relaxed);
-        lend.reclaim.store(false, Ordering::SeqCst);
-        // A caller may have handed the last lend back after the thread
-        // took it (its flag, set outside the lock, outlived that lend).
-        lend.handback.store(false, Ordering::SeqCst);
-        let backoff = self.backoff.clone();
-        *slot = Some(Lent::new(core, socket, poll, scratch, backoff, now));
-        lend.lent.store(true, Ordering::Release);
-        drop(slot);
-        self.lent = true;
-        self.lease_check = now + self.settings.lease;
-    }
-
-    /// Takes a lent connection back (see `lend.rs`): a caller waiting on it
-    /// stops waiting, and the thread reads at once what arrived.
-    /// `contended`: a submitter needs it, so do not lend again soon.
-    fn reclaim(&mut self, registry: &Registry, now: Instant, contended: bool) {
-        if !self.lent {
-            return;
-        }
-        let lend = &self.shared.lend;
-        lend.reclaim.store(true, Ordering::SeqCst);
-        let mut slot = match lend.slot.try_lock() {
-            Some(g) => g,
-            None => {
-                if let Some(w) = lend.waker.get() {
-                    let _ = w.wake();
-                }
-                lend.slot.lock()
-            }
-        };
-        let taken = slot.take();
-        lend.lent.store(false, Ordering::Release);
-        lend.reclaim.store(false, Ordering::SeqCst);
-        lend.handback.store(false, Ordering::SeqCst);
-        drop(slot);
-        self.lent = false;
-        let Some(mut lent) = taken else { return };
-        lent.poll.unwatch(&lent.socket);
-        self.lend_scratch = lent.take_scratch();
-        let Lent {
-            mut core,
-            mut socket,
-            poll,
-            closed,
-            io_error,
-            backoff,
-            ..
-        } = lent;
-        self.lend_poll = Some(poll);
-        // Registered again, epoll reports what arrived meanwhile.
-        if let Err(e) = registry.register(socket.source_mut(), self.token, Interest::READABLE) {
-            core.handle_io_error(e.kind(), now);
-        }
-        if let Some(kind) = io_error {
-            core.handle_io_error(kind, now);
-        }
-        self.backoff = backoff;
-        self.core = Some(core);
-        self.socket = Some(socket);
-        if contended {
-            self.relend_after = now + RELEND;
-        }
-        if let Some(error) = closed {
-            return self.teardown(registry, error, now);
-        }
-        // What arrived while lent (epoll reports it too, after the new
-        // registration, but the core may hold a reply the caller left).
-        self.more_to_read = true;
-        self.after_io(registry, now);
-    }
-
-    /// A lent connection's turn: takes it back when it must, else looks
-    /// whether the lend is still in use. Returns whether it is still lent.
-    fn lent_turn(&mut self, registry: &Registry, now: Instant) -> bool {
-        if !self.lent {
-            return false;
-        }
-        let lend = &self.shared.lend;
-        if self.shared.wake_pending.load(Ordering::Acquire) {
-            // A submitter staged a request.
-            self.reclaim(registry, now, true);
-            return false;
-        }
-        if lend.handback.swap(false, Ordering::SeqCst) {
-            self.reclaim(registry, now, false);
-            return false;
-        }
-        if now < self.lease_check {
-            return true;
-        }
-        let lend = &self.shared.lend;
-        let expired = match lend.slot.try_lock() {
-            Some(g) => match g.as_ref() {
-                Some(l) if l.used_at + self.settings.lease > now => {
-                    self.lease_check = l.used_at + self.settings.lease;
-                    false
-                }
-                _ => true,
-            },
-            // In use now.
-            None => {
-                self.lease_check = now + self.settings.lease;
-                false
-            }
-        };
-        if expired {
-            self.reclaim(registry, now, false);
-            return false;
-        }
-        true
     }
 
     fn addr(&self) -> crate::addr::ServerAddr {
@@ -427,66 +223,6 @@ impl ConnDriver {
         let staging = self.shared.staging.lock();
         self.shared.state.store(state, Ordering::Release);
         self.shared.wake_waiters(&staging);
-    }
-
-    fn start_connect(&mut self, registry: &Registry, now: Instant) {
-        if self.reconnecting {
-            if let Some(named) = &self.shared.named {
-                // A server given by name: looked up again (off this
-                // thread), its addresses taken in turn.
-                let attempt = self.backoff.attempts().max(1);
-                match named.next(attempt, self.addr()) {
-                    Next::Wait => {
-                        self.phase = Phase::Backoff {
-                            until: now + LOOKUP_POLL,
-                        };
-                        return;
-                    }
-                    Next::Connect(addr) => {
-                        if addr != self.addr() {
-                            log::info!("{} now resolves to {addr}", self.addr());
-                        }
-                        *self.shared.current.lock() = addr;
-                        self.addr = addr;
-                    }
-                }
-            }
-        }
-        let addr = self.addr();
-        let mut socket = match Transport::connect(addr, self.tls.as_deref()) {
-            Ok(s) => s,
-            Err(StartError::Io(e)) => return self.teardown(registry, connect_error(addr, &e), now),
-            Err(StartError::Tls(reason)) => {
-                let err = Error::Tls {
-                    addr,
-                    reason: reason.into(),
-                };
-                return self.teardown(registry, err, now);
-            }
-        };
-        if let Err(e) = registry.register(
-            socket.source_mut(),
-            self.token,
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            return self.teardown(registry, connect_error(addr, &e), now);
-        }
-        let config = ConnConfig {
-            role: self.shared.info.role,
-            ..self.settings.conn.clone()
-        };
-        self.socket = Some(socket);
-        self.hangup = false;
-        self.write_interest = true;
-        self.write_blocked = false;
-        self.core = Some(Connection::new(config, now));
-        self.phase = Phase::Connecting {
-            deadline: now + self.settings.connect_timeout,
-        };
-        if !self.shutting_down {
-            self.set_state(CONNECTING);
-        }
-        log::debug!("connecting to {addr}");
     }
 
     /// A readiness event for this connection's socket.
@@ -865,199 +601,5 @@ impl ConnDriver {
             }
         }
         self.end_turn(registry, now);
-    }
-
-    /// Starts a shutdown: refuse new submissions, fail what cannot be sent.
-    pub(crate) fn begin_shutdown(&mut self, registry: &Registry, now: Instant) {
-        self.reclaim(registry, now, false);
-        self.shutting_down = true;
-        self.set_state(CLOSED);
-        match self.phase {
-            Phase::Open => self.drain_staging(now),
-            Phase::Closed => self.drain_staging(now),
-            Phase::Connecting { .. } | Phase::Backoff { .. } => {
-                self.teardown(registry, Error::Shutdown, now);
-            }
-        }
-    }
-
-    /// Closes the connection and reconnects it, its name looked up again
-    /// (an answer from before is forgotten), unless it is connected to `to`
-    /// already or shutting down: the server behind its name moved (a
-    /// Sentinel failover). What is in flight fails as on a lost
-    /// connection; one waiting to reconnect reconnects now.
-    pub(crate) fn restart(
-        &mut self,
-        registry: &Registry,
-        to: crate::addr::ServerAddr,
-        now: Instant,
-    ) {
-        if self.shutting_down || self.addr == to {
-            return;
-        }
-        if let Some(named) = &self.shared.named {
-            named.invalidate();
-        }
-        match self.phase {
-            Phase::Open | Phase::Connecting { .. } => {
-                self.reclaim(registry, now, false);
-                let addr = self.addr;
-                log::info!("{addr}: the server moved to {to}; reconnecting");
-                let error = Error::ConnectionLost {
-                    addr,
-                    reason: crate::conn::ConnError::Aborted,
-                };
-                self.teardown(registry, error, now);
-            }
-            Phase::Backoff { .. } => self.phase = Phase::Backoff { until: now },
-            Phase::Closed => {}
-        }
-    }
-
-    /// Ends the connection now: everything pending fails with `Shutdown`.
-    pub(crate) fn abort(&mut self, registry: &Registry, now: Instant) {
-        self.reclaim(registry, now, false);
-        self.shutting_down = true;
-        if let Some(core) = &mut self.core {
-            core.close();
-        }
-        self.after_io(registry, now);
-        if !self.is_closed() {
-            self.teardown(registry, Error::Shutdown, now);
-        }
-    }
-
-    /// Ends the connection for good after its I/O thread panicked (the
-    /// thread has caught the panic and is about to stop): everything
-    /// pending fails with [`Error::RuntimeStopped`].
-    pub(crate) fn stop_after_panic(&mut self, registry: &Registry, now: Instant) {
-        self.reclaim(registry, now, false);
-        self.shutting_down = true;
-        if !self.is_closed() {
-            self.teardown(registry, Error::RuntimeStopped, now);
-        }
-        self.fail_unserved(Error::RuntimeStopped);
-    }
-
-    /// Closes a connection that no thread will serve (never started, or
-    /// its thread stopped): staged requests and the first connect's
-    /// report fail with `error`; submitters see it closed.
-    pub(crate) fn fail_unserved(&mut self, error: Error) {
-        self.shutting_down = true;
-        self.take_staged(Some(STOPPED));
-        self.fail_staged(&error);
-        if let Some(initial) = self.initial.take() {
-            initial.complete(Err(error));
-        }
-        self.phase = Phase::Closed;
-    }
-
-    /// The connection is over: fail everything on it, then reconnect later
-    /// (or stop for good).
-    fn teardown(&mut self, registry: &Registry, error: Error, now: Instant) {
-        // Outcomes held back come before the failures below.
-        self.run_later();
-        // Connected, but the TLS handshake never finished: the likelier
-        // story than a slow server is a port that does not speak TLS (it
-        // waits silently for the end of what it takes for a command).
-        let handshaking = matches!(self.phase, Phase::Open)
-            && self.socket.as_ref().is_some_and(Transport::is_handshaking);
-        let error = match error {
-            Error::ConnectTimeout { addr, after } if handshaking => Error::Tls {
-                addr,
-                reason: format!(
-                    "no TLS handshake within the connect timeout ({after:?}): \
-                         does this port speak TLS?"
-                )
-                .into(),
-            },
-            other => other,
-        };
-        if let Some(mut socket) = self.socket.take() {
-            socket.close();
-            let _ = registry.deregister(socket.source_mut());
-        }
-        self.more_to_read = false;
-        self.paused_until = None;
-        self.last_read = None;
-        self.gap_avg = Duration::MAX;
-        self.resumed = false;
-        self.chain_unit = 0;
-        self.write_interest = false;
-        self.write_blocked = false;
-        if let Some(mut core) = self.core.take() {
-            // Anything the core still holds fails with this error.
-            core.close();
-            let mut failed = 0u64;
-            let addr = self.addr();
-            while let Some(ev) = core.poll_event() {
-                if let Event::Failed { user, sent, .. } = ev {
-                    failed += 1;
-                    let e = user.closed_error(addr, error.clone(), sent);
-                    user.fail(e, &self.settings, &mut self.kept);
-                }
-            }
-            add(&self.counters().failed, failed);
-        }
-        let retry_first = self.settings.degraded;
-        let give_up = (self.initial.is_some() && !retry_first) || self.shutting_down;
-        let state = if matches!(error, Error::RuntimeStopped) {
-            STOPPED // new calls say why, not just "shut down"
-        } else if give_up {
-            CLOSED
-        } else {
-            DOWN
-        };
-        self.take_staged(Some(state));
-        let staged_err = if give_up {
-            error.clone()
-        } else {
-            Error::NotConnected { addr: self.addr() }
-        };
-        self.fail_staged(&staged_err);
-        add(&self.counters().disconnects, 1);
-        self.settings
-            .observer
-            .on_disconnected(&self.shared.info, &error);
-        let first = self.initial.take();
-        let failed_first = first.is_some();
-        if let Some(initial) = first {
-            initial.complete(Err(error.clone()));
-        }
-        if self.shutting_down || (failed_first && !retry_first) {
-            self.phase = Phase::Closed;
-        } else {
-            let delay = self.backoff.next_delay_after(now);
-            log::warn!(
-                "connection to {} lost ({error}); reconnect attempt {} in {delay:?}",
-                self.addr(),
-                self.backoff.attempts()
-            );
-            self.phase = Phase::Backoff { until: now + delay };
-            self.reconnecting = true;
-        }
-    }
-}
-
-/// How often a connection waiting for a lookup looks whether it is done.
-const LOOKUP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
-
-fn connect_error(addr: crate::addr::ServerAddr, e: &io::Error) -> Error {
-    Error::Connect {
-        addr,
-        kind: e.kind(),
-        reason: e.to_string().into(),
-    }
-}
-
-fn fail_all(
-    reqs: &mut VecDeque<Request<Completion>>,
-    error: &Error,
-    settings: &Settings,
-    kept: &mut Kept,
-) {
-    add(&settings.counters.failed, reqs.len() as u64);
-    for r in reqs.drain(..) {
-        r.user.fail(error.clone(), settings, kept);
     }
 }
