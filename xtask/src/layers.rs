@@ -92,6 +92,8 @@ pub struct Findings {
     pub circles: Vec<crate::circles::Circle>,
     /// Folders listed in `circles::CIRCLES_LEFT` that have no circle.
     pub stale_circles: Vec<&'static str>,
+    /// Files and functions over their length (`lengths.rs`).
+    pub lengths: crate::lengths::Lengths,
 }
 
 impl Findings {
@@ -103,6 +105,7 @@ impl Findings {
             && self.clock_reads.is_empty()
             && self.circles.is_empty()
             && self.stale_circles.is_empty()
+            && self.lengths.is_clean()
     }
 }
 
@@ -141,6 +144,7 @@ impl fmt::Display for Findings {
                 "{folder}/: no circle of files any more: take it out of CIRCLES_LEFT (xtask/src/circles.rs)"
             )?;
         }
+        write!(f, "{}", self.lengths)?;
         for i in &self.unresolved {
             writeln!(
                 f,
@@ -159,14 +163,17 @@ pub fn run() -> Result<(), String> {
     let found = check(&crate::run::root())?;
     if found.is_clean() {
         println!(
-            "xtask: layers: {} modules, imports only downward, no circle of files",
-            LAYERS.len()
+            "xtask: layers: {} modules, imports only downward, no circle of files, \
+             no file over {} lines, no function over {} (but those listed)",
+            LAYERS.len(),
+            crate::lengths::MAX_FILE_LINES,
+            crate::lengths::MAX_FN_LINES,
         );
         Ok(())
     } else {
         eprint!("{found}");
         Err(
-            "src/ breaks its layering: an upward import, a clock read or a circle of files (see above)"
+            "src/ breaks its layering: an upward import, a clock read, a circle of files or a file or function too long (see above)"
                 .into(),
         )
     }
@@ -219,6 +226,7 @@ pub fn check(root: &Path) -> Result<Findings, String> {
     let mut found = judge(LAYERS, &modules, imports);
     found.clock_reads = clock_reads;
     (found.circles, found.stale_circles) = crate::circles::check(root)?;
+    found.lengths = crate::lengths::check(root)?;
     Ok(found)
 }
 

@@ -10,6 +10,7 @@ mod demo;
 mod doc_limits;
 mod install;
 mod layers;
+mod lengths;
 mod run;
 mod size;
 mod stress;

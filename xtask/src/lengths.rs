@@ -1,0 +1,177 @@
+//! The size half of `cargo xtask layers`: files and functions a reader can
+//! hold. No library file of `src/` over [`MAX_FILE_LINES`] lines, and no
+//! function over [`MAX_FN_LINES`] (test files and `#[cfg(test)]` items
+//! aside), but those in [`LONG_FNS_LEFT`], each named with the issue that
+//! splits it; one listed that is no longer long fails too, so the list
+//! cannot go stale.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::layers::{braced, is_test_file, read, rust_files, strip, without_tests};
+
+/// The most lines a library file may have.
+pub const MAX_FILE_LINES: usize = 800;
+/// The most lines a function may have, from its `fn` line to its `}`.
+pub const MAX_FN_LINES: usize = 120;
+
+/// Functions still over [`MAX_FN_LINES`]: (file, function, the issue that
+/// splits it).
+pub const LONG_FNS_LEFT: &[(&str, &str, &str)] = &[
+    (
+        "src/workers/worker.rs",
+        "turn",
+        "issue 45: the worker's turn, into named steps",
+    ),
+    (
+        "src/conn/mod.rs",
+        "poll_event",
+        "issue 46: files and functions a reader can hold",
+    ),
+    ("src/workers/recovery.rs", "handle_read", "issue 46"),
+    ("src/error.rs", "fmt", "issue 46"),
+    (
+        "src/cluster/builder.rs",
+        "build",
+        "issue 46: one settings struct per layer",
+    ),
+];
+
+/// What is too long.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Lengths {
+    /// Files over [`MAX_FILE_LINES`]: (file, lines).
+    pub files: Vec<(PathBuf, usize)>,
+    /// Functions over [`MAX_FN_LINES`] not listed: (file, line, name, lines).
+    pub fns: Vec<(PathBuf, usize, String, usize)>,
+    /// Listed functions that are no longer long (or no longer there).
+    pub stale: Vec<String>,
+}
+
+impl Lengths {
+    pub fn is_clean(&self) -> bool {
+        self.files.is_empty() && self.fns.is_empty() && self.stale.is_empty()
+    }
+}
+
+impl fmt::Display for Lengths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (file, n) in &self.files {
+            writeln!(
+                f,
+                "{}: {n} lines, over {MAX_FILE_LINES}: split it by responsibility",
+                file.display()
+            )?;
+        }
+        for (file, line, name, n) in &self.fns {
+            writeln!(
+                f,
+                "{}:{line}: fn {name} is {n} lines, over {MAX_FN_LINES}: split it into named steps",
+                file.display()
+            )?;
+        }
+        for s in &self.stale {
+            writeln!(
+                f,
+                "{s}: no longer over {MAX_FN_LINES} lines: take it out of LONG_FNS_LEFT (xtask/src/lengths.rs)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks the library files under `root/src`.
+pub fn check(root: &Path) -> Result<Lengths, String> {
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files)?;
+    let mut found = Lengths::default();
+    let mut long = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(root).unwrap_or(&file).to_path_buf();
+        if is_test_file(&rel) {
+            continue;
+        }
+        let text = read(&file)?;
+        let lines = text.lines().count();
+        if lines > MAX_FILE_LINES {
+            found.files.push((rel.clone(), lines));
+        }
+        for (line, name, n) in long_fns(&without_tests(&strip(&text))) {
+            long.push((rel.clone(), line, name, n));
+        }
+    }
+    let listed = |file: &Path, name: &str| {
+        LONG_FNS_LEFT
+            .iter()
+            .any(|(f, n, _)| Path::new(f) == file && *n == name)
+    };
+    for (f, n, _) in LONG_FNS_LEFT {
+        if !long
+            .iter()
+            .any(|(file, _, name, _)| file == Path::new(f) && name == n)
+        {
+            found.stale.push(format!("{f}: fn {n}"));
+        }
+    }
+    found.fns = long
+        .into_iter()
+        .filter(|(file, _, name, _)| !listed(file, name))
+        .collect();
+    Ok(found)
+}
+
+/// Functions of `code` (stripped) longer than [`MAX_FN_LINES`]: (line,
+/// name, lines), from the `fn` line to the line of its closing brace.
+fn long_fns(code: &str) -> Vec<(usize, String, usize)> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("fn ") {
+        let start = at + found;
+        at = start + 3;
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        // The body: the first `{` before any `;` (a declaration has none).
+        let rest = &code[at..];
+        let (Some(brace), semi) = (rest.find('{'), rest.find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|s| s < brace) {
+            continue;
+        }
+        let Some(body) = braced(&rest[brace..]) else {
+            continue;
+        };
+        let end = at + brace + body.len() + 1;
+        let first = code[..start].matches('\n').count() + 1;
+        let last = code[..end].matches('\n').count() + 1;
+        let n = last - first + 1;
+        if n > MAX_FN_LINES {
+            out.push((first, name, n));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_function_is_found_and_a_declaration_is_not() {
+        let body = "    x();\n".repeat(MAX_FN_LINES);
+        let code =
+            format!("trait T {{ fn decl(&self); }}\nfn short() {{ }}\nfn long() {{\n{body}}}\n");
+        assert_eq!(long_fns(&code), [(3, "long".to_string(), MAX_FN_LINES + 2)]);
+        let just = "    x();\n".repeat(MAX_FN_LINES - 2);
+        assert_eq!(long_fns(&format!("fn ok() {{\n{just}}}\n")), []);
+    }
+}
