@@ -281,6 +281,28 @@ mod tests {
     }
 
     #[test]
+    fn a_large_name_goes_alone_so_its_neighbours_are_not_halved_out_one_close_at_a_time() {
+        // A name over LARGE_NAME among 40 others in one want (or one
+        // resubscribe): in one batch, it took a close per halving, with no
+        // subscribe completing in between (8 closes here, 10 on Redis with
+        // a real reconnect delay); in a command of its own, last, it is
+        // refused after its three closes and the others are confirmed at
+        // the first.
+        let mut core = one_server(100);
+        let large = alloc::vec![b'h'; crate::subscribe::LARGE_NAME + 1];
+        let mut names: Vec<Vec<u8>> = (0..40).map(|i| format!("nb:{i}").into_bytes()).collect();
+        names.insert(20, large.clone());
+        core.handle_want(Time::from_millis(2), names.iter().map(|n| &n[..]));
+        let (closes, refused) = serve(&mut core, &large, Time::from_millis(2));
+        assert_eq!(refused, std::slice::from_ref(&large));
+        assert_eq!(closes, 3);
+        assert!(core.is_settled());
+        for n in names.iter().filter(|n| **n != large) {
+            assert!(core.subscribed_on(n).is_some(), "{n:?}");
+        }
+    }
+
+    #[test]
     fn a_subscribe_in_flight_alone_at_one_close_is_sent_again() {
         // A connection that ends once with a lone subscribe in flight (a
         // restart) refuses nothing: that takes two.

@@ -11,6 +11,15 @@ use crate::config::ResubscribeSplit;
 use crate::core::{Core, Pending, Sub};
 use crate::time::Time;
 
+/// Names in one subscribe command, in bytes, beyond which it is split: a
+/// name longer than this goes alone, after the others. A server closes a
+/// connection whose subscribe reply is over its output buffer limit; a
+/// name that large then ends its connection alone, where the probe rule
+/// ([`crate::probes`]) refuses it after two more closes, instead of being
+/// halved out of a batch of its neighbours one close at a time while no
+/// subscribe completes (and the reconnect delay grows to its cap).
+pub(crate) const LARGE_NAME: usize = 64 * 1024;
+
 impl Core {
     /// Subscribes the idle channels of `parts` on their connections (those
     /// that are up); lost partitions wait unless `force`.
@@ -135,6 +144,9 @@ impl Core {
         }
     }
 
+    /// Sends `channels` (partition `p`) on `conn`: in one command, but a
+    /// name over [`LARGE_NAME`] bytes goes last, in a command of its own,
+    /// and the others in commands of at most that many bytes of names.
     pub(crate) fn send_subscribe(
         &mut self,
         conn: ConnId,
@@ -142,6 +154,30 @@ impl Core {
         channels: Vec<Channel>,
         now: Time,
     ) {
+        if channels.iter().map(|n| n.len()).sum::<usize>() <= LARGE_NAME {
+            return self.send_subscribe_batch(conn, p, channels, now);
+        }
+        let (large, small): (Vec<Channel>, Vec<Channel>) =
+            channels.into_iter().partition(|n| n.len() > LARGE_NAME);
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        for name in small {
+            if bytes + name.len() > LARGE_NAME && !batch.is_empty() {
+                self.send_subscribe_batch(conn, p, core::mem::take(&mut batch), now);
+                bytes = 0;
+            }
+            bytes += name.len();
+            batch.push(name);
+        }
+        if !batch.is_empty() {
+            self.send_subscribe_batch(conn, p, batch, now);
+        }
+        for name in large {
+            self.send_subscribe_batch(conn, p, alloc::vec![name], now);
+        }
+    }
+
+    fn send_subscribe_batch(&mut self, conn: ConnId, p: u32, channels: Vec<Channel>, now: Time) {
         let Some(part) = self.parts.get_mut(p as usize) else {
             return;
         };
