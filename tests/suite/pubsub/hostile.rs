@@ -388,8 +388,9 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
 /// subscribe reply the limit, lowered since, no longer lets through: when
 /// its connection ends, the resubscribe must not take the neighbours down
 /// with it. It goes in a batch of its own, is refused alone after a
-/// bounded number of closes, and the neighbours are back on every new
-/// connection (their losses signalled). Seen once in a stress run: resent
+/// bounded number of closes (or taken again: Valkey sometimes takes such a
+/// reply), and the neighbours are back on every new connection (their
+/// losses signalled). Seen once in a stress run: resent
 /// in one batch with its 40 neighbours, the batch was halved once per
 /// close, no subscribe completed between closes, the reconnect delay grew
 /// to its cap, and the neighbours were gone for over 20 s.
@@ -428,24 +429,30 @@ fn a_name_taken_then_over_a_lowered_limit_is_refused_alone_at_resubscribe() {
         server
             .cmd_str(&["CLIENT", "KILL", "TYPE", "pubsub"])
             .unwrap();
-        let refused = testkit::wait_for("the name refused", BOUND, || {
-            Ok(ps
-                .wait_active(&[&huge], Duration::ZERO)
-                .err()
-                .filter(|e| matches!(e, Error::SubscribeRefused { .. })))
+        testkit::wait_for("the kill seen", BOUND, || Ok((closes() > 0).then_some(())))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        // Refused alone, or taken again: Valkey takes an 8 MB reply over
+        // the limit when the client happens to read it fast enough (the
+        // neighbours' promise is the same either way).
+        let outcome = testkit::wait_for("the name refused or taken again", BOUND, || {
+            match ps.wait_active(&[&huge], Duration::ZERO) {
+                Ok(()) => Ok(Some("taken again")),
+                Err(Error::SubscribeRefused { .. }) => Ok(Some("refused")),
+                Err(_) => Ok(None),
+            }
         });
-        if let Err(e) = refused {
-            panic!(
+        match outcome {
+            Ok(how) => eprintln!(
+                "{what}: {how} after {:?}, {} closes",
+                at.elapsed(),
+                closes()
+            ),
+            Err(e) => panic!(
                 "{what}: {e} after {:?}; timeline: {:?}",
                 at.elapsed(),
                 handler.timeline.lock()
-            );
+            ),
         }
-        eprintln!(
-            "{what}: refused after {:?}, {} closes",
-            at.elapsed(),
-            closes()
-        );
         drop(huge);
         ps.wait_active(&chans, BOUND)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
