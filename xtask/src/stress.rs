@@ -185,16 +185,21 @@ impl Drop for Load {
 }
 
 /// One load thread: FNV-hashes a 1 MiB buffer (memory traffic as well as
-/// ALU work) until told to stop or past `deadline`.
+/// ALU work) until told to stop or past `deadline`, one round at least (a
+/// thread first scheduled after its deadline on busy cores still shows it
+/// ran: its test saw none run once when the deadline was 50 ms).
 fn burn(stop: &AtomicBool, rounds: &AtomicU64, deadline: Instant) {
     let mut buf: Vec<u8> = (0..1 << 20).map(|i| i as u8).collect();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+    loop {
         for b in &mut buf {
             h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
             *b = h as u8;
         }
         rounds.fetch_add(1, Ordering::Relaxed);
+        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            break;
+        }
     }
     std::hint::black_box(h);
 }
