@@ -23,7 +23,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::layers::{
-    braced, is_test_file, read, rust_files, strip, top_level_items, without_tests,
+    braced, is_test_file, line_of, read, rust_files, strip, top_level_items, without_tests,
+    word_starts,
 };
 
 /// One module of `src/`: a file, with what it defines and brings in.
@@ -365,7 +366,7 @@ fn paths(code: &str) -> Vec<(usize, Vec<String>)> {
             i += 1;
             continue;
         }
-        let line = code[..i].matches('\n').count() + 1;
+        let line = line_of(code, i);
         let (trees, end) = path_tree(code, i);
         for segs in trees {
             if segs.len() >= 2 {
@@ -448,14 +449,8 @@ fn ident_at(code: &str, at: usize) -> &str {
 fn uses(code: &str) -> (BTreeMap<String, Vec<String>>, Vec<Vec<String>>) {
     let mut names = BTreeMap::new();
     let mut globs = Vec::new();
-    let bytes = code.as_bytes();
-    let mut at = 0;
-    while let Some(found) = code[at..].find("use ") {
-        let start = at + found;
-        at = start + 4;
-        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
-            continue;
-        }
+    for start in word_starts(code, "use ") {
+        let at = start + "use ".len();
         let Some(len) = code[at..].find(';') else {
             break;
         };

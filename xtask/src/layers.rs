@@ -249,7 +249,7 @@ fn clock_lines(text: &str) -> Vec<usize> {
         while let Some(found) = code[at..].find(needle) {
             let start = at + found;
             at = start + needle.len();
-            out.push(code[..start].matches('\n').count() + 1);
+            out.push(line_of(&code, start));
         }
     }
     out.sort_unstable();
@@ -368,15 +368,9 @@ fn crate_paths(text: &str) -> Vec<(usize, String, String)> {
     let code = strip(text);
     let bytes = code.as_bytes();
     let mut out = Vec::new();
-    let mut at = 0;
-    while let Some(found) = code[at..].find("crate::") {
-        let start = at + found;
-        at = start + "crate::".len();
-        let before = start.checked_sub(1).and_then(|i| bytes.get(i)).copied();
-        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            continue;
-        }
-        let line = code[..start].matches('\n').count() + 1;
+    for start in word_starts(&code, "crate::") {
+        let at = start + "crate::".len();
+        let line = line_of(&code, start);
         if bytes.get(at) == Some(&b'{') {
             let Some(group) = braced(&code[at..]) else {
                 continue;
@@ -397,8 +391,23 @@ fn crate_paths(text: &str) -> Vec<(usize, String, String)> {
     out
 }
 
+/// Where `word` stands in `code` with no identifier character just before
+/// it (so `crate::` does not match inside `my_crate::`).
+pub(crate) fn word_starts<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    code.match_indices(word).map(|(i, _)| i).filter(move |&i| {
+        !code.as_bytes()[..i]
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    })
+}
+
+/// The line (from 1) of byte offset `at` in `code`.
+pub(crate) fn line_of(code: &str, at: usize) -> usize {
+    code[..at].matches('\n').count() + 1
+}
+
 /// The identifier at the start of `s`.
-fn ident(s: &str) -> &str {
+pub(crate) fn ident(s: &str) -> &str {
     let s = s.trim_start();
     let end = s
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -8,7 +8,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::layers::{braced, is_test_file, read, rust_files, strip, without_tests};
+use crate::layers::{
+    braced, ident, is_test_file, line_of, read, rust_files, strip, without_tests, word_starts,
+};
 
 /// The most lines a library file may have.
 pub const MAX_FILE_LINES: usize = 800;
@@ -124,18 +126,9 @@ pub fn check(root: &Path) -> Result<Lengths, String> {
 /// name, lines), from the `fn` line to the line of its closing brace.
 fn long_fns(code: &str) -> Vec<(usize, String, usize)> {
     let mut out = Vec::new();
-    let bytes = code.as_bytes();
-    let mut at = 0;
-    while let Some(found) = code[at..].find("fn ") {
-        let start = at + found;
-        at = start + 3;
-        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
-            continue;
-        }
-        let name: String = code[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
+    for start in word_starts(code, "fn ") {
+        let at = start + "fn ".len();
+        let name = ident(&code[at..]).to_string();
         if name.is_empty() {
             continue;
         }
@@ -151,8 +144,7 @@ fn long_fns(code: &str) -> Vec<(usize, String, usize)> {
             continue;
         };
         let end = at + brace + body.len() + 1;
-        let first = code[..start].matches('\n').count() + 1;
-        let last = code[..end].matches('\n').count() + 1;
+        let (first, last) = (line_of(code, start), line_of(code, end));
         let n = last - first + 1;
         if n > MAX_FN_LINES {
             out.push((first, name, n));
