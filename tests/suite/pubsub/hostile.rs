@@ -210,6 +210,48 @@ impl Neighbours {
             publisher,
         }
     }
+
+    /// After the hostile input: the neighbours are active, deliver three
+    /// more rounds, and, publishing stopped, every message is accounted
+    /// (delivered, or lost inside a signalled window; no publish failed),
+    /// after at most `max_closes` closes.
+    fn finish(self, max_closes: usize, what: &str) {
+        let Neighbours {
+            chans,
+            ledger,
+            handler,
+            ps,
+            publisher,
+        } = self;
+        ps.wait_active(&chans, BOUND)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        accounted::delivered_more(&ledger, &handler, 3, BOUND, what);
+        publisher.stop();
+        if let Err(e) = ledger.wait_caught_up(BOUND) {
+            panic!(
+                "{what}: {e}\n{}\ntimeline: {:?}\n{:?}",
+                ledger.report(),
+                handler.timeline.lock(),
+                ps.metrics()
+            );
+        }
+        let report = accounted::settle_and_check(&ledger, BOUND, what);
+        assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
+        let n = closes(&handler);
+        assert!(
+            n <= max_closes,
+            "{what}: {n} closes: {:?}",
+            handler.timeline.lock()
+        );
+        ps.shutdown();
+    }
+}
+
+/// Closes of `handler`'s instance's connections so far (`Disconnected`
+/// events).
+fn closes(handler: &Accounted) -> usize {
+    let timeline = handler.timeline.lock();
+    timeline.iter().filter(|e| e.starts_with("down")).count()
 }
 
 /// A channel name subscribed on the same connection as `name` (its
@@ -328,17 +370,8 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
         let placement = PubSub::builder()
             .address(server.addr().to_string())
             .max_message_size(0);
-        let Neighbours {
-            chans,
-            ledger,
-            handler,
-            ps,
-            publisher,
-        } = Neighbours::start(placement, what);
-        let closes = || {
-            let timeline = handler.timeline.lock();
-            timeline.iter().filter(|e| e.starts_with("down")).count()
-        };
+        let nb = Neighbours::start(placement, what);
+        let ps = &nb.ps;
         let huge = vec![b'h'; 8 << 20];
         let at = Instant::now();
         match pattern {
@@ -356,31 +389,18 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
             }
             Err(e) => {
                 let e: String = e.to_string().chars().take(300).collect();
-                panic!("{what}: after {took:?}, {} closes: {e}", closes())
+                panic!(
+                    "{what}: after {took:?}, {} closes: {e}",
+                    closes(&nb.handler)
+                )
             }
             // Taken at last (Redis, once, after 16 s of closes with the net
             // off): the count of closes below says whether that was fair.
             Ok(()) => eprintln!("{what}: the server took it after {took:?}"),
         }
         drop(huge);
-        ps.wait_active(&chans, BOUND)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        accounted::delivered_more(&ledger, &handler, 3, BOUND, what);
-        publisher.stop();
-        if let Err(e) = ledger.wait_caught_up(BOUND) {
-            panic!(
-                "{what}: {e}\n{}\ntimeline: {:?}\n{:?}",
-                ledger.report(),
-                handler.timeline.lock(),
-                ps.metrics()
-            );
-        }
-        let report = accounted::settle_and_check(&ledger, BOUND, what);
-        assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
         // Its batch alone, then held and sent alone twice: three closes.
-        let n = closes();
-        assert!(n <= 3, "{what}: {n} closes: {:?}", handler.timeline.lock());
-        ps.shutdown();
+        nb.finish(3, what);
     }
 }
 
@@ -402,17 +422,8 @@ fn a_name_taken_then_over_a_lowered_limit_is_refused_alone_at_resubscribe() {
         let placement = PubSub::builder()
             .address(server.addr().to_string())
             .max_message_size(0);
-        let Neighbours {
-            chans,
-            ledger,
-            handler,
-            ps,
-            publisher,
-        } = Neighbours::start(placement, what);
-        let closes = || {
-            let timeline = handler.timeline.lock();
-            timeline.iter().filter(|e| e.starts_with("down")).count()
-        };
+        let nb = Neighbours::start(placement, what);
+        let (ps, handler) = (&nb.ps, &nb.handler);
         // Under the default limit (32 MB) the server takes it.
         let huge = vec![b'h'; 8 << 20];
         ps.subscribe([&huge]).unwrap();
@@ -429,8 +440,10 @@ fn a_name_taken_then_over_a_lowered_limit_is_refused_alone_at_resubscribe() {
         server
             .cmd_str(&["CLIENT", "KILL", "TYPE", "pubsub"])
             .unwrap();
-        testkit::wait_for("the kill seen", BOUND, || Ok((closes() > 0).then_some(())))
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        testkit::wait_for("the kill seen", BOUND, || {
+            Ok((closes(&nb.handler) > 0).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
         // Refused alone, or taken again: Valkey takes an 8 MB reply over
         // the limit when the client happens to read it fast enough (the
         // neighbours' promise is the same either way).
@@ -445,7 +458,7 @@ fn a_name_taken_then_over_a_lowered_limit_is_refused_alone_at_resubscribe() {
             Ok(how) => eprintln!(
                 "{what}: {how} after {:?}, {} closes",
                 at.elapsed(),
-                closes()
+                closes(&nb.handler)
             ),
             Err(e) => panic!(
                 "{what}: {e} after {:?}; timeline: {:?}",
@@ -454,23 +467,8 @@ fn a_name_taken_then_over_a_lowered_limit_is_refused_alone_at_resubscribe() {
             ),
         }
         drop(huge);
-        ps.wait_active(&chans, BOUND)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        accounted::delivered_more(&ledger, &handler, 3, BOUND, what);
-        publisher.stop();
-        if let Err(e) = ledger.wait_caught_up(BOUND) {
-            panic!(
-                "{what}: {e}\n{}\ntimeline: {:?}",
-                ledger.report(),
-                handler.timeline.lock()
-            );
-        }
-        let report = accounted::settle_and_check(&ledger, BOUND, what);
-        assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
         // The kill, then its batch alone, held and sent alone twice.
-        let n = closes();
-        assert!(n <= 4, "{what}: {n} closes: {:?}", handler.timeline.lock());
-        ps.shutdown();
+        nb.finish(4, what);
     }
 }
 
