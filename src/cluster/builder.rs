@@ -544,7 +544,7 @@ pub(crate) fn start(
         fetch_engines: Default::default(),
         subs: Default::default(),
         services: Default::default(),
-        gaps_queued: false,
+        gaps: Vec::new(),
         fence_busy: false,
         gates: crate::cluster::gate::gates(),
         retry_policy: shared.config.retry_policy(),

@@ -345,11 +345,12 @@ impl Driver {
     }
 
     /// Channels that may have lost messages: no longer active, and a gap
-    /// event per worker queued now, at the point the core decided it (a
-    /// message queued later is after it; one queued earlier, before). The
-    /// wake is deferred to [`Driver::flush_gaps`], so the workers usually
-    /// find an incident's events (one per partition) together and merge
-    /// them (see `workers::merge`).
+    /// event per worker gathered now, at the point the core decided it,
+    /// and queued by [`Driver::flush_gaps`] before anything else the driver
+    /// does (a message queued later is after it; one queued earlier,
+    /// before). A worker takes its queue whole, so it finds an incident's
+    /// events (one per partition) together and merges them (see
+    /// `workers::merge`): one event per worker and server.
     fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
         let s = self.s.clone();
         let server = self
@@ -377,10 +378,10 @@ impl Driver {
         // the new connection's first messages (see `workers::stage`).
         self.move_lane(partition, self.core.conn_of(partition));
         add(&s.counters.gap_channels, channels.len() as u64);
-        for (q, g) in s.queues.iter().zip(per_worker) {
+        self.gaps.resize_with(workers, Vec::new);
+        for (pending, g) in self.gaps.iter_mut().zip(per_worker) {
             if !g.is_empty() {
-                q.push_gap(server, g, patterns, true);
-                self.gaps_queued = true;
+                pending.push((server, g, patterns));
             }
         }
     }
@@ -409,11 +410,12 @@ impl Driver {
         }
     }
 
-    /// Wakes the workers for the gap events queued since the last flush.
+    /// Queues the gap events gathered since the last flush, each worker's
+    /// in one push (see [`Driver::gap`]).
     pub(crate) fn flush_gaps(&mut self) {
-        if std::mem::take(&mut self.gaps_queued) {
-            for q in &self.s.queues {
-                q.wake_deferred();
+        for (q, pending) in self.s.queues.iter().zip(&mut self.gaps) {
+            if !pending.is_empty() {
+                q.push_gaps(pending.drain(..));
             }
         }
     }

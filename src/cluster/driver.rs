@@ -69,8 +69,8 @@ pub(crate) struct Driver {
     pub(crate) subs: HashMap<ConnId, SubConn>,
     /// The service channel kept on each node (node-grouped mode).
     pub(crate) services: control::Services<SocketAddr>,
-    /// Gap events were queued with their wake deferred (see `Driver::gap`).
-    pub(crate) gaps_queued: bool,
+    /// Gap events gathered, per worker, not yet queued (see `Driver::gap`).
+    pub(crate) gaps: Vec<Vec<crate::workers::Gap>>,
     /// A fence is in flight (see [`crate::front::leaving`]).
     pub(crate) fence_busy: bool,
     /// Route gates (see `gate`).
@@ -409,6 +409,8 @@ impl Driver {
         if self.s.closing.load(Ordering::Acquire) {
             return;
         }
+        // Gaps decided before the edge are queued before it.
+        self.flush_gaps();
         let (server, addr, error) = match edge {
             Edge::Lost {
                 server,

@@ -40,7 +40,7 @@ mod queue;
 mod tests;
 mod worker;
 
-pub(crate) use queue::{Drops, Passes, Queue, Reader};
+pub(crate) use queue::{Drops, Gap, Passes, Queue, Reader};
 pub(crate) use worker::now_us;
 use worker::Worker;
 

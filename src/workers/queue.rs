@@ -154,13 +154,15 @@ pub(super) struct Inner {
     pub(super) closed: bool,
 }
 
+/// A gap event as the control thread queues it: the server, the channels
+/// (or patterns) it names, and whether they are patterns.
+pub(crate) type Gap = (Option<crate::addr::ServerAddr>, ChannelList, bool);
+
 /// One worker's queue.
 pub(crate) struct Queue {
     pub(super) inner: Mutex<Inner>,
     pub(super) capacity: usize,
     pub(super) closed: AtomicBool,
-    /// A deferred push found the worker waiting.
-    pub(super) wake_due: AtomicBool,
     /// Wake-ups given to the worker so far.
     pub(super) wakes: std::sync::atomic::AtomicU64,
     /// Set once, after the instance is built: see [`Passes`].
@@ -194,7 +196,6 @@ impl Queue {
             }),
             capacity,
             closed: AtomicBool::new(false),
-            wake_due: AtomicBool::new(false),
             wakes: std::sync::atomic::AtomicU64::new(0),
             filter: std::sync::OnceLock::new(),
             reader: std::sync::OnceLock::new(),
@@ -312,16 +313,6 @@ impl Queue {
         )
     }
 
-    /// Wakes the worker if a deferred push found it waiting.
-    pub(crate) fn wake_deferred(&self) {
-        if self.wake_due.load(Ordering::Relaxed) && self.wake_due.swap(false, Ordering::AcqRel) {
-            // Take the lock so the wake cannot slip between the worker's
-            // check and its wait.
-            drop(self.inner.lock());
-            self.wake();
-        }
-    }
-
     /// Queues an "active" event (never dropped while open); `pattern`:
     /// of a pattern.
     pub(crate) fn push_active(&self, channel: &[u8], pattern: bool) {
@@ -391,33 +382,24 @@ impl Queue {
         );
     }
 
-    /// Queues a gap event (never dropped while open) naming `channels`
-    /// (`patterns`: patterns); `defer` leaves the wake to the next
-    /// [`Queue::wake_deferred`].
-    pub(crate) fn push_gap(
-        &self,
-        server: Option<crate::addr::ServerAddr>,
-        channels: ChannelList,
-        patterns: bool,
-        defer: bool,
-    ) {
+    /// Queues gap events (never dropped while open), all in one go so the
+    /// worker takes them in one turn and merges them (see `merge`).
+    pub(crate) fn push_gaps(&self, gaps: impl Iterator<Item = Gap>) {
         let mut g = self.inner.lock();
         if g.closed {
             return;
         }
-        g.items.push_back(Item::Gap {
-            server,
-            channels,
-            patterns,
-        });
+        for (server, channels, patterns) in gaps {
+            g.items.push_back(Item::Gap {
+                server,
+                channels,
+                patterns,
+            });
+        }
         let wake = g.waiting;
         drop(g);
         if wake {
-            if defer {
-                self.wake_due.store(true, Ordering::Release);
-            } else {
-                self.wake();
-            }
+            self.wake();
         }
     }
 
