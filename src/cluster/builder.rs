@@ -520,10 +520,7 @@ pub(crate) fn start(
         instance: crate::engine::clock::seed(),
     });
     crate::cluster::fence::install(&shared);
-    let core = match control::Core::new(
-        core_config(&shared, &node, servers),
-        crate::engine::clock::now(),
-    ) {
+    let core = match crate::cluster::driver::start_core(core_config(&shared, &node, servers)) {
         Ok(core) => core,
         Err(e) => {
             pool.shutdown();

@@ -113,6 +113,11 @@ impl Task for Driver {
     }
 }
 
+/// A new instance's control core, started at the time now.
+pub(crate) fn start_core(config: control::Config) -> Result<Core, control::ConfigError> {
+    Core::new(config, clock::now())
+}
+
 impl Driver {
     /// The time now: the driver is where the control thread reads the
     /// clock.

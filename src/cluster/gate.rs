@@ -18,7 +18,7 @@ use control::{GateCommand, Gates};
 
 use crate::cluster::driver::Driver;
 use crate::cluster::service::service_name;
-use crate::engine::{clock, Engine};
+use crate::engine::Engine;
 use crate::metrics::add;
 
 /// The longest a slot's publishes wait for the old route to drain.
@@ -70,7 +70,7 @@ impl Driver {
             new_addr,
             slot,
         };
-        self.gates.close(clock::now(), route, known)
+        self.gates.close(self.now(), route, known)
     }
 
     /// Carries out what the gates decided.
@@ -100,7 +100,8 @@ impl Driver {
             };
             route.new_addr = Some(owner.addr);
             log::debug!("cluster: gate {token}: new owner {}", owner.addr);
-            self.gates.handle_owner(clock::now(), token);
+            let now = self.now();
+            self.gates.handle_owner(now, token);
         }
     }
 
