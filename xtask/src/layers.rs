@@ -310,6 +310,20 @@ fn clock_lines(text: &str) -> Vec<usize> {
 /// out, newlines kept: up to its `;`, or through its brace group.
 pub(crate) fn without_tests(code: &str) -> String {
     let mut out = code.to_string();
+    for item in test_items(code) {
+        let blank: String = code[item.clone()]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(item, &blank);
+    }
+    out
+}
+
+/// The items of `code` (already stripped) under `#[cfg(test)]`, from the
+/// attribute up to the item's `;`, or through its brace group.
+pub(crate) fn test_items(code: &str) -> Vec<std::ops::Range<usize>> {
+    let mut items = Vec::new();
     let mut at = 0;
     while let Some(found) = code[at..].find("#[cfg(test)]") {
         let start = at + found;
@@ -325,14 +339,10 @@ pub(crate) fn without_tests(code: &str) -> String {
             _ => rest.len(),
         };
         let end = start + "#[cfg(test)]".len() + len;
-        let blank: String = code[start..end]
-            .chars()
-            .map(|c| if c == '\n' { '\n' } else { ' ' })
-            .collect();
-        out.replace_range(start..end, &blank);
+        items.push(start..end);
         at = end;
     }
-    out
+    items
 }
 
 /// Sorts the imports into findings against `layers` (highest first).

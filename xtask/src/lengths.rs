@@ -3,19 +3,24 @@
 //! function over [`MAX_FN_LINES`] (test files and `#[cfg(test)]` items
 //! aside), but those in [`LONG_FNS_LEFT`], each named with the issue that
 //! splits it; one listed that is no longer long fails too, so the list
-//! cannot go stale.
+//! cannot go stale. No inline test module over [`MAX_INLINE_TEST_LINES`]
+//! either: a longer one moves beside the code as `tests.rs`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::layers::{
-    braced, ident, is_test_file, line_of, read, rust_files, strip, without_tests, word_starts,
+    braced, ident, is_test_file, line_of, read, rust_files, strip, test_items, without_tests,
+    word_starts,
 };
 
 /// The most lines a library file may have.
 pub const MAX_FILE_LINES: usize = 800;
 /// The most lines a function may have, from its `fn` line to its `}`.
 pub const MAX_FN_LINES: usize = 120;
+/// The most lines an inline test module (`#[cfg(test)] mod name { … }`)
+/// may have; a longer one moves beside the code as `tests.rs`.
+pub const MAX_INLINE_TEST_LINES: usize = 300;
 
 /// Functions still over [`MAX_FN_LINES`]: (file, function, the issue that
 /// splits it).
@@ -48,11 +53,17 @@ pub struct Lengths {
     pub fns: Vec<(PathBuf, usize, String, usize)>,
     /// Listed functions that are no longer long (or no longer there).
     pub stale: Vec<String>,
+    /// Inline test modules over [`MAX_INLINE_TEST_LINES`]: (file, line,
+    /// lines).
+    pub test_mods: Vec<(PathBuf, usize, usize)>,
 }
 
 impl Lengths {
     pub fn is_clean(&self) -> bool {
-        self.files.is_empty() && self.fns.is_empty() && self.stale.is_empty()
+        self.files.is_empty()
+            && self.fns.is_empty()
+            && self.stale.is_empty()
+            && self.test_mods.is_empty()
     }
 }
 
@@ -69,6 +80,14 @@ impl fmt::Display for Lengths {
             writeln!(
                 f,
                 "{}:{line}: fn {name} is {n} lines, over {MAX_FN_LINES}: split it into named steps",
+                file.display()
+            )?;
+        }
+        for (file, line, n) in &self.test_mods {
+            writeln!(
+                f,
+                "{}:{line}: an inline test module of {n} lines, over {MAX_INLINE_TEST_LINES}: \
+                 move it beside the code as tests.rs",
                 file.display()
             )?;
         }
@@ -98,8 +117,12 @@ pub fn check(root: &Path) -> Result<Lengths, String> {
         if lines > MAX_FILE_LINES {
             found.files.push((rel.clone(), lines));
         }
-        for (line, name, n) in long_fns(&without_tests(&strip(&text))) {
+        let code = strip(&text);
+        for (line, name, n) in long_fns(&without_tests(&code)) {
             long.push((rel.clone(), line, name, n));
+        }
+        for (line, n) in long_test_mods(&code) {
+            found.test_mods.push((rel.clone(), line, n));
         }
     }
     let listed = |file: &Path, name: &str| {
@@ -153,9 +176,44 @@ fn long_fns(code: &str) -> Vec<(usize, String, usize)> {
     out
 }
 
+/// Inline test modules of `code` (stripped) longer than
+/// [`MAX_INLINE_TEST_LINES`]: (line, lines), from the attribute to the
+/// module's closing brace.
+fn long_test_mods(code: &str) -> Vec<(usize, usize)> {
+    test_items(code)
+        .into_iter()
+        .filter(|item| {
+            let head = &code[item.start + "#[cfg(test)]".len()..item.end];
+            let head = head.split('{').next().unwrap_or("");
+            word_starts(head, "mod ").next().is_some() && !head.contains(';')
+        })
+        .map(|item| {
+            let (first, last) = (line_of(code, item.start), line_of(code, item.end - 1));
+            (first, last - first + 1)
+        })
+        .filter(|&(_, n)| n > MAX_INLINE_TEST_LINES)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_inline_test_module_is_found_and_a_test_file_declaration_is_not() {
+        let body = "    fn t() {}\n".repeat(MAX_INLINE_TEST_LINES);
+        let code = format!(
+            "fn a() {{}}\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nfn helper() {{\n{body}}}\n\
+             #[cfg(test)]\nmod inline {{\n{body}}}\n"
+        );
+        let at = 7 + MAX_INLINE_TEST_LINES;
+        assert_eq!(long_test_mods(&code), [(at, MAX_INLINE_TEST_LINES + 3)]);
+        let short = "    fn t() {}\n".repeat(MAX_INLINE_TEST_LINES - 3);
+        assert_eq!(
+            long_test_mods(&format!("#[cfg(test)]\nmod ok {{\n{short}}}\n")),
+            []
+        );
+    }
 
     #[test]
     fn a_long_function_is_found_and_a_declaration_is_not() {
