@@ -446,27 +446,41 @@ impl fmt::Display for Error {
                  was sent (make it smaller, or raise the limit and \
                  PubSubBuilder::max_message_size)"
             ),
-            Error::Discovery { after, seeds } => {
-                write!(f, "no seed gave a usable slot map within {after:?}")?;
-                for (i, (seed, why)) in seeds.iter().enumerate() {
-                    let sep = if i == 0 { ": " } else { "; " };
-                    write!(f, "{sep}{seed} ({why})")?;
-                }
-                if seeds.is_empty() {
-                    f.write_str(" (the seeds answered, but no slot had an owner)")?;
-                }
-                f.write_str("; check the seeds, or raise discovery_timeout")
-            }
-            Error::Unreachable { after, servers } => {
-                write!(f, "gave up waiting after {after:?}: cannot reach ")?;
-                for (i, (server, why)) in servers.iter().enumerate() {
-                    let sep = if i == 0 { "" } else { "; " };
-                    write!(f, "{sep}{server} ({why})")?;
-                }
-                f.write_str(" (still trying)")
-            }
+            Error::Discovery { after, seeds } => discovery(f, *after, seeds),
+            Error::Unreachable { after, servers } => unreachable(f, *after, servers),
         }
     }
+}
+
+/// [`Error::Discovery`]'s message: each seed with why it gave no map.
+fn discovery(
+    f: &mut fmt::Formatter<'_>,
+    after: Duration,
+    seeds: &[(Arc<str>, Arc<str>)],
+) -> fmt::Result {
+    write!(f, "no seed gave a usable slot map within {after:?}")?;
+    for (i, (seed, why)) in seeds.iter().enumerate() {
+        let sep = if i == 0 { ": " } else { "; " };
+        write!(f, "{sep}{seed} ({why})")?;
+    }
+    if seeds.is_empty() {
+        f.write_str(" (the seeds answered, but no slot had an owner)")?;
+    }
+    f.write_str("; check the seeds, or raise discovery_timeout")
+}
+
+/// [`Error::Unreachable`]'s message: each server with why it is down.
+fn unreachable(
+    f: &mut fmt::Formatter<'_>,
+    after: Duration,
+    servers: &[(Arc<str>, Arc<str>)],
+) -> fmt::Result {
+    write!(f, "gave up waiting after {after:?}: cannot reach ")?;
+    for (i, (server, why)) in servers.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "; " };
+        write!(f, "{sep}{server} ({why})")?;
+    }
+    f.write_str(" (still trying)")
 }
 
 impl std::error::Error for Error {}

@@ -330,24 +330,9 @@ fn check_raw_names(c: &ClusterSettings, common: &Common) -> Result<(), Error> {
     Ok(())
 }
 
-/// Starts a cluster instance on `seeds` (the caller checked the settings
-/// every placement shares): workers, the control thread, and a wait until
-/// the first topology has been read and its connections opened.
-///
-/// # Errors
-///
-/// [`Error::Config`] for invalid cluster settings, [`Error::Resolve`] for a
-/// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
-/// thread, [`Error::Auth`] / [`Error::Handshake`] when the seeds refuse the
-/// credentials, [`Error::Discovery`] when no seed gave a usable slot map.
-/// Nothing is left running.
-pub(crate) fn build(
-    seeds: &[String],
-    c: ClusterSettings,
-    common: Common,
-) -> Result<ClusterPubSub, Error> {
+/// The settings' own consistency, before anything starts.
+fn check_settings(c: &ClusterSettings, common: &Common) -> Result<(), Error> {
     let config = |what: &str| Err(Error::Config(what.into()));
-    let multiplier = common.subscribe_connections.unwrap_or(1);
     if c.resubscribe_workers == 0 {
         return config("resubscribe_workers must be at least 1");
     }
@@ -376,7 +361,27 @@ pub(crate) fn build(
             );
         }
     }
-    check_raw_names(&c, &common)?;
+    check_raw_names(c, common)
+}
+
+/// Starts a cluster instance on `seeds` (the caller checked the settings
+/// every placement shares): workers, the control thread, and a wait until
+/// the first topology has been read and its connections opened.
+///
+/// # Errors
+///
+/// [`Error::Config`] for invalid cluster settings, [`Error::Resolve`] for a
+/// seed that does not resolve, [`Error::Runtime`] when the OS refuses a
+/// thread, [`Error::Auth`] / [`Error::Handshake`] when the seeds refuse the
+/// credentials, [`Error::Discovery`] when no seed gave a usable slot map.
+/// Nothing is left running.
+pub(crate) fn build(
+    seeds: &[String],
+    c: ClusterSettings,
+    common: Common,
+) -> Result<ClusterPubSub, Error> {
+    check_settings(&c, &common)?;
+    let multiplier = common.subscribe_connections.unwrap_or(1);
     let parts = match c.partitions {
         0 => Partitions::raw(b""),
         n => Partitions::new(n),

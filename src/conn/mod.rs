@@ -44,7 +44,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
 
-use resp::{AggregateKind, Decoder, Frame, PubSub, Status};
+use resp::{AggregateKind, Decoder, Frame, Parsed, PubSub, Status};
 
 use handshake::{Handshake, HandshakeOutcome};
 pub use types::{ConnConfig, ConnError, Event, Protocol, ReplyKind, Request, Role, SubscribeKind};
@@ -256,6 +256,80 @@ impl<T> State<T> {
         if !timeout.is_zero() && oldest.is_some_and(|at| self.now >= at + timeout) {
             self.fail(ConnError::Timeout(timeout));
         }
+    }
+
+    /// The events of a closed connection, one per call: each request it
+    /// had failed, then the close itself, then nothing.
+    fn next_after_close<'a>(&mut self) -> Option<Event<'a, T>> {
+        let error = self.closed.as_ref()?;
+        self.sent_at.pop_front();
+        if let Some(r) = self.pending.pop_front() {
+            let error = error.clone();
+            let sent = self.fail_front();
+            return Some(Event::Failed {
+                user: r.user,
+                error,
+                sent,
+            });
+        }
+        // Held for the handshake, or sent after the close: never written.
+        if let Some(r) = self.held.pop_front() {
+            return Some(Event::Failed {
+                user: r.user,
+                error: error.clone(),
+                sent: false,
+            });
+        }
+        if !self.close_reported {
+            self.close_reported = true;
+            return Some(Event::Closed {
+                error: error.clone(),
+            });
+        }
+        None
+    }
+
+    /// A frame read during the handshake: a push is passed on; a reply
+    /// moves the handshake on, and its end sends what was held for it
+    /// (`Connected`). `None`: nothing to tell yet.
+    fn handshake_reply<'a>(&mut self, parsed: Parsed<'a>, is_push: bool) -> Option<Event<'a, T>> {
+        if is_push {
+            let class = resp::classify(&parsed.frame);
+            return Some(Event::Push {
+                push: parsed,
+                class,
+                completes: None,
+            });
+        }
+        let hs = self.handshake.as_mut()?;
+        match hs.handle_reply(&parsed.frame, &self.config, &mut self.out, self.now) {
+            HandshakeOutcome::Continue => {}
+            HandshakeOutcome::FellBack => {
+                self.protocol = Protocol::Resp2;
+                if !self.out.is_empty() {
+                    self.flush_at = Some(self.now);
+                }
+            }
+            HandshakeOutcome::Done { fell_back } => {
+                if fell_back {
+                    self.protocol = Protocol::Resp2;
+                }
+                self.handshake = None;
+                let held_out = std::mem::take(&mut self.held_out);
+                let held = std::mem::take(&mut self.held);
+                let now = self.now;
+                self.send_encoded(&held_out, held, now);
+                if self.unsent_len() > 0 {
+                    self.flush_at = Some(now);
+                }
+                return Some(Event::Connected {
+                    protocol: self.protocol,
+                    fell_back,
+                });
+            }
+            HandshakeOutcome::Failed(e) => self.fail(e),
+        }
+        None
     }
 
     fn fail(&mut self, error: ConnError) {
@@ -581,33 +655,8 @@ impl<T> Connection<T> {
                 input.start = 0;
                 input.end = 0;
             }
-            if let Some(error) = &st.closed {
-                st.sent_at.pop_front();
-                if let Some(r) = st.pending.pop_front() {
-                    let error = error.clone();
-                    let sent = st.fail_front();
-                    return Some(Event::Failed {
-                        user: r.user,
-                        error,
-                        sent,
-                    });
-                }
-                // Held for the handshake, or sent after the close: never
-                // written.
-                if let Some(r) = st.held.pop_front() {
-                    return Some(Event::Failed {
-                        user: r.user,
-                        error: error.clone(),
-                        sent: false,
-                    });
-                }
-                if !st.close_reported {
-                    st.close_reported = true;
-                    return Some(Event::Closed {
-                        error: error.clone(),
-                    });
-                }
-                return None;
+            if st.closed.is_some() {
+                return st.next_after_close();
             }
             if let Some(fell_back) = st.connected.take() {
                 return Some(Event::Connected {
@@ -635,43 +684,11 @@ impl<T> Connection<T> {
             let is_push =
                 matches!(parsed.frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Push);
 
-            if let Some(hs) = &mut st.handshake {
-                if is_push {
-                    let class = resp::classify(&parsed.frame);
-                    return Some(Event::Push {
-                        push: parsed,
-                        class,
-                        completes: None,
-                    });
+            if st.handshake.is_some() {
+                match st.handshake_reply(parsed, is_push) {
+                    Some(event) => return Some(event),
+                    None => continue,
                 }
-                match hs.handle_reply(&parsed.frame, &st.config, &mut st.out, st.now) {
-                    HandshakeOutcome::Continue => {}
-                    HandshakeOutcome::FellBack => {
-                        st.protocol = Protocol::Resp2;
-                        if !st.out.is_empty() {
-                            st.flush_at = Some(st.now);
-                        }
-                    }
-                    HandshakeOutcome::Done { fell_back } => {
-                        if fell_back {
-                            st.protocol = Protocol::Resp2;
-                        }
-                        st.handshake = None;
-                        let held_out = std::mem::take(&mut st.held_out);
-                        let held = std::mem::take(&mut st.held);
-                        let now = st.now;
-                        st.send_encoded(&held_out, held, now);
-                        if st.unsent_len() > 0 {
-                            st.flush_at = Some(now);
-                        }
-                        return Some(Event::Connected {
-                            protocol: st.protocol,
-                            fell_back,
-                        });
-                    }
-                    HandshakeOutcome::Failed(e) => st.fail(e),
-                }
-                continue;
             }
 
             let class = match parsed.frame {

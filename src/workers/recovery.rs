@@ -244,7 +244,6 @@ impl Tracker {
         }
         let mut r = c.reading.take().expect("reading");
         let since = r.since;
-        let mut last = since;
         if result.is_ok() {
             c.read_failed = false;
         }
@@ -267,7 +266,7 @@ impl Tracker {
                         reason: lost_writes(since, from),
                     });
                 }
-                last = Position {
+                let mut last = Position {
                     epoch: now,
                     offset: from,
                 };
@@ -292,7 +291,7 @@ impl Tracker {
                         if p.epoch != since.epoch {
                             c.earlier = retired(h.earlier, since);
                         }
-                        last = Position {
+                        let mut last = Position {
                             epoch: p.epoch,
                             offset: from,
                         };
@@ -300,35 +299,11 @@ impl Tracker {
                         c.last = Some(last);
                     }
                     (Some(p), None) => {
-                        // A new epoch: only the old one's tail is gone. The
-                        // new one is read from its start (its first
-                        // offsets may have come while this one was away),
-                        // after the held messages of the old epoch.
                         let start = Position {
                             epoch: p.epoch,
                             offset: h.epoch_start(),
                         };
-                        let earlier = h.earlier;
-                        let (old, new): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut r.held)
-                            .into_iter()
-                            .partition(|(at, _)| at.epoch == since.epoch);
-                        for (at, payload) in old {
-                            if at.offset > last.offset {
-                                last = at;
-                                out.push(Action::Deliver(payload));
-                            }
-                        }
-                        c.earlier = retired(earlier, last);
-                        r.held = new;
-                        r.id = next;
-                        r.since = start;
-                        r.again = false;
-                        c.last = Some(start);
-                        c.reading = Some(r);
-                        out.push(Action::Read {
-                            since: start,
-                            id: next,
-                        });
+                        read_new_epoch(c, r, start, h.earlier, next, out);
                         return;
                     }
                     (None, _) => c.last = None,
@@ -367,6 +342,41 @@ impl Tracker {
         }
         drain(c, r.held, out, || next, &mut self.counts);
     }
+}
+
+/// A read of `c` (`r`) that found a new epoch beginning at `start`: only
+/// the old one's tail is gone. The new one is read from its start (its
+/// first offsets may have come while this one was away) as read `next`,
+/// after the held messages of the old epoch.
+fn read_new_epoch(
+    c: &mut Chan,
+    mut r: Reading,
+    start: Position,
+    earlier: Vec<Position>,
+    next: u64,
+    out: &mut Vec<Action>,
+) {
+    let mut last = r.since;
+    let (old, new): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut r.held)
+        .into_iter()
+        .partition(|(at, _)| at.epoch == last.epoch);
+    for (at, payload) in old {
+        if at.offset > last.offset {
+            last = at;
+            out.push(Action::Deliver(payload));
+        }
+    }
+    c.earlier = retired(earlier, last);
+    r.held = new;
+    r.id = next;
+    r.since = start;
+    r.again = false;
+    c.last = Some(start);
+    c.reading = Some(r);
+    out.push(Action::Read {
+        since: start,
+        id: next,
+    });
 }
 
 /// Reads what follows `c`'s last offset as read `id`, or once more after
