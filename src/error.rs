@@ -459,12 +459,12 @@ fn discovery(
     seeds: &[(Arc<str>, Arc<str>)],
 ) -> fmt::Result {
     write!(f, "no seed gave a usable slot map within {after:?}")?;
-    for (i, (seed, why)) in seeds.iter().enumerate() {
-        let sep = if i == 0 { ": " } else { "; " };
-        write!(f, "{sep}{seed} ({why})")?;
-    }
-    if seeds.is_empty() {
-        f.write_str(" (the seeds answered, but no slot had an owner)")?;
+    match seeds.is_empty() {
+        true => f.write_str(" (the seeds answered, but no slot had an owner)")?,
+        false => {
+            f.write_str(": ")?;
+            reasons(f, seeds)?;
+        }
     }
     f.write_str("; check the seeds, or raise discovery_timeout")
 }
@@ -476,11 +476,17 @@ fn unreachable(
     servers: &[(Arc<str>, Arc<str>)],
 ) -> fmt::Result {
     write!(f, "gave up waiting after {after:?}: cannot reach ")?;
-    for (i, (server, why)) in servers.iter().enumerate() {
-        let sep = if i == 0 { "" } else { "; " };
-        write!(f, "{sep}{server} ({why})")?;
-    }
+    reasons(f, servers)?;
     f.write_str(" (still trying)")
+}
+
+/// `name (why)` for each pair, separated by `; `.
+fn reasons(f: &mut fmt::Formatter<'_>, pairs: &[(Arc<str>, Arc<str>)]) -> fmt::Result {
+    for (i, (name, why)) in pairs.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "; " };
+        write!(f, "{sep}{name} ({why})")?;
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {}
