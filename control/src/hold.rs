@@ -509,65 +509,7 @@ impl<M: Held> Hold<M> {
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    struct Msg {
-        seq: u64,
-        slot: u16,
-        /// Name plus payload.
-        cost: usize,
-        since: Option<Time>,
-        probe: bool,
-        refusals: u32,
-        first: Option<Time>,
-        /// Redirects followed (the publish core counts them).
-        redirects: u32,
-    }
-
-    impl Held for Msg {
-        fn seq(&self) -> u64 {
-            self.seq
-        }
-        fn slot(&self) -> u16 {
-            self.slot
-        }
-        fn cost(&self) -> usize {
-            self.cost
-        }
-        fn held_since(&self) -> Option<Time> {
-            self.since
-        }
-        fn mark_held(&mut self, now: Time) {
-            self.since.get_or_insert(now);
-        }
-        fn probe(&self) -> bool {
-            self.probe
-        }
-        fn set_probe(&mut self, on: bool) {
-            self.probe = on;
-        }
-        fn refusals(&mut self) -> &mut u32 {
-            &mut self.refusals
-        }
-        fn first_refused(&mut self, now: Time) -> Time {
-            *self.first.get_or_insert(now)
-        }
-        fn redirects(&mut self) -> &mut u32 {
-            &mut self.redirects
-        }
-    }
-
-    fn msg(seq: u64, slot: u16) -> Msg {
-        Msg {
-            seq,
-            slot,
-            cost: 10,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-            redirects: 0,
-        }
-    }
+    use crate::test_maps::{msg, Msg};
 
     fn new(max_messages: usize, max_bytes: usize) -> Hold<Msg> {
         Hold::new(max_messages, max_bytes, Duration::from_secs(5))

@@ -9,52 +9,8 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use super::*;
-use crate::test_maps::map;
+use crate::test_maps::{map, msg, Msg};
 use crate::ServiceNode;
-
-#[derive(Debug)]
-struct Msg {
-    seq: u64,
-    slot: u16,
-    since: Option<Time>,
-    probe: bool,
-    refusals: u32,
-    first: Option<Time>,
-    redirects: u32,
-}
-
-impl Held for Msg {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-    fn slot(&self) -> u16 {
-        self.slot
-    }
-    fn cost(&self) -> usize {
-        100
-    }
-    fn held_since(&self) -> Option<Time> {
-        self.since
-    }
-    fn mark_held(&mut self, now: Time) {
-        self.since.get_or_insert(now);
-    }
-    fn probe(&self) -> bool {
-        self.probe
-    }
-    fn set_probe(&mut self, on: bool) {
-        self.probe = on;
-    }
-    fn refusals(&mut self) -> &mut u32 {
-        &mut self.refusals
-    }
-    fn first_refused(&mut self, now: Time) -> Time {
-        *self.first.get_or_insert(now)
-    }
-    fn redirects(&mut self) -> &mut u32 {
-        &mut self.redirects
-    }
-}
 
 /// Node `nK` is `NodeId(K)`.
 fn id(host: &str) -> NodeId {
@@ -129,16 +85,7 @@ impl World {
     fn publish(&mut self, step: u64, slot: u16) -> Vec<String> {
         self.at(step);
         self.seq += 1;
-        let msg = Msg {
-            seq: self.seq,
-            slot,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-            redirects: 0,
-        };
-        let v = self.core.handle_publish(self.now, msg);
+        let v = self.core.handle_publish(self.now, msg(self.seq, slot));
         let mut said = self.verdict(self.seq, v);
         said.extend(self.drain());
         said
@@ -387,7 +334,7 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
     // Redirects are bounded, and one with no usable address fails.
     let m = Msg {
         redirects: 5,
-        ..msg_like(9, 5)
+        ..msg(9, 5)
     };
     let v = w.core.handle_reply(w.now, m, moved);
     assert!(matches!(
@@ -399,7 +346,7 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
     ));
     let v = w.core.handle_reply(
         w.now,
-        msg_like(9, 5),
+        msg(9, 5),
         Reply::Ask {
             slot: 5,
             to: Target::NoAddress,
@@ -412,18 +359,6 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
             ..
         }
     ));
-}
-
-fn msg_like(seq: u64, slot: u16) -> Msg {
-    Msg {
-        seq,
-        slot,
-        since: None,
-        probe: false,
-        refusals: 0,
-        first: None,
-        redirects: 0,
-    }
 }
 
 #[test]
@@ -456,7 +391,7 @@ fn a_slot_leaving_for_no_owner_gets_a_gate_of_its_own() {
 fn a_publish_with_no_owner_is_held_waits_or_fails() {
     // The hold on: held, and the control thread looks soon.
     let mut w = World::new(&[7], &[("n0", 100, 16383)]);
-    let v = w.core.handle_publish(w.now, msg_like(1, 7));
+    let v = w.core.handle_publish(w.now, msg(1, 7));
     assert!(matches!(v, Verdict::Held { wake: true, .. }));
     // Held past the hold's limit: fails as expired.
     w.at(5000);
@@ -470,7 +405,7 @@ fn a_publish_with_no_owner_is_held_waits_or_fails() {
     let mut cfg = PublishConfig::new(vec![7]);
     cfg.hold_limit = Duration::ZERO;
     let mut w = World::with(cfg, &[("n0", 100, 16383)]);
-    let v = w.core.handle_publish(w.now, msg_like(1, 7));
+    let v = w.core.handle_publish(w.now, msg(1, 7));
     assert!(matches!(v, Verdict::Waiting { wake: true }));
     assert_eq!(w.drain(), ["refresh"]);
     assert_eq!(w.core.poll_timeout(), Some(Time::from_millis(20)));
