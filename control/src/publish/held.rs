@@ -124,9 +124,13 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
     fn refused(&mut self, now: Time, msg: M) -> Verdict<M> {
         match self.hold.refused(now, msg, &self.policy) {
             Refused::GiveUp(m, e) => self.fail(m, e.into()),
-            Refused::Later { .. } => {
+            Refused::Later { at, parked } => {
                 self.out.push_back(Output::RefreshSoon);
-                Verdict::Waiting { wake: true }
+                Verdict::Waiting {
+                    at,
+                    parked,
+                    wake: true,
+                }
             }
             Refused::Held(offer, new) => {
                 self.out.push_back(Output::RefreshSoon);

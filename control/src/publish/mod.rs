@@ -243,6 +243,10 @@ pub enum Verdict<M> {
     },
     /// Kept for a retry.
     Waiting {
+        /// When it goes again.
+        at: Time,
+        /// Its slot's later publishes are held behind it (the hold on).
+        parked: bool,
         /// The control thread should look soon (its next timeout moved).
         wake: bool,
     },
@@ -285,6 +289,19 @@ pub enum Output<M> {
     },
     /// Derive the read table again from [`PublishCore::table`].
     Table(TableChange),
+    /// Gate `token` closed: `slots` (ascending) leave `from` for `to`
+    /// (`None`: no owner known yet) and are held until it opens (for logs;
+    /// its [`Output::Barrier`] follows).
+    GateClosed {
+        /// The gate.
+        token: u64,
+        /// The old route.
+        from: NodeId,
+        /// The new one.
+        to: Option<NodeId>,
+        /// The slots it holds.
+        slots: Vec<u16>,
+    },
     /// Send gate `token`'s barrier (a `PING`) on `node`, after everything
     /// sent there; its answer goes to [`PublishCore::handle_barrier`].
     Barrier {

@@ -112,6 +112,12 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
                 for &slot in slots {
                     self.hold.gate(slot, token);
                 }
+                self.out.push_back(Output::GateClosed {
+                    token,
+                    from: m.from,
+                    to: m.to,
+                    slots: slots.to_vec(),
+                });
             }
         }
     }

@@ -161,7 +161,10 @@ impl World {
                 said.extend(evicted.iter().map(|m| format!("fail #{} HoldFull", m.seq)));
                 said
             }
-            Verdict::Waiting { .. } => vec![format!("wait #{seq}")],
+            Verdict::Waiting { at, parked, .. } => {
+                let p = if parked { ", parked" } else { "" };
+                vec![format!("wait #{seq} to {}ms{p}", at.as_millis())]
+            }
             Verdict::Fail { msg, why } => vec![format!("fail #{} {why:?}", msg.seq)],
         }
     }
@@ -189,6 +192,15 @@ impl World {
                 Output::Retire { node } => format!("retire n{}", node.0),
                 Output::Redirected { slot, node } => format!("redirected s{slot} n{}", node.0),
                 Output::RefreshSoon => "refresh".into(),
+                Output::GateClosed {
+                    token,
+                    from,
+                    to,
+                    slots,
+                } => {
+                    let to = to.map_or("none".into(), |n| format!("n{}", n.0));
+                    format!("gate {token} {slots:?} n{} -> {to}", from.0)
+                }
                 Output::Table(_) | Output::SendService { .. } => continue,
             });
         }
@@ -209,7 +221,10 @@ fn failover_holds_the_slot_until_the_old_node_forwarded_everything() {
     assert_eq!(w.publish(1, 6144), ["send #1 n2"]);
     assert_eq!(w.publish(1, 6144), ["send #2 n2"]);
     // n3 takes over; n2 (its replica now) routes nothing but marks.
-    assert_eq!(w.map(1, &[("n3", 0, 16383)]), ["barrier 1 n2"]);
+    assert_eq!(
+        w.map(1, &[("n3", 0, 16383)]),
+        ["gate 1 [6144] n2 -> n3", "barrier 1 n2"]
+    );
     assert_eq!(w.publish(1, 6144), ["held #3"]);
     assert_eq!(w.reply(1, "n2", Reply::Taken), ["done #1"]);
     assert_eq!(w.reply(1, "n2", Reply::Taken), ["done #2"]);
@@ -232,7 +247,7 @@ fn migration_opens_the_gate_when_the_old_node_refuses_the_marker() {
     assert_eq!(w.publish(1, 2048), ["send #1 n0"]);
     assert_eq!(w.publish(1, 6144), ["send #2 n2"]);
     let moved = [("n0", 0, 2047), ("n2", 2048, 16383)];
-    assert_eq!(w.map(1, &moved), ["barrier 1 n0"]);
+    assert_eq!(w.map(1, &moved), ["gate 1 [2048] n0 -> n2", "barrier 1 n0"]);
     assert_eq!(w.publish(1, 2048), ["held #3"]);
     assert_eq!(w.publish(1, 6144), ["send #4 n2"]); // another slot
     assert_eq!(w.reply(1, "n0", Reply::Taken), ["done #1"]);
@@ -253,11 +268,17 @@ fn kill_9_holds_until_the_new_owner_takes_a_probe() {
     assert_eq!(w.publish(1, 14336), ["held #2"]);
     assert_eq!(w.publish(1, 14336), ["held #3"]);
     assert!(w.tick(5).is_empty()); // owner down: nothing goes
-    assert_eq!(w.map(1, &[("n5", 0, 16383)]), ["barrier 1 n4"]);
+    assert_eq!(
+        w.map(1, &[("n5", 0, 16383)]),
+        ["gate 1 [14336] n4 -> n5", "barrier 1 n4"]
+    );
     assert_eq!(w.barrier(1, 1, false), ["open 1", "retire n4"]);
     assert_eq!(w.tick(5), ["send #1 n5 (probe)"]);
     assert_eq!(w.publish(1, 14336), ["held #4"]);
-    assert_eq!(w.reply(1, "n5", Reply::TryAgain), ["wait #1", "refresh"]);
+    assert_eq!(
+        w.reply(1, "n5", Reply::TryAgain),
+        ["wait #1 to 38ms, parked", "refresh"]
+    );
     assert_eq!(w.now, Time::from_millis(18));
     assert_eq!(w.core.poll_timeout(), Some(Time::from_millis(21))); // the look
     assert_eq!(w.tick(20), ["send #1 n5 (probe)"]);
@@ -274,12 +295,18 @@ fn tryagain_parks_the_slot_and_retries_alone() {
     let mut w = World::new(&[10240], &[("n2", 0, 16383)]);
     assert_eq!(w.publish(1, 10240), ["send #1 n2"]);
     assert_eq!(w.publish(1, 10240), ["send #2 n2"]);
-    assert_eq!(w.reply(1, "n2", Reply::TryAgain), ["wait #1", "refresh"]);
+    assert_eq!(
+        w.reply(1, "n2", Reply::TryAgain),
+        ["wait #1 to 23ms, parked", "refresh"]
+    );
     // #2 was on the wire: it joins the queue behind #1.
     assert_eq!(w.reply(1, "n2", Reply::TryAgain), ["held #2", "refresh"]);
     assert_eq!(w.publish(1, 10240), ["held #3"]);
     assert_eq!(w.tick(20), ["send #1 n2 (probe)"]);
-    assert_eq!(w.reply(1, "n2", Reply::TryAgain), ["wait #1", "refresh"]);
+    assert_eq!(
+        w.reply(1, "n2", Reply::TryAgain),
+        ["wait #1 to 66ms, parked", "refresh"]
+    );
     // 40 ms this time: not due at the next look.
     assert!(w.tick(5).is_empty());
     assert_eq!(w.tick(35), ["send #1 n2 (probe)"]);
@@ -325,7 +352,12 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
     let moved = Reply::Moved { slot: 5, to };
     assert_eq!(
         w.reply(1, "n0", moved),
-        ["send #2 n1", "barrier 1 n0", "redirected s5 n1"]
+        [
+            "send #2 n1",
+            "gate 1 [5] n0 -> n1",
+            "barrier 1 n0",
+            "redirected s5 n1"
+        ]
     );
     assert_eq!(w.core.owner(5), Some(NodeId(1)));
     let (owners, nodes) = w.core.table();
@@ -366,11 +398,19 @@ fn a_slot_leaving_for_no_owner_gets_a_gate_of_its_own() {
     let mut w = World::new(&[1, 2, 3, 4], &[("n0", 0, 16383)]);
     // Slots 1 and 2 leave for n1 together: one gate.
     let to_n1 = [("n1", 0, 2), ("n0", 3, 16383)];
-    assert_eq!(w.map(1, &to_n1), ["barrier 1 n0"]);
+    assert_eq!(w.map(1, &to_n1), ["gate 1 [1, 2] n0 -> n1", "barrier 1 n0"]);
     // Slots 3 and 4 leave n0 for no owner known (mid-change): a gate each,
     // so that each marks to its own slot's owner once known.
     let unassigned = [("n1", 0, 2), ("n0", 5, 16383)];
-    assert_eq!(w.map(1, &unassigned), ["barrier 2 n0", "barrier 3 n0"]);
+    assert_eq!(
+        w.map(1, &unassigned),
+        [
+            "gate 2 [3] n0 -> none",
+            "gate 3 [4] n0 -> none",
+            "barrier 2 n0",
+            "barrier 3 n0"
+        ]
+    );
     assert_eq!(w.barrier(1, 2, true), Vec::<String>::new()); // no owner yet
     assert_eq!(w.barrier(1, 3, true), Vec::<String>::new());
     // The next map names them apart: each gate marks to its own owner's
@@ -406,7 +446,14 @@ fn a_publish_with_no_owner_is_held_waits_or_fails() {
     cfg.hold_limit = Duration::ZERO;
     let mut w = World::with(cfg, &[("n0", 100, 16383)]);
     let v = w.core.handle_publish(w.now, msg(1, 7));
-    assert!(matches!(v, Verdict::Waiting { wake: true }));
+    assert!(matches!(
+        v,
+        Verdict::Waiting {
+            parked: false,
+            wake: true,
+            ..
+        }
+    ));
     assert_eq!(w.drain(), ["refresh"]);
     assert_eq!(w.core.poll_timeout(), Some(Time::from_millis(20)));
     let mut said = Vec::new();
@@ -441,9 +488,15 @@ fn a_lost_publish_is_never_sent_again_and_an_unwritten_one_is() {
 #[test]
 fn a_node_is_retired_once_no_route_and_no_gate_use_it() {
     let mut w = World::new(&[1], &[("n0", 0, 16383)]);
-    assert_eq!(w.map(1, &[("n1", 0, 16383)]), ["barrier 1 n0"]);
+    assert_eq!(
+        w.map(1, &[("n1", 0, 16383)]),
+        ["gate 1 [1] n0 -> n1", "barrier 1 n0"]
+    );
     // n0 is routed again before its gate opened: kept.
-    assert_eq!(w.map(1, &[("n0", 0, 16383)]), ["barrier 2 n1"]);
+    assert_eq!(
+        w.map(1, &[("n0", 0, 16383)]),
+        ["gate 2 [1] n1 -> n0", "barrier 2 n1"]
+    );
     assert_eq!(w.barrier(1, 1, false), ["open 1"]);
     assert_eq!(w.barrier(1, 2, false), ["open 2", "retire n1"]);
     assert!(w.core.is_up(NodeId(0)) && !w.core.is_up(NodeId(1)));
