@@ -21,7 +21,7 @@
 //! use control::{Held, Hold, Offer, Time};
 //! use core::time::Duration;
 //! #[derive(Debug)]
-//! struct Msg { seq: u64, slot: u16, since: Option<Time>, probe: bool, tries: u32 }
+//! struct Msg { seq: u64, slot: u16, since: Option<Time>, probe: bool, tries: u32, hops: u32 }
 //! impl Held for Msg {
 //!     fn seq(&self) -> u64 { self.seq }
 //!     fn slot(&self) -> u16 { self.slot }
@@ -32,8 +32,9 @@
 //!     fn set_probe(&mut self, on: bool) { self.probe = on }
 //!     fn refusals(&mut self) -> &mut u32 { &mut self.tries }
 //!     fn first_refused(&mut self, now: Time) -> Time { now }
+//!     fn redirects(&mut self) -> &mut u32 { &mut self.hops }
 //! }
-//! let msg = |seq| Msg { seq, slot: 7, since: None, probe: false, tries: 0 };
+//! let msg = |seq| Msg { seq, slot: 7, since: None, probe: false, tries: 0, hops: 0 };
 //! let mut hold = Hold::new(100, 1 << 20, Duration::from_secs(5));
 //! assert!(matches!(hold.offer(Time::ZERO, msg(1)), Offer::Free(_)));
 //! // The owner cannot be reached: held; later publishes join.
@@ -76,6 +77,10 @@ pub trait Held {
     /// When it was first refused for now: `now` if it never was (then
     /// kept).
     fn first_refused(&mut self, now: Time) -> Time;
+    /// How often it was redirected (or sent again after its connection
+    /// closed before writing it) so far, counted by
+    /// [`crate::publish::PublishCore`].
+    fn redirects(&mut self) -> &mut u32;
 }
 
 /// What to do with a publish refused for now (`TRYAGAIN`, `CLUSTERDOWN`,
@@ -504,59 +509,7 @@ impl<M: Held> Hold<M> {
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    struct Msg {
-        seq: u64,
-        slot: u16,
-        /// Name plus payload.
-        cost: usize,
-        since: Option<Time>,
-        probe: bool,
-        refusals: u32,
-        first: Option<Time>,
-    }
-
-    impl Held for Msg {
-        fn seq(&self) -> u64 {
-            self.seq
-        }
-        fn slot(&self) -> u16 {
-            self.slot
-        }
-        fn cost(&self) -> usize {
-            self.cost
-        }
-        fn held_since(&self) -> Option<Time> {
-            self.since
-        }
-        fn mark_held(&mut self, now: Time) {
-            self.since.get_or_insert(now);
-        }
-        fn probe(&self) -> bool {
-            self.probe
-        }
-        fn set_probe(&mut self, on: bool) {
-            self.probe = on;
-        }
-        fn refusals(&mut self) -> &mut u32 {
-            &mut self.refusals
-        }
-        fn first_refused(&mut self, now: Time) -> Time {
-            *self.first.get_or_insert(now)
-        }
-    }
-
-    fn msg(seq: u64, slot: u16) -> Msg {
-        Msg {
-            seq,
-            slot,
-            cost: 10,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-        }
-    }
+    use crate::test_maps::{msg, Msg};
 
     fn new(max_messages: usize, max_bytes: usize) -> Hold<Msg> {
         Hold::new(max_messages, max_bytes, Duration::from_secs(5))

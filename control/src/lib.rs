@@ -35,7 +35,10 @@
 //! route is drained, [`Services`] keep a service channel on every node
 //! (its drop reveals a lost slot at once), [`Hold`] keeps a slot's publishes while it has no
 //! reachable owner, and [`RetryPolicy`] bounds and times a refused
-//! publish's redirects and retries.
+//! publish's redirects and retries. [`publish::PublishCore`] joins them
+//! and makes the decisions between them (a `MOVED` moves the route and an
+//! `ASK` does not, the no-owner fallback, gate chunking, releases, expiry);
+//! nothing drives it yet.
 //! With [`Config::replicas`] each shard's connections go to one of its
 //! replicas (the primary while it has none usable): the layout is then
 //! partition → serving node, and everything above follows it.
@@ -79,6 +82,7 @@ mod fixed_tests;
 mod gates;
 mod hold;
 mod probes;
+pub mod publish;
 #[cfg(test)]
 mod replica_move_tests;
 #[cfg(test)]

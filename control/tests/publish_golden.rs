@@ -21,6 +21,8 @@ struct Msg {
     probe: bool,
     refusals: u32,
     first: Option<Time>,
+    /// Redirects followed (the publish core counts them).
+    redirects: u32,
 }
 
 impl Held for Msg {
@@ -50,6 +52,9 @@ impl Held for Msg {
     }
     fn first_refused(&mut self, now: Time) -> Time {
         *self.first.get_or_insert(now)
+    }
+    fn redirects(&mut self) -> &mut u32 {
+        &mut self.redirects
     }
 }
 
@@ -142,6 +147,7 @@ impl Script {
             probe: false,
             refusals: 0,
             first: None,
+            redirects: 0,
         };
         let msg = if self.hold.entries() > 0 {
             match self.hold.offer(self.now, msg) {

@@ -249,6 +249,8 @@ struct Msg {
     probe: bool,
     refusals: u32,
     first: Option<Time>,
+    /// Redirects followed (the publish core counts them).
+    redirects: u32,
 }
 
 impl Held for Msg {
@@ -278,6 +280,9 @@ impl Held for Msg {
     }
     fn first_refused(&mut self, now: Time) -> Time {
         *self.first.get_or_insert(now)
+    }
+    fn redirects(&mut self) -> &mut u32 {
+        &mut self.redirects
     }
 }
 
@@ -342,6 +347,7 @@ pub fn check_hold(data: &[u8]) {
                     probe: false,
                     refusals: 0,
                     first: None,
+                    redirects: 0,
                 };
                 place.insert(seq, (Place::Held, slot, m.cost));
                 let offer = if kind % 10 == 0 {

@@ -58,6 +58,10 @@ impl Held for PubMsg {
         self.first.set_once(now);
         self.first.get().unwrap_or(now)
     }
+
+    fn redirects(&mut self) -> &mut u32 {
+        &mut self.redirects
+    }
 }
 
 /// Held publishes of every slot.

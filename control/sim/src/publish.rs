@@ -64,6 +64,8 @@ struct Msg {
     probe: bool,
     refusals: u32,
     first: Option<Time>,
+    /// Redirects followed (the publish core counts them).
+    redirects: u32,
 }
 
 impl Held for Msg {
@@ -93,6 +95,9 @@ impl Held for Msg {
     }
     fn first_refused(&mut self, now: Time) -> Time {
         *self.first.get_or_insert(now)
+    }
+    fn redirects(&mut self) -> &mut u32 {
+        &mut self.redirects
     }
 }
 
@@ -333,6 +338,7 @@ impl Model {
                     probe: false,
                     refusals: 0,
                     first: None,
+                    redirects: 0,
                 };
                 self.route(msg);
             }
