@@ -19,6 +19,7 @@ pub(crate) struct EngineCounters {
     pub(crate) write_would_block: AtomicU64,
     pub(crate) bytes_written: AtomicU64,
     pub(crate) reads: AtomicU64,
+    pub(crate) read_pauses: AtomicU64,
     pub(crate) lent: AtomicU64,
     pub(crate) connects: AtomicU64,
     pub(crate) disconnects: AtomicU64,
@@ -56,6 +57,11 @@ pub struct EngineStats {
     pub bytes_written: u64,
     /// `read` system calls that returned data.
     pub reads: u64,
+    /// Read pauses begun: a subscribe connection that read a busy turn,
+    /// or a steady stream of small ones, stopped reading for a while so
+    /// that its next turn reads more at once (one wake-up per pause; see
+    /// [`PubSubBuilder::delivery_delay`](crate::PubSubBuilder::delivery_delay)).
+    pub read_pauses: u64,
     /// Requests a sequential caller sent on a connection its I/O thread
     /// had lent ([`Engine::publish_wait`], [`Engine::command`]): its own
     /// and those of the callers it sent along with it, each counted once
@@ -89,6 +95,7 @@ impl EngineCounters {
             write_would_block: g(&self.write_would_block),
             bytes_written: g(&self.bytes_written),
             reads: g(&self.reads),
+            read_pauses: g(&self.read_pauses),
             lent: g(&self.lent),
             connects: g(&self.connects),
             disconnects: g(&self.disconnects),

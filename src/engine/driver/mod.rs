@@ -376,7 +376,10 @@ impl ConnDriver {
             return;
         }
         match registry.deregister(socket.source_mut()) {
-            Ok(()) => self.paused_until = Some(now + pause),
+            Ok(()) => {
+                self.paused_until = Some(now + pause);
+                add(&self.settings.counters.read_pauses, 1);
+            }
             Err(e) => log::debug!("no read pause for {}: {e}", self.addr),
         }
     }
