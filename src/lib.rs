@@ -111,11 +111,12 @@
 //!    partition, gaps, refusal bisection, backoff, pings)     │
 //!          │ commands                  ▲ inputs              │
 //!          ▼                           │                     │
-//!  driver: the one control thread per instance (cluster::    │
-//!   driver) carries each command out with a non-blocking     │
-//!   call (a callback posts the answer back as an input),     │
-//!   and carries out the publish side's decisions (control::  │
-//!   Routes, Gates, Hold, RetryPolicy, Services)              │
+//!  driver: the one control thread per instance               │
+//!   (control_loop::driver) carries each command out with     │
+//!   a non-blocking call (a callback posts the answer back    │
+//!   as an input), and carries out the publish side's         │
+//!   decisions (control::Routes, Gates, Hold, RetryPolicy,    │
+//!   Services)                                                │
 //!          │ SUBSCRIBE / SSUBSCRIBE ...                      │ PUBLISH / SPUBLISH
 //!          ▼                                                 ▼
 //!  engines: pipelined connections (conn, sans-IO) on the Runtime's I/O
@@ -145,6 +146,7 @@ pub mod cluster;
 pub mod conn;
 #[cfg(not(feature = "internals"))]
 pub(crate) mod conn;
+mod control_loop;
 pub mod engine;
 mod error;
 mod front;

@@ -27,7 +27,10 @@ use crate::workers::Queue;
 /// control thread hears of a lane with work, whether a channel's
 /// subscription is confirmed on a connection that is up, and whether the
 /// instance is still open. Subscribing and waiting are written once, over
-/// it ([`set_wanted`], [`wait_active`]).
+/// it ([`set_wanted`], [`wait_active`]). Its one implementor is the control
+/// loop's instance (`control_loop::ClusterPubSub`, every placement's
+/// subscribe side), a layer above this one: the trait is what lets the
+/// front stay below it.
 pub(crate) trait Placement {
     fn front(&self) -> &Front;
     fn lane_of(&self, channel: &[u8]) -> usize;

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::cluster::ClusterPubSub;
+use crate::control_loop::ClusterPubSub;
 use crate::engine::Pending;
 use crate::error::Error;
 use crate::front::Placement;

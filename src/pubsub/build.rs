@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster;
-use crate::cluster::builder::{Common, NodeSettings, Parts};
-use crate::cluster::hold::Hold;
 use crate::conn::Role;
+use crate::control_loop;
+use crate::control_loop::builder::{Common, NodeSettings, Parts};
+use crate::control_loop::hold::Hold;
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;
@@ -136,7 +136,8 @@ impl PubSubBuilder {
                     .common
                     .connect_timeout
                     .unwrap_or(Duration::from_secs(2));
-                let p = crate::cluster::builder::build(&self.seeds, self.cluster, self.common)?;
+                let p =
+                    crate::control_loop::builder::build(&self.seeds, self.cluster, self.common)?;
                 let mut limits = cluster_limits(&p, bound);
                 if let Some(n) = max {
                     limits.message = MessageLimit::set(n);
@@ -245,7 +246,7 @@ fn build_fixed(
         .clone()
         .unwrap_or_else(crate::workers::handler::publish_only);
     let per_server = common.subscribe_connections.unwrap_or(1);
-    let servers = cluster::builder::node_addrs(addrs, &*common.resolver)?;
+    let servers = control_loop::builder::node_addrs(addrs, &*common.resolver)?;
     let counters = Counters::named(common.client_name.as_deref(), addrs);
     let conns = addrs.len() * (per_server + f.publish_connections);
     let runtime =
@@ -284,12 +285,12 @@ fn build_fixed(
         Duration::from_secs(2),
         Duration::from_secs(5),
     );
-    let cfg = cluster::shared::Config {
-        mode: cluster::Mode::Classic,
+    let cfg = control_loop::shared::Config {
+        mode: control_loop::Mode::Classic,
         multiplier: per_server,
         batch: common.batch_size,
         poll_interval: Duration::from_secs(3600),
-        split: cluster::ResubscribeSplit::Partitions,
+        split: control_loop::ResubscribeSplit::Partitions,
         resubscribe_workers: 1,
         max_redirects: 0,
         retry_window: Duration::ZERO,
@@ -309,7 +310,7 @@ fn build_fixed(
         active_wait: ActiveWait::new(true, Duration::from_millis(100)),
         name: "shardsub-pubsub-control",
     };
-    let sub = cluster::builder::start(
+    let sub = control_loop::builder::start(
         cfg,
         parts,
         node,
@@ -326,7 +327,7 @@ fn build_fixed(
         Ok(sub) => {
             if !common.history.is_empty() {
                 let r: Arc<dyn crate::workers::Reader> =
-                    Arc::new(crate::cluster::recover::FixedReader {
+                    Arc::new(crate::control_loop::recover::FixedReader {
                         engine: Arc::downgrade(&publ),
                         rules: sub.shared.config.history.clone(),
                         servers: addrs.len(),
@@ -386,7 +387,7 @@ fn servers_allow(common: &Common, publ: &Engine, addrs: &[String]) -> Result<Lim
 /// A cluster's limits: those the first primary connected sets (one
 /// configuration is the norm across a cluster), none where they cannot be
 /// read; a connection, and each answer, waited for at most `bound`.
-fn cluster_limits(p: &crate::cluster::ClusterPubSub, bound: Duration) -> Limits {
+fn cluster_limits(p: &crate::control_loop::ClusterPubSub, bound: Duration) -> Limits {
     let Some(engine) = p.first_up_engine(bound) else {
         return Limits::default();
     };

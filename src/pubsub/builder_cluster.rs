@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::{Mode, ResubscribeSplit};
+use crate::control_loop::{Mode, ResubscribeSplit};
 use crate::pubsub::PubSubBuilder;
 
 /// The cluster placement's setters. Each one applies to a cluster only:

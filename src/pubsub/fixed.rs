@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::ClusterPubSub;
+use crate::control_loop::ClusterPubSub;
 use crate::engine::{Engine, Pending, PublishOptions};
 use crate::error::Error;
 use crate::metrics::{add, Metrics};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::ClusterPubSub;
+use crate::control_loop::ClusterPubSub;
 use crate::engine::{Engine, Pending, PublishOptions, Runtime};
 use crate::error::Error;
 use crate::front::{self, Placement};
@@ -38,16 +38,6 @@ impl std::fmt::Debug for PubSub {
             Placed::Cluster(p) => p.fmt(f),
         }
     }
-}
-
-/// Calls `$call` on whichever placement `$self` has.
-macro_rules! on_placement {
-    ($self:ident, $p:ident => $call:expr) => {
-        match &*$self.placed {
-            Placed::Fixed($p) => $call,
-            Placed::Cluster($p) => $call,
-        }
-    };
 }
 
 impl PubSub {
@@ -368,7 +358,10 @@ impl PubSub {
     ) -> Result<(), Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
         self.fits(channel, payload)?;
-        on_placement!(self, p => p.publish(channel, payload))
+        match &*self.placed {
+            Placed::Fixed(p) => p.publish(channel, payload),
+            Placed::Cluster(p) => p.publish(channel, payload),
+        }
     }
 
     /// Publishes and returns a handle to the outcome, the number of
@@ -400,7 +393,10 @@ impl PubSub {
         if let Err(e) = self.fits(channel, payload) {
             return Pending::ready(Err(e));
         }
-        on_placement!(self, p => p.publish_pending(channel, payload))
+        match &*self.placed {
+            Placed::Fixed(p) => p.publish_pending(channel, payload),
+            Placed::Cluster(p) => p.publish_pending(channel, payload),
+        }
     }
 
     /// Publishes and waits for the outcome: the number of receivers (on a
@@ -420,7 +416,10 @@ impl PubSub {
     ) -> Result<i64, Error> {
         let (channel, payload) = (channel.as_ref(), payload.as_ref());
         self.fits(channel, payload)?;
-        on_placement!(self, p => p.publish_wait(channel, payload, timeout))
+        match &*self.placed {
+            Placed::Fixed(p) => p.publish_wait(channel, payload, timeout),
+            Placed::Cluster(p) => p.publish_wait(channel, payload, timeout),
+        }
     }
 
     /// Runs any command on the server that holds `key`, and returns its
@@ -474,7 +473,10 @@ impl PubSub {
     {
         let args = self.command_args(args)?;
         let key = key.as_ref();
-        on_placement!(self, p => p.command(key, &args))
+        match &*self.placed {
+            Placed::Fixed(p) => p.command(key, &args),
+            Placed::Cluster(p) => p.command(key, &args),
+        }
     }
 
     /// The awaitable form of [`PubSub::command`]: a future for any

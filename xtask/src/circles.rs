@@ -79,7 +79,7 @@ type ModPath = Vec<String>;
 /// issue that does it. The check fails on a circle anywhere else, and on a
 /// folder listed here that has none (so the list cannot go stale).
 pub const CIRCLES_LEFT: &[(&str, &str)] = &[(
-    "src/cluster",
+    "src/control_loop",
     "issue 46: the control loop's folder, taken apart with the publish core",
 )];
 

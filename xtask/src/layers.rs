@@ -28,8 +28,12 @@ use std::path::{Path, PathBuf};
 pub const LAYERS: &[&str] = &[
     // The public face: PubSub, its builder and settings.
     "pubsub",
-    // The control thread of every placement and the publish routes.
+    // What a user sees of a cluster: its docs, modes and metrics
+    // (re-exported from below).
     "cluster",
+    // The control loop of every placement (its control thread) and the
+    // publish routes.
+    "control_loop",
     // The wanted set, active waits, refusals, unsubscribe bookkeeping
     // (every placement alike).
     "front",
@@ -68,11 +72,11 @@ pub const CLOCK_READERS: &[(&str, &str)] = &[
     ),
     ("src/workers/", "delivery lag"),
     (
-        "src/cluster/driver.rs",
+        "src/control_loop/driver.rs",
         "the control thread: the time it hands the control cores",
     ),
     (
-        "src/cluster/hold.rs",
+        "src/control_loop/hold.rs",
         "a publish held on the caller's thread is stamped when it joins \
          (the control thread decides its expiry)",
     ),
@@ -86,7 +90,7 @@ pub const CLOCK_READERS: &[(&str, &str)] = &[
 /// check fails on an entry that no longer reads the clock, so the list
 /// cannot go stale.
 pub const CLOCK_LEFT: &[(&str, &str)] = &[(
-    "src/cluster/keyed.rs",
+    "src/control_loop/keyed.rs",
     "issue 46: PubSub::command's redirects go through the publish core, \
      which takes the time as an argument",
 )];
@@ -669,7 +673,7 @@ mod tests {
         assert_eq!(clock_lines(text), [1, 5, 10, 11]);
         assert!(is_test_file(Path::new("src/engine/lend_tests.rs")));
         assert!(is_test_file(Path::new("src/engine/wait/tests.rs")));
-        assert!(!is_test_file(Path::new("src/cluster/gate.rs")));
+        assert!(!is_test_file(Path::new("src/control_loop/gate.rs")));
     }
 
     #[test]

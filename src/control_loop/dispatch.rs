@@ -10,9 +10,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use resp::{Parsed, PubSub};
 
-use crate::cluster::service;
-use crate::cluster::shared::{ConnRead, ConnState, Shared};
 use crate::conn::Protocol;
+use crate::control_loop::service;
+use crate::control_loop::shared::{ConnRead, ConnState, Shared};
 use crate::error::Error;
 use crate::front::registry::{ACTIVE, SENT, WANT};
 use crate::history::Position;
@@ -83,7 +83,7 @@ impl SubObserver {
     fn deliver(&self, wire: &[u8], payload: &[u8]) {
         let s = &self.shared;
         if service::is_service(wire) {
-            if let Some(token) = crate::cluster::gate::parse_marker(s.instance, payload) {
+            if let Some(token) = crate::control_loop::gate::parse_marker(s.instance, payload) {
                 log::debug!("cluster: gate {token}: marker came back");
                 s.post(|inbox| inbox.markers.push(token));
             }

@@ -9,11 +9,11 @@ use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::addr::ServerAddr;
-use crate::cluster::driver::Driver;
-use crate::cluster::hold::Hold;
-use crate::cluster::shared::{Config, Routes, Shared};
-use crate::cluster::ClusterPubSub;
 use crate::conn::{Protocol, Role};
+use crate::control_loop::driver::Driver;
+use crate::control_loop::hold::Hold;
+use crate::control_loop::shared::{Config, Routes, Shared};
+use crate::control_loop::ClusterPubSub;
 use crate::engine::{Builder, Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;
@@ -458,9 +458,10 @@ pub(crate) fn build(
         for e in &engines {
             crate::history::script::preload(e);
         }
-        let r: Arc<dyn crate::workers::Reader> = Arc::new(crate::cluster::recover::ClusterReader {
-            shared: Arc::downgrade(&ps.shared),
-        });
+        let r: Arc<dyn crate::workers::Reader> =
+            Arc::new(crate::control_loop::recover::ClusterReader {
+                shared: Arc::downgrade(&ps.shared),
+            });
         for q in &ps.shared.queues {
             q.set_reader(r.clone());
         }
@@ -498,7 +499,7 @@ pub(crate) fn start(
     } = p;
     let lanes = Shared::lanes(&cfg, &parts);
     let seed = crate::engine::clock::seed();
-    let heads = crate::cluster::shared::wire_heads(cfg.mode, &parts);
+    let heads = crate::control_loop::shared::wire_heads(cfg.mode, &parts);
     let shared = Arc::new(Shared {
         config: cfg,
         parts,
@@ -524,8 +525,8 @@ pub(crate) fn start(
         next_seq: AtomicU64::new(0),
         instance: crate::engine::clock::seed(),
     });
-    crate::cluster::fence::install(&shared);
-    let core = match crate::cluster::driver::start_core(core_config(&shared, &node, servers)) {
+    crate::control_loop::fence::install(&shared);
+    let core = match crate::control_loop::driver::start_core(core_config(&shared, &node, servers)) {
         Ok(core) => core,
         Err(e) => {
             pool.shutdown();
@@ -548,7 +549,7 @@ pub(crate) fn start(
         services: Default::default(),
         gaps: Vec::new(),
         fence_busy: false,
-        gates: crate::cluster::gate::gates(),
+        gates: crate::control_loop::gate::gates(),
         retry_policy: shared.config.retry_policy(),
         retiring: Vec::new(),
         enc: Vec::new(),

@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use control::{ConnId, Core, Due, Gates, Refused, RetryPolicy, Time};
 
-use crate::cluster::builder::NodeSettings;
-use crate::cluster::fence::Fence;
-use crate::cluster::gate::OldRoute;
-use crate::cluster::health::Edge;
-use crate::cluster::publish;
-use crate::cluster::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::conn::ReplyKind;
+use crate::control_loop::builder::NodeSettings;
+use crate::control_loop::fence::Fence;
+use crate::control_loop::gate::OldRoute;
+use crate::control_loop::health::Edge;
+use crate::control_loop::publish;
+use crate::control_loop::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
 use crate::engine::host::{Task, Turn};
 use crate::engine::{clock, Engine};
 use crate::error::Error;
@@ -55,7 +55,7 @@ pub(crate) struct Driver {
     pub(crate) routes_epoch: u64,
     /// The publish routes' decisions (the engines' table in
     /// `Shared::routes` follows them, index for index).
-    pub(crate) routes: control::Routes<crate::cluster::topo::Route>,
+    pub(crate) routes: control::Routes<crate::control_loop::topo::Route>,
     /// A map arrived since the last `sync`.
     pub(crate) map_seen: bool,
     /// A subscribe connection came up or lost its service channel since
@@ -562,7 +562,7 @@ impl Driver {
                         format!("redirect without a usable address: {message}"),
                     );
                 };
-                let Some(to) = crate::cluster::topo::resolve(&*self.s.resolver, &node) else {
+                let Some(to) = crate::control_loop::topo::resolve(&*self.s.resolver, &node) else {
                     return msg.fail(
                         &self.s,
                         format!("redirect without a usable address: {message}"),
@@ -667,12 +667,12 @@ impl Driver {
         for (_, e) in std::mem::take(&mut self.publ) {
             self.close_engine(&e);
         }
-        self.gates = crate::cluster::gate::gates();
+        self.gates = crate::control_loop::gate::gates();
         for e in std::mem::take(&mut self.retiring) {
             self.close_engine(&e);
         }
         // The shutdown may have been called from a thread of the runtime,
         // which does not wait for this turn.
-        *self.s.routes.write() = crate::cluster::shared::Routes::empty();
+        *self.s.routes.write() = crate::control_loop::shared::Routes::empty();
     }
 }

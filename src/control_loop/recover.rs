@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 
 use resp::Value;
 
-use crate::cluster::shared::Shared;
+use crate::control_loop::shared::Shared;
 use crate::engine::wait::Outcome;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -142,7 +142,8 @@ fn follow(shared: Weak<Shared>, args: Args, done: Done) {
         .spawn(move || {
             let r = match shared.upgrade() {
                 Some(s) => {
-                    let run = |c: &[Vec<u8>]| crate::cluster::keyed::command(&s, &args.meta, c);
+                    let run =
+                        |c: &[Vec<u8>]| crate::control_loop::keyed::command(&s, &args.meta, c);
                     let (since, envelope) = (Some(args.since), args.envelope);
                     read::read(run, &args.meta, &args.stream, since, args.limit, envelope)
                 }

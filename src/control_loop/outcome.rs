@@ -68,7 +68,7 @@ impl Waiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::publish::PubMsg;
+    use crate::control_loop::publish::PubMsg;
 
     #[test]
     fn a_publish_in_flight_stays_small() {

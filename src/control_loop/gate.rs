@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use control::{GateCommand, Gates};
 
-use crate::cluster::driver::Driver;
-use crate::cluster::service::service_name;
+use crate::control_loop::driver::Driver;
+use crate::control_loop::service::service_name;
 use crate::engine::Engine;
 use crate::metrics::add;
 

@@ -43,9 +43,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cluster::hold::Offer;
-pub(crate) use crate::cluster::outcome::{Done, Waiter};
-use crate::cluster::shared::{Retry, Shared};
+use crate::control_loop::hold::Offer;
+pub(crate) use crate::control_loop::outcome::{Done, Waiter};
+use crate::control_loop::shared::{Retry, Shared};
 use crate::engine::clock::Stamp;
 use crate::engine::kept::{KeptItem, KeptSink, Staged};
 use crate::engine::Engine;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use resp::Value;
 use topology::ClusterError;
 
-use crate::cluster::shared::Shared;
+use crate::control_loop::shared::Shared;
 use crate::engine::wait::Deadline;
 use crate::engine::{clock, Engine};
 use crate::error::Error;
@@ -121,7 +121,7 @@ fn wait_for_engine(
     to: &topology::NodeAddr,
     window: Duration,
 ) -> Option<Arc<Engine>> {
-    let want = crate::cluster::topo::resolve(&*shared.resolver, to)?;
+    let want = crate::control_loop::topo::resolve(&*shared.resolver, to)?;
     let deadline = Deadline::after(window);
     loop {
         let found = shared

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 
 use control::{ConnId, ServiceNode};
 
-use crate::cluster::driver::Driver;
-use crate::cluster::topo::resolve;
 use crate::conn::{ReplyKind, SubscribeKind};
+use crate::control_loop::driver::Driver;
+use crate::control_loop::topo::resolve;
 use crate::error::Error;
 
 /// Every service channel's name starts so (then `{key}` of its slot).

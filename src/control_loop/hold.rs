@@ -15,7 +15,7 @@ use std::time::Duration;
 use control::{Due, Held, Refused, RetryPolicy, Time};
 use parking_lot::Mutex;
 
-use crate::cluster::publish::PubMsg;
+use crate::control_loop::publish::PubMsg;
 use crate::engine::clock;
 
 /// What became of a publish offered to the hold.

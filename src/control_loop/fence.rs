@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-use crate::cluster::shared::Shared;
+use crate::control_loop::shared::Shared;
 use crate::front::leaving::Leaving;
 use crate::front::registry::WANT;
 use crate::workers::{Passes, Queue};

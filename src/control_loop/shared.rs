@@ -8,9 +8,9 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use shardcore::Partitions;
 
-use crate::cluster::builder::{Mode, ResubscribeSplit};
-use crate::cluster::hold::Hold;
-use crate::cluster::publish::PubMsg;
+use crate::control_loop::builder::{Mode, ResubscribeSplit};
+use crate::control_loop::hold::Hold;
+use crate::control_loop::publish::PubMsg;
 use crate::engine::Engine;
 use crate::front::mailbox::{DirtyLanes, Mailbox};
 use crate::front::registry::ACTIVE;
@@ -219,7 +219,7 @@ pub(crate) struct Shared {
     /// Looks host names up (servers, seeds and nodes named by host).
     pub(crate) resolver: Arc<dyn crate::Resolver>,
     /// Each server's subscribe connections (the control thread writes).
-    pub(crate) health: parking_lot::Mutex<crate::cluster::health::Health>,
+    pub(crate) health: parking_lot::Mutex<crate::control_loop::health::Health>,
     pub(crate) routes: RwLock<Routes>,
     /// Per lane: the subscribe connection that carries it now.
     pub(crate) lane_conn: RwLock<Vec<Option<Arc<ConnState>>>>,

@@ -12,11 +12,11 @@ use resp::Value;
 use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 
 use crate::addr::ServerAddr;
-use crate::cluster::builder::Mode;
-use crate::cluster::driver::Driver;
-use crate::cluster::publish::KeptMsg;
-use crate::cluster::shared::Routes;
 use crate::conn::Role;
+use crate::control_loop::builder::Mode;
+use crate::control_loop::driver::Driver;
+use crate::control_loop::publish::KeptMsg;
+use crate::control_loop::shared::Routes;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
@@ -217,7 +217,7 @@ impl Driver {
     }
 
     /// The connection that carries `lane` in the core's layout.
-    fn lane_state(&self, lane: usize) -> Option<Arc<crate::cluster::shared::ConnState>> {
+    fn lane_state(&self, lane: usize) -> Option<Arc<crate::control_loop::shared::ConnState>> {
         let conn = self.core.conn_of(lane as u32)?;
         self.subs.get(&conn).map(|c| c.state.clone())
     }

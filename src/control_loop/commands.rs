@@ -9,11 +9,11 @@ use control::{Channel, Command, ConnId, FetchError, ProbeReply, SubscribeReply};
 use topology::NodeKey;
 
 use crate::addr::ServerAddr;
-use crate::cluster::dispatch::SubObserver;
-use crate::cluster::driver::{Driver, SubConn};
-use crate::cluster::shared::{ConnRead, ConnState, Fetched};
-use crate::cluster::topo::{resolve, resolve_nth};
 use crate::conn::{ReplyKind, Role, SubscribeKind};
+use crate::control_loop::dispatch::SubObserver;
+use crate::control_loop::driver::{Driver, SubConn};
+use crate::control_loop::shared::{ConnRead, ConnState, Fetched};
+use crate::control_loop::topo::{resolve, resolve_nth};
 use crate::error::Error;
 use crate::front::registry::ACTIVE;
 use crate::metrics::add;
@@ -537,7 +537,7 @@ impl Driver {
             e.shutdown();
         }
         let tls = self.node.tls.is_some();
-        let result = crate::cluster::topo::parse_map(command, &value, addr, tls);
+        let result = crate::control_loop::topo::parse_map(command, &value, addr, tls);
         if log::log_enabled!(log::Level::Trace) {
             match &result {
                 Ok(map) => log::trace!("control: map #{id} from {addr}: {}", brief(map)),

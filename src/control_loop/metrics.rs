@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::cluster::shared::Shared;
+use crate::control_loop::shared::Shared;
 use crate::metrics::{ClusterMetrics, Holds, Metrics, RebuildCounts, Redirects, TopologyErrors};
 
 /// A snapshot of `s`'s metrics; with the cluster's section unless `s` is
