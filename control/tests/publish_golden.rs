@@ -9,7 +9,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use control::publish::{Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Verdict};
+use control::publish::{
+    Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict,
+};
 use control::{ConnId, Held, ServiceNode, Time};
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
@@ -73,14 +75,22 @@ fn name(n: NodeId) -> String {
     format!("n{}", n.0)
 }
 
+/// A slot the map shows unassigned (a map read mid-failover).
+const NONE: &str = "?";
+
+/// The nodes `routes` name, each once.
+fn nodes_of(routes: &[(u16, &'static str)]) -> Vec<&'static str> {
+    let mut names: Vec<&str> = routes.iter().map(|r| r.1).filter(|&n| n != NONE).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// A slot map with each of `routes`' slots on its node (a primary at
 /// `<name>:7000`); every other slot unassigned.
 fn slot_map(routes: &[(u16, &'static str)]) -> SlotMap {
     let mut map = SlotMap::new();
-    let mut names: Vec<&str> = routes.iter().map(|r| r.1).collect();
-    names.sort_unstable();
-    names.dedup();
-    for n in names {
+    for n in nodes_of(routes) {
         let primary = Node {
             id: n.to_uppercase(),
             addr: Some(NodeAddr {
@@ -121,10 +131,16 @@ struct Script {
 
 impl Script {
     fn new(title: &str, routes: &[(u16, &'static str)]) -> Script {
+        Script::with_hold(title, routes, ms(5000))
+    }
+
+    /// `hold`: how long a publish is held for an owner (zero: the hold is
+    /// off).
+    fn with_hold(title: &str, routes: &[(u16, &'static str)], hold: Duration) -> Script {
         let mut cfg = PublishConfig::new(routes.iter().map(|r| r.0).collect());
         cfg.max_redirects = 5;
         cfg.retry_window = ms(2000);
-        cfg.hold_limit = ms(5000);
+        cfg.hold_limit = hold;
         cfg.hold_messages = 1000;
         cfg.hold_bytes = 1 << 20;
         let mut s = Script {
@@ -146,7 +162,8 @@ impl Script {
     /// (a marker goes only once the new owner's is known).
     fn install(&mut self) {
         let map = slot_map(&self.routes);
-        for &(_, node) in &self.routes {
+        let nodes = nodes_of(&self.routes);
+        for &node in &nodes {
             if !self.core.is_up(id(node)) {
                 self.core.handle_node(id(node), node.into());
             }
@@ -155,10 +172,9 @@ impl Script {
             .core
             .plan_map(&map, |shard| Some(id(&shard.primary.addr.as_ref()?.host)));
         self.core.apply_map(self.now, plan);
-        let nodes: Vec<ServiceNode<String>> = self
-            .routes
-            .iter()
-            .map(|&(_, node)| ServiceNode {
+        let nodes: Vec<ServiceNode<String>> = nodes
+            .into_iter()
+            .map(|node| ServiceNode {
                 node: node.into(),
                 conn: Some(ConnId(id(node).0.into())),
                 up: true,
@@ -182,10 +198,11 @@ impl Script {
         let _ = writeln!(self.log, "  > {what}");
     }
 
-    fn write(&mut self, node: NodeId, msg: Msg) {
+    fn write(&mut self, node: NodeId, msg: Msg, asking: bool) {
         let probe = if msg.probe { " (probe)" } else { "" };
+        let asking = if asking { " (asking)" } else { "" };
         self.out(format!(
-            "spublish #{} s{} -> {}{probe}",
+            "spublish #{} s{} -> {}{probe}{asking}",
             msg.seq,
             msg.slot,
             name(node)
@@ -209,9 +226,9 @@ impl Script {
                 let Some(node) = self.core.owner(msg.slot) else {
                     panic!("#{seq} to an owner with none:\n{}", self.log);
                 };
-                self.write(node, msg);
+                self.write(node, msg, false);
             }
-            Verdict::Send { node, msg, .. } => self.write(node, msg),
+            Verdict::Send { node, msg, asking } => self.write(node, msg, asking),
             Verdict::Done(msg) => self.out(format!("done #{}", msg.seq)),
             Verdict::Held { evicted, .. } => {
                 self.out(format!("held #{seq}"));
@@ -239,7 +256,7 @@ impl Script {
         let outputs: Vec<Output<Msg>> = self.core.poll_outputs().collect();
         for o in outputs {
             match o {
-                Output::Submit { node, msg, .. } => self.write(node, msg),
+                Output::Submit { node, msg, asking } => self.write(node, msg, asking),
                 Output::Fail { msg, why } => self.fail(msg, why),
                 Output::GateClosed {
                     token,
@@ -262,13 +279,14 @@ impl Script {
                     let why = if timed_out { " (timed out)" } else { "" };
                     self.out(format!("open gate {token}{why}"));
                 }
-                // The read table, retired connections, service channels,
-                // the subscribe side and refreshes are not in these
-                // transcripts.
+                Output::Redirected { slot, node } => {
+                    self.out(format!("route s{slot} -> {}", name(node)));
+                }
+                // The read table, retired connections, service channels
+                // and refreshes are not in these transcripts.
                 Output::Table(_)
                 | Output::Retire { .. }
                 | Output::SendService { .. }
-                | Output::Redirected { .. }
                 | Output::RefreshSoon => {}
             }
         }
@@ -321,6 +339,27 @@ impl Script {
         let seq = msg.seq;
         self.at(1, &format!("{node} refuses #{seq}: TRYAGAIN"));
         let v = self.core.handle_reply(self.now, msg, Reply::TryAgain);
+        self.verdict(seq, v);
+    }
+
+    /// `node` redirects its oldest publish to `to` (`ask`: `ASK`, else
+    /// `MOVED`); the control thread opens a publish connection to `to`
+    /// first if it has none.
+    fn redirect(&mut self, node: &'static str, to: &'static str, ask: bool) {
+        let msg = self.answered(node);
+        let (seq, slot) = (msg.seq, msg.slot);
+        let what = if ask { "ASK" } else { "MOVED" };
+        self.at(1, &format!("{node} redirects #{seq}: {what} {slot} {to}"));
+        if !self.core.is_up(id(to)) {
+            self.core.handle_node(id(to), to.into());
+        }
+        let to = Target::Node(id(to));
+        let reply = if ask {
+            Reply::Ask { slot, to }
+        } else {
+            Reply::Moved { slot, to }
+        };
+        let v = self.core.handle_reply(self.now, msg, reply);
         self.verdict(seq, v);
     }
 
@@ -510,4 +549,64 @@ fn a_dropped_connection_holds_until_it_is_back_and_takes_a_probe() {
     s.taken("n0");
     s.taken("n0");
     s.check("reconnect");
+}
+
+#[test]
+fn a_moved_moves_the_route_behind_a_gate_and_an_ask_does_not() {
+    let mut s = Script::new(
+        "slot 5 migrates n0 -> n1: ASK, then MOVED before the map shows it",
+        &[(5, "n0")],
+    );
+    s.publish(5);
+    s.publish(5);
+    s.redirect("n0", "n1", true); // #1 once to n1; the route stays
+    s.publish(5); // still to n0
+    s.redirect("n0", "n1", false); // #2: the route moves, behind a gate
+    s.publish(5); // held behind the gate
+    s.redirect("n0", "n1", false); // #3 follows: the route is n1 already
+    s.barrier(1, true);
+    s.tick(20); // no marker: n1's service channel is not known yet
+    s.new_map(&[(5, "n1")]);
+    s.tick(20); // the marker
+    s.marker_refused(1);
+    s.tick(5);
+    s.taken("n1");
+    s.taken("n1");
+    s.taken("n1");
+    s.taken("n1");
+    s.check("moved_ask");
+}
+
+#[test]
+fn a_publish_with_no_owner_is_held_until_a_map_names_one() {
+    let mut s = Script::new(
+        "the first map shows slot 7 with no owner (mid-failover); a later one n1",
+        &[(7, NONE)],
+    );
+    s.publish(7); // no owner, nothing held: held
+    s.tick(5); // still no owner: nothing goes
+    s.new_map(&[(7, "n1")]);
+    s.tick(5); // the oldest alone, as a probe
+    s.publish(7);
+    s.taken("n1");
+    s.tick(5);
+    s.taken("n1");
+    s.check("no_owner");
+}
+
+#[test]
+fn with_the_hold_off_a_publish_with_no_owner_waits_for_a_retry() {
+    let mut s = Script::with_hold(
+        "n0 (slot 7) dies, the hold off; a map shows no owner, a later one n1",
+        &[(7, "n0")],
+        Duration::ZERO,
+    );
+    s.new_map(&[(7, NONE)]);
+    s.barrier(1, false);
+    s.tick(5);
+    s.publish(7); // no owner: retried after a backoff (and a refresh)
+    s.new_map(&[(7, "n1")]);
+    s.tick(20); // the retry goes to the new owner
+    s.taken("n1");
+    s.check("no_owner_no_hold");
 }
