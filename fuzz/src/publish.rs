@@ -306,8 +306,8 @@ impl Held for Msg {
     }
 }
 
-/// The publish core ([`control::publish::PublishCore`]) driven as the
-/// control thread drives it. Input: a header of 3 bytes (the hold's bound
+/// The publish core ([`control::publish::PublishCore`]) itself, fed its
+/// inputs, its verdicts and outputs carried out. Input: a header of 3 bytes (the hold's bound
 /// in publishes, 0 to 15; in bytes, × 8; its time limit, × 10 ms, 0 for no
 /// hold), then operations of 3 bytes: a kind, a pick (a slot of 4, a node
 /// of 3, a publish on a wire, a gate) and a time step (× 1 ms): a new
