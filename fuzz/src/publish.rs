@@ -1,9 +1,10 @@
-//! The publish side's sans-IO decisions (`shardsub-control`'s
-//! [`control::Gates`], [`control::RetryPolicy`], [`control::Hold`] and
-//! [`control::Routes`]) under operations read from fuzz bytes
-//! (`publish_side`). The same bytes are read three times: as gate and
-//! retry operations ([`check_gates`]), as hold operations
-//! ([`check_hold`]), and as maps and `MOVED`s ([`check_routes`]).
+//! The publish side's sans-IO decisions (`shardsub-control`'s publish core
+//! [`control::publish::PublishCore`], and its parts [`control::Gates`],
+//! [`control::RetryPolicy`] and [`control::Routes`]) under operations read
+//! from fuzz bytes (`publish_side`). The same bytes are read three times:
+//! as gate and retry operations ([`check_gates`]), as the core's inputs
+//! ([`check_core`], which also drives [`control::Hold`]), and as maps and
+//! `MOVED`s ([`check_routes`]).
 //!
 //! Gates and retries. Input: a header byte (the retry policy's redirect bound, 0 to 15), then
 //! operations of 3 bytes: a kind, a pick (of a gate closed so far, taken
@@ -23,9 +24,13 @@
 //! delay.
 
 use core::time::Duration;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use control::{Due, GateCommand, Gates, Held, Hold, Offer, Refused, RetryPolicy, Time};
+use control::publish::{
+    Failure, NodeId, Output, PublishConfig, PublishCore, PublishStats, Reply, Target, Verdict,
+};
+use control::{ConnId, GateCommand, Gates, Held, RetryPolicy, ServiceNode, Time};
+use control_sim::routes::{build, node_at, node_of};
 
 use crate::input::Input;
 
@@ -42,10 +47,10 @@ struct Seen {
     open: bool,
 }
 
-/// Both readings of `data`; panics on a broken invariant.
+/// The three readings of `data`; panics on a broken invariant.
 pub fn check(data: &[u8]) {
     check_gates(data);
-    check_hold(data);
+    check_core(data);
     check_routes(data);
 }
 
@@ -239,7 +244,7 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
     assert_eq!(gates.len(), closed);
 }
 
-/// A held publish in the hold checks.
+/// A publish in the core checks.
 #[derive(Debug)]
 struct Msg {
     seq: u64,
@@ -251,6 +256,21 @@ struct Msg {
     first: Option<Time>,
     /// Redirects followed (the publish core counts them).
     redirects: u32,
+}
+
+impl Msg {
+    fn new(seq: u64, slot: u16, cost: usize) -> Msg {
+        Msg {
+            seq,
+            slot,
+            cost,
+            since: None,
+            probe: false,
+            refusals: 0,
+            first: None,
+            redirects: 0,
+        }
+    }
 }
 
 impl Held for Msg {
@@ -286,232 +306,347 @@ impl Held for Msg {
     }
 }
 
-/// Where each publish is, as the hold's caller sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
-    /// Inside the hold.
-    Held,
-    /// With the caller (sent).
-    Out,
-    /// In the hold, waiting for its retry.
-    Waiting,
-    /// Finished.
-    Gone,
-}
-
-/// Hold operations. Input: a header of 3 bytes (the hold's bound in
-/// publishes, 0 to 15; in bytes, × 8; its time limit, × 10 ms, 0 for no
-/// hold), then operations of 3 bytes: a kind, a pick (a slot of 4, or a
-/// publish out of the hold) and a time step (× 1 ms): a new publish
-/// offered or held, a refusal for now (the retry policy's), a retry due
-/// with its owner up or down, a probe's outcome, a gate closed or opened,
-/// a release of a slot, the expiry.
+/// The publish core ([`control::publish::PublishCore`]) itself, fed its
+/// inputs, its verdicts and outputs carried out. Input: a header of 3 bytes (the hold's bound
+/// in publishes, 0 to 15; in bytes, × 8; its time limit, × 10 ms, 0 for no
+/// hold), then operations of 3 bytes: a kind, a pick (a slot of 4, a node
+/// of 3, a publish on a wire, a gate) and a time step (× 1 ms): a new
+/// publish; a reply to one on a wire (taken, lost, not connected, not
+/// written, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, another error); a
+/// link down or up; a new map (each slot on a node or on none); a barrier
+/// answered or failed; a marker back or refused; the core's timeout. At the
+/// end the instance closes.
 ///
-/// Invariants: no panic; every publish is in exactly one place (held,
-/// with the caller, finished) and the hold's size is the sum of what it
-/// holds, never above its bounds; a release is in publish order, and the
-/// first release of a slot held for an unreachable owner is one publish,
-/// a probe, with the slot parked until its outcome; nothing comes out of a
-/// gated or parked slot; expiry gives only publishes held the limit or
-/// longer, and after it `next_deadline` lies after now.
-pub fn check_hold(data: &[u8]) {
+/// Invariants: no panic; every publish is in exactly one place (with the
+/// core, held or waiting for a retry; on a wire; ended), and the core
+/// gives back only what it keeps and keeps what it says (its held and
+/// waiting counts add up), never above the hold's bounds; a lost publish
+/// is never sent again; a `MOVED` moves the slot's route to its node and
+/// an `ASK` does not; a probe goes alone; nothing is sent to a node the
+/// core retired, nor for a gate after it opened, and every gate opens
+/// once; a publish held too long fails only past the hold's limit; after
+/// `handle_timeout(now)`, `poll_timeout` lies after `now`; closing fails
+/// everything the core keeps and retires every node.
+pub fn check_core(data: &[u8]) {
     let mut input = Input::new(data);
-    let max_messages = usize::from(input.u8() % 16);
-    let max_bytes = usize::from(input.u8()) * 8;
-    let limit = Duration::from_millis(u64::from(input.u8()) * 10);
-    let policy = RetryPolicy::new(3, WINDOW);
-    let mut hold: Hold<Msg> = Hold::new(max_messages, max_bytes, limit);
-    let mut place: BTreeMap<u64, (Place, u16, usize)> = BTreeMap::new();
-    let mut out: Vec<Msg> = Vec::new();
-    let mut gated: BTreeMap<u16, u64> = BTreeMap::new();
-    let mut unreachable: BTreeMap<u16, bool> = BTreeMap::new();
-    let (mut now, mut seq, mut token) = (Time::ZERO, 0u64, 0u64);
-    let mut settle = |place: &mut BTreeMap<u64, (Place, u16, usize)>, m: &Msg, p: Place| {
-        if let Some(e) = place.get_mut(&m.seq) {
-            e.0 = p;
-        }
-    };
+    let mut cfg = PublishConfig::new((0..4).collect());
+    cfg.max_redirects = 3;
+    cfg.retry_window = WINDOW;
+    cfg.hold_messages = usize::from(input.u8() % 16);
+    cfg.hold_bytes = usize::from(input.u8()) * 8;
+    cfg.hold_limit = Duration::from_millis(u64::from(input.u8()) * 10);
+    cfg.gate_timeout = TIMEOUT;
+    cfg.marker_every = MARKER_EVERY;
+    let mut w = World::new(cfg);
     while !input.is_empty() {
         let kind = input.u8();
         let pick = usize::from(input.u8());
-        now = now + Duration::from_millis(u64::from(input.u8()));
+        w.now = w.now + Duration::from_millis(u64::from(input.u8()));
         let slot = (pick % 4) as u16;
-        match kind % 10 {
-            0 | 1 => {
-                seq += 1;
-                let m = Msg {
-                    seq,
-                    slot,
-                    cost: 1 + pick % 40,
-                    since: None,
-                    probe: false,
-                    refusals: 0,
-                    first: None,
-                    redirects: 0,
+        let node = NodeId((pick % 3) as u32);
+        match kind % 12 {
+            0..=2 => {
+                w.seq += 1;
+                let msg = Msg::new(w.seq, slot, 1 + pick % 40);
+                w.place.insert(w.seq, Place::Core);
+                let v = w.core.handle_publish(w.now, msg);
+                w.verdict(w.seq, v);
+            }
+            3..=5 => {
+                if w.wire.is_empty() {
+                    continue;
+                }
+                let (at, msg) = w.wire.remove(pick % w.wire.len());
+                let (seq, slot) = (msg.seq, msg.slot);
+                w.place.insert(seq, Place::Core);
+                let to = Target::Node(NodeId(u32::from(kind >> 6) % 3));
+                let reply = match (kind >> 2) % 9 {
+                    0 => Reply::Taken,
+                    1 => Reply::Lost,
+                    2 => Reply::NotConnected,
+                    3 => Reply::NotWritten,
+                    4 => Reply::Moved { slot, to },
+                    5 => Reply::Ask { slot, to },
+                    6 => Reply::TryAgain,
+                    7 => Reply::ClusterDown,
+                    _ => Reply::Other,
                 };
-                place.insert(seq, (Place::Held, slot, m.cost));
-                let offer = if kind % 10 == 0 {
-                    hold.offer(now, m)
-                } else {
-                    unreachable.insert(slot, true);
-                    hold.hold(now, m).0
-                };
-                offered(&mut place, &mut out, (seq, offer), &mut settle);
-            }
-            2 => {
-                if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
-                    let m = out.swap_remove(i);
-                    let (was_probe, s) = (m.probe, m.seq);
-                    let parked_before = hold.is_parked(m.slot);
-                    match hold.refused(now, m, &policy) {
-                        Refused::GiveUp(m, _) => {
-                            if m.probe {
-                                hold.unpark(m.slot);
-                            }
-                            settle(&mut place, &m, Place::Gone);
-                        }
-                        Refused::Later { at, parked } => {
-                            assert_eq!(parked, !limit.is_zero());
-                            assert!(at > now);
-                            if parked {
-                                assert!(hold.is_parked(slot_of(&place, s)));
-                            }
-                            if let Some(e) = place.get_mut(&s) {
-                                e.0 = Place::Waiting;
-                            }
-                        }
-                        Refused::Held(offer, _) => {
-                            assert!(parked_before && !was_probe);
-                            offered(&mut place, &mut out, (s, offer), &mut settle);
-                        }
-                    }
+                if let Target::Node(n) = to {
+                    w.open(n); // the driver opens the redirect's node
                 }
-            }
-            3 | 4 => {
-                // The retries due now, as their refusals said.
-                for (m, parked) in hold.take_due(now) {
-                    let s = m.seq;
-                    assert_eq!(place.get(&s).map(|p| p.0), Some(Place::Waiting));
-                    settle(&mut place, &m, Place::Out);
-                    match hold.due(now, m, parked, kind % 10 == 3) {
-                        Due::Probe(m) => {
-                            assert!(m.probe && parked);
-                            out.push(m);
-                        }
-                        Due::Held(offer, _) => {
-                            offered(&mut place, &mut out, (s, offer), &mut settle)
-                        }
-                        Due::Route(m) => out.push(m),
+                let before = w.core.owner(slot);
+                let v = w.core.handle_reply(w.now, msg, reply);
+                match (&v, reply) {
+                    (Verdict::Fail { .. }, _) => {}
+                    (_, Reply::Lost) => panic!("#{seq} lost on {at:?}, then {v:?}"),
+                    (Verdict::Send { node, .. }, Reply::Moved { to, .. }) => {
+                        assert_eq!(Target::Node(*node), to);
+                        assert_eq!(w.core.owner(slot), Some(*node), "a MOVED moves the route");
                     }
-                }
-            }
-            5 => {
-                // An outcome: the publish finishes (a probe unparks).
-                if let Some(i) = (!out.is_empty()).then(|| pick % out.len()) {
-                    let m = out.swap_remove(i);
-                    if m.probe {
-                        hold.unpark(m.slot);
+                    (Verdict::Send { node, asking, .. }, Reply::Ask { to, .. }) => {
+                        assert!(*asking && Target::Node(*node) == to);
+                        assert_eq!(w.core.owner(slot), before, "an ASK keeps the route");
                     }
-                    settle(&mut place, &m, Place::Gone);
+                    (v, Reply::Moved { .. } | Reply::Ask { .. }) => {
+                        panic!("a redirect of #{seq} gave {v:?}")
+                    }
+                    _ => {}
                 }
+                w.verdict(seq, v);
             }
             6 => {
-                token += 1;
-                hold.gate(slot, token);
-                gated.insert(slot, token);
+                w.core.handle_link(node, kind & 0x80 != 0);
             }
             7 => {
-                if let Some(t) = gated.remove(&slot) {
-                    hold.open(t);
+                // Each watched slot on one of the three nodes or none; node
+                // n also serves slot 100 + n (its service channel's).
+                let mut owners = [None; 104];
+                for (s, o) in owners.iter_mut().enumerate().take(4) {
+                    let b = (usize::from(kind) >> (s * 2)) ^ pick;
+                    *o = (b % 4 < 3).then_some((b % 4) as u8);
                 }
+                for n in 0..3u8 {
+                    owners[100 + usize::from(n)] = Some(n);
+                    w.open(NodeId(n.into()));
+                }
+                let map = build(&owners);
+                let plan = w
+                    .core
+                    .plan_map(&map, |sh| node_of(None)(sh).map(|n| NodeId(n.into())));
+                w.core.apply_map(w.now, plan);
+                w.outputs(false);
+                let nodes: Vec<ServiceNode<u8>> = (0..3u8)
+                    .map(|n| ServiceNode {
+                        node: n,
+                        conn: Some(ConnId(n.into())),
+                        up: true,
+                        lost: false,
+                    })
+                    .collect();
+                w.core.handle_services(&map, node_at, &nodes, true);
             }
-            8 => {
-                let shut = gated.contains_key(&slot) || hold.is_parked(slot);
-                let first = unreachable.remove(&slot).unwrap_or(false);
-                if let Some(batch) = hold.take(slot) {
-                    assert!(!shut, "slot {slot} released while gated or parked");
-                    assert!(batch.windows(2).all(|w| w[0].seq < w[1].seq));
-                    if first && batch.iter().any(|m| m.probe) {
-                        assert_eq!(batch.len(), 1, "a probe goes alone");
-                        assert!(hold.is_parked(slot), "its slot waits for it");
-                    }
-                    for m in batch {
-                        assert_eq!(m.slot, slot);
-                        settle(&mut place, &m, Place::Out);
-                        out.push(m);
-                    }
-                } else if first {
-                    unreachable.insert(slot, true);
+            8 | 9 => {
+                let Some(&token) = w.closed().get(pick % w.closed().len().max(1)) else {
+                    continue;
+                };
+                if kind % 12 == 8 {
+                    w.core.handle_barrier(w.now, token, kind & 0x80 != 0);
+                } else {
+                    w.core.handle_marker(w.now, token);
                 }
             }
             _ => {
-                let gone = hold.expired(now);
-                for m in &gone {
-                    let since = m.held_since().expect("a held publish has its time");
-                    assert!(now.since(since) >= limit && !limit.is_zero());
-                    settle(&mut place, m, Place::Gone);
-                }
-                // Nothing left to expire: only a retry can be due.
-                if let Some(t) = hold.next_deadline() {
-                    assert!(
-                        t > now || hold.waiting() > 0,
-                        "next_deadline {t} not after {now}"
-                    );
+                w.core.handle_timeout(w.now);
+                w.outputs(true);
+                if let Some(t) = w.core.poll_timeout() {
+                    assert!(t > w.now, "poll_timeout {t} not after {}", w.now);
                 }
             }
         }
-        // Every publish in one place; the hold's size adds up.
-        let (messages, bytes) = hold.size();
-        let held: Vec<_> = place.values().filter(|p| p.0 == Place::Held).collect();
-        assert_eq!(messages, held.len(), "held count");
-        assert_eq!(bytes, held.iter().map(|p| p.2).sum::<usize>(), "held bytes");
-        assert!(messages <= max_messages && bytes <= max_bytes.max(0));
-        let outside = place.values().filter(|p| p.0 == Place::Out).count();
-        assert_eq!(outside, out.len(), "publishes with the caller");
-        let waiting = place.values().filter(|p| p.0 == Place::Waiting).count();
-        assert_eq!(waiting, hold.waiting(), "publishes waiting for a retry");
-        if waiting > 0 {
-            assert!(hold.next_deadline().is_some());
+        w.outputs(false);
+        w.balance();
+    }
+    // Closing: everything the core keeps fails, every node goes, and what
+    // comes back from the wires is never sent again.
+    w.core.handle_closing();
+    w.closing = true;
+    w.outputs(false);
+    w.balance();
+    assert_eq!(w.core.stats(), PublishStats::default());
+    assert!(w.known.is_empty(), "nodes not retired: {:?}", w.known);
+    for (_, msg) in core::mem::take(&mut w.wire) {
+        let seq = msg.seq;
+        w.place.insert(seq, Place::Core);
+        let v = w.core.handle_reply(w.now, msg, Reply::NotWritten);
+        assert!(
+            matches!(v, Verdict::Fail { .. }),
+            "#{seq} after closing: {v:?}"
+        );
+        w.verdict(seq, v);
+    }
+    let v = w.core.handle_publish(w.now, Msg::new(w.seq + 1, 0, 1));
+    assert!(
+        matches!(
+            v,
+            Verdict::Fail {
+                why: Failure::Shutdown,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    assert!(w.place.values().all(|&p| p == Place::Gone));
+}
+
+/// Where each publish is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// With the core (held, or waiting for its retry), or being given to
+    /// it.
+    Core,
+    /// On a wire (the caller's).
+    Wire,
+    /// Ended: taken or failed.
+    Gone,
+}
+
+/// The control thread and the nodes around one [`PublishCore`].
+struct World {
+    core: PublishCore<u8, Msg>,
+    now: Time,
+    seq: u64,
+    place: BTreeMap<u64, Place>,
+    /// Publishes sent and not answered, with their node.
+    wire: Vec<(NodeId, Msg)>,
+    /// Nodes the core has (given to it, not retired).
+    known: BTreeSet<NodeId>,
+    /// Gates by token: open or not.
+    gates: BTreeMap<u64, bool>,
+    closing: bool,
+}
+
+impl World {
+    fn new(cfg: PublishConfig) -> World {
+        World {
+            core: PublishCore::new(cfg),
+            now: Time::ZERO,
+            seq: 0,
+            place: BTreeMap::new(),
+            wire: Vec::new(),
+            known: BTreeSet::new(),
+            gates: BTreeMap::new(),
+            closing: false,
         }
     }
-    // Shutdown: everything held or waiting comes out.
-    let rest = hold.drain();
-    assert_eq!(rest.len(), hold_count(&place));
-    assert_eq!(hold.waiting(), 0);
-    assert_eq!(hold.size(), (0, 0));
-}
 
-fn hold_count(place: &BTreeMap<u64, (Place, u16, usize)>) -> usize {
-    place
-        .values()
-        .filter(|p| matches!(p.0, Place::Held | Place::Waiting))
-        .count()
-}
+    /// The control thread opens a publish connection to `n` if the core
+    /// has none.
+    fn open(&mut self, n: NodeId) {
+        if self.known.insert(n) {
+            self.core.handle_node(n, n.0 as u8);
+        }
+    }
 
-fn slot_of(place: &BTreeMap<u64, (Place, u16, usize)>, seq: u64) -> u16 {
-    place.get(&seq).map_or(0, |p| p.1)
-}
+    fn closed(&self) -> Vec<u64> {
+        self.gates.iter().filter(|g| !*g.1).map(|g| *g.0).collect()
+    }
 
-/// Books what the hold made of publish `seq` offered to it.
-fn offered(
-    place: &mut BTreeMap<u64, (Place, u16, usize)>,
-    out: &mut Vec<Msg>,
-    (seq, offer): (u64, Offer<Msg>),
-    settle: &mut impl FnMut(&mut BTreeMap<u64, (Place, u16, usize)>, &Msg, Place),
-) {
-    match offer {
-        Offer::Held(evicted) => {
-            if let Some(e) = place.get_mut(&seq) {
-                e.0 = Place::Held;
+    /// `msg` leaves the core (it must have been there) for `to`.
+    fn moved(&mut self, msg: &Msg, to: Place) {
+        let p = self.place.get_mut(&msg.seq).expect("a publish never made");
+        assert_eq!(
+            *p,
+            Place::Core,
+            "#{} came out of the core from {p:?}",
+            msg.seq
+        );
+        *p = to;
+    }
+
+    fn send(&mut self, node: NodeId, msg: Msg) {
+        assert!(!self.closing, "#{} sent while closing", msg.seq);
+        assert!(
+            self.known.contains(&node),
+            "#{} to {node:?}, retired",
+            msg.seq
+        );
+        self.moved(&msg, Place::Wire);
+        self.wire.push((node, msg));
+    }
+
+    fn end(&mut self, msg: &Msg, why: Option<Failure>) {
+        if let Some(Failure::Expired { held }) = why {
+            let limit = self.core.config().hold_limit;
+            assert!(!limit.is_zero() && held >= limit, "expired after {held:?}");
+        }
+        self.moved(msg, Place::Gone);
+    }
+
+    /// Carries out what the core made of publish `seq`.
+    fn verdict(&mut self, seq: u64, v: Verdict<Msg>) {
+        match v {
+            Verdict::Owner(msg) | Verdict::Send { msg, .. } | Verdict::Done(msg)
+                if msg.seq != seq =>
+            {
+                panic!("#{seq} given, #{} back", msg.seq)
             }
-            for m in &evicted {
-                settle(place, m, Place::Gone);
+            Verdict::Owner(msg) => {
+                let node = self.core.owner(msg.slot).expect("Owner with no owner");
+                self.send(node, msg);
+            }
+            Verdict::Send { node, msg, .. } => self.send(node, msg),
+            Verdict::Done(msg) => self.end(&msg, None),
+            Verdict::Held { evicted, .. } => {
+                for msg in &evicted {
+                    assert!(msg.seq != seq, "#{seq} held and evicted");
+                    self.end(msg, None);
+                }
+            }
+            Verdict::Waiting { at, .. } => assert!(at > self.now, "a retry at {at}"),
+            Verdict::Fail { msg, why } => self.end(&msg, Some(why)),
+        }
+    }
+
+    /// Carries out the core's outputs (`look`: after its timeout).
+    fn outputs(&mut self, look: bool) {
+        let mut probes: BTreeSet<u16> = BTreeSet::new();
+        let mut sent: BTreeSet<u16> = BTreeSet::new();
+        while let Some(o) = self.core.poll_output() {
+            match o {
+                Output::Submit { node, msg, .. } => {
+                    // A probe goes alone.
+                    let slot = msg.slot;
+                    if look {
+                        assert!(!probes.contains(&slot), "s{slot} sent after its probe");
+                        assert!(
+                            !msg.probe || !sent.contains(&slot),
+                            "probe of s{slot} not alone"
+                        );
+                        if msg.probe {
+                            probes.insert(slot);
+                        }
+                        sent.insert(slot);
+                    }
+                    self.send(node, msg);
+                }
+                Output::Fail { msg, why } => self.end(&msg, Some(why)),
+                Output::GateClosed { token, .. } => {
+                    assert!(
+                        self.gates.insert(token, false).is_none(),
+                        "gate {token} twice"
+                    );
+                }
+                Output::Barrier { token, node } | Output::Marker { token, node, .. } => {
+                    assert_eq!(
+                        self.gates.get(&token),
+                        Some(&false),
+                        "gate {token} not closed"
+                    );
+                    assert!(
+                        self.known.contains(&node),
+                        "gate {token} on {node:?}, retired"
+                    );
+                }
+                Output::GateOpened { token, .. } => {
+                    assert_eq!(self.gates.insert(token, true), Some(false), "gate {token}");
+                }
+                Output::Retire { node } => {
+                    assert!(self.known.remove(&node), "{node:?} retired twice");
+                }
+                _ => {}
             }
         }
-        Offer::Full(m) => settle(place, &m, Place::Gone),
-        Offer::Free(m) => {
-            settle(place, &m, Place::Out);
-            out.push(m);
-        }
+    }
+
+    /// The core keeps what it says, within its bounds.
+    fn balance(&self) {
+        let st = self.core.stats();
+        let kept = self.place.values().filter(|&&p| p == Place::Core).count();
+        assert_eq!(kept, st.held_messages + st.waiting, "kept {st:?}");
+        let wire = self.place.values().filter(|&&p| p == Place::Wire).count();
+        assert_eq!(wire, self.wire.len(), "on the wires");
+        let cfg = self.core.config();
+        assert!(st.held_messages <= cfg.hold_messages && st.held_bytes <= cfg.hold_bytes);
+        assert!(st.held_messages == 0 || self.core.holds_any(), "{st:?}");
     }
 }

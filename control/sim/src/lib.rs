@@ -42,11 +42,11 @@
 //!    0.5 s), not at the next poll.
 //!
 //! The publish side has two models of its own, each over 10,000 seeded
-//! schedules in `tests/sim.rs`: [`gates`] (one slot's route change through
-//! [`control::Gates`]: migrations, failovers with the bus delayed, the old
-//! node dying; publish order unless the gate timed out, and the gate's time
-//! bound) and [`publish`] (slots whose owners go away and refuse for a
-//! while, through [`control::Hold`] and [`control::RetryPolicy`]: publish
+//! schedules in `tests/sim.rs`, both driving the publish core the engine
+//! runs ([`control::publish::PublishCore`]): [`gates`] (one slot's route
+//! change: migrations, failovers with the bus delayed, the old node dying;
+//! publish order unless the gate timed out, and the gate's time bound) and
+//! [`publish`] (slots whose owners go away and refuse for a while: publish
 //! order, every publish ending once within its bounds, the hold's limits),
 //! and [`routes`] checks [`control::Routes`] (which slots a map or a `MOVED`
 //! moves, each behind one gate per old and new route) against a plain

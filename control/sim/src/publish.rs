@@ -1,28 +1,34 @@
 //! The publish side with owners that go away and refuse for a while: one
-//! instance's publishes to a few slots through [`control::Hold`] and
-//! [`control::RetryPolicy`], as the engine's control thread drives them,
-//! against nodes whose connections drop (publishes are then held, and
-//! released to the owner when it is back) and that refuse publishes for
-//! now for stretches of time (`TRYAGAIN`, `CLUSTERDOWN`: retried after a
-//! backoff), often right after they come back. Each request is judged
-//! when it reaches its node, so a pipelined batch can straddle the end of
-//! a refusal: the case that reorders unless a refused publish, or the
-//! first release after an unreachable owner, goes alone.
+//! instance's publishes to a few slots through the publish core
+//! ([`control::publish::PublishCore`], the code the engine's control
+//! thread runs), against nodes whose connections drop (publishes are then
+//! held, and released to the owner when it is back) and that refuse
+//! publishes for now for stretches of time (`TRYAGAIN`: retried after a
+//! backoff), often right after they come back. The model is the world
+//! only: the nodes, their links and the clock; it feeds the core its
+//! inputs (publishes, replies, link changes, its timeout at
+//! `poll_timeout`) and carries out its verdicts and outputs. Each request
+//! is judged when it reaches its node, so a pipelined batch can straddle
+//! the end of a refusal: the case that reorders unless a refused publish,
+//! or the first release after an unreachable owner, goes alone.
 //!
 //! Properties ([`run_publish`] panics with the seed when one fails):
 //!
 //! 1. with the hold on, each slot's publishes are taken in publish order,
 //!    but for a publish written while an earlier one was on the wire and
-//!    then refused or lost (its node judged them one by one, and nothing
-//!    recalls a request: counted, and bounded by the sweep, see
-//!    RELIABILITY.md); a publish written after a refusal or loss was known
-//!    never overtakes it;
+//!    then refused (its node judged them one by one, and nothing recalls
+//!    a request: counted, and bounded by the sweep, see RELIABILITY.md); a
+//!    publish written after a refusal was known never overtakes it;
 //! 2. every publish ends exactly once: taken, or failed (the hold full,
-//!    held past its limit, refused past its retry window), and none is
-//!    taken after it failed or taken twice;
-//! 3. nothing stays held past the hold's limit (plus the driver's look
-//!    every 5 ms), and the hold never holds more than its bound;
-//! 4. every publish has ended when the run does.
+//!    held past its limit, refused past its retry window, or its
+//!    connection broken while it was on the wire, after which it is never
+//!    sent again), and none is taken after it failed or taken twice;
+//! 3. nothing stays held past the hold's limit (plus the core's look,
+//!    [`control::publish::PublishConfig::look`]), the hold never holds
+//!    more than its bound, and after the core's timeout its next timeout
+//!    lies later;
+//! 4. every publish has ended when the run does, and the core keeps
+//!    nothing.
 
 use alloc::collections::{BTreeMap, BinaryHeap};
 use alloc::format;
@@ -31,10 +37,10 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 use core::time::Duration;
 
-use control::{Due, Held, Hold, Offer, Refused, RetryPolicy, Rng, Time};
+use control::publish::{NodeId, Output, PublishConfig, PublishCore, Reply, Verdict};
+use control::{Held, RetryPolicy, Rng, Time};
 
-/// How often the driver looks at the hold while it holds something.
-const LOOK: Duration = Duration::from_millis(5);
+use crate::routes::{build, node_of};
 
 /// What one run did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,7 +49,8 @@ pub struct PublishRun {
     pub publishes: u32,
     /// Taken by their node.
     pub taken: u32,
-    /// Failed (hold full, expired, retry window).
+    /// Failed (hold full, expired, retry window, lost with its
+    /// connection).
     pub failed: u32,
     /// Held at some point.
     pub held: u32,
@@ -56,16 +63,30 @@ pub struct PublishRun {
     pub inflight_reorders: u32,
 }
 
+/// A publish as the simulator's models give it to the core.
 #[derive(Debug)]
-struct Msg {
-    seq: u64,
-    slot: u16,
+pub(crate) struct Msg {
+    pub(crate) seq: u64,
+    pub(crate) slot: u16,
     since: Option<Time>,
-    probe: bool,
+    pub(crate) probe: bool,
     refusals: u32,
     first: Option<Time>,
-    /// Redirects followed (the publish core counts them).
     redirects: u32,
+}
+
+impl Msg {
+    pub(crate) fn new(seq: u64, slot: u16) -> Msg {
+        Msg {
+            seq,
+            slot,
+            since: None,
+            probe: false,
+            refusals: 0,
+            first: None,
+            redirects: 0,
+        }
+    }
 }
 
 impl Held for Msg {
@@ -101,23 +122,63 @@ impl Held for Msg {
     }
 }
 
+/// The core's timer as a control thread keeps it: one wake-up at
+/// [`PublishCore::poll_timeout`], moved when that moves.
+#[derive(Debug, Default)]
+pub(crate) struct Timer {
+    at: Option<Time>,
+}
+
+impl Timer {
+    /// The wake-up to schedule after a step, if it moved.
+    pub(crate) fn next<A: Clone + PartialEq>(
+        &mut self,
+        now: Time,
+        core: &PublishCore<A, Msg>,
+    ) -> Option<Time> {
+        let next = core.poll_timeout();
+        if next.is_none() || next == self.at {
+            return None;
+        }
+        self.at = next;
+        next.map(|t| t.max(now))
+    }
+
+    /// A wake-up fired at `now`: whether the core's timeout is due (it
+    /// may be a stale one, moved earlier since).
+    pub(crate) fn due<A: Clone + PartialEq>(
+        &mut self,
+        now: Time,
+        core: &PublishCore<A, Msg>,
+    ) -> bool {
+        if self.at.is_some_and(|t| t <= now) {
+            self.at = None;
+        }
+        core.poll_timeout().is_some_and(|t| t <= now)
+    }
+}
+
 #[derive(Debug)]
 enum Ev {
     Publish(u64),
     /// A request reaches its slot's node.
     Arrive(Msg),
-    /// The driver reads the answer: taken, refused for now, or lost with
-    /// the connection (not run).
+    /// The control thread reads the answer.
     Reply(Msg, Answer),
-    /// A refused publish's retry is due.
-    Due,
-    Look,
+    /// Node `usize`'s link goes down or comes back.
+    Link(usize),
+    /// The core's timeout.
+    Timer,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
     Taken,
     Refused,
+    /// Its connection was down: not sent.
+    NotSent,
+    /// Its connection broke while it was on the wire (it did not run, but
+    /// the engine cannot know).
     Lost,
 }
 
@@ -147,17 +208,17 @@ struct Model {
     events: BinaryHeap<Reverse<(Time, u64, usize)>>,
     /// Event bodies by their order number (a heap of non-`Ord` payloads).
     bodies: BTreeMap<usize, Ev>,
-    hold: Hold<Msg>,
-    policy: RetryPolicy,
+    core: PublishCore<u8, Msg>,
+    timer: Timer,
     nodes: Vec<Node>,
     /// Per slot, the publishes taken, in the node's order.
     taken: Vec<Vec<u64>>,
     ended: BTreeMap<u64, (Time, bool)>,
     made: BTreeMap<u64, Time>,
-    look_at: Option<Time>,
     hold_on: bool,
     max_messages: usize,
-    window: Duration,
+    /// How long after it was made a publish ends at the latest.
+    bound: Duration,
     /// The step at which each publish was last written to its node.
     submitted: BTreeMap<u64, u64>,
     /// Each publish's writes: the step, and the step its answer came back.
@@ -190,10 +251,9 @@ impl Model {
             ));
         }
         // 3. Within its bounds: the hold's limit, then the retry window
-        // and its longest delay, and the links' delays.
+        // and its longest delay, the core's look, and the links' delays.
         let made = self.made.get(&seq).copied().unwrap_or(Time::ZERO);
-        let bound = self.hold.limit() + self.window + self.policy.longest_delay() * 2 + LOOK;
-        if self.now.since(made) > bound + Duration::from_millis(50) {
+        if self.now.since(made) > self.bound + Duration::from_millis(50) {
             self.fail(format!(
                 "publish {seq} made at {made} ended at {}",
                 self.now
@@ -211,8 +271,14 @@ impl Model {
         Duration::from_micros(self.rng.range(20, 3000))
     }
 
-    /// Writes `msg` on its slot's connection (the owner is up).
-    fn submit(&mut self, msg: Msg) {
+    /// Writes `msg` to `node` (slot `n`'s owner is node `n`).
+    fn submit(&mut self, node: NodeId, msg: Msg) {
+        if node != NodeId(u32::from(msg.slot)) {
+            self.fail(format!("{} sent to {node:?}, not its slot's node", msg.seq));
+        }
+        if self.ended.contains_key(&msg.seq) {
+            self.fail(format!("{} sent again after it ended", msg.seq));
+        }
         self.submitted.insert(msg.seq, self.step);
         self.flights
             .entry(msg.seq)
@@ -227,102 +293,57 @@ impl Model {
         let node = &mut self.nodes[usize::from(msg.slot)];
         let arrival = node.link.max(now + d);
         node.link = arrival;
-        // Written on a connection that dies before it arrives: lost unrun,
-        // and known lost by the time a new connection is up (the engine
-        // fails what was in flight on a connection before it reconnects).
+        // Its connection is down (not sent), or dies before the request
+        // arrives (lost unrun, and known lost by the time a new connection
+        // is up: the engine fails what was in flight on a connection
+        // before it reconnects).
         if let Some(&(a, b)) = node.down.iter().find(|&&(a, b)| now < b && arrival >= a) {
             let notice = (now.max(a) + detect).min(b);
-            self.at(notice, Ev::Reply(msg, Answer::Lost));
+            let answer = if a <= now {
+                Answer::NotSent
+            } else {
+                Answer::Lost
+            };
+            self.at(notice, Ev::Reply(msg, answer));
             return;
         }
         self.at(arrival, Ev::Arrive(msg));
     }
 
-    /// The ordinary way: behind the slot's held publishes, to an owner that
-    /// is up, or held (with the hold on; else refused for now, no owner).
-    fn route(&mut self, msg: Msg) {
-        let msg = if self.hold.entries() > 0 {
-            match self.hold.offer(self.now, msg) {
-                Offer::Free(m) => m,
-                offer => return self.offered(offer),
-            }
-        } else {
-            msg
-        };
-        if !self.nodes[usize::from(msg.slot)].is_down(self.now) {
-            return self.submit(msg);
-        }
-        if self.hold_on {
-            let offer = self.hold.hold(self.now, msg).0;
-            self.offered(offer);
-        } else {
-            self.refused(msg);
-        }
-    }
-
-    fn offered(&mut self, offer: Offer<Msg>) {
-        match offer {
-            Offer::Held(evicted) => {
+    /// Carries out what the core made of a publish, then its outputs.
+    fn verdict(&mut self, v: Verdict<Msg>) {
+        match v {
+            Verdict::Owner(msg) => match self.core.owner(msg.slot) {
+                Some(node) => self.submit(node, msg),
+                None => self.fail(format!("{} to an owner with none", msg.seq)),
+            },
+            Verdict::Send { node, msg, .. } => self.submit(node, msg),
+            Verdict::Done(msg) => self.end(msg.seq, true),
+            Verdict::Held { evicted, .. } => {
                 self.run.held += 1;
                 for m in evicted {
                     self.end(m.seq, false);
                 }
             }
-            Offer::Full(m) => self.end(m.seq, false),
-            Offer::Free(m) => self.fail(format!("{} free where it was held", m.seq)),
+            Verdict::Waiting { .. } => {}
+            Verdict::Fail { msg, .. } => self.end(msg.seq, false),
         }
-        let (messages, _) = self.hold.size();
-        if messages > self.max_messages {
-            self.fail(format!("{messages} held, more than {}", self.max_messages));
-        }
-        self.look();
+        self.outputs();
     }
 
-    fn refused(&mut self, msg: Msg) {
-        self.run.refusals += 1;
-        match self.hold.refused(self.now, msg, &self.policy) {
-            Refused::GiveUp(m, _) => {
-                let slot = m.slot;
-                if m.probe {
-                    self.hold.unpark(slot);
-                }
-                self.end(m.seq, false);
-            }
-            Refused::Later { at, .. } => self.at(at, Ev::Due),
-            Refused::Held(offer, _) => self.offered(offer),
-        }
-    }
-
-    /// The driver reads an answer.
-    fn reply(&mut self, mut msg: Msg, answer: Answer) {
-        match answer {
-            Answer::Taken => {
-                if msg.probe {
-                    self.hold.unpark(msg.slot);
-                    self.look();
-                }
-                self.end(msg.seq, true);
-            }
-            Answer::Refused => self.refused(msg),
-            Answer::Lost if self.hold_on => {
-                let offer = self.hold.hold(self.now, msg).0;
-                self.offered(offer);
-            }
-            Answer::Lost => {
-                if core::mem::take(&mut msg.probe) {
-                    self.hold.unpark(msg.slot);
-                }
-                self.end(msg.seq, false);
+    fn outputs(&mut self) {
+        while let Some(o) = self.core.poll_output() {
+            match o {
+                Output::Submit { node, msg, .. } => self.submit(node, msg),
+                Output::Fail { msg, .. } => self.end(msg.seq, false),
+                // One map, no moves: nothing else is for this world.
+                _ => {}
             }
         }
-    }
-
-    /// The driver looks at the hold in `LOOK` while it holds something.
-    fn look(&mut self) {
-        if self.look_at.is_none() && self.hold.entries() > 0 {
-            let t = self.now + LOOK;
-            self.look_at = Some(t);
-            self.at(t, Ev::Look);
+        // 3. The hold's bound.
+        let held = self.core.stats().held_messages;
+        if held > self.max_messages {
+            self.fail(format!("{held} held, more than {}", self.max_messages));
         }
     }
 
@@ -331,16 +352,8 @@ impl Model {
             Ev::Publish(seq) => {
                 let slot = self.rng.index(self.nodes.len()) as u16;
                 self.made.insert(seq, self.now);
-                let msg = Msg {
-                    seq,
-                    slot,
-                    since: None,
-                    probe: false,
-                    refusals: 0,
-                    first: None,
-                    redirects: 0,
-                };
-                self.route(msg);
+                let v = self.core.handle_publish(self.now, Msg::new(seq, slot));
+                self.verdict(v);
             }
             Ev::Arrive(msg) => {
                 let node = &self.nodes[usize::from(msg.slot)];
@@ -363,56 +376,33 @@ impl Model {
                 if let Some(f) = self.flights.get_mut(&msg.seq).and_then(|f| f.last_mut()) {
                     f.1 = Some(self.step);
                 }
-                self.reply(msg, answer);
-            }
-            Ev::Due => {
-                for (msg, parked) in self.hold.take_due(self.now) {
-                    let up = !self.nodes[usize::from(msg.slot)].is_down(self.now);
-                    match self.hold.due(self.now, msg, parked, up) {
-                        Due::Probe(m) => self.submit(m),
-                        Due::Held(offer, _) => self.offered(offer),
-                        Due::Route(m) => self.route(m),
+                let reply = match answer {
+                    // A plain reply ends its publish without the core.
+                    Answer::Taken if !msg.probe => return self.end(msg.seq, true),
+                    Answer::Taken => Reply::Taken,
+                    Answer::Refused => {
+                        self.run.refusals += 1;
+                        Reply::TryAgain
                     }
-                }
-            }
-            Ev::Look => {
-                self.look_at = None;
-                self.service();
-                self.look();
-            }
-        }
-    }
-
-    /// What the control thread does with the hold on each look.
-    fn service(&mut self) {
-        for slot in self.hold.releasable() {
-            for _ in 0..64 {
-                let up = !self.nodes[usize::from(slot)].is_down(self.now);
-                if !up && self.hold_on {
-                    break;
-                }
-                let Some(batch) = self.hold.take(slot) else {
-                    break;
+                    Answer::NotSent => Reply::NotConnected,
+                    Answer::Lost => Reply::Lost,
                 };
-                for m in batch {
-                    if up {
-                        self.submit(m);
-                    } else {
-                        self.refused(m); // no owner, no hold
+                let v = self.core.handle_reply(self.now, msg, reply);
+                self.verdict(v);
+            }
+            Ev::Link(node) => {
+                let up = !self.nodes[node].is_down(self.now);
+                self.core.handle_link(NodeId(node as u32), up);
+            }
+            Ev::Timer => {
+                if self.timer.due(self.now, &self.core) {
+                    self.core.handle_timeout(self.now);
+                    self.outputs();
+                    // 3. Nothing past its limit or due once looked at.
+                    if let Some(t) = self.core.poll_timeout().filter(|&t| t <= self.now) {
+                        self.fail(format!("poll_timeout {t} not after {}", self.now));
                     }
                 }
-            }
-        }
-        for m in self.hold.expired(self.now) {
-            if m.probe {
-                self.fail(format!("probe {} expired in the hold", m.seq));
-            }
-            self.end(m.seq, false);
-        }
-        // 3. Nothing past its limit once looked at.
-        if let Some(t) = self.hold.next_deadline() {
-            if t <= self.now {
-                self.fail(format!("held past the limit: due {t}, now {}", self.now));
             }
         }
     }
@@ -461,22 +451,39 @@ pub fn run_publish(seed: u64) -> PublishRun {
             replies: Time::ZERO,
         });
     }
+    // Slot `n` lives on node `n`, for the whole run.
+    let mut cfg = PublishConfig::new((0..slots as u16).collect());
+    cfg.max_redirects = 5;
+    cfg.retry_window = window;
+    cfg.hold_limit = limit;
+    cfg.hold_messages = max_messages;
+    cfg.hold_bytes = usize::MAX;
+    let bound = limit + window + RetryPolicy::new(5, window).longest_delay() * 2 + cfg.look;
+    let mut core = PublishCore::new(cfg);
+    for node in 0..slots as u8 {
+        core.handle_node(NodeId(node.into()), node);
+    }
+    let owners: Vec<Option<u8>> = (0..slots as u8).map(Some).collect();
+    let plan = core.plan_map(&build(&owners), |sh| {
+        node_of(None)(sh).map(|n| NodeId(n.into()))
+    });
+    core.apply_map(Time::ZERO, plan);
+    core.poll_outputs().for_each(drop);
     let mut m = Model {
         seed,
         now: Time::ZERO,
         order: 0,
         events: BinaryHeap::new(),
         bodies: BTreeMap::new(),
-        hold: Hold::new(max_messages, usize::MAX, limit),
-        policy: RetryPolicy::new(5, window),
+        core,
+        timer: Timer::default(),
         nodes,
         taken: (0..slots).map(|_| Vec::new()).collect(),
         ended: BTreeMap::new(),
         made: BTreeMap::new(),
-        look_at: None,
         hold_on,
         max_messages,
-        window,
+        bound,
         submitted: BTreeMap::new(),
         flights: BTreeMap::new(),
         step: 0,
@@ -487,6 +494,12 @@ pub fn run_publish(seed: u64) -> PublishRun {
     for seq in 1..=n {
         t = t + Duration::from_micros(m.rng.range(0, span * 2000 / n));
         m.at(t, Ev::Publish(seq));
+    }
+    let edges: Vec<(Time, usize)> = (m.nodes.iter().enumerate())
+        .flat_map(|(i, node)| node.down.iter().flat_map(move |&(a, b)| [(a, i), (b, i)]))
+        .collect();
+    for (t, node) in edges {
+        m.at(t, Ev::Link(node));
     }
     m.run.publishes = n as u32;
     let trace = std::env::var_os("CONTROL_SIM_TRACE").is_some();
@@ -514,8 +527,9 @@ pub fn run_publish(seed: u64) -> PublishRun {
             std::eprintln!("{t} {ev:?}");
         }
         m.step(ev);
-        // The control thread wakes every `LOOK` while anything is held.
-        m.look();
+        if let Some(t) = m.timer.next(m.now, &m.core) {
+            m.at(t, Ev::Timer);
+        }
     }
     m.check(n);
     m.run
@@ -561,12 +575,12 @@ impl Model {
                 self.fail(format!("{seq} taken but ended {:?}", self.ended.get(seq)));
             }
         }
-        // 4. Everything ended.
-        if self.ended.len() as u64 != n || self.hold.entries() != 0 {
+        // 4. Everything ended, and the core keeps nothing.
+        let stats = self.core.stats();
+        if self.ended.len() as u64 != n || self.core.holds_any() || stats.waiting != 0 {
             self.fail(format!(
-                "{} of {n} ended, slots still held: {:?}",
+                "{} of {n} ended, the core still keeps {stats:?}",
                 self.ended.len(),
-                self.hold
             ));
         }
     }

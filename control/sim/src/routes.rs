@@ -64,17 +64,19 @@ fn shard(node: u8) -> Shard {
     }
 }
 
-/// The node a shard's primary is, when it can be reached.
-fn node_of(unreachable: Option<u8>) -> impl Fn(&Shard) -> Option<u8> {
-    move |sh: &Shard| {
-        let host = &sh.primary.addr.as_ref()?.host;
-        let n: u8 = host.rsplit('.').next()?.parse().ok()?;
-        (Some(n) != unreachable).then_some(n)
-    }
+/// The node a map's node is (its address names it).
+pub fn node_at(node: &Node) -> Option<u8> {
+    let host = &node.addr.as_ref()?.host;
+    host.rsplit('.').next()?.parse().ok()
 }
 
-/// A map from per-slot owners (`None`: unowned).
-fn build(owners: &[Option<u8>]) -> SlotMap {
+/// The node a shard's primary is, when it can be reached.
+pub fn node_of(unreachable: Option<u8>) -> impl Fn(&Shard) -> Option<u8> {
+    move |sh: &Shard| node_at(&sh.primary).filter(|&n| Some(n) != unreachable)
+}
+
+/// A map from per-slot owners (`None`: unowned; slots past the end too).
+pub fn build(owners: &[Option<u8>]) -> SlotMap {
     let mut map = SlotMap::new();
     let mut shards: Vec<(u8, usize)> = Vec::new();
     let mut start = 0usize;
