@@ -212,9 +212,10 @@ impl Neighbours {
     }
 
     /// After the hostile input: the neighbours are active, deliver messages
-    /// published after it on every channel, and, publishing stopped, every
-    /// message is accounted (delivered, or lost inside a signalled window;
-    /// no publish failed), after at most `max_closes` closes.
+    /// published after it on every channel, and, publishing stopped, a last
+    /// round reaches every channel and every message is accounted
+    /// (delivered, or lost inside a signalled window; no publish failed),
+    /// after at most `max_closes` closes.
     fn finish(self, max_closes: usize, what: &str) {
         let Neighbours {
             chans,
@@ -234,13 +235,31 @@ impl Neighbours {
             .wait_fresh(ledger.elapsed(), BOUND)
             .unwrap_or_else(|e| panic!("{what}: {e}\n{:?}", ps.metrics()));
         publisher.stop();
-        if let Err(e) = ledger.wait_caught_up(BOUND) {
-            panic!(
-                "{what}: {e}\n{}\ntimeline: {:?}\n{:?}",
-                ledger.report(),
-                handler.timeline.lock(),
-                ps.metrics()
-            );
+        // The input may close the connection again after that (on a quiet
+        // machine Redis confirmed a name over its lowered limit and then
+        // closed the connection for it, three more times): the messages
+        // around each close are lost, signalled. A last round, published
+        // once the neighbours are back, must reach every channel; a close
+        // during it means one more round (at most one per close).
+        for round in 0.. {
+            let before = closes(&handler);
+            ps.wait_active(&chans, BOUND)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            accounted::round(&ledger, &*accounted::via_wait(ps.clone(), BOUND));
+            let ended = testkit::wait_for("the last round, or another close", BOUND, || {
+                Ok((ledger.caught_up() || closes(&handler) > before).then_some(()))
+            });
+            if ended.is_ok() && ledger.caught_up() {
+                break;
+            }
+            if ended.is_err() || round >= max_closes {
+                panic!(
+                    "{what}: {ended:?} after {round} last rounds\n{}\ntimeline: {:?}\n{:?}",
+                    ledger.report(),
+                    handler.timeline.lock(),
+                    ps.metrics()
+                );
+            }
         }
         let report = accounted::settle_and_check(&ledger, BOUND, what);
         assert_eq!(report.failed_total(), 0, "{what}:\n{report}");
@@ -390,6 +409,8 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
             false => ps.wait_active(&[&huge], BOUND),
         };
         let took = at.elapsed();
+        // Its batch alone, then held and sent alone twice: three closes.
+        let mut max_closes = 3;
         match r {
             Err(Error::SubscribeRefused { message, .. }) => {
                 assert!(message.contains("output buffer limit"), "{what}: {message}")
@@ -401,13 +422,16 @@ fn refused_alone_where_the_limit_was_not_read(pattern: bool) {
                     closes(&nb.handler)
                 )
             }
-            // Taken at last (Redis, once, after 16 s of closes with the net
-            // off): the count of closes below says whether that was fair.
-            Ok(()) => eprintln!("{what}: the server took it after {took:?}"),
+            // Taken (Valkey reads such a reply out when the client is fast
+            // enough), and sometimes closed for it just after: that close,
+            // then the three of a name held alone, and refused.
+            Ok(()) => {
+                eprintln!("{what}: the server took it after {took:?}");
+                max_closes += 1;
+            }
         }
         drop(huge);
-        // Its batch alone, then held and sent alone twice: three closes.
-        nb.finish(3, what);
+        nb.finish(max_closes, what);
     }
 }
 
