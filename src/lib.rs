@@ -185,7 +185,7 @@ pub use engine::{Pending, Runtime};
 pub use error::Error;
 pub use metrics::{Dropped, LagSnapshot, Metrics, ServerHealth};
 pub use pubsub::{
-    handler_fn, ChannelList, Channels, Event, FnHandler, Handler, PubSub, PubSubBuilder,
+    handler_fn, ChannelList, Channels, Event, FnHandler, Handler, PubSub, PubSubBuilder, Text,
 };
 pub use resp::Value;
 #[cfg(feature = "tls")]

@@ -44,7 +44,7 @@ mod replica_opts;
 mod router;
 pub(crate) mod sentinel;
 
-pub use crate::workers::{handler_fn, ChannelList, Event, FnHandler, Handler};
+pub use crate::workers::{handler_fn, ChannelList, Event, FnHandler, Handler, Text};
 pub use awaiting::Active;
 pub use builder::PubSubBuilder;
 pub use channels::Channels;

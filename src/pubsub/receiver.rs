@@ -27,12 +27,12 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 
 use crate::engine::wait::keep_waker;
-use crate::pubsub::{ChannelList, Event, Handler};
+use crate::pubsub::{ChannelList, Event, Handler, Text};
 use crate::workers::Drops;
 
 /// One item a [`Receiver`] gives: a message, or an [`Event`] in owned form.
 #[non_exhaustive]
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Delivery {
     /// A message (the envelope, if on, already stripped).
     Message {
@@ -137,7 +137,61 @@ pub enum Delivery {
     },
 }
 
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::Message { channel, payload } => f
+                .debug_struct("Message")
+                .field("channel", &Text(channel))
+                .field("payload", &Text(payload))
+                .finish(),
+            Delivery::PatternMessage {
+                pattern,
+                channel,
+                payload,
+            } => f
+                .debug_struct("PatternMessage")
+                .field("pattern", &Text(pattern))
+                .field("channel", &Text(channel))
+                .field("payload", &Text(payload))
+                .finish(),
+            // Every other delivery is an event, shown as the handler's.
+            other => match other.event() {
+                Some(event) => event.fmt(f),
+                None => f.write_str("Delivery"),
+            },
+        }
+    }
+}
+
 impl Delivery {
+    /// A message's channel (`None` for an event).
+    pub fn channel(&self) -> Option<&[u8]> {
+        match self {
+            Delivery::Message { channel, .. } | Delivery::PatternMessage { channel, .. } => {
+                Some(channel)
+            }
+            _ => None,
+        }
+    }
+
+    /// A message's payload (`None` for an event).
+    pub fn payload(&self) -> Option<&[u8]> {
+        match self {
+            Delivery::Message { payload, .. } | Delivery::PatternMessage { payload, .. } => {
+                Some(payload)
+            }
+            _ => None,
+        }
+    }
+
+    /// A message's payload as text, when it is UTF-8 (`None` for an event
+    /// or another payload; [`Text`] shows any bytes). Borrows, never
+    /// copies.
+    pub fn payload_str(&self) -> Option<&str> {
+        self.payload().and_then(|p| Text(p).as_str())
+    }
+
     /// The event, borrowed, as a [`Handler`] would get it (`None` for a
     /// message).
     pub fn event(&self) -> Option<Event<'_>> {

@@ -137,8 +137,8 @@ where
 }
 
 /// Something that happened to subscriptions, in order with the messages.
+/// Its `Debug` shows names as text ([`Text`]).
 #[non_exhaustive]
-#[derive(Debug)]
 pub enum Event<'a> {
     /// The server confirmed the subscription: messages published from now
     /// on are delivered. Only sent when
@@ -275,8 +275,130 @@ pub enum Event<'a> {
     },
 }
 
-/// A packed list of channel names (one allocation for all names).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+impl std::fmt::Debug for Event<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Active { channel } => f
+                .debug_struct("Active")
+                .field("channel", &Text(channel))
+                .finish(),
+            Event::Gap { server, channels } => f
+                .debug_struct("Gap")
+                .field("server", server)
+                .field("channels", channels)
+                .finish(),
+            Event::Refused { channel, message } => f
+                .debug_struct("Refused")
+                .field("channel", &Text(channel))
+                .field("message", message)
+                .finish(),
+            Event::Dropped { channels, messages } => f
+                .debug_struct("Dropped")
+                .field("channels", channels)
+                .field("messages", messages)
+                .finish(),
+            Event::Disconnected {
+                server,
+                addr,
+                error,
+            } => f
+                .debug_struct("Disconnected")
+                .field("server", server)
+                .field("addr", addr)
+                .field("error", error)
+                .finish(),
+            Event::PatternActive { pattern } => f
+                .debug_struct("PatternActive")
+                .field("pattern", &Text(pattern))
+                .finish(),
+            Event::PatternGap { server, patterns } => f
+                .debug_struct("PatternGap")
+                .field("server", server)
+                .field("patterns", patterns)
+                .finish(),
+            Event::PatternRefused { pattern, message } => f
+                .debug_struct("PatternRefused")
+                .field("pattern", &Text(pattern))
+                .field("message", message)
+                .finish(),
+            Event::PatternDropped { patterns, messages } => f
+                .debug_struct("PatternDropped")
+                .field("patterns", patterns)
+                .field("messages", messages)
+                .finish(),
+            Event::Connected { server, addr } => f
+                .debug_struct("Connected")
+                .field("server", server)
+                .field("addr", addr)
+                .finish(),
+            Event::Unrecoverable {
+                channel,
+                since,
+                now,
+                reason,
+            } => f
+                .debug_struct("Unrecoverable")
+                .field("channel", &Text(channel))
+                .field("since", since)
+                .field("now", now)
+                .field("reason", reason)
+                .finish(),
+        }
+    }
+}
+
+/// Bytes shown as text, for logs: a channel name, a pattern or a payload.
+/// `Display` writes valid UTF-8 as it is and every other byte as `\xNN`;
+/// `Debug` quotes and escapes like `str`'s, with the same `\xNN` for bytes
+/// that are not UTF-8. Neither allocates.
+///
+/// ```
+/// use shardsub::Text;
+/// assert_eq!(Text(b"news:1").to_string(), "news:1");
+/// assert_eq!(format!("{:?}", Text(b"a\"b\xff")), r#""a\"b\xff""#);
+/// assert_eq!(Text(b"caf\xc3\xa9").as_str(), Some("café"));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Text<'a>(pub &'a [u8]);
+
+impl<'a> Text<'a> {
+    /// The bytes as a `&str`, when they are UTF-8.
+    pub fn as_str(&self) -> Option<&'a str> {
+        std::str::from_utf8(self.0).ok()
+    }
+}
+
+impl std::fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        f.write_char('"')?;
+        for chunk in self.0.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                write!(f, "{}", c.escape_debug())?;
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        f.write_char('"')
+    }
+}
+
+/// A packed list of channel names (one allocation for all names). Its
+/// `Debug` lists the names as text ([`Text`]).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ChannelList {
     bytes: Vec<u8>,
     ends: Vec<u32>,
@@ -320,6 +442,12 @@ impl ChannelList {
     }
 }
 
+impl std::fmt::Debug for ChannelList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(Text)).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +464,26 @@ mod tests {
         assert!(l.contains(b"news:1"));
         assert!(!l.contains(b"news"));
         assert_eq!(l.get(3), None);
+    }
+
+    #[test]
+    fn names_print_as_text_with_other_bytes_escaped() {
+        let mut l = ChannelList::default();
+        for n in [&b"news:1"[..], b"caf\xc3\xa9", b"a\"\n\xff"] {
+            l.push(n);
+        }
+        assert_eq!(format!("{l:?}"), r#"["news:1", "café", "a\"\n\xff"]"#);
+        let gap = Event::Gap {
+            server: None,
+            channels: &l,
+        };
+        assert_eq!(
+            format!("{gap:?}"),
+            r#"Gap { server: None, channels: ["news:1", "café", "a\"\n\xff"] }"#
+        );
+        let active = Event::Active { channel: b"x\x80" };
+        assert_eq!(format!("{active:?}"), r#"Active { channel: "x\x80" }"#);
+        assert_eq!(Text(b"a\xffb").to_string(), "a\\xffb");
+        assert_eq!(Text(b"\xff").as_str(), None);
     }
 }

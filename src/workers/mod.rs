@@ -31,7 +31,7 @@ pub(crate) mod handler;
 mod merge;
 mod stage;
 
-pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler};
+pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler, Text};
 #[cfg(test)]
 use stage::STAGE;
 pub(crate) use stage::{LaneOwners, Origin, Stage};

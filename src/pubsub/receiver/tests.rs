@@ -135,3 +135,31 @@ fn a_dropped_receiver_lets_the_handler_discard() {
     h.on_message(b"a", b"2");
     assert!(h.queue.inner.lock().items.is_empty());
 }
+
+#[test]
+fn a_delivery_shows_its_names_and_payload_as_text_and_lends_them() {
+    let m = Delivery::Message {
+        channel: b"news:1".to_vec(),
+        payload: b"caf\xc3\xa9".to_vec(),
+    };
+    assert_eq!(
+        format!("{m:?}"),
+        r#"Message { channel: "news:1", payload: "café" }"#
+    );
+    assert_eq!(m.channel(), Some(&b"news:1"[..]));
+    assert_eq!(m.payload_str(), Some("café"));
+    let bin = Delivery::Message {
+        channel: b"c".to_vec(),
+        payload: vec![0xff, b'a'],
+    };
+    assert_eq!(bin.payload_str(), None);
+    assert_eq!(
+        format!("{bin:?}"),
+        r#"Message { channel: "c", payload: "\xffa" }"#
+    );
+    let active = Delivery::Active {
+        channel: b"x".to_vec(),
+    };
+    assert_eq!(format!("{active:?}"), r#"Active { channel: "x" }"#);
+    assert_eq!(active.payload(), None);
+}
