@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
-use crate::{Command, Core, Held, Time};
+use crate::{Command, Core, Time};
 
 pub(crate) fn addr(host: &str) -> NodeAddr {
     NodeAddr {
@@ -73,64 +73,10 @@ pub(crate) fn drain(core: &mut Core) -> Vec<Command> {
     core::iter::from_fn(|| core.poll_command()).collect()
 }
 
-/// A publish for the hold's and the publish core's unit tests.
-#[derive(Debug)]
-pub(crate) struct Msg {
-    pub(crate) seq: u64,
-    pub(crate) slot: u16,
-    /// Name plus payload.
-    pub(crate) cost: usize,
-    pub(crate) since: Option<Time>,
-    pub(crate) probe: bool,
-    pub(crate) refusals: u32,
-    pub(crate) first: Option<Time>,
-    /// Redirects followed (the publish core counts them).
-    pub(crate) redirects: u32,
-}
-
-impl Held for Msg {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-    fn slot(&self) -> u16 {
-        self.slot
-    }
-    fn cost(&self) -> usize {
-        self.cost
-    }
-    fn held_since(&self) -> Option<Time> {
-        self.since
-    }
-    fn mark_held(&mut self, now: Time) {
-        self.since.get_or_insert(now);
-    }
-    fn probe(&self) -> bool {
-        self.probe
-    }
-    fn set_probe(&mut self, on: bool) {
-        self.probe = on;
-    }
-    fn refusals(&mut self) -> &mut u32 {
-        &mut self.refusals
-    }
-    fn first_refused(&mut self, now: Time) -> Time {
-        *self.first.get_or_insert(now)
-    }
-    fn redirects(&mut self) -> &mut u32 {
-        &mut self.redirects
-    }
-}
+/// The publish the hold's and the publish core's unit tests use.
+pub(crate) use crate::Sample as Msg;
 
 /// Publish `seq` to `slot`, of cost 10.
 pub(crate) fn msg(seq: u64, slot: u16) -> Msg {
-    Msg {
-        seq,
-        slot,
-        cost: 10,
-        since: None,
-        probe: false,
-        refusals: 0,
-        first: None,
-        redirects: 0,
-    }
+    Msg::new(seq, slot, 10)
 }

@@ -12,54 +12,11 @@ use std::time::Duration;
 use control::publish::{
     Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict,
 };
-use control::{ConnId, Held, ServiceNode, Time};
+use control::{ConnId, ServiceNode, Time};
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
 
-/// One publish in a script: its number and slot, and what the core keeps
-/// of it.
-#[derive(Debug)]
-struct Msg {
-    seq: u64,
-    slot: u16,
-    since: Option<Time>,
-    probe: bool,
-    refusals: u32,
-    first: Option<Time>,
-    redirects: u32,
-}
-
-impl Held for Msg {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-    fn slot(&self) -> u16 {
-        self.slot
-    }
-    fn cost(&self) -> usize {
-        100
-    }
-    fn held_since(&self) -> Option<Time> {
-        self.since
-    }
-    fn mark_held(&mut self, now: Time) {
-        self.since.get_or_insert(now);
-    }
-    fn probe(&self) -> bool {
-        self.probe
-    }
-    fn set_probe(&mut self, on: bool) {
-        self.probe = on;
-    }
-    fn refusals(&mut self) -> &mut u32 {
-        &mut self.refusals
-    }
-    fn first_refused(&mut self, now: Time) -> Time {
-        *self.first.get_or_insert(now)
-    }
-    fn redirects(&mut self) -> &mut u32 {
-        &mut self.redirects
-    }
-}
+/// Every publish costs 100 bytes against the hold.
+type Msg = control::Sample;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -298,15 +255,7 @@ impl Script {
         self.next_seq += 1;
         let seq = self.next_seq;
         self.at(1, &format!("publish #{seq} s{slot}"));
-        let msg = Msg {
-            seq,
-            slot,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-            redirects: 0,
-        };
+        let msg = Msg::new(seq, slot, 100);
         let v = self.core.handle_publish(self.now, msg);
         self.verdict(seq, v);
     }

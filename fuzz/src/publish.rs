@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use control::publish::{
     Failure, NodeId, Output, PublishConfig, PublishCore, PublishStats, Reply, Target, Verdict,
 };
-use control::{ConnId, GateCommand, Gates, Held, RetryPolicy, ServiceNode, Time};
+use control::{ConnId, GateCommand, Gates, RetryPolicy, ServiceNode, Time};
 use control_sim::routes::{build, node_at, node_of};
 
 use crate::input::Input;
@@ -245,66 +245,8 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
 }
 
 /// A publish in the core checks.
-#[derive(Debug)]
-struct Msg {
-    seq: u64,
-    slot: u16,
-    cost: usize,
-    since: Option<Time>,
-    probe: bool,
-    refusals: u32,
-    first: Option<Time>,
-    /// Redirects followed (the publish core counts them).
-    redirects: u32,
-}
+type Msg = control::Sample;
 
-impl Msg {
-    fn new(seq: u64, slot: u16, cost: usize) -> Msg {
-        Msg {
-            seq,
-            slot,
-            cost,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-            redirects: 0,
-        }
-    }
-}
-
-impl Held for Msg {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-    fn slot(&self) -> u16 {
-        self.slot
-    }
-    fn cost(&self) -> usize {
-        self.cost
-    }
-    fn held_since(&self) -> Option<Time> {
-        self.since
-    }
-    fn mark_held(&mut self, now: Time) {
-        self.since.get_or_insert(now);
-    }
-    fn probe(&self) -> bool {
-        self.probe
-    }
-    fn set_probe(&mut self, on: bool) {
-        self.probe = on;
-    }
-    fn refusals(&mut self) -> &mut u32 {
-        &mut self.refusals
-    }
-    fn first_refused(&mut self, now: Time) -> Time {
-        *self.first.get_or_insert(now)
-    }
-    fn redirects(&mut self) -> &mut u32 {
-        &mut self.redirects
-    }
-}
 
 /// The publish core ([`control::publish::PublishCore`]) itself, fed its
 /// inputs, its verdicts and outputs carried out. Input: a header of 3 bytes (the hold's bound

@@ -547,7 +547,7 @@ pub(crate) fn start(
         fetch_engines: Default::default(),
         subs: Default::default(),
         services: Default::default(),
-        gaps: Vec::new(),
+        gaps: vec![Vec::new(); shared.queues.len()],
         fence_busy: false,
         gates: crate::control_loop::gate::gates(),
         retry_policy: shared.config.retry_policy(),

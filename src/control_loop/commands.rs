@@ -378,7 +378,6 @@ impl Driver {
         // the new connection's first messages (see `workers::stage`).
         self.move_lane(partition, self.core.conn_of(partition));
         add(&s.counters.gap_channels, channels.len() as u64);
-        self.gaps.resize_with(workers, Vec::new);
         for (pending, g) in self.gaps.iter_mut().zip(per_worker) {
             if !g.is_empty() {
                 pending.push((server, g, patterns));

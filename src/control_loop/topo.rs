@@ -222,18 +222,17 @@ impl Driver {
         self.subs.get(&conn).map(|c| c.state.clone())
     }
 
+    /// The addresses the primaries of `map` resolve to (those with one).
+    fn primary_addrs<'a>(&'a self, map: &'a SlotMap) -> impl Iterator<Item = SocketAddr> + 'a {
+        map.shards()
+            .iter()
+            .filter_map(|sh| sh.primary.addr.as_ref())
+            .filter_map(|a| resolve(&*self.s.resolver, a))
+    }
+
     /// Primaries that own nothing any more keep no publish connection.
     fn retire_publishers(&mut self, map: &SlotMap) {
-        let owners: std::collections::BTreeSet<SocketAddr> = map
-            .shards()
-            .iter()
-            .filter_map(|sh| {
-                sh.primary
-                    .addr
-                    .as_ref()
-                    .and_then(|a| resolve(&*self.s.resolver, a))
-            })
-            .collect();
+        let owners: std::collections::BTreeSet<SocketAddr> = self.primary_addrs(map).collect();
         let gone: Vec<SocketAddr> = self
             .publ
             .keys()
@@ -263,16 +262,7 @@ impl Driver {
 
     /// Opens publish engines to every primary with an address.
     fn ensure_publish_engines(&mut self, map: &SlotMap) {
-        let addrs: Vec<SocketAddr> = map
-            .shards()
-            .iter()
-            .filter_map(|sh| {
-                sh.primary
-                    .addr
-                    .as_ref()
-                    .and_then(|a| resolve(&*self.s.resolver, a))
-            })
-            .collect();
+        let addrs: Vec<SocketAddr> = self.primary_addrs(map).collect();
         for a in addrs {
             if let Err(e) = self.publish_engine(a) {
                 log::warn!("cluster: cannot connect to primary {a}: {e}");

@@ -47,7 +47,7 @@ use core::time::Duration;
 use control::publish::{NodeId, Output, PublishConfig, PublishCore, Reply, Verdict};
 use control::{ConnId, Rng, ServiceNode, Time};
 
-use crate::publish::{Msg, Timer};
+use crate::publish::{msg, Msg, Timer};
 use crate::routes::{build, node_at, node_of};
 
 /// The gate's timeout and marker interval in these runs (the engine's).
@@ -319,9 +319,7 @@ impl Model {
     fn step(&mut self, ev: Ev) {
         match ev {
             Ev::Publish(seq) => {
-                let v = self
-                    .core
-                    .handle_publish(self.now, Msg::new(seq.into(), SLOT));
+                let v = self.core.handle_publish(self.now, msg(seq.into(), SLOT));
                 self.verdict(v);
             }
             Ev::RouteChange => {

@@ -38,7 +38,7 @@ use core::cmp::Reverse;
 use core::time::Duration;
 
 use control::publish::{NodeId, Output, PublishConfig, PublishCore, Reply, Verdict};
-use control::{Held, RetryPolicy, Rng, Time};
+use control::{RetryPolicy, Rng, Time};
 
 use crate::routes::{build, node_of};
 
@@ -64,62 +64,11 @@ pub struct PublishRun {
 }
 
 /// A publish as the simulator's models give it to the core.
-#[derive(Debug)]
-pub(crate) struct Msg {
-    pub(crate) seq: u64,
-    pub(crate) slot: u16,
-    since: Option<Time>,
-    pub(crate) probe: bool,
-    refusals: u32,
-    first: Option<Time>,
-    redirects: u32,
-}
+pub(crate) type Msg = control::Sample;
 
-impl Msg {
-    pub(crate) fn new(seq: u64, slot: u16) -> Msg {
-        Msg {
-            seq,
-            slot,
-            since: None,
-            probe: false,
-            refusals: 0,
-            first: None,
-            redirects: 0,
-        }
-    }
-}
-
-impl Held for Msg {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-    fn slot(&self) -> u16 {
-        self.slot
-    }
-    fn cost(&self) -> usize {
-        16
-    }
-    fn held_since(&self) -> Option<Time> {
-        self.since
-    }
-    fn mark_held(&mut self, now: Time) {
-        self.since.get_or_insert(now);
-    }
-    fn probe(&self) -> bool {
-        self.probe
-    }
-    fn set_probe(&mut self, on: bool) {
-        self.probe = on;
-    }
-    fn refusals(&mut self) -> &mut u32 {
-        &mut self.refusals
-    }
-    fn first_refused(&mut self, now: Time) -> Time {
-        *self.first.get_or_insert(now)
-    }
-    fn redirects(&mut self) -> &mut u32 {
-        &mut self.redirects
-    }
+/// Publish `seq` to `slot` (each costs 16 bytes against the hold).
+pub(crate) fn msg(seq: u64, slot: u16) -> Msg {
+    Msg::new(seq, slot, 16)
 }
 
 /// The core's timer as a control thread keeps it: one wake-up at
@@ -352,7 +301,7 @@ impl Model {
             Ev::Publish(seq) => {
                 let slot = self.rng.index(self.nodes.len()) as u16;
                 self.made.insert(seq, self.now);
-                let v = self.core.handle_publish(self.now, Msg::new(seq, slot));
+                let v = self.core.handle_publish(self.now, msg(seq, slot));
                 self.verdict(v);
             }
             Ev::Arrive(msg) => {

@@ -26,22 +26,8 @@
 //!
 //! ```
 //! use control::publish::{NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict};
-//! use control::{Held, Time};
-//! #[derive(Debug)]
-//! struct Msg { seq: u64, slot: u16, since: Option<Time>, probe: bool, tries: u32, hops: u32 }
-//! impl Held for Msg {
-//!     fn seq(&self) -> u64 { self.seq }
-//!     fn slot(&self) -> u16 { self.slot }
-//!     fn cost(&self) -> usize { 10 }
-//!     fn held_since(&self) -> Option<Time> { self.since }
-//!     fn mark_held(&mut self, now: Time) { self.since.get_or_insert(now); }
-//!     fn probe(&self) -> bool { self.probe }
-//!     fn set_probe(&mut self, on: bool) { self.probe = on }
-//!     fn refusals(&mut self) -> &mut u32 { &mut self.tries }
-//!     fn first_refused(&mut self, now: Time) -> Time { now }
-//!     fn redirects(&mut self) -> &mut u32 { &mut self.hops }
-//! }
-//! let msg = |seq| Msg { seq, slot: 7, since: None, probe: false, tries: 0, hops: 0 };
+//! use control::{Sample as Msg, Time};
+//! let msg = |seq| Msg::new(seq, 7, 10);
 //! let mut core: PublishCore<&str, Msg> = PublishCore::new(PublishConfig::new(vec![7]));
 //! core.handle_node(NodeId(1), "a");
 //! // No owner known, the hold on: held, and the control thread should look.
