@@ -38,7 +38,8 @@
 //! publish's redirects and retries. [`publish::PublishCore`] joins them
 //! and makes the decisions between them (a `MOVED` moves the route and an
 //! `ASK` does not, the no-owner fallback, gate chunking, releases, expiry);
-//! nothing drives it yet.
+//! the engine's control thread drives it, as do the golden transcripts, the
+//! simulator and the fuzzer, and the parts are used through it.
 //! With [`Config::replicas`] each shard's connections go to one of its
 //! replicas (the primary while it has none usable): the layout is then
 //! partition → serving node, and everything above follows it.

@@ -11,7 +11,7 @@ use shardcore::Partitions;
 use crate::addr::ServerAddr;
 use crate::conn::{Protocol, Role};
 use crate::control_loop::driver::Driver;
-use crate::control_loop::hold::Hold;
+use crate::control_loop::hold::{publish_config, Publishing};
 use crate::control_loop::shared::{Config, Routes, Shared};
 use crate::control_loop::ClusterPubSub;
 use crate::engine::{Builder, Engine, Runtime};
@@ -432,7 +432,6 @@ pub(crate) fn build(
             .then(|| c.replica_seed.unwrap_or_else(crate::engine::clock::seed)),
         publish_only: common.handler.is_none(),
     };
-    let hold = Hold::new(c.hold_messages, c.hold_bytes, c.publish_hold);
     let parts_for = Parts {
         parts,
         active_wait: ActiveWait::new(false, Duration::from_millis(50)),
@@ -445,7 +444,7 @@ pub(crate) fn build(
         &common,
         seed_addrs,
         (runtime, pool),
-        hold,
+        (c.hold_messages, c.hold_bytes),
         counters,
     )?;
     ps.wait_started(c.discovery_timeout)?;
@@ -489,7 +488,7 @@ pub(crate) fn start(
     common: &Common,
     servers: Vec<topology::NodeAddr>,
     (runtime, pool): (Runtime, Pool),
-    hold: Hold,
+    hold_limits: (usize, usize),
     counters: Arc<Counters>,
 ) -> Result<ClusterPubSub, Error> {
     let Parts {
@@ -500,6 +499,7 @@ pub(crate) fn start(
     let lanes = Shared::lanes(&cfg, &parts);
     let seed = crate::engine::clock::seed();
     let heads = crate::control_loop::shared::wire_heads(cfg.mode, &parts);
+    let hold = Publishing::new(publish_config(&cfg, parts.slots(), hold_limits));
     let shared = Arc::new(Shared {
         config: cfg,
         parts,
@@ -540,18 +540,14 @@ pub(crate) fn start(
         node,
         core,
         routes_epoch: 0,
-        routes: control::Routes::new(),
         map_seen: false,
         services_due: false,
         publ: Default::default(),
+        next_node: 0,
         fetch_engines: Default::default(),
         subs: Default::default(),
-        services: Default::default(),
         gaps: vec![Vec::new(); shared.queues.len()],
         fence_busy: false,
-        gates: crate::control_loop::gate::gates(),
-        retry_policy: shared.config.retry_policy(),
-        retiring: Vec::new(),
         enc: Vec::new(),
         name: Vec::new(),
         started: false,

@@ -436,6 +436,7 @@ impl Driver {
         let known = self.fetch_engines.get(&id).cloned().or_else(|| {
             self.publ
                 .get(&addr)
+                .map(|(_, e)| e)
                 .filter(|e| e.is_connection_up(0, 0))
                 .cloned()
         });
@@ -548,7 +549,9 @@ impl Driver {
 
     /// A `GET` of a key in `slot` on `node`, to learn the slot's owner.
     fn probe(&mut self, id: u64, slot: u16, node: &topology::NodeAddr) {
-        let engine = resolve(&*self.s.resolver, node).and_then(|a| self.publish_engine(a).ok());
+        let engine = resolve(&*self.s.resolver, node)
+            .and_then(|a| self.publish_engine(a).ok().and(self.publ.get(&a)))
+            .map(|(_, e)| e.clone());
         let Some(engine) = engine else {
             self.s
                 .post(|inbox| inbox.probed.push((id, ProbeReply::Failed)));

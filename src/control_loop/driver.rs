@@ -1,7 +1,7 @@
 //! The control thread: the driver of the sans-IO cores (the subscribe
-//! side's [`control::Core`], and the publish side's [`control::Routes`],
-//! [`control::Gates`], [`control::Hold`] and [`control::RetryPolicy`]) and the one place in
-//! `src/cluster` that reads the clock.
+//! side's [`control::Core`], and the publish side's
+//! [`control::publish::PublishCore`], see `carry`) and the one place in
+//! `src/control_loop` that reads the clock for them.
 //!
 //! Each round takes the inbox (what the subscribe connections, the
 //! application and the publish path reported), feeds every report to the
@@ -9,8 +9,8 @@
 //! order (`commands`, `gate`), then brings the publish routes, the service
 //! channels and the shared state in line with the core (`sync`), and
 //! sleeps until the next report or the earliest of the cores' timeouts (the
-//! subscribe core's, a route gate's, a held publish expiring, a refused one
-//! due again). Nothing here waits for a server: every request is sent with
+//! subscribe core's, and the publish core's: a route gate's, a held
+//! publish expiring or looked at, a refused one due again). Nothing here waits for a server: every request is sent with
 //! a callback that posts its answer to the inbox.
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,15 +19,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::{ConnId, Core, Due, Gates, Refused, RetryPolicy, Time};
+use control::{ConnId, Core, Time};
 
 use crate::conn::ReplyKind;
 use crate::control_loop::builder::NodeSettings;
 use crate::control_loop::fence::Fence;
-use crate::control_loop::gate::OldRoute;
 use crate::control_loop::health::Edge;
-use crate::control_loop::publish;
-use crate::control_loop::shared::{ConnRead, ConnState, Inbox, Retry, Shared};
+use crate::control_loop::shared::{ConnRead, ConnState, Inbox, Shared};
 use crate::engine::host::{Task, Turn};
 use crate::engine::{clock, Engine};
 use crate::error::Error;
@@ -53,32 +51,24 @@ pub(crate) struct Driver {
     pub(crate) core: Core,
     /// The core's map epoch the publish routes were last set from.
     pub(crate) routes_epoch: u64,
-    /// The publish routes' decisions (the engines' table in
-    /// `Shared::routes` follows them, index for index).
-    pub(crate) routes: control::Routes<crate::control_loop::topo::Route>,
     /// A map arrived since the last `sync`.
     pub(crate) map_seen: bool,
     /// A subscribe connection came up or lost its service channel since
     /// the last `sync` (the service channels need a look).
     pub(crate) services_due: bool,
-    /// Publish (and topology command) engines, one per primary.
-    pub(crate) publ: BTreeMap<SocketAddr, Arc<Engine>>,
+    /// Publish (and topology command) engines, one per primary (and node
+    /// a redirect named), with their node ids in the publish core.
+    pub(crate) publ: BTreeMap<SocketAddr, (control::publish::NodeId, Arc<Engine>)>,
+    /// The last node id given out.
+    pub(crate) next_node: u32,
     /// Engines opened to ask a seed for the topology, by fetch id.
     pub(crate) fetch_engines: HashMap<u64, Arc<Engine>>,
     /// Subscribe connections by the core's id.
     pub(crate) subs: HashMap<ConnId, SubConn>,
-    /// The service channel kept on each node (node-grouped mode).
-    pub(crate) services: control::Services<SocketAddr>,
     /// Gap events gathered, per worker, not yet queued (see `Driver::gap`).
     pub(crate) gaps: Vec<Vec<crate::workers::Gap>>,
     /// A fence is in flight (see [`crate::front::leaving`]).
     pub(crate) fence_busy: bool,
-    /// Route gates (see `gate`).
-    pub(crate) gates: Gates<OldRoute>,
-    /// The bounds on a refused publish.
-    pub(crate) retry_policy: RetryPolicy,
-    /// Publish engines of former primaries, kept until their gates open.
-    pub(crate) retiring: Vec<Arc<Engine>>,
     pub(crate) enc: Vec<u8>,
     pub(crate) name: Vec<u8>,
     /// Nodes given by name (DNS, or a Sentinel master), each looked up on
@@ -226,16 +216,10 @@ impl Driver {
         if let Some(t) = self.core.poll_timeout() {
             wake = wake.min(t);
         }
-        // Held publishes expiring, refused ones due again.
-        if let Some(t) = self.s.hold.next_deadline() {
+        // Gates, held publishes expiring or looked at, refused ones due
+        // again.
+        if let Some(t) = self.s.hold.with(|p| p.core.poll_timeout()) {
             wake = wake.min(t);
-        }
-        if let Some(t) = self.gates.poll_timeout() {
-            wake = wake.min(t);
-        }
-        if self.s.hold.busy() {
-            // Held publishes: look for a reachable owner often.
-            wake = wake.min(now + Duration::from_millis(5));
         }
         if let Some(t) = self.lookups.iter().map(|(_, _, t)| *t).min() {
             wake = wake.min(t);
@@ -310,41 +294,31 @@ impl Driver {
         }
         // After the retries: redirected publishes that were in flight on
         // the old route go out before the gate opens.
-        let now = self.now();
         for (token, ok) in barriers {
-            self.gates.handle_barrier(now, token, ok);
+            self.publish_input(false, None, |core, now| core.handle_barrier(now, token, ok));
         }
         for token in markers {
-            self.gates.handle_marker(token);
+            self.publish_input(false, None, |core, now| core.handle_marker(now, token));
         }
-        self.run_gates();
+        let now = self.now();
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.report_activity();
             self.core.handle_timeout(now);
             self.drain();
         }
         self.sync();
+        // Gates past their time, due retries, releases (at every round
+        // while anything is held: a gate that opened releases its slots
+        // now), expiry; and what a publish on another thread left for
+        // this thread (a refresh soon).
         let now = self.now();
-        if self.gates.poll_timeout().is_some_and(|t| t <= now) {
-            self.gates.handle_timeout(now);
-            self.run_gates();
-        }
-        for (msg, parked) in self.s.hold.take_due(now) {
-            // Alone to the slot's owner, the slot still parked (see
-            // `retry`); held in publish order when no owner is up.
-            let engine = self.s.routes.read().engine_of(msg.slot);
-            let engine = engine.filter(|e| e.is_connection_up(0, 0));
-            let _ = match self.s.hold.due(now, msg, parked, engine.is_some()) {
-                Due::Probe(msg) => match engine {
-                    Some(e) => publish::submit(&self.s, msg, &e, false),
-                    None => publish::send(&self.s, msg, None, false),
-                },
-                Due::Held(offer, new) => publish::held(&self.s, (offer, new)),
-                Due::Route(msg) => publish::send(&self.s, msg, None, false),
-            };
-        }
-        if self.s.hold.busy() {
-            self.service_hold(self.now());
+        let due = self.s.hold.with(|p| {
+            p.core.has_output()
+                || p.core.holds_any()
+                || p.core.poll_timeout().is_some_and(|t| t <= now)
+        });
+        if due {
+            self.publish_timeout();
         }
     }
 
@@ -541,118 +515,6 @@ impl Driver {
         }
     }
 
-    /// A publish the server redirected or refused for now.
-    fn retry(&mut self, r: Retry) {
-        let Retry {
-            msg,
-            error,
-            message,
-        } = r;
-        let mut msg = *msg;
-        let ask = matches!(error, topology::ClusterError::Ask { .. });
-        match error {
-            topology::ClusterError::Moved { slot, addr }
-            | topology::ClusterError::Ask { slot, addr } => {
-                if let Err(e) = self.retry_policy.redirect(&mut msg.redirects) {
-                    return msg.fail(&self.s, format!("{e}, last: {message}"));
-                }
-                let Some(node) = addr else {
-                    return msg.fail(
-                        &self.s,
-                        format!("redirect without a usable address: {message}"),
-                    );
-                };
-                let Some(to) = crate::control_loop::topo::resolve(&*self.s.resolver, &node) else {
-                    return msg.fail(
-                        &self.s,
-                        format!("redirect without a usable address: {message}"),
-                    );
-                };
-                let engine = match self.publish_engine(to) {
-                    Ok(e) => e,
-                    Err(e) => return msg.fail(&self.s, format!("{message}; cannot connect: {e}")),
-                };
-                if !ask {
-                    self.route_slot(slot, to);
-                    // The core rereads the map unless it already says so.
-                    self.input(|core, now| core.handle_redirect(now, slot, node));
-                }
-                let _ = publish::send(&self.s, msg, Some(engine), ask);
-            }
-            topology::ClusterError::TryAgain | topology::ClusterError::ClusterDown => {
-                // With the hold on, the slot's later publishes wait behind
-                // this one (parked in the slot's hold entry until its
-                // outcome, whatever route gates do meanwhile): when due it
-                // goes alone, and the rest only once it was taken, so a node
-                // whose state changes between two reads cannot refuse it
-                // and take a later one (a recoverable channel's offsets
-                // follow the server's order). Another refused publish of a
-                // slot already parked joins the held queue behind it (see
-                // `control::Hold::refused`).
-                let now = self.now();
-                let refused = self.s.hold.refused(now, msg, &self.retry_policy);
-                if let Refused::GiveUp(msg, e) = refused {
-                    return msg.fail(&self.s, format!("{e}: {message}"));
-                }
-                // A refresh within the degraded-mode delay (coalesced, so a
-                // burst of refusals costs one).
-                self.input(|core, now| core.handle_degraded(now));
-                // `Later`: the hold keeps it until its retry is due (see
-                // `round`).
-                if let Refused::Held(offer, new) = refused {
-                    let _ = publish::held(&self.s, (offer, new));
-                }
-            }
-        }
-    }
-
-    /// Held publishes: sends what a reachable owner can take (oldest
-    /// first), fails what was held too long.
-    fn service_hold(&mut self, now: Time) {
-        let s = self.s.clone();
-        let hold_on = !s.config.publish_hold.is_zero();
-        for slot in s.hold.releasable() {
-            // Bounded: publishes keep joining while a batch is written.
-            for _ in 0..64 {
-                let engine = s.routes.read().engine_of(slot);
-                let engine = engine.filter(|e| !hold_on || e.is_connection_up(0, 0));
-                let Some(engine) = engine else {
-                    if !hold_on {
-                        // A gate opened on a slot with no owner and no hold:
-                        // the no-owner retry path.
-                        while let Some(batch) = s.hold.take(slot) {
-                            for m in batch {
-                                let retry = Retry {
-                                    msg: Box::new(m),
-                                    error: topology::ClusterError::ClusterDown,
-                                    message: "no known owner for the slot".into(),
-                                };
-                                self.retry(retry);
-                            }
-                        }
-                    }
-                    break;
-                };
-                let Some(batch) = s.hold.take(slot) else {
-                    break;
-                };
-                for m in batch {
-                    let _ = publish::submit(&s, m, &engine, false);
-                }
-            }
-        }
-        if hold_on {
-            for m in s.hold.expired(now) {
-                add(&s.counters.cluster.hold_expired, 1);
-                let (slot, held) = (
-                    m.slot,
-                    m.held_at.get().map_or(Duration::ZERO, |t| now.since(t)),
-                );
-                m.finish(&s, Err(Error::OwnerUnreachable { slot, held }));
-            }
-        }
-    }
-
     fn close_all(&mut self) {
         for (_, c) in std::mem::take(&mut self.subs) {
             self.retire(c);
@@ -660,19 +522,10 @@ impl Driver {
         for (_, e) in std::mem::take(&mut self.fetch_engines) {
             self.close_engine(&e);
         }
-        // Held publishes and refused ones waiting for their retry.
-        for msg in self.s.hold.drain() {
-            msg.finish(&self.s, Err(Error::Shutdown));
-        }
-        for (_, e) in std::mem::take(&mut self.publ) {
-            self.close_engine(&e);
-        }
-        self.gates = crate::control_loop::gate::gates();
-        for e in std::mem::take(&mut self.retiring) {
-            self.close_engine(&e);
-        }
-        // The shutdown may have been called from a thread of the runtime,
-        // which does not wait for this turn.
-        *self.s.routes.write() = crate::control_loop::shared::Routes::empty();
+        // Held publishes and refused ones waiting for their retry fail,
+        // every publish engine closes, and the table empties (the
+        // shutdown may have been called from a thread of the runtime,
+        // which does not wait for this turn).
+        self.publish_input(true, None, |core, _| core.handle_closing());
     }
 }

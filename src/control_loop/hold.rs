@@ -1,25 +1,26 @@
-//! The publish hold ([`control::Hold`]: publishes kept back per slot while
-//! the slot's owner is unreachable, bounded in time by
-//! [`PubSubBuilder::publish_hold`] and in memory by
+//! The publish core ([`control::publish::PublishCore`]: where a publish
+//! goes, what is held while a slot's owner is unreachable, bounded in time
+//! by [`PubSubBuilder::publish_hold`] and in memory by
 //! [`PubSubBuilder::publish_hold_limit`], while its route moves, or behind
-//! a refused publish), shared by the application's threads and the control
-//! thread behind one lock, with a count of its entries read without the
-//! lock on every publish.
+//! a refused publish) and the publish engines its node ids name, shared by
+//! the application's threads, the I/O threads (replies that need it) and
+//! the control thread behind one lock, with a flag read without the lock
+//! on every publish: whether anything is held.
 //!
 //! [`PubSubBuilder::publish_hold`]: crate::PubSubBuilder::publish_hold
 //! [`PubSubBuilder::publish_hold_limit`]: crate::PubSubBuilder::publish_hold_limit
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use control::{Due, Held, Refused, RetryPolicy, Time};
+use control::publish::{NodeId, PublishConfig, PublishCore, Reply, Verdict};
+use control::{Held, Time};
 use parking_lot::Mutex;
 
 use crate::control_loop::publish::PubMsg;
-use crate::engine::clock;
-
-/// What became of a publish offered to the hold.
-pub(crate) type Offer = control::Offer<PubMsg>;
+use crate::engine::{clock, Engine};
 
 impl Held for PubMsg {
     fn seq(&self) -> u64 {
@@ -64,124 +65,99 @@ impl Held for PubMsg {
     }
 }
 
-/// Held publishes of every slot.
-pub(crate) struct Hold {
-    state: Mutex<control::Hold<PubMsg>>,
-    /// The number of slots with an entry, read without the lock on every
-    /// publish.
-    entries: AtomicUsize,
-    /// Drained for shutdown: nothing is held after that (read and set
-    /// under the lock).
-    closed: AtomicBool,
-    pub(crate) max_messages: usize,
-    pub(crate) max_bytes: usize,
+/// The publish core, and the engines its nodes are.
+pub(crate) struct PubState {
+    pub(crate) core: PublishCore<SocketAddr, PubMsg>,
+    /// Publish engines by the core's node id (those kept for a gate
+    /// included), until the core retires them.
+    pub(crate) engines: BTreeMap<NodeId, Arc<Engine>>,
 }
 
-impl Hold {
-    pub(crate) fn new(max_messages: usize, max_bytes: usize, limit: Duration) -> Self {
-        Hold {
-            state: Mutex::new(control::Hold::new(max_messages, max_bytes, limit)),
-            entries: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-            max_messages,
-            max_bytes,
+/// The publish core behind its lock.
+pub(crate) struct Publishing {
+    state: Mutex<PubState>,
+    /// Whether any slot holds publishes, read without the lock on every
+    /// publish (written under it).
+    busy: AtomicBool,
+}
+
+impl Publishing {
+    pub(crate) fn new(cfg: PublishConfig) -> Self {
+        Publishing {
+            state: Mutex::new(PubState {
+                core: PublishCore::new(cfg),
+                engines: BTreeMap::new(),
+            }),
+            busy: AtomicBool::new(false),
         }
     }
 
     /// Whether any slot holds something (a hint; the lock decides).
     pub(crate) fn busy(&self) -> bool {
-        self.entries.load(Ordering::Acquire) > 0
+        self.busy.load(Ordering::Acquire)
     }
 
-    /// Runs `f` under the lock, then publishes the entry count.
-    fn with<R>(&self, f: impl FnOnce(&mut control::Hold<PubMsg>) -> R) -> R {
-        let mut h = self.state.lock();
-        let r = f(&mut h);
-        self.entries.store(h.entries(), Ordering::Release);
+    /// Runs `f` under the lock, then publishes whether anything is held.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut PubState) -> R) -> R {
+        let mut p = self.state.lock();
+        let r = f(&mut p);
+        self.busy.store(p.core.holds_any(), Ordering::Release);
         r
     }
 
-    /// Joins the slot's entry if it has one.
-    pub(crate) fn offer(&self, msg: PubMsg) -> Offer {
-        // The clock is read only for a publish that joins an entry: every
-        // publish comes here while any slot holds something.
-        self.with(|h| match h.holds(msg.slot) {
-            true => h.offer(clock::now(), msg),
-            false => Offer::Free(msg),
-        })
-    }
-
-    /// Holds `msg` (its owner is unreachable); also returns whether this
-    /// opened a new entry (the control thread should look soon). `Err`
-    /// gives it back once the hold was drained for shutdown.
-    pub(crate) fn hold(&self, msg: PubMsg) -> Result<(Offer, bool), PubMsg> {
+    /// A publish the fast path did not send (`reply` `None`), or a reply
+    /// the core decides on, given to the core now; also whether the
+    /// control thread should look (outputs wait for it).
+    pub(crate) fn admit(&self, msg: PubMsg, reply: Option<Reply>) -> (Verdict<PubMsg>, bool) {
+        // The caller's thread reads the clock only here, off the fast
+        // path: the core stamps a publish that joins the hold, and times
+        // a refused one's retry (the control thread decides the rest).
         let now = clock::now();
-        self.with(|h| match self.closed.load(Ordering::Relaxed) {
-            true => Err(msg),
-            false => Ok(h.hold(now, msg)),
+        self.with(|p| {
+            let v = match reply {
+                None => p.core.handle_publish(now, msg),
+                Some(r) => p.core.handle_reply(now, msg, r),
+            };
+            let wake = match &v {
+                Verdict::Held { wake, .. } | Verdict::Waiting { wake, .. } => *wake,
+                _ => false,
+            };
+            (v, wake || p.core.has_output())
         })
     }
 
-    /// See [`control::Hold::gate`].
-    pub(crate) fn gate(&self, slot: u16, token: u64) {
-        self.with(|h| h.gate(slot, token));
-    }
-
-    /// See [`control::Hold::open`].
-    pub(crate) fn open(&self, token: u64) {
-        self.with(|h| h.open(token));
-    }
-
-    /// See [`control::Hold::unpark`].
-    pub(crate) fn unpark(&self, slot: u16) {
-        self.with(|h| h.unpark(slot));
-    }
-
-    /// See [`control::Hold::refused`].
-    pub(crate) fn refused(&self, now: Time, msg: PubMsg, policy: &RetryPolicy) -> Refused<PubMsg> {
-        self.with(|h| h.refused(now, msg, policy))
-    }
-
-    /// See [`control::Hold::take_due`].
-    pub(crate) fn take_due(&self, now: Time) -> Vec<(PubMsg, bool)> {
-        self.with(|h| h.take_due(now))
-    }
-
-    /// See [`control::Hold::due`].
-    pub(crate) fn due(&self, now: Time, msg: PubMsg, parked: bool, owner_up: bool) -> Due<PubMsg> {
-        self.with(|h| h.due(now, msg, parked, owner_up))
-    }
-
-    /// See [`control::Hold::releasable`].
-    pub(crate) fn releasable(&self) -> Vec<u16> {
-        self.state.lock().releasable()
-    }
-
-    /// See [`control::Hold::take`].
-    pub(crate) fn take(&self, slot: u16) -> Option<Vec<PubMsg>> {
-        self.with(|h| h.take(slot))
-    }
-
-    /// See [`control::Hold::expired`].
-    pub(crate) fn expired(&self, now: Time) -> Vec<PubMsg> {
-        self.with(|h| h.expired(now))
-    }
-
-    /// See [`control::Hold::next_deadline`] (expiry, and retries due).
-    pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.state.lock().next_deadline()
-    }
-
-    /// Everything held, for shutdown.
-    pub(crate) fn drain(&self) -> Vec<PubMsg> {
-        self.with(|h| {
-            self.closed.store(true, Ordering::Relaxed);
-            h.drain()
-        })
+    /// The publish engine of node `id`.
+    pub(crate) fn engine(&self, id: NodeId) -> Option<Arc<Engine>> {
+        self.state.lock().engines.get(&id).cloned()
     }
 
     /// Held publishes and bytes now.
     pub(crate) fn size(&self) -> (usize, usize) {
-        self.state.lock().size()
+        let s = self.state.lock().core.stats();
+        (s.held_messages, s.held_bytes)
+    }
+
+    /// The core's bounds on the hold: publishes and bytes.
+    pub(crate) fn limits(&self) -> (usize, usize) {
+        let p = self.state.lock();
+        let c = p.core.config();
+        (c.hold_messages, c.hold_bytes)
+    }
+}
+
+/// The core's settings from the instance's (`watched`: the partitions'
+/// slots; the hold's bounds).
+pub(crate) fn publish_config(
+    config: &crate::control_loop::shared::Config,
+    watched: &[u16],
+    (messages, bytes): (usize, usize),
+) -> PublishConfig {
+    PublishConfig {
+        max_redirects: config.max_redirects,
+        retry_window: config.retry_window,
+        hold_limit: config.publish_hold,
+        hold_messages: messages,
+        hold_bytes: bytes,
+        ..PublishConfig::new(watched.to_vec())
     }
 }

@@ -1,13 +1,16 @@
 //! The control loop of every placement: one control thread per instance
 //! that drives the sans-IO [`control::Core`] (`driver.rs`, `commands.rs`)
 //! for one server, N client-side shards (the core's fixed mode) and a
-//! cluster alike, and the publish side's routes beside it: redirects, the
-//! hold, gates, service channels (`publish.rs`, `hold.rs`, `gate.rs`,
-//! `service.rs`, `topo.rs`), and keyed commands (`keyed.rs`). What a user
-//! sees of a cluster is documented on the public [`crate::cluster`]
-//! module.
+//! cluster alike, and a cluster's publish side beside it: the sans-IO
+//! [`control::publish::PublishCore`] decides routes, redirects, the hold,
+//! gates and service channels; `hold.rs` keeps it behind its lock,
+//! `publish.rs` gives it the publishes and replies it decides on,
+//! `carry.rs`, `gate.rs`, `service.rs` and `topo.rs` carry out what it
+//! decided; and keyed commands (`keyed.rs`). What a user sees of a cluster
+//! is documented on the public [`crate::cluster`] module.
 
 pub(crate) mod builder;
+mod carry;
 mod commands;
 mod dispatch;
 mod driver;

@@ -43,7 +43,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::control_loop::hold::Offer;
+use control::publish::{Failure, Reply, Verdict};
+
 pub(crate) use crate::control_loop::outcome::{Done, Waiter};
 use crate::control_loop::shared::{Retry, Shared};
 use crate::engine::clock::Stamp;
@@ -161,10 +162,9 @@ impl PubMsg {
         self.wire_len as usize + self.payload_len as usize
     }
 
+    /// Completes it with `r` (a probe's slot was unparked by the core's
+    /// verdict that ended it).
     pub(crate) fn finish(mut self, shared: &Shared, r: Result<i64, Error>) {
-        if std::mem::take(&mut self.probe) {
-            shared.hold.unpark(self.slot);
-        }
         if r.is_err() {
             add(&shared.counters.cluster.publish_failed, 1);
             add(&shared.counters.publish_errors, 1);
@@ -190,23 +190,12 @@ impl PubMsg {
             Err(e) => self.finish_with(shared, e),
         }
     }
-
-    pub(crate) fn fail(self, shared: &Shared, reason: String) {
-        let slot = self.slot;
-        self.finish(
-            shared,
-            Err(Error::Cluster {
-                slot,
-                reason: reason.into(),
-            }),
-        );
-    }
 }
 
-/// Sends `msg` to `engine`, or to the slot's owner when `engine` is
-/// `None` (held instead while the slot holds publishes, or has no owner
-/// and the hold is on); `asking` sends `ASKING` first on the same
-/// connection.
+/// Sends `msg` to `engine`, or as the publish core says when `engine` is
+/// `None` (to the slot's owner, behind the slot's held publishes, held
+/// while no owner is reachable, or kept for a retry while none is known);
+/// `asking` sends `ASKING` first on the same connection.
 ///
 /// # Errors
 ///
@@ -221,104 +210,146 @@ pub(crate) fn send(
     engine: Option<Arc<Engine>>,
     asking: bool,
 ) -> Result<(), Error> {
-    if let Some(e) = engine {
-        return submit(shared, msg, &e, asking);
+    match engine {
+        Some(e) => submit(shared, msg, &e, asking),
+        None => admit(shared, msg, None, Ok(0)),
     }
-    // Held under the read lock: a route change (write lock) cannot fall
-    // between the hold check, the route lookup and the submission, so the
-    // old route's barrier follows every publish sent on it.
+}
+
+/// Gives `msg` to the publish core (with the reply it got, if any:
+/// `own` is that reply's result, what a failure the core leaves to the
+/// caller reports), and carries out its verdict.
+///
+/// # Errors
+///
+/// As [`send`].
+fn admit(
+    shared: &Arc<Shared>,
+    msg: PubMsg,
+    reply: Option<Reply>,
+    own: Result<i64, Error>,
+) -> Result<(), Error> {
+    // Under the read lock: a route change (write lock, with the core's
+    // gating of the slots it moves) cannot fall between the core's
+    // verdict and the submission, so the old route's barrier follows every
+    // publish sent on it.
     let routes = shared.routes.read_recursive();
-    let msg = if shared.hold.busy() {
-        match shared.hold.offer(msg) {
-            Offer::Held(evicted) => {
+    let (verdict, wake) = shared.hold.admit(msg, reply);
+    if wake {
+        shared.post(|inbox| inbox.held = true);
+    }
+    match verdict {
+        Verdict::Owner(msg) => match routes.engine_ref(msg.slot) {
+            Some(e) => submit(shared, msg, e, false),
+            // The table follows the core under this lock: never.
+            None => {
                 drop(routes);
-                for m in evicted {
-                    let _ = fail_full(shared, m);
-                }
+                let slot = msg.slot;
+                msg.finish_with(
+                    shared,
+                    Error::Cluster {
+                        slot,
+                        reason: "no route for the slot in the publish table".into(),
+                    },
+                )
+            }
+        },
+        verdict => {
+            drop(routes);
+            carry_out(shared, verdict, own, "")
+        }
+    }
+}
+
+/// Carries out the publish core's verdict on a publish (on any thread).
+/// `own`: the result of the reply the core decided on (what a
+/// [`Failure::Reported`] or [`Verdict::Done`] finishes it with);
+/// `context`: the server's words, for a failure's reason.
+///
+/// # Errors
+///
+/// The error `msg` was finished with, as [`send`].
+pub(crate) fn carry_out(
+    shared: &Arc<Shared>,
+    verdict: Verdict<PubMsg>,
+    own: Result<i64, Error>,
+    context: &str,
+) -> Result<(), Error> {
+    match verdict {
+        Verdict::Owner(msg) => send(shared, msg, None, false),
+        Verdict::Send { node, msg, asking } => match shared.hold.engine(node) {
+            Some(e) => submit(shared, msg, &e, asking),
+            None => send(shared, msg, None, false),
+        },
+        Verdict::Done(msg) => msg.finish_result(shared, own),
+        Verdict::Held { evicted, .. } => {
+            add(&shared.counters.cluster.held, 1);
+            if evicted.is_empty() {
                 return Ok(());
             }
-            Offer::Full(m) => {
-                drop(routes);
-                return fail_full(shared, m);
-            }
-            Offer::Free(m) => m,
-        }
-    } else {
-        msg
-    };
-    match routes.engine_ref(msg.slot) {
-        Some(e) => submit(shared, msg, e, false),
-        None if shared.closing.load(Ordering::Acquire) => {
-            drop(routes);
-            msg.finish_with(shared, Error::Shutdown)
-        }
-        None if !shared.config.publish_hold.is_zero() => {
-            drop(routes);
-            hold(shared, msg)
-        }
-        None => {
-            drop(routes);
-            // No owner known yet: the control thread retries it after a
-            // backoff and schedules a (coalesced) refresh.
-            let retry = Retry {
-                msg: Box::new(msg),
-                error: topology::ClusterError::ClusterDown,
-                message: "no known owner for the slot".into(),
-            };
-            shared.post(|inbox| inbox.retries.push(retry));
-            Ok(())
-        }
-    }
-}
-
-/// Holds a publish whose owner is unreachable.
-///
-/// # Errors
-///
-/// [`Error::HoldFull`] when the hold had no room for it (it is finished).
-pub(crate) fn hold(shared: &Arc<Shared>, msg: PubMsg) -> Result<(), Error> {
-    match shared.hold.hold(msg) {
-        Ok(offer) => held(shared, offer),
-        // Drained for shutdown since the caller looked at `closing`.
-        Err(msg) => msg.finish_result(shared, Err(Error::Shutdown)),
-    }
-}
-
-/// Carries out what the hold made of a publish it was given (and whether
-/// that opened an entry).
-///
-/// # Errors
-///
-/// [`Error::HoldFull`] when the hold had no room for it (it is finished).
-pub(crate) fn held(shared: &Arc<Shared>, offer: (Offer, bool)) -> Result<(), Error> {
-    match offer {
-        (Offer::Held(evicted), new) => {
-            add(&shared.counters.cluster.held, 1);
-            if new {
-                shared.post(|inbox| inbox.held = true);
-            }
+            let (messages, bytes) = shared.hold.limits();
+            let why = Failure::HoldFull { messages, bytes };
             for m in evicted {
-                let _ = fail_full(shared, m);
+                let e = failure(shared, m.slot, why, &Ok(0), context);
+                let _ = m.finish_with(shared, e);
             }
             Ok(())
         }
-        (Offer::Full(m) | Offer::Free(m), _) => fail_full(shared, m),
+        Verdict::Waiting { .. } => Ok(()),
+        Verdict::Fail { msg, why } => {
+            let e = failure(shared, msg.slot, why, &own, context);
+            msg.finish_with(shared, e)
+        }
     }
 }
 
-/// Finishes `msg` with [`Error::HoldFull`], and returns that error.
-fn fail_full(shared: &Shared, msg: PubMsg) -> Result<(), Error> {
-    add(&shared.counters.cluster.hold_full, 1);
-    let h = &shared.hold;
-    let (slot, messages, bytes) = (msg.slot, h.max_messages, h.max_bytes);
-    msg.finish_with(
-        shared,
-        Error::HoldFull {
-            slot,
-            messages,
-            bytes,
+/// The error a publish to `slot` fails with, for the core's `why`
+/// (counted); `own` is the reply's own result, `context` the server's
+/// words.
+pub(crate) fn failure(
+    shared: &Shared,
+    slot: u16,
+    why: Failure,
+    own: &Result<i64, Error>,
+    context: &str,
+) -> Error {
+    let c = &shared.counters.cluster;
+    let cluster = |reason: String| Error::Cluster {
+        slot,
+        reason: reason.into(),
+    };
+    let with = |what: String| match context {
+        "" => what,
+        _ => format!("{what}, last: {context}"),
+    };
+    match why {
+        Failure::HoldFull { messages, bytes } => {
+            add(&c.hold_full, 1);
+            Error::HoldFull {
+                slot,
+                messages,
+                bytes,
+            }
+        }
+        Failure::Expired { held } => {
+            add(&c.hold_expired, 1);
+            Error::OwnerUnreachable { slot, held }
+        }
+        Failure::Redirects { count } => {
+            cluster(with(control::RetryFailure::Redirects { count }.to_string()))
+        }
+        Failure::Window { tries } => cluster(with(format!(
+            "{} (refused for now, or no owner known)",
+            control::RetryFailure::Window { tries }
+        ))),
+        Failure::NoAddress => cluster(with("redirect without a usable address".into())),
+        Failure::CannotConnect => cluster(with("cannot connect to the node named".into())),
+        Failure::Shutdown => Error::Shutdown,
+        Failure::Reported => match own {
+            Err(e) => e.clone(),
+            Ok(_) => cluster(with("failed".into())),
         },
-    )
+    }
 }
 
 /// Writes `msg` to `engine`'s connection. It travels with its request
@@ -336,15 +367,32 @@ pub(crate) fn submit(
     engine: &Engine,
     asking: bool,
 ) -> Result<(), Error> {
-    // `ASKING` and the publish are staged under one lock: another
-    // thread's publish cannot fall between them.
-    match engine.submit_kept(msg, asking, |buf, msg| {
-        buf.extend_from_slice(&msg.data);
-        KeptMsg::Again(Box::new(msg))
-    }) {
+    match try_submit(msg, engine, asking) {
         Ok(()) => Ok(()),
         Err((msg, e)) => on_reply(shared, msg, Err(e)),
     }
+}
+
+/// Writes `msg` to `engine`'s connection, or gives it back with the reason
+/// it could not be (see [`submit`]).
+///
+/// # Errors
+///
+/// `msg` and why, when the connection cannot take it.
+// The message comes back by value, as the engine gives it (boxing it
+// would allocate where a failed publish moves on).
+#[allow(clippy::result_large_err)]
+pub(crate) fn try_submit(
+    msg: PubMsg,
+    engine: &Engine,
+    asking: bool,
+) -> Result<(), (PubMsg, Error)> {
+    // `ASKING` and the publish are staged under one lock: another
+    // thread's publish cannot fall between them.
+    engine.submit_kept(msg, asking, |buf, msg| {
+        buf.extend_from_slice(&msg.data);
+        KeptMsg::Again(Box::new(msg))
+    })
 }
 
 impl KeptItem for KeptMsg {
@@ -379,67 +427,66 @@ impl KeptItem for KeptMsg {
 
 impl KeptSink<KeptMsg> for Shared {
     fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>) {
-        match result {
-            // A probe's reply: finishing it unparks its slot.
-            Ok(n) => msg.finish(&self, Ok(n)),
-            Err(e) => {
-                let _ = on_reply(&self, msg, Err(e));
-            }
-        }
+        let _ = on_reply(&self, msg, result);
     }
 }
 
 /// A publish's reply, on the I/O thread (or the caller's, when it could not
-/// be sent): cluster errors go to the control thread, the rest finish it.
+/// be sent), for a probe or anything but a plain success: the publish core
+/// decides (a redirect or a refusal on the control thread, which opens the
+/// node a redirect names), except that a node without the history script
+/// gets the same command as `EVAL`.
 ///
 /// # Errors
 ///
 /// The error it finished `msg` with (see [`send`]).
-fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Result<(), Error> {
-    // A node engine closed by a rewire before this publish was written
-    // (`Shutdown` says nothing was sent): send it again wherever the slot
-    // lives now. One written before the close may have run: it comes as
-    // `ConnectionLost` (see `Completion::closed_error`), as when the
-    // connection broke, and is handled below.
-    let closing = shared.closing.load(Ordering::Acquire);
-    if matches!(r, Err(Error::Shutdown)) && !closing && msg.redirects < shared.config.max_redirects
-    {
-        msg.redirects += 1;
-        return send(shared, msg, None, false);
-    }
-    // A publish that was sent and may have run (its connection broke, or
-    // was closed by a rewire or a shutdown, before the reply): sent again
-    // it would run twice and its subscribers could get it twice (a
-    // recoverable channel's under another offset), with nothing to tell
-    // the copy from a new message. It fails with the error that says the
-    // outcome is unknown; the caller decides.
-    if matches!(r, Err(Error::ConnectionLost { .. })) {
-        return msg.finish_result(shared, r);
-    }
-    // The owner could not be reached and nothing was sent (its connection
-    // down, or it broke before this publish was written): held for the
-    // slot's next reachable owner.
-    if matches!(r, Err(Error::NotConnected { .. }))
-        && !closing
-        && !shared.config.publish_hold.is_zero()
-    {
-        return hold(shared, msg);
-    }
-    let Err(Error::Reply { addr, message }) = &r else {
-        return msg.finish_result(shared, r);
-    };
-    // A node without the history script: the same command as `EVAL`
-    // (never answered `NOSCRIPT`, so this happens once per publish).
-    if crate::history::script::is_noscript(message) {
-        if let Some((eval, _)) = crate::history::script::to_eval(&msg.data) {
-            msg.data = eval;
-            return send(shared, msg, None, false);
+pub(crate) fn on_reply(
+    shared: &Arc<Shared>,
+    mut msg: PubMsg,
+    r: Result<i64, Error>,
+) -> Result<(), Error> {
+    let reply = match &r {
+        Ok(_) => Reply::Taken,
+        // A node engine closed by a rewire before this publish was written
+        // (`Shutdown` says nothing was sent): it goes again wherever the
+        // slot lives now.
+        Err(Error::Shutdown) => Reply::NotWritten,
+        // Sent, and its connection broke or was closed before the reply:
+        // it may have run, and sent again it could run twice (a
+        // recoverable channel's copy under another offset, nothing to tell
+        // it from a new message). It fails with the error that says the
+        // outcome is unknown; the caller decides.
+        Err(Error::ConnectionLost { .. }) => Reply::Lost,
+        // The owner could not be reached and nothing was sent: held for
+        // the slot's next reachable owner (the hold on).
+        Err(Error::NotConnected { .. }) => Reply::NotConnected,
+        Err(Error::Reply { addr, message }) => {
+            // A node without the history script: the same command as
+            // `EVAL` (never answered `NOSCRIPT`, so once per publish).
+            if crate::history::script::is_noscript(message) {
+                if let Some((eval, _)) = crate::history::script::to_eval(&msg.data) {
+                    msg.data = eval;
+                    return send(shared, msg, None, false);
+                }
+            }
+            let host = addr.host();
+            match topology::parse_cluster_error(message.as_bytes(), host.as_deref()) {
+                Some(error) => return to_control(shared, msg, error, message.clone()),
+                None => Reply::Other,
+            }
         }
-    }
-    let host = addr.host();
-    let Some(error) = topology::parse_cluster_error(message.as_bytes(), host.as_deref()) else {
-        return msg.finish_result(shared, r);
+        Err(_) => Reply::Other,
     };
+    admit(shared, msg, Some(reply), r)
+}
+
+/// A redirect or a refusal, for the control thread (counted).
+fn to_control(
+    shared: &Arc<Shared>,
+    msg: PubMsg,
+    error: topology::ClusterError,
+    message: Arc<str>,
+) -> Result<(), Error> {
     let c = &shared.counters.cluster;
     add(
         match error {
@@ -452,13 +499,13 @@ fn on_reply(shared: &Arc<Shared>, mut msg: PubMsg, r: Result<i64, Error>) -> Res
     );
     // Closing: the control loop may have taken its last turn, and nothing
     // it would retry is sent now (a redirect or refusal: it did not run).
-    if closing {
+    if shared.closing.load(Ordering::Acquire) {
         return msg.finish_result(shared, Err(Error::Shutdown));
     }
     let mut retry = Some(Retry {
         msg: Box::new(msg),
         error,
-        message: message.clone(),
+        message,
     });
     shared.post(|inbox| {
         if !inbox.closed {

@@ -34,8 +34,9 @@ pub(crate) fn is_service(wire: &[u8]) -> bool {
 }
 
 impl Driver {
-    /// Keeps one service channel per node, on its connection 0, as
-    /// [`control::Services`] decide (`map_changed`: a new map arrived).
+    /// Keeps one service channel per node, on its connection 0, as the
+    /// publish core's [`control::Services`] decide (`map_changed`: a new
+    /// map arrived).
     pub(crate) fn ensure_services(&mut self, map_changed: bool) {
         let nodes: Vec<ServiceNode<SocketAddr>> = self
             .core
@@ -54,23 +55,18 @@ impl Driver {
                 })
             })
             .collect();
-        let r = &*self.s.resolver;
-        let at = |n: &topology::Node| n.addr.as_ref().and_then(|a| resolve(r, a));
-        let round = self
-            .services
-            .handle_round(self.core.map(), at, &nodes, map_changed);
-        for (conn, slot) in round.send {
-            self.send_service(conn, slot);
-        }
-        if round.refresh {
-            // The node said its slot left; the map we read does not show
-            // it yet: read again soon (one request per map).
-            self.input(|core, now| core.handle_degraded(now));
-        }
+        let r = self.s.resolver.clone();
+        let at = move |n: &topology::Node| n.addr.as_ref().and_then(|a| resolve(&*r, a));
+        let map = self.core.map().clone();
+        // The core sends what it decided (`SendService`, and a refresh
+        // soon when the map still shows a dropped channel's slot there).
+        self.publish_input(false, None, |core, _| {
+            core.handle_services(&map, at, &nodes, map_changed)
+        });
     }
 
     /// Sends the service `SSUBSCRIBE` of `slot` on `conn`.
-    fn send_service(&mut self, conn: ConnId, slot: u16) {
+    pub(crate) fn send_service(&mut self, conn: ConnId, slot: u16) {
         let Some(c) = self.subs.get(&conn) else {
             return;
         };

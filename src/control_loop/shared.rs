@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::control_loop::builder::{Mode, ResubscribeSplit};
-use crate::control_loop::hold::Hold;
+use crate::control_loop::hold::Publishing;
 use crate::control_loop::publish::PubMsg;
 use crate::engine::Engine;
 use crate::front::mailbox::{DirtyLanes, Mailbox};
@@ -77,8 +77,8 @@ pub(crate) struct ConnState {
 }
 
 /// Where publishes go: slot → index into `engines`
-/// ([`control::NO_ROUTE`] for unknown), as the driver's
-/// [`control::Routes`] say.
+/// ([`control::NO_ROUTE`] for unknown), derived from the publish core's
+/// table (see `carry`) and written nowhere else.
 pub(crate) struct Routes {
     pub(crate) owner: Vec<u16>,
     pub(crate) engines: Vec<Arc<Engine>>,
@@ -244,8 +244,9 @@ pub(crate) struct Shared {
     /// instances on the runtime): a shutdown called elsewhere waits for
     /// them (see `ClusterPubSub::shutdown`).
     pub(crate) engines_closing: parking_lot::Mutex<Vec<crate::engine::Closing>>,
-    /// Publishes held per slot (owner unreachable, or a route change).
-    pub(crate) hold: Hold,
+    /// The publish core: routes, gates, and publishes held per slot
+    /// (owner unreachable, a route change, behind a refused one).
+    pub(crate) hold: Publishing,
     /// The next publish's order number.
     pub(crate) next_seq: AtomicU64,
     /// This instance's id in gate markers.

@@ -13,28 +13,13 @@ use topology::{NodeAddr, ParseOptions, SlotMap, TopologyCommand};
 
 use crate::addr::ServerAddr;
 use crate::conn::Role;
+use control::publish::NodeId;
+
 use crate::control_loop::builder::Mode;
 use crate::control_loop::driver::Driver;
 use crate::control_loop::publish::KeptMsg;
-use crate::control_loop::shared::Routes;
-use crate::engine::Engine;
 use crate::error::Error;
 use crate::metrics::add;
-
-/// A primary's publish route: its address and publish engine (one
-/// engine per address at a time; a new engine at the same address is
-/// another route).
-#[derive(Clone)]
-pub(crate) struct Route {
-    pub(crate) addr: SocketAddr,
-    pub(crate) engine: Arc<Engine>,
-}
-
-impl PartialEq for Route {
-    fn eq(&self, other: &Route) -> bool {
-        self.addr == other.addr && Arc::ptr_eq(&self.engine, &other.engine)
-    }
-}
 
 /// A node address as a socket address (its first, when a name has
 /// several), looked up with `resolver`.
@@ -59,12 +44,12 @@ pub(crate) fn resolve_nth(
 impl Driver {
     /// The publish (and topology command) engine of a node, opened on
     /// first use without waiting for it (the control thread never waits
-    /// for a server): publishes routed to a primary that is down meet
-    /// its connection's `NotConnected`, and are held or refused as the
-    /// publish hold says.
-    pub(crate) fn publish_engine(&mut self, addr: SocketAddr) -> Result<Arc<Engine>, Error> {
-        if let Some(e) = self.publ.get(&addr) {
-            return Ok(e.clone());
+    /// for a server), and its node id in the publish core: publishes
+    /// routed to a primary that is down meet its connection's
+    /// `NotConnected`, and are held or refused as the publish hold says.
+    pub(crate) fn publish_engine(&mut self, addr: SocketAddr) -> Result<NodeId, Error> {
+        if let Some((id, _)) = self.publ.get(&addr) {
+            return Ok(*id);
         }
         let e = Arc::new(
             self.node
@@ -80,69 +65,22 @@ impl Driver {
                     add(&self.s.counters.cluster.connect_errors, 1);
                 })?,
         );
-        self.publ.insert(addr, e.clone());
-        Ok(e)
+        self.next_node += 1;
+        let id = NodeId(self.next_node);
+        self.publ.insert(addr, (id, e.clone()));
+        self.s.hold.with(|p| {
+            p.engines.insert(id, e);
+            p.core.handle_node(id, addr);
+        });
+        self.count_nodes();
+        Ok(id)
     }
 
-    /// Records a `MOVED` in the publish routes (the engine exists); a
-    /// slot that leaves another route is gated.
-    pub(crate) fn route_slot(&mut self, slot: u16, addr: SocketAddr) {
-        let Some(engine) = self.publ.get(&addr).cloned() else {
-            return;
-        };
-        let moved = self.routes.handle_moved(slot, Route { addr, engine });
-        let shared = self.s.clone();
-        let mut table = shared.routes.write();
-        // A `MOVED` adds at most the node it names, at the end.
-        for n in self
-            .routes
-            .nodes()
-            .get(table.engines.len()..)
-            .unwrap_or(&[])
-        {
-            table.engines.push(n.engine.clone());
-        }
-        if let (Some(o), Some(&i)) = (
-            table.owner.get_mut(usize::from(slot)),
-            self.routes.owners().get(usize::from(slot)),
-        ) {
-            *o = i;
-        }
-        self.gate_moves(moved.into_iter().collect());
-        drop(table);
-        self.run_gates();
-    }
-
-    /// Closes a gate for each route move and holds its slots behind it
-    /// (the caller holds the routes' write lock: no publish slips
-    /// between), then the caller calls [`Driver::run_gates`], which sends
-    /// the barriers after every publish the old routes took.
-    ///
-    /// Slots leaving for no known owner get a gate each: they may go to
-    /// different owners later, and each gate marks through the old node
-    /// to its own slot's owner (one marker to the wrong owner would be
-    /// refused and open the gate while the old node forwards to another).
-    fn gate_moves(&mut self, moves: Vec<control::RouteMove<Route>>) {
-        for m in moves {
-            let (from, to) = (m.from.addr, m.to.as_ref().map(|r| r.addr));
-            let per_gate = match to {
-                Some(_) => m.slots.len().max(1),
-                None => 1,
-            };
-            for slots in m.slots.chunks(per_gate) {
-                let Some(&first) = slots.first() else {
-                    continue;
-                };
-                let token = self.close_gate(m.from.engine.clone(), to, first);
-                log::debug!(
-                    "cluster: gate {token} closed: {} slots from {from} to {to:?}",
-                    slots.len()
-                );
-                for &slot in slots {
-                    self.s.hold.gate(slot, token);
-                }
-            }
-        }
+    /// The gauge of publish connections.
+    pub(crate) fn count_nodes(&self) {
+        let nodes = self.publ.len();
+        let gauge = &self.s.counters.cluster.nodes;
+        gauge.store(nodes, Ordering::Relaxed);
     }
 
     /// Brings everything outside the core in line with it, after a round:
@@ -200,20 +138,19 @@ impl Driver {
     /// [`Driver::sync`] that a map arrived.
     pub(crate) fn sync_routes(&mut self) {
         let epoch = self.core.map_epoch();
-        if epoch != self.routes_epoch && self.s.fixed() {
+        if epoch == self.routes_epoch {
+            return;
+        }
+        self.routes_epoch = epoch;
+        self.map_seen = true;
+        if self.s.fixed() {
             // Fixed servers publish on their own engine.
-            self.routes_epoch = epoch;
-            self.map_seen = true;
+            return;
         }
-        if epoch != self.routes_epoch {
-            self.routes_epoch = epoch;
-            self.map_seen = true;
-            let map = self.core.map().clone();
-            self.ensure_publish_engines(&map);
-            self.set_routes(&map);
-            self.retire_publishers(&map);
-            self.s.active.wake();
-        }
+        let map = self.core.map().clone();
+        self.ensure_publish_engines(&map);
+        self.set_routes(&map);
+        self.s.active.wake();
     }
 
     /// The connection that carries `lane` in the core's layout.
@@ -228,31 +165,6 @@ impl Driver {
             .iter()
             .filter_map(|sh| sh.primary.addr.as_ref())
             .filter_map(|a| resolve(&*self.s.resolver, a))
-    }
-
-    /// Primaries that own nothing any more keep no publish connection.
-    fn retire_publishers(&mut self, map: &SlotMap) {
-        let owners: std::collections::BTreeSet<SocketAddr> = self.primary_addrs(map).collect();
-        let gone: Vec<SocketAddr> = self
-            .publ
-            .keys()
-            .filter(|a| !owners.contains(a))
-            .copied()
-            .collect();
-        for a in gone {
-            if let Some(e) = self.publ.remove(&a) {
-                if self.gates.routes().any(|r| Arc::ptr_eq(&r.old, &e)) {
-                    self.retiring.push(e); // markers still go out on it
-                } else {
-                    e.shutdown();
-                }
-            }
-        }
-        self.s
-            .counters
-            .cluster
-            .nodes
-            .store(self.publ.len(), Ordering::Relaxed);
     }
 
     /// The mode.
@@ -270,31 +182,18 @@ impl Driver {
         }
     }
 
-    /// Publish routes from the slot map; partitions' slots whose route
-    /// moved are gated.
+    /// Publish routes from the slot map: the core gates the watched slots
+    /// whose route moved and retires the nodes no route uses.
     fn set_routes(&mut self, map: &SlotMap) {
         let (publ, r) = (&self.publ, &*self.s.resolver);
-        let reachable = |sh: &topology::Shard| {
+        let reach = |sh: &topology::Shard| {
             let addr = sh.primary.addr.as_ref().and_then(|a| resolve(r, a))?;
-            let engine = publ.get(&addr)?.clone();
-            Some(Route { addr, engine })
+            publ.get(&addr).map(|(id, _)| *id)
         };
-        let moves = self.routes.handle_map(map, reachable, self.s.parts.slots());
-        let table = Routes {
-            owner: self.routes.owners().to_vec(),
-            engines: self
-                .routes
-                .nodes()
-                .iter()
-                .map(|r| r.engine.clone())
-                .collect(),
-        };
-        let shared = self.s.clone();
-        let mut current = shared.routes.write();
-        self.gate_moves(moves);
-        *current = table;
-        drop(current);
-        self.run_gates();
+        // Worked out before the read table's write lock is taken (it
+        // walks every slot).
+        let plan = self.s.hold.with(|p| p.core.plan_map(map, reach));
+        self.publish_input(true, None, |core, now| core.apply_map(now, plan));
     }
 }
 
@@ -328,6 +227,7 @@ pub(crate) fn parse_map(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control_loop::shared::Routes;
     use crate::engine::resolve::System;
 
     #[test]

@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::conn::Role;
 use crate::control_loop;
 use crate::control_loop::builder::{Common, NodeSettings, Parts};
-use crate::control_loop::hold::Hold;
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;
@@ -317,7 +316,7 @@ fn build_fixed(
         common,
         servers,
         (runtime, pool),
-        Hold::new(0, 0, Duration::ZERO),
+        (0, 0),
         counters,
     );
     if !common.history.is_empty() {

@@ -441,6 +441,12 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         self.out.pop_front()
     }
 
+    /// Whether anything waits for the control thread (an input on
+    /// another thread may queue outputs: that thread wakes it).
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Everything queued for the control thread, in order.
     pub fn poll_outputs(&mut self) -> impl Iterator<Item = Output<M>> + '_ {
         core::iter::from_fn(|| self.out.pop_front())
