@@ -63,7 +63,9 @@ fn carry_out(
                 Ok(())
             }
         };
-        report_panic(outcome);
+        if let Err(payload) = outcome {
+            report_panic(&*payload);
+        }
     }
 }
 
@@ -96,14 +98,14 @@ struct Tally {
     unwanted: u64,
 }
 
-/// Logs a handler's panic; the worker goes on.
-fn report_panic(outcome: std::thread::Result<()>) {
-    if let Err(payload) = outcome {
-        log::error!(
-            "Pub/Sub handler panicked: {}; the worker goes on",
-            threads::panic_message(&*payload)
-        );
-    }
+/// Logs a handler's panic; the worker goes on. Cold, out of the per-item
+/// path: the callers test the outcome inline.
+#[cold]
+fn report_panic(payload: &(dyn std::any::Any + Send)) {
+    log::error!(
+        "Pub/Sub handler panicked: {}; the worker goes on",
+        threads::panic_message(payload)
+    );
 }
 
 /// The consumer of one worker queue: a task on a worker thread (one of
@@ -220,7 +222,9 @@ impl Delivery {
             } => self.pattern_message(buf, *pattern_len, *channel_len, *sent_us, tally),
             event => self.event(event, &mut tally.delivered),
         };
-        report_panic(outcome);
+        if let Err(payload) = outcome {
+            report_panic(&*payload);
+        }
         match item {
             Item::Message { buf, .. } | Item::PMessage { buf, .. } | Item::Active { buf, .. }
                 if buf.capacity() <= KEEP_BUFFER =>
