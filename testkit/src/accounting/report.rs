@@ -96,9 +96,16 @@ pub struct Report {
     pub recoverable: Counts,
     /// Per tap: its name and its counts.
     pub taps: Vec<(String, Counts)>,
-    /// Times a channel's messages reached another handler thread than
-    /// before: must be 0.
+    /// Times a channel's messages changed handler thread after it had
+    /// moved once: back to the thread it left, or on to a third. Must be 0.
     pub split: u64,
+    /// Channels whose messages changed handler thread once, one way (the
+    /// first change; a second is a split). At most
+    /// [`Report::allowed_moves`].
+    pub moved: u64,
+    /// The moves allowed ([`Ledger::allow_moves`](super::Ledger::allow_moves);
+    /// 0 unless set).
+    pub allowed_moves: u64,
     /// Messages delivered to a tap on a channel it does not expect (see
     /// [`Ledger::tap_for`](super::Ledger::tap_for)): must be 0.
     pub unwanted: u64,
@@ -110,7 +117,8 @@ pub struct Report {
 
 impl Report {
     /// Whether nothing was lost silently, duplicated, reordered, corrupted
-    /// or split over threads.
+    /// or split over threads, and no more channels moved thread than
+    /// allowed.
     pub fn is_clean(&self) -> bool {
         let c = &self.counts;
         c.lost_silent == 0
@@ -118,6 +126,7 @@ impl Report {
             && c.reordered == 0
             && c.unexpected == 0
             && self.split == 0
+            && self.moved <= self.allowed_moves
             && self.unwanted == 0
     }
 
@@ -131,7 +140,7 @@ impl Report {
     /// # Panics
     ///
     /// On a silent loss, a duplicate, a reorder, a corrupt or unwanted
-    /// delivery, or a channel split over threads.
+    /// delivery, a channel split over threads, or more moves than allowed.
     pub fn assert_clean(&self) {
         assert!(self.is_clean(), "delivery accounting failed:\n{self}");
     }
@@ -157,7 +166,8 @@ impl std::fmt::Display for Report {
         writeln!(
             f,
             "delivered {} lost_signalled {} lost_silent {} duplicated {} reordered {} \
-             unexpected {} split {} unwanted {} signals {} delivered_failed {} before_window {}",
+             unexpected {} split {} moved {} (allowed {}) unwanted {} signals {} delivered_failed {} \
+             before_window {}",
             c.delivered,
             c.lost_signalled,
             c.lost_silent,
@@ -165,6 +175,8 @@ impl std::fmt::Display for Report {
             c.reordered,
             c.unexpected,
             self.split,
+            self.moved,
+            self.allowed_moves,
             self.unwanted,
             c.signals,
             c.delivered_failed,

@@ -11,11 +11,48 @@ use super::{Names, Signal};
 /// `Tap::from` of a channel the tap does not expect.
 pub(super) const NOT_EXPECTED: u32 = u32::MAX;
 
+/// The handler threads a channel's messages reached: two words, however
+/// many messages.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Threads {
+    /// The thread of its last message.
+    last: Option<ThreadId>,
+    /// The thread it left at its one allowed change (a move), once made.
+    left: Option<ThreadId>,
+}
+
+/// A change of a channel's thread, as [`Threads::reached`] tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Change {
+    /// Its first change: one way, from the thread it left.
+    Moved,
+    /// A change after the move: back to the thread it left, or on to
+    /// another one.
+    Split { back: bool },
+}
+
+impl Threads {
+    /// Records that a message reached thread `me`; says how its thread
+    /// changed, if it did. Only the first change is a move: any later one
+    /// is a split, a return or a third thread alike.
+    pub(super) fn reached(&mut self, me: ThreadId) -> Option<Change> {
+        let last = self.last.replace(me)?;
+        if last == me {
+            return None;
+        }
+        match self.left.replace(last) {
+            None => Some(Change::Moved),
+            Some(left) => Some(Change::Split { back: left == me }),
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct TapLog {
     pub(super) streams: Vec<Vec<Entry>>,
-    pub(super) threads: Vec<Option<ThreadId>>,
+    pub(super) threads: Vec<Threads>,
     pub(super) split: u64,
+    pub(super) moved: u64,
     pub(super) unknown_channel: u64,
     pub(super) garbled: u64,
     pub(super) misrouted: u64,
@@ -86,21 +123,24 @@ impl Tap {
             return;
         };
         log.streams[c].push(Entry { seq, at });
-        match log.threads[c] {
-            Some(t) if t != me => {
-                log.split += 1;
-                log.threads[c] = Some(me);
-                log.example(|| {
-                    format!(
-                        "{}: channel {} handled on two threads",
-                        self.name,
-                        String::from_utf8_lossy(channel)
-                    )
-                });
+        let change = log.threads[c].reached(me);
+        let note = match change {
+            None => return,
+            Some(Change::Moved) => {
+                log.moved += 1;
+                return;
             }
-            Some(_) => {}
-            None => log.threads[c] = Some(me),
-        }
+            Some(Change::Split { back: true }) => "back on the handler thread it had left",
+            Some(Change::Split { back: false }) => "on a third handler thread",
+        };
+        log.split += 1;
+        log.example(|| {
+            format!(
+                "{}: channel {} changed thread again after its move: {note}",
+                self.name,
+                String::from_utf8_lossy(channel)
+            )
+        });
     }
 
     /// A gap, drop or unrecoverable event naming `channel`.

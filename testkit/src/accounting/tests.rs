@@ -167,18 +167,63 @@ fn failed_publishes_are_not_expected_but_may_arrive() {
     assert!(ledger.caught_up(), "the last expected one is 2");
 }
 
+/// Hands `payload` of channel c0 to `tap` from a new thread.
+fn on_new_thread(tap: &Arc<Tap>, payload: &[u8]) {
+    let (tap, payload) = (tap.clone(), payload.to_vec());
+    std::thread::spawn(move || tap.message(b"c0", &payload))
+        .join()
+        .unwrap();
+}
+
 #[test]
-fn a_channel_on_two_threads_is_a_split() {
+fn a_one_way_move_is_a_move_not_a_split() {
     let (ledger, tap) = setup(1);
-    let p = publish(&ledger, 2).remove(0);
+    let p = publish(&ledger, 3).remove(0);
     tap.message(b"c0", &p[0]);
-    let (tap2, p1) = (tap.clone(), p[1].clone());
-    std::thread::spawn(move || tap2.message(b"c0", &p1))
+    let (tap2, rest) = (tap.clone(), p[1..].to_vec());
+    std::thread::spawn(move || rest.iter().for_each(|m| tap2.message(b"c0", m)))
         .join()
         .unwrap();
     let r = ledger.report();
-    assert_eq!(r.split, 1);
-    assert!(!r.is_clean());
+    assert_eq!((r.moved, r.split, r.counts.delivered), (1, 0, 3));
+    assert!(!r.is_clean(), "no move is allowed by default: {r}");
+    ledger.allow_moves(1);
+    ledger.report().assert_clean();
+}
+
+/// Channel c0's three messages on this thread, then a new one, then back
+/// on this one (`back`) or on a third; `allowed` moves.
+fn changed_twice(back: bool, allowed: u64) -> Report {
+    let (ledger, tap) = setup(1);
+    let p = publish(&ledger, 3).remove(0);
+    tap.message(b"c0", &p[0]);
+    on_new_thread(&tap, &p[1]);
+    match back {
+        true => tap.message(b"c0", &p[2]),
+        false => on_new_thread(&tap, &p[2]),
+    }
+    ledger.allow_moves(allowed);
+    let r = ledger.report();
+    assert_eq!((r.moved, r.split), (1, 1), "{r}");
+    r
+}
+
+#[test]
+fn a_return_to_a_thread_left_is_a_split() {
+    let r = changed_twice(true, 1);
+    assert!(!r.is_clean(), "a return is never allowed: {r}");
+    let text = r.to_string();
+    assert!(
+        text.contains("back on the handler thread it had left"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_third_thread_is_a_split() {
+    let r = changed_twice(false, 2);
+    assert!(!r.is_clean(), "a second change is never allowed: {r}");
+    assert!(r.to_string().contains("on a third handler thread"), "{r}");
 }
 
 #[test]
