@@ -244,10 +244,14 @@ fn prepare(entries: &[Entry]) -> Result<Prepared, String> {
     if callgrind {
         install::apt_tool("valgrind", "valgrind")?;
     }
+    // publish_cmp's syscall counters, and the subscriber grid's.
     let traced = entries.iter().any(|e| {
-        e.steps
-            .iter()
-            .any(|s| s.cmd.args.iter().any(|a| a == "publish_cmp"))
+        e.steps.iter().any(|s| {
+            s.cmd
+                .args
+                .iter()
+                .any(|a| a == "publish_cmp" || a == "--grid")
+        })
     });
     if traced {
         install::tracefs();

@@ -122,7 +122,7 @@ pub fn tracefs() {
         return;
     }
     println!(
-        "xtask: mounting tracefs at {} (publish_cmp's syscall counters): not mounted",
+        "xtask: mounting tracefs at {} (the peers' syscall counters): not mounted",
         dir.display()
     );
     let mounted = privileged("mount")

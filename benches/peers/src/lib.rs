@@ -11,6 +11,7 @@
 
 pub mod parsers;
 pub mod streams;
+pub mod syscalls;
 
 /// Bytes per simulated TCP read (a typical Ethernet MSS).
 pub const CHUNK: usize = 1460;

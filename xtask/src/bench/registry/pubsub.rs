@@ -62,6 +62,7 @@ pub fn pubsub_and_cluster() -> Vec<Entry> {
             render: Render::Tables,
         },
         subscriber_rates(),
+        subscriber_grid(),
         fleet_instances(),
         scaling(),
         Entry {
@@ -292,28 +293,43 @@ fn scaling() -> Entry {
     }
 }
 
+const PEERS: [&str; 2] = ["--manifest-path", "benches/peers/Cargo.toml"];
+
+/// `cargo run --release` of the peers crate's `pubsub_cmp` with `args`.
+fn pubsub_cmp(args: &[&str]) -> Cmd {
+    let head = [
+        "run",
+        "--release",
+        PEERS[0],
+        PEERS[1],
+        "--bin",
+        "pubsub_cmp",
+        "--",
+    ];
+    cargo(&[&head[..], args].concat())
+}
+
+/// Builds the peers crate's `pubsub_cmp`.
+fn pubsub_cmp_build() -> Cmd {
+    cargo(&[
+        "build",
+        "--release",
+        PEERS[0],
+        PEERS[1],
+        "--bin",
+        "pubsub_cmp",
+    ])
+}
+
 /// One subscriber at 1k, 10k, 100k msg/s and the maximum beside the
 /// `redis` crate, a step per server (their rows make one table), then
 /// both idle (`pubsub_cmp --rates`, `--idle`).
 fn subscriber_rates() -> Entry {
-    let peers = ["--manifest-path", "benches/peers/Cargo.toml"];
-    let run = |args: &[&str]| {
-        let head = [
-            "run",
-            "--release",
-            peers[0],
-            peers[1],
-            "--bin",
-            "pubsub_cmp",
-            "--",
-        ];
-        cargo(&[&head[..], args].concat())
-    };
     let mut steps: Vec<_> = SERVERS
         .iter()
-        .map(|(kind, _)| step("", run(&["--rates"]).env("SHARDSUB_SERVERS", kind)))
+        .map(|(kind, _)| step("", pubsub_cmp(&["--rates"]).env("SHARDSUB_SERVERS", kind)))
         .collect();
-    steps.push(step("", run(&["--idle"])));
+    steps.push(step("", pubsub_cmp(&["--idle"])));
     Entry {
         name: "subscriber_rates",
         section: "Pub/Sub: one subscriber at realistic rates vs the redis crate",
@@ -323,15 +339,35 @@ fn subscriber_rates() -> Entry {
         measured: true,
         servers: true,
         min_cpus: 0,
-        build: vec![cargo(&[
-            "build",
-            "--release",
-            peers[0],
-            peers[1],
-            "--bin",
-            "pubsub_cmp",
-        ])],
+        build: vec![pubsub_cmp_build()],
         steps,
+        render: Render::Tables,
+    }
+}
+
+/// Five subscribers at once, each a process (shardsub, shardsub with
+/// `delivery_delay` 0, the `redis` crate on a current-thread and on a
+/// 2-worker runtime, `fred`), on the same traffic: rate {1k, 10k, 50k
+/// msg/s} × channels {1, 100, 10,000} × publisher shape {one `PUBLISH` a
+/// write, a batch every 1 ms}, on both servers, 3 repetitions
+/// (`pubsub_cmp --grid`; issue 45). One step for both servers, so that
+/// `SHARDSUB_SERVERS` picks them, and `SUBSCRIBER_GRID_CELLS` /
+/// `SUBSCRIBER_GRID_REPS` make a smoke run of it (see the bench's
+/// `grid.rs`).
+fn subscriber_grid() -> Entry {
+    Entry {
+        name: "subscriber_grid",
+        section: "Pub/Sub: subscribers at rates × channels × publisher shapes",
+        // 18 cells x 2 servers x 3 repetitions at about 5.3 s a cell (1 s
+        // of warm-up, a 4 s window, five subscribers started and
+        // subscribed): smoke runs of 2 and 4 cells took 10 and 21 s at
+        // load average 4-5.
+        estimate_s: 600,
+        measured: false,
+        servers: true,
+        min_cpus: 0,
+        build: vec![pubsub_cmp_build()],
+        steps: vec![step("", pubsub_cmp(&["--grid"]))],
         render: Render::Tables,
     }
 }

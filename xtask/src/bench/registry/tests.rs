@@ -94,12 +94,13 @@ fn the_pages_mark_every_table_once_in_registry_order() {
 
 #[test]
 fn the_whole_run_fits_in_the_budget() {
-    // On the 2-core machines the docs are measured on.
+    // On the 2-core machines the docs are measured on; the subscriber grid
+    // (issue 45) took it from about 36 to about 47 minutes.
     let total: u32 = all()
         .iter()
         .filter(|e| e.min_cpus <= 2)
         .map(|e| e.estimate_s)
         .sum::<u32>()
         + BUILDS_ESTIMATE_S;
-    assert!(total <= 36 * 60, "estimates add up to {total} s");
+    assert!(total <= 48 * 60, "estimates add up to {total} s");
 }

@@ -33,13 +33,12 @@
 //! (`getrusage`: `RUSAGE_SELF` deltas for the in-process Rust clients,
 //! `RUSAGE_CHILDREN` for `redis-benchmark`); messages per socket write
 //! syscall and eventfd wakes per message (kernel tracepoint counters, see
-//! `syscalls.rs`; `redis-benchmark` included as our child); allocation
+//! `src/syscalls.rs`; `redis-benchmark` included as our child); allocation
 //! calls per message (counting global allocator, whole process); the
 //! server's CPU (`INFO CPU`).
 
 mod clients;
 mod measure;
-mod syscalls;
 
 use std::collections::BTreeMap;
 
@@ -381,7 +380,7 @@ fn run_server(addr: std::net::SocketAddr, label: &str, o: &Options) -> Result<()
     let pid = testkit::values::info_field(&server_info, "process_id").unwrap_or_default();
     // Counters before any client thread exists (they count later threads
     // and children), after the server started (it must not be counted).
-    let counters = syscalls::Counters::open();
+    let counters = shardsub_peer_benches::syscalls::Counters::open();
     if counters.is_none() {
         println!("no tracepoint counters (needs tracefs and root): write counts absent");
     }

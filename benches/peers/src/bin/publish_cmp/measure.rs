@@ -1,10 +1,11 @@
 //! What each run measures: allocations (testkit's counting global
 //! allocator, installed in `main.rs`), process CPU time,
-//! write-type syscalls (see `syscalls.rs`), and the server's CPU time.
+//! write-type syscalls (see the crate's `src/syscalls.rs`), and the
+//! server's CPU time.
 
 use std::net::SocketAddr;
 
-use crate::syscalls::{Counters, Writes};
+use shardsub_peer_benches::syscalls::{Counters, Writes};
 
 /// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`) of every thread
 /// so far, counted by the binary's global allocator.

@@ -22,7 +22,7 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// Each subscriber: its `--idle-one` name and what it runs.
 const WHO: [(&str, Who); 2] = [
     ("shardsub", Who::shardsub_default(None)),
-    ("redis", Who::Redis { resp3: false }),
+    ("redis", Who::redis_default(2)),
 ];
 
 /// Runs every idle subscriber at once and prints a row per server kind:
@@ -86,8 +86,8 @@ pub fn one(args: Vec<String>) {
     };
     let server = testkit::Server::start(kind).unwrap();
     let delivery = Delivery::new(0);
-    let sub = w.start(&server, &delivery);
-    wait_subscribed(&server);
+    let sub = w.start(server.addr(), CHANNELS, &delivery);
+    wait_subscribed(&server, CHANNELS, 1);
     std::thread::sleep(SETTLE);
     let (before, me_before, threads_before) = (
         usage::process(),

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,16 +32,24 @@ pub fn channel(i: usize) -> String {
     format!("bench:{i:012}")
 }
 
-/// Microseconds since this process first asked: the clock of the stamps
-/// (publisher and handlers are threads of one process).
-pub fn now_us() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_micros() as u64
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of the stamps, the same in
+/// every process of the machine (the grid's publisher and subscribers are
+/// processes of their own).
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC a
+    // clock every Linux has.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A stamped payload: `#`, the sequence number and the publish time
-/// (`now_us`), both little-endian `u64`, then `x` up to 256 bytes.
-fn encode_stamp(payload: &mut [u8; PAYLOAD], seq: u64, at: u64) {
+/// ([`monotonic_ns`]), both little-endian `u64`, then `x` to its end (at
+/// least 17 bytes).
+fn encode_stamp(payload: &mut [u8], seq: u64, at: u64) {
     payload[0] = b'#';
     payload[1..9].copy_from_slice(&seq.to_le_bytes());
     payload[9..17].copy_from_slice(&at.to_le_bytes());
@@ -59,24 +67,24 @@ pub fn parse_stamp(payload: &[u8]) -> Option<(u64, u64)> {
     Some((seq, at))
 }
 
-/// Waits until the server reports the first and last channels subscribed
-/// (by exactly one client).
-pub fn wait_subscribed(server: &Server) {
+/// Waits until the server reports the first and last of the first
+/// `channels` channels subscribed by exactly `clients` clients.
+pub fn wait_subscribed(server: &Server, channels: usize, clients: i64) {
     let deadline = Instant::now() + BOUND;
-    let (first, last) = (channel(0), channel(CHANNELS - 1));
+    let mut names = vec![channel(0)];
+    if channels > 1 {
+        names.push(channel(channels - 1));
+    }
+    let mut cmd: Vec<&[u8]> = vec![b"PUBSUB", b"NUMSUB"];
+    cmd.extend(names.iter().map(|n| n.as_bytes()));
+    let full = |x: &testkit::Value| matches!(x, testkit::Value::Integer(n) if *n == clients);
     loop {
-        let ones = match server.cmd(&[b"PUBSUB", b"NUMSUB", first.as_bytes(), last.as_bytes()]) {
-            Ok(testkit::Value::Array(v)) => v
-                .iter()
-                .filter(|x| matches!(x, testkit::Value::Integer(1)))
-                .count(),
-            Ok(testkit::Value::Map(v)) => v
-                .iter()
-                .filter(|(_, x)| matches!(x, testkit::Value::Integer(1)))
-                .count(),
+        let ones = match server.cmd(&cmd) {
+            Ok(testkit::Value::Array(v)) => v.iter().filter(|x| full(x)).count(),
+            Ok(testkit::Value::Map(v)) => v.iter().filter(|(_, x)| full(x)).count(),
             _ => 0,
         };
-        if ones == 2 {
+        if ones == names.len() {
             return;
         }
         assert!(Instant::now() < deadline, "subscriptions not confirmed");
@@ -120,48 +128,98 @@ fn encode_publish(buf: &mut Vec<u8>, channel: &[u8], payload: &[u8]) {
     }
 }
 
-/// Publishes stamped messages from a new thread: `rate` a second, each
-/// batch written when due (the thread sleeps until the next one), until
-/// `n` are out, `stop` is set or [`BOUND`] passes. The thread returns how
-/// many it published and its own usage.
-fn pace(addr: SocketAddr, rate: f64, n: u64, stop: Arc<AtomicBool>) -> JoinHandle<(u64, Usage)> {
-    std::thread::spawn(move || {
-        let mut conn = TcpStream::connect(addr).expect("paced publisher connects");
-        conn.set_nodelay(true).unwrap();
-        conn.write_all(b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n")
-            .unwrap();
-        let names: Vec<String> = (0..CHANNELS).map(channel).collect();
-        let mut rng = testkit::Rng::new(0x5eed ^ n);
-        let mut payload = [b'x'; PAYLOAD];
-        let mut buf = Vec::with_capacity(BATCH as usize * (PAYLOAD + 64));
-        let start = Instant::now();
-        let mut sent = 0u64;
-        while sent < n && !stop.load(Ordering::Relaxed) && start.elapsed() < BOUND {
-            // Message k is due at k / rate.
-            let due = ((start.elapsed().as_secs_f64() * rate) as u64 + 1)
-                .min(n)
-                .min(sent + BATCH);
-            if due > sent {
-                buf.clear();
-                let at = now_us();
-                for seq in sent..due {
-                    encode_stamp(&mut payload, seq, at);
-                    encode_publish(&mut buf, names[rng.index(CHANNELS)].as_bytes(), &payload);
-                }
-                conn.write_all(&buf).expect("paced publisher writes");
-                sent = due;
-            }
-            let next = start + Duration::from_secs_f64(sent as f64 / rate);
-            if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
+/// How the paced publisher puts its messages into writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Whatever is due in one write, the next write when the next message
+    /// is due (at low rates one message a write, more as the rate rises).
+    Due,
+    /// One `PUBLISH` a write, each when it is due.
+    PerWrite,
+    /// Whatever is due in one write, a write every period.
+    Every(Duration),
+}
+
+/// What the paced publisher publishes: `n` stamped messages at `rate` a
+/// second to random channels of the first `channels`, `payload` bytes each.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    pub rate: f64,
+    pub n: u64,
+    pub channels: usize,
+    pub payload: usize,
+    pub shape: Shape,
+}
+
+/// Publishes `p` on a connection of its own (replies off) from this
+/// thread, until the messages are out, `stop` is set or [`BOUND`] passes;
+/// returns how many it published and in how many writes.
+pub fn pace_here(addr: SocketAddr, p: &Pace, stop: &AtomicBool) -> (u64, u64) {
+    let mut conn = TcpStream::connect(addr).expect("paced publisher connects");
+    conn.set_nodelay(true).unwrap();
+    conn.write_all(b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n")
+        .unwrap();
+    let names: Vec<String> = (0..p.channels).map(channel).collect();
+    let mut rng = testkit::Rng::new(0x5eed ^ p.n);
+    let mut payload = vec![b'x'; p.payload];
+    let mut buf = Vec::with_capacity(BATCH as usize * (p.payload + 64));
+    let mut writes = 0u64;
+    let mut write = |buf: &mut Vec<u8>| {
+        conn.write_all(buf).expect("paced publisher writes");
+        buf.clear();
+        writes += 1;
+    };
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while sent < p.n && !stop.load(Ordering::Relaxed) && start.elapsed() < BOUND {
+        // Message k is due at k / rate.
+        let due = ((start.elapsed().as_secs_f64() * p.rate) as u64 + 1)
+            .min(p.n)
+            .min(sent + BATCH);
+        for seq in sent..due {
+            encode_stamp(&mut payload, seq, monotonic_ns());
+            encode_publish(&mut buf, names[rng.index(p.channels)].as_bytes(), &payload);
+            if p.shape == Shape::PerWrite {
+                write(&mut buf);
             }
         }
+        if !buf.is_empty() {
+            write(&mut buf);
+        }
+        sent = sent.max(due);
+        let next = match p.shape {
+            Shape::Every(period) => {
+                let ticks = start.elapsed().as_nanos() / period.as_nanos().max(1) + 1;
+                start + period * ticks as u32
+            }
+            Shape::Due | Shape::PerWrite => start + Duration::from_secs_f64(sent as f64 / p.rate),
+        };
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    (sent, writes)
+}
+
+/// [`pace_here`] on a new thread, the rates table's way: whatever is due
+/// in one write, over the 10,000 channels, 256-byte payloads. The thread
+/// returns how many it published and its own usage.
+fn pace(addr: SocketAddr, rate: f64, n: u64, stop: Arc<AtomicBool>) -> JoinHandle<(u64, Usage)> {
+    std::thread::spawn(move || {
+        let p = Pace {
+            rate,
+            n,
+            channels: CHANNELS,
+            payload: PAYLOAD,
+            shape: Shape::Due,
+        };
+        let (sent, _) = pace_here(addr, &p, &stop);
         (sent, usage::thread())
     })
 }
 
 /// Waits (bounded) until `delivery` has seen `n` or stops moving for 2 s.
-fn drain(delivery: &Delivery, n: u64) {
+pub fn drain(delivery: &Delivery, n: u64) {
     let deadline = Instant::now() + BOUND;
     let (mut last, mut still) = (0, Instant::now());
     while delivery.seen() < n && Instant::now() < deadline {
@@ -234,8 +292,8 @@ pub struct Row {
 pub fn measure(kind: testkit::ServerKind, who: Who, load: Load) -> Row {
     let server = Server::start(kind).unwrap();
     let delivery = Delivery::new(load.stamped() as usize);
-    let sub = who.start(&server, &delivery);
-    wait_subscribed(&server);
+    let sub = who.start(server.addr(), CHANNELS, &delivery);
+    wait_subscribed(&server, CHANNELS, 1);
     let connections = subscribe_connections(&server);
     let stop = Arc::new(AtomicBool::new(false));
     let threads_before = usage::wakeups_by_thread();

@@ -17,7 +17,10 @@
 //!
 //! `--rates` (`rates.rs`): one subscriber at paced rates and at the
 //! maximum, with the lag of stamped messages; `--idle` (`idle.rs`): idle
-//! subscribers' wake-ups and CPU. The publishers are in `load.rs`.
+//! subscribers' wake-ups and CPU; `--grid` (`grid.rs`): five subscribers,
+//! each a process, at once on the same traffic over rates × channels ×
+//! publisher shapes (`--grid-subscribe` and `--grid-publish` are its
+//! child processes). The publishers are in `load.rs`.
 //!
 //! ```text
 //! cd benches/peers
@@ -31,6 +34,7 @@
 
 use std::time::Duration;
 
+mod grid;
 mod idle;
 mod load;
 mod rates;
@@ -104,6 +108,9 @@ fn main() {
         Some("--rates") => return rates::run(),
         Some("--idle") => return idle::run(),
         Some("--idle-one") => return idle::one(args.collect()),
+        Some("--grid") => return grid::run(),
+        Some("--grid-subscribe") => return grid::subscribe(args.collect()),
+        Some("--grid-publish") => return grid::publish(args.collect()),
         _ => {}
     }
     let n: u64 = first.and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
@@ -139,12 +146,15 @@ fn main() {
         (
             "redis 1.8.1 async pubsub (default)",
             "RESP2",
-            Who::Redis { resp3: false },
+            Who::redis_default(2),
         ),
         (
             "redis 1.8.1 async pubsub",
             "RESP3",
-            Who::Redis { resp3: true },
+            Who::Redis {
+                resp3: true,
+                workers: 2,
+            },
         ),
     ];
     // The rows compared with the crate's: shardsub's default (RESP3) with

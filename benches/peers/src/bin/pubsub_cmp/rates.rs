@@ -23,9 +23,9 @@ const REPS: usize = 3;
 /// Targets for shardsub's defaults against the crate: CPU per message at
 /// most this share of the crate's at every rate, and at the maximum; p99
 /// lag at most the crate's plus this many ms.
-const CPU_TARGET: f64 = 1.0;
-const CPU_TARGET_MAX: f64 = 0.5;
-const LAG_TARGET_MS: f64 = 1.0;
+pub const CPU_TARGET: f64 = 1.0;
+pub const CPU_TARGET_MAX: f64 = 0.5;
+pub const LAG_TARGET_MS: f64 = 1.0;
 
 /// The subscribers of every rate: shardsub's defaults, the same with
 /// `delivery_delay` 0, and the crate (the reference), in this order.
@@ -35,7 +35,7 @@ const SUBSCRIBERS: [(&str, Who); 3] = [
         "shardsub, delivery_delay 0",
         Who::shardsub_default(Some(Duration::ZERO)),
     ),
-    ("redis 1.8.1 (default)", Who::Redis { resp3: false }),
+    ("redis 1.8.1 (default)", Who::redis_default(2)),
 ];
 
 fn loads() -> Vec<(String, Load)> {
@@ -54,7 +54,7 @@ fn loads() -> Vec<(String, Load)> {
 }
 
 /// The `q` quantile of sorted lags, in ms (`NaN` when there are none).
-fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
+pub fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
     if sorted_us.is_empty() {
         return f64::NAN;
     }
@@ -63,7 +63,7 @@ fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
 }
 
 /// Median (the mean of the middle two for an even count) and the largest.
-fn median_worst(mut v: Vec<f64>) -> (f64, f64) {
+pub fn median_worst(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     let median = if n % 2 == 1 {
@@ -79,7 +79,7 @@ fn cpu_us(row: &Row) -> f64 {
 }
 
 /// Whether `(median, worst)` keeps to `limit`, and by how much it misses.
-fn verdict((median, worst): (f64, f64), limit: f64, unit: &str) -> String {
+pub fn verdict((median, worst): (f64, f64), limit: f64, unit: &str) -> String {
     if worst <= limit {
         "met".into()
     } else if median <= limit {
@@ -94,12 +94,12 @@ fn verdict((median, worst): (f64, f64), limit: f64, unit: &str) -> String {
 }
 
 /// `median (worst)`.
-fn pair((median, worst): (f64, f64), decimals: usize) -> String {
+pub fn pair((median, worst): (f64, f64), decimals: usize) -> String {
     format!("{median:.decimals$} ({worst:.decimals$})")
 }
 
 /// Three significant digits, at most two decimals.
-fn num(x: f64) -> String {
+pub fn num(x: f64) -> String {
     if x.abs() >= 10.0 {
         format!("{x:.1}")
     } else {
@@ -161,8 +161,18 @@ fn wakeups(rows: &[Row], by_thread: bool) -> String {
     if !by_thread {
         return format!("{:.2}", per(total));
     }
+    let top = top_roles(rows.iter().flat_map(|r| &r.woke), per);
+    format!("{:.2} ({top})", per(total))
+}
+
+/// The two roles with the most of a count summed over `counts` (role,
+/// count), each with `per(its sum)`: `io 1.00, worker 0.98`.
+pub fn top_roles<'a>(
+    counts: impl Iterator<Item = &'a (String, u64)>,
+    per: impl Fn(u64) -> f64,
+) -> String {
     let mut roles: Vec<(String, u64)> = Vec::new();
-    for (role, n) in rows.iter().flat_map(|r| &r.woke) {
+    for (role, n) in counts {
         match roles.iter_mut().find(|(r, _)| r == role) {
             Some(slot) => slot.1 += n,
             None => roles.push((role.clone(), *n)),
@@ -174,7 +184,7 @@ fn wakeups(rows: &[Row], by_thread: bool) -> String {
         .take(2)
         .map(|(role, n)| format!("{role} {:.2}", per(*n)))
         .collect();
-    format!("{:.2} ({})", per(total), top.join(", "))
+    top.join(", ")
 }
 
 /// One rate on one server: shardsub (`runs[0]`), shardsub with

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use testkit::Server;
+use std::net::SocketAddr;
 
-use crate::load::{channel, now_us, parse_stamp, BOUND, CHANNELS};
+use crate::load::{channel, monotonic_ns, parse_stamp, BOUND};
 
 /// What a subscriber's handler records: every message, and each stamped
 /// one's lag (publish to handler) by its sequence number.
@@ -32,7 +32,7 @@ impl Delivery {
     pub fn record(&self, payload: &[u8]) {
         std::hint::black_box(payload);
         if let Some((seq, at)) = parse_stamp(payload) {
-            let lag = now_us().saturating_sub(at).min(u64::from(u32::MAX - 1));
+            let lag = (monotonic_ns().saturating_sub(at) / 1000).min(u64::from(u32::MAX - 1));
             if let Some(slot) = self.lags.get(seq as usize) {
                 slot.store(lag as u32 + 1, Ordering::Relaxed);
             }
@@ -47,8 +47,14 @@ impl Delivery {
 
     /// The lag of every stamped message delivered, in µs, sorted.
     pub fn lags_us(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self
-            .lags
+        self.lags_us_in(0..self.lags.len())
+    }
+
+    /// The lag of each stamped message of `seqs` delivered, in µs, sorted
+    /// (as many as were delivered).
+    pub fn lags_us_in(&self, seqs: std::ops::Range<usize>) -> Vec<u32> {
+        let mut v: Vec<u32> = self.lags
+            [seqs.start.min(self.lags.len())..seqs.end.min(self.lags.len())]
             .iter()
             .map(|l| l.load(Ordering::Relaxed))
             .filter(|&l| l > 0)
@@ -71,18 +77,31 @@ pub enum Who {
         delay: Option<Duration>,
         tuned: bool,
     },
-    /// The `redis` crate's async Pub/Sub, one connection, tokio with 2
-    /// worker threads; RESP2 (its default) or RESP3.
-    Redis { resp3: bool },
+    /// The `redis` crate's async Pub/Sub, one connection, RESP2 (its
+    /// default) or RESP3, on tokio with `workers` worker threads (0: a
+    /// current-thread runtime on a thread of its own).
+    Redis { resp3: bool, workers: usize },
+    /// `fred`'s client with its defaults (RESP2), one connection, on a
+    /// current-thread runtime; its message channel made room for 65,536
+    /// (the default 32 loses messages to a lagging receiver).
+    Fred,
 }
 
 /// A running subscriber; [`Subscriber::stop`] ends it.
 pub enum Subscriber {
     Shardsub(shardsub::PubSub),
-    Redis {
-        rt: tokio::runtime::Runtime,
-        task: tokio::task::JoinHandle<()>,
+    Tokio {
+        task: tokio::task::AbortHandle,
+        driver: Driver,
     },
+}
+
+/// What runs a tokio subscriber's task.
+pub enum Driver {
+    /// A runtime with worker threads.
+    Workers(tokio::runtime::Runtime),
+    /// A thread of its own in `block_on` on a current-thread runtime.
+    Thread(std::thread::JoinHandle<()>),
 }
 
 impl Who {
@@ -96,9 +115,19 @@ impl Who {
         }
     }
 
-    /// Subscribes to every channel, counting into `delivery`; returns once
-    /// the subscriptions are confirmed to the client.
-    pub fn start(self, server: &Server, delivery: &Arc<Delivery>) -> Subscriber {
+    /// The `redis` crate with its defaults (RESP2) on `workers` worker
+    /// threads (0: a current-thread runtime).
+    pub const fn redis_default(workers: usize) -> Who {
+        Who::Redis {
+            resp3: false,
+            workers,
+        }
+    }
+
+    /// Subscribes to the first `channels` channels, counting into
+    /// `delivery`; returns once the subscriptions are confirmed to the
+    /// client.
+    pub fn start(self, addr: SocketAddr, channels: usize, delivery: &Arc<Delivery>) -> Subscriber {
         match self {
             Who::Shardsub {
                 connections,
@@ -115,56 +144,117 @@ impl Who {
                     b = b.workers(2).queue_capacity(1 << 16);
                 }
                 let ps = b
-                    .address(server.addr().to_string())
+                    .address(addr.to_string())
                     .subscribe_connections(connections)
                     .protocol(protocol)
                     .handler(move |_: &[u8], p: &[u8]| d.record(p))
                     .build()
                     .expect("shardsub connects");
-                let chans: Vec<String> = (0..CHANNELS).map(channel).collect();
+                let chans: Vec<String> = (0..channels).map(channel).collect();
                 ps.subscribe(&chans).unwrap();
                 ps.wait_active(&chans, BOUND).unwrap();
                 Subscriber::Shardsub(ps)
             }
-            Who::Redis { resp3 } => redis_start(server, resp3, delivery),
+            Who::Redis { resp3, workers } => {
+                let protocol = if resp3 { "?protocol=resp3" } else { "" };
+                let url = format!("redis://{addr}/{protocol}");
+                let d = delivery.clone();
+                tokio_start(workers, move |ready| async move {
+                    let client = redis::Client::open(url).unwrap();
+                    let mut pubsub = client.get_async_pubsub().await.unwrap();
+                    let chans: Vec<String> = (0..channels).map(channel).collect();
+                    pubsub.subscribe(&chans).await.unwrap();
+                    ready.send(()).unwrap();
+                    let mut stream = pubsub.on_message();
+                    while let Some(msg) = stream.next().await {
+                        d.record(msg.get_payload_bytes());
+                    }
+                })
+            }
+            Who::Fred => {
+                let d = delivery.clone();
+                tokio_start(0, move |ready| async move {
+                    use fred::prelude::{ClientLike, EventInterface, PubsubInterface};
+                    use tokio::sync::broadcast::error::RecvError;
+                    let config = fred::prelude::Config {
+                        server: fred::prelude::ServerConfig::new_centralized(
+                            addr.ip().to_string(),
+                            addr.port(),
+                        ),
+                        ..Default::default()
+                    };
+                    let client = fred::prelude::Builder::from_config(config)
+                        .with_performance_config(|p| p.broadcast_channel_capacity = 1 << 16)
+                        .build()
+                        .unwrap();
+                    client.init().await.unwrap();
+                    let mut rx = client.message_rx();
+                    let chans: Vec<String> = (0..channels).map(channel).collect();
+                    client.subscribe(chans).await.unwrap();
+                    ready.send(()).unwrap();
+                    loop {
+                        match rx.recv().await {
+                            Ok(msg) => d.record(msg.value.as_bytes().unwrap_or_default()),
+                            Err(RecvError::Lagged(_)) => {}
+                            Err(RecvError::Closed) => break,
+                        }
+                    }
+                })
+            }
         }
     }
 }
 
-fn redis_start(server: &Server, resp3: bool, delivery: &Arc<Delivery>) -> Subscriber {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let protocol = if resp3 { "?protocol=resp3" } else { "" };
-    let url = format!("redis://{}/{protocol}", server.addr());
-    let d = delivery.clone();
+/// Runs the task `make` returns on tokio with `workers` worker threads (0:
+/// a current-thread runtime on a thread of its own); returns once the task
+/// says it is subscribed.
+fn tokio_start<F, Fut>(workers: usize, make: F) -> Subscriber
+where
+    F: FnOnce(std::sync::mpsc::Sender<()>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    }
+    .unwrap();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let task = rt.spawn(async move {
-        let client = redis::Client::open(url).unwrap();
-        let mut pubsub = client.get_async_pubsub().await.unwrap();
-        let chans: Vec<String> = (0..CHANNELS).map(channel).collect();
-        pubsub.subscribe(&chans).await.unwrap();
-        ready_tx.send(()).unwrap();
-        let mut stream = pubsub.on_message();
-        while let Some(msg) = stream.next().await {
-            d.record(msg.get_payload_bytes());
-        }
-    });
-    ready_rx
-        .recv_timeout(BOUND)
-        .expect("redis crate subscribed");
-    Subscriber::Redis { rt, task }
+    let task = rt.spawn(make(ready_tx));
+    let abort = task.abort_handle();
+    let driver = if workers == 0 {
+        Driver::Thread(
+            std::thread::Builder::new()
+                .name("tokio-current".into())
+                .spawn(move || {
+                    let _ = rt.block_on(task);
+                    rt.shutdown_timeout(Duration::from_secs(2));
+                })
+                .unwrap(),
+        )
+    } else {
+        Driver::Workers(rt)
+    };
+    ready_rx.recv_timeout(BOUND).expect("subscriber subscribed");
+    Subscriber::Tokio {
+        task: abort,
+        driver,
+    }
 }
 
 impl Subscriber {
     /// Messages shardsub dropped (a worker's queue full, signalled); 0 for
-    /// the crate, which has no bound.
+    /// the peers (the crate has no bound; what `fred`'s channel loses to a
+    /// lagging receiver shows as not delivered).
     pub fn dropped(&self) -> u64 {
         match self {
             Subscriber::Shardsub(ps) => ps.metrics().dropped.total(),
-            Subscriber::Redis { .. } => 0,
+            Subscriber::Tokio { .. } => 0,
         }
     }
 
@@ -172,9 +262,14 @@ impl Subscriber {
     pub fn stop(self) {
         match self {
             Subscriber::Shardsub(ps) => ps.shutdown(),
-            Subscriber::Redis { rt, task } => {
+            Subscriber::Tokio { task, driver } => {
                 task.abort();
-                rt.shutdown_timeout(Duration::from_secs(2));
+                match driver {
+                    Driver::Workers(rt) => rt.shutdown_timeout(Duration::from_secs(2)),
+                    Driver::Thread(thread) => {
+                        let _ = thread.join();
+                    }
+                }
             }
         }
     }

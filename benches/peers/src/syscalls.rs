@@ -1,10 +1,13 @@
-//! Exact write-type syscall counts of this process and everything it starts
-//! afterwards (threads, `redis-benchmark`), without tracing it: kernel
-//! counters on the `syscalls:sys_enter_*` tracepoints, opened with
-//! `inherit` so later threads and children count too (reading the counter
-//! adds up the live and exited ones). `write` is split by its length:
-//! 8-byte writes are eventfd wakes (no Redis command is 8 bytes), the rest
-//! go to sockets (or to stdout, which is silent during a run).
+//! Exact syscall counts without tracing: kernel counters on the
+//! `syscalls:sys_enter_*` tracepoints. [`Counters`]: write-type syscalls
+//! of this process and everything it starts afterwards (threads,
+//! `redis-benchmark`), opened with `inherit` so later threads and children
+//! count too (reading the counter adds up the live and exited ones).
+//! `write` is split by its length: 8-byte writes are eventfd wakes (no
+//! Redis command is 8 bytes), the rest go to sockets (or to stdout, which
+//! is silent during a run). [`Process`]: every syscall of another
+//! process's threads from the moment it is opened (the subscriber grid's;
+//! `/proc/<pid>/io` would miss `recv`, `send`, `epoll_wait` and futexes).
 //!
 //! Needs tracefs (`/sys/kernel/tracing`) and the right to count tracepoints
 //! (root, or `perf_event_paranoid` ≤ -1); without them every count is absent.
@@ -52,10 +55,12 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 
 fn open(syscall: &str, filter: Option<&str>) -> Option<OwnedFd> {
-    open_event(&format!("syscalls/sys_enter_{syscall}"), filter)
+    open_event(&format!("syscalls/sys_enter_{syscall}"), filter, 0)
 }
 
-fn open_event(event: &str, filter: Option<&str>) -> Option<OwnedFd> {
+/// A counter of `event` for thread `tid` (0: this one) and the threads and
+/// children it starts afterwards.
+fn open_event(event: &str, filter: Option<&str>, tid: libc::pid_t) -> Option<OwnedFd> {
     let id: u64 = std::fs::read_to_string(format!("/sys/kernel/tracing/events/{event}/id"))
         .ok()?
         .trim()
@@ -68,13 +73,13 @@ fn open_event(event: &str, filter: Option<&str>) -> Option<OwnedFd> {
         flags: FLAG_INHERIT,
         ..Attr::default()
     };
-    // SAFETY: perf_event_open reads `size` bytes of a valid attr; pid 0 and
-    // cpu -1 mean this process on any CPU; no group.
+    // SAFETY: perf_event_open reads `size` bytes of a valid attr; pid `tid`
+    // (0: this thread) and cpu -1 mean that thread on any CPU; no group.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             &attr as *const Attr,
-            0 as libc::pid_t,
+            tid,
             -1 as libc::c_int,
             -1 as libc::c_int,
             PERF_FLAG_FD_CLOEXEC,
@@ -130,7 +135,7 @@ impl Counters {
             open("sendmsg", None)?,
         ];
         let wakes = open("write", Some("count == 8"));
-        let all = open_event("raw_syscalls/sys_enter", None);
+        let all = open_event("raw_syscalls/sys_enter", None, 0);
         Some(Counters { socket, wakes, all })
     }
 
@@ -141,5 +146,30 @@ impl Counters {
             wakes: self.wakes.as_ref().map_or(0, read),
             all: self.all.as_ref().map_or(0, read),
         }
+    }
+}
+
+/// Every syscall of another process's threads (those alive when opened)
+/// from the moment it is opened.
+pub struct Process {
+    threads: Vec<OwnedFd>,
+}
+
+impl Process {
+    /// A counter on each thread of `pid` (`/proc/<pid>/task`); `None` when
+    /// the kernel does not let us open one.
+    pub fn open(pid: u32) -> Option<Process> {
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            .map(|tid| open_event("raw_syscalls/sys_enter", None, tid))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Process { threads })
+    }
+
+    /// Syscalls so far.
+    pub fn read(&self) -> u64 {
+        self.threads.iter().map(read).sum()
     }
 }
