@@ -22,9 +22,9 @@ use std::time::Duration;
 use control::{ConnId, Core, Time};
 
 use crate::conn::ReplyKind;
-use crate::control_loop::builder::NodeSettings;
 use crate::control_loop::fence::Fence;
 use crate::control_loop::health::Edge;
+use crate::control_loop::settings::NodeSettings;
 use crate::control_loop::shared::{ConnRead, ConnState, Inbox, Shared};
 use crate::engine::host::{Task, Turn};
 use crate::engine::{clock, Engine};

@@ -19,7 +19,7 @@ use control::publish::{NodeId, PublishConfig, PublishCore, Reply, Verdict};
 use control::{Held, Time};
 use parking_lot::Mutex;
 
-use crate::control_loop::publish::PubMsg;
+use crate::control_loop::message::PubMsg;
 use crate::engine::{clock, Engine};
 
 impl Held for PubMsg {
@@ -142,22 +142,5 @@ impl Publishing {
         let p = self.state.lock();
         let c = p.core.config();
         (c.hold_messages, c.hold_bytes)
-    }
-}
-
-/// The core's settings from the instance's (`watched`: the partitions'
-/// slots; the hold's bounds).
-pub(crate) fn publish_config(
-    config: &crate::control_loop::shared::Config,
-    watched: &[u16],
-    (messages, bytes): (usize, usize),
-) -> PublishConfig {
-    PublishConfig {
-        max_redirects: config.max_redirects,
-        retry_window: config.retry_window,
-        hold_limit: config.publish_hold,
-        hold_messages: messages,
-        hold_bytes: bytes,
-        ..PublishConfig::new(watched.to_vec())
     }
 }

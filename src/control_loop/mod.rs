@@ -21,11 +21,13 @@ pub(crate) mod hold;
 pub(crate) mod keyed;
 #[cfg(test)]
 mod memory_tests;
+mod message;
 mod metrics;
 mod outcome;
 pub(crate) mod publish;
 pub(crate) mod recover;
 mod service;
+pub(crate) mod settings;
 pub(crate) mod shared;
 mod topo;
 
@@ -35,7 +37,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-pub use builder::{Mode, ResubscribeSplit};
+pub use settings::{Mode, ResubscribeSplit};
 
 use crate::engine::host::Hosted;
 use crate::engine::wait::Deadline;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use shardcore::Partitions;
 
-use crate::control_loop::builder::{Mode, ResubscribeSplit};
 use crate::control_loop::hold::Publishing;
-use crate::control_loop::publish::PubMsg;
+use crate::control_loop::message::PubMsg;
+use crate::control_loop::settings::{Mode, ResubscribeSplit};
 use crate::engine::Engine;
 use crate::front::mailbox::{DirtyLanes, Mailbox};
 use crate::front::registry::ACTIVE;
@@ -54,6 +54,23 @@ impl Config {
     /// The bounds on a refused publish or command.
     pub(crate) fn retry_policy(&self) -> control::RetryPolicy {
         control::RetryPolicy::new(self.max_redirects, self.retry_window)
+    }
+
+    /// The publish core's settings (`watched`: the partitions' slots; the
+    /// hold's bounds: publishes and bytes).
+    pub(crate) fn publish_core(
+        &self,
+        watched: &[u16],
+        (messages, bytes): (usize, usize),
+    ) -> control::publish::PublishConfig {
+        control::publish::PublishConfig {
+            max_redirects: self.max_redirects,
+            retry_window: self.retry_window,
+            hold_limit: self.publish_hold,
+            hold_messages: messages,
+            hold_bytes: bytes,
+            ..control::publish::PublishConfig::new(watched.to_vec())
+        }
     }
 }
 

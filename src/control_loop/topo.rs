@@ -15,9 +15,9 @@ use crate::addr::ServerAddr;
 use crate::conn::Role;
 use control::publish::NodeId;
 
-use crate::control_loop::builder::Mode;
 use crate::control_loop::driver::Driver;
-use crate::control_loop::publish::KeptMsg;
+use crate::control_loop::message::KeptMsg;
+use crate::control_loop::settings::Mode;
 use crate::error::Error;
 use crate::metrics::add;
 

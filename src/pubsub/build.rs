@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::conn::Role;
 use crate::control_loop;
-use crate::control_loop::builder::{Common, NodeSettings, Parts};
+use crate::control_loop::builder::Parts;
+use crate::control_loop::settings::{Common, NodeSettings};
 use crate::engine::{Engine, Runtime};
 use crate::error::Error;
 use crate::front::active::ActiveWait;

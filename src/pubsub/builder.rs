@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::Protocol;
-use crate::control_loop::builder::{ClusterSettings, Common};
+use crate::control_loop::settings::{ClusterSettings, Common};
 use crate::engine::Runtime;
 use crate::pubsub::{Event, Handler, PubSub};
 use crate::url::UrlSettings;
