@@ -1,4 +1,4 @@
-//! Classic mode ([`Mode::Classic`]): every lane on one primary, lanes
+//! Classic mode ([`ConnLayout::Classic`]): every lane on one primary, lanes
 //! chosen by a channel hash, as the engine's `Shared::lane_of` and
 //! `rewire_classic` do.
 
@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use topology::{Layout, NodeKey, SlotMap};
 
-use crate::config::Mode;
+use crate::config::ConnLayout;
 use crate::core::Core;
 
 /// Salt of the lane choice (independent of the resubscribe workers).
@@ -29,8 +29,8 @@ impl Core {
     /// The lane of `channel`: its partition, or in classic mode its hash lane.
     pub fn lane_of(&self, channel: &[u8]) -> u32 {
         match self.cfg.mode {
-            Mode::Classic => classic_lane(channel, self.cfg.multiplier),
-            Mode::Fixed => {
+            ConnLayout::Classic => classic_lane(channel, self.cfg.multiplier),
+            ConnLayout::Fixed => {
                 let servers = self.cfg.seeds.len() as u32;
                 let server = if servers <= 1 {
                     0
@@ -40,7 +40,9 @@ impl Core {
                 let mult = self.cfg.multiplier.max(1);
                 server * mult + classic_lane(channel, mult)
             }
-            Mode::NodeGrouped | Mode::PerPartition => self.cfg.partitions.partition_of(channel),
+            ConnLayout::NodeGrouped | ConnLayout::PerPartition => {
+                self.cfg.partitions.partition_of(channel)
+            }
         }
     }
 
@@ -66,14 +68,16 @@ impl Core {
         let mult = config.multiplier.max(1) as usize;
         match config.mode {
             // The pattern lane last.
-            Mode::Classic => alloc::vec![0; mult + 1],
+            ConnLayout::Classic => alloc::vec![0; mult + 1],
             // Server `i` "owns" slot `i` of the fixed map (`fixed_map`).
-            Mode::Fixed => {
+            ConnLayout::Fixed => {
                 let servers = config.seeds.len();
                 let channels = (0..servers * mult).map(|l| (l / mult) as u16);
                 channels.chain((0..servers).map(|i| i as u16)).collect()
             }
-            Mode::NodeGrouped | Mode::PerPartition => config.partitions.slots().to_vec(),
+            ConnLayout::NodeGrouped | ConnLayout::PerPartition => {
+                config.partitions.slots().to_vec()
+            }
         }
     }
 
@@ -81,7 +85,7 @@ impl Core {
     /// primary (one that owns a partition's slot), the current one while
     /// it still is one, else the first by key.
     pub(crate) fn layout_for(&self, map: &SlotMap) -> Layout {
-        if self.cfg.mode != Mode::Classic {
+        if self.cfg.mode != ConnLayout::Classic {
             // Replica mode: the nodes that serve each shard.
             if let Some(serving) = self.serving_map(map) {
                 return Layout::for_slots(&serving, &self.slots);
@@ -127,9 +131,9 @@ pub fn pattern_lane(multiplier: u32, servers: usize, server: usize) -> Option<u3
 /// [`pattern_lane`] in `cfg`'s layout: none in the sharded modes.
 fn pattern_lane_in(cfg: &crate::Config, server: usize) -> Option<u32> {
     let servers = match cfg.mode {
-        Mode::Classic => 1,
-        Mode::Fixed => cfg.seeds.len(),
-        Mode::NodeGrouped | Mode::PerPartition => return None,
+        ConnLayout::Classic => 1,
+        ConnLayout::Fixed => cfg.seeds.len(),
+        ConnLayout::NodeGrouped | ConnLayout::PerPartition => return None,
     };
     pattern_lane(cfg.multiplier, servers, server)
 }

@@ -17,10 +17,10 @@ pub struct Config {
     /// primaries).
     pub seeds: Vec<NodeAddr>,
     /// How subscribe connections are laid out.
-    pub mode: Mode,
-    /// Subscribe connections per primary in [`Mode::NodeGrouped`];
+    pub mode: ConnLayout,
+    /// Subscribe connections per primary in [`ConnLayout::NodeGrouped`];
     /// partition `p` rides on connection `p % multiplier` of its node (at
-    /// least 1). In [`Mode::Classic`]: the number of lanes (connections).
+    /// least 1). In [`ConnLayout::Classic`]: the number of lanes (connections).
     pub multiplier: u32,
     /// Most channels in one `SSUBSCRIBE` (at least 1).
     pub batch: usize,
@@ -80,7 +80,7 @@ impl Config {
         Config {
             partitions,
             seeds,
-            mode: Mode::NodeGrouped,
+            mode: ConnLayout::NodeGrouped,
             multiplier: 1,
             batch: shardcore::plan::DEFAULT_BATCH,
             workers: 1,
@@ -119,10 +119,10 @@ impl Config {
         if self.workers == 0 {
             return Err(ConfigError::ZeroWorkers);
         }
-        if self.replicas.is_some() && matches!(self.mode, Mode::Classic | Mode::Fixed) {
+        if self.replicas.is_some() && matches!(self.mode, ConnLayout::Classic | ConnLayout::Fixed) {
             return Err(ConfigError::ReplicasMode);
         }
-        if self.mode == Mode::Fixed && self.seeds.len() > usize::from(shardcore::SLOT_COUNT) {
+        if self.mode == ConnLayout::Fixed && self.seeds.len() > usize::from(shardcore::SLOT_COUNT) {
             return Err(ConfigError::TooManyServers);
         }
         let delays = [
@@ -142,9 +142,12 @@ impl Config {
     }
 }
 
-/// How the subscribe connections are laid out.
+/// How the subscribe connections are laid out. The engine's public
+/// `Mode` (sharded node-grouped, per partition, classic) picks one of the
+/// cluster's three; [`ConnLayout::Fixed`] is the one-server and N-shard
+/// placements'.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
+pub enum ConnLayout {
     /// `multiplier` connections per primary, shared by its partitions
     /// (partition `p` on connection `p % multiplier`).
     #[default]
@@ -176,17 +179,19 @@ pub enum Mode {
     Fixed,
 }
 
-/// How a resubscribe divides a connection's channels into `SSUBSCRIBE`s
-/// (the engine's `ResubscribeSplit`).
+/// How a resubscribe divides a connection's channels into commands (also
+/// the engine's public `shardsub::cluster::ResubscribeSplit`).
+#[non_exhaustive]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum ResubscribeSplit {
-    /// Whole partitions per worker through shardcore's planner: one command
-    /// per partition, split only past the batch size.
+    /// Whole partitions per worker: one `SSUBSCRIBE` per partition (split
+    /// only past the batch size). The default.
     #[default]
     Partitions,
-    /// For comparison: channels split over the workers by hash
-    /// ([`shardcore::worker_of`]) first, each worker sending one command
-    /// per partition of its share (split past the batch size).
+    /// Channels split over the workers by hash ([`shardcore::worker_of`])
+    /// first, each worker sending one command per partition of its share
+    /// (split past the batch size): W times the commands. For comparison
+    /// only.
     Channels,
 }
 
@@ -203,9 +208,9 @@ pub enum ConfigError {
     ZeroWorkers,
     /// A delay or timeout is 0 (the core would spin).
     ZeroDelay,
-    /// [`Mode::Fixed`] with more servers than there are hash slots.
+    /// [`ConnLayout::Fixed`] with more servers than there are hash slots.
     TooManyServers,
-    /// [`Config::replicas`] with [`Mode::Classic`] or [`Mode::Fixed`]
+    /// [`Config::replicas`] with [`ConnLayout::Classic`] or [`ConnLayout::Fixed`]
     /// (only sharded subscriptions are placed on replicas).
     ReplicasMode,
 }

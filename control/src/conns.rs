@@ -8,7 +8,7 @@ use core::time::Duration;
 use topology::{ClusterError, NodeKey};
 
 use crate::command::{Channel, Command, ConnId, SubscribeReply};
-use crate::config::Mode;
+use crate::config::ConnLayout;
 use crate::core::{Conn, ConnState, Core, Sub};
 use crate::stats::Trigger;
 use crate::time::Time;
@@ -239,10 +239,10 @@ impl Core {
         match self.cfg.mode {
             // Classic: lane `p < multiplier` on connection `p`, the
             // pattern lane (`multiplier`) on connection 0.
-            Mode::NodeGrouped | Mode::Fixed | Mode::Classic => {
+            ConnLayout::NodeGrouped | ConnLayout::Fixed | ConnLayout::Classic => {
                 p as usize % self.cfg.multiplier.max(1) as usize
             }
-            Mode::PerPartition => p as usize,
+            ConnLayout::PerPartition => p as usize,
         }
     }
 
@@ -284,8 +284,10 @@ impl Core {
             return;
         }
         let n = match self.cfg.mode {
-            Mode::NodeGrouped | Mode::Classic | Mode::Fixed => self.cfg.multiplier as usize,
-            Mode::PerPartition => 0, // opened per partition
+            ConnLayout::NodeGrouped | ConnLayout::Classic | ConnLayout::Fixed => {
+                self.cfg.multiplier as usize
+            }
+            ConnLayout::PerPartition => 0, // opened per partition
         };
         let ids = (0..n)
             .map(|i| (i, self.open_conn(key.clone(), i, 0, now)))

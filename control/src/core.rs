@@ -13,7 +13,7 @@ use crate::stats::{Counters, Trigger};
 use crate::time::Time;
 
 /// The sans-IO control core of the cluster subscribe side (node-grouped,
-/// per-partition or classic connections, [`Mode`](crate::Mode)): it
+/// per-partition or classic connections, [`ConnLayout`](crate::ConnLayout)): it
 /// decides which connections exist, which channels each
 /// carries, when to fetch the slot map and probe slots, and which channels
 /// get a gap event. It never blocks, never reads a clock and sends nothing
@@ -508,7 +508,7 @@ impl Core {
             avoid: BTreeMap::new(),
             absent: BTreeMap::new(),
         };
-        if core.cfg.mode == crate::Mode::Fixed {
+        if core.cfg.mode == crate::ConnLayout::Fixed {
             // The servers are the map: open them at once, never fetch.
             let map = crate::classic::fixed_map(&core.cfg.seeds);
             core.apply_map(map, now);
@@ -533,7 +533,7 @@ impl Core {
     /// latest `now` given, once the commands are drained (`None` when
     /// nothing is scheduled).
     pub fn poll_timeout(&self) -> Option<Time> {
-        let fixed = self.cfg.mode == crate::Mode::Fixed;
+        let fixed = self.cfg.mode == crate::ConnLayout::Fixed;
         let mut t = (!fixed).then_some(self.next_poll);
         let mut take = |x: Time| t = Some(t.map_or(x, |t| t.min(x)));
         match self.fetch.in_flight {

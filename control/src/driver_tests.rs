@@ -386,7 +386,7 @@ fn the_channel_split_sends_one_command_per_worker_share() {
 #[test]
 fn classic_lanes_ride_one_primary_and_move_together() {
     let mut cfg = config();
-    cfg.mode = crate::Mode::Classic;
+    cfg.mode = crate::ConnLayout::Classic;
     cfg.multiplier = 2;
     let two = map(&[("a", "n0", 0, 8191), ("b", "n2", 8192, 16383)]);
     let (mut core, conns) = start(cfg, two);

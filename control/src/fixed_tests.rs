@@ -1,4 +1,4 @@
-//! Unit tests of [`Mode::Fixed`]: one server or N client-side shards on
+//! Unit tests of [`ConnLayout::Fixed`]: one server or N client-side shards on
 //! the same core as the cluster modes.
 
 use alloc::format;
@@ -9,7 +9,7 @@ use shardcore::Partitions;
 use topology::NodeAddr;
 
 use crate::test_maps::drain;
-use crate::{Command, Config, ConnId, Core, Mode, Time};
+use crate::{Command, Config, ConnId, ConnLayout, Core, Time};
 
 fn ms(n: u64) -> Time {
     Time::from_millis(n)
@@ -28,7 +28,7 @@ fn servers(n: u16) -> Vec<NodeAddr> {
 /// connection up at 1 ms; the connections by lane.
 fn start(n: u16, mult: u32) -> (Core, Vec<ConnId>) {
     let mut cfg = Config::new(Partitions::new(16).unwrap(), servers(n));
-    cfg.mode = Mode::Fixed;
+    cfg.mode = ConnLayout::Fixed;
     cfg.multiplier = mult;
     cfg.ping_interval = Duration::ZERO;
     let mut core = Core::new(cfg, Time::ZERO).unwrap();

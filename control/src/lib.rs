@@ -27,7 +27,7 @@
 //!                                         is_settled, subscribed_on, layout
 //! ```
 //!
-//! Every layout of [`Mode`] is covered: node-grouped (the default), one
+//! Every layout of [`ConnLayout`] is covered: node-grouped (the default), one
 //! connection per partition, and classic `SUBSCRIBE` (hash lanes on one
 //! primary). The publish side's decisions are beside it: [`Routes`] say
 //! which node takes each slot's publishes and which slots a new map or a
@@ -107,7 +107,7 @@ pub use crate::backoff::{Backoff, Jitter};
 pub use crate::channel::{Channel, MAX_CHANNEL_LEN};
 pub use crate::classic::{classic_lane, pattern_lane};
 pub use crate::command::{Command, ConnId, FetchError, ProbeReply, SubscribeReply};
-pub use crate::config::{Config, ConfigError, Mode, ResubscribeSplit};
+pub use crate::config::{Config, ConfigError, ConnLayout, ResubscribeSplit};
 pub use crate::core::Core;
 pub use crate::gates::{GateCommand, Gates};
 pub use crate::hold::{Due, Held, Hold, Offer, Refused};

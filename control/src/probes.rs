@@ -198,7 +198,7 @@ mod tests {
     use topology::NodeAddr;
 
     use crate::test_maps::drain;
-    use crate::{Command, Config, ConnId, Core, Mode, SubscribeReply, Time};
+    use crate::{Command, Config, ConnId, ConnLayout, Core, SubscribeReply, Time};
 
     /// A core on one server, batches of `batch`, its connection up.
     fn one_server(batch: usize) -> Core {
@@ -207,7 +207,7 @@ mod tests {
             port: 6379,
         };
         let mut cfg = Config::new(Partitions::new(1).unwrap(), alloc::vec![server]);
-        cfg.mode = Mode::Fixed;
+        cfg.mode = ConnLayout::Fixed;
         cfg.batch = batch;
         cfg.ping_interval = Duration::ZERO;
         let mut core = Core::new(cfg, Time::ZERO).unwrap();

@@ -280,12 +280,12 @@ fn naming_a_probed_node_after_a_replica_failed_leaves_no_connection_behind() {
     use topology::NodeAddr;
 
     use crate::test_maps::addr;
-    use crate::{Config, Core, Mode, ProbeReply, Time};
+    use crate::{Config, ConnLayout, Core, ProbeReply, Time};
 
     let parts = Partitions::new(16).unwrap();
     let (s2, s6) = (parts.slot(2), parts.slot(6));
     let mut cfg = Config::new(parts, vec![addr("seed")]);
-    cfg.mode = Mode::PerPartition;
+    cfg.mode = ConnLayout::PerPartition;
     cfg.replicas = Some(3);
     let mut rig = Rig {
         core: Core::new(cfg, Time::ZERO).unwrap(),

@@ -10,7 +10,7 @@ use shardcore::Partitions;
 use topology::{Health, Node, NodeKey, Role, Shard, SlotMap};
 
 use crate::test_maps::addr;
-use crate::{Command, Config, ConfigError, ConnId, Core, Mode, SubscribeReply, Time};
+use crate::{Command, Config, ConfigError, ConnId, ConnLayout, Core, SubscribeReply, Time};
 
 pub(crate) fn node(id: &str, role: Role, health: Health) -> Node {
     Node {
@@ -262,7 +262,7 @@ fn a_replica_joining_does_not_move_a_served_shard() {
 
 #[test]
 fn replicas_need_sharded_mode() {
-    for mode in [Mode::Classic, Mode::Fixed] {
+    for mode in [ConnLayout::Classic, ConnLayout::Fixed] {
         let mut cfg = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
         cfg.mode = mode;
         cfg.replicas = Some(0);
@@ -272,7 +272,7 @@ fn replicas_need_sharded_mode() {
         );
     }
     let mut cfg = Config::new(Partitions::new(4).unwrap(), vec![addr("n0")]);
-    cfg.mode = Mode::PerPartition;
+    cfg.mode = ConnLayout::PerPartition;
     cfg.replicas = Some(0);
     assert!(Core::new(cfg, Time::ZERO).is_ok());
 }
@@ -300,7 +300,7 @@ fn replicas_off_keeps_primaries() {
 #[test]
 fn per_partition_connections_go_to_the_serving_replica() {
     let mut cfg = Config::new(Partitions::new(16).unwrap(), vec![addr("seed")]);
-    cfg.mode = Mode::PerPartition;
+    cfg.mode = ConnLayout::PerPartition;
     cfg.replicas = Some(2);
     let mut core = Core::new(cfg, Time::ZERO).unwrap();
     let Some(Command::FetchTopology { id, .. }) =

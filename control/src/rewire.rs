@@ -7,7 +7,7 @@ use core::time::Duration;
 use topology::{plan_rewire, Layout, NodeAddr, RewirePlan, SlotMap, TopologyCommand};
 
 use crate::command::{Command, FetchError, ProbeReply};
-use crate::config::Mode;
+use crate::config::ConnLayout;
 use crate::core::{ConnState, Core, Probe};
 use crate::stats::Trigger;
 use crate::time::Time;
@@ -146,7 +146,7 @@ impl Core {
     /// [`Config::min_refresh_gap`](crate::Config::min_refresh_gap) after
     /// the last start); starts it now when due and none is in flight.
     pub(crate) fn request_refresh(&mut self, now: Time, delay: Duration, why: Trigger) {
-        if self.cfg.mode == Mode::Fixed {
+        if self.cfg.mode == ConnLayout::Fixed {
             return; // fixed servers: nothing to reread
         }
         let mut at = (now + delay).max(self.fetch.hold_until);
@@ -347,7 +347,7 @@ impl Core {
                 }
             }
             broke |= !by_conn.is_empty();
-            let per_partition = self.cfg.mode == Mode::PerPartition;
+            let per_partition = self.cfg.mode == ConnLayout::PerPartition;
             if per_partition {
                 // Its own connection goes with it.
                 if let Some(c) = self.conn_of(p) {
@@ -370,7 +370,7 @@ impl Core {
             self.close_node(key);
         }
         let moved: Vec<u32> = moved.collect();
-        if self.cfg.mode == Mode::PerPartition {
+        if self.cfg.mode == ConnLayout::PerPartition {
             for &p in &moved {
                 self.ensure_conn(p, now);
             }
@@ -421,7 +421,7 @@ impl Core {
 
     /// Probes slots with no known owner (at most `max_probes` in flight).
     fn send_probes(&mut self, now: Time) {
-        if matches!(self.cfg.mode, Mode::Classic | Mode::Fixed) {
+        if matches!(self.cfg.mode, ConnLayout::Classic | ConnLayout::Fixed) {
             // Any primary serves classic subscriptions; fixed servers own
             // every lane they have.
         }

@@ -169,7 +169,7 @@ fn unowned_slot_is_probed() {
 fn per_partition_startup_and_migration() {
     let mut s = Script::with(
         "per-partition connections; partition 0's slot moves n0 -> n2",
-        control::Mode::PerPartition,
+        control::ConnLayout::PerPartition,
         1,
         512,
     );
@@ -263,7 +263,7 @@ fn refresh_redirect_and_activity() {
 fn classic_lanes_follow_their_primary() {
     let mut s = Script::with(
         "classic: 2 lanes on id0; n1 replaces n0",
-        control::Mode::Classic,
+        control::ConnLayout::Classic,
         2,
         512,
     );

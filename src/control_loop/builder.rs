@@ -10,10 +10,8 @@ use shardcore::Partitions;
 
 use crate::control_loop::driver::Driver;
 use crate::control_loop::hold::Publishing;
-use crate::control_loop::settings::{
-    ClusterSettings, Common, Mode, NodeSettings, ResubscribeSplit,
-};
-use crate::control_loop::shared::{Config, Routes, Shared};
+use crate::control_loop::settings::{ClusterSettings, Common, Config, Mode, NodeSettings};
+use crate::control_loop::shared::{Routes, Shared};
 use crate::control_loop::ClusterPubSub;
 use crate::engine::Runtime;
 use crate::error::Error;
@@ -151,7 +149,7 @@ pub(crate) fn build(
         usize::MAX,
         &counters,
     )?;
-    let node = NodeSettings::new(
+    let nodes = NodeSettings::new(
         &common,
         &runtime,
         Duration::from_secs(1),
@@ -159,6 +157,7 @@ pub(crate) fn build(
     );
     let pool = common.pool(&runtime, handler, &counters)?;
     let cfg = Config {
+        nodes,
         mode: c.mode,
         multiplier,
         batch: common.batch_size,
@@ -187,7 +186,6 @@ pub(crate) fn build(
     let ps = start(
         cfg,
         parts_for,
-        node,
         &common,
         seed_addrs,
         (runtime, pool),
@@ -231,7 +229,6 @@ pub(crate) struct Parts {
 pub(crate) fn start(
     cfg: Config,
     p: Parts,
-    node: NodeSettings,
     common: &Common,
     servers: Vec<topology::NodeAddr>,
     (runtime, pool): (Runtime, Pool),
@@ -273,7 +270,7 @@ pub(crate) fn start(
         instance: crate::engine::clock::seed(),
     });
     crate::control_loop::fence::install(&shared);
-    let core = match crate::control_loop::driver::start_core(core_config(&shared, &node, servers)) {
+    let core = match crate::control_loop::driver::start_core(core_config(&shared, servers)) {
         Ok(core) => core,
         Err(e) => {
             pool.shutdown();
@@ -284,7 +281,6 @@ pub(crate) fn start(
         names: std::collections::HashMap::new(),
         lookups: Vec::new(),
         s: shared.clone(),
-        node,
         core,
         routes_epoch: 0,
         map_seen: false,
@@ -354,26 +350,20 @@ pub(crate) fn node_addrs(
         .collect()
 }
 
-fn core_config(
-    shared: &Shared,
-    node: &NodeSettings,
-    seeds: Vec<topology::NodeAddr>,
-) -> control::Config {
+fn core_config(shared: &Shared, seeds: Vec<topology::NodeAddr>) -> control::Config {
     let cfg = &shared.config;
+    let node = &cfg.nodes;
     let mut k = control::Config::new(shared.parts.clone(), seeds);
     k.mode = match cfg.mode {
-        _ if cfg.fixed_servers > 0 => control::Mode::Fixed,
-        Mode::Sharded => control::Mode::NodeGrouped,
-        Mode::PerPartition => control::Mode::PerPartition,
-        Mode::Classic => control::Mode::Classic,
+        _ if cfg.fixed_servers > 0 => control::ConnLayout::Fixed,
+        Mode::Sharded => control::ConnLayout::NodeGrouped,
+        Mode::PerPartition => control::ConnLayout::PerPartition,
+        Mode::Classic => control::ConnLayout::Classic,
     };
     k.multiplier = cfg.multiplier as u32;
     k.batch = cfg.batch;
     k.workers = cfg.resubscribe_workers;
-    k.split = match cfg.split {
-        ResubscribeSplit::Partitions => control::ResubscribeSplit::Partitions,
-        ResubscribeSplit::Channels => control::ResubscribeSplit::Channels,
-    };
+    k.split = cfg.split;
     k.poll_interval = cfg.poll_interval;
     k.degraded_retry = cfg.degraded_retry;
     k.retry_max = node.backoff.1.max(cfg.degraded_retry);

@@ -190,7 +190,9 @@ impl Driver {
         // Resubscribing 1M channels stages ~30 MB of commands at once: let
         // it through instead of applying backpressure.
         let engine = self
-            .node
+            .s
+            .config
+            .nodes
             .engine(addr, Role::Subscribe, 1)
             .max_buffered_bytes(64 << 20)
             .observer(observer)
@@ -443,7 +445,9 @@ impl Driver {
         let engine = match known {
             Some(e) => e,
             None => match self
-                .node
+                .s
+                .config
+                .nodes
                 .engine(addr.into(), Role::Command, 1)
                 .build_detached()
             {
@@ -536,7 +540,7 @@ impl Driver {
         if let Some(e) = self.fetch_engines.remove(&id) {
             e.shutdown();
         }
-        let tls = self.node.tls.is_some();
+        let tls = self.s.config.nodes.tls.is_some();
         let result = crate::control_loop::topo::parse_map(command, &value, addr, tls);
         if log::log_enabled!(log::Level::Trace) {
             match &result {

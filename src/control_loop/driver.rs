@@ -24,7 +24,6 @@ use control::{ConnId, Core, Time};
 use crate::conn::ReplyKind;
 use crate::control_loop::fence::Fence;
 use crate::control_loop::health::Edge;
-use crate::control_loop::settings::NodeSettings;
 use crate::control_loop::shared::{ConnRead, ConnState, Inbox, Shared};
 use crate::engine::host::{Task, Turn};
 use crate::engine::{clock, Engine};
@@ -47,7 +46,6 @@ pub(crate) struct SubConn {
 
 pub(crate) struct Driver {
     pub(crate) s: Arc<Shared>,
-    pub(crate) node: NodeSettings,
     pub(crate) core: Core,
     /// The core's map epoch the publish routes were last set from.
     pub(crate) routes_epoch: u64,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use control::{Command, Config, Core, Mode, SubscribeReply, Time};
+use control::{Command, Config, ConnLayout, Core, SubscribeReply, Time};
 use shardcore::Partitions;
 use testkit::alloc::this_thread::live_bytes;
 use topology::NodeAddr;
@@ -27,7 +27,7 @@ fn bytes_per_channel(conns: u32, n: usize, batch: usize) -> f64 {
             port: 6379,
         }],
     );
-    cfg.mode = Mode::Fixed;
+    cfg.mode = ConnLayout::Fixed;
     cfg.multiplier = conns;
     cfg.ping_interval = Duration::ZERO;
     let mut core = Core::new(cfg, Time::ZERO).expect("a fixed core");

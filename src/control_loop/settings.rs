@@ -38,18 +38,9 @@ pub enum Mode {
     Classic,
 }
 
-/// How a resubscribe divides its channels into commands.
-#[non_exhaustive]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum ResubscribeSplit {
-    /// Whole partitions per worker: one `SSUBSCRIBE` per partition (split
-    /// only past the batch size). The default.
-    Partitions,
-    /// Channels split over the workers by hash, each worker sending one
-    /// command per partition of its share: W times the commands. For
-    /// comparison only.
-    Channels,
-}
+/// How a resubscribe divides its channels into commands: the control
+/// crate's, the one enum for it.
+pub use control::ResubscribeSplit;
 
 /// The settings every placement shares (`None`: the placement's default).
 #[derive(Clone)]
@@ -264,6 +255,66 @@ impl Default for ClusterSettings {
             hold_bytes: 64 << 20,
             replicas: false,
             replica_seed: None,
+        }
+    }
+}
+
+/// The control loop's settings, built once from the builder's and read
+/// through `Shared::config` (the driver's node engines included).
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// How node engines are built.
+    pub(crate) nodes: NodeSettings,
+    pub(crate) mode: Mode,
+    pub(crate) multiplier: usize,
+    pub(crate) batch: usize,
+    pub(crate) poll_interval: Duration,
+    pub(crate) split: ResubscribeSplit,
+    pub(crate) resubscribe_workers: u32,
+    pub(crate) max_redirects: u32,
+    pub(crate) retry_window: Duration,
+    pub(crate) degraded_retry: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) publish_hold: Duration,
+    /// Fixed placements (one server or N shards): the number of servers,
+    /// with `mode` [`Mode::Classic`] (plain names, `SUBSCRIBE`) and
+    /// `multiplier` connections per server; 0 on a cluster.
+    pub(crate) fixed_servers: usize,
+    /// Payloads carry the envelope (lag measured), in every placement.
+    pub(crate) envelope: bool,
+    /// The recoverable prefixes and their caps.
+    pub(crate) history: Arc<crate::history::Rules>,
+    /// How long the control thread waits for more subscribe calls to
+    /// share commands with (fixed placements' `subscribe_delay`).
+    pub(crate) coalesce: Duration,
+    /// Subscribe on replicas: the seed that ranks each shard's replicas
+    /// for this instance (`None`: primaries only).
+    pub(crate) replicas: Option<u64>,
+    /// Built without a handler: it publishes only, and refuses to
+    /// subscribe (nothing could take the messages).
+    pub(crate) publish_only: bool,
+}
+
+impl Config {
+    /// The bounds on a refused publish or command.
+    pub(crate) fn retry_policy(&self) -> control::RetryPolicy {
+        control::RetryPolicy::new(self.max_redirects, self.retry_window)
+    }
+
+    /// The publish core's settings (`watched`: the partitions' slots; the
+    /// hold's bounds: publishes and bytes).
+    pub(crate) fn publish_core(
+        &self,
+        watched: &[u16],
+        (messages, bytes): (usize, usize),
+    ) -> control::publish::PublishConfig {
+        control::publish::PublishConfig {
+            max_redirects: self.max_redirects,
+            retry_window: self.retry_window,
+            hold_limit: self.publish_hold,
+            hold_messages: messages,
+            hold_bytes: bytes,
+            ..control::publish::PublishConfig::new(watched.to_vec())
         }
     }
 }

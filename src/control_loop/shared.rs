@@ -3,76 +3,18 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::RwLock;
 use shardcore::Partitions;
 
 use crate::control_loop::hold::Publishing;
 use crate::control_loop::message::PubMsg;
-use crate::control_loop::settings::{Mode, ResubscribeSplit};
+use crate::control_loop::settings::{Config, Mode};
 use crate::engine::Engine;
 use crate::front::mailbox::{DirtyLanes, Mailbox};
 use crate::front::registry::ACTIVE;
 use crate::front::Front;
 use crate::workers::LaneOwners;
-
-/// Fixed settings.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) mode: Mode,
-    pub(crate) multiplier: usize,
-    pub(crate) batch: usize,
-    pub(crate) poll_interval: Duration,
-    pub(crate) split: ResubscribeSplit,
-    pub(crate) resubscribe_workers: u32,
-    pub(crate) max_redirects: u32,
-    pub(crate) retry_window: Duration,
-    pub(crate) degraded_retry: Duration,
-    pub(crate) probe_interval: Duration,
-    pub(crate) publish_hold: Duration,
-    /// Fixed placements (one server or N shards): the number of servers,
-    /// with `mode` [`Mode::Classic`] (plain names, `SUBSCRIBE`) and
-    /// `multiplier` connections per server; 0 on a cluster.
-    pub(crate) fixed_servers: usize,
-    /// Payloads carry the envelope (lag measured), in every placement.
-    pub(crate) envelope: bool,
-    /// The recoverable prefixes and their caps.
-    pub(crate) history: Arc<crate::history::Rules>,
-    /// How long the control thread waits for more subscribe calls to
-    /// share commands with (fixed placements' `subscribe_delay`).
-    pub(crate) coalesce: Duration,
-    /// Subscribe on replicas: the seed that ranks each shard's replicas
-    /// for this instance (`None`: primaries only).
-    pub(crate) replicas: Option<u64>,
-    /// Built without a handler: it publishes only, and refuses to
-    /// subscribe (nothing could take the messages).
-    pub(crate) publish_only: bool,
-}
-
-impl Config {
-    /// The bounds on a refused publish or command.
-    pub(crate) fn retry_policy(&self) -> control::RetryPolicy {
-        control::RetryPolicy::new(self.max_redirects, self.retry_window)
-    }
-
-    /// The publish core's settings (`watched`: the partitions' slots; the
-    /// hold's bounds: publishes and bytes).
-    pub(crate) fn publish_core(
-        &self,
-        watched: &[u16],
-        (messages, bytes): (usize, usize),
-    ) -> control::publish::PublishConfig {
-        control::publish::PublishConfig {
-            max_redirects: self.max_redirects,
-            retry_window: self.retry_window,
-            hold_limit: self.publish_hold,
-            hold_messages: messages,
-            hold_bytes: bytes,
-            ..control::publish::PublishConfig::new(watched.to_vec())
-        }
-    }
-}
 
 /// One subscribe connection, as every thread sees it.
 #[derive(Debug)]

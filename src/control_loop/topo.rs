@@ -52,7 +52,9 @@ impl Driver {
             return Ok(*id);
         }
         let e = Arc::new(
-            self.node
+            self.s
+                .config
+                .nodes
                 .engine(addr.into(), Role::Command, 1)
                 // Keeps trying after a failed first attempt (a detached
                 // engine otherwise stays closed).

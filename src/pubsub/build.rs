@@ -279,13 +279,14 @@ fn build_fixed(
             return Err(e);
         }
     };
-    let node = NodeSettings::new(
+    let nodes = NodeSettings::new(
         common,
         &runtime,
         Duration::from_secs(2),
         Duration::from_secs(5),
     );
-    let cfg = control_loop::shared::Config {
+    let cfg = control_loop::settings::Config {
+        nodes,
         mode: control_loop::Mode::Classic,
         multiplier: per_server,
         batch: common.batch_size,
@@ -313,7 +314,6 @@ fn build_fixed(
     let sub = control_loop::builder::start(
         cfg,
         parts,
-        node,
         common,
         servers,
         (runtime, pool),

@@ -154,10 +154,10 @@ impl Sim {
         let mut cfg = Config::new(parts.clone(), seeds);
         cfg.multiplier = s.multiplier.max(1);
         if s.per_partition {
-            cfg.mode = control::Mode::PerPartition;
+            cfg.mode = control::ConnLayout::PerPartition;
         }
         if s.classic {
-            cfg.mode = control::Mode::Classic;
+            cfg.mode = control::ConnLayout::Classic;
         }
         cfg.batch = s.batch.max(1);
         cfg.workers = s.workers.max(1);

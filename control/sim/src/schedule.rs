@@ -122,7 +122,7 @@ pub struct Schedule {
     pub channels: u32,
     /// Subscribe connections per primary (node-grouped mode).
     pub multiplier: u32,
-    /// One connection per partition instead ([`Mode::PerPartition`](control::Mode)).
+    /// One connection per partition instead ([`ConnLayout::PerPartition`](control::ConnLayout)).
     pub per_partition: bool,
     /// Channels per `SSUBSCRIBE`.
     pub batch: usize,
@@ -134,7 +134,7 @@ pub struct Schedule {
     /// ([`ResubscribeSplit::Channels`](control::ResubscribeSplit)) instead
     /// of by partition.
     pub split_channels: bool,
-    /// Classic `SUBSCRIBE` mode ([`Mode::Classic`](control::Mode), over
+    /// Classic `SUBSCRIBE` mode ([`ConnLayout::Classic`](control::ConnLayout), over
     /// `multiplier` lanes) instead of a sharded one.
     pub classic: bool,
     /// Subscribe on replicas ([`Config::replicas`](control::Config::replicas),

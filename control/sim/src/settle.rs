@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 
 use crate::check::{QUIET, QUIET_FETCHES};
 use crate::drive::Sim;
-use control::Mode;
+use control::ConnLayout;
 use control::{Channel, ConnId};
 
 impl Sim {
@@ -98,11 +98,11 @@ impl Sim {
         };
         let cfg = self.core.config();
         let most = match cfg.mode {
-            Mode::NodeGrouped => owners.len() * cfg.multiplier as usize,
-            Mode::PerPartition => self.parts.slots().len(),
-            Mode::Classic => cfg.multiplier as usize,
+            ConnLayout::NodeGrouped => owners.len() * cfg.multiplier as usize,
+            ConnLayout::PerPartition => self.parts.slots().len(),
+            ConnLayout::Classic => cfg.multiplier as usize,
             // Not simulated: fixed servers have no cluster to follow.
-            Mode::Fixed => cfg.seeds.len() * cfg.multiplier as usize,
+            ConnLayout::Fixed => cfg.seeds.len() * cfg.multiplier as usize,
         };
         let open = self.cluster.conns.len();
         if open > most {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use control::{
-    Command, Config, ConnId, Core, FetchError, Mode, ProbeReply, Stats, SubscribeReply, Time,
+    Command, Config, ConnId, ConnLayout, Core, FetchError, ProbeReply, Stats, SubscribeReply, Time,
 };
 use shardcore::Partitions;
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
@@ -91,11 +91,11 @@ pub struct Script {
 impl Script {
     /// A core over 4 partitions, seeded with `n0`.
     pub fn new(title: &str, multiplier: u32, batch: usize) -> Script {
-        Script::with(title, Mode::NodeGrouped, multiplier, batch)
+        Script::with(title, ConnLayout::NodeGrouped, multiplier, batch)
     }
 
     /// As [`Script::new`], in `mode`.
-    pub fn with(title: &str, mode: Mode, multiplier: u32, batch: usize) -> Script {
+    pub fn with(title: &str, mode: ConnLayout, multiplier: u32, batch: usize) -> Script {
         let parts = Partitions::new(4).unwrap();
         let mut cfg = Config::new(parts, vec![addr("n0")]);
         cfg.mode = mode;
@@ -131,7 +131,7 @@ impl Script {
             let line = cmd.to_string();
             // Classic mode: the driver sends SUBSCRIBE / UNSUBSCRIBE.
             let line = match self.core.config().mode {
-                Mode::Classic => line.replacen("ssubscribe ", "subscribe ", 1).replacen(
+                ConnLayout::Classic => line.replacen("ssubscribe ", "subscribe ", 1).replacen(
                     "sunsubscribe ",
                     "unsubscribe ",
                     1,
