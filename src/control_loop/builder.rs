@@ -193,7 +193,7 @@ pub(crate) fn build(
         counters,
     )?;
     ps.wait_started(c.discovery_timeout)?;
-    if common.require_all {
+    if common.require_all == Some(true) {
         let connect = common.connect_timeout.unwrap_or(Duration::from_secs(1));
         ps.wait_all_primaries(connect * 2)?;
     }

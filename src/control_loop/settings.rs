@@ -66,8 +66,10 @@ pub(crate) struct Common {
     /// `None`: the placement's default (servers 500 µs, a cluster 0).
     pub(crate) subscribe_delay: Option<Duration>,
     pub(crate) envelope: bool,
-    /// `build` fails when a server or primary cannot be reached.
-    pub(crate) require_all: bool,
+    /// `build` fails when a server or primary cannot be reached (`None`:
+    /// the placement's default: one server yes, N shards and a cluster
+    /// no).
+    pub(crate) require_all: Option<bool>,
     /// [`PubSubBuilder::max_message_size`]: `None` reads the servers'.
     pub(crate) max_message: Option<usize>,
     /// Looks host names up ([`PubSubBuilder::resolver`]).

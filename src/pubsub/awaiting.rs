@@ -1,4 +1,5 @@
-//! The awaitable forms of [`PubSub::wait_active`](crate::PubSub::wait_active)
+//! The awaitable forms of [`PubSub::wait_active`](crate::PubSub::wait_active),
+//! [`PubSub::wait_patterns_active`](crate::PubSub::wait_patterns_active)
 //! and of shutdown: futures for any executor, woken by the same wake-ups
 //! that end a blocked `wait_active`, with no thread and no timer of their
 //! own.
@@ -12,9 +13,11 @@ use crate::engine::Pending;
 use crate::error::Error;
 use crate::front::Placement;
 
-/// The future [`PubSub::active`](crate::PubSub::active) returns: ready once
-/// every channel it names is active (confirmed on a connection that is
-/// up), or with the first refusal, or at shutdown.
+/// The future [`PubSub::active`](crate::PubSub::active) and
+/// [`PubSub::patterns_active`](crate::PubSub::patterns_active) return:
+/// ready once every channel (or pattern) it names is active (confirmed on
+/// a connection that is up; a pattern on every server), or with the first
+/// refusal, or at shutdown.
 ///
 /// It has no deadline of its own (the library has no timer): wrap it in
 /// the executor's timeout (`tokio::time::timeout`, say) when a channel may
@@ -25,6 +28,8 @@ use crate::front::Placement;
 pub struct Active<'a> {
     sub: &'a ClusterPubSub,
     channels: Vec<Vec<u8>>,
+    /// They are patterns.
+    patterns: bool,
     /// Channels before this one are known to be active.
     next: usize,
     /// The waker registration, from the first poll that found work left.
@@ -41,10 +46,16 @@ impl std::fmt::Debug for Active<'_> {
 }
 
 impl<'a> Active<'a> {
-    pub(crate) fn new<C: AsRef<[u8]>>(sub: &'a ClusterPubSub, channels: &[C]) -> Self {
+    /// Waits for `channels` (`patterns`: they are patterns).
+    pub(crate) fn new<C: AsRef<[u8]>>(
+        sub: &'a ClusterPubSub,
+        channels: &[C],
+        patterns: bool,
+    ) -> Self {
         Active {
             sub,
             channels: channels.iter().map(|c| c.as_ref().to_vec()).collect(),
+            patterns,
             next: 0,
             registration: None,
         }
@@ -57,12 +68,20 @@ impl<'a> Active<'a> {
         if let Err(e) = p.check_open() {
             return Poll::Ready(Err(e));
         }
-        while self.channels.get(self.next).is_some_and(|c| p.is_active(c)) {
+        let active = |c: &[u8]| match self.patterns {
+            true => p.shared.is_pattern_active(c),
+            false => p.is_active(c),
+        };
+        while self.channels.get(self.next).is_some_and(|c| active(c)) {
             self.next += 1;
         }
+        let refusal = |c: &[u8]| match self.patterns {
+            true => p.shared.pattern_refusal(c),
+            false => p.front().refusal(p.lane_of(c), c),
+        };
         match self.channels.get(self.next) {
             None => Poll::Ready(Ok(())),
-            Some(c) => match p.front().refusal(p.lane_of(c), c) {
+            Some(c) => match refusal(c) {
                 Some(e) => Poll::Ready(Err(e)),
                 None => Poll::Pending,
             },

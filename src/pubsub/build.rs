@@ -35,6 +35,15 @@ impl PubSubBuilder {
     /// Checks the settings and starts the instance in the placement chosen:
     /// workers, connections, the control thread.
     ///
+    /// It blocks the calling thread while it connects: on servers up to
+    /// the connect timeout (per server that must be reached, see
+    /// [`PubSubBuilder::require_all_servers`]); on a cluster until a seed
+    /// gave a slot map and its connections opened, up to
+    /// [`PubSubBuilder::discovery_timeout`] (10 s by default) when no seed
+    /// answers. The async form: [`PubSubBuilder::build_pending`]. With the
+    /// `tokio` feature, a call on a thread of a Tokio runtime (where it
+    /// would hold up the executor) logs a warning once per process.
+    ///
     /// # Errors
     ///
     /// [`Error::Config`] for invalid settings (no placement or two, a
@@ -45,11 +54,14 @@ impl PubSubBuilder {
     /// [`Error::Runtime`] when the OS refuses a thread; otherwise what
     /// starting the placement returns: [`Error::Auth`] / [`Error::Handshake`]
     /// when a server refuses the credentials; on servers with
-    /// [`PubSubBuilder::require_all_servers`], the connection error of one
-    /// that cannot be reached (by default they start degraded); on a
+    /// [`PubSubBuilder::require_all_servers`] (by default with one server),
+    /// the connection error of one that cannot be reached (by default N
+    /// shards start degraded); on a
     /// cluster [`Error::Discovery`] when no seed gave a usable slot map within [`PubSubBuilder::discovery_timeout`].
     /// Nothing is left running.
     pub fn build(mut self) -> Result<PubSub, Error> {
+        #[cfg(feature = "tokio")]
+        let _ = warn_on_runtime_thread();
         let config = |what: String| Err(Error::Config(what.into()));
         let c = &mut self.common;
         if let Err(e) = self
@@ -253,8 +265,8 @@ fn build_fixed(
         Runtime::for_instance(common.runtime.as_ref(), common.io_threads, conns, &counters)?;
     let pool = common.pool(&runtime, handler, &counters)?;
     // The publish engine first: a server that refuses the credentials (or,
-    // with `require_all_servers`, one that cannot be reached) fails the
-    // build here, before anything else runs.
+    // with `require_all_servers`, by default with one server, one that
+    // cannot be reached) fails the build here, before anything else runs.
     let publ = match engine(
         common,
         addrs,
@@ -262,7 +274,7 @@ fn build_fixed(
         Role::Command,
         f.publish_connections,
     )
-    .start_degraded(!common.require_all)
+    .start_degraded(!common.require_all.unwrap_or(addrs.len() == 1))
     .build()
     {
         Ok(e) => Arc::new(e),
@@ -395,4 +407,41 @@ fn cluster_limits(p: &crate::control_loop::ClusterPubSub, bound: Duration) -> Li
     let (a, b) = (ask("client-output-buffer-limit"), ask("proto-max-bulk-len"));
     let (a, b) = (a.wait_timeout(bound), b.wait_timeout(bound));
     limits::from_config("the cluster", a.as_ref().ok(), b.as_ref().ok())
+}
+
+/// Logs once per process that a blocking `build` runs on a Tokio runtime
+/// thread (its executor waits for the connections); whether it did now.
+#[cfg(feature = "tokio")]
+fn warn_on_runtime_thread() -> bool {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if tokio::runtime::Handle::try_current().is_err()
+        || WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        return false;
+    }
+    log::warn!(
+        "PubSubBuilder::build blocks while it connects (a cluster: until a seed gives a slot \
+         map, up to the discovery timeout), here on a Tokio runtime thread, whose tasks wait \
+         meanwhile; use `build_pending().await` there"
+    );
+    true
+}
+
+#[cfg(all(test, feature = "tokio"))]
+mod tests {
+    /// Named for the xtask step that runs the lib's tokio tests.
+    #[test]
+    fn tokio_a_build_on_a_runtime_thread_warns_once() {
+        assert!(!super::warn_on_runtime_thread(), "off a runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(
+                super::warn_on_runtime_thread(),
+                "the first call on a runtime"
+            );
+            assert!(!super::warn_on_runtime_thread(), "the second");
+        });
+    }
 }

@@ -122,7 +122,7 @@ impl Default for PubSubBuilder {
                 subscribe_connections: None,
                 subscribe_delay: None,
                 envelope: false,
-                require_all: false,
+                require_all: None,
                 max_message: None,
                 resolver: crate::engine::resolve::system(),
                 history: crate::history::Rules::default(),
@@ -373,8 +373,12 @@ impl PubSubBuilder {
     }
 
     /// Whether `build` fails when a server (on a cluster: a primary of the
-    /// first slot map) cannot be reached within the connect timeout
-    /// (default false: it starts degraded).
+    /// first slot map) cannot be reached within the connect timeout. By
+    /// default one server must be reached (nothing can work without it:
+    /// a refused connection fails `build` at once with
+    /// [`Error::Connect`](crate::Error::Connect)), while N shards and a
+    /// cluster start degraded (one node down must not stop a fleet from
+    /// starting); `false` lets one server start degraded too.
     ///
     /// Degraded, an unreachable server's connections keep trying with the
     /// reconnect backoff: its channels become active, with the usual
@@ -387,7 +391,7 @@ impl PubSubBuilder {
     /// way ([`ClusterMetrics::subscribe_connections`](crate::metrics::ClusterMetrics::subscribe_connections)
     /// counts the subscribe connections up).
     pub fn require_all_servers(mut self, on: bool) -> Self {
-        self.common.require_all = on;
+        self.common.require_all = Some(on);
         self
     }
 

@@ -18,7 +18,8 @@ impl PubSub {
     /// returned for more.
     ///
     /// One atomic read on the channel's server (its slot's owner on a
-    /// cluster), blocking like [`PubSub::command`]. Works for any channel;
+    /// cluster), blocking like [`PubSub::command`] (the async form:
+    /// [`PubSub::history_pending`]). Works for any channel;
     /// one that never had history reads as empty, with no position.
     ///
     /// # Errors

@@ -138,7 +138,8 @@ impl PubSub {
     /// with [`PubSub::unsubscribe`] before) and every message of theirs
     /// already received has been passed over, or `timeout` passes: the
     /// unsubscribe is confirmed (a connection that broke meanwhile counts,
-    /// since the server forgot its subscriptions).
+    /// since the server forgot its subscriptions). The async form:
+    /// [`PubSub::inactive`].
     ///
     /// # Errors
     ///
@@ -248,7 +249,8 @@ impl PubSub {
     }
 
     /// [`PubSub::wait_active`] for patterns: blocks until every pattern is
-    /// confirmed on every server, or `timeout` passes.
+    /// confirmed on every server, or `timeout` passes. The async form:
+    /// [`PubSub::patterns_active`].
     ///
     /// # Errors
     ///
@@ -265,7 +267,7 @@ impl PubSub {
     }
 
     /// Blocks until every channel in `channels` is active (confirmed), or
-    /// `timeout` passes.
+    /// `timeout` passes. The async form: [`PubSub::active`].
     ///
     /// # Errors
     ///
@@ -313,7 +315,28 @@ impl PubSub {
     /// [`Error::SubscribeRefused`] for a channel the server refused,
     /// [`Error::Shutdown`] after shutdown.
     pub fn active<C: AsRef<[u8]>>(&self, channels: &[C]) -> Active<'_> {
-        Active::new(self.subscriber(), channels)
+        Active::new(self.subscriber(), channels, false)
+    }
+
+    /// The awaitable form of [`PubSub::wait_patterns_active`]: a future,
+    /// for any executor, that is ready once every pattern in `patterns` is
+    /// confirmed on every server, or with the first refusal, or at
+    /// shutdown. It has no deadline: wrap it in the executor's timeout.
+    /// Never blocks.
+    ///
+    /// ```no_run
+    /// # async fn f(ps: &shardsub::PubSub) -> Result<(), shardsub::Error> {
+    /// ps.psubscribe(["room:*"])?;
+    /// ps.patterns_active(&["room:*"]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SubscribeRefused`] for a pattern a server refused,
+    /// [`Error::Shutdown`] after shutdown.
+    pub fn patterns_active<C: AsRef<[u8]>>(&self, patterns: &[C]) -> Active<'_> {
+        Active::new(self.subscriber(), patterns, true)
     }
 
     /// Publishes `payload` to `channel` (anything that is bytes: `&str`,
@@ -400,7 +423,8 @@ impl PubSub {
     }
 
     /// Publishes and waits for the outcome: the number of receivers (on a
-    /// cluster, those on the slot's owner).
+    /// cluster, those on the slot's owner). It blocks the calling thread;
+    /// the async form: [`PubSub::publish_pending`].
     ///
     /// # Errors
     ///
@@ -443,7 +467,7 @@ impl PubSub {
     /// window while the slot has no reachable owner. The command goes over
     /// the publish connection, pipelined with publishes; keep blocking
     /// commands (`BLPOP`, `XREAD BLOCK`) off it, since replies come in
-    /// order.
+    /// order. The async form: [`PubSub::command_pending`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), shardsub::Error> {
@@ -606,7 +630,8 @@ impl PubSub {
     /// to the shutdown timeout, connections closed, queued messages
     /// dropped and counted) finishes in the background. A later
     /// `shutdown` from an application thread waits for the end, as
-    /// [`PubSub::close`] does.
+    /// [`PubSub::close`] does. The async forms: [`PubSub::close`] and
+    /// [`PubSub::shutdown_pending`].
     pub fn shutdown(&self) {
         shut_down(&self.placed);
     }

@@ -224,11 +224,12 @@ pub fn run() -> Result<(), String> {
     report.step(
         "tokio tests (nextest, redis+valkey; --features tokio)",
         || {
-            // The lend for async callers (`src/engine/lend_async_tests.rs`).
+            // The lend for async callers (`src/engine/lend_async_tests.rs`)
+            // and the tests named `tokio_…`.
             nextest_noting(
                 nextest(&env)
                     .args(["-p", "shardsub", "--features", "tokio"])
-                    .args(["--lib", "--no-fail-fast", "-E", "test(/lend_async/)"]),
+                    .args(["--lib", "--no-fail-fast", "-E", "test(/lend_async|tokio_/)"]),
             )
         },
     );

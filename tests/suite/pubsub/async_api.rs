@@ -1,5 +1,5 @@
 //! The async API against real servers (Redis 7 and Valkey 9), on tokio:
-//! `active().await`, `publish_pending().await`, a [`Receiver`] read with
+//! `active().await`, `patterns_active().await`, `publish_pending().await`, a [`Receiver`] read with
 //! `recv().await`, and `shutdown_pending().await`, on one server, on two
 //! client-side shards and on a 3-master cluster. Every delivery goes
 //! through the accounting checker; a receiver whose queue is full must
@@ -216,6 +216,50 @@ fn async_publish_and_receive_on_one_server_and_two_shards() {
             .collect::<Vec<_>>();
         let b = PubSub::builder().addresses(addrs);
         publish_and_receive(b, &format!("{kind:?} two shards"));
+    }
+}
+
+/// `patterns_active().await` on two shards: polled before the
+/// `psubscribe`, it is woken once every server confirmed the pattern; a
+/// pattern a server refuses (ACL) fails it with the refusal.
+#[test]
+fn patterns_active_is_ready_once_every_server_confirmed_or_one_refused() {
+    for kind in kinds() {
+        let what = format!("{kind:?}");
+        let servers = Servers::start(kind, 2).unwrap();
+        // User `app` may use the library's service channels and ok:*.
+        let acl: [&[u8]; 9] = [
+            b"ACL",
+            b"SETUSER",
+            b"app",
+            b"on",
+            b">secret",
+            b"+@all",
+            b"resetchannels",
+            b"&__shardsub:*",
+            b"&ok:*",
+        ];
+        for s in servers.iter() {
+            s.cmd(&acl).unwrap();
+        }
+        let addrs: Vec<String> = servers.addrs().iter().map(|a| a.to_string()).collect();
+        let ps = PubSub::builder()
+            .addresses(addrs)
+            .username("app")
+            .password("secret")
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build()
+            .unwrap();
+        multi_thread().block_on(async {
+            let mut ok = std::pin::pin!(ps.patterns_active(&["ok:*"]));
+            assert!(futures_poll_once(ok.as_mut()).await.is_none(), "{what}");
+            ps.psubscribe(["ok:*", "no:*"]).unwrap();
+            within(BOUND, &what, ok).await.unwrap();
+            assert!(ps.is_pattern_active(b"ok:*"), "{what}");
+            let r = within(BOUND, &what, ps.patterns_active(&["no:*"])).await;
+            accounted::assert_refused(r, b"no:*", &what);
+        });
+        ps.shutdown();
     }
 }
 

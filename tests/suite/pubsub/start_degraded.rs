@@ -1,4 +1,5 @@
-//! Servers start degraded: `build` succeeds while one of two shards is
+//! One server refused at build fails `build` (it can start degraded when
+//! told to). Shards start degraded: `build` succeeds while one of two shards is
 //! down, the live shard's channels deliver every message, the down one's
 //! channels are not active and their publishes fail at once, and once the
 //! server is back its channels become active and deliver too; with
@@ -127,6 +128,54 @@ fn one_shard_down_at_build_starts_degraded_and_joins_when_it_comes_up() {
         assert_eq!(ps.metrics().active_connections, vec![1, 1], "{kind:?}");
         accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
         accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} degraded"));
+        ps.shutdown();
+    }
+}
+
+/// One server that refuses the connection at build: nothing can work, so
+/// `build` fails with the refusal (a typo'd port, say), unless told to
+/// start degraded; then its channels become active once it is up.
+#[test]
+fn one_server_refused_at_build_fails_build_unless_told_to_start_degraded() {
+    for kind in testkit::kinds() {
+        let mut s = Server::start(kind).expect("server");
+        let addr = s.addr().to_string();
+        s.stop();
+        let built = PubSub::builder()
+            .address(addr.clone())
+            .handler(shardsub::handler_fn(|_, _| {}))
+            .build();
+        match &built {
+            Err(Error::Connect { addr: a, .. }) if a.to_string() == addr => {}
+            other => panic!("{kind:?}: one refused server built: {other:?}"),
+        }
+
+        let names: Vec<Vec<u8>> = (0..20).map(|i| format!("one:{i}").into_bytes()).collect();
+        let ledger = Arc::new(Ledger::new(&names));
+        let handler = Accounted::new(&ledger, "sub");
+        let ps = Arc::new(
+            PubSub::builder()
+                .address(addr.clone())
+                .require_all_servers(false)
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(100))
+                .handler_arc(handler.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("{kind:?}: degraded start refused: {e}")),
+        );
+        ps.subscribe(&names).unwrap();
+        assert_eq!(ps.metrics().active_connections, vec![0], "{kind:?}");
+        s.restart().expect("the server back on its port");
+        ps.wait_active(&names, BOUND)
+            .unwrap_or_else(|e| panic!("{kind:?}: the server that came up: {e}"));
+        testkit::wait_for("the publish connection back", BOUND, || {
+            Ok(ps
+                .publish_wait("one:probe", b"p", BOUND)
+                .is_ok()
+                .then_some(()))
+        })
+        .unwrap();
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?} one server degraded"));
         ps.shutdown();
     }
 }
