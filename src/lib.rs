@@ -134,9 +134,13 @@
 //! commands into one `write`, and replies matched to requests in order.
 //! Parsing lives in [`resp`], hashing and partitions in [`shardcore`].
 //!
-//! What it does not do: pattern subscriptions, persistence or redelivery
-//! of plain channels (Pub/Sub is at most once; losses are signalled, and
-//! recoverable channels read them back).
+//! Patterns ([`PubSub::psubscribe`]) are subscribed on every server of a
+//! fixed placement, and on one node of a cluster in
+//! [`cluster::Mode::Classic`] (sharded Pub/Sub has no patterns).
+//!
+//! What it does not do: persistence or redelivery of plain channels
+//! (Pub/Sub is at most once; losses are signalled, and recoverable channels
+//! read them back).
 #![deny(missing_docs)]
 
 mod addr;

@@ -10,9 +10,11 @@
 //! wanted channel is resubscribed and [`Event::Gap`] names the channels that
 //! may have lost messages; an idle subscribe connection gets a `PING` after
 //! [`PubSubBuilder::probe_interval`] of silence and is reopened when it does
-//! not answer. It does not do pattern subscriptions, nor persistence or
-//! redelivery of plain channels (see [`crate::history`] for recoverable
-//! ones).
+//! not answer. Patterns ([`PubSub::psubscribe`]) go to every server of a
+//! fixed placement, and to one node of a cluster in classic mode; their
+//! losses are signalled per pattern ([`Event::PatternGap`]). It does not
+//! do persistence or redelivery of plain channels (see [`crate::history`]
+//! for recoverable ones).
 //!
 //! ```no_run
 //! use shardsub::PubSub;

@@ -3,6 +3,8 @@
 //! three, `examples/cluster.rs` on a three-primary cluster. Each counts
 //! every message per channel in order and says `result: ok` only when all
 //! arrived with no gap or drop; the test checks that line and its counts.
+//! The quick start (`examples/quick_start.rs`, the README's first block)
+//! prints the message it published.
 
 use std::process::Command;
 
@@ -66,5 +68,29 @@ fn the_readme_examples_deliver_everything_in_every_placement() {
              subscribe_connections=3 gaps=0",
             "{kind:?}"
         );
+    }
+}
+
+/// The README's quick start is `examples/quick_start.rs`, word for word,
+/// and prints the message it published, on both servers.
+#[test]
+fn the_quick_start_prints_the_message_it_published() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README");
+    let code = std::fs::read_to_string(format!("{root}/examples/quick_start.rs")).expect("example");
+    assert!(
+        readme.contains(&format!("```rust no_run\n{code}```\n")),
+        "README.md's quick start is not examples/quick_start.rs"
+    );
+    let bin = support::examples::example_binary("quick_start");
+    for kind in testkit::kinds() {
+        let server = Server::start(kind).expect("server");
+        let out = Command::new(&bin)
+            .arg(format!("redis://{}", server.addr()))
+            .output()
+            .expect("quick start runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{kind:?}: {stdout}");
+        assert_eq!(stdout, "room:1: hello\n", "{kind:?}");
     }
 }
