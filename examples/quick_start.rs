@@ -1,3 +1,5 @@
+//! The README's quick start: README.md shows what follows this line.
+
 use shardsub::{Event, PubSub, Text};
 use std::sync::mpsc;
 use std::time::Duration;
