@@ -1,19 +1,17 @@
 //! The wire format's exported files (`shardcore/wire/`, described in
 //! `WIRE_FORMAT.md`) are what the code computes: the tag table of every
 //! power-of-two partition count up to 4096, and the test vectors other
-//! implementations check themselves against. A file that differs fails
+//! implementations check themselves against (the channel placements
+//! here; the history keys, payload bytes and script hashes in the suite's
+//! `examples::wire_files`). A file that differs fails
 //! here; `SHARDSUB_BLESS=1 cargo test -p shardsub-shardcore --test
 //! wire_files` rewrites them (which must only ever happen for a new file:
 //! a changed table would move live channels).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use shardcore::{channel_hash, key_slot, shard_of, worker_of, Partitions};
-
-fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wire")
-}
+use testkit::wire_files::{check, hex};
 
 /// `partition<TAB>slot<TAB>tag`, one line per partition, after a header.
 fn table(p: u32) -> String {
@@ -95,6 +93,69 @@ fn partition_vectors() -> String {
     out
 }
 
+/// The raw-prefix sets of `vectors-raw.tsv`, each with its P: one prefix
+/// that some `room:` names start with; several, one inside another, one
+/// of non-ASCII bytes (the every-byte name starts with it).
+const RAW_SETS: [(u32, &[&[u8]]); 2] = [
+    (128, &[b"room:1"]),
+    (1000, &[b"room:", b"room:2", b"news", b"\x00\x01"]),
+];
+
+/// Partitions off (`Partitions::raw`): every channel keeps its name, and
+/// its lane is that name's key slot.
+fn kept_vectors() -> String {
+    let mut out = String::from(
+        "# shardsub wire vectors, partitions off (names kept): channel (hex), \
+         server name (hex), its key slot, lane\n",
+    );
+    let parts = Partitions::raw(b"").expect("no prefix");
+    for n in names() {
+        let wire = parts.redis_channel(&n);
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            hex(&n),
+            hex(&wire),
+            key_slot(&wire),
+            parts.partition_of(&n),
+        );
+    }
+    out
+}
+
+/// Raw prefixes (`Partitions::raw_prefix`) beside P tagged partitions:
+/// whether the channel keeps its name, its lane, its server name and that
+/// name's key slot.
+fn raw_vectors() -> String {
+    let mut out = String::from(
+        "# shardsub wire vectors with raw prefixes: channel (hex), P, raw prefixes \
+         (hex, comma-separated), keeps its name (1/0), lane, server name (hex), its key slot\n",
+    );
+    for (p, raws) in RAW_SETS {
+        let parts = raws
+            .iter()
+            .try_fold(Partitions::new(p).expect("count in range"), |t, r| {
+                t.raw_prefix(r)
+            })
+            .expect("valid raw prefixes");
+        let listed: Vec<String> = raws.iter().map(|r| hex(r)).collect();
+        for n in names() {
+            let wire = parts.redis_channel(&n);
+            let _ = writeln!(
+                out,
+                "{}\t{p}\t{}\t{}\t{}\t{}\t{}",
+                hex(&n),
+                listed.join(","),
+                u8::from(parts.keeps_name(&n)),
+                parts.partition_of(&n),
+                hex(&wire),
+                key_slot(&wire),
+            );
+        }
+    }
+    out
+}
+
 /// Per channel and count: `shard_of` and `worker_of`.
 fn shard_vectors() -> String {
     let mut out = String::from(
@@ -114,29 +175,6 @@ fn shard_vectors() -> String {
     out
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().fold(String::new(), |mut s, x| {
-        let _ = write!(s, "{x:02x}");
-        s
-    })
-}
-
-fn check(name: &str, want: &str) {
-    let path = dir().join(name);
-    if std::env::var_os("SHARDSUB_BLESS").is_some() {
-        std::fs::create_dir_all(dir()).expect("wire dir");
-        std::fs::write(&path, want).expect("write");
-        return;
-    }
-    let got = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (SHARDSUB_BLESS=1 writes it)", path.display()));
-    assert!(
-        got == want,
-        "{} differs from what the code computes",
-        path.display()
-    );
-}
-
 #[test]
 fn the_exported_tag_tables_are_the_code_s() {
     let mut p = 1;
@@ -151,4 +189,6 @@ fn the_exported_vectors_are_the_code_s() {
     check("vectors.tsv", &vectors());
     check("vectors-partitions.tsv", &partition_vectors());
     check("vectors-shards.tsv", &shard_vectors());
+    check("vectors-kept.tsv", &kept_vectors());
+    check("vectors-raw.tsv", &raw_vectors());
 }

@@ -25,6 +25,8 @@
 //!   RSS, threads) gets the process to itself, under nextest or libtest.
 //! - [`accounting::Ledger`]: the message-accounting checker every delivery
 //!   test goes through (silent loss, duplicates, reorders).
+//! - [`wire_files`]: the wire format's exported files, compared with what
+//!   the code computes (or rewritten, for a new file).
 //! - [`Rng`]: the seeded generator for tests (the library's own, so a
 //!   test and the code under it draw from one implementation).
 //! - [`block_on`] and [`counting_waker`]: polling futures by hand, with
@@ -70,6 +72,7 @@ pub mod threads;
 mod tls;
 pub mod values;
 mod wake;
+pub mod wire_files;
 
 pub use alone::alone;
 pub use client::{Client, CONNECT_TIMEOUT, IO_TIMEOUT};

@@ -9,4 +9,5 @@ mod gateway;
 mod metrics_http;
 mod readme;
 mod tokio_server;
+mod wire_files;
 mod wire_python;

@@ -7,8 +7,11 @@ WIRE_FORMAT.md alone, over RESP on plain sockets, standard library only.
                     --prefix NAME --channels C --messages M
 
 It computes the tag tables itself and checks itself against every file in
-DIR (shardcore/wire: tags-P.tsv, vectors*.tsv, every column); without
---node that is all it does. Then it reads the cluster's slot owners
+DIR (shardcore/wire: tags-P.tsv, vectors*.tsv, every column: placements,
+kept names and raw prefixes, history keys, the header and envelope bytes
+and what a subscriber strips), and each history script's SHA-1 against
+its file (src/history) and its text in WIRE_FORMAT.md; without --node
+that is all it does. Then it reads the cluster's slot owners
 with CLUSTER SLOTS, and sends M messages ("<seq>") to each of the channels
 NAME:0 .. NAME:C-1 with SPUBLISH to the owner of each channel's slot,
 pipelined per node, in order per channel. The last line says what it did:
@@ -16,9 +19,12 @@ pipelined per node, in order per channel. The last line says what it did:
 """
 
 import argparse
+import hashlib
 import itertools
 import os
+import re
 import socket
+import struct
 import sys
 
 MASK = (1 << 64) - 1
@@ -134,6 +140,42 @@ class Partitions:
         return b"{" + self.tags[self.partition_of(channel)] + b"}." + channel
 
 
+def history_keys(base):
+    """The stream and meta hash keys of a recoverable channel's base."""
+    return base + b":history", base + b":history-meta"
+
+
+def history_header(epoch, offset):
+    """What the publish script writes before the payload."""
+    return b"\0SH1%d.%d\n" % (epoch, offset)
+
+
+def envelope(sent_us):
+    """The lag envelope: magic, then the publish time (u64, little-endian)."""
+    return b"\0SS1" + struct.pack("<Q", sent_us)
+
+
+HEADER = re.compile(rb"\0SH1([0-9]{1,20})\.([0-9]{1,20})\n")
+
+
+def strip_header(payload):
+    """A valid header's (epoch, offset) and what follows it, or None."""
+    m = HEADER.match(payload)
+    if m is None:
+        return None
+    epoch, offset = int(m.group(1)), int(m.group(2))
+    if epoch > MASK or offset > MASK:
+        return None
+    return (epoch, offset), payload[m.end():]
+
+
+def strip_envelope(payload):
+    """The envelope's publish time and what follows it, or None."""
+    if len(payload) < 12 or not payload.startswith(b"\0SS1"):
+        return None
+    return struct.unpack("<Q", payload[4:12])[0], payload[12:]
+
+
 def rows(path):
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -188,7 +230,81 @@ def self_check(wire_dir):
         got = [cols[0], str(count), str(shard_of(ch, count)), str(worker_of(ch, count))]
         expect(got, cols, f"vectors-shards.tsv {ch!r} N={count}")
         n += 1
+    n += check_kept_names(wire_dir)
+    n += check_history(wire_dir)
     print(f"self-check: {n} vectors and {tables} tag tables agree")
+
+
+def check_kept_names(wire_dir):
+    """Partitions off, and raw prefixes beside P partitions."""
+    n = 0
+    for cols in rows(f"{wire_dir}/vectors-kept.tsv"):
+        ch = bytes.fromhex(cols[0])
+        got = [cols[0], ch.hex(), str(key_slot(ch)), str(key_slot(ch))]
+        expect(got, cols, f"vectors-kept.tsv {ch!r}")
+        n += 1
+    for cols in rows(f"{wire_dir}/vectors-raw.tsv"):
+        ch, count = bytes.fromhex(cols[0]), int(cols[1])
+        raws = [bytes.fromhex(r) for r in cols[2].split(",")]
+        parts = Partitions(count)
+        kept = any(ch.startswith(r) for r in raws)
+        name = ch if kept else parts.server_name(ch)
+        lane = count + key_slot(ch) if kept else parts.partition_of(ch)
+        got = [cols[0], str(count), cols[2], str(int(kept)), str(lane), name.hex(),
+               str(key_slot(name))]
+        expect(got, cols, f"vectors-raw.tsv {ch!r} P={count} raw={raws!r}")
+        n += 1
+    return n
+
+
+def check_history(wire_dir):
+    """History keys, the bytes before a payload, what a subscriber strips,
+    and the scripts' SHA-1 (of each file, and of its text in
+    WIRE_FORMAT.md)."""
+    n = 0
+    for cols in rows(f"{wire_dir}/vectors-history-keys.tsv"):
+        ch, count = bytes.fromhex(cols[0]), int(cols[1])
+        base = ch if count == 0 else Partitions(count).server_name(ch)
+        stream, meta = history_keys(base)
+        got = [cols[0], str(count), base.hex(), stream.hex(), str(key_slot(stream)),
+               meta.hex(), str(key_slot(meta))]
+        expect(got, cols, f"vectors-history-keys.tsv {ch!r} P={count}")
+        n += 1
+    for cols in rows(f"{wire_dir}/vectors-payloads.tsv"):
+        app = bytes.fromhex(cols[2])
+        inner = app if cols[1] == "-" else envelope(int(cols[1])) + app
+        if cols[0] == "-":
+            wire = inner
+        else:
+            epoch, offset = (int(x) for x in cols[0].split("."))
+            wire = history_header(epoch, offset) + inner
+        expect([cols[0], cols[1], cols[2], wire.hex()], cols, f"vectors-payloads.tsv {cols[:3]}")
+        n += 1
+    for cols in rows(f"{wire_dir}/vectors-strip.tsv"):
+        recoverable, enveloped, msg = cols[0] == "1", cols[1] == "1", bytes.fromhex(cols[2])
+        at, sent, rest = "-", "-", msg
+        h = strip_header(rest) if recoverable else None
+        if h is not None:
+            at, rest = f"{h[0][0]}.{h[0][1]}", h[1]
+        e = strip_envelope(rest) if enveloped else None
+        if e is not None:
+            sent, rest = str(e[0]), e[1]
+        expect(cols[:3] + [at, sent, rest.hex()], cols, f"vectors-strip.tsv {cols[:3]}")
+        n += 1
+    root = os.path.normpath(os.path.join(wire_dir, "..", ".."))
+    with open(os.path.join(root, "WIRE_FORMAT.md"), encoding="utf-8") as f:
+        doc = f.read()
+    blocks = re.findall(r"^```lua\n(.*?)^```$", doc, re.M | re.S)
+    scripts = list(rows(f"{wire_dir}/vectors-scripts.tsv"))
+    expect(len(blocks), len(scripts), "lua blocks in WIRE_FORMAT.md")
+    for (name, sha), text in zip(scripts, blocks):
+        with open(os.path.join(root, "src", "history", name), "rb") as f:
+            body = f.read()
+        expect(hashlib.sha1(body).hexdigest(), sha, f"SHA-1 of src/history/{name}")
+        expect(hashlib.sha1(text.encode()).hexdigest(), sha, f"SHA-1 of {name} in WIRE_FORMAT.md")
+        expect(sha in doc, True, f"{name}'s SHA-1 named in WIRE_FORMAT.md")
+        n += 1
+    return n
 
 
 class Resp:

@@ -5,7 +5,10 @@
 //! on a cluster: every message counted per channel, in order, no gap.
 //! Before it publishes, and alone in the first test (no server), it
 //! recomputes every exported tag table and every column of every vector
-//! file from `WIRE_FORMAT.md`'s formulas.
+//! file from `WIRE_FORMAT.md`'s formulas (placement, kept names and raw
+//! prefixes, history keys, header and envelope bytes, what a subscriber
+//! strips), and the SHA-1 of each history script's file and of its text
+//! in `WIRE_FORMAT.md`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -64,11 +67,13 @@ fn a_python_check_reproduces_every_wire_vector_from_the_document() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    // 46 names: vectors.tsv once, 5 partition counts, 6 server counts; the
-    // 13 power-of-two tables.
+    // 46 names: vectors.tsv once, 5 partition counts, 6 server counts,
+    // kept names, 2 raw-prefix sets, 3 placements of history keys; 48
+    // payloads sent, 36 received under 4 settings, 2 scripts; the 13
+    // power-of-two tables.
     assert_eq!(
         stdout.trim(),
-        "self-check: 552 vectors and 13 tag tables agree",
+        "self-check: 1022 vectors and 13 tag tables agree",
         "{stderr}"
     );
 }
