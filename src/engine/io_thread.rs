@@ -107,8 +107,8 @@ impl IoThread {
 
     /// Runs until the runtime stops. A panic in a turn is caught here,
     /// reported in `panics`, and ends every connection of the thread with
-    /// [`Error::RuntimeStopped`](crate::Error::RuntimeStopped), so nothing
-    /// waits for a thread that is gone.
+    /// [`Error::RuntimeStopped`], so nothing waits for a thread that is
+    /// gone.
     pub(crate) fn run(mut self, panics: &PanicCount) {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_turns()));
         if let Err(payload) = outcome {
