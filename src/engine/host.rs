@@ -1,39 +1,49 @@
-//! A thread that hosts tasks: a runtime's control thread runs the control
+//! Threads that host tasks: a runtime's control thread runs the control
 //! loops of every Pub/Sub instance built on it, and its worker threads
 //! the worker queues (each queue on one thread), so instances add no
 //! threads of their own.
 //!
-//! A task runs a turn when its [`Bell`] rings (its inbox or queue got
-//! work) or its deadline passes; a turn does what is due without waiting
-//! and says when it must run again. Turns of different tasks never
-//! overlap (one thread), and a task's turn runs outside the host's lock,
-//! so a ring from any thread (an I/O thread's report, an application
-//! call) never waits for a turn. A panic in a turn is logged and counted
-//! like a thread's, and ends that task alone.
+//! The task table, [`Tasks`], is driven by the thread that runs it: a
+//! [`Host`] (the control thread), which sleeps on the table's condvar, or
+//! an I/O loop that hosts tasks (a worker thread,
+//! [`Poller`](crate::engine::poller::Poller)), which sleeps in its
+//! `mio::Poll` and is woken by its waker. A task runs a turn when its
+//! [`Bell`] rings (its inbox or queue got work) or its deadline passes; a
+//! turn does what is due without waiting and says when it must run again.
+//! Turns of different tasks never overlap (one thread), and a task's turn
+//! runs outside the table's lock, so a ring from any thread (an I/O
+//! thread's report, an application call) never waits for a turn. A ring
+//! from the table's own thread only marks the task rung: that thread looks
+//! at the table before it sleeps again, so it needs no wake-up (no futex,
+//! no eventfd write). A panic in a turn is logged and counted like a
+//! thread's, and ends that task alone.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::engine::ready::Ready;
 use crate::engine::wait::Latch;
 use crate::engine::wait::Signal;
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
 
 thread_local! {
-    /// On a host's thread, which host (see [`id_of`]; 0 elsewhere): the
-    /// end of a task it runs must not be waited for there.
+    /// On the thread that runs a task table, which table (see [`id_of`];
+    /// 0 elsewhere): the end of a task must not be waited for there, and a
+    /// ring there needs no wake-up.
     static ON_HOST: Cell<usize> = const { Cell::new(0) };
 }
 
-/// A host's identity: the address of its state.
-fn id_of(state: &Arc<Signal<State>>) -> usize {
-    Arc::as_ptr(state) as usize
+/// A table's identity: its address.
+fn id_of(table: &Table) -> usize {
+    std::ptr::from_ref(table) as usize
 }
 
 thread_local! {
@@ -42,7 +52,9 @@ thread_local! {
     static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the calling thread is an I/O thread of some runtime.
+/// Whether the calling thread is an I/O thread of some runtime. A worker
+/// thread is not one, though it runs an I/O loop: a handler's blocking
+/// call there is served by the lend (`Shared::stage_for_lend`).
 pub(crate) fn on_io_thread() -> bool {
     ON_IO_THREAD.with(Cell::get)
 }
@@ -60,13 +72,13 @@ pub(crate) fn mark_io_thread() {
     ON_IO_THREAD.with(|c| c.set(true));
 }
 
-/// Whether the calling thread is the thread of some host (a runtime's
-/// control or worker thread).
+/// Whether the calling thread runs a task table (a runtime's control or
+/// worker thread, or an instance's own worker thread).
 pub(crate) fn on_any_host() -> bool {
     ON_HOST.with(Cell::get) != 0
 }
 
-/// Work hosted on a [`Host`]'s thread.
+/// Work hosted on a [`Tasks`] table's thread.
 pub(crate) trait Task: Send + 'static {
     /// Does what is due now, without waiting, and says when to run again
     /// (besides whenever its [`Bell`] rings).
@@ -102,6 +114,9 @@ struct Entry {
     name: &'static str,
 }
 
+/// A task taken out of its entry for its turn.
+type Taken = (u64, Box<dyn Task>);
+
 #[derive(Default)]
 struct State {
     tasks: BTreeMap<u64, Entry>,
@@ -111,26 +126,31 @@ struct State {
     /// The deadlines of the tasks that are not running, earliest first.
     timers: BTreeSet<(Instant, u64)>,
     next: u64,
-    /// The runtime is gone: the thread ends (every instance on it has
-    /// shut down, and its task with it; any other task is dropped).
+    /// The tasks of the turns being run, kept between runs so a run
+    /// allocates nothing.
+    scratch: Vec<Taken>,
+    /// A host's runtime is gone: its thread ends (every instance on it
+    /// has shut down, and its task with it; any other task is dropped).
     stop: bool,
 }
 
 impl State {
     /// Rings task `id`: its next turn runs soon (after the one running, if
-    /// any).
-    fn ring(&mut self, id: u64) {
-        if let Some(e) = self.tasks.get_mut(&id) {
-            if !e.rung {
+    /// any). True when that is news (it was not rung already).
+    fn ring(&mut self, id: u64) -> bool {
+        match self.tasks.get_mut(&id) {
+            Some(e) if !e.rung => {
                 e.rung = true;
                 self.rung.push(id);
+                true
             }
+            _ => false,
         }
     }
 
     /// Moves the tasks to run now (rung, or due by `now`) out of their
     /// entries into `out`.
-    fn take_due(&mut self, now: Instant, out: &mut Vec<(u64, Box<dyn Task>)>) {
+    fn take_due(&mut self, now: Instant, out: &mut Vec<Taken>) {
         let mut rung = std::mem::take(&mut self.rung);
         for id in rung.drain(..) {
             if let Some(e) = self.tasks.get_mut(&id) {
@@ -138,7 +158,7 @@ impl State {
                 if !e.rung {
                     continue;
                 }
-                // No task while it is not in yet: `Host::spawn` lists it
+                // No task while it is not in yet: `Tasks::spawn` lists it
                 // again when it is.
                 if let Some(t) = e.task.take() {
                     e.rung = false;
@@ -185,27 +205,79 @@ impl State {
     fn next_due(&self) -> Option<Instant> {
         self.timers.first().map(|&(at, _)| at)
     }
+
+    /// Whether a task is rung, or due by `now`.
+    fn any_due(&self, now: Instant) -> bool {
+        !self.rung.is_empty() || self.next_due().is_some_and(|at| at <= now)
+    }
+
+    /// Who a task is, for reports.
+    fn whose(&self, id: u64) -> (&'static str, PanicCount) {
+        match self.tasks.get(&id) {
+            Some(e) => (e.name, e.panics.clone()),
+            None => ("shardsub-host", PanicCount::default()),
+        }
+    }
 }
 
-/// One control thread and the tasks it hosts.
-pub(crate) struct Host {
-    state: Arc<Signal<State>>,
-    handle: Mutex<Option<JoinHandle<()>>>,
-    panics: PanicCount,
+/// How a ring from another thread wakes the thread that runs a table.
+enum Wake {
+    /// A [`Host`]'s thread sleeps on the table's condvar.
+    Cond,
+    /// An I/O loop sleeps in its poller: the poller's waker.
+    Poll(Arc<Ready>),
 }
+
+struct Table {
+    state: Signal<State>,
+    wake: Wake,
+    /// Wake-ups sent to the table's thread (a condvar notify or a waker's
+    /// wake) by rings and spawns from other threads.
+    woken: AtomicU64,
+}
+
+impl Table {
+    /// Changes the state with `f` and, unless this is the table's own
+    /// thread (it looks again before it sleeps), wakes the thread when `f`
+    /// says it has something new to look at.
+    fn change(&self, f: impl FnOnce(&mut State) -> bool) {
+        if ON_HOST.with(Cell::get) == id_of(self) {
+            self.state.with(f);
+            return;
+        }
+        match &self.wake {
+            Wake::Cond => {
+                if self.state.update(f) {
+                    self.woken.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Wake::Poll(ready) => {
+                if self.state.with(f) {
+                    self.woken.fetch_add(1, Ordering::Relaxed);
+                    ready.wake();
+                }
+            }
+        }
+    }
+}
+
+/// A task table, run by one thread (a [`Host`], or a worker's I/O loop).
+/// Cheap to clone (a handle).
+#[derive(Clone)]
+pub(crate) struct Tasks(Arc<Table>);
 
 /// Rings a hosted task: it runs a turn soon. Cheap to clone; ringing a
-/// task that has finished (or a host that is gone) does nothing.
+/// task that has finished (or a table that is gone) does nothing.
 #[derive(Clone)]
 pub(crate) struct Bell {
-    state: Weak<Signal<State>>,
+    table: Weak<Table>,
     id: u64,
 }
 
 impl Bell {
     pub(crate) fn ring(&self) {
-        if let Some(s) = self.state.upgrade() {
-            s.update(|st| st.ring(self.id));
+        if let Some(t) = self.table.upgrade() {
+            t.change(|st| st.ring(self.id));
         }
     }
 }
@@ -233,26 +305,24 @@ impl Hosted {
     }
 }
 
-impl Host {
-    /// Starts the thread (named `name`); its panics (none should get past
-    /// the tasks') count in `panics`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Runtime`] when the OS refuses the thread.
-    pub(crate) fn start(name: &str, panics: PanicCount) -> Result<Host, Error> {
-        let state: Arc<Signal<State>> = Arc::default();
-        let s = state.clone();
-        let handle = threads::spawn(name.into(), panics.clone(), move || {
-            ON_HOST.with(|c| c.set(id_of(&s)));
-            run(&s)
-        })
-        .map_err(|e| Error::runtime("control thread", &e))?;
-        Ok(Host {
-            state,
-            handle: Mutex::new(Some(handle)),
-            panics,
-        })
+impl Tasks {
+    fn new(wake: Wake) -> Tasks {
+        Tasks(Arc::new(Table {
+            state: Signal::default(),
+            wake,
+            woken: AtomicU64::new(0),
+        }))
+    }
+
+    /// A table run by an I/O loop, woken by `ready`'s waker.
+    pub(crate) fn polled(ready: Arc<Ready>) -> Tasks {
+        Tasks::new(Wake::Poll(ready))
+    }
+
+    /// The calling thread runs this table from now on: a ring there only
+    /// marks its task rung, and it counts as a runtime thread.
+    pub(crate) fn enter(&self) {
+        ON_HOST.with(|c| c.set(id_of(&self.0)));
     }
 
     /// Hosts the task `make` returns, given the task's bell (to hand to
@@ -267,7 +337,7 @@ impl Host {
     ) -> Hosted {
         let done = Latch::new(1);
         // Reserved with no task: nothing runs until it is in.
-        let id = self.state.with(|st| {
+        let id = self.0.state.with(|st| {
             st.next += 1;
             let id = st.next;
             st.tasks.insert(
@@ -284,52 +354,125 @@ impl Host {
             id
         });
         let bell = Bell {
-            state: Arc::downgrade(&self.state),
+            table: Arc::downgrade(&self.0),
             id,
         };
         let task = make(&bell);
-        self.state.update(|st| {
-            if let Some(e) = st.tasks.get_mut(&id) {
+        self.0.change(|st| match st.tasks.get_mut(&id) {
+            Some(e) => {
                 e.task = Some(task);
                 // Its first turn runs at once (a ring before it was in
                 // found no task to take).
                 e.rung = true;
                 st.rung.push(id);
+                true
             }
+            None => false,
         });
         Hosted { done }
     }
 
+    /// When the table must run next: `now` when a task is rung, else its
+    /// earliest deadline (`None`: only a ring wakes it).
+    pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
+        self.0.state.with(|st| {
+            if st.rung.is_empty() {
+                st.next_due()
+            } else {
+                Some(now)
+            }
+        })
+    }
+
+    /// Runs the turns due at `now` (rung, or past their deadline), each
+    /// outside the table's lock, on the calling thread (the table's), named
+    /// `thread`. A turn that held the thread
+    /// [`SLOW_TURN`](crate::metrics::SLOW_TURN) or longer is reported by
+    /// its task (once: the caller must not count that time again). Returns
+    /// how long the turns took, counted from `now`.
+    pub(crate) fn run_due(&self, now: Instant, thread: &str) -> Duration {
+        let state = &self.0.state;
+        let mut due = state.with(|st| {
+            let mut due = std::mem::take(&mut st.scratch);
+            st.take_due(now, &mut due);
+            due
+        });
+        // One clock read per turn (none per message a turn handles): each
+        // turn's end is the next one's start.
+        let mut end = now;
+        for (id, task) in due.drain(..) {
+            end = self.turn(id, task, end, thread);
+        }
+        state.with(|st| st.scratch = due);
+        end.saturating_duration_since(now)
+    }
+
+    /// Runs task `id`'s turn, begun at `start`, and puts it back (or drops
+    /// it when it has finished); returns when the turn ended.
+    fn turn(&self, id: u64, mut task: Box<dyn Task>, start: Instant, thread: &str) -> Instant {
+        let state = &self.0.state;
+        let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
+        let end = Instant::now();
+        let took = end.saturating_duration_since(start);
+        if took >= crate::metrics::SLOW_TURN && outcome.is_ok() {
+            task.slow(thread, took);
+        }
+        let back = match outcome {
+            Ok(Turn::At(at)) => Some((task, Some(at), false)),
+            Ok(Turn::Rung) => Some((task, None, false)),
+            Ok(Turn::Again) => Some((task, None, true)),
+            Ok(Turn::Done) => {
+                let (name, panics) = state.with(|st| st.whose(id));
+                finish(Some(task), name, &panics);
+                None
+            }
+            Err(payload) => {
+                let (name, panics) = state.with(|st| st.whose(id));
+                threads::report(name, &*payload, &panics);
+                finish(Some(task), name, &panics);
+                None
+            }
+        };
+        let finished = state.with(|st| match back {
+            Some((task, at, again)) => {
+                st.put_back(id, task, at, again);
+                None
+            }
+            None => st.tasks.remove(&id),
+        });
+        // The task is dropped: its owner may go on.
+        if let Some(e) = finished {
+            e.done.count_down();
+        }
+        end
+    }
+
+    /// Wake-ups sent to the table's thread so far by rings and spawns from
+    /// other threads (a ring on its own thread sends none).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn woken(&self) -> u64 {
+        self.0.woken.load(Ordering::Relaxed)
+    }
+
     /// Tasks hosted now.
     #[cfg(test)]
-    pub(crate) fn tasks(&self) -> usize {
-        self.state.with(|st| st.tasks.len())
+    pub(crate) fn len(&self) -> usize {
+        self.0.state.with(|st| st.tasks.len())
+    }
+
+    /// What drops every task left, and signals its end, when the table's
+    /// thread ends, whatever way it ends (no owner waits forever).
+    pub(crate) fn ending(&self) -> Ending {
+        Ending(self.clone())
     }
 }
 
-impl Drop for Host {
-    /// Ends the thread (each instance waited for its own task at
-    /// shutdown); joined unless called from a thread of a runtime (this
-    /// one, or one shared with other instances): then it ends by itself
-    /// after the turn it runs.
-    fn drop(&mut self) {
-        self.state.update(|st| st.stop = true);
-        if on_runtime_thread() {
-            return;
-        }
-        if let Some(h) = self.handle.lock().take() {
-            threads::join(h, &self.panics);
-        }
-    }
-}
+/// See [`Tasks::ending`].
+pub(crate) struct Ending(Tasks);
 
-/// Whatever way the thread ends, every task left is dropped and its end
-/// signalled (no owner waits forever).
-struct Ending<'a>(&'a Signal<State>);
-
-impl Drop for Ending<'_> {
+impl Drop for Ending {
     fn drop(&mut self) {
-        let left = self.0.with(|st| std::mem::take(&mut st.tasks));
+        let left = self.0 .0.state.with(|st| std::mem::take(&mut st.tasks));
         for e in left.into_values() {
             let name = e.name;
             let panics = e.panics.clone();
@@ -347,230 +490,121 @@ fn finish(task: Option<Box<dyn Task>>, name: &str, panics: &PanicCount) {
     }
 }
 
-/// The thread: runs the tasks that are rung or due, sleeps until the next
-/// deadline or ring.
-fn run(state: &Signal<State>) {
-    let _ending = Ending(state);
-    // Reused: a turn allocates nothing here.
-    let mut due: Vec<(u64, Box<dyn Task>)> = Vec::new();
+/// A thread that runs a task table (a [`Host`]'s, a worker's), which
+/// its owner asks to end in its own way, then drops.
+pub(crate) struct TaskThread {
+    tasks: Tasks,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    panics: PanicCount,
+}
+
+impl TaskThread {
+    /// Starts thread `name` (a `what` thread, for the error), which runs
+    /// `tasks` with `body`; its panics (none should get past the tasks')
+    /// count in `panics`. Whatever way `body` ends, the tasks left are
+    /// dropped and their ends signalled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses the thread.
+    pub(crate) fn start(
+        name: &str,
+        what: &'static str,
+        tasks: Tasks,
+        panics: PanicCount,
+        body: impl FnOnce(&Tasks) + Send + 'static,
+    ) -> Result<TaskThread, Error> {
+        let t = tasks.clone();
+        let handle = threads::spawn(name.into(), panics.clone(), move || {
+            t.enter();
+            let _ending = t.ending();
+            body(&t);
+        })
+        .map_err(|e| Error::runtime(what, &e))?;
+        Ok(TaskThread {
+            tasks,
+            handle: Mutex::new(Some(handle)),
+            panics,
+        })
+    }
+
+    /// Waits for the thread to end (its owner asked it to), unless called
+    /// from a thread of a runtime (this one, or one shared with other
+    /// instances): then it ends by itself after the turn it runs.
+    pub(crate) fn join(&self) {
+        if on_runtime_thread() {
+            return;
+        }
+        if let Some(h) = self.handle.lock().take() {
+            threads::join(h, &self.panics);
+        }
+    }
+}
+
+/// One control thread and the tasks it hosts, on the table's condvar.
+pub(crate) struct Host(TaskThread);
+
+impl Host {
+    /// Starts the thread (named `name`); its panics (none should get past
+    /// the tasks') count in `panics`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Runtime`] when the OS refuses the thread.
+    pub(crate) fn start(name: &str, panics: PanicCount) -> Result<Host, Error> {
+        let tasks = Tasks::new(Wake::Cond);
+        TaskThread::start(name, "control thread", tasks, panics, run).map(Host)
+    }
+}
+
+/// A thread's table: it hosts tasks ([`Tasks::spawn`]).
+impl std::ops::Deref for TaskThread {
+    type Target = Tasks;
+
+    fn deref(&self) -> &Tasks {
+        &self.tasks
+    }
+}
+
+impl std::ops::Deref for Host {
+    type Target = TaskThread;
+
+    fn deref(&self) -> &TaskThread {
+        &self.0
+    }
+}
+
+impl Drop for Host {
+    /// Ends the thread (each instance waited for its own task at
+    /// shutdown) and joins it (see [`TaskThread::join`]).
+    fn drop(&mut self) {
+        self.0.tasks.0.state.update(|st| st.stop = true);
+        self.0.join();
+    }
+}
+
+/// A host's thread: runs the tasks that are rung or due, sleeps on the
+/// table's condvar until the next deadline or ring.
+fn run(tasks: &Tasks) {
     let thread = std::thread::current();
     let thread = thread.name().unwrap_or("shardsub-host");
+    let state = &tasks.0.state;
     loop {
         let next = state.with(|st| st.next_due());
         let woke = state.wait_until(next, None, |st| {
             if st.stop {
                 return Some(false);
             }
-            st.take_due(Instant::now(), &mut due);
-            (!due.is_empty()).then_some(true)
+            st.any_due(Instant::now()).then_some(true)
         });
         match woke {
             Some(true) => {}
             Some(false) => return,
             None => continue, // the deadline passed: look again
         }
-        // One clock read per turn (none per message a turn handles): each
-        // turn's end is the next one's start.
-        let mut start = Instant::now();
-        for (id, mut task) in due.drain(..) {
-            let outcome = catch_unwind(AssertUnwindSafe(|| task.turn()));
-            let end = Instant::now();
-            let took = end.saturating_duration_since(start);
-            start = end;
-            if took >= crate::metrics::SLOW_TURN && outcome.is_ok() {
-                task.slow(thread, took);
-            }
-            let whose = || {
-                state.with(|st| match st.tasks.get(&id) {
-                    Some(e) => (e.name, e.panics.clone()),
-                    None => ("shardsub-host", PanicCount::default()),
-                })
-            };
-            let back = match outcome {
-                Ok(Turn::At(at)) => Some((task, Some(at), false)),
-                Ok(Turn::Rung) => Some((task, None, false)),
-                Ok(Turn::Again) => Some((task, None, true)),
-                Ok(Turn::Done) => {
-                    let (name, panics) = whose();
-                    finish(Some(task), name, &panics);
-                    None
-                }
-                Err(payload) => {
-                    let (name, panics) = whose();
-                    threads::report(name, &*payload, &panics);
-                    finish(Some(task), name, &panics);
-                    None
-                }
-            };
-            let finished = state.with(|st| match back {
-                Some((task, at, again)) => {
-                    st.put_back(id, task, at, again);
-                    None
-                }
-                None => st.tasks.remove(&id),
-            });
-            // The task is dropped: its owner may go on.
-            if let Some(e) = finished {
-                e.done.count_down();
-            }
-        }
+        tasks.run_due(Instant::now(), thread);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// Counts its turns; finishes after `left` of them.
-    struct Counter {
-        turns: Arc<AtomicU64>,
-        left: u64,
-        every: Duration,
-    }
-
-    impl Task for Counter {
-        fn turn(&mut self) -> Turn {
-            self.turns.fetch_add(1, Ordering::Relaxed);
-            match self.left.checked_sub(1) {
-                Some(left) => {
-                    self.left = left;
-                    Turn::At(Instant::now() + self.every)
-                }
-                None => Turn::Done,
-            }
-        }
-    }
-
-    fn wait(what: &str, f: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !f() {
-            assert!(start.elapsed() < Duration::from_secs(5), "{what}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    #[test]
-    fn tasks_run_when_due_or_rung_and_end_on_none() {
-        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
-        let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        // `a` runs every millisecond until it finishes; `b` only when rung.
-        let ta = host.spawn("a", PanicCount::default(), |_| {
-            Box::new(Counter {
-                turns: a.clone(),
-                left: 5,
-                every: Duration::from_millis(1),
-            })
-        });
-        let mut bell = None;
-        let _tb = host.spawn("b", PanicCount::default(), |rings_b| {
-            bell = Some(rings_b.clone());
-            Box::new(Counter {
-                turns: b.clone(),
-                left: 100,
-                every: Duration::from_secs(3600),
-            })
-        });
-        ta.wait_done();
-        assert_eq!(a.load(Ordering::Relaxed), 6);
-        assert_eq!(host.tasks(), 1);
-        wait("b's first turn", || b.load(Ordering::Relaxed) == 1);
-        bell.unwrap().ring();
-        wait("b rung", || b.load(Ordering::Relaxed) == 2);
-    }
-
-    /// Finishes at once; its drop sets `dropped` (or panics).
-    struct Drops {
-        dropped: Arc<AtomicU64>,
-        panic: bool,
-    }
-    impl Task for Drops {
-        fn turn(&mut self) -> Turn {
-            Turn::Done
-        }
-    }
-    impl Drop for Drops {
-        fn drop(&mut self) {
-            std::thread::sleep(Duration::from_millis(20));
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            assert!(!self.panic, "a handler's drop broke");
-        }
-    }
-
-    /// Rings itself during its first turn.
-    struct SelfRinging {
-        bell: Bell,
-        turns: Arc<AtomicU64>,
-    }
-
-    impl Task for SelfRinging {
-        fn turn(&mut self) -> Turn {
-            if self.turns.fetch_add(1, Ordering::Relaxed) == 0 {
-                self.bell.ring();
-            }
-            Turn::Rung
-        }
-    }
-
-    #[test]
-    fn a_ring_before_a_task_is_in_or_during_its_turn_gets_it_a_turn() {
-        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
-        let turns = Arc::new(AtomicU64::new(0));
-        let mut outside = None;
-        let _t = host.spawn("r", PanicCount::default(), |bell| {
-            // Before the task is in: its first turn runs all the same.
-            bell.ring();
-            outside = Some(bell.clone());
-            Box::new(SelfRinging {
-                bell: bell.clone(),
-                turns: turns.clone(),
-            })
-        });
-        // The first turn rang it while it ran: a second turn follows.
-        wait("two turns", || turns.load(Ordering::Relaxed) >= 2);
-        outside.expect("a bell").ring();
-        wait("a third turn", || turns.load(Ordering::Relaxed) >= 3);
-    }
-
-    #[test]
-    fn wait_done_returns_once_the_task_is_dropped_even_when_its_drop_panics() {
-        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
-        for panic in [false, true] {
-            let dropped = Arc::new(AtomicU64::new(0));
-            let panics = PanicCount::default();
-            let d = dropped.clone();
-            let t = host.spawn("d", panics.clone(), move |_| {
-                Box::new(Drops { dropped: d, panic })
-            });
-            t.wait_done();
-            assert_eq!(dropped.load(Ordering::Relaxed), 1, "panic {panic}");
-            assert_eq!(panics.get(), u64::from(panic));
-        }
-    }
-
-    struct Panics;
-    impl Task for Panics {
-        fn turn(&mut self) -> Turn {
-            panic!("a control loop broke");
-        }
-    }
-
-    #[test]
-    fn a_panicking_task_ends_alone_and_is_counted() {
-        let host = Host::start("shardsub-control-test", PanicCount::default()).unwrap();
-        let panics = PanicCount::default();
-        let t = host.spawn("p", panics.clone(), |_| Box::new(Panics));
-        t.wait_done();
-        assert_eq!(panics.get(), 1);
-        let turns = Arc::new(AtomicU64::new(0));
-        let other = host.spawn("c", PanicCount::default(), |_| {
-            Box::new(Counter {
-                turns: turns.clone(),
-                left: 0,
-                every: Duration::ZERO,
-            })
-        });
-        other.wait_done();
-        assert_eq!(turns.load(Ordering::Relaxed), 1, "the host goes on");
-    }
-}
+mod tests;

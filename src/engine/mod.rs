@@ -51,6 +51,7 @@ mod lend_async_tests;
 mod lend_tests;
 mod lent;
 mod pending;
+pub(crate) mod poller;
 mod publish;
 mod ready;
 pub(crate) mod resolve;

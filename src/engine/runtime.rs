@@ -1,7 +1,8 @@
 //! The runtime: a fixed set of I/O threads, each a `mio::Poll`, that host
 //! the connections of every engine built on it, and for the Pub/Sub
 //! instances built on it one control thread and a fixed set of worker
-//! threads (see [`crate::engine::host`]).
+//! threads, each running the same I/O loop to host its worker queues (see
+//! [`crate::engine::host`], [`crate::engine::poller`]).
 //!
 //! An engine built without a runtime gets a private one. A Pub/Sub
 //! instance builds one runtime for all of its engines (publish, subscribe,
@@ -15,11 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::{Poll, Waker};
 use parking_lot::Mutex;
 
 use crate::engine::host::Host;
-use crate::engine::io_thread::{IoThread, WAKER};
+use crate::engine::io_thread::{poller, IoThread};
+use crate::engine::poller::Poller;
 use crate::engine::thread::{Control, ThreadShared};
 use crate::error::Error;
 use crate::threads::{self, PanicCount};
@@ -66,8 +67,9 @@ struct RuntimeInner {
     control: Mutex<Option<Arc<Host>>>,
     /// How many worker threads the instances share.
     workers: usize,
-    /// Those threads, started with the first instance that uses them.
-    worker_hosts: Mutex<Vec<Arc<Host>>>,
+    /// Those threads (each an I/O loop that hosts worker queues), started
+    /// with the first instance that uses them.
+    worker_hosts: Mutex<Vec<Arc<Poller>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -127,10 +129,8 @@ impl Runtime {
         let mut polls = Vec::with_capacity(n);
         let mut shared = Vec::with_capacity(n);
         for _ in 0..n {
-            let poll = Poll::new().map_err(|e| Error::runtime("poller", &e))?;
-            let waker = Waker::new(poll.registry(), WAKER)
-                .map_err(|e| Error::runtime("poller's waker", &e))?;
-            shared.push(Arc::new(ThreadShared::new(waker)));
+            let (poll, thread) = poller()?;
+            shared.push(thread);
             polls.push(poll);
         }
         // The runtime owns the threads from the first one on, so a failed
@@ -208,11 +208,14 @@ impl Runtime {
     /// blocked the thread, and every connection on it waited. Each is
     /// logged with `log::warn!` naming the thread. (The turns of the
     /// handlers and of the control loop are counted per instance, in
-    /// [`Metrics::slow_turns`](crate::Metrics::slow_turns).)
+    /// [`Metrics::slow_turns`](crate::Metrics::slow_turns), and not here,
+    /// though the worker threads run the same loop.)
     pub fn slow_turns(&self) -> u64 {
+        let workers = self.inner.worker_hosts.lock();
         self.inner
             .threads
             .iter()
+            .chain(workers.iter().map(|w| w.shared()))
             .map(|t| t.slow_turns.load(Ordering::Relaxed))
             .sum()
     }
@@ -259,11 +262,11 @@ impl Runtime {
     /// # Errors
     ///
     /// [`Error::Runtime`] when the OS refuses a thread.
-    pub(crate) fn worker_hosts(&self) -> Result<Vec<Arc<Host>>, Error> {
+    pub(crate) fn worker_hosts(&self) -> Result<Vec<Arc<Poller>>, Error> {
         let mut g = self.inner.worker_hosts.lock();
         while g.len() < self.inner.workers {
             let name = format!("shardsub-worker-{}", g.len());
-            g.push(Arc::new(Host::start(&name, self.inner.panics.clone())?));
+            g.push(Arc::new(Poller::start(&name, self.inner.panics.clone())?));
         }
         Ok(g.clone())
     }

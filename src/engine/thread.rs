@@ -54,6 +54,9 @@ pub(crate) struct ThreadShared {
     /// Turns of the thread that took [`SLOW_TURN`](crate::metrics::SLOW_TURN)
     /// or longer (a callback run on it blocked it).
     pub(crate) slow_turns: std::sync::atomic::AtomicU64,
+    /// Times its poll returned: the thread's wake-ups (an idle thread
+    /// sleeps with no timeout, so these stay put while nothing happens).
+    pub(crate) wakeups: std::sync::atomic::AtomicU64,
 }
 
 impl ThreadShared {
@@ -64,6 +67,7 @@ impl ThreadShared {
             slots: Mutex::new(Slots::default()),
             dead: Dead::default(),
             slow_turns: Default::default(),
+            wakeups: Default::default(),
         }
     }
 

@@ -23,7 +23,8 @@ use parking_lot::Mutex;
 
 mod recovery;
 
-use crate::engine::host::{Host, Hosted};
+use crate::engine::host::Hosted;
+use crate::engine::poller::Poller;
 use crate::error::Error;
 use crate::metrics::Counters;
 
@@ -51,7 +52,7 @@ pub(crate) struct Pool {
     queues: Vec<Arc<Queue>>,
     hosted: Mutex<Vec<Hosted>>,
     /// Its own threads (none on a runtime's shared workers).
-    own: Mutex<Vec<Arc<Host>>>,
+    own: Mutex<Vec<Arc<Poller>>>,
 }
 
 impl Pool {
@@ -72,7 +73,7 @@ impl Pool {
         for n in 0..workers {
             let name = format!("shardsub-worker-{n}");
             // A failure drops the threads started so far (joining them).
-            own.push(Arc::new(Host::start(
+            own.push(Arc::new(Poller::start(
                 &name,
                 counters.thread_panics.clone(),
             )?));
@@ -85,7 +86,7 @@ impl Pool {
     /// A queue of `capacity` messages on each of `hosts` (a runtime's
     /// shared worker threads).
     pub(crate) fn start_on(
-        hosts: &[Arc<Host>],
+        hosts: &[Arc<Poller>],
         capacity: usize,
         handler: Arc<dyn Handler>,
         counters: Arc<Counters>,

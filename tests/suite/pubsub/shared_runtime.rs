@@ -292,6 +292,15 @@ fn a_blocking_handler_is_logged_and_counted_once_and_the_other_instance_loses_no
             .filter(|l| l.starts_with("shardsub-io-0: a turn took"))
             .count();
         assert!(io >= 1, "{kind:?}: the I/O turn logged");
+        // The handler's turn ran inside the worker thread's I/O loop: that
+        // loop does not count it again as a turn of its own.
+        let worker_loop = CAPTURED
+            .0
+            .lock()
+            .iter()
+            .filter(|l| l.starts_with("shardsub-worker-0: a turn took"))
+            .count();
+        assert_eq!(worker_loop, 0, "{kind:?}: the handler's turn counted twice");
         CAPTURED.0.lock().clear();
         a.shutdown();
         b.shutdown();
