@@ -74,10 +74,11 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
             }
         }
         self.run_gates(now);
+        self.commands_due(now);
     }
 
-    /// A `MOVED` for `slot` to `to`: its route now; a slot that leaves
-    /// another route is gated.
+    /// A `MOVED` for `slot` to `to` (of a publish or a command): its route
+    /// now; a slot that leaves another route is gated.
     pub(super) fn route_slot(&mut self, now: Time, slot: u16, to: NodeId) {
         let moved = self.routes.handle_moved(slot, to);
         self.retiring.remove(&to);
@@ -85,6 +86,7 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         self.close_gates(now, moved.into_iter().collect());
         self.run_gates(now);
         self.out.push_back(Output::Redirected { slot, node: to });
+        self.commands_due(now);
     }
 
     /// Closes a gate for each route move and holds its slots behind it.
