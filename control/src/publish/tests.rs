@@ -563,6 +563,16 @@ fn a_commands_moved_moves_the_route_as_a_publishs_does_and_its_ask_does_not() {
         w.command_reply(1, 3, ask),
         ["command c3 fails Redirects { count: 5 }"]
     );
+    // A slot no publish goes to: the route moves, with no gate (nothing
+    // is held for it, so the publishes keep their fast path).
+    assert_eq!(w.command(1, 5, 9), ["command c5 n0"]);
+    assert_eq!(
+        w.command_reply(1, 5, Reply::Moved { slot: 9, to: n1 }),
+        ["redirected s9 n1", "command c5 n1"]
+    );
+    assert_eq!(w.core.owner(9), Some(NodeId(1)));
+    assert_eq!(w.core.stats().gates, 1);
+    w.core.handle_command_done(CmdId(5));
     // A node that cannot be connected to fails it at once.
     assert_eq!(w.command(1, 4, 5), ["command c4 n1"]);
     let nowhere = Reply::Moved {
