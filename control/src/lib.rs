@@ -37,7 +37,8 @@
 //! reachable owner, and [`RetryPolicy`] bounds and times a refused
 //! publish's redirects and retries. [`publish::PublishCore`] joins them
 //! and makes the decisions between them (a `MOVED` moves the route and an
-//! `ASK` does not, the no-owner fallback, gate chunking, releases, expiry);
+//! `ASK` does not, the no-owner fallback, gate chunking, releases, expiry),
+//! and routes commands by key's slot under the same rules;
 //! the engine's control thread drives it, as do the golden transcripts, the
 //! simulator and the fuzzer, and the parts are used through it.
 //! With [`Config::replicas`] each shard's connections go to one of its

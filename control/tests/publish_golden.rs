@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use control::publish::{
-    Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict,
+    CmdId, Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict,
 };
 use control::{ConnId, ServiceNode, Time};
 use topology::{Health, Node, NodeAddr, Role, Shard, SlotMap};
@@ -83,6 +83,8 @@ struct Script {
     routes: Vec<(u16, &'static str)>,
     /// Publishes written and not answered, by node, in order.
     wire: Vec<(NodeId, Msg)>,
+    /// Commands written and not answered, by node, in order.
+    commands: Vec<(NodeId, CmdId)>,
     next_seq: u64,
 }
 
@@ -106,6 +108,7 @@ impl Script {
             core: PublishCore::new(cfg),
             routes: routes.to_vec(),
             wire: Vec::new(),
+            commands: Vec::new(),
             next_seq: 0,
         };
         s.install();
@@ -239,6 +242,14 @@ impl Script {
                 Output::Redirected { slot, node } => {
                     self.out(format!("route s{slot} -> {}", name(node)));
                 }
+                Output::SendCommand { id, node, asking } => {
+                    let asking = if asking { " (asking)" } else { "" };
+                    self.out(format!("command c{} -> {}{asking}", id.0, name(node)));
+                    self.commands.push((node, id));
+                }
+                Output::CommandFailed { id, why } => {
+                    self.out(format!("fail command c{} ({why:?})", id.0));
+                }
                 // The read table, retired connections, service channels
                 // and refreshes are not in these transcripts.
                 Output::Table(_)
@@ -312,6 +323,47 @@ impl Script {
         self.verdict(seq, v);
     }
 
+    /// The application sends command `id` for a key in `slot`.
+    fn command(&mut self, id: u64, slot: u16) {
+        self.at(1, &format!("command c{id} s{slot}"));
+        self.core.handle_command(self.now, CmdId(id), slot);
+        self.outputs();
+    }
+
+    /// `node`'s oldest command.
+    fn command_answered(&mut self, node: &str) -> CmdId {
+        let Some(i) = self.commands.iter().position(|w| w.0 == id(node)) else {
+            panic!("no command on {node}'s wire:\n{}", self.log);
+        };
+        self.commands.remove(i).1
+    }
+
+    /// `node` answers its oldest command (the caller's reply: it ends).
+    fn command_done(&mut self, node: &'static str) {
+        let c = self.command_answered(node);
+        self.at(1, &format!("{node} answers command c{}", c.0));
+        self.core.handle_command_done(c);
+        self.out(format!("done command c{}", c.0));
+    }
+
+    /// `node` answers its oldest command `MOVED <slot> <to>`.
+    fn command_moved(&mut self, node: &'static str, slot: u16, to: &'static str) {
+        let c = self.command_answered(node);
+        self.at(
+            1,
+            &format!("{node} redirects command c{}: MOVED {slot} {to}", c.0),
+        );
+        if !self.core.is_up(id(to)) {
+            self.core.handle_node(id(to), to.into());
+        }
+        let reply = Reply::Moved {
+            slot,
+            to: Target::Node(id(to)),
+        };
+        self.core.handle_command_reply(self.now, c, reply);
+        self.outputs();
+    }
+
     /// `node`'s connection drops: what was on its wire was not sent.
     fn conn_down(&mut self, node: &'static str) {
         self.at(1, &format!("{node} connection down"));
@@ -378,6 +430,8 @@ impl Script {
             stats.held_messages,
             stats.gates
         );
+        assert!(self.commands.is_empty(), "commands left on the wire");
+        assert_eq!(self.core.commands(), 0, "commands the core keeps");
         let path = format!(
             "{}/tests/golden/publish_{name}.txt",
             env!("CARGO_MANIFEST_DIR")
@@ -558,4 +612,27 @@ fn with_the_hold_off_a_publish_with_no_owner_waits_for_a_retry() {
     s.tick(20); // the retry goes to the new owner
     s.taken("n1");
     s.check("no_owner_no_hold");
+}
+
+#[test]
+fn a_commands_moved_moves_the_route_and_the_next_publish_follows_it() {
+    let mut s = Script::new(
+        "slot 5 migrates n0 -> n1: a command's MOVED moves the route before the map shows it",
+        &[(5, "n0")],
+    );
+    s.publish(5);
+    s.command(1, 5);
+    s.command_moved("n0", 5, "n1"); // the route moves, behind a gate
+    s.publish(5); // held behind the gate, for n1
+    s.command_done("n1");
+    s.taken("n0");
+    s.barrier(1, true);
+    s.new_map(&[(5, "n1")]);
+    s.tick(20); // the marker
+    s.marker_refused(1);
+    s.tick(5);
+    s.taken("n1");
+    s.command(2, 5); // straight to n1
+    s.command_done("n1");
+    s.check("command_moved");
 }

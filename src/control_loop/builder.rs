@@ -296,6 +296,8 @@ pub(crate) fn start(
         started: false,
         coalescing: None,
         next_turn: control::Time::ZERO,
+        cmds: Default::default(),
+        next_cmd: 0,
     };
     let host = match runtime.control_host() {
         Ok(h) => h,

@@ -127,6 +127,8 @@ impl Driver {
                 }
             }
             Output::RefreshSoon => self.input(|core, now| core.handle_degraded(now)),
+            Output::SendCommand { id, node, asking } => self.send_command(id, node, asking),
+            Output::CommandFailed { id, why } => self.command_failed(id, why),
             // Carried out under the lock.
             Output::Submit { .. } | Output::Table(_) => {}
         }
@@ -158,18 +160,7 @@ impl Driver {
             error,
             message,
         } = r;
-        let (reply, named) = match error {
-            topology::ClusterError::Moved { slot, addr } => {
-                let to = self.target(addr.as_ref());
-                (Reply::Moved { slot, to: to.0 }, to.1.zip(addr))
-            }
-            topology::ClusterError::Ask { slot, addr } => {
-                let to = self.target(addr.as_ref());
-                (Reply::Ask { slot, to: to.0 }, to.1.zip(addr))
-            }
-            topology::ClusterError::TryAgain => (Reply::TryAgain, None),
-            topology::ClusterError::ClusterDown => (Reply::ClusterDown, None),
-        };
+        let (reply, named) = self.cluster_reply(error);
         let moves = matches!(reply, Reply::Moved { .. });
         let redirect = named.as_ref().map(|(_, a)| a);
         let own = Err(Error::Cluster {
@@ -184,6 +175,27 @@ impl Driver {
             _ => message.to_string(),
         };
         let _ = publish::carry_out(&self.s, verdict, own, &context);
+    }
+
+    /// A cluster error as the core's reply (of a publish or a command):
+    /// the node a redirect names opened first; with the connect result
+    /// and the server's name for that node.
+    pub(crate) fn cluster_reply(
+        &mut self,
+        error: topology::ClusterError,
+    ) -> (Reply, Option<Named>) {
+        match error {
+            topology::ClusterError::Moved { slot, addr } => {
+                let to = self.target(addr.as_ref());
+                (Reply::Moved { slot, to: to.0 }, to.1.zip(addr))
+            }
+            topology::ClusterError::Ask { slot, addr } => {
+                let to = self.target(addr.as_ref());
+                (Reply::Ask { slot, to: to.0 }, to.1.zip(addr))
+            }
+            topology::ClusterError::TryAgain => (Reply::TryAgain, None),
+            topology::ClusterError::ClusterDown => (Reply::ClusterDown, None),
+        }
     }
 
     /// Where a redirect points: a node the core knows (its publish engine
@@ -219,6 +231,10 @@ impl Driver {
         });
     }
 }
+
+/// The node a redirect named: the connection to it (or why not), and the
+/// server's name for it.
+pub(crate) type Named = (Result<NodeId, Error>, topology::NodeAddr);
 
 /// Derives the read table from the core's (the caller holds its write
 /// lock): one slot's owner, with the nodes added at the end, or all of it.

@@ -81,6 +81,11 @@ pub(crate) struct Driver {
     pub(crate) coalescing: Option<(Inbox, Time)>,
     /// When the timers due after the last round ask for the next one.
     pub(crate) next_turn: Time,
+    /// Commands routed by key the publish core routes, by its id for
+    /// them (see `keyed`).
+    pub(crate) cmds: HashMap<control::publish::CmdId, crate::control_loop::shared::Cmd>,
+    /// The last command id given out.
+    pub(crate) next_cmd: u64,
 }
 
 impl Task for Driver {
@@ -182,14 +187,18 @@ impl Driver {
         if inbox.stop {
             // Publishes a reply sent back for a retry: none will be read
             // again (nor any posted later: the inbox says it is closed).
-            let late = {
+            let (late, late_commands) = {
                 let mut open = self.s.mail.inbox.lock();
                 open.closed = true;
-                std::mem::take(&mut open.retries)
+                let commands = std::mem::take(&mut open.commands);
+                (std::mem::take(&mut open.retries), commands)
             };
             for retry in inbox.retries.into_iter().chain(late) {
                 (*retry.msg).finish(&self.s, Err(Error::Shutdown));
             }
+            // Commands not yet routed fail with `Shutdown` (dropped), as
+            // do those kept (the core's close).
+            drop(late_commands);
             self.close_all();
             return None;
         }
@@ -246,6 +255,8 @@ impl Driver {
             probed,
             dirty,
             retries,
+            commands,
+            command_replies,
             barriers,
             markers,
             refresh,
@@ -289,6 +300,12 @@ impl Driver {
         }
         for r in retries {
             self.retry(r);
+        }
+        for (id, r) in command_replies {
+            self.command_replied(id, r);
+        }
+        for cmd in commands {
+            self.command_posted(cmd);
         }
         // After the retries: redirected publishes that were in flight on
         // the old route go out before the gate opens.
@@ -520,8 +537,8 @@ impl Driver {
         for (_, e) in std::mem::take(&mut self.fetch_engines) {
             self.close_engine(&e);
         }
-        // Held publishes and refused ones waiting for their retry fail,
-        // every publish engine closes, and the table empties (the
+        // Held publishes, refused ones waiting for their retry and
+        // commands fail, every publish engine closes, and the table empties (the
         // shutdown may have been called from a thread of the runtime,
         // which does not wait for this turn).
         self.publish_input(true, None, |core, _| core.handle_closing());

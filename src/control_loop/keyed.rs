@@ -1,139 +1,120 @@
 //! Plain commands on a cluster, routed by key: to the owner of the key's
-//! slot over that primary's publish connection, following `MOVED`, `ASK`,
-//! `TRYAGAIN` and `CLUSTERDOWN` within the publish path's bounds
+//! slot over that primary's publish connection, as the publish core
+//! routes them ([`control::publish::PublishCore::handle_command`]): under
+//! the publishes' rules and bounds
 //! ([`PubSubBuilder::max_redirects`](crate::PubSubBuilder::max_redirects),
 //! [`PubSubBuilder::retry_window`](crate::PubSubBuilder::retry_window)).
+//! A `MOVED` moves the slot's route, as a publish's does.
 //!
-//! It runs on the caller's thread and blocks (the I/O threads never wait
-//! for a route): each attempt up to the request timeout, a wait for a
-//! route or a retry up to the retry window.
+//! The caller posts the command to the control thread and gets a handle
+//! (it reads no clock, and neither loops nor polls). The control thread
+//! keeps its arguments by id, sends it where the core says (`ASKING` first
+//! on the same connection for an `ASK`), and hands what comes back to the
+//! core when it is a redirect or a refusal for now, else to the caller.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use control::publish::{CmdId, Failure, NodeId, Reply};
 use resp::Value;
-use topology::ClusterError;
 
-use crate::control_loop::shared::Shared;
-use crate::engine::wait::Deadline;
-use crate::engine::{clock, Engine};
+use crate::control_loop::driver::Driver;
+use crate::control_loop::publish;
+use crate::control_loop::shared::{Cmd, Shared};
+use crate::engine::Pending;
 use crate::error::Error;
 
-/// Longest wait between looks at the routes while a slot has no owner or
-/// a `MOVED` target is not yet a route (a new map wakes the wait sooner).
-const ROUTE_POLL: Duration = Duration::from_millis(10);
-
-/// Waits for the routes to change, at most [`ROUTE_POLL`].
-fn await_routes(shared: &Shared) {
-    shared
-        .active
-        .sleep_until(Deadline::after(ROUTE_POLL).instant());
-}
-
-/// Sends `args` to the owner of `key`'s slot and returns its reply.
+/// Sends `args` to the owner of `key`'s slot: a handle to its reply.
 ///
 /// # Errors
 ///
-/// The reply's or the connection's error; [`Error::Cluster`] when the slot
-/// has no reachable owner within the retry window, or the redirects ran
-/// out.
-pub(crate) fn command(shared: &Arc<Shared>, key: &[u8], args: &[Vec<u8>]) -> Result<Value, Error> {
-    let slot = shardcore::key_slot(key);
-    let fail = |reason: String| Error::Cluster {
-        slot,
-        reason: reason.into(),
-    };
-    let window = shared.config.retry_window;
-    let policy = shared.config.retry_policy();
-    // The first wait for an owner or refusal for now: the retry window's
-    // start.
-    let mut first_wait: Option<control::Time> = None;
-    let (mut redirects, mut tries) = (0u32, 0u32);
-    // Where the next attempt goes: the slot's route, or the node a
-    // redirect named (with `ASKING` first for `ASK`); the routes follow a
-    // `MOVED` only after the refresh it asks for.
-    let mut redirected: Option<(Arc<Engine>, bool)> = None;
-    loop {
-        let (engine, asking) = match redirected.take() {
-            Some((e, ask)) => (Some(e), ask),
-            None => (shared.routes.read().engine_of(slot), false),
-        };
-        let Some(engine) = engine else {
-            if shared.closing.load(std::sync::atomic::Ordering::Acquire) {
-                return Err(Error::Shutdown);
-            }
-            shared.request_refresh();
-            let since = *first_wait.get_or_insert_with(clock::now);
-            if clock::now().since(since) >= window {
-                return Err(fail(format!("no known owner within {window:?}")));
-            }
-            await_routes(shared);
-            continue;
-        };
-        let r = if asking {
-            engine.asking_command_pending(args).wait()
-        } else {
-            engine.command_pending(0, args).wait()
-        };
-        let Err(Error::Reply { addr, message }) = &r else {
-            return r;
-        };
-        let host = addr.host();
-        let Some(error) = topology::parse_cluster_error(message.as_bytes(), host.as_deref()) else {
-            return r;
-        };
-        let ask = matches!(error, ClusterError::Ask { .. });
-        match error {
-            ClusterError::Moved { addr: to, .. } | ClusterError::Ask { addr: to, .. } => {
-                if let Err(e) = policy.redirect(&mut redirects) {
-                    return Err(fail(format!("{e}, last: {message}")));
-                }
-                if !ask {
-                    shared.request_refresh();
-                }
-                // An unknown endpoint (`?:port`): the refreshed routes say.
-                let Some(to) = to else {
-                    await_routes(shared);
-                    continue;
-                };
-                match wait_for_engine(shared, &to, window) {
-                    Some(e) => redirected = Some((e, ask)),
-                    None => return Err(fail(format!("{message}: no connection to {to}"))),
-                }
-            }
-            ClusterError::TryAgain | ClusterError::ClusterDown => {
-                // The publishes' schedule (20 ms doubling to 500 ms).
-                let now = clock::now();
-                let since = *first_wait.get_or_insert(now);
-                let Ok(at) = policy.retry(now, since, &mut tries) else {
-                    return r;
-                };
-                std::thread::sleep(at.since(now));
-            }
+/// Through the handle: the reply's or the connection's error;
+/// [`Error::Cluster`] when the slot has no reachable owner within the
+/// retry window, or the redirects ran out; [`Error::Shutdown`] once the
+/// instance closes.
+pub(crate) fn command(shared: &Shared, key: &[u8], args: Vec<Vec<u8>>) -> Pending<Value> {
+    let (pending, done) = Pending::new();
+    let mut cmd = Some(Cmd::new(shardcore::key_slot(key), args, done));
+    shared.post(|inbox| {
+        if !inbox.closed {
+            inbox.commands.extend(cmd.take());
         }
-    }
+    });
+    // The loop took its last turn: dropped, it fails with `Shutdown`.
+    drop(cmd);
+    pending
 }
 
-/// A publish engine of the primary at `to` (`host:port`), once the routes
-/// have one; `None` after `window`.
-fn wait_for_engine(
-    shared: &Shared,
-    to: &topology::NodeAddr,
-    window: Duration,
-) -> Option<Arc<Engine>> {
-    let want = crate::control_loop::topo::resolve(&*shared.resolver, to)?;
-    let deadline = Deadline::after(window);
-    loop {
-        let found = shared
-            .routes
-            .read()
-            .engines
-            .iter()
-            .find(|e| e.servers().first().and_then(|a| a.tcp()) == Some(want))
-            .cloned();
-        if found.is_some() || deadline.passed() {
-            return found;
+impl Driver {
+    /// A command a caller posted: numbered, kept, and routed by the core.
+    pub(crate) fn command_posted(&mut self, cmd: Cmd) {
+        self.next_cmd += 1;
+        let id = CmdId(self.next_cmd);
+        let slot = cmd.slot;
+        self.cmds.insert(id, cmd);
+        self.publish_input(false, None, |core, now| core.handle_command(now, id, slot));
+    }
+
+    /// The core's [`control::publish::Output::SendCommand`]: the command
+    /// on `node`'s publish engine (`ASKING` first when `asking`); what
+    /// comes back is posted to the inbox.
+    pub(crate) fn send_command(&mut self, id: CmdId, node: NodeId, asking: bool) {
+        let Some(cmd) = self.cmds.get(&id) else {
+            return;
+        };
+        let Some(engine) = self.s.hold.engine(node) else {
+            // Retired before the core's output was carried out: not sent.
+            let r = Err(Error::Cluster {
+                slot: cmd.slot,
+                reason: "no connection to the slot's owner".into(),
+            });
+            return self.command_replied(id, r);
+        };
+        let s = self.s.clone();
+        let post = move |r| s.post(|inbox| inbox.command_replies.push((id, r)));
+        engine.command_then_asking(&cmd.args, asking, post);
+    }
+
+    /// What came back for command `id`: a redirect or a refusal for now
+    /// goes to the core (the node a redirect names opened first, as for
+    /// a publish); anything else is the caller's outcome.
+    pub(crate) fn command_replied(&mut self, id: CmdId, r: Result<Value, Error>) {
+        let cluster = match &r {
+            Err(Error::Reply { addr, message }) => {
+                let host = addr.host();
+                topology::parse_cluster_error(message.as_bytes(), host.as_deref())
+                    .map(|e| (e, message.clone()))
+            }
+            _ => None,
+        };
+        let Some((error, message)) = cluster else {
+            if let Some(cmd) = self.cmds.remove(&id) {
+                cmd.finish(r);
+            }
+            self.s.hold.with(|p| p.core.handle_command_done(id));
+            return;
+        };
+        let (reply, named) = self.cluster_reply(error);
+        let last: Arc<str> = match &named {
+            Some((Err(e), _)) => format!("{message}; cannot connect: {e}").into(),
+            _ => message,
+        };
+        if let Some(cmd) = self.cmds.get_mut(&id) {
+            cmd.last = Some(last);
         }
-        await_routes(shared);
+        let moves = matches!(reply, Reply::Moved { .. });
+        let redirect = named.as_ref().map(|(_, a)| a);
+        self.publish_input(moves, redirect, |core, now| {
+            core.handle_command_reply(now, id, reply)
+        });
+    }
+
+    /// The core's [`control::publish::Output::CommandFailed`].
+    pub(crate) fn command_failed(&mut self, id: CmdId, why: Failure) {
+        let Some(cmd) = self.cmds.remove(&id) else {
+            return;
+        };
+        let context = cmd.last.clone().unwrap_or_else(|| "".into());
+        let e = publish::failure(&self.s, cmd.slot, why, &Ok(0), &context);
+        cmd.finish(Err(e));
     }
 }

@@ -265,9 +265,12 @@ impl ClusterPubSub {
     }
 
     /// Any command, sent to the owner of `key`'s slot (see
-    /// [`PubSub::command`](crate::PubSub::command)).
-    pub(crate) fn command(&self, key: &[u8], args: &[Vec<u8>]) -> Result<Value, Error> {
-        self.check_open()?;
+    /// [`PubSub::command`](crate::PubSub::command)): a handle completed by
+    /// the control thread.
+    pub(crate) fn command(&self, key: &[u8], args: Vec<Vec<u8>>) -> Pending<Value> {
+        if let Err(e) = self.check_open() {
+            return Pending::ready(Err(e));
+        }
         keyed::command(&self.shared, key, args)
     }
 

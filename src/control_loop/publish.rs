@@ -234,7 +234,7 @@ pub(crate) fn failure(
             "{} (refused for now, or no owner known)",
             control::RetryFailure::Window { tries }
         ))),
-        Failure::NoAddress => cluster(with("redirect without a usable address".into())),
+        Failure::NoOwner { waited } => cluster(with(format!("no known owner within {waited:?}"))),
         Failure::CannotConnect => cluster(with("cannot connect to the node named".into())),
         Failure::Shutdown => Error::Shutdown,
         Failure::Reported => match own {

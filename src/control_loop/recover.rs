@@ -142,8 +142,9 @@ fn follow(shared: Weak<Shared>, args: Args, done: Done) {
         .spawn(move || {
             let r = match shared.upgrade() {
                 Some(s) => {
-                    let run =
-                        |c: &[Vec<u8>]| crate::control_loop::keyed::command(&s, &args.meta, c);
+                    let run = |c: &[Vec<u8>]| {
+                        crate::control_loop::keyed::command(&s, &args.meta, c.to_vec()).wait()
+                    };
                     let (since, envelope) = (Some(args.since), args.envelope);
                     read::read(run, &args.meta, &args.stream, since, args.limit, envelope)
                 }

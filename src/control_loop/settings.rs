@@ -298,11 +298,6 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// The bounds on a refused publish or command.
-    pub(crate) fn retry_policy(&self) -> control::RetryPolicy {
-        control::RetryPolicy::new(self.max_redirects, self.retry_window)
-    }
-
     /// The publish core's settings (`watched`: the partitions' slots; the
     /// hold's bounds: publishes and bytes).
     pub(crate) fn publish_core(

@@ -69,6 +69,51 @@ pub(crate) struct Retry {
     pub(crate) message: Arc<str>,
 }
 
+/// A command routed by key (`PubSub::command` on a cluster), for the
+/// control thread, which keeps it while the publish core routes it (see
+/// `keyed`). Dropped without an outcome (the loop closed), its caller
+/// gets [`Error::Shutdown`](crate::Error::Shutdown).
+pub(crate) struct Cmd {
+    /// Its key's slot.
+    pub(crate) slot: u16,
+    pub(crate) args: Vec<Vec<u8>>,
+    /// The server's words of its last redirect or refusal (a failure's
+    /// reason).
+    pub(crate) last: Option<Arc<str>>,
+    done: Option<crate::engine::SlotRef<resp::Value>>,
+}
+
+impl Cmd {
+    /// A command whose outcome completes `done`.
+    pub(crate) fn new(
+        slot: u16,
+        args: Vec<Vec<u8>>,
+        done: crate::engine::SlotRef<resp::Value>,
+    ) -> Cmd {
+        Cmd {
+            slot,
+            args,
+            last: None,
+            done: Some(done),
+        }
+    }
+
+    /// Completes its caller's handle with `r`.
+    pub(crate) fn finish(mut self, r: Result<resp::Value, crate::Error>) {
+        if let Some(done) = self.done.take() {
+            done.complete(r);
+        }
+    }
+}
+
+impl Drop for Cmd {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done.complete(Err(crate::Error::Shutdown));
+        }
+    }
+}
+
 /// One step of a topology fetch, answered.
 pub(crate) struct Fetched {
     /// The core's request.
@@ -112,6 +157,10 @@ pub(crate) struct Inbox {
     pub(crate) probed: Vec<(u64, control::ProbeReply)>,
     pub(crate) dirty: Vec<usize>,
     pub(crate) retries: Vec<Retry>,
+    /// Commands routed by key, posted by their callers.
+    pub(crate) commands: Vec<Cmd>,
+    /// What came back for commands sent.
+    pub(crate) command_replies: Vec<(control::publish::CmdId, Result<resp::Value, crate::Error>)>,
     /// Route barriers: token, and whether the old route answered.
     pub(crate) barriers: Vec<(u64, bool)>,
     /// Our gate markers that came back (their tokens).
@@ -149,6 +198,8 @@ impl Inbox {
             && self.fetched.is_empty()
             && self.probed.is_empty()
             && self.retries.is_empty()
+            && self.commands.is_empty()
+            && self.command_replies.is_empty()
             && self.barriers.is_empty()
             && self.markers.is_empty()
             && !self.held

@@ -126,10 +126,25 @@ impl Engine {
         self.submit_value(server, args, slot, false);
     }
 
-    /// [`Engine::command_pending`] on server 0 with `ASKING` before it
-    /// (an `ASK` redirect's retry), both staged under one lock on one
-    /// connection: no other submission falls between them, so `ASKING`
-    /// applies to this command and no other.
+    /// [`Engine::command_then`] on server 0, with `ASKING` before it when
+    /// `asking` (an `ASK` redirect's retry), both staged under one lock on
+    /// one connection: no other submission falls between them, so
+    /// `ASKING` applies to this command and no other.
+    pub(crate) fn command_then_asking<I, F>(&self, args: I, asking: bool, f: F)
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+        F: FnOnce(Result<Value, Error>) + Send + 'static,
+    {
+        let (pending, slot) = Pending::new();
+        pending.then(f);
+        self.submit_value(0, args, slot, asking);
+    }
+
+    /// [`Engine::command_pending`] on server 0 with `ASKING` before it, as
+    /// [`Engine::command_then_asking`] stages them.
+    #[cfg(test)]
     pub(crate) fn asking_command_pending<I>(&self, args: I) -> Pending<Value>
     where
         I: IntoIterator,

@@ -112,7 +112,7 @@ fn read_history(
     };
     let run = |args: &[Vec<u8>]| match placed {
         Placed::Fixed(p) => p.command(&route, args),
-        Placed::Cluster(p) => p.command(&route, args),
+        Placed::Cluster(p) => p.command(&route, args.to_vec()).wait(),
     };
     crate::history::read::read(run, &meta, &stream, since, limit, envelope)
 }

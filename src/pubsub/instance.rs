@@ -464,10 +464,13 @@ impl PubSub {
     ///
     /// It blocks the calling thread: up to the request timeout for the
     /// reply (per redirect on a cluster), and on a cluster up to the retry
-    /// window while the slot has no reachable owner. The command goes over
-    /// the publish connection, pipelined with publishes; keep blocking
-    /// commands (`BLPOP`, `XREAD BLOCK`) off it, since replies come in
-    /// order. The async form: [`PubSub::command_pending`].
+    /// window while the slot has no reachable owner. On a cluster it
+    /// follows the publishes' rules: a `MOVED` moves the slot's route for
+    /// the publishes too. The command goes over the publish connection,
+    /// pipelined with publishes; keep blocking commands (`BLPOP`, `XREAD
+    /// BLOCK`) off it, since replies come in order. Do not call it from a
+    /// [`Pending::then`] callback: the thread that runs those completes
+    /// the reply. The async form: [`PubSub::command_pending`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), shardsub::Error> {
@@ -499,14 +502,14 @@ impl PubSub {
         let key = key.as_ref();
         match &*self.placed {
             Placed::Fixed(p) => p.command(key, &args),
-            Placed::Cluster(p) => p.command(key, &args),
+            Placed::Cluster(p) => p.command(key, args).wait(),
         }
     }
 
     /// The awaitable form of [`PubSub::command`]: a future for any
-    /// executor that never blocks it. On servers the command is pipelined
-    /// with the publishes and the handle completes from the I/O thread; on
-    /// a cluster, where redirects are followed, it runs on a helper thread.
+    /// executor that never blocks it. The command is pipelined with the
+    /// publishes; the handle completes from the I/O thread, or on a
+    /// cluster from the control thread, which follows redirects.
     ///
     /// # Errors
     ///
@@ -524,13 +527,7 @@ impl PubSub {
             Placed::Fixed(p) => p
                 .publisher()
                 .command_pending(p.server_of(key.as_ref()), args),
-            Placed::Cluster(_) => {
-                let (placed, key) = (self.placed.clone(), key.as_ref().to_vec());
-                awaiting::off_thread("command", move || match &*placed {
-                    Placed::Fixed(p) => p.command(&key, &args),
-                    Placed::Cluster(p) => p.command(&key, &args),
-                })
-            }
+            Placed::Cluster(p) => p.command(key.as_ref(), args),
         }
     }
 

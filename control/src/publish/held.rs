@@ -75,6 +75,8 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
 
     /// A `MOVED` (`asking` false) moves the slot's route to `to`, and the
     /// publish follows it; an `ASK` sends it there once, the route kept.
+    /// (A command's redirect takes the same route change:
+    /// [`PublishCore::handle_command_reply`].)
     fn redirect(
         &mut self,
         now: Time,
@@ -88,7 +90,9 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         }
         let node = match to {
             Target::Node(n) => n,
-            Target::NoAddress => return self.fail(msg, Failure::NoAddress),
+            // No usable address: refused for now, as with no owner
+            // known; the refreshed map says where the slot lives.
+            Target::NoAddress => return self.refused(now, msg),
             Target::CannotConnect => return self.fail(msg, Failure::CannotConnect),
         };
         if !asking {
@@ -172,7 +176,9 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
     /// Time passed (or the control thread looks anyway): gates past their
     /// timeout open and due markers go out, due retries go (alone to an
     /// owner that is up when their slot is parked for them), held
-    /// publishes go to owners that are up, and those held too long fail.
+    /// publishes go to owners that are up, and those held too long fail;
+    /// commands due (a retry, or an owner known or their wait over) go or
+    /// fail.
     pub fn handle_timeout(&mut self, now: Time) {
         self.looked = now;
         if self.gates.poll_timeout().is_some_and(|t| t <= now) {
@@ -198,6 +204,7 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         if self.holds_any() {
             self.release(now);
         }
+        self.commands_due(now);
     }
 
     /// Held publishes: sends what an owner that is up can take (oldest

@@ -55,10 +55,12 @@ use crate::time::Time;
 use crate::ConnId;
 
 mod held;
+mod keyed;
 mod route;
 #[cfg(test)]
 mod tests;
 
+pub use keyed::CmdId;
 pub use route::MapPlan;
 
 /// The publish core's settings.
@@ -117,7 +119,8 @@ pub enum Target {
     /// A node it has a publish connection to (opened for the redirect if
     /// need be, and given to [`PublishCore::handle_node`] first).
     Node(NodeId),
-    /// The redirect names no usable address.
+    /// The redirect names no usable address: refused for now (the
+    /// refreshed map says where the slot lives).
     NoAddress,
     /// The node's publish connection could not be opened.
     CannotConnect,
@@ -182,8 +185,11 @@ pub enum Failure {
         /// Times it was refused for now.
         tries: u32,
     },
-    /// A redirect named no usable address.
-    NoAddress,
+    /// A command's slot had no owner known for its retry window.
+    NoOwner {
+        /// For how long.
+        waited: Duration,
+    },
     /// A redirect's node could not be connected to.
     CannotConnect,
     /// The instance is closing.
@@ -335,6 +341,25 @@ pub enum Output<M> {
     },
     /// Read the slot map again soon (coalesced).
     RefreshSoon,
+    /// Send command `id` (its arguments are the driver's) to `node`
+    /// (`asking`: after `ASKING`, on the same connection); what comes back
+    /// goes to [`PublishCore::handle_command_reply`], or ends it
+    /// ([`PublishCore::handle_command_done`]).
+    SendCommand {
+        /// The command.
+        id: CmdId,
+        /// The node.
+        node: NodeId,
+        /// `ASKING` first.
+        asking: bool,
+    },
+    /// Command `id` fails (the core forgot it).
+    CommandFailed {
+        /// The command.
+        id: CmdId,
+        /// Why.
+        why: Failure,
+    },
 }
 
 /// What the core keeps, for metrics.
@@ -382,6 +407,8 @@ pub struct PublishCore<A, M> {
     hold: Hold<M>,
     policy: RetryPolicy,
     services: Services<A>,
+    /// Commands routed by slot, by the driver's id.
+    commands: BTreeMap<CmdId, keyed::CmdState>,
     out: VecDeque<Output<M>>,
 }
 
@@ -398,6 +425,7 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
             hold: Hold::new(cfg.hold_messages, cfg.hold_bytes, cfg.hold_limit),
             policy: RetryPolicy::new(cfg.max_redirects, cfg.retry_window),
             services: Services::new(),
+            commands: BTreeMap::new(),
             out: VecDeque::new(),
             cfg,
         }
@@ -453,19 +481,24 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
     }
 
     /// When [`PublishCore::handle_timeout`] is due: a gate's timeout or
-    /// marker, a retry, a held publish's expiry, or the next look while
-    /// anything is held.
+    /// marker, a retry (of a publish or a command), a held publish's
+    /// expiry, the end of a command's wait for an owner, or the next look
+    /// while anything is held.
     pub fn poll_timeout(&self) -> Option<Time> {
         let look = self.holds_any().then(|| self.looked + self.cfg.look);
-        [self.hold.next_deadline(), self.gates.poll_timeout(), look]
-            .into_iter()
-            .flatten()
-            .min()
+        let due = [
+            self.hold.next_deadline(),
+            self.gates.poll_timeout(),
+            self.commands_timeout(),
+            look,
+        ];
+        due.into_iter().flatten().min()
     }
 
-    /// The instance closes: everything held or waiting fails with
-    /// [`Failure::Shutdown`], gates go, every node is retired and the
-    /// table emptied; later publishes fail the same way.
+    /// The instance closes: everything held or waiting, and every
+    /// command, fails with [`Failure::Shutdown`], gates go, every node is
+    /// retired and the table emptied; later publishes and commands fail
+    /// the same way.
     pub fn handle_closing(&mut self) {
         self.closing = true;
         for msg in self.hold.drain() {
@@ -474,6 +507,7 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
                 why: Failure::Shutdown,
             });
         }
+        self.close_commands();
         self.gates = Gates::new(self.cfg.gate_timeout, self.cfg.marker_every);
         for node in core::mem::take(&mut self.nodes).into_keys() {
             self.out.push_back(Output::Retire { node });

@@ -74,17 +74,21 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
             }
         }
         self.run_gates(now);
+        self.commands_due(now);
     }
 
-    /// A `MOVED` for `slot` to `to`: its route now; a slot that leaves
-    /// another route is gated.
+    /// A `MOVED` for `slot` to `to` (of a publish or a command): its route
+    /// now; a watched slot that leaves another route is gated (as a map's
+    /// moves are: a command's key may be in a slot no publish goes to).
     pub(super) fn route_slot(&mut self, now: Time, slot: u16, to: NodeId) {
         let moved = self.routes.handle_moved(slot, to);
+        let moved = moved.filter(|_| self.cfg.watched.contains(&slot));
         self.retiring.remove(&to);
         self.out.push_back(Output::Table(TableChange::Slot(slot)));
         self.close_gates(now, moved.into_iter().collect());
         self.run_gates(now);
         self.out.push_back(Output::Redirected { slot, node: to });
+        self.commands_due(now);
     }
 
     /// Closes a gate for each route move and holds its slots behind it.

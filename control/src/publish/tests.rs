@@ -119,6 +119,20 @@ impl World {
         said
     }
 
+    /// A command `id` for `slot`.
+    fn command(&mut self, step: u64, id: u64, slot: u16) -> Vec<String> {
+        self.at(step);
+        self.core.handle_command(self.now, CmdId(id), slot);
+        self.drain()
+    }
+
+    /// What came back for command `id`.
+    fn command_reply(&mut self, step: u64, id: u64, reply: Reply) -> Vec<String> {
+        self.at(step);
+        self.core.handle_command_reply(self.now, CmdId(id), reply);
+        self.drain()
+    }
+
     fn tick(&mut self, step: u64) -> Vec<String> {
         self.at(step);
         self.core.handle_timeout(self.now);
@@ -201,6 +215,11 @@ impl World {
                     let to = to.map_or("none".into(), |n| format!("n{}", n.0));
                     format!("gate {token} {slots:?} n{} -> {to}", from.0)
                 }
+                Output::SendCommand { id, node, asking } => {
+                    let how = if asking { " asking" } else { "" };
+                    format!("command c{} n{}{how}", id.0, node.0)
+                }
+                Output::CommandFailed { id, why } => format!("command c{} fails {why:?}", id.0),
                 Output::Table(_) | Output::SendService { .. } => continue,
             });
         }
@@ -211,6 +230,7 @@ impl World {
         let s = self.core.stats();
         assert!(self.wire.is_empty(), "{:?}", self.wire);
         assert_eq!((s.held_messages, s.gates, s.waiting), (0, 0, 0));
+        assert_eq!(self.core.commands(), 0);
         assert!(!self.core.holds_any());
     }
 }
@@ -363,7 +383,9 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
     let (owners, nodes) = w.core.table();
     assert_eq!(nodes[usize::from(owners[5])], NodeId(1));
     assert_eq!(w.publish(1, 5), ["held #3"]);
-    // Redirects are bounded, and one with no usable address fails.
+    // Redirects are bounded, and one with no usable address is refused
+    // for now (a refresh asked, retried within the window; the route
+    // kept).
     let m = Msg {
         redirects: 5,
         ..msg(9, 5)
@@ -384,13 +406,9 @@ fn a_moved_moves_the_route_and_an_ask_does_not() {
             to: Target::NoAddress,
         },
     );
-    assert!(matches!(
-        v,
-        Verdict::Fail {
-            why: Failure::NoAddress,
-            ..
-        }
-    ));
+    assert!(matches!(v, Verdict::Waiting { .. }), "{v:?}");
+    assert_eq!(w.drain(), ["refresh"]);
+    assert_eq!(w.core.owner(5), Some(NodeId(1)));
 }
 
 #[test]
@@ -500,4 +518,132 @@ fn a_node_is_retired_once_no_route_and_no_gate_use_it() {
     assert_eq!(w.barrier(1, 1, false), ["open 1"]);
     assert_eq!(w.barrier(1, 2, false), ["open 2", "retire n1"]);
     assert!(w.core.is_up(NodeId(0)) && !w.core.is_up(NodeId(1)));
+}
+
+#[test]
+fn a_commands_moved_moves_the_route_as_a_publishs_does_and_its_ask_does_not() {
+    let mut w = World::new(&[5], &[("n0", 0, 16383)]);
+    w.core.handle_node(NodeId(1), "n1".into());
+    assert_eq!(w.command(1, 1, 5), ["command c1 n0"]);
+    assert_eq!(w.publish(1, 5), ["send #1 n0"]);
+    // MOVED: the route moves behind a gate (n0's barrier first), the
+    // subscribe core hears of it, and the command follows.
+    let n1 = Target::Node(NodeId(1));
+    assert_eq!(
+        w.command_reply(1, 1, Reply::Moved { slot: 5, to: n1 }),
+        [
+            "gate 1 [5] n0 -> n1",
+            "barrier 1 n0",
+            "redirected s5 n1",
+            "command c1 n1"
+        ]
+    );
+    assert_eq!(w.core.owner(5), Some(NodeId(1)));
+    // The next publish follows the route, behind the gate.
+    assert_eq!(w.publish(1, 5), ["held #2"]);
+    w.core.handle_command_done(CmdId(1));
+    // ASK: once to n0 with ASKING; the route stays on n1, no new gate.
+    assert_eq!(w.command(1, 2, 5), ["command c2 n1"]);
+    let n0 = Target::Node(NodeId(0));
+    assert_eq!(
+        w.command_reply(1, 2, Reply::Ask { slot: 5, to: n0 }),
+        ["command c2 n0 asking"]
+    );
+    assert_eq!(w.core.owner(5), Some(NodeId(1)));
+    assert_eq!(w.core.stats().gates, 1);
+    // Any other reply is the caller's: it ends the command.
+    w.command_reply(1, 2, Reply::Other);
+    // Redirects are bounded as a publish's.
+    assert_eq!(w.command(1, 3, 5), ["command c3 n1"]);
+    let ask = Reply::Ask { slot: 5, to: n0 };
+    for _ in 0..5 {
+        assert_eq!(w.command_reply(1, 3, ask), ["command c3 n0 asking"]);
+    }
+    assert_eq!(
+        w.command_reply(1, 3, ask),
+        ["command c3 fails Redirects { count: 5 }"]
+    );
+    // A slot no publish goes to: the route moves, with no gate (nothing
+    // is held for it, so the publishes keep their fast path).
+    assert_eq!(w.command(1, 5, 9), ["command c5 n0"]);
+    assert_eq!(
+        w.command_reply(1, 5, Reply::Moved { slot: 9, to: n1 }),
+        ["redirected s9 n1", "command c5 n1"]
+    );
+    assert_eq!(w.core.owner(9), Some(NodeId(1)));
+    assert_eq!(w.core.stats().gates, 1);
+    w.core.handle_command_done(CmdId(5));
+    // A node that cannot be connected to fails it at once.
+    assert_eq!(w.command(1, 4, 5), ["command c4 n1"]);
+    let nowhere = Reply::Moved {
+        slot: 5,
+        to: Target::CannotConnect,
+    };
+    assert_eq!(
+        w.command_reply(1, 4, nowhere),
+        ["command c4 fails CannotConnect"]
+    );
+    assert_eq!(w.core.commands(), 0);
+}
+
+#[test]
+fn a_command_with_no_owner_waits_for_one_within_the_window() {
+    let mut w = World::new(&[7], &[("n0", 100, 16383)]);
+    // No owner: a refresh, and a wait up to the window (2 s).
+    assert_eq!(w.command(1, 1, 7), ["refresh"]);
+    assert_eq!(w.core.poll_timeout(), Some(Time::from_millis(2001)));
+    assert!(w.tick(1000).is_empty());
+    // A map names one: it goes there at once.
+    let mut said = w.map(1, &[("n1", 0, 16383)]);
+    said.retain(|s| s.starts_with("command"));
+    assert_eq!(said, ["command c1 n1"]);
+    w.core.handle_command_done(CmdId(1));
+    // None for the whole window: it fails.
+    let mut w = World::new(&[7], &[("n0", 100, 16383)]);
+    assert_eq!(w.command(1, 2, 7), ["refresh"]);
+    assert!(w.tick(1999).is_empty());
+    assert_eq!(
+        w.tick(1),
+        ["command c2 fails NoOwner { waited: 2s }"],
+        "at its window's end"
+    );
+    w.done();
+}
+
+#[test]
+fn a_command_refused_for_now_goes_again_on_the_core_timer_within_the_window() {
+    let mut cfg = PublishConfig::new(vec![7]);
+    cfg.retry_window = Duration::from_millis(100);
+    let mut w = World::with(cfg, &[("n0", 0, 16383)]);
+    assert_eq!(w.command(1, 1, 7), ["command c1 n0"]);
+    // TRYAGAIN: again in 20 ms (the publishes' schedule), with a refresh.
+    assert_eq!(w.command_reply(0, 1, Reply::TryAgain), ["refresh"]);
+    assert_eq!(w.core.poll_timeout(), Some(Time::from_millis(21)));
+    assert!(w.tick(19).is_empty());
+    assert_eq!(w.tick(1), ["command c1 n0"]);
+    // A MOVED with no usable address: refused for now too, the route kept.
+    let nowhere = Reply::Moved {
+        slot: 7,
+        to: Target::NoAddress,
+    };
+    assert_eq!(w.command_reply(0, 1, nowhere), ["refresh"]);
+    assert_eq!(w.core.owner(7), Some(NodeId(0)));
+    assert_eq!(w.tick(40), ["command c1 n0"]);
+    assert_eq!(w.command_reply(0, 1, Reply::ClusterDown), ["refresh"]);
+    assert_eq!(w.tick(80), ["command c1 n0"]);
+    // Refused again 140 ms after its first refusal: past the window.
+    assert_eq!(
+        w.command_reply(0, 1, Reply::TryAgain),
+        ["command c1 fails Window { tries: 4 }"]
+    );
+    // Closing: kept commands fail, and later ones at once.
+    assert_eq!(w.command(1, 2, 7), ["command c2 n0"]);
+    w.core.handle_closing();
+    let said = w.drain();
+    assert_eq!(
+        said.first().map(String::as_str),
+        Some("command c2 fails Shutdown")
+    );
+    assert_eq!(w.command(1, 3, 7), ["command c3 fails Shutdown"]);
+    w.done();
 }

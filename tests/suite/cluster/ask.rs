@@ -13,6 +13,11 @@
 //! on node 1 (the second publish goes there), and the ASK is counted.
 //! Every script must play exactly: a missing `ASKING`, a reordered pair or
 //! an extra connection fails the test.
+//!
+//! A `MOVED` on a command (`PubSub::command`) moves the slot's route as a
+//! publish's does: node 1 answers a `SET` with `-MOVED <slot> <node 2>`
+//! and then nothing (no topology refresh can move the route), node 2 takes
+//! the `SET` and then the next publish to that slot.
 
 use std::time::Duration;
 
@@ -156,6 +161,114 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
         "connections per fake node"
     );
     for (name, fake) in [("seed", seed), ("owner", owner), ("ASK target", target)] {
+        fake.finish()
+            .unwrap_or_else(|e| panic!("{name}'s script: {e}"));
+    }
+}
+
+#[test]
+fn a_commands_moved_moves_the_route_and_the_next_publish_follows_it() {
+    let channel = b"moved:channel".as_slice();
+    let parts = shardcore::Partitions::new(128).unwrap();
+    let wire = parts.redis_channel(channel);
+    let slot = parts.slot(parts.partition_of(channel));
+    // A key in the channel's slot.
+    let set = cmd(&[b"SET", &wire, b"v"]);
+
+    // The node the MOVED names: the command, then the publish.
+    let target = FakeServer::start_each(vec![hello("shardsub-pub")
+        .into_iter()
+        .chain([
+            Step::expect(&set),
+            Step::send(b"+OK\r\n"),
+            Step::expect(cmd(&[b"SPUBLISH", &wire, b"after"])),
+            Step::send(b":1\r\n"),
+            Step::Silence,
+        ])
+        .collect()])
+    .unwrap();
+    // The slot's owner in the map: it redirects the command, then answers
+    // nothing (the gate's barrier, a topology refresh): only the MOVED
+    // can move the route.
+    let moved = format!("-MOVED {slot} {}\r\n", target.addr());
+    let owner = FakeServer::start_matched(vec![
+        hello("shardsub-pub")
+            .into_iter()
+            .chain([
+                Step::expect(
+                    [
+                        cmd(&[b"CONFIG", b"GET", b"client-output-buffer-limit"]),
+                        cmd(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]),
+                    ]
+                    .concat(),
+                ),
+                Step::send(b"-ERR not here\r\n-ERR not here\r\n"),
+                Step::expect(&set),
+                Step::send(moved.as_bytes()),
+                Step::Silence,
+            ])
+            .collect(),
+        hello("shardsub-sub")
+            .into_iter()
+            .chain([Step::Silence])
+            .collect(),
+    ])
+    .unwrap();
+    // The seed: the first map; the refreshes the MOVED asks for (a
+    // connection each, the next ones after a failed one) get no answer.
+    let first_map: Vec<Step> = hello("shardsub-pub")
+        .into_iter()
+        .chain([
+            Step::expect(cmd(&[b"INFO", b"server"])),
+            Step::send(bulk(b"# Server\r\nredis_version:7.0.0\r\n")),
+            Step::expect(cmd(&[b"CLUSTER", b"SLOTS"])),
+            Step::send(slots_reply(owner.addr().port())),
+            Step::Silence,
+        ])
+        .collect();
+    let refreshes = std::iter::repeat_n(vec![Step::Silence], 8);
+    let seed =
+        FakeServer::start_each(std::iter::once(first_map).chain(refreshes).collect()).unwrap();
+
+    let ps = PubSub::builder()
+        .seed(seed.addr().to_string())
+        .handler(|_: &[u8], _: &[u8]| {})
+        .workers(1)
+        .max_message_size(0)
+        .build()
+        .expect("cluster pubsub on the fakes");
+    let scripts = || format!("{:?} {:?}", owner.failures(), target.failures());
+    let r = ps.command(&wire, [&b"SET"[..], &wire, b"v"]);
+    assert_eq!(
+        r.as_ref().ok(),
+        Some(&resp::Value::Simple("OK".into())),
+        "the command follows the MOVED: {r:?}; scripts: {}",
+        scripts()
+    );
+    // The next publish goes to node 2: held while the slot's gate is
+    // closed (node 1 never answers its barrier, so it opens at its
+    // timeout, 1 s), never to node 1.
+    let t = std::time::Instant::now();
+    let after = ps.publish_wait(channel, b"after", Duration::from_secs(10));
+    let took = t.elapsed();
+    assert_eq!(
+        after.as_ref().ok(),
+        Some(&1),
+        "node 2's count: {after:?} after {took:?}; scripts: {}",
+        scripts()
+    );
+    eprintln!("the publish after the command's MOVED took {took:?} (the gate)");
+    let m = ps.cluster_metrics().unwrap();
+    assert_eq!(m.redirects.moved, 0, "no publish was redirected: {m:?}");
+    assert_eq!(m.publish_failed, 0, "{m:?}");
+    ps.shutdown();
+
+    assert_eq!(
+        (owner.accepted(), target.accepted()),
+        (2, 1),
+        "connections per fake node"
+    );
+    for (name, fake) in [("seed", seed), ("owner", owner), ("MOVED target", target)] {
         fake.finish()
             .unwrap_or_else(|e| panic!("{name}'s script: {e}"));
     }
