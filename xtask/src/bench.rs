@@ -68,6 +68,7 @@ pub(crate) const DOCS: &[&str] = &[
     "BENCHMARKS.md",
     "resp/BENCHMARKS.md",
     "shardcore/BENCHMARKS.md",
+    "benches/peers/BENCHMARKS.md",
 ];
 
 /// A page of [`DOCS`], as read.

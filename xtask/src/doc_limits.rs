@@ -40,6 +40,10 @@ const DOCS: &[Doc] = &[
         max_bytes: Some(30_720),
     },
     Doc {
+        path: "benches/peers/BENCHMARKS.md",
+        max_bytes: Some(30_720),
+    },
+    Doc {
         path: "ARCHITECTURE.md",
         max_bytes: None,
     },
