@@ -33,7 +33,8 @@
 //!   again;
 //! - P3: every publish ends once, within the gate's timeout, the hold's
 //!   limit, the retry window and twice its longest delay, the core's look
-//!   and its time on the wire; the hold stays within its bounds;
+//!   and its time on the wire; none fails for closing, or as expired
+//!   before the hold's limit; the hold stays within its bounds;
 //! - P4: the read table derived from the outputs equals
 //!   [`PublishCore::table`] after every step, and at the end every watched
 //!   slot's route is the cluster's live owner;
@@ -45,7 +46,9 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use control::publish::{NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict};
+use control::publish::{
+    Failure, NodeId, Output, PublishConfig, PublishCore, Reply, Target, Verdict,
+};
 use control::{ConnId, RetryPolicy, Rng, ServiceNode, Time};
 use topology::{ClusterError, NodeAddr};
 
@@ -538,8 +541,22 @@ impl Sim {
                 }
             }
             Verdict::Waiting { .. } => {}
-            Verdict::Fail { msg, .. } => self.end(msg.seq, false),
+            Verdict::Fail { msg, why } => self.failed(msg.seq, why),
         }
+    }
+
+    /// The core fails publish `seq`: never for closing (the sim does not
+    /// close), and past the hold only after its limit.
+    fn failed(&mut self, seq: u64, why: Failure) {
+        let early = match why {
+            Failure::Shutdown => true,
+            Failure::Expired { held } => held < self.publ.hold_limit,
+            _ => false,
+        };
+        if early {
+            self.pfail(&format!("{seq} failed with {why:?}"));
+        }
+        self.end(seq, false);
     }
 
     /// Carries out the publish core's outputs, in order, and checks the
@@ -631,7 +648,7 @@ impl Sim {
         }
         match o {
             Output::Submit { node, msg, asking } => self.submit(node, msg, asking),
-            Output::Fail { msg, .. } => self.end(msg.seq, false),
+            Output::Fail { msg, why } => self.failed(msg.seq, why),
             Output::Table(change) => {
                 let (owners, nodes) = self.publ.core.table();
                 let t = &mut self.publ.table;
