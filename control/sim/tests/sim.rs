@@ -59,7 +59,7 @@ fn ten_thousand_seeded_schedules_keep_every_promise() {
 /// (publishes, redirects, gates and their markers), and its counted
 /// exceptions stay rare: publishes reordered because a gate timed out,
 /// and publishes written while an earlier one was on the wire and then
-/// refused (see `control_sim::pubside`).
+/// refused (see `control/sim/src/pubside/`).
 fn publish_bounds(n: u64, p: &control_sim::PublishTotals) {
     assert!(p.published > n, "{p:?}");
     assert!(p.redirects > n / 10, "{p:?}");
