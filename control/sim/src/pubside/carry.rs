@@ -111,6 +111,7 @@ impl Sim {
         let i = self.publ.rng.index(self.publ.hot.len());
         let slot = self.publ.hot[i];
         self.publ.made.insert(seq, self.now);
+        self.publ.slot_of.insert(seq, slot);
         self.publ.last_made.insert(slot, self.now);
         self.publ.totals.published += 1;
         let m = msg(seq, slot);
@@ -277,6 +278,9 @@ impl Sim {
                     );
                 }
                 self.publ.totals.gates += 1;
+                for &s in &slots {
+                    self.publ.gate_closes.entry(s).or_default().push(self.now);
+                }
                 self.publ.gates.insert(token, (self.now, slots));
             }
             Output::Barrier { token, node } => self.write(node, Req::Barrier(token)),

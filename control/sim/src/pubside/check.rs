@@ -16,16 +16,25 @@ impl Sim {
         if let Some(e) = self.publ.ended.get(&seq) {
             self.pfail(&format!("{seq} ended twice ({e:?}, now taken {taken})"));
         }
-        // P3: within its bound, plus its time on the wire.
+        // P3: within its bound, plus its time on the wire, plus a gate's
+        // timeout for each gate its slot went through meanwhile (gated
+        // time is not the hold's: a route flipping back and forth, as
+        // stale maps make it, gates the slot again each time).
         let made = self.publ.made.get(&seq).copied().unwrap_or(Time::ZERO);
         let wire: Duration = (self.publ.flights.get(&seq).into_iter().flatten())
             .map(|f| f.answer.map_or(self.now, |a| a.1).since(f.at))
             .sum();
-        let spent = self.now.since(made);
-        if spent > self.publ.bound + wire + Duration::from_millis(1) {
+        let slot = self.publ.slot_of.get(&seq).copied().unwrap_or_default();
+        let gates = (self.publ.gate_closes.get(&slot).into_iter().flatten())
+            .filter(|&&t| t >= made)
+            .count()
+            .max(1);
+        let gated = self.publ.core.config().gate_timeout * gates as u32;
+        let bound = self.publ.bound + gated;
+        if self.now.since(made) > bound + wire + Duration::from_millis(1) {
             self.pfail(&format!(
-                "{seq} made at {made} ended at {} ({wire:?} on the wire, bound {:?})",
-                self.now, self.publ.bound
+                "{seq} made at {made} ended at {} ({wire:?} on the wire, {gates} gates, bound {bound:?})",
+                self.now
             ));
         }
         self.publ.ended.insert(seq, (self.now, taken));

@@ -31,8 +31,8 @@
 //! - P2: no publish is taken twice, a publish that ended failed was never
 //!   taken unless it was `Lost`, and a `Lost` publish is never submitted
 //!   again;
-//! - P3: every publish ends once, within the gate's timeout, the hold's
-//!   limit, the retry window and twice its longest delay, the core's look
+//! - P3: every publish ends once, within the gate's timeout for each gate
+//!   closed on its slot while it lived (at least one), the hold's limit, the retry window and twice its longest delay, the core's look
 //!   and its time on the wire; none fails for closing, or as expired
 //!   before the hold's limit; the hold stays within its bounds;
 //! - P4: the read table derived from the outputs equals
@@ -235,8 +235,12 @@ pub struct PubSide {
     timed_out: BTreeSet<u16>,
     hold_limit: Duration,
     max_messages: usize,
-    /// P3's bound, before the time on the wire.
+    /// P3's bound, before the time on the wire and the gates.
     bound: Duration,
+    /// Each publish's slot.
+    slot_of: BTreeMap<u64, u16>,
+    /// When gates closed on each slot.
+    gate_closes: BTreeMap<u16, Vec<Time>>,
     pub(crate) step: u64,
     /// The core's timeout was just handled.
     looked: bool,
@@ -258,8 +262,7 @@ impl PubSide {
         cfg.hold_limit = hold_limit;
         cfg.hold_messages = max_messages;
         cfg.hold_bytes = usize::MAX;
-        let bound = cfg.gate_timeout
-            + hold_limit
+        let bound = hold_limit
             + window
             + RetryPolicy::new(cfg.max_redirects, window).longest_delay() * 2
             + cfg.look;
@@ -298,6 +301,8 @@ impl PubSide {
             hold_limit,
             max_messages,
             bound,
+            slot_of: BTreeMap::new(),
+            gate_closes: BTreeMap::new(),
             step: 0,
             looked: false,
             quiet: Time::ZERO,
