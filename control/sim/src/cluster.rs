@@ -38,6 +38,8 @@ pub struct SimConn {
     pub node: usize,
     /// Its shard channels (application names).
     pub subs: BTreeSet<Channel>,
+    /// The slot of the service channel the driver keeps on it.
+    pub service: Option<u16>,
 }
 
 /// The cluster's state.
@@ -58,6 +60,9 @@ pub struct Cluster {
     /// Subscriptions are classic (`SUBSCRIBE`): slot moves and demotions
     /// drop none, and any node serves them.
     pub classic: bool,
+    /// Connections whose service channel was dropped since last taken
+    /// (each gets a push).
+    pub services_dropped: Vec<ConnId>,
 }
 
 impl Cluster {
@@ -72,6 +77,7 @@ impl Cluster {
             cache: None,
             history: Vec::new(),
             classic: false,
+            services_dropped: Vec::new(),
         };
         let ranges = cluster_create_ranges(primaries.clamp(1, 64) as u16);
         for range in ranges {
@@ -176,6 +182,10 @@ impl Cluster {
             return out;
         }
         for (id, c) in self.conns.iter_mut().filter(|(_, c)| c.node == node) {
+            if c.service == Some(slot) {
+                c.service = None;
+                self.services_dropped.push(*id);
+            }
             let gone: Vec<Channel> = c
                 .subs
                 .iter()

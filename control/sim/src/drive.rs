@@ -10,6 +10,7 @@ use topology::{NodeAddr, SlotMap};
 
 use crate::check::Checker;
 use crate::cluster::Cluster;
+use crate::pubside::{PubEv, PubSide, PublishTotals};
 use crate::schedule::Schedule;
 use control::Config;
 use control::Core;
@@ -29,6 +30,8 @@ pub(crate) enum Ev {
     Fault(crate::schedule::Fault),
     /// Messages on a connection, and how many more rounds follow.
     Chatter(ConnId, u32),
+    /// The publish side.
+    Pub(PubEv),
 }
 
 #[derive(Debug)]
@@ -55,6 +58,8 @@ pub(crate) enum Input {
     Version(u64, Result<&'static [u8], FetchError>),
     Topology(u64, Result<SlotMap, FetchError>),
     Probe(u64, ProbeReply),
+    /// The service channel on a connection was dropped or refused.
+    ServiceLost(ConnId),
 }
 
 /// What a run did.
@@ -77,12 +82,16 @@ pub struct Outcome {
     pub redirects: u64,
     /// Activity reports (messages on a connection) given to the core.
     pub activity: u64,
+    /// The publish side.
+    pub publish: PublishTotals,
 }
 
 /// A core, a cluster, and the events between them.
 pub struct Sim {
     /// The core under test.
     pub core: Core,
+    /// The publish core under test, beside it.
+    pub publ: PubSide,
     /// The simulated cluster.
     pub cluster: Cluster,
     pub(crate) rng: Rng,
@@ -178,8 +187,10 @@ impl Sim {
             .filter(|(i, _)| s.acl && i % 11 == 7)
             .map(|(_, n)| n.clone())
             .collect();
+        let publ = PubSide::new(s, parts.slots());
         let mut sim = Sim {
             core,
+            publ,
             cluster,
             rng: Rng::new(s.seed),
             now: Time::ZERO,
@@ -217,6 +228,13 @@ impl Sim {
         for (t, f) in &s.faults {
             sim.push(*t, Ev::Fault(*f));
         }
+        let last = s.faults.iter().map(|f| f.0).max().unwrap_or(Time::ZERO);
+        if sim.publ.on {
+            sim.push(PubSide::converged_at(last), Ev::Pub(PubEv::Converged));
+        }
+        for (seq, t) in sim.publ.times(last).into_iter().enumerate() {
+            sim.push(t, Ev::Pub(PubEv::Publish(seq as u64 + 1)));
+        }
         sim
     }
 
@@ -226,8 +244,18 @@ impl Sim {
         let end = last + s.settle;
         loop {
             self.drain();
-            let timer = self.core.poll_timeout();
-            if let Some(t) = timer {
+            self.pub_drain();
+            self.drain();
+            let sub_timer = self.core.poll_timeout();
+            // Due at once after an input that woke the control thread.
+            let pub_timer = (self.publ.core.poll_timeout())
+                .filter(|_| self.publ.on)
+                .map(|t| t.max(self.now));
+            let timer = match (sub_timer, pub_timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(t) = sub_timer {
                 if t <= self.now {
                     self.check.fail(&alloc::format!(
                         "poll_timeout {t} does not advance past {}",
@@ -258,11 +286,18 @@ impl Sim {
                     .fail("too many steps: the core keeps itself busy");
             }
             self.now = next;
-            if timer == Some(next) {
+            if sub_timer == Some(next) {
                 if self.trace {
                     std::eprintln!("{next} < timeout");
                 }
                 self.core.handle_timeout(next);
+                continue;
+            }
+            if pub_timer == Some(next) {
+                if self.trace {
+                    std::eprintln!("{next} < publish timeout");
+                }
+                self.pub_timeout();
                 continue;
             }
             if let Some((_, ev)) = self.queue.pop_first() {
@@ -271,6 +306,7 @@ impl Sim {
         }
         self.now = end;
         self.final_check();
+        self.pub_final_check();
         Outcome {
             end,
             steps: self.steps,
@@ -280,6 +316,7 @@ impl Sim {
             probes: self.check.probe_count,
             redirects: self.redirects,
             activity: self.activity,
+            publish: self.publ.totals,
         }
     }
 
@@ -305,6 +342,19 @@ impl Sim {
         } else {
             Duration::from_micros(50 + self.rng.below(1950))
         }
+    }
+
+    /// Sends `ev` to `node` on subscribe connection `conn`, in order with
+    /// its earlier requests.
+    pub(crate) fn send_conn(&mut self, node: Option<usize>, conn: ConnId, ev: Ev) {
+        let mut at = self.now + self.latency();
+        if let Some(n) = node.and_then(|n| self.cluster.nodes.get(n)) {
+            at = at.max(n.hole_until);
+        }
+        let last = self.to_server.entry(conn).or_default();
+        at = at.max(*last);
+        *last = at;
+        self.push(at, ev);
     }
 
     /// Sends `msg` to `node` (on `conn`, in order with its earlier ones).
@@ -450,6 +500,7 @@ impl Sim {
             Ev::Server(m) => self.server(m),
             Ev::Fault(f) => self.fault(f),
             Ev::Chatter(conn, left) => self.chatter(conn, left),
+            Ev::Pub(e) => self.pub_event(e),
             Ev::Core(i) => {
                 let now = self.now;
                 if let Input::Up(c)
@@ -467,8 +518,12 @@ impl Sim {
                         self.refresh_due = Some(now + self.refresh_bound());
                     }
                 }
+                if let Input::Up(_) = &i {
+                    self.publ.services_due = true;
+                }
                 let core = &mut self.core;
                 match i {
+                    Input::ServiceLost(c) => self.service_lost(c),
                     Input::Up(c) => core.handle_conn_up(now, c),
                     Input::Down(c) => core.handle_conn_down(now, c),
                     Input::Reply(c, r) => {

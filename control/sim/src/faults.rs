@@ -124,6 +124,13 @@ impl Sim {
         }
     }
 
+    /// Live nodes, by index.
+    fn alive(&self) -> Vec<usize> {
+        (0..self.cluster.nodes.len())
+            .filter(|&i| self.cluster.nodes[i].alive)
+            .collect()
+    }
+
     /// Whether `node` may die: the last live seed stays (with every seed
     /// gone, no client could find the cluster).
     fn may_die(&self, node: usize) -> bool {
@@ -205,9 +212,7 @@ impl Sim {
                 }
             }
             Fault::Kill { node } => {
-                let alive: Vec<usize> = (0..self.cluster.nodes.len())
-                    .filter(|&i| self.cluster.nodes[i].alive)
-                    .collect();
+                let alive = self.alive();
                 let Some(k) = pick(&alive, node).filter(|&k| self.may_die(k)) else {
                     return;
                 };
@@ -231,6 +236,7 @@ impl Sim {
                 }
                 self.cluster.nodes[k].alive = false;
                 self.drop_conns(k);
+                self.links_down(k, None);
             }
             Fault::AddNode { partition } => {
                 let n = self.cluster.add_node(None);
@@ -256,6 +262,7 @@ impl Sim {
                 }
                 self.cluster.nodes[x].alive = false;
                 self.drop_conns(x);
+                self.links_down(x, None);
             }
             Fault::Bounce { partition } => {
                 let slot = self.slot_of_partition(partition);
@@ -280,9 +287,7 @@ impl Sim {
                 }
             }
             Fault::BlackHole { node, ms } => {
-                let alive: Vec<usize> = (0..self.cluster.nodes.len())
-                    .filter(|&i| self.cluster.nodes[i].alive)
-                    .collect();
+                let alive = self.alive();
                 if let Some(n) = pick(&alive, node) {
                     let until = self.now + core::time::Duration::from_millis(u64::from(ms));
                     let h = &mut self.cluster.nodes[n].hole_until;
@@ -306,8 +311,29 @@ impl Sim {
                 }
             }
             Fault::Replicate { node, to } => self.replicate(node, to),
+            Fault::DropLink { node, ms } => {
+                let alive = self.alive();
+                if let Some(n) = pick(&alive, node) {
+                    let back = self.now + core::time::Duration::from_millis(u64::from(ms));
+                    self.links_down(n, Some(back));
+                }
+            }
             Fault::Toggle { channel } => self.toggle(channel, 1),
             Fault::Burst { channel } => self.toggle(channel, 12),
+        }
+        let holes = self.cluster.nodes.iter().map(|n| n.hole_until).max();
+        let links = match f {
+            Fault::DropLink { ms, .. } => self.now + core::time::Duration::from_millis(ms.into()),
+            _ => self.now,
+        };
+        let q = &mut self.publ.quiet;
+        *q = (*q)
+            .max(self.stale_until)
+            .max(holes.unwrap_or(self.now))
+            .max(links);
+        for conn in core::mem::take(&mut self.cluster.services_dropped) {
+            let node = self.cluster.conns.get(&conn).map(|c| c.node);
+            self.send_core(node, Some(conn), Input::ServiceLost(conn));
         }
         self.cluster.snapshot();
     }

@@ -41,9 +41,21 @@
 //!    longest fetch backoff (and the least gap between fetches, plus
 //!    0.5 s), not at the next poll.
 //!
-//! The publish side has two models of its own, each over 10,000 seeded
-//! schedules in `tests/sim.rs`, both driving the publish core the engine
-//! runs ([`control::publish::PublishCore`]): [`gates`] (one slot's route
+//! The same world and clock drive the publish core the engine runs
+//! ([`control::publish::PublishCore`]) beside the subscribe core, as the
+//! control thread does (`pubside`): publishes to a few partitions' slots
+//! follow every fault of the schedule (the cluster answers `SPUBLISH` with
+//! `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` from its owners and
+//! migrations; publish connections drop with their node and with
+//! [`Fault::DropLink`]), and its properties P1 to P5 (order per slot, no
+//! publish taken twice or a lost one sent again, every publish ending
+//! within its bound, routes that converge before the poll with the
+//! derived read table equal to the core's, time bounds) are checked in
+//! every sharded run.
+//!
+//! The publish side also has two models of its own, each over 10,000
+//! seeded schedules in `tests/sim.rs`, both driving the publish core:
+//! [`gates`] (one slot's route
 //! change: migrations, failovers with the bus delayed, the old node dying;
 //! publish order unless the gate timed out, and the gate's time bound) and
 //! [`publish`] (slots whose owners go away and refuse for a while: publish
@@ -65,6 +77,7 @@ mod drive;
 mod faults;
 pub mod gates;
 pub mod publish;
+mod pubside;
 pub mod routes;
 pub mod schedule;
 mod server;
@@ -73,5 +86,6 @@ mod settle;
 pub use drive::{run, run_seed, Outcome, Sim};
 pub use gates::{run_gate, GateRun};
 pub use publish::{run_publish, PublishRun};
+pub use pubside::PublishTotals;
 pub use routes::{run_routes, RoutesRun};
 pub use schedule::{Fault, Schedule};

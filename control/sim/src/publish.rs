@@ -357,10 +357,10 @@ impl Model {
     }
 }
 
-/// Runs the schedule of `seed`; panics when a property fails.
-pub fn run_publish(seed: u64) -> PublishRun {
-    let mut rng = Rng::new(Rng::mix(seed ^ 0x9b11));
-    let slots = 1 + rng.index(3);
+/// A run's hold and retries, drawn from `rng`: the hold's limit (zero,
+/// one run in seven: off), its publish bound (now and then 2 to 7, else
+/// 1,000) and the retry window.
+pub(crate) fn hold_settings(rng: &mut Rng) -> (Duration, usize, Duration) {
     let hold_on = !rng.chance(15);
     let limit = if hold_on {
         Duration::from_millis(rng.range(100, 1500))
@@ -373,6 +373,15 @@ pub fn run_publish(seed: u64) -> PublishRun {
         1000
     };
     let window = Duration::from_millis(rng.range(50, 1500));
+    (limit, max_messages, window)
+}
+
+/// Runs the schedule of `seed`; panics when a property fails.
+pub fn run_publish(seed: u64) -> PublishRun {
+    let mut rng = Rng::new(Rng::mix(seed ^ 0x9b11));
+    let slots = 1 + rng.index(3);
+    let (limit, max_messages, window) = hold_settings(&mut rng);
+    let hold_on = !limit.is_zero();
     let n = rng.range(5, 60);
     let span = rng.range(50, 600);
     let mut nodes = Vec::new();

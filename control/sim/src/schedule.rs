@@ -101,6 +101,14 @@ pub enum Fault {
         /// Primary pick.
         to: u32,
     },
+    /// The publish connections to node `node` drop for `ms` milliseconds
+    /// (what is on their wire is lost; the engine reconnects).
+    DropLink {
+        /// Node pick.
+        node: u32,
+        /// Duration.
+        ms: u32,
+    },
     /// Messages arrive on connection `conn` every 5 s for 40 s
     /// ([`handle_activity`](control::Core::handle_activity)): it must not be
     /// pinged meanwhile.
@@ -165,6 +173,14 @@ impl Schedule {
             let at = Time::from_millis(r.below(3000));
             let conn = r.next_u64() as u32;
             s.faults.push((at, Fault::Chatter { conn }));
+        }
+        // Publish connection drops come from a fourth stream.
+        let mut r = Rng::new(seed ^ 0x5eed_0004_c0de_0004);
+        for _ in 0..r.below(3) {
+            let at = Time::from_millis(r.below(3000));
+            let node = r.next_u64() as u32;
+            let ms = r.below(600) as u32;
+            s.faults.push((at, Fault::DropLink { node, ms }));
         }
         s.faults.sort_by_key(|f| f.0);
         s

@@ -23,6 +23,7 @@ impl Sim {
                         let c = SimConn {
                             node: n,
                             subs: BTreeSet::new(),
+                            service: None,
                         };
                         self.cluster.conns.insert(conn, c);
                         self.send_core(Some(n), Some(conn), Input::Up(conn));
