@@ -331,6 +331,10 @@ impl Sim {
                 }
             }
             Output::RefreshSoon => self.core.handle_degraded(self.now),
+            // The world sends the core no command.
+            Output::SendCommand { .. } | Output::CommandFailed { .. } => {
+                self.pfail("a command's output, and no command was given")
+            }
         }
     }
 
