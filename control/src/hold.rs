@@ -286,6 +286,16 @@ impl<M: Held> Hold<M> {
         Offer::Held(evicted)
     }
 
+    /// `slot`'s owner just refused a publish for good or cannot be
+    /// reached: its next release starts with its oldest publish alone, as
+    /// a probe (a node whose state changed between two reads cannot then
+    /// refuse one and take the next).
+    pub fn probe_next(&mut self, slot: u16) {
+        if let Some(e) = self.slots.get_mut(&slot) {
+            e.probe_first = true;
+        }
+    }
+
     /// Whether `slot` has an entry (a publish to it joins the entry).
     pub fn holds(&self, slot: u16) -> bool {
         self.slots.contains_key(&slot)

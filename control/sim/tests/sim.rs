@@ -141,7 +141,9 @@ fn classic_mode_keeps_every_subscription_promise() {
 /// and the replica schedules (the publish side's too, in every run).
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
-    const SEEDS: &[u64] = &[29_075, 38_646];
+    // 17,803 and 59,068: a MOVED for a publish whose slot was parked for
+    // an earlier one sent it ahead of that one.
+    const SEEDS: &[u64] = &[17_803, 29_075, 38_646, 59_068];
     for &seed in SEEDS {
         run(&Schedule::random(seed));
         run(&Schedule::random_replicas(seed));
@@ -219,9 +221,11 @@ fn ten_thousand_publish_schedules_keep_order_and_bounds() {
     // Publishes written while an earlier one was on the wire and then
     // refused can be taken before it (property 1's exception): rare,
     // because a slot released after its owner was unreachable or refusing
-    // starts with a probe (67 in the 10,000 default schedules; 1,980
-    // without the probe).
-    assert!(total.inflight_reorders <= n / 50, "{total:?}");
+    // starts with a probe, also after a probe failed for good and after a
+    // release waited for an owner that was down (11 in the 10,000 default
+    // schedules, 1,346 in 1,000,000; 92 without those two probes, 1,980
+    // with no probe at all).
+    assert!(total.inflight_reorders <= n / 500, "{total:?}");
 }
 
 #[test]

@@ -98,6 +98,13 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         if !asking {
             self.route_slot(now, slot, node);
         }
+        // Its slot is parked for an earlier publish (refused for now, or a
+        // probe out): sent now it could be taken before that one. It waits
+        // behind it in the hold.
+        if self.hold_on() && !msg.probe() && self.hold.is_parked(msg.slot()) {
+            let (offer, new) = self.hold.hold(now, msg);
+            return self.offered(offer, new);
+        }
         Verdict::Send { node, msg, asking }
     }
 
@@ -215,6 +222,8 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
             for _ in 0..RELEASE_BATCHES {
                 let owner = self.owner(slot).filter(|&n| !hold_on || self.is_up(n));
                 let Some(node) = owner else {
+                    // Unreachable (or none): a probe first once it is.
+                    self.hold.probe_next(slot);
                     if !hold_on {
                         // A gate opened on a slot with no owner and no
                         // hold: refused for now, as with no owner known.

@@ -527,6 +527,9 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         if msg.probe() {
             msg.set_probe(false);
             self.hold.unpark(msg.slot());
+            // The owner refused it for good: the queue behind it goes
+            // behind a probe again.
+            self.hold.probe_next(msg.slot());
         }
         (msg, why)
     }
