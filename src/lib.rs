@@ -124,7 +124,7 @@
 //!  placement and, when given the same Runtime, by several instances)
 //!          │ pushes (messages, confirmations, server unsubscribes)
 //!          ▼
-//!  worker_of(channel) ─► bounded queue ─► Handler (messages, gaps, drops, in order)
+//!  lane's home worker ─► bounded queue ─► Handler (messages, gaps, drops, in order)
 //! ```
 //!
 //! The engine underneath ([`engine::Engine`]) is a pipelined client for any

@@ -100,10 +100,13 @@ pub fn shard_of(channel: &[u8], shards: u32) -> u32 {
     jump_consistent_hash(channel_hash(channel), shards)
 }
 
-/// The dispatch worker of a channel among `workers`, so that one channel's
-/// messages stay in order: a jump hash of `fmix64(channel_hash ^ salt)`,
-/// independent of [`shard_of`] and of the partition. `workers == 0` is
-/// treated as 1.
+/// A channel's worker among `workers` by hash: a jump hash of
+/// `fmix64(channel_hash ^ salt)`, independent of [`shard_of`] and of the
+/// partition. `workers == 0` is treated as 1. Not on the wire: kept for the
+/// wire vectors and for splitting resubscribe commands by worker (a setting
+/// for comparison). The `shardsub` client does not deliver by it: a channel
+/// is handled on its lane's home worker (the worker of the subscribe
+/// connection that first carried it).
 #[must_use]
 pub fn worker_of(channel: &[u8], workers: u32) -> u32 {
     jump_consistent_hash(fmix64(channel_hash(channel) ^ WORKER_SALT), workers)

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! channel ──channel_hash──┬─> shard_of(n)       client-side sharding (jump hash)
-//!                         ├─> worker_of(w)      ordered per-channel dispatch
+//!                         ├─> worker_of(w)      a worker by hash (vectors only)
 //!                         └─> Partitions::partition_of ─> tag ─> "{TAG}.channel"
 //!                                                          └─> slot ─> node (topology)
 //! subscribed channels + partition→node + W ──plan_resubscribe──> SSUBSCRIBE batches

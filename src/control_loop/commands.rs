@@ -75,6 +75,7 @@ impl Driver {
                             .all(|c| self.s.lane_of(c) == partition as usize),
                     "a core partition is an engine lane"
                 );
+                self.place(partition, conn);
                 self.move_lane(partition, Some(conn));
                 self.subscribe(conn, partition, &channels)
             }
@@ -175,6 +176,7 @@ impl Driver {
             dropped: Default::default(),
             unenveloped: Default::default(),
             lanes_lost: Default::default(),
+            home: self.next_home(),
         });
         let service_lost = Arc::new(AtomicBool::new(false));
         let observer = Arc::new(SubObserver {
@@ -347,12 +349,12 @@ impl Driver {
     }
 
     /// Channels that may have lost messages: no longer active, and a gap
-    /// event per worker gathered now, at the point the core decided it,
-    /// and queued by [`Driver::flush_gaps`] before anything else the driver
-    /// does (a message queued later is after it; one queued earlier,
-    /// before). A worker takes its queue whole, so it finds an incident's
-    /// events (one per partition) together and merges them (see
-    /// `workers::merge`): one event per worker and server.
+    /// event for the lane's home worker gathered now, at the point the core
+    /// decided it, and queued by [`Driver::flush_gaps`] before anything
+    /// else the driver does (a message queued later is after it; one
+    /// queued earlier, before). A worker takes its queue whole, so it finds
+    /// an incident's events (one per partition) together and merges them
+    /// (see `workers::merge`): one event per worker and server.
     fn gap(&mut self, partition: u32, channels: Vec<Channel>) {
         let s = self.s.clone();
         let server = self
@@ -360,8 +362,6 @@ impl Driver {
             .layout()
             .node_of(partition)
             .and_then(|k| resolve_nth(&*s.resolver, &k.addr, 0));
-        let workers = s.queues.len().max(1);
-        let mut per_worker = vec![ChannelList::default(); workers];
         let lane = partition as usize;
         let patterns = s.is_pattern_lane(lane);
         if let Some(l) = s.registry.lane(lane) {
@@ -369,18 +369,17 @@ impl Driver {
                 l.update(&name[..], |f| *f &= !ACTIVE);
             }
         }
+        // The lane's channels are all handled on its home.
+        let mut g = ChannelList::default();
         for name in &channels {
-            let w = shardcore::worker_of(name, workers as u32) as usize;
-            if let Some(g) = per_worker.get_mut(w) {
-                g.push(name);
-            }
+            g.push(name);
         }
         // A lane that moves takes no more messages from its old
         // connection: those would come after this gap's event, and after
         // the new connection's first messages (see `workers::stage`).
         self.move_lane(partition, self.core.conn_of(partition));
         add(&s.counters.gap_channels, channels.len() as u64);
-        for (pending, g) in self.gaps.iter_mut().zip(per_worker) {
+        if let Some(pending) = self.gaps.get_mut(s.homes.home(lane)) {
             if !g.is_empty() {
                 pending.push((server, g, patterns));
             }
@@ -396,6 +395,26 @@ impl Driver {
             owners: self.s.lane_owners.clone(),
             lost: state.lanes_lost.clone(),
             lane_of: Arc::new(move |channel: &[u8]| s.lane_of(channel)),
+        }
+    }
+
+    /// The worker of a subscribe connection opened now: the runtime's
+    /// next, round robin (see `Runtime::next_home`).
+    fn next_home(&self) -> usize {
+        let workers = self.s.queues.len();
+        self.s
+            .config
+            .nodes
+            .runtime
+            .as_ref()
+            .map_or(0, |r| r.next_home(workers))
+    }
+
+    /// A lane placed on `conn`: the first time, `conn`'s worker becomes
+    /// its home for good (see `workers::home`).
+    fn place(&self, lane: u32, conn: ConnId) {
+        if let Some(c) = self.subs.get(&conn) {
+            self.s.homes.set_once(lane as usize, c.state.home);
         }
     }
 

@@ -1,5 +1,5 @@
 //! The observer of one subscribe connection: runs on an I/O thread,
-//! classifies each push, hands messages to the workers without blocking
+//! classifies each push, hands messages to their lane's worker without blocking
 //! (staged per read, see [`Stage`]), and reports what the control core must hear (up, down, a
 //! server-initiated `sunsubscribe`, a dropped service channel) through the
 //! control thread's inbox.
@@ -89,13 +89,13 @@ impl SubObserver {
             }
             return;
         }
-        let Some((_, channel)) = s.user_of(wire) else {
+        let Some((lane, channel)) = s.user_of(wire) else {
             return; // not one of ours (another app's channel on a shared node)
         };
         self.state.received.fetch_add(1, Ordering::Relaxed);
         let (at, payload) = self.unwrap_header(channel, payload);
         let (sent_us, payload) = self.unwrap_envelope(payload);
-        let w = s.front.worker_index(channel);
+        let w = s.front.homes.home(lane);
         let dropped = self
             .stage
             .lock()
@@ -103,19 +103,22 @@ impl SubObserver {
         self.count_dropped(dropped);
     }
 
-    /// A message of pattern subscription `pattern`: to the pattern's
-    /// worker (a pattern's messages stay in order; its gap events travel
-    /// there too).
+    /// A message of pattern subscription `pattern`: to the home of this
+    /// connection's pattern lane (a pattern's messages from one server stay
+    /// in order; its gap events travel there too).
     fn deliver_pattern(&self, pattern: &[u8], channel: &[u8], payload: &[u8]) {
         let s = &self.shared;
-        if self.pattern_lane.is_none() || service::is_service(channel) {
+        let Some(lane) = self.pattern_lane else {
+            return;
+        };
+        if service::is_service(channel) {
             return;
         }
         self.state.received.fetch_add(1, Ordering::Relaxed);
         // Its position is not followed through a pattern.
         let (_, payload) = self.unwrap_header(channel, payload);
         let (sent_us, payload) = self.unwrap_envelope(payload);
-        let w = s.front.worker_index(pattern);
+        let w = s.front.homes.home(lane);
         let dropped =
             self.stage
                 .lock()

@@ -518,7 +518,7 @@ impl Driver {
         }
         let pattern = s.is_pattern_lane(lane);
         for name in reactivated {
-            s.front.push_active(&name, pattern);
+            s.front.push_active(lane, &name, pattern);
         }
         let lane = lane as u32;
         if !unwant.is_empty() {

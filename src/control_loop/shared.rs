@@ -33,6 +33,9 @@ pub(crate) struct ConnState {
     /// Lanes moved away from this connection (its stage checks each
     /// message's lane once this is not zero; see `workers::stage`).
     pub(crate) lanes_lost: Arc<AtomicU64>,
+    /// Its worker: the home of the lanes it is the first to carry (see
+    /// `workers::home`).
+    pub(crate) home: usize,
 }
 
 /// Where publishes go: slot → index into `engines`

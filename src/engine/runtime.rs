@@ -70,6 +70,8 @@ struct RuntimeInner {
     /// Those threads (each an I/O loop that hosts worker queues), started
     /// with the first instance that uses them.
     worker_hosts: Mutex<Vec<Arc<Poller>>>,
+    /// The next subscribe connection's worker, over every instance.
+    next_home: AtomicUsize,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -144,6 +146,7 @@ impl Runtime {
                 control: Mutex::new(None),
                 workers,
                 worker_hosts: Mutex::new(Vec::new()),
+                next_home: AtomicUsize::new(0),
             }),
         };
         for (i, poll) in polls.into_iter().enumerate() {
@@ -238,6 +241,14 @@ impl Runtime {
             .find(|t| !t.is_dead())
             .cloned()
             .ok_or(Error::RuntimeStopped)
+    }
+
+    /// The worker of a new subscribe connection among `workers`: round
+    /// robin over the connections of every instance on this runtime, so
+    /// that instances sharing its workers spread over them (see
+    /// [`crate::workers::home`]).
+    pub(crate) fn next_home(&self, workers: usize) -> usize {
+        self.inner.next_home.fetch_add(1, Ordering::Relaxed) % workers.max(1)
     }
 
     /// The control thread that hosts the control loops of every Pub/Sub

@@ -21,7 +21,7 @@ use crate::front::active::ActiveWait;
 use crate::front::refusal::{Refusals, Targets};
 use crate::front::registry::Registry;
 use crate::metrics::Counters;
-use crate::workers::Queue;
+use crate::workers::{Homes, Queue};
 
 /// What a placement tells the front: how a channel maps to a lane, how the
 /// control thread hears of a lane with work, whether a channel's
@@ -136,6 +136,8 @@ pub(crate) fn wait_active<P: Placement, C: AsRef<[u8]>>(
 pub(crate) struct Front {
     pub(crate) registry: Registry,
     pub(crate) queues: Vec<Arc<Queue>>,
+    /// Each lane's worker queue (an index into `queues`).
+    pub(crate) homes: Homes,
     pub(crate) counters: Arc<Counters>,
     /// Waiters in `wait_active`, woken on confirmations.
     pub(crate) active: ActiveWait,
@@ -182,6 +184,7 @@ impl Front {
         active_events: bool,
     ) -> Self {
         Front {
+            homes: Homes::new(registry.lanes(), queues.len()),
             registry,
             queues,
             counters,
@@ -192,19 +195,10 @@ impl Front {
         }
     }
 
-    /// The worker of a channel (one per channel, so its messages stay in
-    /// order): an index into `queues`.
-    pub(crate) fn worker_index(&self, channel: &[u8]) -> usize {
-        if self.queues.len() <= 1 {
-            0
-        } else {
-            shardcore::worker_of(channel, self.queues.len() as u32) as usize
-        }
-    }
-
-    /// The worker queue of a channel.
-    pub(crate) fn queue_of(&self, channel: &[u8]) -> Option<&Arc<Queue>> {
-        self.queues.get(self.worker_index(channel))
+    /// The worker queue of `lane`'s channels: its home (see
+    /// [`Homes`]), so a channel's messages and events stay in order.
+    pub(crate) fn queue_of(&self, lane: usize) -> Option<&Arc<Queue>> {
+        self.queues.get(self.homes.home(lane))
     }
 
     /// The server confirmed `channel` (of `lane`; `pattern`: a pattern):
@@ -213,7 +207,7 @@ impl Front {
         crate::metrics::add(&self.counters.confirmations, 1);
         if pattern {
             if self.registry.confirm(lane, channel) {
-                self.push_active(channel, true);
+                self.push_active(lane, channel, true);
                 self.active.wake();
             }
             return;
@@ -223,7 +217,7 @@ impl Front {
             // events off too: its recovery after a gap reads then.
             let recovers = || self.queues.first().is_some_and(|q| q.recovers());
             if self.active_events || recovers() {
-                if let Some(q) = self.queue_of(channel) {
+                if let Some(q) = self.queue_of(lane) {
                     q.push_confirmed(channel, self.active_events);
                 }
             }
@@ -232,10 +226,10 @@ impl Front {
     }
 
     /// An [`Event::Active`](crate::pubsub::Event) for the handler, when
-    /// active events are on.
-    pub(crate) fn push_active(&self, channel: &[u8], pattern: bool) {
+    /// active events are on (`channel` of `lane`).
+    pub(crate) fn push_active(&self, lane: usize, channel: &[u8], pattern: bool) {
         if self.active_events {
-            if let Some(q) = self.queue_of(channel) {
+            if let Some(q) = self.queue_of(lane) {
                 q.push_active(channel, pattern);
             }
         }
@@ -366,6 +360,7 @@ impl Front {
         Targets {
             registry: &self.registry,
             queues: &self.queues,
+            homes: &self.homes,
             counters: &self.counters,
             active: &self.active,
         }

@@ -3,7 +3,7 @@
 //! channels again in halves until each refused channel stands alone; that
 //! one is marked refused in the registry and recorded here
 //! ([`Refusals::refuse`]),
-//! its worker hears of it, and `wait_active` fails with the server's text
+//! its lane's worker hears of it, and `wait_active` fails with the server's text
 //! ([`Refusals::error`]).
 
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::front::active::ActiveWait;
 use crate::front::registry::{Registry, REFUSED};
 use crate::metrics::{add, Counters};
-use crate::workers::Queue;
+use crate::workers::{Homes, Queue};
 
 /// The server's text for each refused channel. An entry is read only
 /// while the channel's registry flag says refused, so the entry of a
@@ -32,6 +32,7 @@ pub(crate) struct Refusals {
 pub(crate) struct Targets<'a> {
     pub(crate) registry: &'a Registry,
     pub(crate) queues: &'a [Arc<Queue>],
+    pub(crate) homes: &'a Homes,
     pub(crate) counters: &'a Counters,
     pub(crate) active: &'a ActiveWait,
 }
@@ -63,8 +64,7 @@ impl Refusals {
             "the server refused the subscription to {what} {:?}: {message}",
             String::from_utf8_lossy(channel)
         );
-        let w = shardcore::worker_of(channel, t.queues.len().max(1) as u32) as usize;
-        if let Some(q) = t.queues.get(w) {
+        if let Some(q) = t.queues.get(t.homes.home(lane)) {
             q.push_refused(channel, message.clone(), pattern);
         }
         t.active.wake();

@@ -233,6 +233,13 @@ impl PubSubBuilder {
     /// 1 in both). Servers: a channel's connection is chosen by a hash of
     /// its name. Cluster: partition `p` uses connection `p % n`.
     ///
+    /// A connection's channels are handled on one worker: each connection
+    /// gets a worker when it opens (round robin), and the channels it
+    /// carries first stay on that worker for the instance's life, whatever
+    /// connection carries them later. One connection's handler calls thus
+    /// use one [`worker`](Self::workers) thread; more connections spread
+    /// the channels over more workers.
+    ///
     /// One is right for the common case: every connection is one more
     /// stream the server writes and the client reads, so two cost the
     /// subscriber about 1.3–1.9 times the CPU per delivered message of one
@@ -242,7 +249,8 @@ impl PubSubBuilder {
     /// (the server cuts the connection off; more connections split the
     /// backlog), resubscribing very many channels after a reconnect (each
     /// connection resubscribes its own share in parallel), or several
-    /// [`io_threads`](Self::io_threads) to spread the reading over.
+    /// [`io_threads`](Self::io_threads) to spread the reading over, or
+    /// handlers that need more than one core.
     pub fn subscribe_connections(mut self, n: usize) -> Self {
         self.common.subscribe_connections = Some(n);
         self
@@ -257,7 +265,8 @@ impl PubSubBuilder {
     /// Worker threads running the handler (default: available
     /// parallelism). On a shared [`PubSubBuilder::runtime`], the default is
     /// the runtime's worker threads; setting this gives the instance
-    /// threads of its own.
+    /// threads of its own. Each subscribe connection's channels are handled
+    /// on one of them ([`subscribe_connections`](Self::subscribe_connections)).
     pub fn workers(mut self, n: usize) -> Self {
         self.common.workers = Some(n);
         self

@@ -5,7 +5,9 @@
 //! `partition_of(channel)` on that partition's slot owner; subscribe calls
 //! close in time coalesce into commands of at most
 //! [`PubSubBuilder::batch_size`] channels; messages reach the handler on
-//! worker `worker_of(channel, W)`, in order per channel; a full worker queue
+//! the worker of the subscribe connection that first carried the channel
+//! (its lane's home; see [`PubSubBuilder::subscribe_connections`]), in
+//! order per channel; a full worker queue
 //! drops, counts and says so ([`Event::Dropped`]); after a reconnect every
 //! wanted channel is resubscribed and [`Event::Gap`] names the channels that
 //! may have lost messages; an idle subscribe connection gets a `PING` after

@@ -3,9 +3,11 @@
 
 /// Receives messages and events on the worker threads.
 ///
-/// One channel's messages always reach the same worker (chosen by
-/// [`shardcore::worker_of`]), in the order the server sent them; different
-/// channels spread over the workers. Events about a channel travel on that
+/// One channel's messages always reach the same worker (its lane's home:
+/// the worker of the subscribe connection that first carried it), in the
+/// order the server sent them; different connections' channels spread over
+/// the workers
+/// ([`PubSubBuilder::subscribe_connections`](crate::PubSubBuilder::subscribe_connections)). Events about a channel travel on that
 /// channel's worker too, so a [`Event::Gap`] is seen after every message
 /// that came before the loss and before every message that came after the
 /// resubscribe.

@@ -1,9 +1,9 @@
 //! The worker pool: W threads, each with a bounded queue, fed by the I/O
 //! threads.
 //!
-//! The I/O thread that parsed a message picks the queue with
-//! [`shardcore::worker_of`] (so a channel's messages stay in order) and
-//! copies channel and payload into a byte buffer from its [`Stage`], which
+//! The I/O thread that parsed a message picks the queue of its lane's
+//! home (see [`home`]: one per lane, fixed, so a channel's messages stay in
+//! order) and copies channel and payload into a byte buffer from its [`Stage`], which
 //! queues a read's messages under one lock per worker (see [`stage`]). The
 //! worker swaps the whole queue out under the lock (one lock per batch on
 //! its side), runs the handler, and gives the buffers back to the queue's
@@ -29,10 +29,12 @@ use crate::error::Error;
 use crate::metrics::Counters;
 
 pub(crate) mod handler;
+pub(crate) mod home;
 mod merge;
 mod stage;
 
 pub use handler::{handler_fn, ChannelList, Event, FnHandler, Handler, Text};
+pub(crate) use home::Homes;
 #[cfg(test)]
 use stage::STAGE;
 pub(crate) use stage::{LaneOwners, Origin, Stage};

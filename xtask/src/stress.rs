@@ -67,9 +67,18 @@ const REPEATED: &[(&str, &str)] = &[
          stopped (fresh clone, Redis)",
     ),
     (
-        "pubsub::gap_events::a_killed_cluster_connection_gives_one_gap_per_worker_naming_its_node",
+        "pubsub::gap_events::",
         "a worker woken by the connection event took its queue between two partitions' \
-         gap events and gave two events for one incident (CI)",
+         gap events and gave two events for one incident (CI); the read path moved \
+         (issue 45): a channel's worker is its lane's home",
+    ),
+    (
+        "cluster::lane_move::",
+        "the read path moved (issue 45): a moved lane keeps its home worker",
+    ),
+    (
+        "pubsub::delivery::order_per_channel_under_load_with_8_workers",
+        "the read path moved (issue 45): 8 connections, one home each",
     ),
     (
         "cluster::publish_failover::",

@@ -1,11 +1,16 @@
-//! What a gap event says: one incident (a subscribe connection killed by
-//! the server) gives one event per worker, naming the server by address
-//! and exactly the channels that were on it, in every placement; delivery
-//! after it is whole again.
+//! What a gap event says: one incident (a server's subscribe connections
+//! killed by it) gives one event per worker that handles their channels,
+//! naming the server by address and exactly the channels that were on it,
+//! in every placement; delivery after it is whole again. A connection's
+//! channels are handled on one worker, so each server gets `WORKERS`
+//! connections: the killed ones' channels are on every worker. A channel's
+//! messages, its gap and its active events all reach the handler on one
+//! thread (they travel in one queue, so in order).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use shardsub::{Event, Handler, PubSub, PubSubBuilder};
@@ -16,12 +21,22 @@ const WORKERS: usize = 2;
 /// One gap event: the server it named and its channels.
 type Gap = (Option<shardsub::ServerAddr>, Vec<Vec<u8>>);
 
-/// Gap events as they came, and messages per channel.
+/// Gap events as they came, messages per channel, and the threads each
+/// channel's messages and events came on.
 #[derive(Default)]
 struct Recorder {
     gaps: Mutex<Vec<Gap>>,
     messages: Mutex<BTreeMap<Vec<u8>, u64>>,
     total: AtomicU64,
+    threads: Mutex<BTreeMap<Vec<u8>, HashSet<ThreadId>>>,
+}
+
+impl Recorder {
+    fn seen_on_this_thread(&self, channel: &[u8]) {
+        let me = std::thread::current().id();
+        let mut t = self.threads.lock().unwrap();
+        t.entry(channel.to_vec()).or_default().insert(me);
+    }
 }
 
 impl Handler for Recorder {
@@ -32,13 +47,21 @@ impl Handler for Recorder {
             .unwrap()
             .entry(channel.to_vec())
             .or_default() += 1;
+        self.seen_on_this_thread(channel);
         self.total.fetch_add(1, Ordering::Relaxed);
     }
 
     fn on_event(&self, event: Event<'_>) {
-        if let Event::Gap { server, channels } = event {
-            let names = channels.iter().map(<[u8]>::to_vec).collect();
-            self.gaps.lock().unwrap().push((server, names));
+        match event {
+            Event::Gap { server, channels } => {
+                let names: Vec<Vec<u8>> = channels.iter().map(<[u8]>::to_vec).collect();
+                for c in &names {
+                    self.seen_on_this_thread(c);
+                }
+                self.gaps.lock().unwrap().push((server, names));
+            }
+            Event::Active { channel } => self.seen_on_this_thread(channel),
+            _ => {}
         }
     }
 }
@@ -111,12 +134,24 @@ fn kill_and_check(
     let m = rec.messages.lock().unwrap();
     assert_eq!(m.len(), all.len(), "{kind:?} {what}");
     assert!(m.values().all(|&k| k == 1), "{kind:?} {what}: duplicates");
+    // Messages, gap and active events of a channel: one thread.
+    let threads = rec.threads.lock().unwrap();
+    assert_eq!(threads.len(), all.len(), "{kind:?} {what}");
+    let spread: Vec<_> = threads.iter().filter(|(_, t)| t.len() > 1).collect();
+    assert!(
+        spread.is_empty(),
+        "{kind:?} {what}: {} channels handled on two threads, as {:?}",
+        spread.len(),
+        spread.first().map(|(c, _)| String::from_utf8_lossy(c))
+    );
 }
 
 fn start(b: PubSubBuilder, rec: &Arc<Recorder>, all: &[Vec<u8>]) -> PubSub {
     let ps = b
         .handler_arc(rec.clone())
         .workers(WORKERS)
+        .subscribe_connections(WORKERS)
+        .active_events(true)
         .queue_capacity(1 << 16)
         .build()
         .expect("pubsub");
@@ -153,9 +188,7 @@ fn a_killed_server_connection_gives_one_gap_per_worker_naming_its_server() {
         let servers = Servers::start(kind, 2).expect("servers");
         let rec = Arc::new(Recorder::default());
         let all = names(400);
-        let b = PubSub::builder()
-            .addresses(servers.addrs().iter().map(|a| a.to_string()))
-            .subscribe_connections(1);
+        let b = PubSub::builder().addresses(servers.addrs().iter().map(|a| a.to_string()));
         let ps = start(b, &rec, &all);
         let expected: BTreeSet<Vec<u8>> = all
             .iter()
