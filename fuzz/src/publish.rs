@@ -247,7 +247,6 @@ fn drain(gates: &mut Gates<u64>, seen: &mut BTreeMap<u64, Seen>, now: Time) {
 /// A publish in the core checks.
 type Msg = control::Sample;
 
-
 /// The publish core ([`control::publish::PublishCore`]) itself, fed its
 /// inputs, its verdicts and outputs carried out. Input: a header of 3 bytes (the hold's bound
 /// in publishes, 0 to 15; in bytes, × 8; its time limit, × 10 ms, 0 for no
@@ -317,6 +316,9 @@ pub fn check_core(data: &[u8]) {
                     w.open(n); // the driver opens the redirect's node
                 }
                 let before = w.core.owner(slot);
+                // A redirect of a publish whose slot is parked for another
+                // waits behind that one.
+                let behind = !msg.probe && w.core.parked(slot);
                 let v = w.core.handle_reply(w.now, msg, reply);
                 match (&v, reply) {
                     (Verdict::Fail { .. }, _) => {}
@@ -327,6 +329,13 @@ pub fn check_core(data: &[u8]) {
                     }
                     (Verdict::Send { node, asking, .. }, Reply::Ask { to, .. }) => {
                         assert!(*asking && Target::Node(*node) == to);
+                        assert_eq!(w.core.owner(slot), before, "an ASK keeps the route");
+                    }
+                    (Verdict::Held { .. }, Reply::Moved { to, .. }) if behind => {
+                        let moved = w.core.owner(slot).map(Target::Node);
+                        assert_eq!(moved, Some(to), "a MOVED moves the route");
+                    }
+                    (Verdict::Held { .. }, Reply::Ask { .. }) if behind => {
                         assert_eq!(w.core.owner(slot), before, "an ASK keeps the route");
                     }
                     (v, Reply::Moved { .. } | Reply::Ask { .. }) => {

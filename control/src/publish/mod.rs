@@ -442,6 +442,13 @@ impl<A: Clone + PartialEq, M: Held> PublishCore<A, M> {
         self.hold.entries() > 0
     }
 
+    /// Whether a publish of `slot` is parked (refused for now and waiting
+    /// for its retry, or out as a probe): the slot's other publishes,
+    /// redirected ones included, wait behind it.
+    pub fn parked(&self, slot: u16) -> bool {
+        self.hold.is_parked(slot)
+    }
+
     /// The node that takes `slot`'s publishes.
     pub fn owner(&self, slot: u16) -> Option<NodeId> {
         self.routes.owner(slot).copied()
