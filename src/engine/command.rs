@@ -121,9 +121,7 @@ impl Engine {
         I::Item: AsRef<[u8]>,
         F: FnOnce(Result<Value, Error>) + Send + 'static,
     {
-        let (pending, slot) = Pending::new();
-        pending.then(f);
-        self.submit_value(server, args, slot, false);
+        self.then_value(server, args, false, f);
     }
 
     /// [`Engine::command_then`] on server 0, with `ASKING` before it when
@@ -137,9 +135,21 @@ impl Engine {
         I::Item: AsRef<[u8]>,
         F: FnOnce(Result<Value, Error>) + Send + 'static,
     {
+        self.then_value(0, args, asking, f);
+    }
+
+    /// Submits a command to `server` (`ASKING` first when `asking`) whose
+    /// outcome runs `f`.
+    fn then_value<I, F>(&self, server: usize, args: I, asking: bool, f: F)
+    where
+        I: IntoIterator,
+        I::IntoIter: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+        F: FnOnce(Result<Value, Error>) + Send + 'static,
+    {
         let (pending, slot) = Pending::new();
         pending.then(f);
-        self.submit_value(0, args, slot, asking);
+        self.submit_value(server, args, slot, asking);
     }
 
     /// [`Engine::command_pending`] on server 0 with `ASKING` before it, as

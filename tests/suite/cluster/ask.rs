@@ -42,6 +42,47 @@ fn hello(role: &str) -> [Step; 2] {
     ]
 }
 
+/// The limits a publish connection reads at build, refused (so none is
+/// known).
+fn limits_refused() -> [Step; 2] {
+    [
+        Step::expect(
+            [
+                cmd(&[b"CONFIG", b"GET", b"client-output-buffer-limit"]),
+                cmd(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]),
+            ]
+            .concat(),
+        ),
+        Step::send(b"-ERR not here\r\n-ERR not here\r\n"),
+    ]
+}
+
+/// A seed's topology connection: its version, then a map of one owner
+/// (at `owner_port`) for every slot.
+fn first_map(owner_port: u16) -> Vec<Step> {
+    hello("shardsub-pub")
+        .into_iter()
+        .chain([
+            Step::expect(cmd(&[b"INFO", b"server"])),
+            Step::send(bulk(b"# Server\r\nredis_version:7.0.0\r\n")),
+            Step::expect(cmd(&[b"CLUSTER", b"SLOTS"])),
+            Step::send(slots_reply(owner_port)),
+            Step::Silence,
+        ])
+        .collect()
+}
+
+/// A cluster instance on the fakes behind `seed`.
+fn built_on(seed: &FakeServer) -> PubSub {
+    PubSub::builder()
+        .seed(seed.addr().to_string())
+        .handler(|_: &[u8], _: &[u8]| {})
+        .workers(1)
+        .max_message_size(0)
+        .build()
+        .expect("cluster pubsub on the fakes")
+}
+
 fn bulk(text: &[u8]) -> Vec<u8> {
     let mut out = format!("${}\r\n", text.len()).into_bytes();
     out.extend_from_slice(text);
@@ -83,16 +124,9 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
     let owner = FakeServer::start_matched(vec![
         hello("shardsub-pub")
             .into_iter()
+            // The limits read at build: refused, so none is known.
+            .chain(limits_refused())
             .chain([
-                // The limits read at build: refused, so none is known.
-                Step::expect(
-                    [
-                        cmd(&[b"CONFIG", b"GET", b"client-output-buffer-limit"]),
-                        cmd(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]),
-                    ]
-                    .concat(),
-                ),
-                Step::send(b"-ERR not here\r\n-ERR not here\r\n"),
                 Step::expect(spublish(b"first")),
                 Step::send(ask.as_bytes()),
                 Step::expect(spublish(b"second")),
@@ -108,25 +142,9 @@ fn ask_sends_asking_then_the_publish_to_the_named_node_and_keeps_the_route() {
     .unwrap();
     // The seed (its own port is not known before it listens, so it is not
     // in the map it serves): one throwaway topology connection.
-    let seed = FakeServer::start_each(vec![hello("shardsub-pub")
-        .into_iter()
-        .chain([
-            Step::expect(cmd(&[b"INFO", b"server"])),
-            Step::send(bulk(b"# Server\r\nredis_version:7.0.0\r\n")),
-            Step::expect(cmd(&[b"CLUSTER", b"SLOTS"])),
-            Step::send(slots_reply(owner.addr().port())),
-            Step::Silence,
-        ])
-        .collect()])
-    .unwrap();
+    let seed = FakeServer::start_each(vec![first_map(owner.addr().port())]).unwrap();
 
-    let ps = PubSub::builder()
-        .seed(seed.addr().to_string())
-        .handler(|_: &[u8], _: &[u8]| {})
-        .workers(1)
-        .max_message_size(0)
-        .build()
-        .expect("cluster pubsub on the fakes");
+    let ps = built_on(&seed);
     assert_eq!(ps.server_channel(channel), wire);
 
     let first = ps.publish_wait(channel, b"first", Duration::from_secs(5));
@@ -194,15 +212,8 @@ fn a_commands_moved_moves_the_route_and_the_next_publish_follows_it() {
     let owner = FakeServer::start_matched(vec![
         hello("shardsub-pub")
             .into_iter()
+            .chain(limits_refused())
             .chain([
-                Step::expect(
-                    [
-                        cmd(&[b"CONFIG", b"GET", b"client-output-buffer-limit"]),
-                        cmd(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]),
-                    ]
-                    .concat(),
-                ),
-                Step::send(b"-ERR not here\r\n-ERR not here\r\n"),
                 Step::expect(&set),
                 Step::send(moved.as_bytes()),
                 Step::Silence,
@@ -216,27 +227,11 @@ fn a_commands_moved_moves_the_route_and_the_next_publish_follows_it() {
     .unwrap();
     // The seed: the first map; the refreshes the MOVED asks for (a
     // connection each, the next ones after a failed one) get no answer.
-    let first_map: Vec<Step> = hello("shardsub-pub")
-        .into_iter()
-        .chain([
-            Step::expect(cmd(&[b"INFO", b"server"])),
-            Step::send(bulk(b"# Server\r\nredis_version:7.0.0\r\n")),
-            Step::expect(cmd(&[b"CLUSTER", b"SLOTS"])),
-            Step::send(slots_reply(owner.addr().port())),
-            Step::Silence,
-        ])
-        .collect();
     let refreshes = std::iter::repeat_n(vec![Step::Silence], 8);
-    let seed =
-        FakeServer::start_each(std::iter::once(first_map).chain(refreshes).collect()).unwrap();
+    let seed = std::iter::once(first_map(owner.addr().port())).chain(refreshes);
+    let seed = FakeServer::start_each(seed.collect()).unwrap();
 
-    let ps = PubSub::builder()
-        .seed(seed.addr().to_string())
-        .handler(|_: &[u8], _: &[u8]| {})
-        .workers(1)
-        .max_message_size(0)
-        .build()
-        .expect("cluster pubsub on the fakes");
+    let ps = built_on(&seed);
     let scripts = || format!("{:?} {:?}", owner.failures(), target.failures());
     let r = ps.command(&wire, [&b"SET"[..], &wire, b"v"]);
     assert_eq!(

@@ -14,6 +14,7 @@ use shardsub::{PubSub, PubSubBuilder};
 use testkit::accounting::{Ledger, Signal, Tap};
 use testkit::{kinds, Cluster, Server, Servers};
 
+use crate::support;
 use crate::support::accounted;
 use crate::support::accounted::PAYLOAD_LEN;
 use crate::support::channels;
@@ -228,19 +229,8 @@ fn patterns_active_is_ready_once_every_server_confirmed_or_one_refused() {
         let what = format!("{kind:?}");
         let servers = Servers::start(kind, 2).unwrap();
         // User `app` may use the library's service channels and ok:*.
-        let acl: [&[u8]; 9] = [
-            b"ACL",
-            b"SETUSER",
-            b"app",
-            b"on",
-            b">secret",
-            b"+@all",
-            b"resetchannels",
-            b"&__shardsub:*",
-            b"&ok:*",
-        ];
         for s in servers.iter() {
-            s.cmd(&acl).unwrap();
+            support::pubsub::acl_app(s, &[b"&ok:*"]);
         }
         let addrs: Vec<String> = servers.addrs().iter().map(|a| a.to_string()).collect();
         let ps = PubSub::builder()
@@ -368,18 +358,7 @@ fn a_refused_channel_fails_its_active_future_and_reaches_the_receiver() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
         // User `app` may use the library's service channels and ok:*.
-        let acl: [&[u8]; 9] = [
-            b"ACL",
-            b"SETUSER",
-            b"app",
-            b"on",
-            b">secret",
-            b"+@all",
-            b"resetchannels",
-            b"&__shardsub:*",
-            b"&ok:*",
-        ];
-        server.cmd(&acl).unwrap();
+        support::pubsub::acl_app(&server, &[b"&ok:*"]);
         let (builder, mut rx) = PubSub::builder()
             .address(server.addr().to_string())
             .username("app")

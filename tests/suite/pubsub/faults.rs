@@ -396,29 +396,12 @@ fn taken_back(server: &Server, attempt: u32) -> Option<()> {
     Some(())
 }
 
-/// `ACL SETUSER app …`: user `app` may use the probes' channels and
-/// `extra` patterns.
-fn acl_app(server: &Server, extra: &[&[u8]]) {
-    let mut args: Vec<&[u8]> = vec![
-        b"ACL",
-        b"SETUSER",
-        b"app",
-        b"on",
-        b">secret",
-        b"+@all",
-        b"resetchannels",
-        b"&__shardsub:*",
-    ];
-    args.extend_from_slice(extra);
-    server.cmd(&args).unwrap();
-}
-
 #[test]
 fn a_refused_channel_is_isolated_reported_and_the_rest_of_its_batch_delivers() {
     for kind in kinds() {
         let server = Server::start(kind).unwrap();
         // User `app` may only use channels ok:*.
-        acl_app(&server, &[b"&ok:*"]);
+        support::pubsub::acl_app(&server, &[b"&ok:*"]);
         let ok = channels("ok", 40);
         let no: Vec<Vec<u8>> = vec![b"no:1".to_vec(), b"no:2".to_vec()];
         let ledger = Arc::new(Ledger::new(&ok));
@@ -475,7 +458,7 @@ fn a_refused_channel_is_isolated_reported_and_the_rest_of_its_batch_delivers() {
         let report = accounted::settle_and_check(&ledger, BOUND, &format!("{kind:?}"));
         assert_eq!(report.counts.delivered, 120);
         // Subscribing again retries; once the ACL allows it, it works.
-        acl_app(&server, &[b"&ok:*", b"&no:1"]);
+        support::pubsub::acl_app(&server, &[b"&ok:*", b"&no:1"]);
         ps.subscribe([&no[0]]).unwrap();
         ps.wait_active(&[&no[0]], BOUND)
             .unwrap_or_else(|e| panic!("{kind:?}: after the ACL change: {e}"));

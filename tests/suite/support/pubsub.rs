@@ -1,4 +1,4 @@
-//! `PUBSUB NUMSUB` on a server, for the Pub/Sub tests. Delivery goes
+//! `PUBSUB NUMSUB` on a server and an ACL user, for the Pub/Sub tests. Delivery goes
 //! through the accounting checker ([`super::accounted`]).
 
 /// `PUBSUB NUMSUB` for `channels` on a server, as counts.
@@ -18,4 +18,22 @@ pub fn numsub(server: &testkit::Server, channels: &[Vec<u8>]) -> Vec<i64> {
             other => panic!("NUMSUB count {other:?}"),
         })
         .collect()
+}
+
+/// `ACL SETUSER app …` (password `secret`): user `app` may use the
+/// library's service and probe channels (`__shardsub:*`) and the `extra`
+/// channel patterns (`&ok:*`).
+pub fn acl_app(server: &testkit::Server, extra: &[&[u8]]) {
+    let mut args: Vec<&[u8]> = vec![
+        b"ACL",
+        b"SETUSER",
+        b"app",
+        b"on",
+        b">secret",
+        b"+@all",
+        b"resetchannels",
+        b"&__shardsub:*",
+    ];
+    args.extend_from_slice(extra);
+    server.cmd(&args).unwrap();
 }
