@@ -15,6 +15,7 @@ use crate::control_loop::driver::Driver;
 use crate::control_loop::hold::PubState;
 use crate::control_loop::publish::{self, PubMsg};
 use crate::control_loop::shared::{Retry, Routes};
+use crate::engine::Room;
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -52,7 +53,7 @@ impl Driver {
                     // free must follow these.
                     Output::Submit { node, msg, asking } => match p.engines.get(&node) {
                         Some(e) => {
-                            if let Err(failed) = publish::try_submit(msg, e, asking) {
+                            if let Err(failed) = publish::try_submit(msg, e, asking, Room::Past) {
                                 unsent.push(failed);
                             }
                         }
@@ -71,7 +72,7 @@ impl Driver {
             s.hold.with(|p| install(&mut t, p, TableChange::All));
         }
         for (msg, e) in unsent {
-            let _ = publish::on_reply(&s, msg, Err(e));
+            let _ = publish::on_reply(&s, msg, Err(e), Room::Past);
         }
         for o in outputs {
             self.carry_output(o, redirect);
@@ -174,7 +175,7 @@ impl Driver {
             Some((Err(e), _)) => format!("{message}; cannot connect: {e}"),
             _ => message.to_string(),
         };
-        let _ = publish::carry_out(&self.s, verdict, own, &context);
+        let _ = publish::carry_out(&self.s, verdict, own, &context, Room::Past);
     }
 
     /// A cluster error as the core's reply (of a publish or a command):

@@ -49,7 +49,7 @@ pub(crate) use crate::control_loop::message::{KeptMsg, NewMsg, PubMsg};
 pub(crate) use crate::control_loop::outcome::{Done, Waiter};
 use crate::control_loop::shared::{Retry, Shared};
 use crate::engine::kept::{KeptSink, Staged};
-use crate::engine::Engine;
+use crate::engine::{Engine, Room};
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -87,7 +87,9 @@ impl PubMsg {
 /// Sends `msg` to `engine`, or as the publish core says when `engine` is
 /// `None` (to the slot's owner, behind the slot's held publishes, held
 /// while no owner is reachable, or kept for a retry while none is known);
-/// `asking` sends `ASKING` first on the same connection.
+/// `asking` sends `ASKING` first on the same connection. `room`: whether
+/// this thread may wait for room in a connection's staged bytes (see
+/// [`Room`]).
 ///
 /// # Errors
 ///
@@ -101,10 +103,11 @@ pub(crate) fn send(
     msg: PubMsg,
     engine: Option<Arc<Engine>>,
     asking: bool,
+    room: Room,
 ) -> Result<(), Error> {
     match engine {
-        Some(e) => submit(shared, msg, &e, asking),
-        None => admit(shared, msg, None, Ok(0)),
+        Some(e) => submit(shared, msg, &e, asking, room),
+        None => admit(shared, msg, None, Ok(0), room),
     }
 }
 
@@ -120,6 +123,7 @@ fn admit(
     msg: PubMsg,
     reply: Option<Reply>,
     own: Result<i64, Error>,
+    room: Room,
 ) -> Result<(), Error> {
     // Under the read lock: a route change (write lock, with the core's
     // gating of the slots it moves) cannot fall between the core's
@@ -132,7 +136,7 @@ fn admit(
     }
     match verdict {
         Verdict::Owner(msg) => match routes.engine_ref(msg.slot) {
-            Some(e) => submit(shared, msg, e, false),
+            Some(e) => submit(shared, msg, e, false, room),
             // The table follows the core under this lock: never.
             None => {
                 drop(routes);
@@ -148,7 +152,7 @@ fn admit(
         },
         verdict => {
             drop(routes);
-            carry_out(shared, verdict, own, "")
+            carry_out(shared, verdict, own, "", room)
         }
     }
 }
@@ -166,12 +170,13 @@ pub(crate) fn carry_out(
     verdict: Verdict<PubMsg>,
     own: Result<i64, Error>,
     context: &str,
+    room: Room,
 ) -> Result<(), Error> {
     match verdict {
-        Verdict::Owner(msg) => send(shared, msg, None, false),
+        Verdict::Owner(msg) => send(shared, msg, None, false, room),
         Verdict::Send { node, msg, asking } => match shared.hold.engine(node) {
-            Some(e) => submit(shared, msg, &e, asking),
-            None => send(shared, msg, None, false),
+            Some(e) => submit(shared, msg, &e, asking, room),
+            None => send(shared, msg, None, false, room),
         },
         Verdict::Done(msg) => msg.finish_result(shared, own),
         Verdict::Held { evicted, .. } => {
@@ -258,10 +263,11 @@ pub(crate) fn submit(
     msg: PubMsg,
     engine: &Engine,
     asking: bool,
+    room: Room,
 ) -> Result<(), Error> {
-    match try_submit(msg, engine, asking) {
+    match try_submit(msg, engine, asking, room) {
         Ok(()) => Ok(()),
-        Err((msg, e)) => on_reply(shared, msg, Err(e)),
+        Err((msg, e)) => on_reply(shared, msg, Err(e), room),
     }
 }
 
@@ -278,10 +284,11 @@ pub(crate) fn try_submit(
     msg: PubMsg,
     engine: &Engine,
     asking: bool,
+    room: Room,
 ) -> Result<(), (PubMsg, Error)> {
     // `ASKING` and the publish are staged under one lock: another
     // thread's publish cannot fall between them.
-    engine.submit_kept(msg, asking, |buf, msg| {
+    engine.submit_kept(msg, asking, room, |buf, msg| {
         buf.extend_from_slice(&msg.data);
         KeptMsg::Again(Box::new(msg))
     })
@@ -289,7 +296,9 @@ pub(crate) fn try_submit(
 
 impl KeptSink<KeptMsg> for Shared {
     fn kept(self: Arc<Self>, msg: PubMsg, result: Result<i64, Error>) {
-        let _ = on_reply(&self, msg, result);
+        // On the I/O thread: it never waits for room (it may be the
+        // thread that takes the staged bytes).
+        let _ = on_reply(&self, msg, result, Room::Past);
     }
 }
 
@@ -306,6 +315,7 @@ pub(crate) fn on_reply(
     shared: &Arc<Shared>,
     mut msg: PubMsg,
     r: Result<i64, Error>,
+    room: Room,
 ) -> Result<(), Error> {
     let reply = match &r {
         Ok(_) => Reply::Taken,
@@ -328,7 +338,7 @@ pub(crate) fn on_reply(
             if crate::history::script::is_noscript(message) {
                 if let Some((eval, _)) = crate::history::script::to_eval(&msg.data) {
                     msg.data = eval;
-                    return send(shared, msg, None, false);
+                    return send(shared, msg, None, false, room);
                 }
             }
             let host = addr.host();
@@ -339,7 +349,7 @@ pub(crate) fn on_reply(
         }
         Err(_) => Reply::Other,
     };
-    admit(shared, msg, Some(reply), r)
+    admit(shared, msg, Some(reply), r, room)
 }
 
 /// A redirect or a refusal, for the control thread (counted).
@@ -420,19 +430,19 @@ pub(crate) fn publish(
         let routes = shared.routes.read_recursive();
         match routes.engine_ref(shared.parts.slot(p)) {
             Some(e) if !shared.hold.busy() => {
-                match e.submit_kept(new, false, |buf, new| encode(shared, buf, new)) {
+                match e.submit_kept(new, false, Room::Wait, |buf, new| encode(shared, buf, new)) {
                     Ok(()) => return Ok(()),
                     Err((new, err)) => {
                         drop(routes);
                         let msg = message(shared, new);
-                        return on_reply(shared, msg, Err(err));
+                        return on_reply(shared, msg, Err(err), Room::Wait);
                     }
                 }
             }
             _ => new,
         }
     };
-    send(shared, message(shared, new), None, false)
+    send(shared, message(shared, new), None, false, Room::Wait)
 }
 
 /// A new publish's message with its command in a buffer of its own.

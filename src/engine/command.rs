@@ -8,7 +8,7 @@ use crate::engine::handle::Engine;
 #[cfg(feature = "tokio")]
 use crate::engine::lend_async;
 use crate::engine::pending::{Completion, Pending, SlotRef};
-use crate::engine::shared::stage_asking;
+use crate::engine::shared::{stage_asking, Room};
 use crate::error::Error;
 
 /// A request for one reply of any kind, its handle and its cell.
@@ -178,7 +178,7 @@ impl Engine {
             Ok(c) => c,
             Err(e) => return slot.complete(Err(e)),
         };
-        let staged = conn.submit_with(slot, |staging, slot| {
+        let staged = conn.submit_with(slot, Room::Wait, |staging, slot| {
             if asking {
                 stage_asking(staging);
             }

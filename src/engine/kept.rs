@@ -163,7 +163,7 @@ pub(crate) trait InFlight: Send {
     fn fail(&mut self, error: Error, settings: &Settings);
     /// Fails every one still here (the connection is over).
     fn fail_rest(&mut self, error: &Error, settings: &Settings);
-    /// Requests waiting, batches kept, and spare batch buffers.
+    /// Requests waiting, batches kept, and the kept bytes' capacity.
     #[cfg(test)]
     fn size(&self) -> (usize, usize, usize);
 }
@@ -213,7 +213,7 @@ impl Kept {
         }
     }
 
-    /// Requests waiting, batches kept, and spare batch buffers.
+    /// Requests waiting, batches kept, and the kept bytes' capacity.
     #[cfg(test)]
     pub(crate) fn size(&self) -> (usize, usize, usize) {
         self.0.as_ref().map_or((0, 0, 0), |q| q.size())
@@ -226,14 +226,18 @@ impl Kept {
 /// of them is answered. A plain reply copies nothing; a request that needs
 /// its bytes again (an error, a reply it asked to see) gets a copy. Owned
 /// by the I/O thread: nothing here crosses threads.
+///
+/// The batches' bytes lie one after another in one buffer, which grows
+/// only when more bytes wait than ever before (and is emptied whenever
+/// none wait), so how the drains happen to be cut up allocates nothing.
 struct InFlightOf<M> {
     queue: VecDeque<M>,
-    /// Staged bytes with requests of `queue` in them, oldest first.
+    /// Staged bytes with requests of `queue` in them, oldest first: where
+    /// each lies in `bytes`.
     batches: VecDeque<Batch>,
-    /// Empty buffers for the next batches.
-    spare: Vec<Vec<u8>>,
-    /// Their capacity.
-    spare_bytes: usize,
+    /// The batches' bytes, from the oldest's `at` on (what lies before it
+    /// is done with).
+    bytes: Vec<u8>,
 }
 
 impl<M> Default for InFlightOf<M> {
@@ -241,23 +245,22 @@ impl<M> Default for InFlightOf<M> {
         InFlightOf {
             queue: VecDeque::new(),
             batches: VecDeque::new(),
-            spare: Vec::new(),
-            spare_bytes: 0,
+            bytes: Vec::new(),
         }
     }
 }
 
-/// A copy of one drain's staged bytes, and how many of its requests wait.
+/// Where a copy of one drain's staged bytes lies, and how many of its
+/// requests wait.
 struct Batch {
-    bytes: Vec<u8>,
+    at: usize,
+    len: usize,
     waiting: usize,
 }
 
-/// Spare batch buffers kept at most.
-pub(crate) const SPARE_BATCHES: usize = 8;
-/// Capacity the spare batch buffers of one connection keep at most (a
+/// Capacity the kept bytes of one connection keep once none wait (a
 /// drain is about the staged-bytes bound, 4 MiB by default, or less).
-pub(crate) const SPARE_BYTES: usize = 16 << 20;
+pub(crate) const KEPT_BYTES: usize = 16 << 20;
 
 impl<M: KeptItem> InFlight for InFlightOf<M> {
     fn take(&mut self, staged: &mut dyn Any, bytes: &[u8]) {
@@ -267,11 +270,12 @@ impl<M: KeptItem> InFlight for InFlightOf<M> {
         };
         let waiting = staged.iter().filter(|m| m.staged().is_some()).count();
         if waiting > 0 {
-            let mut copy = self.spare.pop().unwrap_or_default();
-            self.spare_bytes -= copy.capacity();
-            copy.extend_from_slice(bytes);
+            self.make_room(bytes.len());
+            let at = self.bytes.len();
+            self.bytes.extend_from_slice(bytes);
             self.batches.push_back(Batch {
-                bytes: copy,
+                at,
+                len: bytes.len(),
                 waiting,
             });
         }
@@ -334,7 +338,7 @@ impl<M: KeptItem> InFlight for InFlightOf<M> {
 
     #[cfg(test)]
     fn size(&self) -> (usize, usize, usize) {
-        (self.queue.len(), self.batches.len(), self.spare.len())
+        (self.queue.len(), self.batches.len(), self.bytes.capacity())
     }
 }
 
@@ -343,7 +347,8 @@ impl<M: KeptItem> InFlightOf<M> {
     /// its next send.
     fn whole(&mut self, msg: M) -> M::Whole {
         let staged = msg.staged().is_some();
-        let msg = msg.into_whole(self.batches.front().map_or(&[][..], |b| &b.bytes));
+        let front = self.batches.front().map_or(0..0, |b| b.at..b.at + b.len);
+        let msg = msg.into_whole(&self.bytes[front]);
         if staged {
             self.done_with_front();
         }
@@ -359,14 +364,34 @@ impl<M: KeptItem> InFlightOf<M> {
         };
         b.waiting -= 1;
         if b.waiting == 0 {
-            if let Some(Batch { mut bytes, .. }) = self.batches.pop_front() {
-                let c = bytes.capacity();
-                if self.spare.len() < SPARE_BATCHES && self.spare_bytes + c <= SPARE_BYTES {
-                    bytes.clear();
-                    self.spare_bytes += c;
-                    self.spare.push(bytes);
+            self.batches.pop_front();
+            if self.batches.is_empty() {
+                self.bytes.clear();
+                if self.bytes.capacity() > KEPT_BYTES {
+                    self.bytes.shrink_to(KEPT_BYTES);
                 }
             }
+        }
+    }
+
+    /// Makes room for `n` more bytes: moves the bytes still waiting to
+    /// the front when the buffer is full, and grows it (to twice what
+    /// waits, so that moving stays rare) when that is not enough.
+    fn make_room(&mut self, n: usize) {
+        if self.bytes.len() + n <= self.bytes.capacity() {
+            return;
+        }
+        let from = self.batches.front().map_or(self.bytes.len(), |b| b.at);
+        if from > 0 {
+            self.bytes.copy_within(from.., 0);
+            self.bytes.truncate(self.bytes.len() - from);
+            for b in &mut self.batches {
+                b.at -= from;
+            }
+        }
+        let want = 2 * (self.bytes.len() + n);
+        if self.bytes.capacity() < want {
+            self.bytes.reserve_exact(want - self.bytes.len());
         }
     }
 }
@@ -519,27 +544,29 @@ mod tests {
         ]);
         kept.take(&mut queue, &staged_bytes);
         assert!(queue.is_empty());
-        assert_eq!(kept.size(), (3, 1, 0), "three waiting in one batch");
+        let cap = kept.size().2;
+        assert_eq!(kept.size(), (3, 1, cap), "three waiting in one batch");
+        assert!(cap >= staged_bytes.len());
         // A plain reply: the callback runs, nothing is copied.
         kept.reply(Ok(4), &s);
         assert_eq!(ran.load(Ordering::SeqCst), 1);
-        assert_eq!(kept.size(), (2, 1, 0));
+        assert_eq!(kept.size(), (2, 1, cap));
         // An error reply goes to the sink with a copy of its bytes.
         kept.reply(Err(Error::Shutdown), &s);
-        // A failure too, in order; the batch is done, its buffer kept.
+        // A failure too, in order; the batch is done, its room kept.
         kept.fail(Error::Shutdown, &s);
-        assert_eq!(kept.size(), (0, 0, 1));
+        assert_eq!(kept.size(), (0, 0, cap));
         let got = sink.0.lock().unwrap();
         let seqs: Vec<_> = got.iter().map(|(q, _, d)| (*q, d.clone())).collect();
         assert_eq!(seqs, vec![(1, b"bbbb".to_vec()), (2, b"cc".to_vec())]);
         drop(got);
-        // The next batch reuses the spare buffer; a request with bytes of
-        // its own (a resend) keeps them and waits on no batch.
+        // The next batch reuses the room; a request with bytes of its own
+        // (a resend) keeps them and waits on no batch.
         let mut queue = staged([new(3, 0..2, None), again(4, b"own", false, None)]);
         kept.take(&mut queue, b"zz");
-        assert_eq!(kept.size(), (2, 1, 0), "the spare buffer was taken");
+        assert_eq!(kept.size(), (2, 1, cap), "the room was reused");
         kept.reply(Err(Error::Shutdown), &s);
-        assert_eq!(kept.size(), (1, 0, 1), "only the staged one waited on it");
+        assert_eq!(kept.size(), (1, 0, cap), "only the staged one waited on it");
         kept.reply(Err(Error::Shutdown), &s);
         let got = sink.0.lock().unwrap();
         assert_eq!(got[2].2, b"zz");
@@ -547,7 +574,7 @@ mod tests {
         drop(got);
         // Resends only: no batch kept at all.
         kept.take(&mut staged([again(5, b"x", false, None)]), b"x");
-        assert_eq!(kept.size(), (1, 0, 1));
+        assert_eq!(kept.size(), (1, 0, cap));
     }
 
     #[test]
@@ -576,7 +603,7 @@ mod tests {
             b"n",
         );
         kept.fail_rest(&Error::Shutdown, &s);
-        assert_eq!(kept.size(), (0, 0, 1), "one spare buffer, reused");
+        assert_eq!((kept.size().0, kept.size().1), (0, 0), "none left");
         let got = sink.0.lock().unwrap();
         let last: Vec<_> = got
             .iter()
@@ -586,29 +613,58 @@ mod tests {
         assert_eq!(last, vec![(11, b"n".to_vec()), (12, b"a".to_vec())]);
     }
 
+    /// The batches in flight with `cuts`: `total` bytes cut into drains of
+    /// the sizes `cuts` gives in turn, each with one request waiting on
+    /// it, and answered in order after `lag` more drains are in flight
+    /// (all at the end).
+    fn cut_up(kept: &mut Kept, s: &Settings, total: usize, cuts: &[usize], lag: usize) {
+        let bytes = vec![b'x'; total];
+        let (mut at, mut in_flight) = (0, 0);
+        for (i, cut) in cuts.iter().cycle().enumerate() {
+            if at >= total {
+                break;
+            }
+            let end = (at + cut).min(total);
+            kept.take(&mut staged([new(i as u64, 0..1, None)]), &bytes[at..end]);
+            at = end;
+            in_flight += 1;
+            if in_flight > lag {
+                kept.reply(Ok(1), s);
+                in_flight -= 1;
+            }
+        }
+        for _ in 0..in_flight {
+            kept.reply(Ok(1), s);
+        }
+        assert_eq!(kept.size().0, 0);
+    }
+
     #[test]
-    fn spare_batch_buffers_are_bounded() {
+    fn kept_bytes_grow_only_past_their_deepest_however_drains_are_cut() {
         let s = settings(None);
         let mut kept = Kept::default();
-        // Many batches in flight at once, then all answered.
-        for i in 0..SPARE_BATCHES as u64 + 5 {
-            kept.take(&mut staged([new(i, 0..1, None)]), b"x");
+        // The deepest round first: all of it in flight at once.
+        cut_up(&mut kept, &s, 100_000, &[1_000], usize::MAX);
+        let cap = kept.size().2;
+        assert!(cap >= 100_000, "{cap}");
+        // Then ten times as many bytes, never more than half as deep, in
+        // flight as the drains and replies happen to interleave: many
+        // small drains, a few large, a mix, up to 50 drains in flight.
+        // The room is reused: it neither grows nor is given back.
+        for (cuts, lag) in [
+            (&[7][..], 50),
+            (&[20_000, 3], 1),
+            (&[1, 999, 12_345, 64], 3),
+            (&[50_000], 0),
+            (&[333, 5_000], 8),
+        ] {
+            cut_up(&mut kept, &s, 1_000_000, cuts, lag);
+            assert_eq!(kept.size().2, cap, "cuts {cuts:?}, lag {lag}");
         }
-        assert_eq!(kept.size().1, SPARE_BATCHES + 5);
-        for _ in 0..SPARE_BATCHES + 5 {
-            kept.reply(Ok(1), &s);
-        }
-        assert_eq!(kept.size(), (0, 0, SPARE_BATCHES));
-        // And by their bytes: large batches are not all kept.
-        let mut kept = Kept::default();
-        let big = vec![b'x'; SPARE_BYTES / 3 + 1];
-        for i in 0..4 {
-            kept.take(&mut staged([new(i, 0..1, None)]), &big);
-        }
-        for _ in 0..4 {
-            kept.reply(Ok(1), &s);
-        }
-        assert_eq!(kept.size().2, 2, "two fit in {SPARE_BYTES} bytes");
+        // A round deeper than the bound: the room it took is let go, down
+        // to the bound, once none waits.
+        cut_up(&mut kept, &s, KEPT_BYTES * 2, &[1 << 20], usize::MAX);
+        assert_eq!(kept.size().2, KEPT_BYTES);
     }
 
     #[test]

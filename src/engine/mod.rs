@@ -74,4 +74,5 @@ pub use stats::EngineStats;
 
 pub(crate) use host::on_runtime_thread;
 pub(crate) use pending::SlotRef;
+pub(crate) use shared::Room;
 pub(crate) use wait::Closing;

@@ -10,7 +10,7 @@ use crate::engine::kept;
 use crate::engine::lend_async;
 use crate::engine::pending::{Completion, Pending};
 use crate::engine::settings::PublishOptions;
-use crate::engine::shared::stage_asking;
+use crate::engine::shared::{stage_asking, Room};
 use crate::error::Error;
 use crate::metrics::add;
 
@@ -223,7 +223,8 @@ impl Engine {
     /// takes them, unless it has them already). The outcome completes it,
     /// or goes to the engine's [`KeptSink`](kept::KeptSink). No allocation
     /// in steady state, and nothing shared with the I/O thread but the
-    /// staging lock.
+    /// staging lock. At the staged-bytes bound it waits or not as `room`
+    /// says.
     ///
     /// # Errors
     ///
@@ -233,6 +234,7 @@ impl Engine {
         &self,
         state: S,
         asking: bool,
+        room: Room,
         encode: F,
     ) -> Result<(), (S, Error)>
     where
@@ -247,22 +249,23 @@ impl Engine {
         );
         // One connection per publish engine. With more, every publish
         // routes by the same (empty) name: one connection while it is up.
-        self.route_channel(&[]).submit_with(state, |staging, s| {
-            if asking {
-                stage_asking(staging);
-            }
-            let msg = encode(&mut staging.buf, s);
-            match staging.kept.stage(msg) {
-                Ok(()) => Request::single(Completion::Kept),
-                // Not reached: every kept request of an engine is of one
-                // kind, so its staged queue is too.
-                Err(msg) => {
-                    debug_assert!(false, "kept requests of two kinds on one engine");
-                    M::orphan(msg.into_whole(&staging.buf));
-                    Request::single(Completion::Discard)
+        self.route_channel(&[])
+            .submit_with(state, room, |staging, s| {
+                if asking {
+                    stage_asking(staging);
                 }
-            }
-        })
+                let msg = encode(&mut staging.buf, s);
+                match staging.kept.stage(msg) {
+                    Ok(()) => Request::single(Completion::Kept),
+                    // Not reached: every kept request of an engine is of one
+                    // kind, so its staged queue is too.
+                    Err(msg) => {
+                        debug_assert!(false, "kept requests of two kinds on one engine");
+                        M::orphan(msg.into_whole(&staging.buf));
+                        Request::single(Completion::Discard)
+                    }
+                }
+            })
     }
 
     /// Sends `encoded`, one whole command already in RESP whose reply is

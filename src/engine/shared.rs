@@ -73,6 +73,22 @@ pub(crate) struct ConnShared {
     pub(crate) max_wait: Option<Duration>,
 }
 
+/// What a submitter does when a connection's staged bytes are at their
+/// bound ([`ConnShared::max_buffered`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// Waits for the I/O thread to take them, bounded by `max_wait`: an
+    /// application's thread (backpressure).
+    Wait,
+    /// Stages past the bound at once: a library thread that an I/O thread
+    /// may be waiting on, or that is one (the control thread under the
+    /// publish core's lock, which an I/O thread carrying out a reply needs;
+    /// an I/O thread, which may be the one to take the bytes). What it
+    /// stages is bounded elsewhere: publishes held within the hold's
+    /// limits, or already in flight.
+    Past,
+}
+
 impl ConnShared {
     /// The address connected to now.
     pub(crate) fn addr(&self) -> crate::addr::ServerAddr {
@@ -89,18 +105,28 @@ impl ConnShared {
     where
         F: FnOnce(&mut Vec<u8>),
     {
-        self.submit_with((encode, request), |staging, (encode, request)| {
-            encode(&mut staging.buf);
-            request
-        })
+        self.submit_with(
+            (encode, request),
+            Room::Wait,
+            |staging, (encode, request)| {
+                encode(&mut staging.buf);
+                request
+            },
+        )
         .map_err(|((_, request), e)| (request, e))
     }
 
     /// Encodes a command into the staging area with `encode`, which appends
     /// it to the staged bytes and returns its request (so a kept publish
-    /// can say where its bytes lie). On a connection that cannot take it,
-    /// gives `state` back, unused, with the reason.
-    pub(crate) fn submit_with<S, F>(&self, state: S, encode: F) -> Result<(), (S, Error)>
+    /// can say where its bytes lie). At the bound, waits or not as `room`
+    /// says. On a connection that cannot take it, gives `state` back,
+    /// unused, with the reason.
+    pub(crate) fn submit_with<S, F>(
+        &self,
+        state: S,
+        room: Room,
+        encode: F,
+    ) -> Result<(), (S, Error)>
     where
         F: FnOnce(&mut Staging, S) -> Request<Completion>,
     {
@@ -108,7 +134,7 @@ impl ConnShared {
         if let Err(e) = self.check_state() {
             return Err((state, e));
         }
-        if staging.buf.len() >= self.max_buffered {
+        if staging.buf.len() >= self.max_buffered && room == Room::Wait {
             // The server is not keeping up: wait for the I/O thread to take
             // the staged bytes (it does once the socket has taken the last
             // batch), bounded by `max_wait`.

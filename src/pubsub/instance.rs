@@ -359,7 +359,11 @@ impl PubSub {
     ///
     /// It can block only while its connection has
     /// [`Builder::max_buffered_bytes`](crate::engine::Builder::max_buffered_bytes)
-    /// queued (backpressure), for at most the request timeout.
+    /// queued (backpressure), for at most the request timeout. What the
+    /// library sends again on its own (on a cluster: held publishes
+    /// released to a new owner, a publish sent on after a reply) never
+    /// waits there: it is queued past that bound, which the publish hold's
+    /// limits and the publishes in flight bound in turn.
     ///
     /// # Errors
     ///

@@ -33,7 +33,12 @@
 //! would also count buffers growing to a depth the scheduling decided.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Whether each allocation in a window prints its backtrace (the
+/// `TESTKIT_ALLOC_TRACE` variable set: see [`CountingAlloc::windows`]).
+static TRACING: AtomicBool = AtomicBool::new(false);
 
 /// Forwards every call to [`System`] unchanged and counts allocations
 /// (`alloc`, `alloc_zeroed` and `realloc` calls) across all threads, and
@@ -62,18 +67,43 @@ impl CountingAlloc {
     /// `window` (given its index), one after the other. Run enough calls
     /// in a window that the rate to catch shows in each: a window of `k`
     /// calls sees every allocation made once per `k` calls or more often.
+    ///
+    /// With the environment variable `TESTKIT_ALLOC_TRACE` set, each
+    /// allocation in a window prints its size, thread and backtrace to
+    /// stderr (what the tracer allocates is not counted): where a path
+    /// that should allocate nothing does.
     pub fn windows(&self, count: usize, mut window: impl FnMut(usize)) -> Windows {
         // Allocated before the first window; pushing stays within it.
         let mut counts = Vec::with_capacity(count);
+        let trace = std::env::var_os("TESTKIT_ALLOC_TRACE").is_some();
         for i in 0..count {
+            TRACING.store(trace, Ordering::Relaxed);
             let before = self.allocations();
             window(i);
+            TRACING.store(false, Ordering::Relaxed);
             counts.push(self.allocations() - before);
         }
         Windows(counts)
     }
 
     fn counted(&self, p: *mut u8, grown_by: isize) -> *mut u8 {
+        thread_local! {
+            static TRACING_HERE: Cell<bool> = const { Cell::new(false) };
+        }
+        if TRACING.load(Ordering::Relaxed) {
+            // Not the tracer's own allocations: neither traced nor counted.
+            if TRACING_HERE.try_with(|c| c.replace(true)).unwrap_or(true) {
+                return p;
+            }
+            let bt = std::backtrace::Backtrace::force_capture();
+            let thread = std::thread::current();
+            eprintln!(
+                "testkit alloc trace: {grown_by} bytes on thread {:?}\n{bt}",
+                thread.name().unwrap_or("?")
+            );
+            drop(thread);
+            let _ = TRACING_HERE.try_with(|c| c.set(false));
+        }
         self.allocations.fetch_add(1, Ordering::Relaxed);
         if !p.is_null() {
             this_thread::record(1, grown_by);
