@@ -88,6 +88,16 @@ pub enum Error {
         /// The server's error text.
         message: Arc<str>,
     },
+    /// The server is not a primary where one was needed: a master a
+    /// Sentinel named, which `ROLE` says is a replica (a Sentinel's answer
+    /// can be stale during a failover). The Sentinels are asked again at
+    /// the connection's next attempt.
+    NotPrimary {
+        /// The server.
+        addr: ServerAddr,
+        /// What `ROLE` says it is (`slave`, `sentinel`, …).
+        role: Arc<str>,
+    },
     /// The server answered with an error reply (`-ERR …`, `-WRONGTYPE …`).
     /// The connection is fine; the command was wrong for the server.
     Reply {
@@ -287,6 +297,7 @@ impl Error {
             },
             ConnError::Auth(message) => Error::Auth { addr, message },
             ConnError::Handshake(message) => Error::Handshake { addr, message },
+            ConnError::NotPrimary(role) => Error::NotPrimary { addr, role },
             ConnError::Aborted => Error::Shutdown,
             reason => Error::ConnectionLost { addr, reason },
         }
@@ -311,6 +322,7 @@ impl Error {
                 | Error::WaitTimeout { .. }
                 | Error::Unreachable { .. }
                 | Error::Discovery { .. }
+                | Error::NotPrimary { .. }
         )
     }
 
@@ -342,10 +354,7 @@ impl fmt::Display for Error {
             ),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Resolve { addr, reason } => {
-                write!(
-                    f,
-                    "cannot resolve server address {addr:?}: {reason} (expected host:port)"
-                )
+                write!(f, "cannot resolve server address {addr:?}: {reason}")
             }
             Error::Connect { addr, reason, .. } => write!(
                 f,
@@ -366,6 +375,11 @@ impl fmt::Display for Error {
             Error::Handshake { addr, message } => {
                 write!(f, "{addr} refused the connection handshake: {message}")
             }
+            Error::NotPrimary { addr, role } => write!(
+                f,
+                "{addr} is not a primary (ROLE says {role}), though a Sentinel named it \
+                 the master; the Sentinels are asked again"
+            ),
             Error::Reply { addr, message } => write!(f, "{addr} replied with an error: {message}"),
             Error::UnexpectedReply { addr, expected } => {
                 write!(f, "{addr} sent a reply that is not {expected}")

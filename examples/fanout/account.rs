@@ -83,10 +83,14 @@ impl Books {
     }
 
     /// One more message on every channel (from the publisher `i % P`
-    /// that published its others), then waits (bounded) until every
+    /// that published its others), at `rate` messages a second (the
+    /// run's target; `None`: flat out), then waits (bounded) until every
     /// publish has its outcome and every engine has got the last message
     /// of each of its channels: whatever is still missing then is lost, not
-    /// late.
+    /// late. Paced like the run, the round checks what the run promises; a
+    /// round of every channel at once is a burst the run never had, which
+    /// a worker's queue may drop (signalled) when one worker handles most
+    /// of the channels.
     ///
     /// # Errors
     ///
@@ -95,11 +99,20 @@ impl Books {
         &self,
         publishers: &[PubSub],
         names: &[Vec<u8>],
+        rate: Option<f64>,
         bound: Duration,
     ) -> Result<(), String> {
         let (mut body, mut buf) = (Vec::new(), Vec::new());
+        let begin = std::time::Instant::now();
         // Each channel from its own publisher, behind its earlier messages.
         for i in 0..names.len() {
+            if let Some(r) = rate {
+                let due = begin + Duration::from_secs_f64(i as f64 / r);
+                let ahead = due.saturating_duration_since(std::time::Instant::now());
+                if ahead >= Duration::from_millis(1) {
+                    std::thread::sleep(ahead);
+                }
+            }
             let publisher = &publishers[i % publishers.len()];
             self.publish(publisher, names, i, &mut body, &mut buf);
         }

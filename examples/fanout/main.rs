@@ -235,7 +235,9 @@ fn run(o: &Options) -> Result<bool, String> {
 
     // Let what is in flight land, then read the servers while every
     // instance is still connected.
-    let settled = books.last_round_and_settle(&inst.publishers, &names, Duration::from_secs(20));
+    let rate = Some(publish::target_at(o, publishing_secs)).filter(|r| *r > 0.0);
+    let settled =
+        books.last_round_and_settle(&inst.publishers, &names, rate, Duration::from_secs(20));
     let library_cpu = servers::library_cpu() - library_before;
     let demo_cpu = (servers::client_cpu() - client_before - library_cpu).max(0.0);
     for ps in inst

@@ -168,9 +168,10 @@ pub fn config(a: u8, b: u8) -> ConnConfig {
                 max_line_len: 256,
             },
         },
-        // The handshake's `SCRIPT LOAD` step is not fuzzed yet (no bit of
-        // the schedule's first two bytes is free for it).
+        // The handshake's `SCRIPT LOAD` and `ROLE` steps are not fuzzed yet
+        // (no bit of the schedule's first two bytes is free for them).
         load_scripts: Vec::new(),
+        require_primary: false,
     }
 }
 

@@ -1,6 +1,9 @@
 //! The connection handshake: `HELLO 3 [AUTH user pass] [SETNAME name]`, or,
 //! for RESP2 (asked for, or fallen back to when `HELLO` is refused),
-//! `AUTH` and `CLIENT SETNAME` as separate commands.
+//! `AUTH` and `CLIENT SETNAME` as separate commands; then, for a server
+//! that must be a primary ([`ConnConfig::require_primary`]), `ROLE`, once
+//! the rest is answered (so it is sent authenticated whichever protocol
+//! was settled on).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -18,6 +21,8 @@ enum Step {
     SetName,
     /// `SCRIPT LOAD` of one of [`ConnConfig::load_scripts`].
     LoadScript,
+    /// `ROLE`, whose reply must say `master`.
+    Role,
 }
 
 /// Handshake progress.
@@ -26,6 +31,8 @@ pub(super) struct Handshake {
     steps: VecDeque<Step>,
     pub(super) deadline: Instant,
     fell_back: bool,
+    /// `ROLE` is still to be sent, after the other steps.
+    role_to_check: bool,
 }
 
 /// What a handshake reply led to.
@@ -35,6 +42,8 @@ pub(super) enum HandshakeOutcome {
     Continue,
     /// `HELLO` was refused; RESP2 commands were queued.
     FellBack,
+    /// One more command was queued (`ROLE`).
+    Sent,
     /// The handshake is over.
     Done { fell_back: bool },
     /// The server refused a step.
@@ -57,13 +66,19 @@ impl Handshake {
             resp::encode_command(out, [&b"SCRIPT"[..], b"LOAD", script.as_bytes()]);
             steps.push_back(Step::LoadScript);
         }
+        let mut role_to_check = config.require_primary;
         if steps.is_empty() {
-            return None;
+            if !role_to_check {
+                return None;
+            }
+            encode_role(out, &mut steps);
+            role_to_check = false;
         }
         Some(Handshake {
             steps,
             deadline: now + config.handshake_timeout,
             fell_back: false,
+            role_to_check,
         })
     }
 
@@ -93,7 +108,7 @@ impl Handshake {
                 Step::Hello if is_auth_error(&text) => {
                     HandshakeOutcome::Failed(ConnError::Auth(text))
                 }
-                Step::Hello | Step::SetName | Step::LoadScript => {
+                Step::Hello | Step::SetName | Step::LoadScript | Step::Role => {
                     HandshakeOutcome::Failed(ConnError::Handshake(text))
                 }
                 Step::Auth => HandshakeOutcome::Failed(ConnError::Auth(text)),
@@ -103,6 +118,16 @@ impl Handshake {
             if let Some(text) = error_text(frame) {
                 log::info!("SCRIPT LOAD refused in the handshake ({text}): NOSCRIPT later");
             }
+        }
+        if step == Step::Role {
+            if let Some(role) = not_primary(frame) {
+                return HandshakeOutcome::Failed(ConnError::NotPrimary(role));
+            }
+        }
+        if self.steps.is_empty() && self.role_to_check {
+            self.role_to_check = false;
+            encode_role(out, &mut self.steps);
+            return HandshakeOutcome::Sent;
         }
         if self.steps.is_empty() {
             HandshakeOutcome::Done {
@@ -139,6 +164,26 @@ fn encode_resp2_steps(config: &ConnConfig, out: &mut Vec<u8>, steps: &mut VecDeq
     if let Some(name) = &config.client_name {
         resp::encode_command(out, [&b"CLIENT"[..], b"SETNAME", name]);
         steps.push_back(Step::SetName);
+    }
+}
+
+fn encode_role(out: &mut Vec<u8>, steps: &mut VecDeque<Step>) {
+    resp::encode_command(out, [&b"ROLE"[..]]);
+    steps.push_back(Step::Role);
+}
+
+/// The role a `ROLE` reply names, unless it is `master` (the reply's
+/// first element).
+fn not_primary(frame: &Frame<'_>) -> Option<Arc<str>> {
+    let v = frame.to_value();
+    let role = v
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(resp::Value::as_bytes);
+    match role {
+        Some(b"master") => None,
+        Some(r) => Some(String::from_utf8_lossy(r).into()),
+        None => Some(format!("unreadable ROLE reply {v:?}").into()),
     }
 }
 

@@ -310,6 +310,11 @@ impl<T> State<T> {
                     self.flush_at = Some(self.now);
                 }
             }
+            HandshakeOutcome::Sent => {
+                if !self.out.is_empty() {
+                    self.flush_at = Some(self.now);
+                }
+            }
             HandshakeOutcome::Done { fell_back } => {
                 if fell_back {
                     self.protocol = Protocol::Resp2;

@@ -258,6 +258,75 @@ fn resp2_auth_refused() {
 }
 
 #[test]
+fn a_server_that_must_be_a_primary_is_asked_role_last_and_a_replica_is_refused() {
+    let role = |r: &str| format!("*3\r\n${}\r\n{r}\r\n$9\r\n127.0.0.1\r\n:6379\r\n", r.len());
+    // RESP3: after HELLO is answered, so ROLE runs authenticated.
+    for (reply, want) in [
+        ("master", None),
+        ("slave", Some("slave")),
+        ("sentinel", Some("sentinel")),
+    ] {
+        let t0 = Instant::now();
+        let cfg = ConnConfig {
+            require_primary: true,
+            password: Some(b"pw".to_vec()),
+            ..config()
+        };
+        let mut c: Connection<u32> = Connection::new(cfg, t0);
+        send(&mut c, &["GET", "k"], 7, t0);
+        assert_eq!(
+            transmit(&mut c, t0),
+            cmd(&["HELLO", "3", "AUTH", "default", "pw"])
+        );
+        c.handle_read(HELLO_REPLY, t0);
+        assert_eq!(drain(&mut c), vec![], "{reply}: not connected before ROLE");
+        assert_eq!(transmit(&mut c, t0), cmd(&["ROLE"]), "{reply}");
+        c.handle_read(role(reply).as_bytes(), t0);
+        match want {
+            None => {
+                assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp3, false)]);
+                assert_eq!(transmit(&mut c, t0), cmd(&["GET", "k"]));
+            }
+            Some(r) => {
+                let events = drain(&mut c);
+                assert!(
+                    events.contains(&Ev::Closed(ConnError::NotPrimary(r.into()))),
+                    "{reply}: {events:?}"
+                );
+            }
+        }
+    }
+    // RESP2 with nothing else to send: ROLE alone.
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        protocol: Protocol::Resp2,
+        require_primary: true,
+        ..config()
+    };
+    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    assert_eq!(transmit(&mut c, t0), cmd(&["ROLE"]));
+    c.handle_read(role("master").as_bytes(), t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, false)]);
+    // HELLO refused: ROLE follows the RESP2 AUTH, not the HELLO.
+    let t0 = Instant::now();
+    let cfg = ConnConfig {
+        require_primary: true,
+        password: Some(b"pw".to_vec()),
+        ..config()
+    };
+    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    transmit(&mut c, t0);
+    c.handle_read(b"-ERR unknown command 'HELLO'\r\n", t0);
+    assert_eq!(drain(&mut c), vec![]);
+    assert_eq!(transmit(&mut c, t0), cmd(&["AUTH", "pw"]));
+    c.handle_read(b"+OK\r\n", t0);
+    assert_eq!(drain(&mut c), vec![]);
+    assert_eq!(transmit(&mut c, t0), cmd(&["ROLE"]));
+    c.handle_read(role("master").as_bytes(), t0);
+    assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, true)]);
+}
+
+#[test]
 fn plain_resp2_needs_no_handshake() {
     let t0 = Instant::now();
     let cfg = ConnConfig {

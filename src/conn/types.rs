@@ -111,6 +111,10 @@ pub struct ConnConfig {
     /// restarted, or a new primary, holds none). A refusal is logged, not
     /// fatal: the `EVALSHA` then meets `NOSCRIPT`.
     pub load_scripts: Vec<&'static str>,
+    /// Ask `ROLE` as the handshake's last step and fail the connection
+    /// with [`ConnError::NotPrimary`] unless the server says `master` (a
+    /// server found through Sentinel, whose answer can be stale).
+    pub require_primary: bool,
 }
 
 impl Default for ConnConfig {
@@ -127,6 +131,7 @@ impl Default for ConnConfig {
             handshake_timeout: Duration::from_secs(5),
             limits: Limits::default(),
             load_scripts: Vec::new(),
+            require_primary: false,
         }
     }
 }
@@ -148,6 +153,10 @@ pub enum ConnError {
     Auth(Arc<str>),
     /// The server refused a handshake step for another reason (its error text).
     Handshake(Arc<str>),
+    /// The server is not a primary, where one was required (what `ROLE`
+    /// said it is: `slave`, `sentinel`, …): a Sentinel named a master
+    /// that was a replica by then.
+    NotPrimary(Arc<str>),
     /// The peer closed the connection.
     Closed,
     /// A socket error of this kind.
@@ -165,6 +174,9 @@ impl std::fmt::Display for ConnError {
             ConnError::HandshakeTimeout(d) => write!(f, "handshake not finished within {d:?}"),
             ConnError::Auth(m) => write!(f, "server refused the credentials: {m}"),
             ConnError::Handshake(m) => write!(f, "server refused the handshake: {m}"),
+            ConnError::NotPrimary(role) => {
+                write!(f, "server is not a primary (ROLE says {role})")
+            }
             ConnError::Closed => f.write_str("server closed the connection"),
             ConnError::Io(k) => write!(f, "socket error: {k}"),
             ConnError::Aborted => f.write_str("connection closed by the client"),

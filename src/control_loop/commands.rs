@@ -140,6 +140,9 @@ impl Driver {
                 named
             }
         };
+        // A master found through Sentinel, opened at the address looked
+        // up: its connection checks that it is one (`ROLE`).
+        let sentinel_master = looked_up.as_ref().is_some_and(|n| n.is_sentinel_master());
         let (addr, why) = match looked_up {
             // An IP address or a Unix socket: nothing to wait for.
             None => (
@@ -197,6 +200,7 @@ impl Driver {
             .nodes
             .engine(addr, Role::Subscribe, 1)
             .max_buffered_bytes(64 << 20)
+            .require_primary(sentinel_master)
             .observer(observer)
             .build_detached();
         let engine = match engine {

@@ -55,6 +55,8 @@ pub struct Builder {
     read_pause: Duration,
     /// Where kept publishes' outcomes go (see `kept_sink`).
     kept: Option<AnySink>,
+    /// See [`ConnConfig::require_primary`] (`require_primary`).
+    require_primary: bool,
 }
 
 impl Default for Builder {
@@ -63,6 +65,7 @@ impl Default for Builder {
             addrs: Vec::new(),
             io_threads: None,
             runtime: None,
+            require_primary: false,
             connections_per_server: 1,
             flush_delay: Duration::from_micros(100),
             connect_timeout: Duration::from_secs(2),
@@ -384,6 +387,15 @@ impl Builder {
         self.start(false)
     }
 
+    /// Each connection asks `ROLE` in its handshake and fails with
+    /// [`Error::NotPrimary`] unless the server is a primary (a master
+    /// found through Sentinel, given by its address: one given as
+    /// `sentinel:NAME` checks by itself).
+    pub(crate) fn require_primary(mut self, on: bool) -> Self {
+        self.require_primary = on;
+        self
+    }
+
     fn start(mut self, wait: bool) -> Result<Engine, Error> {
         let config = |what: &str| Err(Error::Config(what.into()));
         if let Err(e) = self
@@ -467,6 +479,7 @@ impl Builder {
                 handshake_timeout: self.connect_timeout,
                 limits: self.limits,
                 load_scripts: self.load_scripts,
+                require_primary: self.require_primary,
             },
             connect_timeout: self.connect_timeout,
             backoff_base: self.backoff.0,

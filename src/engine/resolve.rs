@@ -82,7 +82,7 @@ pub(crate) fn lookup(resolver: &dyn Resolver, addr: &str) -> Result<Vec<SocketAd
         // Not host:port: the system parser says why.
         return match addr.to_socket_addrs() {
             Ok(it) => Ok(it.collect()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(format!("{e} (expected host:port)")),
         };
     };
     if let Ok(ip) = host.parse::<IpAddr>() {
@@ -153,6 +153,14 @@ impl Named {
                 }),
             })
         })
+    }
+
+    /// Whether it names a master found through Sentinel (`sentinel:NAME`,
+    /// port 0): its connections check in their handshake that the server
+    /// is a primary ([`crate::conn::ConnConfig::require_primary`]), since a
+    /// Sentinel's answer can be stale during a failover.
+    pub(crate) fn is_sentinel_master(&self) -> bool {
+        self.port == 0
     }
 
     /// The address for reconnect attempt `attempt` (counted from 1 since

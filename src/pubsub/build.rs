@@ -129,7 +129,8 @@ impl PubSubBuilder {
                     return config(format!("{name} applies to a cluster (seeds) only"));
                 }
                 let sentinels = std::mem::take(&mut self.fixed.sentinels);
-                let sentinels = match sentinel_resolver(sentinels, &mut self.common) {
+                let auth = std::mem::take(&mut self.fixed.sentinel_auth);
+                let sentinels = match sentinel_resolver(sentinels, auth, &mut self.common) {
                     Ok(s) => s,
                     Err(e) => return config(e),
                 };
@@ -168,10 +169,19 @@ impl PubSubBuilder {
 /// What is wrong, in words.
 fn sentinel_resolver(
     masters: std::collections::BTreeMap<String, Vec<String>>,
+    auth: crate::pubsub::sentinel::Auth,
     common: &mut Common,
 ) -> Result<Option<Arc<crate::pubsub::sentinel::Sentinels>>, String> {
     if masters.is_empty() {
-        return Ok(None);
+        return match auth.username.is_some() || auth.password.is_some() {
+            true => Err("sentinel_password and sentinel_username need Sentinel \
+                         (PubSubBuilder::sentinel)"
+                .into()),
+            false => Ok(None),
+        };
+    }
+    if auth.username.is_some() && auth.password.is_none() {
+        return Err("sentinel_username needs sentinel_password".into());
     }
     for (name, list) in &masters {
         if !crate::pubsub::sentinel::valid_name(name) {
@@ -193,6 +203,7 @@ fn sentinel_resolver(
     let s = Arc::new(crate::pubsub::sentinel::Sentinels::new(
         common.resolver.clone(),
         masters,
+        auth,
     ));
     common.resolver = s.clone();
     Ok(Some(s))

@@ -87,6 +87,9 @@ pub(crate) struct FixedSettings {
     pub(crate) publish_connections: usize,
     /// Masters found through Sentinel: name → its Sentinels.
     pub(crate) sentinels: std::collections::BTreeMap<String, Vec<String>>,
+    /// `AUTH` for the Sentinels themselves: a user (none: the default
+    /// user) and a password.
+    pub(crate) sentinel_auth: crate::pubsub::sentinel::Auth,
 }
 
 impl PubSub {
@@ -132,6 +135,7 @@ impl Default for PubSubBuilder {
             fixed: FixedSettings {
                 publish_connections: 1,
                 sentinels: Default::default(),
+                sentinel_auth: Default::default(),
             },
             cluster: ClusterSettings::default(),
             fixed_only: Vec::new(),
@@ -182,8 +186,11 @@ impl PubSubBuilder {
     /// master fail ([`Error::ConnectionLost`](crate::Error::ConnectionLost)), and publishes while no
     /// connection is up fail at once ([`Error::NotConnected`](crate::Error::NotConnected)): on servers
     /// nothing is held. Credentials (`password`, URLs) apply to the
-    /// master, not to the Sentinels, which are asked without `AUTH`. Not
-    /// with TLS. URL form: [`PubSubBuilder::url`] with
+    /// master; the Sentinels' own are [`PubSubBuilder::sentinel_password`]
+    /// and [`PubSubBuilder::sentinel_username`]. Each connection to the
+    /// master checks with `ROLE` that it is one (a Sentinel's answer can
+    /// be stale during a failover): a replica is refused and the Sentinels
+    /// are asked again. Not with TLS. URL form: [`PubSubBuilder::url`] with
     /// `redis+sentinel://host:26379,host2:26379/MASTER`.
     ///
     /// [`Error::ConnectionLost`](crate::Error::ConnectionLost): crate::Error::ConnectionLost
@@ -207,6 +214,23 @@ impl PubSubBuilder {
             .push(format!("{}{master}", crate::pubsub::sentinel::PREFIX));
         self.fixed.sentinels.entry(master).or_default().extend(list);
         self
+    }
+
+    /// Password the Sentinels themselves ask for (their `requirepass`),
+    /// sent as `AUTH` on every connection to a Sentinel (user `default`
+    /// unless [`PubSubBuilder::sentinel_username`] is set). The master's
+    /// own credentials are [`PubSubBuilder::password`] and
+    /// [`PubSubBuilder::username`]. Only with [`PubSubBuilder::sentinel`].
+    pub fn sentinel_password(mut self, password: impl AsRef<[u8]>) -> Self {
+        self.fixed.sentinel_auth.password = Some(password.as_ref().to_vec());
+        self.fixed_only("sentinel_password")
+    }
+
+    /// ACL user for the Sentinels (needs
+    /// [`PubSubBuilder::sentinel_password`] too).
+    pub fn sentinel_username(mut self, user: impl AsRef<[u8]>) -> Self {
+        self.fixed.sentinel_auth.username = Some(user.as_ref().to_vec());
+        self.fixed_only("sentinel_username")
     }
 
     /// Adds several servers (see [`PubSubBuilder::address`]).

@@ -45,17 +45,56 @@ pub(crate) fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && !matches!(b, b':' | b'/' | b'@' | b','))
 }
 
+/// `AUTH` for the Sentinels themselves
+/// ([`PubSubBuilder::sentinel_password`](crate::PubSubBuilder::sentinel_password)).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Auth {
+    /// The ACL user (none: `AUTH password`, the default user).
+    pub(crate) username: Option<Vec<u8>>,
+    pub(crate) password: Option<Vec<u8>>,
+}
+
 /// The instance's resolver: a master's name (port 0, as `sentinel:NAME`
 /// splits) is asked of its Sentinels; anything else goes to `inner`.
 pub(crate) struct Sentinels {
     inner: Arc<dyn Resolver>,
     /// Master name → its Sentinels (`host:port`).
     masters: BTreeMap<String, Vec<String>>,
+    auth: Auth,
 }
 
 impl Sentinels {
-    pub(crate) fn new(inner: Arc<dyn Resolver>, masters: BTreeMap<String, Vec<String>>) -> Self {
-        Sentinels { inner, masters }
+    pub(crate) fn new(
+        inner: Arc<dyn Resolver>,
+        masters: BTreeMap<String, Vec<String>>,
+        auth: Auth,
+    ) -> Self {
+        Sentinels {
+            inner,
+            masters,
+            auth,
+        }
+    }
+
+    /// A connection to `sentinel`, authenticated when
+    /// [`Auth::password`] is set.
+    fn link(&self, sentinel: &str, timeout: Duration) -> Result<Link, String> {
+        let mut link = Link::open(&*self.inner, sentinel, timeout)?;
+        let Some(password) = &self.auth.password else {
+            return Ok(link);
+        };
+        match &self.auth.username {
+            Some(user) => link.send(&[b"AUTH", user, password])?,
+            None => link.send(&[b"AUTH", password])?,
+        }
+        match link.next()? {
+            Some(Value::Error(e) | Value::BlobError(e)) => Err(format!(
+                "refused the credentials: {}",
+                String::from_utf8_lossy(&e)
+            )),
+            Some(_) => Ok(link),
+            None => Err(format!("no reply to AUTH within {timeout:?}")),
+        }
     }
 
     /// Where the Sentinels say master `name` is now: the first that
@@ -82,10 +121,13 @@ impl Sentinels {
     }
 
     fn ask(&self, sentinel: &str, name: &str) -> Result<SocketAddr, String> {
-        let mut link = Link::open(&*self.inner, sentinel, ASK_TIMEOUT)?;
+        let mut link = self.link(sentinel, ASK_TIMEOUT)?;
         link.send(&[b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", name.as_bytes()])?;
         match link.next()? {
             Some(Value::Null) => Err(format!("does not know a master named {name:?}")),
+            Some(Value::Error(e) | Value::BlobError(e)) => {
+                Err(format!("refused: {}", String::from_utf8_lossy(&e)))
+            }
             Some(v) => master_addr(&v).ok_or_else(|| format!("unexpected reply {v:?}")),
             None => Err(format!("no reply within {ASK_TIMEOUT:?}")),
         }
@@ -318,7 +360,7 @@ fn watch(
             return;
         };
         at = at.wrapping_add(1);
-        let subscribed = Link::open(&*sentinels.inner, sentinel, WATCH_TICK).and_then(|mut l| {
+        let subscribed = sentinels.link(sentinel, WATCH_TICK).and_then(|mut l| {
             l.send(&[b"SUBSCRIBE", b"+switch-master"])?;
             Ok(l)
         });

@@ -25,6 +25,8 @@ pub const SENTINEL_DOWN_AFTER_MS: u64 = 1000;
 #[derive(Debug)]
 pub struct Sentinel {
     port: u16,
+    /// Its `requirepass`, sent as `AUTH` by [`Sentinel::cmd`].
+    password: Option<String>,
     child: ChildGuard,
     _dir: TempDir,
 }
@@ -38,6 +40,30 @@ impl Sentinel {
     /// [`Error::BinaryNotFound`], [`Error::StartFailed`] with its log, or
     /// [`Error::Io`].
     pub fn start(kind: ServerKind, name: &str, master: SocketAddr) -> Result<Sentinel, Error> {
+        Sentinel::start_with(kind, name, master, None)
+    }
+
+    /// [`Sentinel::start`] for a Sentinel that asks its clients for
+    /// `password` (`requirepass`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Sentinel::start`].
+    pub fn start_with_password(
+        kind: ServerKind,
+        name: &str,
+        master: SocketAddr,
+        password: &str,
+    ) -> Result<Sentinel, Error> {
+        Sentinel::start_with(kind, name, master, Some(password))
+    }
+
+    fn start_with(
+        kind: ServerKind,
+        name: &str,
+        master: SocketAddr,
+        password: Option<&str>,
+    ) -> Result<Sentinel, Error> {
         let binary = kind.binary()?;
         let dir = TempDir::new("sentinel")?;
         let port = process::free_port(false)?;
@@ -47,10 +73,11 @@ impl Sentinel {
              sentinel monitor {name} {ip} {mport} 1\n\
              sentinel down-after-milliseconds {name} {SENTINEL_DOWN_AFTER_MS}\n\
              sentinel failover-timeout {name} 5000\n\
-             sentinel parallel-syncs {name} 1\n",
+             sentinel parallel-syncs {name} 1\n{auth}",
             dir = dir.path().display(),
             ip = master.ip(),
             mport = master.port(),
+            auth = password.map_or(String::new(), |p| format!("requirepass {p}\n")),
         );
         std::fs::write(&conf, text).map_err(|e| Error::io("write sentinel.conf", e))?;
         let log = File::create(dir.path().join("stdio.log"))
@@ -69,6 +96,7 @@ impl Sentinel {
             .map_err(|e| Error::io(format!("spawn {}", binary.display()), e))?;
         let sentinel = Sentinel {
             port,
+            password: password.map(str::to_owned),
             child: ChildGuard::new(child, None),
             _dir: dir,
         };
@@ -104,7 +132,11 @@ impl Sentinel {
     ///
     /// [`Error::Io`], or the Sentinel's error reply.
     pub fn cmd(&self, args: &[&[u8]]) -> Result<Value, Error> {
-        Client::connect(self.addr())?.cmd(args)
+        let mut c = Client::connect(self.addr())?;
+        if let Some(p) = &self.password {
+            c.cmd(&[b"AUTH", p.as_bytes()])?;
+        }
+        c.cmd(args)
     }
 
     /// Where the Sentinel says master `name` is.

@@ -59,8 +59,11 @@ impl ConnDriver {
         ) {
             return self.teardown(registry, connect_error(addr, &e), now);
         }
+        let named = self.shared.named.as_ref();
         let config = ConnConfig {
             role: self.shared.info.role,
+            require_primary: self.settings.conn.require_primary
+                || named.is_some_and(|n| n.is_sentinel_master()),
             ..self.settings.conn.clone()
         };
         self.socket = Some(socket);

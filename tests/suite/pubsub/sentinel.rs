@@ -162,6 +162,130 @@ fn a_sentinel_failover_and_a_killed_master_are_followed_with_every_loss_signalle
     }
 }
 
+/// Connections of `server` named `name` (`CLIENT LIST`).
+fn named_clients(server: &Server, name: &str) -> usize {
+    let v = server.cmd(&[b"CLIENT", b"LIST"]).unwrap();
+    let text = testkit::values::text(&v).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
+        .count()
+}
+
+/// A Sentinel's answer can be stale during a failover: it can name as
+/// the master a server that is a replica by then. A fake Sentinel names
+/// the replica: the build fails naming it (`ROLE` there says `slave`);
+/// started degraded, the instance asks again until the Sentinel names
+/// the master, and every message then goes there. Without the `ROLE`
+/// check the build succeeds on the replica, which this fails.
+#[test]
+fn a_replica_a_sentinel_names_as_master_is_refused_and_asked_again() {
+    for kind in kinds() {
+        let master = Server::start(kind).unwrap();
+        let replica = replica_of(kind, &master);
+        let fake = FakeSentinel::start(NAME, replica.addr()).unwrap();
+        let e = PubSub::builder()
+            .sentinel([fake.addr().to_string()], NAME)
+            .on_message(|_, _| {})
+            .build()
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("is not a primary (ROLE says slave)")
+                && text.contains(&replica.addr().to_string()),
+            "{kind:?}: {text}"
+        );
+        let what = format!("{kind:?} a replica named as the master");
+        let chans = channels("stale", 20);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, &what);
+        let ps = PubSub::builder()
+            .sentinel([fake.addr().to_string()], NAME)
+            .require_all_servers(false)
+            .workers(2)
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200))
+            .handler_arc(handler.clone())
+            .build()
+            .unwrap();
+        ps.subscribe(&chans).unwrap();
+        let asked = fake.questions();
+        testkit::wait_for("the Sentinel asked again", BOUND, || {
+            Ok((fake.questions() > asked).then_some(()))
+        })
+        .unwrap();
+        assert_eq!(named_clients(&replica, "shardsub-sub"), 0, "{what}");
+        fake.set_master(master.addr());
+        ps.wait_active(&chans, BOUND).unwrap();
+        let ps = Arc::new(ps);
+        testkit::wait_for("a publish taken by the master", BOUND, || {
+            Ok(ps.publish_wait("stale-probe", "x", BOUND).ok())
+        })
+        .unwrap();
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(report.counts.delivered, 20, "{what}: {report}");
+        assert_eq!(named_clients(&replica, "shardsub-sub"), 0, "{what}");
+    }
+}
+
+/// Sentinels that ask their clients for a password (`requirepass`): the
+/// build fails without it, saying so, and with a wrong one, saying the
+/// Sentinel refused it; with it, the master is found, messages flow, and
+/// the watcher is subscribed on the Sentinel (its `CLIENT LIST` shows a
+/// subscriber). With `AUTH` not sent the last build fails like the first.
+#[test]
+fn sentinels_that_ask_for_a_password_are_asked_with_it() {
+    for kind in kinds() {
+        let master = Server::start(kind).unwrap();
+        let sentinel = Sentinel::start_with_password(kind, NAME, master.addr(), "s3cret").unwrap();
+        let at = sentinel.addr().to_string();
+        for (password, says) in [(None, "NOAUTH"), (Some("wrong"), "refused the credentials")] {
+            let mut b = PubSub::builder()
+                .sentinel([at.clone()], NAME)
+                .on_message(|_, _| {});
+            if let Some(p) = password {
+                b = b.sentinel_password(p);
+            }
+            let e = b.build().unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.contains(&at),
+                "{kind:?} {password:?}: {e}"
+            );
+        }
+        let what = format!("{kind:?} Sentinels with a password");
+        let chans = channels("spw", 20);
+        let ledger = Arc::new(Ledger::new(&chans));
+        let handler = Accounted::new(&ledger, &what);
+        let builder = PubSub::builder()
+            .sentinel([at.clone()], NAME)
+            .sentinel_password("s3cret");
+        let ps = subscribed(builder, &handler, &chans);
+        accounted::round(&ledger, &*accounted::via_pubsub(ps.clone()));
+        let report = accounted::settle_and_check(&ledger, BOUND, &what);
+        assert_eq!(report.counts.delivered, 20, "{what}: {report}");
+        testkit::wait_for("the watcher subscribed on the Sentinel", BOUND, || {
+            let list = sentinel.cmd(&[b"CLIENT", b"LIST"])?;
+            let text = testkit::values::text(&list).unwrap_or_default();
+            Ok(text.lines().any(|l| l.contains(" sub=1 ")).then_some(()))
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        // An ACL user needs a password; without Sentinel, neither applies.
+        let e = PubSub::builder()
+            .sentinel([at.clone()], NAME)
+            .sentinel_username("app")
+            .on_message(|_, _| {})
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("sentinel_password"), "{e}");
+        let e = PubSub::builder()
+            .address(master.addr().to_string())
+            .sentinel_password("s3cret")
+            .on_message(|_, _| {})
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("PubSubBuilder::sentinel"), "{e}");
+    }
+}
+
 #[test]
 fn a_master_no_sentinel_knows_fails_build_naming_every_sentinel() {
     for kind in kinds() {
