@@ -260,6 +260,12 @@ fn resp2_auth_refused() {
 #[test]
 fn a_server_that_must_be_a_primary_is_asked_role_last_and_a_replica_is_refused() {
     let role = |r: &str| format!("*3\r\n${}\r\n{r}\r\n$9\r\n127.0.0.1\r\n:6379\r\n", r.len());
+    // A primary is required, with a password (so ROLE must follow AUTH).
+    let with_password = || ConnConfig {
+        require_primary: true,
+        password: Some(b"pw".to_vec()),
+        ..config()
+    };
     // RESP3: after HELLO is answered, so ROLE runs authenticated.
     for (reply, want) in [
         ("master", None),
@@ -267,12 +273,7 @@ fn a_server_that_must_be_a_primary_is_asked_role_last_and_a_replica_is_refused()
         ("sentinel", Some("sentinel")),
     ] {
         let t0 = Instant::now();
-        let cfg = ConnConfig {
-            require_primary: true,
-            password: Some(b"pw".to_vec()),
-            ..config()
-        };
-        let mut c: Connection<u32> = Connection::new(cfg, t0);
+        let mut c: Connection<u32> = Connection::new(with_password(), t0);
         send(&mut c, &["GET", "k"], 7, t0);
         assert_eq!(
             transmit(&mut c, t0),
@@ -309,12 +310,7 @@ fn a_server_that_must_be_a_primary_is_asked_role_last_and_a_replica_is_refused()
     assert_eq!(drain(&mut c), vec![Ev::Connected(Protocol::Resp2, false)]);
     // HELLO refused: ROLE follows the RESP2 AUTH, not the HELLO.
     let t0 = Instant::now();
-    let cfg = ConnConfig {
-        require_primary: true,
-        password: Some(b"pw".to_vec()),
-        ..config()
-    };
-    let mut c: Connection<u32> = Connection::new(cfg, t0);
+    let mut c: Connection<u32> = Connection::new(with_password(), t0);
     transmit(&mut c, t0);
     c.handle_read(b"-ERR unknown command 'HELLO'\r\n", t0);
     assert_eq!(drain(&mut c), vec![]);

@@ -429,3 +429,64 @@ fn a_request_timeout_inside_a_read_pause_reads_the_reply_first() {
     );
     engine.shutdown();
 }
+
+/// At the staged-bytes bound, an application's submission waits for room
+/// (until the request timeout), while a library thread's (`Room::Past`:
+/// the control thread under the publish core's lock, an I/O thread) is
+/// staged at once: with it waiting, the control thread and an I/O thread
+/// waited for each other at a failover.
+#[test]
+fn a_library_threads_submission_never_waits_for_room() {
+    use crate::conn::Request;
+    use crate::engine::pending::Completion;
+    use crate::engine::Room;
+
+    for kind in kinds() {
+        let mut server = Server::start(kind).unwrap();
+        let (bound, timeout) = (64 << 10, Duration::from_secs(4));
+        let engine = Engine::builder()
+            .address(server.addr().to_string())
+            .max_buffered_bytes(bound)
+            .request_timeout(timeout)
+            .build()
+            .unwrap();
+        let conn = engine.route_channel(b"room");
+        let payload = [b'x'; 1024];
+        let stage = |room: Room| {
+            let started = std::time::Instant::now();
+            let r = conn.submit_with((), room, |staging, ()| {
+                resp::encode_command(&mut staging.buf, [&b"PUBLISH"[..], b"room", &payload]);
+                Request::single(Completion::Discard)
+            });
+            (r.map_err(|(_, e)| e), started.elapsed())
+        };
+        // The server reads nothing: the kernel's buffers fill (16 MiB is
+        // past what loopback holds), then the staged bytes, past the bound:
+        // a library thread's submissions go on.
+        server.freeze();
+        let mut staged = 0u64;
+        while staged * 1024 < 16 << 20 || conn.staging.lock().buf.len() < 4 * bound {
+            let (r, took) = stage(Room::Past);
+            assert!(
+                r.is_ok() && took < timeout / 2,
+                "{kind:?}: {r:?} after {took:?}"
+            );
+            staged += 1;
+            assert!(
+                staged < 1_000_000,
+                "{kind:?}: the staged bytes never filled"
+            );
+        }
+        let (past, took) = stage(Room::Past);
+        assert!(past.is_ok(), "{kind:?}: {past:?}");
+        assert!(took < timeout / 2, "{kind:?}: Room::Past waited {took:?}");
+        let (wait, took) = stage(Room::Wait);
+        assert!(wait.is_err(), "{kind:?}: Room::Wait staged past the bound");
+        assert!(
+            took >= timeout / 2,
+            "{kind:?}: Room::Wait returned after {took:?}: {wait:?}"
+        );
+        server.thaw();
+        engine.shutdown();
+    }
+}
